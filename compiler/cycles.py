@@ -1,0 +1,49 @@
+"""Analytical cycle model of the stream components.
+
+Each function returns the steady-state cycles one component spends per frame
+when its inputs are always valid and its outputs always ready (its initiation
+interval times the beats per frame). The dataflow pipeline's frame interval is
+the maximum over its nodes; the hardware tests check every component against
+the function here, and the accelerator test checks the pipeline against
+:func:`pipeline_cycles`.
+"""
+
+from __future__ import annotations
+
+from math import ceil
+
+__all__ = [
+    "conv_out_size", "window_cycles", "mvu_cycles", "elementwise_cycles",
+    "head_cycles", "pipeline_cycles",
+]
+
+
+def conv_out_size(size, kernel, stride, dilation, padding):
+    """Output height (or width) of a convolution, as ``torch.nn.functional.conv2d``."""
+    return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def window_cycles(height, width):
+    """Sliding window: one input pixel per cycle; outputs never slower than inputs."""
+    return height * width
+
+
+def mvu_cycles(out_pixels, c_out, n_in, pe, simd):
+    """Matrix-vector unit: ``ceil(c_out/pe) * ceil(n_in/simd)`` cycles per output pixel."""
+    return out_pixels * ceil(c_out / pe) * ceil(n_in / simd)
+
+
+def elementwise_cycles(height, width):
+    """Per-pixel units (post-op, threshold, sign, add, mixer, subsample): one pixel per cycle."""
+    return height * width
+
+
+def head_cycles(height, width, n_classes):
+    """Pool + classifier + argmax: accumulation at one pixel per cycle, the
+    classifier (one class per cycle) overlapping the next frame's accumulation."""
+    return max(height * width, n_classes + 2)
+
+
+def pipeline_cycles(node_cycles):
+    """Frame interval of a dataflow pipeline: its slowest node."""
+    return max(node_cycles)
