@@ -61,7 +61,7 @@ class GroupNetConfig:
     in_channels: int = 1
     num_classes: int = 10
     stem_channels: int = 16
-    blocks: list = field(default_factory=lambda: [[16, 1], [32, 2]])
+    blocks: list = field(default_factory=lambda: [[16, 1], [16, 2]])
     bases: int = 5
     dilations: list = None
 
@@ -107,9 +107,9 @@ class GroupNetConfig:
 
 def bn_affine(bn: nn.BatchNorm2d):
     """Eval-mode BN as ``y = scale*x + shift`` per channel, in float64."""
-    inv = 1.0 / torch.sqrt(bn.running_var.double() + bn.eps)
-    scale = bn.weight.double() * inv
-    shift = bn.bias.double() - bn.running_mean.double() * scale
+    inv = 1.0 / torch.sqrt(bn.running_var.detach().double() + bn.eps)
+    scale = bn.weight.detach().double() * inv
+    shift = bn.bias.detach().double() - bn.running_mean.detach().double() * scale
     return scale, shift
 
 

@@ -15,15 +15,23 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from amaranth.lib import data
 from amaranth.sim import Simulator
 
 __all__ = ["to_python", "stream_put", "stream_get", "StreamRun", "run_streams"]
 
 
 def to_python(value):
-    """Turn a sampled payload (int or ``data.Const``) into ints / nested lists."""
+    """Turn a sampled payload into ints, lists (arrays) and dicts (structs)."""
     if isinstance(value, int):
         return value
+    if isinstance(value, data.Const):
+        layout = value.shape()
+        if isinstance(layout, data.StructLayout):
+            return {name: to_python(value[name]) for name, _ in layout}
+        if isinstance(layout, data.ArrayLayout):
+            return [to_python(v) for v in value]
+        return value.as_value().value
     try:
         return [to_python(v) for v in value]
     except TypeError:

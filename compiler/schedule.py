@@ -1,0 +1,300 @@
+"""Dataflow schedule: folding, FIFO depths, cycle and resource model.
+
+Every graph node becomes one streaming unit (binary and integer convolutions
+become a sliding window plus a matrix-vector unit). The schedule
+
+- picks PE x SIMD for each matrix-vector unit: the least parallelism that meets the
+  target frame interval (by default the input stream's own rate, one pixel per
+  cycle), relaxing the target until the estimate fits the board;
+- sizes the FIFOs on every fork (base fan-out, residual skip) from the worst-case
+  lookahead of the branches that rejoin, so no back-pressure pattern can deadlock;
+- predicts cycles per frame per node and for the pipeline (its slowest node),
+  and estimates resources (Cyclone V ALMs, M10K blocks, DSP blocks).
+
+The K bases of a block are always mapped to parallel per-base units; the report
+states it (time-sharing bases is not implemented).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from math import ceil
+
+from . import cycles as cyc
+from .graph import Graph
+
+__all__ = ["BOARD_BUDGETS", "Schedule", "schedule", "choose_folding", "fork_fifo_depths"]
+
+#: Device resources used as the schedule's budget.
+BOARD_BUDGETS = {
+    "de10nano": dict(device="5CSEBA6U23I7 (Cyclone V SE)", clock_mhz=50.0,
+                     alm=41_910, m10k=553, dsp=112),
+}
+
+FIFO_MARGIN = 2
+
+
+@dataclass
+class Unit:
+    """One node's hardware mapping."""
+
+    name: str
+    op: str
+    cycles: int
+    pe: int | None = None
+    simd: int | None = None
+    n_in: int | None = None
+    resources: dict = field(default_factory=dict)
+
+
+@dataclass
+class Schedule:
+    graph: Graph
+    board: str
+    units: dict
+    fifos: dict          # consumer node name -> {input ref: depth}
+    frame_cycles: int
+    resources: dict
+    budget: dict
+    base_mapping: str = "parallel"
+    notes: list = field(default_factory=list)
+
+    @property
+    def clock_mhz(self):
+        return self.budget["clock_mhz"]
+
+    @property
+    def frames_per_second(self):
+        return self.clock_mhz * 1e6 / self.frame_cycles
+
+    def bottleneck(self):
+        return max(self.units.values(), key=lambda u: u.cycles).name
+
+    def to_dict(self):
+        return {
+            "board": self.board,
+            "device": self.budget["device"],
+            "clock_mhz": self.clock_mhz,
+            "base_mapping": self.base_mapping,
+            "frame_cycles": self.frame_cycles,
+            "frames_per_second": round(self.frames_per_second, 1),
+            "bottleneck": self.bottleneck(),
+            "resources": self.resources,
+            "budget": {k: self.budget[k] for k in ("alm", "m10k", "dsp")},
+            "units": [
+                {"name": u.name, "op": u.op, "pe": u.pe, "simd": u.simd, "cycles": u.cycles,
+                 "resources": u.resources} for u in self.units.values()],
+            "fifos": {k: v for k, v in self.fifos.items()},
+            "notes": self.notes,
+        }
+
+    def to_json(self):
+        return json.dumps(self.to_dict(), indent=2)
+
+
+def choose_folding(out_pixels, c_out, n_in, target):
+    """Least PE*SIMD (then least padding waste) with mvu cycles <= target."""
+    best = None
+    for pe in range(1, c_out + 1):
+        out_folds = ceil(c_out / pe)
+        if pe > 1 and ceil(c_out / (pe - 1)) == out_folds:
+            continue  # same folds with fewer PEs
+        for simd in range(1, n_in + 1):
+            in_folds = ceil(n_in / simd)
+            if simd > 1 and ceil(n_in / (simd - 1)) == in_folds:
+                continue
+            c = cyc.mvu_cycles(out_pixels, c_out, n_in, pe, simd)
+            if c <= target:
+                key = (pe * simd, c)
+                if best is None or key < best[0]:
+                    best = (key, pe, simd)
+                break
+    if best is None:
+        return c_out, n_in
+    return best[1], best[2]
+
+
+# ---------------------------------------------------------------- FIFO sizing
+def _conv_need(node):
+    """Map output raster index -> last input raster index a window needs (whole rows)."""
+    a = node.attrs
+    k = a.get("kernel", 3)
+    s, d, p = a["stride"], a["dilation"], a["padding"]
+    h_out, w_out = node.height, node.width
+
+    def need(q, h_in, w_in):
+        r = q // w_out
+        last_row = min(h_in - 1, r * s - p + (k - 1) * d)
+        # the line buffer releases a window once the last row it touches is complete
+        return (last_row + 1) * w_in - 1
+    return need
+
+
+def _path_need(g: Graph, start: str, end: str):
+    """Lookahead of the path ``start`` -> ``end`` (first inputs only): a function
+    from an output raster index of ``end`` to the last raster index of ``start``
+    it needs, and the number of pixels of ``start`` per frame."""
+    chain = []
+    name = end
+    while name != start:
+        node = g[name]
+        chain.append(node)
+        name = Graph.source(node.inputs[0])
+
+    def need(q):
+        idx = q
+        for node in chain:  # from the end of the path backwards
+            parent = g[Graph.source(node.inputs[0])]
+            if node.op in ("bin_conv", "int_conv"):
+                idx = _conv_need(node)(idx, parent.height, parent.width)
+            elif node.op == "subsample":
+                s = node.attrs["stride"]
+                r, c = divmod(idx, node.width)
+                idx = (r * s) * parent.width + c * s
+        return idx
+    src = g[start]
+    return need, src.height * src.width
+
+
+def _produced(need, out_count, pushed):
+    return sum(1 for q in range(out_count) if need(q) < pushed)
+
+
+def fork_fifo_depths(g: Graph):
+    """FIFO depth per (consumer, input ref) on every fan-out point."""
+    fifos = {}
+    for mix in [n for n in g if n.op == "mixer"]:
+        # each base output joins at the mixer; the base's internal fork joins at its add
+        branch_need = []
+        for ref in mix.inputs:
+            add = g[ref]
+            conv_ref = add.inputs[0]
+            skip_ref = add.inputs[1]
+            src = Graph.source(skip_ref) if g[Graph.source(skip_ref)].op != "subsample" \
+                else Graph.source(g[Graph.source(skip_ref)].inputs[0])
+            conv_need, n_src = _path_need(g, src, Graph.source(conv_ref))
+            skip_node = g[Graph.source(skip_ref)]
+            out_count = add.height * add.width
+            if skip_node.op == "subsample":
+                s = skip_node.attrs["stride"]
+                idx = lambda q, s=s, w=add.width, wi=skip_node.width: (q // w) * s * wi + (q % w) * s
+            else:
+                idx = lambda q: q
+            depth = max(conv_need(q) - idx(q) for q in range(out_count)) + 1 + FIFO_MARGIN
+            fifos.setdefault(add.name, {})[skip_ref] = depth
+            branch_need.append((ref, conv_need, n_src, out_count))
+        # joins of the K bases at the mixer: buffer the backlog of faster bases
+        for ref, need, n_src, out_count in branch_need:
+            backlog = 0
+            for pushed in range(n_src + 1):
+                mine = _produced(need, out_count, pushed)
+                slowest = min(_produced(nd, oc, pushed) for _, nd, _, oc in branch_need)
+                backlog = max(backlog, mine - slowest)
+            fifos.setdefault(mix.name, {})[ref] = backlog + FIFO_MARGIN
+    return fifos
+
+
+# ---------------------------------------------------------------- resources
+def _mem_blocks(width, depth):
+    if width * depth <= 640:
+        return 0  # small memories land in MLABs / registers
+    return ceil(width / 40) * ceil(depth / 256)
+
+
+def _const_mult_alms(in_bits, coef_bits):
+    """Multiplier by a constant, built from shift-and-add in logic (no DSP):
+    about one adder per two coefficient bits, half an ALM per result bit."""
+    return max(1, in_bits * max(1, coef_bits // 2) // 2)
+
+
+def _unit_resources(g: Graph, node, pe, simd):
+    a = node.attrs
+    parent = g[Graph.source(node.inputs[0])] if node.inputs else None
+    r = dict(alm=0, m10k=0, dsp=0)
+    if node.op in ("bin_conv", "int_conv"):
+        k = a.get("kernel", 3) if node.op == "bin_conv" else a["weight"].shape[-1]
+        pix_bits = parent.channels * parent.bit_width
+        rows = (k - 1) * a["dilation"] + 1 + a["stride"] + 1
+        # window: k*k read ports (duplicated RAM) and the output register
+        r["m10k"] += k * k * _mem_blocks(pix_bits, rows * parent.width)
+        r["alm"] += k * k * pix_bits + 60
+        n_in = k * k * parent.channels
+        folds = ceil(node.channels / pe) * ceil(n_in / simd)
+        acc_w = node.bit_width
+        if node.op == "bin_conv":
+            r["alm"] += pe * (simd + 2 * acc_w) + node.channels * acc_w // 2 + 40
+            r["m10k"] += _mem_blocks(pe * simd, folds)
+        else:
+            r["dsp"] += ceil(pe * simd / 3)  # three 9x9 multipliers per Cyclone V DSP
+            r["alm"] += pe * 2 * acc_w + node.channels * acc_w // 2 + 40
+            r["m10k"] += _mem_blocks(pe * simd * 8, folds)
+    elif node.op == "postop":
+        coef = max(abs(int(v)) for v in a["A"].tolist() + [1]).bit_length()
+        r["alm"] += node.channels * (_const_mult_alms(parent.bit_width, coef) + node.bit_width)
+    elif node.op == "threshold":
+        r["alm"] += node.channels * parent.bit_width // 2 + node.channels
+    elif node.op in ("sign", "subsample"):
+        r["alm"] += node.channels + 10
+    elif node.op == "add":
+        r["alm"] += node.channels * node.bit_width
+    elif node.op == "mixer":
+        k = len(node.inputs)
+        in_w = max(g[Graph.source(i)].bit_width for i in node.inputs)
+        mults = k * (3 if a["gates"] is not None else 1)
+        coef = max(a["lambda_frac"], a["gate_frac"]) + 2
+        r["alm"] += node.channels * (mults * _const_mult_alms(in_w, coef) + k * node.bit_width)
+    elif node.op == "head":
+        c_in = parent.channels
+        s_lo, s_hi = a["sum_range"]
+        sum_w = max(abs(s_lo), abs(s_hi)).bit_length() + 1
+        # classifier: one class per cycle, so C multipliers with weights read per class
+        r["alm"] += c_in * sum_w * 3 + node.channels * node.bit_width
+        r["dsp"] += ceil(c_in / 2)
+    return r
+
+
+def schedule(g: Graph, board="de10nano", target_cycles=None) -> Schedule:
+    """Fold, size FIFOs and estimate; see the module docstring."""
+    if board not in BOARD_BUDGETS:
+        raise ValueError(f"unknown board {board!r}; known: {', '.join(BOARD_BUDGETS)}")
+    budget = BOARD_BUDGETS[board]
+    inp = g["input"]
+    target = target_cycles or cyc.window_cycles(inp.height, inp.width)
+    notes = []
+    fifos = fork_fifo_depths(g)
+    while True:
+        units = {}
+        for node in g:
+            pe = simd = n_in = None
+            parent = g[Graph.source(node.inputs[0])] if node.inputs else None
+            if node.op in ("bin_conv", "int_conv"):
+                k = node.attrs.get("kernel", 3) if node.op == "bin_conv" else node.attrs["weight"].shape[-1]
+                n_in = k * k * parent.channels
+                pe, simd = choose_folding(node.height * node.width, node.channels, n_in, target)
+                c = max(cyc.mvu_cycles(node.height * node.width, node.channels, n_in, pe, simd),
+                        cyc.window_cycles(parent.height, parent.width))
+            elif node.op == "head":
+                c = cyc.head_cycles(parent.height, parent.width, node.channels)
+            elif node.op in ("subsample", "sign"):
+                c = cyc.elementwise_cycles(parent.height, parent.width)
+            else:
+                c = cyc.elementwise_cycles(node.height, node.width)
+            units[node.name] = Unit(node.name, node.op, c, pe, simd, n_in,
+                                    _unit_resources(g, node, pe, simd))
+        total = {k: sum(u.resources[k] for u in units.values()) for k in ("alm", "m10k", "dsp")}
+        for consumer, refs in fifos.items():
+            for ref, depth in refs.items():
+                src = g[Graph.source(ref)]
+                total["m10k"] += _mem_blocks(src.channels * src.bit_width, depth)
+                total["alm"] += 30
+        fits = all(total[k] <= budget[k] for k in ("alm", "m10k", "dsp"))
+        if fits or target > 1 << 20:
+            break
+        notes.append(f"target {target} cycles/frame does not fit {board} "
+                     f"(estimate {total}); folding further")
+        target *= 2
+    if not fits:
+        notes.append(f"estimate exceeds {board}'s resources even fully folded")
+    frame = cyc.pipeline_cycles([u.cycles for u in units.values()])
+    return Schedule(g, board, units, fifos, frame, total, budget, notes=notes)

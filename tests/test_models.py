@@ -1,0 +1,71 @@
+"""Binary ops, gradients and the soft gate of eq. 7 (verification level 1)."""
+
+import torch
+
+from groupnet_hw.models.binary import BinarizeWeight, BinaryConv2d, SignActivation, sign
+from groupnet_hw.models.quantize import round_shift
+from conftest import random_images, random_model
+
+
+def test_sign_of_zero_is_plus_one():
+    x = torch.tensor([-2.0, -0.0, 0.0, 1e-9, 3.0])
+    assert torch.equal(sign(x), torch.tensor([-1.0, 1.0, 1.0, 1.0, 1.0]))
+    assert torch.equal(SignActivation.apply(torch.zeros(3)), torch.ones(3))
+
+
+def test_activation_backward_is_the_piecewise_polynomial():
+    x = torch.tensor([-1.5, -1.0, -0.5, 0.0, 0.25, 0.75, 1.0, 2.0], requires_grad=True)
+    SignActivation.apply(x).sum().backward()
+    expected = torch.tensor([0.0, 0.0, 1.0, 2.0, 1.5, 0.5, 0.0, 0.0])
+    assert torch.equal(x.grad, expected.to(x.grad.dtype))
+
+
+def test_weight_ste_passes_gradient_and_scales_by_mean_abs():
+    w = torch.tensor([[[[0.5, -0.25], [0.0, -1.0]]]], requires_grad=True)
+    out = BinarizeWeight.apply(w)
+    assert torch.equal(out, torch.tensor([[[[0.4375, -0.4375], [0.4375, -0.4375]]]]))
+    g = torch.arange(4.0).view_as(w)
+    out.backward(g)
+    assert torch.equal(w.grad, g)
+
+
+def test_binary_conv_pads_with_plus_one():
+    conv = BinaryConv2d(1, 1)
+    conv.weight.data.fill_(1.0)  # alpha = 1, all +1 weights: output = sum of 9 taps
+    x = -torch.ones(1, 1, 3, 3)
+    y = conv(x)
+    # corner: 4 real taps of -1 and 5 padded +1 taps
+    assert y[0, 0, 0, 0].item() == 1.0
+    assert y[0, 0, 1, 1].item() == -9.0
+
+
+def test_soft_gate_limits_of_eq7():
+    """C = 0 gives the aggregate (eq. 2, blocks independent); C = 1 the base's own output (eq. 3)."""
+    model = random_model(3, image_size=6, stem_channels=3, blocks=[[3, 1], [3, 1]], bases=3,
+                         num_classes=4)
+    images = random_images(3, 4, 6)
+    for theta, check in ((-1e4, "agg"), (1e4, "own")):
+        model.blocks[1].gate_theta.data.fill_(theta)
+        q = model.forward_quantized(images, keep_trace=True)
+        for i in range(3):
+            got = q.trace[f"block1.in{i}"]
+            want = q.trace["block0.agg"] if check == "agg" else q.trace[f"block0.base{i}.out"]
+            assert torch.equal(got, want)
+    # float model: same limits through the sigmoid
+    x = torch.randn(2, 3, 6, 6)
+    g = torch.randn(2, 3, 6, 6)
+    for theta, want in ((-1e4, x), (1e4, g)):
+        c = torch.sigmoid(torch.tensor(theta))
+        assert torch.equal(c * g + (1 - c) * x, want)
+
+
+def test_round_shift_rounds_half_up():
+    v = torch.tensor([-6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 5, 6])
+    assert round_shift(v, 2).tolist() == [-1, -1, -1, -1, 0, 0, 0, 0, 1, 1, 1, 2]
+    assert torch.equal(round_shift(v, 0), v)
+
+
+def test_float_and_quantized_agree_on_trained_model(trained_digits):
+    _, model, metrics = trained_digits
+    # reported, never hidden: the fixed-point network is close to the float one
+    assert metrics["float_quantized_agreement"] >= 0.9
