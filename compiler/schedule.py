@@ -33,6 +33,8 @@ BOARD_BUDGETS = {
 }
 
 FIFO_MARGIN = 2
+#: StreamFIFO (SyncFIFOBuffered) passes one beat per cycle only from depth 3 on.
+FIFO_MIN_DEPTH = 3
 
 
 @dataclass
@@ -182,7 +184,7 @@ def fork_fifo_depths(g: Graph):
             else:
                 idx = lambda q: q
             depth = max(conv_need(q) - idx(q) for q in range(out_count)) + 1 + FIFO_MARGIN
-            fifos.setdefault(add.name, {})[skip_ref] = depth
+            fifos.setdefault(add.name, {})[skip_ref] = max(FIFO_MIN_DEPTH, depth)
             branch_need.append((ref, conv_need, n_src, out_count))
         # joins of the K bases at the mixer: buffer the backlog of faster bases
         for ref, need, n_src, out_count in branch_need:
@@ -191,7 +193,7 @@ def fork_fifo_depths(g: Graph):
                 mine = _produced(need, out_count, pushed)
                 slowest = min(_produced(nd, oc, pushed) for _, nd, _, oc in branch_need)
                 backlog = max(backlog, mine - slowest)
-            fifos.setdefault(mix.name, {})[ref] = backlog + FIFO_MARGIN
+            fifos.setdefault(mix.name, {})[ref] = max(FIFO_MIN_DEPTH, backlog + FIFO_MARGIN)
     return fifos
 
 

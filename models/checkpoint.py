@@ -29,8 +29,8 @@ def _versions():
     import amaranth
     import numpy
     import groupnet_hw
-    return {"groupnet_hw": groupnet_hw.__version__, "torch": torch.__version__,
-            "numpy": numpy.__version__, "amaranth": amaranth.__version__}
+    return {"groupnet_hw": groupnet_hw.__version__, "torch": str(torch.__version__),
+            "numpy": str(numpy.__version__), "amaranth": str(amaranth.__version__)}
 
 
 def save_checkpoint(path, model: GroupNet, *, dataset=None, metrics=None, train_config=None):

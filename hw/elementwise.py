@@ -1,0 +1,353 @@
+"""Per-pixel stream units: sign, threshold, post-op (BN/scale/ReLU) and residual add.
+
+Every unit here consumes one pixel beat (all channels) and produces one pixel beat,
+at one pixel per cycle, through a single output register ("skid-free" pipeline
+register: the input is accepted whenever the output register is empty or is being
+taken in the same cycle). ``o.valid`` is a register, so it never depends on
+``o.ready``; ``i.ready`` does depend on ``o.ready`` (combinationally), which the
+stream convention allows.
+
+Numerics follow ``docs/hw-conventions.md``: exact signed integer arithmetic, widths
+from range analysis of the parameters, rounding half up by add-then-arithmetic-shift,
+``round_shift(v, s) = (v + 2**(s-1)) >> s`` (``v`` for ``s = 0``). Rounding is
+monotonic, so the ends of an input interval map to the ends of the output interval.
+"""
+
+import operator
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["SignBits", "Threshold", "PostOp", "ResidualAdd", "signed_width", "signed_range"]
+
+
+def signed_width(lo, hi):
+    """Smallest two's complement width holding every integer in ``[lo, hi]``."""
+    def bits(v):
+        return (v if v >= 0 else ~v).bit_length() + 1
+    return max(bits(int(lo)), bits(int(hi)))
+
+
+def signed_range(width):
+    """``(min, max)`` of ``signed(width)``."""
+    return -(1 << (width - 1)), (1 << (width - 1)) - 1
+
+
+def _ints(values, length, what):
+    """Parameters arrive as numpy arrays; the RTL needs plain Python ints."""
+    out = [int(v) for v in values]
+    if len(out) != length:
+        raise ValueError(f"{what} has {len(out)} entries, expected {length}")
+    return out
+
+
+def _fit(m, value, width, name):
+    """``value`` sign-extended or truncated to a named ``signed(width)`` signal.
+
+    Assignment does the resizing; the named signal keeps the Verilog readable.
+    """
+    fitted = Signal(signed(width), name=name)
+    m.d.comb += fitted.eq(value)
+    return fitted
+
+
+def _positive(name, value):
+    """A positive integer parameter as a Python int (numpy scalars welcome)."""
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, not {value!r}") from None
+    if value < 1:
+        raise ValueError(f"{name} must be positive, not {value}")
+    return value
+
+
+class _PixelMap(wiring.Component):
+    """One input stream, one output stream, a pure function per beat, one register."""
+
+    latency = 1
+
+    def _map(self, m, x):
+        """Return the output payload value (shape of ``o.payload``) for input view ``x``."""
+        raise NotImplementedError
+
+    def elaborate(self, platform):
+        m = Module()
+        value = self._map(m, self.i.payload)
+        # Accept into the output register when it is empty or emptying this cycle:
+        # full throughput without a skid buffer, valid stays a register.
+        m.d.comb += self.i.ready.eq(~self.o.valid | self.o.ready)
+        with m.If(self.i.valid & self.i.ready):
+            m.d.sync += [self.o.payload.eq(value), self.o.valid.eq(1)]
+        with m.Elif(self.o.ready):
+            m.d.sync += self.o.valid.eq(0)
+        return m
+
+
+class SignBits(_PixelMap):
+    """Binarize a real-valued pixel: bit ``c`` = ``x[c] >= 0`` (sign(0) = +1).
+
+    Parameters
+    ----------
+    channels : int
+        Channels per pixel, ``C``.
+    width : int
+        Width of each signed input element.
+
+    Members
+    -------
+    i : ``In(stream.Signature(data.ArrayLayout(signed(width), channels)))``
+        Real-valued pixels.
+    o : ``Out(stream.Signature(unsigned(channels)))``
+        Binary pixels, bit ``c`` = channel ``c``, 1 <-> +1.
+
+    Latency
+    -------
+    1 cycle (input accepted in cycle t, ``o.valid`` in cycle t+1).
+
+    Throughput
+    ----------
+    1 pixel per cycle: ``compiler.cycles.elementwise_cycles(H, W)`` per frame.
+    """
+
+    def __init__(self, channels, width):
+        self.channels = channels = _positive("channels", channels)
+        self.width = width = _positive("width", width)
+        super().__init__({
+            "i": In(stream.Signature(data.ArrayLayout(signed(width), channels))),
+            "o": Out(stream.Signature(unsigned(channels))),
+        })
+
+    def _map(self, m, x):
+        # The sign bit of a two's complement value is 0 exactly when it is >= 0.
+        return Cat(~x[c][-1] for c in range(self.channels))
+
+
+class Threshold(_PixelMap):
+    """Per-channel threshold: bit ``c`` = ``(acc[c] >= thresholds[c]) XOR invert[c]``.
+
+    This is the FINN-style folding of BN/ReLU/scale in front of a sign: the compiler
+    turns ``sign(gamma*(acc - mu)/sigma + beta)`` into an integer threshold, with
+    ``invert`` set for negative ``gamma``. Thresholds outside the accumulator's range
+    (e.g. ``-n-1`` or ``n+1``, from ``gamma = 0``) are folded to constant bits, so
+    every comparison stays exact.
+
+    Parameters
+    ----------
+    channels : int
+        Channels per pixel, ``C``.
+    acc_width : int
+        Width of each signed accumulator element.
+    thresholds : sequence of int, length ``C``
+        Any integers, also outside the ``signed(acc_width)`` range.
+    invert : sequence of bool or int, length ``C``
+        Per channel output inversion.
+
+    Members
+    -------
+    i : ``In(stream.Signature(data.ArrayLayout(signed(acc_width), channels)))``
+        Accumulator pixels.
+    o : ``Out(stream.Signature(unsigned(channels)))``
+        Binary pixels, bit ``c`` = channel ``c``.
+
+    Latency
+    -------
+    1 cycle.
+
+    Throughput
+    ----------
+    1 pixel per cycle: ``compiler.cycles.elementwise_cycles(H, W)`` per frame.
+    """
+
+    def __init__(self, channels, acc_width, thresholds, invert):
+        self.channels = channels = _positive("channels", channels)
+        self.acc_width = acc_width = _positive("acc_width", acc_width)
+        self.thresholds = _ints(thresholds, channels, "thresholds")
+        self.invert = [bool(v) for v in _ints(invert, channels, "invert")]
+        super().__init__({
+            "i": In(stream.Signature(data.ArrayLayout(signed(acc_width), channels))),
+            "o": Out(stream.Signature(unsigned(channels))),
+        })
+
+    def _map(self, m, x):
+        lo, hi = signed_range(self.acc_width)
+        bits = []
+        for c, (t, inv) in enumerate(zip(self.thresholds, self.invert)):
+            if t <= lo:
+                bit = Const(1, 1)
+            elif t > hi:
+                bit = Const(0, 1)
+            else:
+                # In range, so the constant fits signed(acc_width): no widening needed.
+                bit = x[c] >= Const(t, signed(self.acc_width))
+            bits.append(~bit if inv else bit)
+        return Cat(bits)
+
+
+class PostOp(_PixelMap):
+    """Per-channel affine requantization: ReLU, folded BN/scale, rounding, ReLU.
+
+    For each channel ``c``::
+
+        v = max(acc[c], 0) if pre_relu else acc[c]
+        y = round_shift(scale[c] * v + bias[c], shift)
+        y = max(y, 0) if post_relu else y
+
+    ``scale`` may be negative or zero (BN with gamma < 0 or gamma = 0). Intermediate
+    widths come from interval analysis over the full ``signed(acc_width)`` input range,
+    so nothing overflows. ``out_width`` is the compiler's (possibly tighter) bound on
+    ``y``; results are truncated to it, which is exact whenever the compiler's range
+    analysis holds.
+
+    Parameters
+    ----------
+    channels : int
+        Channels per pixel, ``C``.
+    acc_width : int
+        Width of each signed input element.
+    scale, bias : sequence of int, length ``C``
+        Fixed-point multiplier and offset (offset already at the product's scale).
+    shift : int
+        Right shift after the affine step, ``>= 0``.
+    pre_relu, post_relu : bool
+        ReLU before the multiplication / after the rounding.
+    out_width : int
+        Width of each signed output element.
+
+    Members
+    -------
+    i : ``In(stream.Signature(data.ArrayLayout(signed(acc_width), channels)))``
+    o : ``Out(stream.Signature(data.ArrayLayout(signed(out_width), channels)))``
+
+    Attributes
+    ----------
+    inner_widths : list of int
+        Per channel width of ``scale*v + bias + 2**(shift-1)`` (exact bound).
+    y_ranges : list of (int, int)
+        Per channel exact range of ``y`` over all inputs of ``signed(acc_width)``.
+
+    Latency
+    -------
+    1 cycle.
+
+    Throughput
+    ----------
+    1 pixel per cycle: ``compiler.cycles.elementwise_cycles(H, W)`` per frame.
+    """
+
+    def __init__(self, channels, acc_width, scale, bias, shift, pre_relu, post_relu,
+                 out_width):
+        self.channels = channels = _positive("channels", channels)
+        self.acc_width = acc_width = _positive("acc_width", acc_width)
+        self.out_width = out_width = _positive("out_width", out_width)
+        shift = operator.index(shift)
+        if shift < 0:
+            raise ValueError(f"shift must be >= 0, not {shift}")
+        self.scale = _ints(scale, channels, "scale")
+        self.bias = _ints(bias, channels, "bias")
+        self.shift = shift
+        self.pre_relu = bool(pre_relu)
+        self.post_relu = bool(post_relu)
+
+        lo, hi = signed_range(acc_width)
+        if self.pre_relu:
+            lo = 0
+        half = (1 << (shift - 1)) if shift else 0
+        self.inner_widths, self.y_ranges = [], []
+        for s, b in zip(self.scale, self.bias):
+            t_lo = min(s * lo, s * hi) + b + half
+            t_hi = max(s * lo, s * hi) + b + half
+            self.inner_widths.append(signed_width(t_lo, t_hi))
+            y_lo, y_hi = t_lo >> shift, t_hi >> shift
+            if self.post_relu:
+                y_lo, y_hi = max(y_lo, 0), max(y_hi, 0)
+            self.y_ranges.append((y_lo, y_hi))
+
+        super().__init__({
+            "i": In(stream.Signature(data.ArrayLayout(signed(acc_width), channels))),
+            "o": Out(stream.Signature(data.ArrayLayout(signed(out_width), channels))),
+        })
+
+    def _map(self, m, x):
+        half = (1 << (self.shift - 1)) if self.shift else 0
+        ys = []
+        for c in range(self.channels):
+            v = Mux(x[c][-1], 0, x[c]) if self.pre_relu else x[c]
+            t = Signal(signed(self.inner_widths[c]), name=f"t{c}")
+            # The rounding half is folded into the bias constant: one adder, not two.
+            m.d.comb += t.eq(Const(self.scale[c]) * v + Const(self.bias[c] + half))
+            y = t >> self.shift
+            if self.post_relu:
+                y = Mux(y[-1], 0, y)
+            ys.append(y)
+        return Cat(_fit(m, y, self.out_width, f"y{c}") for c, y in enumerate(ys))
+
+
+class ResidualAdd(wiring.Component):
+    """Join two pixel streams and add them channel by channel (residual shortcut).
+
+    ``out[c] = a[c] + (b[c] if c < b_channels else 0)``: a shortcut with fewer
+    channels is zero-padded at the top (ResNet option A). One beat is consumed from
+    each input per output beat; both inputs are taken in the same cycle.
+
+    Parameters
+    ----------
+    channels : int
+        Channels of ``a`` and of the output.
+    a_width : int
+        Element width of ``a``.
+    b_channels : int
+        Channels of ``b``, ``1 <= b_channels <= channels``.
+    b_width : int
+        Element width of ``b``.
+    out_width : int
+        Element width of the output (the compiler's bound; ``max(a_width, b_width) + 1``
+        always suffices). Sums are truncated to it.
+
+    Members
+    -------
+    a : ``In(stream.Signature(data.ArrayLayout(signed(a_width), channels)))``
+    b : ``In(stream.Signature(data.ArrayLayout(signed(b_width), b_channels)))``
+    o : ``Out(stream.Signature(data.ArrayLayout(signed(out_width), channels)))``
+
+    Latency
+    -------
+    1 cycle from the cycle in which both inputs are valid (and the output can take).
+
+    Throughput
+    ----------
+    1 pixel per cycle: ``compiler.cycles.elementwise_cycles(H, W)`` per frame.
+    """
+
+    latency = 1
+
+    def __init__(self, channels, a_width, b_channels, b_width, out_width):
+        self.channels = channels = _positive("channels", channels)
+        self.a_width = a_width = _positive("a_width", a_width)
+        self.b_channels = b_channels = _positive("b_channels", b_channels)
+        self.b_width = b_width = _positive("b_width", b_width)
+        self.out_width = out_width = _positive("out_width", out_width)
+        if b_channels > channels:
+            raise ValueError(f"b_channels ({b_channels}) exceeds channels ({channels})")
+        super().__init__({
+            "a": In(stream.Signature(data.ArrayLayout(signed(a_width), channels))),
+            "b": In(stream.Signature(data.ArrayLayout(signed(b_width), b_channels))),
+            "o": Out(stream.Signature(data.ArrayLayout(signed(out_width), channels))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        a, b = self.a.payload, self.b.payload
+        sums = [_fit(m, a[c] + b[c] if c < self.b_channels else a[c], self.out_width,
+                     f"sum{c}") for c in range(self.channels)]
+        # Join: take both beats together or neither, so the streams never slip apart.
+        take = Signal()
+        m.d.comb += take.eq(self.a.valid & self.b.valid & (~self.o.valid | self.o.ready))
+        m.d.comb += [self.a.ready.eq(take), self.b.ready.eq(take)]
+        with m.If(take):
+            m.d.sync += [self.o.payload.eq(Cat(sums)),
+                         self.o.valid.eq(1)]
+        with m.Elif(self.o.ready):
+            m.d.sync += self.o.valid.eq(0)
+        return m

@@ -1,0 +1,78 @@
+"""Stream FIFO: the buffer the compiler puts on fork branches."""
+
+from amaranth.hdl import Module, Shape, Value
+from amaranth.lib import stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["StreamFIFO"]
+
+
+class StreamFIFO(wiring.Component):
+    """First-in first-out queue between two streams.
+
+    A thin stream wrapper around :class:`amaranth.lib.fifo.SyncFIFOBuffered`, whose storage
+    is a :class:`~amaranth.lib.memory.Memory` with a synchronous read port (block RAM) and
+    whose output is a register. The payload is stored as raw bits, so any shape (including
+    ``data`` layouts) passes through unchanged.
+
+    Parameters
+    ----------
+    shape : shape-like
+        Payload shape.
+    depth : int
+        Number of beats held. ``0`` makes the FIFO a plain wire (``o`` is ``i``), so the
+        compiler can size every fork branch uniformly.
+
+    Attributes
+    ----------
+    i : ``In(stream.Signature(shape))``
+        Input stream; ``ready`` while there is room.
+    o : ``Out(stream.Signature(shape))``
+        Output stream; ``valid`` is a register, independent of ``o.ready``.
+    depth : int
+        The ``depth`` parameter.
+
+    Latency
+    -------
+    2 cycles from a beat accepted into an empty FIFO to it being valid on ``o`` (0 for
+    ``depth=0``).
+
+    Throughput
+    ----------
+    One beat per cycle for ``depth >= 3``. ``depth`` 1 and 2 move one beat every two cycles
+    (the memory inside ``SyncFIFOBuffered`` then has a single row), so use ``depth >= 3``
+    where the rate matters.
+    """
+
+    def __init__(self, shape, depth):
+        if not isinstance(depth, int) or depth < 0:
+            raise ValueError(f"depth must be a non-negative integer, not {depth!r}")
+        self.depth = depth
+        self._width = Shape.cast(shape).width
+        super().__init__({
+            "i": In(stream.Signature(shape)),
+            "o": Out(stream.Signature(shape)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+
+        if self.depth == 0:
+            m.d.comb += [
+                self.o.payload.eq(self.i.payload),
+                self.o.valid.eq(self.i.valid),
+                self.i.ready.eq(self.o.ready),
+            ]
+            return m
+
+        m.submodules.fifo = fifo = SyncFIFOBuffered(width=self._width, depth=self.depth)
+        m.d.comb += [
+            fifo.w_data.eq(Value.cast(self.i.payload)),
+            fifo.w_en.eq(self.i.valid),
+            self.i.ready.eq(fifo.w_rdy),
+            self.o.payload.eq(fifo.r_data),
+            self.o.valid.eq(fifo.r_rdy),
+            fifo.r_en.eq(self.o.ready),
+        ]
+        return m

@@ -1,0 +1,216 @@
+"""Base aggregation and soft gate of a Group-Net group (paper eq. 2/3 and eq. 7).
+
+The K binary bases of a group run as K parallel pixel streams. At the end of each
+block their outputs ``G_k`` are combined: the aggregate ``sum_j lambda_j G_j`` feeds
+the next stage, and, between blocks, each base gets its own soft-gated input
+
+    x_k = C_k * G_k + (1 - C_k) * sum_j lambda_j G_j,      C_k = sigmoid(theta_k)
+
+in fixed point: ``lambda_j = lambdas[j] / 2**lambda_shift`` and
+``C_k = gates[k] / 2**gate_shift``.
+"""
+
+import operator
+
+from amaranth.hdl import Cat, Const, Module, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .elementwise import _fit, _ints, _positive, signed_range, signed_width
+
+__all__ = ["BaseMixer"]
+
+
+class BaseMixer(wiring.Component):
+    """Join K base streams; emit the lambda-aggregate, or K soft-gated streams.
+
+    For every pixel and channel ``c``::
+
+        agg[c] = round_shift(sum_j lambdas[j] * G_j[c], lambda_shift)
+        x_k[c] = round_shift(gates[k] * G_k[c] + (2**gate_shift - gates[k]) * agg[c],
+                             gate_shift)                  # only if gates is given
+
+    ``gates[k] = 0`` gives ``x_k = agg`` and ``gates[k] = 2**gate_shift`` gives
+    ``x_k = G_k`` exactly (the paper's C = 0 / C = 1 limits).
+
+    Parameters
+    ----------
+    bases : int
+        Number of bases, ``K >= 1``.
+    channels : int
+        Channels per pixel, ``C``.
+    in_width : int
+        Element width of every input stream.
+    lambdas : sequence of int, length ``K``
+        Aggregation coefficients, any sign.
+    lambda_shift : int
+        Fixed-point shift of ``lambdas``, ``>= 0``.
+    gates : sequence of int, length ``K``, optional
+        Soft gate values in ``[0, 2**gate_shift]``. ``None`` (the last block of the
+        network) gives a single aggregate output stream.
+    gate_shift : int
+        Fixed-point shift of ``gates``, ``>= 0``.
+    out_width : int, optional
+        Element width of the output stream(s). Default: the exact bound derived from
+        ``in_width`` and the coefficients (attribute ``out_width``). A smaller value
+        from the compiler's range analysis truncates, exact when that analysis holds.
+
+    Members
+    -------
+    i : ``In(stream.Signature(data.ArrayLayout(signed(in_width), channels))).array(bases)``
+        One stream per base. Joined: a pixel is taken from all K streams in the same
+        cycle, once all are valid.
+    o : ``Out(stream.Signature(data.ArrayLayout(signed(out_width), channels)))``
+        Without gates: the aggregate.
+    o : ``Out(stream.Signature(data.ArrayLayout(signed(out_width), channels))).array(bases)``
+        With gates: ``x_k`` on ``o[k]``. Forked: each output holds its beat until
+        taken, independently of the others; the next pixel moves to the outputs once
+        all K have taken the current one.
+
+    Attributes
+    ----------
+    agg_range : (int, int)
+        Exact range of ``agg`` over all inputs of ``signed(in_width)``.
+    agg_width : int
+        Exact width of ``agg``.
+    out_width : int
+        Element width of the output stream(s).
+    latency : int
+        1 without gates (one output register), 2 with gates (aggregate register, then
+        gated output registers).
+
+    Latency
+    -------
+    ``latency`` cycles from the cycle in which all K inputs are taken to the cycle in
+    which the output(s) are valid.
+
+    Throughput
+    ----------
+    1 pixel per cycle with all outputs ready:
+    ``compiler.cycles.elementwise_cycles(H, W)`` per frame.
+    """
+
+    def __init__(self, bases, channels, in_width, lambdas, lambda_shift, gates=None,
+                 gate_shift=0, out_width=None):
+        self.bases = bases = _positive("bases", bases)
+        self.channels = channels = _positive("channels", channels)
+        self.in_width = in_width = _positive("in_width", in_width)
+        lambda_shift, gate_shift = operator.index(lambda_shift), operator.index(gate_shift)
+        if lambda_shift < 0 or gate_shift < 0:
+            raise ValueError("shifts must be >= 0")
+        self.lambdas = _ints(lambdas, bases, "lambdas")
+        self.lambda_shift = lambda_shift
+        self.gate_shift = gate_shift
+        self.gates = None if gates is None else _ints(gates, bases, "gates")
+        if self.gates is not None:
+            for g in self.gates:
+                if not 0 <= g <= 1 << gate_shift:
+                    raise ValueError(f"gate {g} outside [0, 2**{gate_shift}]")
+
+        lo, hi = signed_range(in_width)
+        half = (1 << (lambda_shift - 1)) if lambda_shift else 0
+        s_lo = sum(min(lam * lo, lam * hi) for lam in self.lambdas) + half
+        s_hi = sum(max(lam * lo, lam * hi) for lam in self.lambdas) + half
+        self._sum_width = signed_width(s_lo, s_hi)
+        self.agg_range = (s_lo >> lambda_shift, s_hi >> lambda_shift)
+        self.agg_width = signed_width(*self.agg_range)
+
+        if self.gates is None:
+            self.latency = 1
+            exact = self.agg_width
+        else:
+            self.latency = 2
+            one = 1 << gate_shift
+            g_half = (1 << (gate_shift - 1)) if gate_shift else 0
+            a_lo, a_hi = self.agg_range
+            self._x_widths, x_widths = [], []
+            for g in self.gates:
+                # g >= 0 and one - g >= 0: the extremes are at the extremes of G and agg.
+                t_lo = g * lo + (one - g) * a_lo + g_half
+                t_hi = g * hi + (one - g) * a_hi + g_half
+                self._x_widths.append(signed_width(t_lo, t_hi))
+                x_widths.append(signed_width(t_lo >> gate_shift, t_hi >> gate_shift))
+            exact = max(x_widths)
+        self.out_width = exact if out_width is None else _positive("out_width", out_width)
+
+        in_sig = stream.Signature(data.ArrayLayout(signed(in_width), channels))
+        out_sig = stream.Signature(data.ArrayLayout(signed(self.out_width), channels))
+        super().__init__({
+            "i": In(in_sig).array(bases),
+            "o": Out(out_sig) if self.gates is None else Out(out_sig).array(bases),
+        })
+
+    def _aggregate(self, m, pixels):
+        """``agg`` for the views ``pixels[k]``, as a list of exact-width signals."""
+        half = (1 << (self.lambda_shift - 1)) if self.lambda_shift else 0
+        aggs = []
+        for c in range(self.channels):
+            total = Signal(signed(self._sum_width), name=f"sum{c}")
+            terms = [Const(lam) * pixels[k][c] for k, lam in enumerate(self.lambdas)]
+            m.d.comb += total.eq(sum(terms) + Const(half))
+            agg = Signal(signed(self.agg_width), name=f"agg{c}")
+            m.d.comb += agg.eq(total >> self.lambda_shift)
+            aggs.append(agg)
+        return aggs
+
+    def elaborate(self, platform):
+        m = Module()
+        inputs = list(self.i)
+        all_valid = Signal()
+        m.d.comb += all_valid.eq(Cat(s.valid for s in inputs).all())
+        aggs = self._aggregate(m, [s.payload for s in inputs])
+
+        if self.gates is None:
+            # Join straight into the output register.
+            take = Signal()
+            m.d.comb += take.eq(all_valid & (~self.o.valid | self.o.ready))
+            m.d.comb += [s.ready.eq(take) for s in inputs]
+            ys = [_fit(m, a, self.out_width, f"y{c}") for c, a in enumerate(aggs)]
+            with m.If(take):
+                m.d.sync += [self.o.payload.eq(Cat(ys)),
+                             self.o.valid.eq(1)]
+            with m.Elif(self.o.ready):
+                m.d.sync += self.o.valid.eq(0)
+            return m
+
+        outputs = list(self.o)
+        layout = data.ArrayLayout(signed(self.in_width), self.channels)
+        # Stage 1 registers the aggregate (and the bases it came from) so that the two
+        # constant-multiply/add layers of eq. 7 sit in different cycles.
+        s1_valid = Signal()
+        s1_bases = [Signal(layout, name=f"s1_base{k}") for k in range(self.bases)]
+        s1_agg = [Signal(signed(self.agg_width), name=f"s1_agg{c}")
+                  for c in range(self.channels)]
+
+        # Stage 2 is a fork: each output keeps its beat until taken; the stage is
+        # free once every output is empty or being taken this cycle.
+        s2_free = Signal()
+        m.d.comb += s2_free.eq(Cat(~o.valid | o.ready for o in outputs).all())
+        advance = Signal()
+        m.d.comb += advance.eq(s1_valid & s2_free)
+        take = Signal()
+        m.d.comb += take.eq(all_valid & (~s1_valid | advance))
+        m.d.comb += [s.ready.eq(take) for s in inputs]
+
+        with m.If(take):
+            m.d.sync += [s1_valid.eq(1),
+                         *(r.eq(s.payload) for r, s in zip(s1_bases, inputs)),
+                         *(r.eq(a) for r, a in zip(s1_agg, aggs))]
+        with m.Elif(advance):
+            m.d.sync += s1_valid.eq(0)
+
+        one = 1 << self.gate_shift
+        g_half = (1 << (self.gate_shift - 1)) if self.gate_shift else 0
+        for k, (g, o) in enumerate(zip(self.gates, outputs)):
+            xs = []
+            for c in range(self.channels):
+                t = Signal(signed(self._x_widths[k]), name=f"gate{k}_t{c}")
+                m.d.comb += t.eq(Const(g) * s1_bases[k][c] + Const(one - g) * s1_agg[c]
+                                 + Const(g_half))
+                xs.append(_fit(m, t >> self.gate_shift, self.out_width, f"x{k}_{c}"))
+            with m.If(advance):
+                m.d.sync += [o.payload.eq(Cat(xs)),
+                             o.valid.eq(1)]
+            with m.Elif(o.ready):
+                m.d.sync += o.valid.eq(0)
+        return m

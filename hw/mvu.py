@@ -1,0 +1,437 @@
+"""Folded matrix-vector units (MVUs): one output pixel per input window.
+
+Both units share one fold sequencer and pipeline (:class:`_FoldedMVU`); they
+differ only in the lane operation applied to each (output fold, input fold)
+step: XNOR-popcount for binary layers, multiply-accumulate for the
+full-precision first layer.
+
+Folding follows FINN: ``pe`` output channels are computed in parallel, each
+over ``simd`` input lanes per cycle, so one input vector takes
+``ceil(c_out/pe) * ceil(n_in/simd)`` steps, in output-fold-major order. The
+weight word of step ``(nf, sf)`` lives at address ``nf*in_folds + sf`` of a
+ROM with one ``pe*simd``-lane word per step.
+"""
+
+from __future__ import annotations
+
+from math import ceil
+
+import numpy as np
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["BinaryMVU", "IntegerMVU"]
+
+
+def _signed_width(lo, hi):
+    """Smallest ``n`` such that ``signed(n)`` holds every integer in ``[lo, hi]``."""
+    width = 1
+    while not (-(1 << (width - 1)) <= lo and hi <= (1 << (width - 1)) - 1):
+        width += 1
+    return width
+
+
+def _tree_sum(values):
+    """Balanced adder tree: log depth instead of the linear chain ``sum()`` builds."""
+    values = list(values)
+    if not values:
+        return Const(0, 1)
+    while len(values) > 1:
+        paired = [values[k] + values[k + 1] for k in range(0, len(values) - 1, 2)]
+        if len(values) % 2:
+            paired.append(values[-1])
+        values = paired
+    return values[0]
+
+
+class _FoldedMVU(wiring.Component):
+    """Fold sequencer and pipeline shared by the MVUs.
+
+    Subclasses set the lane geometry (``_x_lane_width``, ``_w_lane_width``,
+    ``_w_pad``), the accumulator shape (``_acc_shape``) and implement
+    ``_pe_partial`` (one PE's contribution of one step) and ``_finish``
+    (accumulator -> output value).
+
+    Pipeline, all advancing together on ``adv``:
+
+    - issue: the step counter addresses the weight ROM; its input slice (from
+      ``i.payload`` on the accepting cycle, from the input buffer afterwards)
+      is registered next to the ROM's synchronous read data;
+    - compute: every PE adds its partial to its accumulator; the last input
+      fold of an output fold stores the finished channels, and the last step
+      of the vector loads the output register with all ``c_out`` channels.
+
+    The pipeline stalls only when a vector's final step meets an output
+    register that is still full and not being accepted.
+    """
+
+    def __init__(self, n_in, c_out, pe, simd, in_shape, acc_width):
+        if n_in < 1 or c_out < 1:
+            raise ValueError(f"n_in and c_out must be positive, not {n_in}, {c_out}")
+        if not 1 <= pe <= c_out:
+            raise ValueError(f"pe must be in [1, c_out={c_out}], not {pe}")
+        if not 1 <= simd <= n_in:
+            raise ValueError(f"simd must be in [1, n_in={n_in}], not {simd}")
+        self.n_in = n_in
+        self.c_out = c_out
+        self.pe = pe
+        self.simd = simd
+        self.acc_width = acc_width
+        self.out_folds = ceil(c_out / pe)
+        self.in_folds = ceil(n_in / simd)
+        #: Initiation interval: cycles per input vector in steady state.
+        self.ii = self.out_folds * self.in_folds
+        #: Cycles from the input handshake to the first cycle the output is valid.
+        self.latency = self.ii + 1
+        super().__init__({
+            "i": In(stream.Signature(in_shape)),
+            "o": Out(stream.Signature(data.ArrayLayout(signed(acc_width), c_out))),
+        })
+
+    # -- weight ROM ---------------------------------------------------------
+
+    def _rom_words(self, weights):
+        """Pack ``weights[c_out, n_in]`` into one int per step, padding the
+        lanes beyond ``n_in`` with ``_w_pad`` and channels beyond ``c_out``
+        with zero (those channels are computed and dropped)."""
+        wl = self._w_lane_width
+        lane_mask = (1 << wl) - 1
+        padded = np.zeros((self.out_folds * self.pe, self.in_folds * self.simd), dtype=object)
+        padded[:, self.n_in:] = self._w_pad
+        padded[:self.c_out, :self.n_in] = np.asarray(weights).astype(object)
+        words = []
+        for nf in range(self.out_folds):
+            for sf in range(self.in_folds):
+                word = 0
+                for p in range(self.pe):
+                    for s in range(self.simd):
+                        lane = int(padded[nf * self.pe + p, sf * self.simd + s]) & lane_mask
+                        word |= lane << ((p * self.simd + s) * wl)
+                words.append(word)
+        return words
+
+    # -- hooks --------------------------------------------------------------
+
+    def _pe_partial(self, x_slice, w_slice):
+        raise NotImplementedError
+
+    def _finish(self, acc):
+        raise NotImplementedError
+
+    # -- sequencer and pipeline --------------------------------------------
+
+    def elaborate(self, platform):
+        m = Module()
+        xl, wl = self._x_lane_width, self._w_lane_width
+        pe, simd = self.pe, self.simd
+        nfs, sfs, steps = self.out_folds, self.in_folds, self.ii
+        x_slice_width = simd * xl
+
+        m.submodules.weights = rom = Memory(
+            shape=unsigned(pe * simd * wl), depth=steps, init=self._rom_words(self._weights))
+        rd = rom.read_port()
+
+        # Zero lanes beyond n_in: with the ROM padding they contribute nothing.
+        x_in = Cat(Value.cast(self.i.payload), Const(0, (sfs * simd - self.n_in) * xl))
+
+        # Compute-stage registers (the weight word is the ROM's read register).
+        s1_valid = Signal()
+        s1_x = Signal(x_slice_width)
+        s1_first = Signal()  # first input fold: start a fresh accumulation
+        s1_last = Signal()   # last input fold: the PE channels are finished
+        s1_nf = Signal(range(nfs))
+        s1_final = Signal()  # last step of the vector
+
+        adv = Signal()
+        m.d.comb += adv.eq(~(s1_valid & s1_final & self.o.valid & ~self.o.ready))
+        # A stalled read port keeps its data, so the step in the compute stage
+        # stays aligned with its weight word.
+        m.d.comb += rd.en.eq(adv)
+
+        accept = Signal()
+        issue_x = Signal(x_slice_width)
+        step_first = Signal()
+        step_last = Signal()
+        step_final = Signal()
+        step_nf = Signal(range(nfs))
+
+        if steps == 1:
+            # Fully parallel: every accepted vector is one step; no buffer, no counters.
+            m.d.comb += [
+                self.i.ready.eq(adv),
+                accept.eq(self.i.valid & adv),
+                issue_x.eq(x_in),
+                step_first.eq(1), step_last.eq(1), step_final.eq(1),
+            ]
+            issue = accept
+        else:
+            busy = Signal()  # the buffered vector still has steps to issue
+            x_buf = Signal(len(x_in))
+            addr = Signal(range(steps))
+            sf = Signal(range(sfs))
+            nf = Signal(range(nfs))
+            issue = Signal()
+            m.d.comb += [
+                # Step 0 is issued straight from the payload on the accepting
+                # cycle, so the next vector is taken right after the previous
+                # one's last step and the II stays exactly `steps`.
+                self.i.ready.eq(adv & ~busy),
+                accept.eq(self.i.valid & self.i.ready),
+                issue.eq(accept | (busy & adv)),
+                rd.addr.eq(addr),
+                step_first.eq(sf == 0),
+                step_last.eq(sf == sfs - 1),
+                step_final.eq(addr == steps - 1),
+                step_nf.eq(nf),
+            ]
+            if sfs == 1:
+                m.d.comb += issue_x.eq(Mux(accept, x_in, x_buf))
+            else:
+                m.d.comb += issue_x.eq(Mux(accept, x_in[:x_slice_width],
+                                           x_buf.word_select(sf, x_slice_width)))
+            with m.If(accept):
+                m.d.sync += x_buf.eq(x_in)
+            with m.If(issue):
+                # Counters rest at 0 between vectors, which is where the
+                # accepting cycle expects them.
+                with m.If(step_final):
+                    m.d.sync += [busy.eq(0), addr.eq(0), sf.eq(0), nf.eq(0)]
+                with m.Else():
+                    m.d.sync += [busy.eq(1), addr.eq(addr + 1)]
+                    if sfs == 1:
+                        m.d.sync += nf.eq(nf + 1)
+                    else:
+                        with m.If(step_last):
+                            m.d.sync += [sf.eq(0), nf.eq(nf + 1)]
+                        with m.Else():
+                            m.d.sync += sf.eq(sf + 1)
+
+        with m.If(adv):
+            m.d.sync += [
+                s1_valid.eq(issue),
+                s1_x.eq(issue_x),
+                s1_first.eq(step_first),
+                s1_last.eq(step_last),
+                s1_final.eq(step_final),
+                s1_nf.eq(step_nf),
+            ]
+
+        # Compute stage.
+        w_width = simd * wl
+        totals = []
+        finished = []
+        accs = [Signal(self._acc_shape, name=f"acc{p}") for p in range(pe)] if sfs > 1 else None
+        for p in range(pe):
+            partial = self._pe_partial(s1_x, rd.data[p * w_width:(p + 1) * w_width])
+            if accs is None:
+                total = partial
+            else:
+                total = partial + Mux(s1_first, 0, accs[p])
+            totals.append(total)
+            done = Signal(signed(self.acc_width), name=f"done{p}")
+            m.d.comb += done.eq(self._finish(total))
+            finished.append(done)
+
+        step = Signal()
+        m.d.comb += step.eq(adv & s1_valid)
+        if accs is not None:
+            with m.If(step & ~s1_last):
+                m.d.sync += [acc.eq(total) for acc, total in zip(accs, totals)]
+
+        # Channels of output folds 0..nfs-2 wait here for the vector's last fold.
+        n_collect = (nfs - 1) * pe
+        collect = [Signal(signed(self.acc_width), name=f"collect{c}") for c in range(n_collect)]
+        if nfs > 1:
+            with m.If(step & s1_last & ~s1_final):
+                with m.Switch(s1_nf):
+                    for f in range(nfs - 1):
+                        with m.Case(f):
+                            m.d.sync += [collect[f * pe + p].eq(finished[p]) for p in range(pe)]
+
+        with m.If(step & s1_final):
+            m.d.sync += self.o.valid.eq(1)
+            for c in range(self.c_out):
+                src = collect[c] if c < n_collect else finished[c - n_collect]
+                m.d.sync += self.o.payload[c].eq(src)
+        with m.Elif(self.o.ready):
+            m.d.sync += self.o.valid.eq(0)
+
+        return m
+
+
+class BinaryMVU(_FoldedMVU):
+    """XNOR-popcount matrix-vector unit for binary convolutions.
+
+    For every input vector ``x`` (bit ``j`` = lane ``j`` of the flattened
+    window, ``j = tap*C_in + channel``) emits one beat with, for each output
+    channel ``c``, ``out[c] = 2*popcount(~(x ^ w[c])) - n_in`` over the
+    ``n_in`` real lanes (bit 1 <-> +1).
+
+    Parameters
+    ----------
+    n_in : int
+        Input lanes (``k*k*C_in``).
+    c_out : int
+        Output channels.
+    pe : int
+        Output channels computed in parallel, ``1 <= pe <= c_out``.
+    simd : int
+        Input lanes per cycle and PE, ``1 <= simd <= n_in``.
+    weights : numpy.ndarray
+        ``[c_out, n_in]`` array of {0, 1} (1 <-> +1). Stored in a ROM
+        (:class:`amaranth.lib.memory.Memory`, synchronous read port) of
+        ``ceil(c_out/pe)*ceil(n_in/simd)`` words of ``pe*simd`` bits; word
+        ``nf*in_folds + sf`` bit ``p*simd + s`` is
+        ``weights[nf*pe + p, sf*simd + s]``. Lanes beyond ``n_in`` hold 1 and
+        meet input bits forced to 0, so their XNOR is 0; channels beyond
+        ``c_out`` are computed and dropped.
+
+    Members
+    -------
+    i : ``In(stream.Signature(unsigned(n_in)))``
+        One input vector per beat.
+    o : ``Out(stream.Signature(data.ArrayLayout(signed(acc_width), c_out)))``
+        One beat per input vector, all ``c_out`` dot products.
+
+    Attributes
+    ----------
+    acc_width : int
+        Minimal signed width holding ``[-n_in, n_in]``.
+    out_folds, in_folds : int
+        ``ceil(c_out/pe)`` and ``ceil(n_in/simd)``.
+    ii : int
+        Initiation interval, ``out_folds*in_folds``.
+    latency : int
+        ``ii + 1``.
+
+    Latency
+    -------
+    ``ii + 1`` cycles: a vector accepted in cycle ``t`` is valid on ``o`` from
+    cycle ``t + ii + 1``. With the input always valid and the output always
+    ready, vector ``k`` is accepted in cycle ``k*ii`` and its result in cycle
+    ``(k+1)*ii + 1``: ``V`` vectors span ``V*ii + 2`` cycles, first and last
+    handshake included.
+
+    Throughput
+    ----------
+    One vector every ``ii = ceil(c_out/pe)*ceil(n_in/simd)`` cycles
+    (:func:`groupnet_hw.compiler.cycles.mvu_cycles`), including ``ii = 1``.
+    ``i.ready`` depends combinationally on ``o.ready`` (the stall is global),
+    never on ``o.valid`` alone; ``o.valid`` is a register.
+    """
+
+    def __init__(self, n_in, c_out, pe, simd, weights):
+        weights = np.asarray(weights)
+        if weights.shape != (c_out, n_in):
+            raise ValueError(f"weights must have shape {(c_out, n_in)}, not {weights.shape}")
+        if not np.isin(weights, (0, 1)).all():
+            raise ValueError("binary weights must be 0 or 1")
+        self._weights = weights.astype(np.int64)
+        self._x_lane_width = 1
+        self._w_lane_width = 1
+        self._w_pad = 1
+        # Accumulate matches (popcount), not +-1 sums: narrower, and the
+        # padding lanes are simply absent from it.
+        self._acc_shape = unsigned(n_in.bit_length())
+        super().__init__(n_in, c_out, pe, simd, unsigned(n_in),
+                         acc_width=_signed_width(-n_in, n_in))
+
+    def _pe_partial(self, x_slice, w_slice):
+        matches = ~(x_slice ^ w_slice)
+        return _tree_sum(matches[k] for k in range(len(matches)))
+
+    def _finish(self, acc):
+        return (acc << 1) - self.n_in
+
+
+class IntegerMVU(_FoldedMVU):
+    """Multiply-accumulate matrix-vector unit for the full-precision first layer.
+
+    For every input vector ``x`` emits ``out[c] = sum_j w[c, j] * x[j]``.
+
+    Parameters
+    ----------
+    n_in : int
+        Input lanes (``k*k*C_in``).
+    c_out : int
+        Output channels.
+    pe : int
+        Output channels computed in parallel, ``1 <= pe <= c_out``.
+    simd : int
+        Input lanes per cycle and PE, ``1 <= simd <= n_in``.
+    weights : numpy.ndarray
+        ``[c_out, n_in]`` integer array, stored as ``signed(weight_width)``
+        lanes in a ROM laid out as in :class:`BinaryMVU`. Lanes beyond ``n_in``
+        and channels beyond ``c_out`` hold 0.
+    in_width : int
+        Width of each input lane.
+    in_signed : bool
+        Whether input lanes are two's complement.
+
+    Members
+    -------
+    i : ``In(stream.Signature(data.ArrayLayout(unsigned(in_width) or signed(in_width), n_in)))``
+        One input vector per beat.
+    o : ``Out(stream.Signature(data.ArrayLayout(signed(acc_width), c_out)))``
+        One beat per input vector, all ``c_out`` dot products.
+
+    Attributes
+    ----------
+    weight_width : int
+        Minimal signed width holding every weight.
+    acc_width : int
+        Minimal signed width holding ``[-B, B]``,
+        ``B = max_c sum_j |w[c, j]| * max|x|``; every partial sum of the
+        accumulation is within that bound too, so nothing can overflow.
+    out_folds, in_folds, ii, latency : int
+        As in :class:`BinaryMVU`.
+
+    Latency
+    -------
+    ``ii + 1`` cycles, as :class:`BinaryMVU`.
+
+    Throughput
+    ----------
+    One vector every ``ii = ceil(c_out/pe)*ceil(n_in/simd)`` cycles, as
+    :class:`BinaryMVU`.
+    """
+
+    def __init__(self, n_in, c_out, pe, simd, weights, in_width=8, in_signed=False):
+        weights = np.asarray(weights)
+        if weights.shape != (c_out, n_in):
+            raise ValueError(f"weights must have shape {(c_out, n_in)}, not {weights.shape}")
+        if not np.issubdtype(weights.dtype, np.integer):
+            raise TypeError(f"weights must be integers, not {weights.dtype}")
+        if in_width < 1:
+            raise ValueError(f"in_width must be positive, not {in_width}")
+        # Python ints: the bound must not wrap in a fixed-width numpy dtype.
+        w_int = [[int(v) for v in row] for row in weights]
+        self._weights = np.array(w_int, dtype=object).reshape(c_out, n_in)
+        self.in_width = in_width
+        self.in_signed = bool(in_signed)
+        self.weight_width = _signed_width(min(min(r) for r in w_int), max(max(r) for r in w_int))
+        x_max = (1 << (in_width - 1)) if in_signed else (1 << in_width) - 1
+        bound = max(sum(abs(v) for v in row) for row in w_int) * x_max
+        lane = signed(in_width) if in_signed else unsigned(in_width)
+        self._x_lane_width = in_width
+        self._w_lane_width = self.weight_width
+        self._w_pad = 0
+        acc_width = _signed_width(-bound, bound)
+        self._acc_shape = signed(acc_width)
+        super().__init__(n_in, c_out, pe, simd, data.ArrayLayout(lane, n_in),
+                         acc_width=acc_width)
+
+    def _pe_partial(self, x_slice, w_slice):
+        xl, wl = self.in_width, self.weight_width
+        products = []
+        for s in range(self.simd):
+            x = x_slice[s * xl:(s + 1) * xl]
+            if self.in_signed:
+                x = x.as_signed()
+            products.append(x * w_slice[s * wl:(s + 1) * wl].as_signed())
+        return _tree_sum(products)
+
+    def _finish(self, acc):
+        return acc

@@ -1,0 +1,290 @@
+"""Sliding-window generator: turns a raster pixel stream into convolution windows."""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, Value, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..compiler.cycles import conv_out_size
+
+__all__ = ["SlidingWindow"]
+
+
+class SlidingWindow(wiring.Component):
+    """Sliding window over a raster pixel stream (the im2col of one convolution).
+
+    Input pixels arrive in raster order, frame after frame with no marker. For every output
+    position ``(r, c)`` (raster order, ``out_height`` x ``out_width`` per frame) one beat
+    carries the whole ``kernel`` x ``kernel`` window: tap ``t = ky*kernel + kx`` is input
+    pixel ``(r*stride - padding + ky*dilation, c*stride - padding + kx*dilation)``, or the
+    pad pixel when that position lies outside the image. The taps are what
+    ``torch.nn.functional.unfold`` gathers, with an arbitrary pad pixel instead of zero.
+
+    The line buffer is one :class:`~amaranth.lib.memory.Memory` of ``width`` words, each
+    word holding one column of a ring of ``ring_rows`` image rows (written with per-row
+    granularity). ``kernel`` synchronous read ports fetch the ``kernel`` window columns; a
+    multiplexer picks the ``kernel`` window rows out of each column, so one full window
+    leaves per cycle. The writer (input side) and the reader (output side) are decoupled:
+    the writer only waits when its next ring row is still held by the reader, the reader
+    only waits until the last input pixel a window needs has been written.
+
+    Parameters
+    ----------
+    pixel_shape : shape-like
+        Shape of one pixel, e.g. ``unsigned(C)`` (binary) or
+        ``data.ArrayLayout(signed(w), C)`` (fixed point).
+    height, width : int
+        Input image size.
+    kernel : int
+        Window size (square).
+    stride : int
+        Output step in input pixels.
+    dilation : int
+        Distance between neighbouring taps in input pixels.
+    padding : int
+        Pad pixels added on each side.
+    pad_value : int
+        Raw bits of the pad pixel (the whole pixel, not one lane); negative values are
+        two's complement over the pixel width, so ``-1`` is all-ones (+1 for binary
+        pixels) and ``0`` is the zero of a fixed-point layer.
+
+    Attributes
+    ----------
+    i : ``In(stream.Signature(pixel_shape))``
+        Input pixels, raster order.
+    o : ``Out(stream.Signature(data.ArrayLayout(pixel_shape, kernel*kernel)))``
+        Windows, raster order over output positions.
+    out_height, out_width : int
+        Output size, ``conv_out_size(size, kernel, stride, dilation, padding)``.
+    ring_rows : int
+        Image rows the line buffer holds: the rows one window reaches (the span
+        ``(kernel-1)*dilation + 1``, less any rows outside the image), plus one so the
+        writer fills a row while the reader still uses the oldest, plus what the
+        bottom-padding windows at a frame's end keep held while the next frame arrives
+        (found at construction by running the writer/reader counters at full rate).
+        Memory: ``ring_rows * width`` pixels.
+
+    Latency
+    -------
+    A window is on ``o`` two cycles after the last input pixel it uses is accepted, if the
+    output side is idle (one cycle to see the pixel, one synchronous memory read). The
+    last window of every frame also waits for the frame's last pixel (the reader frees the
+    frame's rows with it). Windows that only need rows below the last input row (bottom
+    padding) leave one per cycle after the frame's last pixel: with ``padding`` = the usual
+    ``(kernel-1)*dilation // 2`` and stride 1 the frame's tail is ``padding*out_width +
+    padding + 2`` cycles.
+
+    Throughput
+    ----------
+    One input pixel per cycle and one window per cycle. In steady state over back-to-back
+    frames (input always valid, output always ready) a frame takes exactly
+    ``window_cycles(height, width) = height*width`` cycles as long as there are no more
+    windows than pixels (``out_height*out_width <= height*width``, true whenever
+    ``2*padding <= (kernel-1)*dilation``); otherwise ``out_height*out_width``.
+    """
+
+    def __init__(self, pixel_shape, height, width, kernel=3, stride=1, dilation=1,
+                 padding=1, pad_value=0):
+        for name, value, low in (("height", height, 1), ("width", width, 1),
+                                 ("kernel", kernel, 1), ("stride", stride, 1),
+                                 ("dilation", dilation, 1), ("padding", padding, 0)):
+            if not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, not {value!r}")
+        self.pixel_shape = pixel_shape
+        self.height = height
+        self.width = width
+        self.kernel = kernel
+        self.stride = stride
+        self.dilation = dilation
+        self.padding = padding
+        self.out_height = conv_out_size(height, kernel, stride, dilation, padding)
+        self.out_width = conv_out_size(width, kernel, stride, dilation, padding)
+        if self.out_height < 1 or self.out_width < 1:
+            raise ValueError(f"a {kernel}x{kernel} window (dilation {dilation}, padding "
+                             f"{padding}) does not fit a {height}x{width} image")
+        self._pixel_width = Shape.cast(pixel_shape).width
+        limit = 1 << self._pixel_width
+        if not isinstance(pad_value, int) or not -limit <= pad_value < limit:
+            raise ValueError(f"pad_value must be an integer fitting {self._pixel_width} bits, "
+                             f"not {pad_value!r}")
+        self.pad_value = pad_value
+        self.ring_rows = self._ring_rows()
+        super().__init__({
+            "i": In(stream.Signature(pixel_shape)),
+            "o": Out(stream.Signature(data.ArrayLayout(pixel_shape, kernel * kernel))),
+        })
+
+    def _geometry(self, r, c):
+        """Row offset from the base, column, and rows freed for window (r, c)."""
+        span = (self.kernel - 1) * self.dilation + 1
+        top = r * self.stride - self.padding
+        left = c * self.stride - self.padding
+        base = min(max(top, 0), self.height)
+        need_row = min(top + span - 1, self.height - 1) - base
+        need_col = min(left + span - 1, self.width - 1)
+        if c != self.out_width - 1:
+            release = 0
+        elif r == self.out_height - 1:
+            release = self.height - base
+        else:
+            release = min(max(top + self.stride, 0), self.height) - base
+        return need_row, need_col, release
+
+    def _ring_rows(self):
+        # Correctness: before a window the reader needs `need_row + 1` complete rows from
+        # its base, and before it frees rows at the end of an output row it needs them all
+        # written (with stride > span, or unused rows at the bottom, it frees rows no
+        # window reads). One row more lets the writer fill a row while the reader catches
+        # up. That is not always enough for full throughput: after a frame's last row the
+        # reader still holds the frame's bottom rows while it emits the bottom-padding
+        # windows, and the writer is already filling the next frame. The peak row count is
+        # found by running the writer/reader counters at full rate over a few frames with
+        # an unbounded ring (the same rules as the hardware below).
+        need = 1
+        for r in range(self.out_height):
+            for c in range(self.out_width):
+                need_row, _, release = self._geometry(r, c)
+                need = max(need, need_row + 1, release)
+        rows = need + 1
+        if self.out_height * self.out_width > self.height * self.width:
+            return rows     # output-bound: the writer has to wait anyway
+        H, W = self.height, self.width
+        geometry = [self._geometry(r, c) for r in range(self.out_height)
+                    for c in range(self.out_width)]
+        frames = 4
+        fed = wx = complete = out = 0
+        while out < frames * len(geometry):
+            accept = fed < frames * H * W
+            if accept:
+                rows = max(rows, complete + 1)
+            need_row, need_col, release = geometry[out % len(geometry)]
+            issue = ((need_row < complete or (need_row == complete and wx > need_col))
+                     and complete >= release)
+            row_done = accept and wx == W - 1
+            if accept:
+                fed += 1
+                wx = 0 if wx == W - 1 else wx + 1
+            if issue:
+                out += 1
+            complete += row_done - (release if issue else 0)
+        return rows
+
+    def elaborate(self, platform):
+        m = Module()
+
+        H, W = self.height, self.width
+        k, s, d, p = self.kernel, self.stride, self.dilation, self.padding
+        H_out, W_out = self.out_height, self.out_width
+        R = self.ring_rows
+        pw = self._pixel_width
+        reach = (k - 1) * d
+
+        # One word per image column, one `pw`-bit lane per ring row: a read port then
+        # returns a whole window column whatever rows the window covers.
+        m.submodules.lines = lines = Memory(shape=unsigned(R * pw), depth=W, init=[])
+        wr = lines.write_port(granularity=pw)
+        rd = [lines.read_port() for _ in range(k)]
+
+        # --- writer -------------------------------------------------------------------
+        wx = Signal(range(W))             # column of the next input pixel
+        wslot = Signal(range(R))          # ring row it goes to
+        complete = Signal(range(R + 1))   # complete rows held, counted from the reader's base
+
+        accept = self.i.valid & self.i.ready
+        row_done = accept & (wx == W - 1)
+        m.d.comb += [
+            self.i.ready.eq(complete < R),
+            wr.addr.eq(wx),
+            wr.data.eq(Value.cast(self.i.payload).replicate(R)),
+            wr.en.eq(Mux(accept, Const(1, R) << wslot, 0)),
+        ]
+        with m.If(accept):
+            with m.If(wx == W - 1):
+                m.d.sync += [
+                    wx.eq(0),
+                    wslot.eq(Mux(wslot == R - 1, 0, wslot + 1)),
+                ]
+            with m.Else():
+                m.d.sync += wx.eq(wx + 1)
+
+        # --- reader: picks the next window and issues its reads -------------------------
+        orow = Signal(range(H_out))
+        ocol = Signal(range(W_out))
+        top = Signal(range(-p, (H_out - 1) * s - p + 1), init=-p)    # = orow*s - p
+        left = Signal(range(-p, (W_out - 1) * s - p + 1), init=-p)   # = ocol*s - p
+        base_slot = Signal(range(R))   # ring row of frame row `base_y`, the oldest held row
+        base_y = Mux(top < 0, 0, Mux(top > H, H, top))
+
+        last_col = ocol == W_out - 1
+        last_row = orow == H_out - 1
+
+        # Bottom-right input pixel the window uses (clamped to the image): its row as an
+        # offset from the base, and its column.
+        bottom = top + reach
+        need_row = Mux(bottom > H - 1, H - 1, bottom) - base_y
+        right = left + reach
+        need_col = Mux(right > W - 1, W - 1, right)
+        next_top = top + s
+        next_base = Mux(next_top < 0, 0, Mux(next_top > H, H, next_top))
+        release = Mux(last_row, H - base_y, next_base - base_y)
+
+        available = (need_row < complete) | ((need_row == complete) & (wx > need_col))
+        # Rows are freed after an output row's last window; they must have been written.
+        available &= ~last_col | (complete >= release)
+        issue = available & (~self.o.valid | self.o.ready)
+
+        col_ok = Signal(k)
+        row_ok = Signal(k)
+        row_slot = [Signal(range(R), name=f"row_slot{ky}") for ky in range(k)]
+        for kx in range(k):
+            col = left + kx * d
+            valid = (col >= 0) & (col < W)
+            m.d.comb += [
+                rd[kx].addr.eq(Mux(valid, col, 0)),
+                rd[kx].en.eq(issue),
+            ]
+            with m.If(issue):
+                m.d.sync += col_ok[kx].eq(valid)
+        for ky in range(k):
+            row = top + ky * d
+            valid = (row >= 0) & (row < H)
+            slot = base_slot + (row - base_y)
+            with m.If(issue):
+                m.d.sync += [
+                    row_ok[ky].eq(valid),
+                    row_slot[ky].eq(Mux(valid, Mux(slot >= R, slot - R, slot), 0)),
+                ]
+
+        with m.If(issue):
+            with m.If(last_col):
+                slot = base_slot + release
+                m.d.sync += [
+                    ocol.eq(0),
+                    left.eq(-p),
+                    base_slot.eq(Mux(slot >= R, slot - R, slot)),
+                ]
+                with m.If(last_row):
+                    m.d.sync += [orow.eq(0), top.eq(-p)]
+                with m.Else():
+                    m.d.sync += [orow.eq(orow + 1), top.eq(next_top)]
+            with m.Else():
+                m.d.sync += [ocol.eq(ocol + 1), left.eq(left + s)]
+
+        m.d.sync += complete.eq(complete + row_done - Mux(issue & last_col, release, 0))
+
+        # --- output: the read data, with pad pixels outside the image --------------------
+        pad = Const(self.pad_value & ((1 << pw) - 1), pw)
+        taps = []
+        for ky in range(k):
+            for kx in range(k):
+                pixel = rd[kx].data.word_select(row_slot[ky], pw)
+                taps.append(Mux(row_ok[ky] & col_ok[kx], pixel, pad))
+        m.d.comb += self.o.payload.eq(Cat(*taps))
+
+        # The read ports only update on `issue`, so data holds while the output waits.
+        with m.If(issue):
+            m.d.sync += self.o.valid.eq(1)
+        with m.Elif(self.o.ready):
+            m.d.sync += self.o.valid.eq(0)
+
+        return m

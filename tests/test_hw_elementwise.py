@@ -1,0 +1,180 @@
+"""Per-pixel units (hw/elementwise.py) against a numpy reference, under stalls and reset."""
+
+import numpy as np
+import pytest
+from amaranth.back import verilog
+
+from groupnet_hw.compiler.cycles import elementwise_cycles
+from groupnet_hw.hw.elementwise import PostOp, ResidualAdd, SignBits, Threshold
+from groupnet_hw.sim.streams import run_streams
+
+SEEDS = range(5)
+
+
+# ---- reference (numpy int64; independent of the RTL) ----------------------------
+
+def ref_round_shift(v, s):
+    return v if s == 0 else (v + (1 << (s - 1))) >> s
+
+
+def ref_pack_bits(bits):
+    """[N, C] of 0/1 -> N ints, bit c = channel c."""
+    return [int(sum(int(b) << c for c, b in enumerate(row))) for row in bits]
+
+
+def ref_sign(x):
+    return ref_pack_bits(x >= 0)
+
+
+def ref_threshold(acc, thresholds, invert):
+    return ref_pack_bits((acc >= np.asarray(thresholds)) ^ np.asarray(invert, dtype=bool))
+
+
+def ref_postop(acc, scale, bias, shift, pre_relu, post_relu):
+    v = np.maximum(acc, 0) if pre_relu else acc
+    y = ref_round_shift(np.asarray(scale) * v + np.asarray(bias), shift)
+    return np.maximum(y, 0) if post_relu else y
+
+
+def ref_residual(a, b):
+    out = a.copy()
+    out[:, :b.shape[1]] += b
+    return out
+
+
+# ---- stimulus ------------------------------------------------------------------
+
+def pixels(rng, n, channels, width):
+    """Random signed pixels with both range ends present in every channel."""
+    lo, hi = -(1 << (width - 1)), (1 << (width - 1)) - 1
+    x = rng.integers(lo, hi + 1, size=(n, channels), dtype=np.int64)
+    x[0], x[1], x[2] = lo, hi, 0
+    x[3] = -1
+    return x
+
+
+def width_for(values):
+    """Signed width that holds every value (what the compiler's range analysis gives)."""
+    values = np.asarray(values)
+    lo, hi = int(values.min()), int(values.max())
+    return max((v if v >= 0 else ~v).bit_length() + 1 for v in (lo, hi))
+
+
+def check(dut, inputs, expected, seed):
+    """Exact equality with random stalls, and again with a reset mid-stream."""
+    beats = len(next(iter(expected.values())))
+    counts = {name: len(v) for name, v in expected.items()}
+    # Stalls cost at most ~2.5 idle cycles per beat and stream: a small deadline makes a
+    # lost beat fail in a second instead of after a million cycles.
+    budget = 20 * beats + 200
+    run = run_streams(dut, inputs, counts, stall=0.3, seed=seed, max_cycles=budget)
+    assert run.outputs == expected
+    run = run_streams(dut, inputs, counts, stall=0.3, seed=seed + 100,
+                      reset_at=beats // 2 + 3, max_cycles=budget)
+    assert run.outputs == expected
+
+
+def as_lists(x):
+    return [[int(v) for v in row] for row in x]
+
+
+# ---- tests -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_sign_bits(seed):
+    rng = np.random.default_rng(seed)
+    channels, width = int(rng.integers(3, 9)), int(rng.integers(1, 9))
+    x = pixels(rng, 60, channels, width)
+    check(SignBits(channels, width), {"i": as_lists(x)}, {"o": ref_sign(x)}, seed)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_threshold(seed):
+    rng = np.random.default_rng(seed)
+    channels, acc_width = int(rng.integers(3, 9)), int(rng.integers(2, 10))
+    lo, hi = -(1 << (acc_width - 1)), (1 << (acc_width - 1)) - 1
+    thresholds = rng.integers(lo - 3, hi + 4, size=channels)
+    # Out-of-range thresholds (always / never), as BN with gamma = 0 produces, and
+    # the range ends themselves.
+    thresholds[0], thresholds[1] = lo - 1 - int(rng.integers(0, 100)), hi + 1
+    thresholds[2] = lo if seed % 2 else hi
+    invert = rng.integers(0, 2, size=channels)
+    x = pixels(rng, 60, channels, acc_width)
+    dut = Threshold(channels, acc_width, thresholds, invert)
+    check(dut, {"i": as_lists(x)}, {"o": ref_threshold(x, thresholds, invert)}, seed)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_postop(seed):
+    rng = np.random.default_rng(seed)
+    channels, acc_width = int(rng.integers(3, 9)), int(rng.integers(3, 12))
+    scale = rng.integers(-60, 61, size=channels)
+    scale[0], scale[1] = 0, -int(rng.integers(1, 60))   # gamma = 0 and gamma < 0
+    bias = rng.integers(-5000, 5001, size=channels)
+    shift = int(rng.integers(0, 7))
+    pre_relu, post_relu = bool(seed & 1), bool(seed & 2)
+    x = pixels(rng, 60, channels, acc_width)
+    y = ref_postop(x, scale, bias, shift, pre_relu, post_relu)
+    # out_width from the extremes over the full accumulator range (y is monotone).
+    lo, hi = -(1 << (acc_width - 1)), (1 << (acc_width - 1)) - 1
+    ends = ref_postop(np.array([[lo] * channels, [hi] * channels]), scale, bias, shift,
+                      pre_relu, post_relu)
+    out_width = width_for(ends) + (seed == 4)
+    dut = PostOp(channels, acc_width, scale, bias, shift, pre_relu, post_relu, out_width)
+    assert [r for r in dut.y_ranges] == [(int(ends[:, c].min()), int(ends[:, c].max()))
+                                         for c in range(channels)]
+    check(dut, {"i": as_lists(x)}, {"o": as_lists(y)}, seed)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_residual_add(seed):
+    rng = np.random.default_rng(seed)
+    channels = int(rng.integers(3, 9))
+    b_channels = channels if seed == 0 else int(rng.integers(1, channels))
+    a_width, b_width = int(rng.integers(2, 10)), int(rng.integers(2, 10))
+    a = pixels(rng, 60, channels, a_width)
+    b = pixels(rng, 60, b_channels, b_width)
+    out_width = max(a_width, b_width) + 1
+    dut = ResidualAdd(channels, a_width, b_channels, b_width, out_width)
+    check(dut, {"a": as_lists(a), "b": as_lists(b)}, {"o": as_lists(ref_residual(a, b))},
+          seed)
+
+
+def test_residual_add_ragged_stalls():
+    """The join must pair the k-th a with the k-th b whatever the two producers do."""
+    rng = np.random.default_rng(7)
+    a, b = pixels(rng, 200, 4, 6), pixels(rng, 200, 2, 5)
+    dut = ResidualAdd(4, 6, 2, 5, 7)
+    run = run_streams(dut, {"a": as_lists(a), "b": as_lists(b)}, {"o": 200},
+                      stall=0.6, seed=3, max_cycles=10_000)
+    assert run.outputs["o"] == as_lists(ref_residual(a, b))
+
+
+UNITS = [
+    (lambda: SignBits(5, 6), ["i"]),
+    (lambda: Threshold(5, 6, [-100, -32, 0, 31, 32], [0, 1, 0, 1, 1]), ["i"]),
+    (lambda: PostOp(5, 6, [-3, 0, 5, 1, 7], [7, -2, 100, 0, -9], 3, True, True, 9), ["i"]),
+    (lambda: ResidualAdd(5, 6, 3, 4, 7), ["a", "b"]),
+]
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_full_throughput(index):
+    """F frames of H*W pixels take F*elementwise_cycles(H, W) + latency (1) cycles."""
+    make, names = UNITS[index]
+    dut = make()
+    frames, height, width = 3, 4, 5
+    n = frames * height * width
+    rng = np.random.default_rng(index)
+    inputs = {name: as_lists(rng.integers(-8, 8, size=(n, 5 if name != "b" else 3)))
+              for name in names}
+    run = run_streams(dut, inputs, {"o": n}, max_cycles=10 * n)
+    assert dut.latency == 1
+    assert run.cycles == frames * elementwise_cycles(height, width) + dut.latency
+    assert np.all(np.diff(run.out_cycles["o"]) == 1)
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_converts_to_verilog(index):
+    dut = UNITS[index][0]()
+    assert "module" in verilog.convert(dut, name=type(dut).__name__)

@@ -1,0 +1,210 @@
+# amaranth: UnusedElaboratable=no
+"""Sliding window (hw/window.py) against a numpy reference, under stalls, reset and at full rate."""
+
+import numpy as np
+import pytest
+import torch
+from amaranth.back import verilog
+from amaranth.hdl import signed, unsigned
+from amaranth.lib import data
+
+from groupnet_hw.compiler.cycles import conv_out_size, window_cycles
+from groupnet_hw.hw.window import SlidingWindow
+from groupnet_hw.sim.streams import run_streams
+
+LANE_WIDTH = 5   # lane width of the fixed-point pixels used here
+
+
+# ---- reference (numpy; independent of the RTL) -----------------------------------
+#
+# Images are int arrays [F, H, W, L]: L = 1 for binary pixels (the value is the packed
+# channel bits), L = C lanes for fixed-point pixels.
+
+def ref_windows(frames, pad_pixel, kernel, stride, dilation, padding):
+    """Windows in raster order; each is a list of kernel*kernel pixels (arrays of L lanes)."""
+    n, height, width, lanes = frames.shape
+    padded = np.empty((n, height + 2 * padding, width + 2 * padding, lanes), dtype=np.int64)
+    padded[:] = np.asarray(pad_pixel)
+    padded[:, padding:padding + height, padding:padding + width] = frames
+    out_h = (height + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+    out_w = (width + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+    return [[padded[f, r * stride + ky * dilation, c * stride + kx * dilation]
+             for ky in range(kernel) for kx in range(kernel)]
+            for f in range(n) for r in range(out_h) for c in range(out_w)]
+
+
+def pixel_shape(kind, channels):
+    return unsigned(channels) if kind == "bin" else data.ArrayLayout(signed(LANE_WIDTH), channels)
+
+
+def random_frames(rng, kind, channels, n, height, width):
+    if kind == "bin":
+        return rng.integers(0, 1 << channels, size=(n, height, width, 1))
+    lo = -(1 << (LANE_WIDTH - 1))
+    return rng.integers(lo, -lo, size=(n, height, width, channels))
+
+
+def pad_lanes(kind, channels, pad_value):
+    """The pad pixel's lanes, decoded from its raw bits (two's complement lanes)."""
+    if kind == "bin":
+        return [pad_value & ((1 << channels) - 1)]
+    raw = pad_value & ((1 << (LANE_WIDTH * channels)) - 1)
+    lanes = [(raw >> (LANE_WIDTH * j)) & ((1 << LANE_WIDTH) - 1) for j in range(channels)]
+    return [v - (1 << LANE_WIDTH) if v >> (LANE_WIDTH - 1) else v for v in lanes]
+
+
+def to_payload(kind, pixel):
+    return int(pixel[0]) if kind == "bin" else [int(v) for v in pixel]
+
+
+# (height, width, kernel, stride, dilation, padding, pixel kind, channels, pad_value)
+CONFIGS = {
+    "5x7-k3-pad1-bin":        (5, 7, 3, 1, 1, 1, "bin", 4, -1),
+    "7x5-k3-s2-fix":          (7, 5, 3, 2, 1, 1, "fix", 2, 0),
+    "6x6-k3-d2-bin":          (6, 6, 3, 1, 2, 2, "bin", 3, 0b101),
+    "7x7-k3-d3-bin":          (7, 7, 3, 1, 3, 3, "bin", 2, -1),
+    "5x7-k3-d3-tiny-fix":     (5, 7, 3, 1, 3, 3, "fix", 2, 0),
+    "6x7-k3-s2-pad0-fix":     (6, 7, 3, 2, 1, 0, "fix", 3, 0),
+    "5x5-k3-pad0-bin":        (5, 5, 3, 1, 1, 0, "bin", 2, 0),
+    "8x5-k3-s2-d2-bin":       (8, 5, 3, 2, 2, 2, "bin", 3, -1),
+    "7x6-k3-s2-d3-fix":       (7, 6, 3, 2, 3, 3, "fix", 2, -1),
+    "5x6-k1-bin":             (5, 6, 1, 1, 1, 0, "bin", 5, 0),
+    "5x5-k1-s2-fix":          (5, 5, 1, 2, 1, 0, "fix", 2, 0),
+    "4x3-k1-pad1-bin":        (4, 3, 1, 1, 1, 1, "bin", 2, 0b10),
+}
+
+
+def run_config(name, *, frames=3, stall=0.0, seed=0, reset_at=None):
+    height, width, k, s, d, p, kind, channels, pad_value = CONFIGS[name]
+    rng = np.random.default_rng(seed)
+    images = random_frames(rng, kind, channels, frames, height, width)
+    dut = SlidingWindow(pixel_shape(kind, channels), height, width, kernel=k, stride=s,
+                        dilation=d, padding=p, pad_value=pad_value)
+    expected = [[to_payload(kind, px) for px in window]
+                for window in ref_windows(images, pad_lanes(kind, channels, pad_value), k, s, d, p)]
+    beats = [to_payload(kind, px) for px in images.reshape(-1, images.shape[-1])]
+    run = run_streams(dut, {"i": beats}, {"o": len(expected)}, stall=stall, seed=seed,
+                      reset_at=reset_at, max_cycles=50 * len(beats) + 1000)
+    return dut, run, expected
+
+
+# ---- the reference itself ----------------------------------------------------------
+
+@pytest.mark.parametrize("k, s, d, p", [(3, 1, 1, 1), (3, 2, 2, 2), (3, 1, 2, 0), (3, 2, 3, 3), (1, 2, 1, 0)])
+def test_reference_matches_torch_unfold(k, s, d, p):
+    rng = np.random.default_rng(k + 10 * s + 100 * d + 1000 * p)
+    images = rng.integers(-8, 8, size=(2, 7, 6, 3))
+    windows = np.array(ref_windows(images, [0, 0, 0], k, s, d, p))     # [N, k*k, C]
+    x = torch.from_numpy(images).permute(0, 3, 1, 2).double()
+    cols = torch.nn.functional.unfold(x, k, dilation=d, padding=p, stride=s)  # [F, C*k*k, L]
+    cols = cols.reshape(2, 3, k * k, -1).permute(0, 3, 2, 1).reshape(-1, k * k, 3)
+    assert np.array_equal(windows, cols.numpy().astype(np.int64))
+
+
+# ---- geometry ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_output_size_matches_conv2d(name):
+    height, width, k, s, d, p, kind, channels, pad_value = CONFIGS[name]
+    dut = SlidingWindow(pixel_shape(kind, channels), height, width, k, s, d, p, pad_value)
+    out = torch.nn.functional.conv2d(torch.zeros(1, 1, height, width), torch.zeros(1, 1, k, k),
+                                     stride=s, dilation=d, padding=p)
+    assert (dut.out_height, dut.out_width) == tuple(out.shape[2:])
+    assert (dut.out_height, dut.out_width) == (conv_out_size(height, k, s, d, p),
+                                               conv_out_size(width, k, s, d, p))
+
+
+def test_rejects_bad_parameters():
+    with pytest.raises(ValueError):
+        SlidingWindow(unsigned(2), 3, 3, kernel=3, dilation=2, padding=0)   # does not fit
+    with pytest.raises(ValueError):
+        SlidingWindow(unsigned(2), 4, 4, pad_value=4)                       # 2-bit pixel
+    with pytest.raises(ValueError):
+        SlidingWindow(unsigned(2), 4, 4, stride=0)
+
+
+# ---- behaviour -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed, name", list(enumerate(CONFIGS)))
+def test_windows_under_stalls(seed, name):
+    _, run, expected = run_config(name, frames=3, stall=0.3, seed=seed)
+    assert run.outputs["o"] == expected
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_configurations(seed):
+    """Seeded random geometry, pixel type, pad pixel, stall rate and reset point."""
+    rng = np.random.default_rng(1000 + seed)
+    k = int(rng.choice([1, 3]))
+    d = int(rng.integers(1, 4)) if k == 3 else 1
+    s = int(rng.integers(1, 3))
+    p = int(rng.choice([0, d * (k - 1) // 2, d, rng.integers(0, 4)]))
+    span = (k - 1) * d + 1
+    height = int(rng.integers(max(1, span - 2 * p), 9))
+    width = int(rng.integers(max(1, span - 2 * p), 9))
+    kind = str(rng.choice(["bin", "fix"]))
+    channels = int(rng.integers(1, 5))
+    bits = channels * (1 if kind == "bin" else LANE_WIDTH)
+    pad_value = int(rng.integers(-(1 << bits), 1 << bits))
+    frames = int(rng.integers(1, 4))
+    images = random_frames(rng, kind, channels, frames, height, width)
+    beats = [to_payload(kind, px) for px in images.reshape(-1, images.shape[-1])]
+    reset_at = int(rng.integers(2, len(beats))) if seed % 2 and len(beats) > 2 else None
+    dut = SlidingWindow(pixel_shape(kind, channels), height, width, kernel=k, stride=s,
+                        dilation=d, padding=p, pad_value=pad_value)
+    expected = [[to_payload(kind, px) for px in window]
+                for window in ref_windows(images, pad_lanes(kind, channels, pad_value), k, s, d, p)]
+    run = run_streams(dut, {"i": beats}, {"o": len(expected)}, stall=float(rng.choice([0.3, 0.6])),
+                      seed=seed, reset_at=reset_at, max_cycles=100 * len(expected) + 1000)
+    assert run.outputs["o"] == expected, (height, width, k, s, d, p, kind, channels, pad_value)
+
+
+@pytest.mark.parametrize("name, frac", [("5x7-k3-pad1-bin", 1.3), ("8x5-k3-s2-d2-bin", 0.6),
+                                        ("6x7-k3-s2-pad0-fix", 2.1)])
+def test_reset_mid_stream(name, frac):
+    height, width = CONFIGS[name][:2]
+    # The producer needs at least one cycle per beat, so this cycle is inside its stream
+    # (frame 2 of 3 for frac 1.3, the middle of a row for the others).
+    reset_at = int(frac * height * width)
+    _, run, expected = run_config(name, frames=3, stall=0.3, seed=7, reset_at=reset_at)
+    assert run.outputs["o"] == expected
+
+
+@pytest.mark.parametrize("name", [n for n in CONFIGS if n != "4x3-k1-pad1-bin"])
+def test_full_throughput(name):
+    """Back-to-back frames at full rate: exactly window_cycles per frame, bounded tail.
+
+    The tail (cycles after the last pixel of the last frame) is at most 2 plus the number
+    of windows that need the last image row or padding below it; for stride 1 with
+    "same" padding it is exactly padding*out_width + padding + 2.
+    """
+    height, width, k, s, d, p = CONFIGS[name][:6]
+    dut, one, expected_one = run_config(name, frames=1)
+    _, three, expected_three = run_config(name, frames=3)
+    assert one.outputs["o"] == expected_one
+    assert three.outputs["o"] == expected_three
+
+    assert three.cycles - one.cycles == 2 * window_cycles(height, width)
+
+    span = (k - 1) * d + 1
+    tail_rows = sum(1 for r in range(dut.out_height) if r * s - p + span - 1 >= height - 1)
+    tail = one.cycles - window_cycles(height, width)
+    assert 2 <= tail <= tail_rows * dut.out_width + 2
+    if s == 1 and 2 * p == span - 1:
+        assert tail == p * dut.out_width + p + 2
+
+
+def test_more_windows_than_pixels_is_output_bound():
+    """kernel 1 with padding 1 emits (H+2)(W+2) windows per frame: one per cycle."""
+    dut, one, _ = run_config("4x3-k1-pad1-bin", frames=1)
+    _, three, expected = run_config("4x3-k1-pad1-bin", frames=3)
+    assert three.outputs["o"] == expected
+    assert three.cycles - one.cycles == 2 * dut.out_height * dut.out_width
+
+
+@pytest.mark.parametrize("name", ["5x7-k3-pad1-bin", "7x6-k3-s2-d3-fix", "5x5-k1-s2-fix"])
+def test_converts_to_verilog(name):
+    height, width, k, s, d, p, kind, channels, pad_value = CONFIGS[name]
+    dut = SlidingWindow(pixel_shape(kind, channels), height, width, k, s, d, p, pad_value)
+    text = verilog.convert(dut, name="window")
+    assert "module window" in text
