@@ -97,6 +97,7 @@ class Accelerator(wiring.Component):
         probe = ClassifierHead(pooled.channels, pooled.bit_width, pooled.height, pooled.width,
                                head.attrs["weight"].tolist(), head.attrs["bias"].tolist())
         self.logit_width = probe.logit_width
+        self._head = probe  # used as the head unit in elaborate()
         super().__init__({
             "i": In(stream.Signature(unsigned(8))),
             "o": Out(stream.Signature(output_layout(self.n_classes, self.logit_width))),
@@ -158,9 +159,7 @@ class Accelerator(wiring.Component):
                               gate_shift=a["gate_frac"], out_width=node.bit_width))
             return list(u.i), (list(u.o) if gated else [u.o])
         elif node.op == "head":
-            x = ins[0]
-            u = add(ClassifierHead(x.channels, x.bit_width, x.height, x.width,
-                                   a["weight"].tolist(), a["bias"].tolist()))
+            u = add(self._head)
         else:
             raise NotImplementedError(f"{node.name}: no hardware unit for op {node.op!r}")
         return [u.i], [u.o]

@@ -1,0 +1,128 @@
+"""The command line: help, errors (one line, non-zero, nothing written), build outputs."""
+
+import json
+import pickle
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from groupnet_hw.cli import main
+from groupnet_hw.models.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from conftest import random_model
+
+
+@pytest.fixture(scope="module")
+def tiny_ckpt(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny") / "tiny.pt"
+    model = random_model(4, image_size=8, stem_channels=3, blocks=[[3, 1], [4, 2]], bases=2)
+    save_checkpoint(path, model)
+    return path
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_help_lists_subcommands():
+    out = run("--help").output
+    for cmd in ("train", "build", "verify"):
+        assert cmd in out
+
+
+def _assert_one_line_error(result, text):
+    assert result.exit_code != 0
+    lines = [l for l in result.output.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and text in lines[0], result.output
+    assert "Traceback" not in result.output
+
+
+def test_missing_file(tmp_path):
+    out = tmp_path / "out"
+    _assert_one_line_error(run("build", tmp_path / "nope.pt", "-o", out), "no such file")
+    assert not out.exists()
+
+
+def test_corrupted_checkpoint(tmp_path):
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"PK\x03\x04 definitely not a zip archive")
+    out = tmp_path / "out"
+    _assert_one_line_error(run("build", bad, "-o", out), "corrupted")
+    assert not out.exists()
+
+
+class Evil:
+    def __reduce__(self):
+        return (print, ("pwned",))
+
+
+def test_checkpoint_with_pickled_object_is_refused(tmp_path, tiny_ckpt):
+    payload = torch.load(tiny_ckpt, weights_only=True)
+    payload["metrics"] = {"x": Evil()}
+    evil = tmp_path / "evil.pt"
+    torch.save(payload, evil)
+    out = tmp_path / "out"
+    result = run("build", evil, "-o", out)
+    _assert_one_line_error(result, "pickled")
+    assert "pwned" not in result.output
+    assert not out.exists()
+
+
+def test_foreign_and_mismatched_checkpoints(tmp_path, tiny_ckpt):
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"model": torch.zeros(3)}, foreign)
+    with pytest.raises(CheckpointError, match="not a groupnet-hw checkpoint"):
+        load_checkpoint(foreign)
+    payload = torch.load(tiny_ckpt, weights_only=True)
+    payload["config"]["bases"] = 3
+    payload["config"]["dilations"] = [1, 1, 1]
+    wrong = tmp_path / "wrong.pt"
+    torch.save(payload, wrong)
+    with pytest.raises(CheckpointError, match="do not match"):
+        load_checkpoint(wrong)
+
+
+def test_unknown_board(tmp_path, tiny_ckpt):
+    out = tmp_path / "out"
+    _assert_one_line_error(run("build", tiny_ckpt, "--board", "nexys", "-o", out), "unknown board")
+    assert not out.exists()
+
+
+def test_build_writes_verilog_project_and_report(tmp_path, tiny_ckpt):
+    out = tmp_path / "out"
+    result = run("build", tiny_ckpt, "--board", "de10nano", "-o", out)
+    assert result.exit_code == 0, result.output
+    assert "module groupnet_core" in (out / "groupnet_core.v").read_text()
+    assert "5CSEBA6U23I7" in next((out / "quartus").glob("*.qsf")).read_text()
+    report = json.loads((out / "report.json").read_text())
+    assert report["frame_cycles"] > 0 and report["frames_per_second"] > 0
+    assert "cycles/frame" in (out / "report.txt").read_text()
+    assert not list(tmp_path.glob(".groupnet-build-*"))  # no staging left behind
+
+
+def test_verify_amaranth_with_user_images_and_json(tmp_path, tiny_ckpt):
+    import numpy as np
+    images = np.random.default_rng(0).integers(0, 256, (2, 8, 8), dtype=np.uint8)
+    npy = tmp_path / "imgs.npy"
+    np.save(npy, images)
+    result = run("verify", tiny_ckpt, "--sim", "amaranth", "--input", npy, "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output[result.output.index("{"):])
+    assert summary["exact"] == 2 and summary["ok"]
+
+
+def test_verify_rejects_wrong_image_shape(tmp_path, tiny_ckpt):
+    import numpy as np
+    npy = tmp_path / "bad.npy"
+    np.save(npy, np.zeros((2, 5, 5), dtype=np.uint8))
+    _assert_one_line_error(run("verify", tiny_ckpt, "--sim", "amaranth", "--input", npy),
+                           "expected uint8 images")
+
+
+def test_train_cli_writes_a_loadable_checkpoint(tmp_path):
+    out = tmp_path / "m.pt"
+    result = run("train", "-o", out, "--epochs", "1", "-K", "1", "--channels", "4,4")
+    assert result.exit_code == 0, result.output
+    assert "quantized test accuracy" in result.output
+    model, payload = load_checkpoint(out)
+    assert payload["config"]["bases"] == 1 and "quantized_accuracy" in payload["metrics"]
