@@ -24,7 +24,7 @@ from math import ceil
 from . import cycles as cyc
 from .graph import Graph
 
-__all__ = ["BOARD_BUDGETS", "Schedule", "schedule", "choose_folding", "fork_fifo_depths"]
+__all__ = ["BOARD_BUDGETS", "Schedule", "schedule", "choose_folding", "fifo_depths", "ideal_times"]
 
 #: Device resources used as the schedule's budget.
 BOARD_BUDGETS = {
@@ -118,82 +118,100 @@ def choose_folding(out_pixels, c_out, n_in, target):
 
 
 # ---------------------------------------------------------------- FIFO sizing
-def _conv_need(node):
-    """Map output raster index -> last input raster index a window needs (whole rows)."""
+#: Frames of the timing model: the second and third frames see the steady state.
+TIMING_FRAMES = 3
+
+
+def _window_last_input(node, parent, q_local):
+    """Raster index of the last input pixel a window output needs."""
     a = node.attrs
-    k = a.get("kernel", 3)
+    k = a.get("kernel", a["weight"].shape[-1] if "weight" in a else 3)
     s, d, p = a["stride"], a["dilation"], a["padding"]
-    h_out, w_out = node.height, node.width
-
-    def need(q, h_in, w_in):
-        r = q // w_out
-        last_row = min(h_in - 1, r * s - p + (k - 1) * d)
-        # the line buffer releases a window once the last row it touches is complete
-        return (last_row + 1) * w_in - 1
-    return need
+    r, c = divmod(q_local, node.width)
+    last_row = max(0, min(parent.height - 1, r * s - p + (k - 1) * d))
+    last_col = max(0, min(parent.width - 1, c * s - p + (k - 1) * d))
+    return last_row * parent.width + last_col
 
 
-def _path_need(g: Graph, start: str, end: str):
-    """Lookahead of the path ``start`` -> ``end`` (first inputs only): a function
-    from an output raster index of ``end`` to the last raster index of ``start``
-    it needs, and the number of pixels of ``start`` per frame."""
-    chain = []
-    name = end
-    while name != start:
-        node = g[name]
-        chain.append(node)
-        name = Graph.source(node.inputs[0])
+def ideal_times(g: Graph, units, frame_cycles):
+    """Cycle at which every output beat of every node appears when no FIFO is ever
+    full, with input pixels arriving at the pipeline's steady rate.
 
-    def need(q):
-        idx = q
-        for node in chain:  # from the end of the path backwards
-            parent = g[Graph.source(node.inputs[0])]
-            if node.op in ("bin_conv", "int_conv"):
-                idx = _conv_need(node)(idx, parent.height, parent.width)
-            elif node.op == "subsample":
-                s = node.attrs["stride"]
-                r, c = divmod(idx, node.width)
-                idx = (r * s) * parent.width + c * s
-        return idx
-    src = g[start]
-    return need, src.height * src.width
+    Latencies follow the components' docstrings: window 2 cycles after the last
+    pixel it uses, MVU ``ii + 1`` cycles per vector with one vector per ``ii``,
+    per-pixel units 1 cycle (gated mixer 2), subsample and fork 0.
+
+    Returns ``(produced, accepted)``: node name -> output times, and node name ->
+    times at which it accepts each input beat (for joins, all inputs together).
+    """
+    inp = g["input"]
+    n_in = inp.height * inp.width
+    rate = frame_cycles / n_in
+    produced, accepted = {}, {}
+    for node in g:
+        if node.op == "input":
+            produced[node.name] = [p * rate for p in range(TIMING_FRAMES * n_in)]
+            continue
+        ins = [produced[Graph.source(r)] for r in node.inputs]
+        parent = g[Graph.source(node.inputs[0])]
+        n_out = node.height * node.width
+        out, acc = [], []
+        if node.op in ("bin_conv", "int_conv"):
+            ii = ceil(node.channels / units[node.name].pe) * ceil(units[node.name].n_in /
+                                                                  units[node.name].simd)
+            n_par = parent.height * parent.width
+            win_prev = start_prev = float("-inf")
+            for q in range(TIMING_FRAMES * n_out):
+                f, ql = divmod(q, n_out)
+                win = max(ins[0][f * n_par + _window_last_input(node, parent, ql)] + 2,
+                          win_prev + 1)
+                start = max(win, start_prev + ii)
+                win_prev, start_prev = win, start
+                out.append(start + ii + 1)
+            acc = None  # the window's line buffer accepts at arrival
+        elif node.op == "subsample":
+            st = node.attrs["stride"]
+            n_par = parent.height * parent.width
+            for q in range(TIMING_FRAMES * n_out):
+                f, ql = divmod(q, n_out)
+                r, c = divmod(ql, node.width)
+                out.append(ins[0][f * n_par + r * st * parent.width + c * st])
+            acc = None
+        elif node.op == "head":
+            for f in range(TIMING_FRAMES):
+                out.append(ins[0][(f + 1) * parent.height * parent.width - 1] + node.channels + 2)
+            acc = None
+        else:
+            latency = 2 if node.op == "mixer" and node.attrs["gates"] is not None else 1
+            prev = float("-inf")
+            for q in range(TIMING_FRAMES * n_out):
+                t = max(max(x[q] for x in ins), prev + 1)
+                acc.append(t)
+                out.append(t + latency)
+                prev = t
+        produced[node.name] = out
+        accepted[node.name] = acc
+    return produced, accepted
 
 
-def _produced(need, out_count, pushed):
-    return sum(1 for q in range(out_count) if need(q) < pushed)
-
-
-def fork_fifo_depths(g: Graph):
-    """FIFO depth per (consumer, input ref) on every fan-out point."""
+def fifo_depths(g: Graph, units, frame_cycles):
+    """FIFO depth for each input of every join (residual add, base mixer): the
+    most beats its producer runs ahead of the join in the ideal timing, plus the
+    FIFO's own latency, so that at the scheduled rate no fork ever waits."""
+    produced, accepted = ideal_times(g, units, frame_cycles)
     fifos = {}
-    for mix in [n for n in g if n.op == "mixer"]:
-        # each base output joins at the mixer; the base's internal fork joins at its add
-        branch_need = []
-        for ref in mix.inputs:
-            add = g[ref]
-            conv_ref = add.inputs[0]
-            skip_ref = add.inputs[1]
-            src = Graph.source(skip_ref) if g[Graph.source(skip_ref)].op != "subsample" \
-                else Graph.source(g[Graph.source(skip_ref)].inputs[0])
-            conv_need, n_src = _path_need(g, src, Graph.source(conv_ref))
-            skip_node = g[Graph.source(skip_ref)]
-            out_count = add.height * add.width
-            if skip_node.op == "subsample":
-                s = skip_node.attrs["stride"]
-                idx = lambda q, s=s, w=add.width, wi=skip_node.width: (q // w) * s * wi + (q % w) * s
-            else:
-                idx = lambda q: q
-            depth = max(conv_need(q) - idx(q) for q in range(out_count)) + 1 + FIFO_MARGIN
-            fifos.setdefault(add.name, {})[skip_ref] = max(FIFO_MIN_DEPTH, depth)
-            branch_need.append((ref, conv_need, n_src, out_count))
-        # joins of the K bases at the mixer: buffer the backlog of faster bases
-        for ref, need, n_src, out_count in branch_need:
-            backlog = 0
-            for pushed in range(n_src + 1):
-                mine = _produced(need, out_count, pushed)
-                slowest = min(_produced(nd, oc, pushed) for _, nd, _, oc in branch_need)
-                backlog = max(backlog, mine - slowest)
-            fifos.setdefault(mix.name, {})[ref] = max(FIFO_MIN_DEPTH, backlog + FIFO_MARGIN)
+    for node in g:
+        if node.op not in ("add", "mixer") or len(node.inputs) < 2:
+            continue
+        for ref in node.inputs:
+            pushed = produced[Graph.source(ref)]
+            taken = accepted[node.name]
+            ahead, j = 0, 0
+            for k, t in enumerate(taken):
+                while j < len(pushed) and pushed[j] <= t:
+                    j += 1
+                ahead = max(ahead, j - k)
+            fifos.setdefault(node.name, {})[ref] = max(FIFO_MIN_DEPTH, ahead + FIFO_MARGIN)
     return fifos
 
 
@@ -264,7 +282,6 @@ def schedule(g: Graph, board="de10nano", target_cycles=None) -> Schedule:
     inp = g["input"]
     target = target_cycles or cyc.window_cycles(inp.height, inp.width)
     notes = []
-    fifos = fork_fifo_depths(g)
     while True:
         units = {}
         for node in g:
@@ -285,6 +302,8 @@ def schedule(g: Graph, board="de10nano", target_cycles=None) -> Schedule:
             units[node.name] = Unit(node.name, node.op, c, pe, simd, n_in,
                                     _unit_resources(g, node, pe, simd))
         total = {k: sum(u.resources[k] for u in units.values()) for k in ("alm", "m10k", "dsp")}
+        frame = cyc.pipeline_cycles([u.cycles for u in units.values()])
+        fifos = fifo_depths(g, units, frame)
         for consumer, refs in fifos.items():
             for ref, depth in refs.items():
                 src = g[Graph.source(ref)]
@@ -298,5 +317,4 @@ def schedule(g: Graph, board="de10nano", target_cycles=None) -> Schedule:
         target *= 2
     if not fits:
         notes.append(f"estimate exceeds {board}'s resources even fully folded")
-    frame = cyc.pipeline_cycles([u.cycles for u in units.values()])
     return Schedule(g, board, units, fifos, frame, total, budget, notes=notes)
