@@ -38,10 +38,9 @@ __all__ = ["Node", "Graph", "signed_width"]
 
 def signed_width(lo: int, hi: int) -> int:
     """Bits of the smallest signed two's-complement type holding [lo, hi]."""
-    bits = 1
-    while not (-(1 << (bits - 1)) <= lo and hi <= (1 << (bits - 1)) - 1):
-        bits += 1
-    return bits
+    def bits(v):
+        return (v if v >= 0 else ~v).bit_length() + 1
+    return max(bits(int(lo)), bits(int(hi)))
 
 
 @dataclass

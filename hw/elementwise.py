@@ -19,14 +19,9 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..compiler.graph import signed_width
+
 __all__ = ["SignBits", "Threshold", "PostOp", "ResidualAdd", "signed_width", "signed_range"]
-
-
-def signed_width(lo, hi):
-    """Smallest two's complement width holding every integer in ``[lo, hi]``."""
-    def bits(v):
-        return (v if v >= 0 else ~v).bit_length() + 1
-    return max(bits(int(lo)), bits(int(hi)))
 
 
 def signed_range(width):

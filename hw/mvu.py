@@ -22,15 +22,10 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..compiler.graph import signed_width
+
 __all__ = ["BinaryMVU", "IntegerMVU"]
 
-
-def _signed_width(lo, hi):
-    """Smallest ``n`` such that ``signed(n)`` holds every integer in ``[lo, hi]``."""
-    width = 1
-    while not (-(1 << (width - 1)) <= lo and hi <= (1 << (width - 1)) - 1):
-        width += 1
-    return width
 
 
 def _tree_sum(values):
@@ -336,7 +331,7 @@ class BinaryMVU(_FoldedMVU):
         # padding lanes are simply absent from it.
         self._acc_shape = unsigned(n_in.bit_length())
         super().__init__(n_in, c_out, pe, simd, unsigned(n_in),
-                         acc_width=_signed_width(-n_in, n_in))
+                         acc_width=signed_width(-n_in, n_in))
 
     def _pe_partial(self, x_slice, w_slice):
         matches = ~(x_slice ^ w_slice)
@@ -411,14 +406,14 @@ class IntegerMVU(_FoldedMVU):
         self._weights = np.array(w_int, dtype=object).reshape(c_out, n_in)
         self.in_width = in_width
         self.in_signed = bool(in_signed)
-        self.weight_width = _signed_width(min(min(r) for r in w_int), max(max(r) for r in w_int))
+        self.weight_width = signed_width(min(min(r) for r in w_int), max(max(r) for r in w_int))
         x_max = (1 << (in_width - 1)) if in_signed else (1 << in_width) - 1
         bound = max(sum(abs(v) for v in row) for row in w_int) * x_max
         lane = signed(in_width) if in_signed else unsigned(in_width)
         self._x_lane_width = in_width
         self._w_lane_width = self.weight_width
         self._w_pad = 0
-        acc_width = _signed_width(-bound, bound)
+        acc_width = signed_width(-bound, bound)
         self._acc_shape = signed(acc_width)
         super().__init__(n_in, c_out, pe, simd, data.ArrayLayout(lane, n_in),
                          acc_width=acc_width)
