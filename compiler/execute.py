@@ -13,7 +13,7 @@ import torch
 
 from .graph import Graph
 
-__all__ = ["execute", "window_patches", "RangeViolation"]
+__all__ = ["execute", "window_patches", "flat_weight", "round_shift", "RangeViolation"]
 
 
 class RangeViolation(AssertionError):
@@ -37,8 +37,8 @@ def window_patches(x, kernel, stride, dilation, padding, pad_value):
     return patches.permute(0, 3, 4, 1, 2).reshape(n, ho, wo, kernel * kernel * c)
 
 
-def _flat_weight(w):
-    """(Cout, Cin, k, k) -> (Cout, k*k*Cin) in window lane order."""
+def flat_weight(w):
+    """(Cout, Cin, k, k) -> (Cout, k*k*Cin) in window lane order (the hardware's too)."""
     return w.permute(0, 2, 3, 1).reshape(w.shape[0], -1)
 
 
@@ -46,7 +46,8 @@ def _to_nchw(y):
     return y.permute(0, 3, 1, 2).contiguous()
 
 
-def _round_shift(v, s):
+def round_shift(v, s):
+    """Round half up of v / 2**s by add-then-arithmetic-shift (ints or integer tensors)."""
     return (v + (1 << (s - 1))) >> s if s else v
 
 
@@ -80,15 +81,15 @@ def execute(g: Graph, pixels, check_ranges=False):
             out = pixels.to(torch.int64)
         elif node.op == "int_conv":
             p = window_patches(ins[0], a["weight"].shape[-1], a["stride"], a["dilation"], a["padding"], 0)
-            out = _to_nchw(p @ _flat_weight(a["weight"]).t())
+            out = _to_nchw(p @ flat_weight(a["weight"]).t())
         elif node.op == "bin_conv":
             p = window_patches(ins[0], a["kernel"], a["stride"], a["dilation"], a["padding"], 1)
-            w = _flat_weight(a["bits"])
+            w = flat_weight(a["bits"])
             matches = p @ w.t() + (1 - p) @ (1 - w).t()        # popcount(xnor)
             out = _to_nchw(2 * matches - w.shape[1])
         elif node.op == "postop":
             v = ins[0].clamp(min=0) if a["pre_relu"] else ins[0]
-            out = _round_shift(_per_channel(a["A"]) * v + _per_channel(a["B"]), a["shift"])
+            out = round_shift(_per_channel(a["A"]) * v + _per_channel(a["B"]), a["shift"])
             if a["post_relu"]:
                 out = out.clamp(min=0)
         elif node.op == "sign":
@@ -105,14 +106,14 @@ def execute(g: Graph, pixels, check_ranges=False):
                 b = torch.cat([b, b.new_zeros(b.shape[0], pad, *b.shape[2:])], dim=1)
             out = ins[0] + b
         elif node.op == "mixer":
-            agg = _round_shift(sum(int(l) * x for l, x in zip(a["lambdas"], ins)), a["lambda_frac"])
+            agg = round_shift(sum(int(l) * x for l, x in zip(a["lambdas"], ins)), a["lambda_frac"])
             block = node.name.split(".")[0]
             values[f"{block}.agg"] = agg
             if a["gates"] is None:
                 out = agg
             else:
                 one = 1 << a["gate_frac"]
-                out = [_round_shift(int(c) * x + (one - int(c)) * agg, a["gate_frac"])
+                out = [round_shift(int(c) * x + (one - int(c)) * agg, a["gate_frac"])
                        for c, x in zip(a["gates"], ins)]
         elif node.op == "head":
             sums = ins[0].sum(dim=(2, 3))

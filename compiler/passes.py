@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from ..models.quantize import quantize_affine
+from .execute import round_shift
 from .graph import Graph, Node
 
 __all__ = ["fold_postops", "fold_thresholds", "analyze_ranges", "compile_model", "postop_value"]
@@ -25,9 +26,7 @@ def postop_value(v, A, B, shift, pre_relu, post_relu):
     """Scalar reference of the post-op (Python ints)."""
     if pre_relu:
         v = max(v, 0)
-    y = A * v + B
-    if shift:
-        y = (y + (1 << (shift - 1))) >> shift
+    y = round_shift(A * v + B, shift)
     return max(y, 0) if post_relu else y
 
 
@@ -101,10 +100,6 @@ def fold_thresholds(g: Graph) -> Graph:
     return g
 
 
-def _rs(v, s):
-    return (v + (1 << (s - 1))) >> s if s else v
-
-
 def analyze_ranges(g: Graph) -> Graph:
     """Fill ``lo``/``hi`` of every non-bit tensor with bounds that cannot be exceeded."""
     for node in g:
@@ -139,7 +134,7 @@ def analyze_ranges(g: Graph) -> Graph:
             lam = a["lambdas"].tolist()
             lo = sum(min(l * x.lo, l * x.hi) for l, x in zip(lam, ins))
             hi = sum(max(l * x.lo, l * x.hi) for l, x in zip(lam, ins))
-            agg_lo, agg_hi = _rs(lo, a["lambda_frac"]), _rs(hi, a["lambda_frac"])
+            agg_lo, agg_hi = round_shift(lo, a["lambda_frac"]), round_shift(hi, a["lambda_frac"])
             a["agg_range"] = (agg_lo, agg_hi)
             if a["gates"] is None:
                 node.lo, node.hi = agg_lo, agg_hi
@@ -147,8 +142,8 @@ def analyze_ranges(g: Graph) -> Graph:
                 one = 1 << a["gate_frac"]
                 los, his = [], []
                 for c_i, x in zip(a["gates"].tolist(), ins):
-                    los.append(_rs(c_i * x.lo + (one - c_i) * agg_lo, a["gate_frac"]))
-                    his.append(_rs(c_i * x.hi + (one - c_i) * agg_hi, a["gate_frac"]))
+                    los.append(round_shift(c_i * x.lo + (one - c_i) * agg_lo, a["gate_frac"]))
+                    his.append(round_shift(c_i * x.hi + (one - c_i) * agg_hi, a["gate_frac"]))
                 node.lo, node.hi = min(los + [agg_lo]), max(his + [agg_hi])
         elif node.op == "head":
             x = ins[0]

@@ -15,7 +15,7 @@ from amaranth.hdl import Module, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..compiler.execute import _flat_weight
+from ..compiler.execute import flat_weight
 from ..compiler.graph import Graph
 from .elementwise import PostOp, ResidualAdd, SignBits, Threshold
 from .fifo import StreamFIFO
@@ -124,7 +124,7 @@ class Accelerator(wiring.Component):
                                        padding=a["padding"],
                                        pad_value=0 if node.op == "int_conv" else (1 << src.channels) - 1),
                          "_window")
-            flat = _flat_weight(weight).numpy()
+            flat = flat_weight(weight).numpy()
             n_in = flat.shape[1]
             if node.op == "bin_conv":
                 mvu = add(BinaryMVU(n_in, node.channels, unit.pe, unit.simd, flat), "_mvu")
@@ -174,8 +174,6 @@ class Accelerator(wiring.Component):
                 sources[node.name] = [None]  # filled by self.i below
                 continue
             sinks[node.name], sources[node.name] = self._build_unit(m, node)
-        # kept for debugging: per-node output streams, to count handshakes in simulation
-        self.debug_streams = {name: outs for name, outs in sources.items() if name != "input"}
 
         # fan-out: one Broadcast per tensor read by several inputs
         readers = {}

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
-from .data import digits_description, load_digits_split
+from .data import load_digits_split
 from .groupnet import GroupNet, GroupNetConfig
 from .quantize import QuantConfig
 
@@ -70,7 +70,3 @@ def train_digits(config: GroupNetConfig, train: TrainConfig, quant: QuantConfig 
             progress(epoch + 1, train.epochs, total / len(y_tr))
     metrics = evaluate(model, x_te, y_te)
     return model, metrics
-
-
-def dataset_info():
-    return digits_description()

@@ -10,7 +10,6 @@ is the measured cycles per frame.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -85,8 +84,7 @@ def run_hardware(acc: Accelerator, images, simulator="amaranth", build_dir=None,
     return logits, classes, rtl.out_cycles, rtl.build_seconds, rtl.wall_seconds
 
 
-def verify(model, sched, images, simulator="amaranth", build_dir=None, verilog_path=None,
-           labels=None):
+def verify(model, sched, images, simulator="amaranth", build_dir=None, verilog_path=None):
     """Check the RTL against the model's quantized eval, image by image."""
     if simulator not in SIMULATORS:
         raise ValueError(f"unknown simulator {simulator!r}; choose one of {', '.join(SIMULATORS)}")
