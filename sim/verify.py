@@ -1,15 +1,31 @@
 """Bit-exact verification of the accelerator against PyTorch.
 
-The same uint8 images go through the model's quantized eval (PyTorch), the
-compiler's integer graph, and the RTL (Amaranth simulator, or cocotb on the
-generated Verilog with Verilator or Icarus). Every logit and every class must be
-equal; the first mismatching image and output is reported. Frames are streamed
-back to back with the output always ready, so the interval between result beats
-is the measured cycles per frame.
+The same uint8 images go through the model's fixed-point forward (PyTorch), the
+compiler's integer graph, and the RTL. Every logit and every class must be equal;
+the first mismatching image and output is reported, and for integer graph vs
+fixed-point forward the first diverging node.
+
+Simulators
+----------
+``verilator``
+    The fast path (:mod:`.fast_rtl`): the generated Verilog with a C++ stream
+    driver, the clock loop inside the simulator, frames sharded over the cores.
+``cocotb``
+    cocotb on Verilator, Python on every clock cycle (:mod:`.cocotb_runner`).
+``icarus``
+    cocotb on Icarus Verilog.
+``amaranth``
+    The Amaranth simulator on the Amaranth model of the schedule (not the Verilog).
+
+With ``stall == 0`` frames are streamed back to back with the output always ready,
+so the mean interval between result beats is the measured cycles per frame. With
+``stall > 0`` the input gets random gaps and the output random ready-stalls; the
+outputs must still be exact and complete, and no cycles per frame are reported.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -18,24 +34,52 @@ import torch
 from ..compiler.execute import execute
 from ..hw.accelerator import Accelerator
 
-__all__ = ["VerifyResult", "run_hardware", "verify", "SIMULATORS"]
+__all__ = ["VerifyResult", "RTLDesign", "run_hardware", "verify", "first_divergence",
+           "SIMULATORS"]
 
-SIMULATORS = ("amaranth", "verilator", "icarus")
+SIMULATORS = ("verilator", "cocotb", "icarus", "amaranth")
+
+
+@dataclass
+class RTLDesign:
+    """Generated Verilog of an accelerator and its stream ports.
+
+    Attributes
+    ----------
+    verilog : path-like
+        The Verilog file (``groupnet_core.v`` of a build, or a cached conversion).
+    toplevel : str
+        Its top module.
+    in_width, out_width : int
+        Payload widths of the ``i`` (pixels) and ``o`` (logits and class) streams.
+    """
+
+    verilog: object
+    toplevel: str
+    in_width: int
+    out_width: int
 
 
 @dataclass
 class VerifyResult:
+    """Outcome of :func:`verify`; ``ok`` only if every output of every image is equal."""
+
     simulator: str
     images: int
     exact: int
     first_mismatch: str | None
     graph_equals_model: bool
+    first_divergence: str | None
     cycles_per_frame_measured: float | None
     cycles_per_frame_predicted: int
+    stall: float
+    seed: int
     sim_seconds: float
     build_seconds: float
     images_per_second: float
     float_quantized_agreement: float | None = None
+    waves: str | None = None
+    mismatch_image: int | None = None
     notes: list = field(default_factory=list)
 
     @property
@@ -48,6 +92,11 @@ class VerifyResult:
         return d
 
 
+def output_width(acc: Accelerator) -> int:
+    """Bits of the accelerator's output payload (logits, then the class)."""
+    return acc.n_classes * acc.logit_width + max(1, (acc.n_classes - 1).bit_length())
+
+
 def _decode(word, n_classes, logit_width):
     mask = (1 << logit_width) - 1
     logits = []
@@ -57,48 +106,123 @@ def _decode(word, n_classes, logit_width):
     return logits, word >> (n_classes * logit_width)
 
 
-def run_hardware(acc: Accelerator, images, simulator="amaranth", build_dir=None, verilog=None):
-    """Stream ``images`` (uint8 [N, H, W]) through the RTL; returns
-    (logits list, classes list, output cycle stamps, build seconds, run seconds)."""
+def first_divergence(graph, model, images):
+    """First node (graph order) whose integer-graph value differs from the model's
+    fixed-point forward, as ``"node NAME, image I"``; None if all compared nodes agree.
+
+    Compares every node the two share by name (convolutions, post-ops, residual sums,
+    aggregates), so a wrong fold or range shows where it starts.
+    """
+    values = execute(graph, images)
+    trace = model.forward_quantized(images, keep_trace=True).trace
+    for node in graph:
+        want, got = trace.get(node.name), values.get(node.name)
+        if not isinstance(want, torch.Tensor) or not isinstance(got, torch.Tensor):
+            continue
+        if want.shape != got.shape:
+            return f"node {node.name} (shape {list(got.shape)} vs {list(want.shape)})"
+        if not torch.equal(want, got):
+            bad = (want != got).flatten(1).any(dim=1).nonzero()
+            return f"node {node.name}, image {int(bad[0])}"
+    return None
+
+
+def run_hardware(acc: Accelerator, images, simulator="verilator", design: RTLDesign = None,
+                 build_dir=None, stall=0.0, seed=0, jobs=1, waves=None, waves_frame=0,
+                 progress=None):
+    """Stream ``images`` (uint8 [N, H, W]) through the RTL.
+
+    Returns ``(logits list, classes list, run)`` where ``run`` has ``out_cycles``,
+    ``steady_interval()``, ``sim_seconds`` and ``build_seconds``.
+    """
     beats = [int(p) for p in images.reshape(-1).tolist()]
     n = int(images.shape[0])
+    frame_beats = acc.n_pixels
     if simulator == "amaranth":
+        from .cocotb_runner import RTLRun
         from .streams import run_streams
         t0 = time.perf_counter()
-        run = run_streams(acc, {"i": beats}, {"o": n}, max_cycles=200 * len(beats) + 10_000)
+        got = run_streams(acc, {"i": beats}, {"o": n}, stall=stall, seed=seed,
+                          max_cycles=200 * len(beats) + 10_000, vcd=waves)
         wall = time.perf_counter() - t0
-        outs = run.outputs["o"]
-        return ([o["logits"] for o in outs], [o["cls"] for o in outs], run.out_cycles["o"],
-                0.0, wall)
-    from .cocotb_runner import run_stream_rtl
-    if verilog is None:
-        raise ValueError("an RTL simulator needs the generated Verilog")
-    width = acc.n_classes * acc.logit_width + max(1, (acc.n_classes - 1).bit_length())
-    rtl = run_stream_rtl(verilog, "top", beats, n, width, simulator=simulator,
-                         build_dir=build_dir)
+        outs = got.outputs["o"]
+        run = RTLRun(outputs=[], cycles=got.cycles, out_cycles=got.out_cycles["o"],
+                     wall_seconds=wall, build_seconds=0.0, simulator="amaranth",
+                     sim_seconds=wall, waves_file=waves)
+        return [o["logits"] for o in outs], [o["cls"] for o in outs], run
+    if design is None:
+        raise ValueError("an RTL simulator needs the generated Verilog (design)")
+    if simulator == "verilator":
+        from .fast_rtl import run_fast_rtl
+        run = run_fast_rtl(design.verilog, design.toplevel, beats, n, design.out_width,
+                           in_width=design.in_width, stall=stall, seed=seed,
+                           frame_beats=frame_beats, jobs=jobs, waves=waves,
+                           waves_frame=waves_frame, drain_cycles=4 * frame_beats + 64,
+                           build_dir=build_dir, progress=progress)
+    else:
+        from .cocotb_runner import run_stream_rtl
+        sim = "verilator" if simulator == "cocotb" else "icarus"
+        run = run_stream_rtl(design.verilog, design.toplevel, beats, n, design.out_width,
+                             simulator=sim, build_dir=build_dir, stall=stall, seed=seed,
+                             waves=waves is not None)
+        if waves is not None and run.waves_file is not None:
+            import shutil
+            shutil.copy2(run.waves_file, waves)
     logits, classes = [], []
-    for word in rtl.outputs:
+    for word in run.outputs:
         lg, cls = _decode(word, acc.n_classes, acc.logit_width)
         logits.append(lg)
         classes.append(cls)
-    return logits, classes, rtl.out_cycles, rtl.build_seconds, rtl.wall_seconds
+    return logits, classes, run
 
 
-def verify(model, sched, images, simulator="amaranth", build_dir=None, verilog_path=None):
-    """Check the RTL against the model's quantized eval, image by image."""
+def verify(model, sched, images, simulator="verilator", design: RTLDesign = None,
+           build_dir=None, stall=0.0, seed=0, jobs=None, waves=None, progress=None):
+    """Check the RTL against the model's fixed-point forward, image by image.
+
+    Parameters
+    ----------
+    model : GroupNet
+        The checkpoint's model (its ``forward_quantized`` is the reference).
+    sched : Schedule
+        The schedule the design was generated from (its folding, FIFOs, cycle model).
+    images : uint8 tensor [N, H, W]
+    simulator : one of :data:`SIMULATORS`
+    design : RTLDesign
+        The Verilog to simulate (every simulator but ``amaranth``).
+    stall : float
+        Probability of random input gaps and output ready-stalls.
+    seed : int
+        Seed of the stalls.
+    jobs : int, optional
+        Simulator processes for the fast path (default: the cores).
+    waves : path-like, optional
+        Waveform of the first mismatching frame (frame 0 if all are exact): FST from
+        the fast path, FST/VCD from cocotb, VCD from the Amaranth simulator (the
+        whole run).
+
+    Returns
+    -------
+    VerifyResult
+    """
     if simulator not in SIMULATORS:
         raise ValueError(f"unknown simulator {simulator!r}; choose one of {', '.join(SIMULATORS)}")
     images = torch.as_tensor(images).to(torch.uint8)
+    jobs = jobs or max(1, min(os.cpu_count() or 1, 8))
     expected = model.forward_quantized(images)
     graph_values = execute(sched.graph, images)
     graph_ok = (torch.equal(graph_values["head"], expected.logits)
                 and torch.equal(graph_values["classes"], expected.classes))
+    divergence = None if graph_ok else (first_divergence(sched.graph, model, images)
+                                        or "only at the logits (head)")
     acc = Accelerator(sched)
     if simulator != "amaranth":
         acc._MustUse__silence = True  # only its port widths are used; the RTL is the Verilog
-    logits, classes, stamps, build_s, run_s = run_hardware(
-        acc, images, simulator, build_dir=build_dir, verilog=verilog_path)
-    exact, first = 0, None
+    fast_waves = waves if simulator == "verilator" else None
+    logits, classes, run = run_hardware(
+        acc, images, simulator, design=design, build_dir=build_dir, stall=stall, seed=seed,
+        jobs=jobs, waves=None if fast_waves else waves, progress=progress)
+    exact, first, first_idx = 0, None, None
     for idx in range(len(images)):
         want_l = expected.logits[idx].tolist()
         want_c = int(expected.classes[idx])
@@ -108,17 +232,30 @@ def verify(model, sched, images, simulator="amaranth", build_dir=None, verilog_p
             diff = [c for c in range(len(want_l)) if logits[idx][c] != want_l[c]]
             what = (f"logit {diff[0]}: RTL {logits[idx][diff[0]]}, PyTorch {want_l[diff[0]]}"
                     if diff else f"class: RTL {classes[idx]}, PyTorch {want_c}")
-            first = f"image {idx}, {what}"
-    measured = None
-    if len(stamps) >= 2:
-        measured = (stamps[-1] - stamps[0]) / (len(stamps) - 1)
+            first, first_idx = f"image {idx}, {what}", idx
+    build_s = run.build_seconds
+    if fast_waves is not None:
+        # A second, traced run of the shard that holds the frame of interest.
+        if progress:
+            progress(f"writing the waveform of frame {first_idx or 0}")
+        _, _, traced = run_hardware(acc, images, simulator, design=design, build_dir=build_dir,
+                                    stall=stall, seed=seed, jobs=jobs, waves=fast_waves,
+                                    waves_frame=first_idx or 0)
+        build_s += traced.build_seconds
+    measured = run.steady_interval() if stall == 0 else None
     with torch.no_grad():
         float_pred = model(images).argmax(dim=1)
     agreement = float((float_pred == expected.classes).float().mean())
+    notes = []
+    if stall:
+        notes.append("cycles per frame are measured only in stall-free runs")
     return VerifyResult(simulator=simulator, images=len(images), exact=exact,
                         first_mismatch=first, graph_equals_model=graph_ok,
-                        cycles_per_frame_measured=measured,
-                        cycles_per_frame_predicted=sched.frame_cycles,
-                        sim_seconds=round(run_s, 3), build_seconds=round(build_s, 3),
-                        images_per_second=round(len(images) / run_s, 2) if run_s else 0.0,
-                        float_quantized_agreement=agreement)
+                        first_divergence=divergence, cycles_per_frame_measured=measured,
+                        cycles_per_frame_predicted=sched.frame_cycles, stall=stall, seed=seed,
+                        sim_seconds=round(run.sim_seconds, 3), build_seconds=round(build_s, 3),
+                        images_per_second=round(len(images) / run.wall_seconds, 1)
+                        if run.wall_seconds else 0.0,
+                        float_quantized_agreement=agreement,
+                        waves=str(waves) if waves is not None else None,
+                        mismatch_image=first_idx, notes=notes)

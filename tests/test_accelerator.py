@@ -9,7 +9,7 @@ from groupnet_hw.compiler.schedule import schedule
 from groupnet_hw.hw.accelerator import Accelerator
 from groupnet_hw.models.data import load_digits_split
 from groupnet_hw.sim.toolchain import have_verilator, lint_verilog
-from groupnet_hw.sim.verify import verify
+from groupnet_hw.sim.verify import RTLDesign, output_width, verify
 from conftest import random_images, random_model
 
 TINY = [
@@ -18,6 +18,13 @@ TINY = [
     dict(image_size=5, stem_channels=2, blocks=[[3, 1]], bases=1, num_classes=4),
     dict(image_size=6, stem_channels=3, blocks=[[3, 2], [3, 1]], bases=3, num_classes=3),
 ]
+
+
+def _design(sched, tmp_path):
+    acc = Accelerator(sched)
+    path = tmp_path / "top.v"
+    path.write_text(verilog.convert(acc, name="top"))
+    return RTLDesign(path, "top", 8, output_width(acc))
 
 
 @pytest.mark.parametrize("index", range(len(TINY)))
@@ -48,27 +55,24 @@ def test_trained_digits_bit_exact_on_verilator(small_trained, tmp_path):
     model, metrics = small_trained
     assert metrics["quantized_accuracy"] > 0.8
     sched = schedule(compile_model(model))  # every stage at the input rate: no slack anywhere
-    path = tmp_path / "top.v"
-    path.write_text(verilog.convert(Accelerator(sched), name="top"))
-    assert lint_verilog(path, "top") == []
+    design = _design(sched, tmp_path)
+    assert lint_verilog(design.verilog, "top") == []
     images = load_digits_split()[2][:24]
-    result = verify(model, sched, images, simulator="verilator", verilog_path=path,
+    result = verify(model, sched, images, simulator="verilator", design=design,
                     build_dir=str(tmp_path / "build"))
     assert result.exact == 24, result.first_mismatch
     assert abs(result.cycles_per_frame_measured / sched.frame_cycles - 1) <= 0.05
 
 
 @pytest.mark.slow
-def test_default_model_100_images_verilator(trained_digits, tmp_path):
+def test_default_model_whole_test_split_verilator(trained_digits, tmp_path):
     """Dataset-scale RTL run of the default K=5 model (the README demo path)."""
     _, model, _ = trained_digits
     sched = schedule(compile_model(model))
-    path = tmp_path / "top.v"
-    path.write_text(verilog.convert(Accelerator(sched), name="top"))
-    images = load_digits_split()[2][:100]
-    result = verify(model, sched, images, simulator="verilator", verilog_path=path,
+    images = load_digits_split()[2]
+    result = verify(model, sched, images, simulator="verilator", design=_design(sched, tmp_path),
                     build_dir=str(tmp_path / "build"))
-    assert result.exact == 100, result.first_mismatch
+    assert result.exact == len(images) == 450, result.first_mismatch
     assert abs(result.cycles_per_frame_measured / sched.frame_cycles - 1) <= 0.05
 
 
@@ -100,10 +104,8 @@ def test_tiny_net_bit_exact_on_icarus(tmp_path):
     cfg = TINY[1]
     model = random_model(40, **cfg)
     sched = schedule(compile_model(model))
-    path = tmp_path / "top.v"
-    path.write_text(verilog.convert(Accelerator(sched), name="top"))
     result = verify(model, sched, random_images(40, 2, cfg["image_size"]), simulator="icarus",
-                    verilog_path=path, build_dir=str(tmp_path / "build"))
+                    design=_design(sched, tmp_path), build_dir=str(tmp_path / "build"))
     assert result.exact == 2, result.first_mismatch
 
 
