@@ -273,8 +273,8 @@ def _design_for(target, simulator, build_root, console):
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0),
               help="Seed of the stall pattern.")
 @click.option("--waves", type=click.Path(dir_okay=False), default=None,
-              help="Write a waveform (FST; VCD with --sim amaranth) of the first mismatching "
-                   "frame, or of frame 0 when all are exact.")
+              help="Write a VCD waveform (GTKWave, Surfer) of the first mismatching frame, or of "
+                   "frame 0 when all are exact (--sim verilator; other simulators: the whole run).")
 @click.option("--jobs", "-j", default=None, type=click.IntRange(1, 64),
               help="Simulator processes for --sim verilator (default: one per core).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
@@ -297,7 +297,7 @@ def verify(target, simulator, images, input_path, stall, seed, waves, jobs, as_j
     Examples:
       groupnet-hw verify out                       # all 450 test digits, fast path
       groupnet-hw verify out --stall 0.3 --seed 1  # random back-pressure
-      groupnet-hw verify model.pt --input my_digits.npy --waves bad.fst
+      groupnet-hw verify model.pt --input my_digits.npy --waves bad.vcd
     """
     from .sim.cocotb_runner import RTLError
     from .sim.verify import verify as run_verify

@@ -24,7 +24,7 @@ initial values). Measured on the default K=5 digits core (2 cores): about 50 s.
 Runs of many frames are split into contiguous shards simulated by one process per
 core (``jobs``); shard ``s`` uses stall seed ``seed + s``. Builds are cached under a key of the
 Verilog text, the wrapper, the driver source, the Verilator installation, the
-compiler and these options; a build with waveform tracing (FST) is a separate
+compiler and these options; a build with waveform tracing (VCD) is a separate
 cache entry, made only when a waveform is asked for.
 
 Examples
@@ -154,7 +154,7 @@ def build_fast_rtl(verilog_path, toplevel: str, in_width: int, out_width: int, *
     in_width, out_width : int
         Payload widths of its ``i`` and ``o`` streams (``in_width <= 64``).
     trace : bool
-        Build with FST waveform support (a separate cache entry; slower to build).
+        Build with VCD waveform support (a separate cache entry; slower to build).
     build_dir : str or Path, optional
         Cache root (default :func:`~groupnet_hw.sim.cocotb_runner.default_build_dir`).
     progress : callable, optional
@@ -176,7 +176,7 @@ def build_fast_rtl(verilog_path, toplevel: str, in_width: int, out_width: int, *
         raise ValueError(f"the fast path drives input payloads of 1..64 bits, not {in_width}")
     source = Path(verilog_path).read_bytes()
     wrapper = wrapper_verilog(toplevel, in_width, out_width, ports)
-    args = list(VERILATOR_ARGS) + (["--trace-fst"] if trace else [])
+    args = list(VERILATOR_ARGS) + (["--trace"] if trace else [])
     key_text = json.dumps([_CACHE_FORMAT, hashlib.sha256(source).hexdigest(), wrapper,
                            hashlib.sha256(DRIVER_SOURCE.read_bytes()).hexdigest(),
                            str(toolchain.verilator_root()), toolchain.verilator_version(),
@@ -280,7 +280,7 @@ def run_fast_rtl(verilog_path, toplevel: str, in_beats, n_out: int, out_width: i
         Simulator processes; the frames are split into this many contiguous shards
         (each starts from reset), when every frame gives the same number of outputs.
     waves : str or Path, optional
-        Write an FST waveform of frame ``waves_frame`` (from the offer of its first
+        Write a VCD waveform of frame ``waves_frame`` (from the offer of its first
         input beat through the edge that takes its output) to this file. The run is
         then a single process (the shard holding that frame, with that shard's seed).
 
@@ -354,12 +354,14 @@ def run_fast_rtl(verilog_path, toplevel: str, in_beats, n_out: int, out_width: i
     for sid, first, outs, got, cycles, starts, errors, summary in parsed:
         accepted, _, timed_out, _, seconds = summary
         where = f" (shard {sid}, frames {first}..)" if len(parsed) > 1 else ""
+        # A protocol error is the cause of any timeout that follows it: report it first.
+        causes = [e for e in errors if not e.startswith("timeout")]
+        if causes:
+            raise RTLError(f"{toplevel}{where}: " + "; ".join(causes))
         if int(timed_out):
             raise RTLTimeoutError(f"{toplevel}{where}: {len(got)} of {outs} output beats and "
                                   f"{accepted} input beats in the time limit "
                                   "(deadlock or lost beats?)")
-        if errors:
-            raise RTLError(f"{toplevel}{where}: " + "; ".join(errors))
         segments.append((len(outputs), len(got)))
         outputs += got
         out_cycles += cycles

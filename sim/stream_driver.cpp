@@ -31,7 +31,7 @@
 #include "Vdut.h"
 #include "verilated.h"
 #if VM_TRACE
-#include "verilated_fst_c.h"
+#include "verilated_vcd_c.h"
 #endif
 
 #include <chrono>
@@ -132,10 +132,10 @@ int main(int argc, char** argv) {
     ctx->commandArgs(1, argv);
     auto top = std::make_unique<Vdut>(ctx.get());
 #if VM_TRACE
-    std::unique_ptr<VerilatedFstC> tfp;
+    std::unique_ptr<VerilatedVcdC> tfp;
     if (trace_path) {
         ctx->traceEverOn(true);
-        tfp = std::make_unique<VerilatedFstC>();
+        tfp = std::make_unique<VerilatedVcdC>();
         top->trace(tfp.get(), 99);
         tfp->open(trace_path);
     }

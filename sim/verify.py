@@ -197,9 +197,9 @@ def verify(model, sched, images, simulator="verilator", design: RTLDesign = None
     jobs : int, optional
         Simulator processes for the fast path (default: the cores).
     waves : path-like, optional
-        Waveform of the first mismatching frame (frame 0 if all are exact): FST from
-        the fast path, FST/VCD from cocotb, VCD from the Amaranth simulator (the
-        whole run).
+        Waveform of the first mismatching frame (frame 0 if all are exact): VCD of that
+        frame from the fast path; of the whole run from cocotb (FST with Icarus, VCD
+        with Verilator) and from the Amaranth simulator (VCD).
 
     Returns
     -------
