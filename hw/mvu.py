@@ -43,27 +43,25 @@ def _tree_sum(values):
 
 #: Bits per popcount chunk: one 6-input lookup per result bit (an FPGA LUT6).
 POPCOUNT_CHUNK = 6
-#: Bit ``j`` of popcount(v) for every 6-bit ``v``, as one 64-bit truth table per ``j``.
-_POPCOUNT_TABLES = [sum(((bin(v).count("1") >> j) & 1) << v for v in range(1 << POPCOUNT_CHUNK))
-                    for j in range(POPCOUNT_CHUNK.bit_length())]
 
 
-def popcount(m, bits):
+def popcount(m, bits, name="pc"):
     """Number of ones in ``bits`` (a Signal or slice), as an unsigned Value.
 
-    Each 6-bit chunk is counted by three 64-entry truth tables (``(T_j >> chunk) & 1``
-    is one LUT6 per result bit on an FPGA and one shift in a Verilated model) and
-    the 3-bit counts are summed by a balanced adder tree: ``ceil(n/6) - 1`` adders
-    instead of the ``n - 1`` of a tree over single bits. Pure combinational logic.
+    Each 6-bit chunk is counted by a 64-entry ROM read combinationally (three
+    LUT6s on an FPGA, one array load in a Verilated model) and the 3-bit counts
+    are summed by a balanced adder tree: ``ceil(n/6) - 1`` adders instead of the
+    ``n - 1`` of a tree over single bits. Pure combinational logic.
     """
     n = len(bits)
+    rom = Memory(shape=unsigned(POPCOUNT_CHUNK.bit_length()), depth=1 << POPCOUNT_CHUNK,
+                 init=[bin(v).count("1") for v in range(1 << POPCOUNT_CHUNK)])
+    m.submodules[name] = rom
     counts = []
     for lo in range(0, n, POPCOUNT_CHUNK):
-        chunk = Signal(POPCOUNT_CHUNK, name=f"pc_chunk{lo // POPCOUNT_CHUNK}")
-        m.d.comb += chunk.eq(bits[lo:lo + POPCOUNT_CHUNK])  # zero-extends the last chunk
-        width = min(n - lo, POPCOUNT_CHUNK).bit_length()
-        counts.append(Cat(*(Const(_POPCOUNT_TABLES[j], 1 << POPCOUNT_CHUNK).bit_select(chunk, 1)
-                            for j in range(width))))
+        port = rom.read_port(domain="comb")
+        m.d.comb += port.addr.eq(bits[lo:lo + POPCOUNT_CHUNK])  # zero-extends the last chunk
+        counts.append(port.data)
     return _tree_sum(counts)
 
 
@@ -135,7 +133,7 @@ class _FoldedMVU(wiring.Component):
 
     # -- hooks --------------------------------------------------------------
 
-    def _pe_partial(self, m, x_slice, w_slice):
+    def _pe_partial(self, m, pe_index, x_slice, w_slice):
         raise NotImplementedError
 
     def _finish(self, acc):
@@ -245,7 +243,7 @@ class _FoldedMVU(wiring.Component):
         finished = []
         accs = [Signal(self._acc_shape, name=f"acc{p}") for p in range(pe)] if sfs > 1 else None
         for p in range(pe):
-            partial = self._pe_partial(m, s1_x, rd.data[p * w_width:(p + 1) * w_width])
+            partial = self._pe_partial(m, p, s1_x, rd.data[p * w_width:(p + 1) * w_width])
             if accs is None:
                 total = partial
             else:
@@ -359,13 +357,12 @@ class BinaryMVU(_FoldedMVU):
         super().__init__(n_in, c_out, pe, simd, unsigned(n_in),
                          acc_width=signed_width(-n_in, n_in))
 
-    def _pe_partial(self, m, x_slice, w_slice):
-        # A named signal, not an expression: every bit the popcount slices out
-        # of an expression would re-emit the whole XNOR vector in the netlist
-        # (simd copies of a simd-bit XOR per PE, most of the Verilog's size).
+    def _pe_partial(self, m, pe_index, x_slice, w_slice):
+        # A named signal, not an expression: every chunk the popcount slices out
+        # of an expression would re-emit the whole XNOR vector in the netlist.
         matches = Signal(len(x_slice))
         m.d.comb += matches.eq(~(x_slice ^ w_slice))
-        return popcount(m, matches)
+        return popcount(m, matches, name=f"popcount{pe_index}")
 
     def _finish(self, acc):
         return (acc << 1) - self.n_in
@@ -448,7 +445,7 @@ class IntegerMVU(_FoldedMVU):
         super().__init__(n_in, c_out, pe, simd, data.ArrayLayout(lane, n_in),
                          acc_width=acc_width)
 
-    def _pe_partial(self, m, x_slice, w_slice):
+    def _pe_partial(self, m, pe_index, x_slice, w_slice):
         xl, wl = self.in_width, self.weight_width
         products = []
         for s in range(self.simd):
