@@ -1,6 +1,6 @@
 """Binary operators of Group-Net (paper section 3.1).
 
-- :func:`sign` is the project's sign: +1 for x >= 0, -1 otherwise (DESIGN.md section 3;
+- :func:`sign` is the project's sign: +1 for x >= 0, -1 otherwise (docs/architecture.md section 3;
   ``torch.sign`` maps 0 to 0 and is never used).
 - :class:`SignActivation` binarizes activations with the piecewise-polynomial
   backward of the paper's eq. 2 (from Bi-Real Net).
