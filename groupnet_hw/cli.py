@@ -236,6 +236,8 @@ def _design_for(target, simulator, build_root, console):
         if not recorded.is_file() or json.loads(recorded.read_text()) != json.loads(sched.to_json()):
             raise UserError(f"{target}/schedule.json differs from the schedule this groupnet-hw "
                             f"computes for {manifest.checkpoint}; rebuild the directory")
+        if simulator == "amaranth":
+            return model, sched, None, f"the Amaranth model of {target}/schedule.json"
         design = RTLDesign(Path(target, manifest.verilog), manifest.toplevel,
                            manifest.in_width, manifest.out_width)
         return model, sched, design, f"{target}/{manifest.verilog}"
