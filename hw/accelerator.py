@@ -98,6 +98,8 @@ class Accelerator(wiring.Component):
                                head.attrs["weight"].tolist(), head.attrs["bias"].tolist())
         self.logit_width = probe.logit_width
         self._head = probe  # used as the head unit in elaborate()
+        # Its use is the Accelerator's own elaboration, which warns if it never happens.
+        probe._MustUse__silence = True
         super().__init__({
             "i": In(stream.Signature(unsigned(8))),
             "o": Out(stream.Signature(output_layout(self.n_classes, self.logit_width))),
