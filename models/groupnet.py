@@ -30,10 +30,24 @@ import torch.nn.functional as F
 from torch import nn
 
 from .binary import BinaryConv2d, sign, weight_alpha
-from .quantize import (QuantConfig, quantize_affine, quantize_scalar,
-                       quantize_weights_pow2, round_shift)
+from .quantize import (ConfigError, QuantConfig, check_fields, check_int, quantize_affine,
+                       quantize_scalar, quantize_weights_pow2, round_shift, show_value)
 
-__all__ = ["GroupNetConfig", "GroupNet", "bn_affine", "QuantizedOutput"]
+__all__ = ["GroupNetConfig", "GroupNet", "bn_affine", "QuantizedOutput", "MIN_IMAGE_SIZE",
+           "MAX_IMAGE_SIZE", "MAX_IN_CHANNELS", "MAX_CLASSES", "MAX_CHANNELS", "MAX_BLOCKS",
+           "MAX_BASES", "MAX_DILATION"]
+
+# Limits of an architecture. Checkpoints are untrusted and the model, compiler and
+# hardware all grow with these numbers, so a configuration beyond them is refused
+# before anything is allocated. They are far above what fits the target FPGA.
+MIN_IMAGE_SIZE = 3      # the 3x3 window must fit the image
+MAX_IMAGE_SIZE = 512
+MAX_IN_CHANNELS = 4     # grey, RGB, RGBA
+MAX_CLASSES = 1000
+MAX_CHANNELS = 1024     # stem and every block
+MAX_BLOCKS = 32
+MAX_BASES = 16          # K
+MAX_DILATION = 16
 
 
 @dataclass
@@ -66,43 +80,84 @@ class GroupNetConfig:
     dilations: list = None
 
     def __post_init__(self):
+        # validate before normalizing: a default ``[1] * bases`` or a list copy of
+        # an unchecked value could itself be the expensive part
+        self.validate()
         if self.dilations is None:
             self.dilations = [1] * self.bases
-        self.blocks = [[int(c), int(s)] for c, s in self.blocks]
-        self.dilations = [int(d) for d in self.dilations]
-        self.validate()
+        self.blocks = [[c, s] for c, s in self.blocks]
+        self.dilations = list(self.dilations)
 
     def validate(self):
-        """Raise ValueError with a one-line reason if the configuration cannot be built."""
-        if self.bases < 1:
-            raise ValueError(f"bases must be >= 1, got {self.bases}")
-        if len(self.dilations) != self.bases:
-            raise ValueError(f"dilations has {len(self.dilations)} entries for {self.bases} bases")
-        if any(d < 1 for d in self.dilations):
-            raise ValueError(f"dilations must be >= 1, got {self.dilations}")
-        if not self.blocks:
-            raise ValueError("at least one block is needed")
+        """Check every field's type and range.
+
+        Ints must be plain ints (not bool, float or str: nothing is converted), within
+        the module limits (``MAX_IMAGE_SIZE`` and friends).
+
+        Raises
+        ------
+        ConfigError
+            a ValueError whose one-line message starts with the field, e.g.
+            ``bases = 2000000 is out of range; allowed 1..16``.
+        """
+        check_int("image_size", self.image_size, MIN_IMAGE_SIZE, MAX_IMAGE_SIZE)
+        check_int("in_channels", self.in_channels, 1, MAX_IN_CHANNELS)
+        check_int("num_classes", self.num_classes, 1, MAX_CLASSES)
+        check_int("stem_channels", self.stem_channels, 1, MAX_CHANNELS)
+        check_int("bases", self.bases, 1, MAX_BASES)
+        blocks = self.blocks
+        pairs = f"a list of 1..{MAX_BLOCKS} [channels, stride] pairs"
+        if not isinstance(blocks, (list, tuple)):
+            raise ConfigError("blocks", f"= {show_value(blocks)} has type "
+                                        f"{type(blocks).__name__}; allowed {pairs}")
+        if not 1 <= len(blocks) <= MAX_BLOCKS:
+            raise ConfigError("blocks", f"has {len(blocks)} entries; allowed {pairs}")
         prev = self.stem_channels
-        for c, s in self.blocks:
-            if s not in (1, 2):
-                raise ValueError(f"block stride must be 1 or 2, got {s}")
-            if c < prev:
-                raise ValueError(f"block channels may not shrink ({prev} -> {c}): "
-                                 "the option-A shortcut only zero-pads")
-            prev = c
-        if min(self.image_size, self.num_classes, self.stem_channels, self.in_channels) < 1:
-            raise ValueError("image_size, in_channels, num_classes and stem_channels must be >= 1")
+        for n, entry in enumerate(blocks):
+            if not isinstance(entry, (list, tuple)) or len(entry) != 2:
+                raise ConfigError(f"blocks[{n}]", f"= {show_value(entry)} is not a "
+                                                  "[channels, stride] pair of integers")
+            channels, stride = entry
+            check_int(f"blocks[{n}].channels", channels, 1, MAX_CHANNELS)
+            check_int(f"blocks[{n}].stride", stride, 1, 2)
+            if channels < prev:
+                raise ConfigError(f"blocks[{n}].channels",
+                                  f"= {channels} is below the previous {prev}; channels may "
+                                  "not shrink (the option-A shortcut only zero-pads)")
+            prev = channels
+        dilations = self.dilations
+        if dilations is None:
+            dilations = [1] * self.bases
+        if not isinstance(dilations, (list, tuple)):
+            raise ConfigError("dilations", f"= {show_value(dilations)} has type "
+                                           f"{type(dilations).__name__}; allowed a list of one "
+                                           f"integer 1..{MAX_DILATION} per base")
+        if len(dilations) != self.bases:
+            raise ConfigError("dilations", f"has {len(dilations)} entries for {self.bases} "
+                                           "bases; allowed one per base")
+        # padding = dilation keeps any dilation computable, but once the dilated
+        # window (2d+1 pixels) is wider than the image its outer taps only ever see padding
+        widest = (self.image_size - 1) // 2
+        for i, d in enumerate(dilations):
+            check_int(f"dilations[{i}]", d, 1, MAX_DILATION)
+            if d > widest:
+                raise ConfigError(f"dilations[{i}]",
+                                  f"= {d}: its 3x3 window spans {2 * d + 1} pixels, wider than "
+                                  f"the {self.image_size}-pixel image; allowed 1..{widest}")
 
     def to_dict(self):
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d):
-        known = set(cls.__dataclass_fields__)
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown architecture keys {sorted(unknown)}")
-        return cls(**d)
+        """Strictly parse an untrusted dict: every field present, no unknown keys,
+        types and ranges as :meth:`validate` (nothing is converted).
+
+        Raises
+        ------
+        ConfigError
+        """
+        return cls(**check_fields(d, cls.__dataclass_fields__))
 
 
 def bn_affine(bn: nn.BatchNorm2d):
@@ -232,29 +287,46 @@ class GroupNet(nn.Module):
 
         This is the fold of alpha, ReLU and BN into fixed-point post-ops that the
         compiler repeats node by node (and checks against this table).
+
+        Raises
+        ------
+        ValueError
+            a constant cannot be formed (non-finite value, int64 overflow); the
+            message starts with the layer, e.g. ``fc: value = 3e+20 * 2**70 overflows int64``.
         """
         q = self.quant
         p = {}
-        w_q, w_frac = quantize_weights_pow2(self.stem.conv.weight.detach(), q.weight_bits)
-        scale, shift = bn_affine(self.stem.bn)
-        A, B, s = quantize_affine(scale, shift, q.input_frac + w_frac, q.act_frac, q.scale_bits)
-        p["stem"] = dict(weight=w_q, A=A, B=B, shift=s)
-        for n, block in enumerate(self.blocks):
-            for i, base in enumerate(block.bases):
-                for c, (conv, bn) in enumerate(((base.conv1, base.bn1), (base.conv2, base.bn2)), 1):
-                    alpha = weight_alpha(conv.weight.detach()).flatten().double()
-                    scale, shift = bn_affine(bn)
-                    A, B, s = quantize_affine(alpha * scale, shift, 0, q.act_frac, q.scale_bits)
-                    bits = (conv.weight.detach() >= 0).to(torch.int64)
-                    p[f"block{n}.base{i}.conv{c}"] = dict(bits=bits, A=A, B=B, shift=s)
-            p[f"block{n}.lambda"] = quantize_scalar(block.lambdas.detach(), q.lambda_frac)
-            if block.gate_theta is not None:
-                p[f"block{n}.gate"] = quantize_scalar(torch.sigmoid(block.gate_theta.detach()),
-                                                      q.gate_frac)
-        pool = self.final_size() ** 2
-        w_q, w_frac = quantize_weights_pow2(self.fc.weight.detach().double() / pool, q.weight_bits)
-        b_q = quantize_scalar(self.fc.bias.detach(), w_frac + q.act_frac)
-        p["fc"] = dict(weight=w_q, bias=b_q, frac=w_frac + q.act_frac)
+        layer = "stem"  # named in the error: which layer's statistics are unusable
+        try:
+            w_q, w_frac = quantize_weights_pow2(self.stem.conv.weight.detach(), q.weight_bits)
+            scale, shift = bn_affine(self.stem.bn)
+            A, B, s = quantize_affine(scale, shift, q.input_frac + w_frac, q.act_frac,
+                                      q.scale_bits)
+            p["stem"] = dict(weight=w_q, A=A, B=B, shift=s)
+            for n, block in enumerate(self.blocks):
+                for i, base in enumerate(block.bases):
+                    pairs = ((base.conv1, base.bn1), (base.conv2, base.bn2))
+                    for c, (conv, bn) in enumerate(pairs, 1):
+                        layer = f"block{n}.base{i}.conv{c}"
+                        alpha = weight_alpha(conv.weight.detach()).flatten().double()
+                        scale, shift = bn_affine(bn)
+                        A, B, s = quantize_affine(alpha * scale, shift, 0, q.act_frac, q.scale_bits)
+                        bits = (conv.weight.detach() >= 0).to(torch.int64)
+                        p[layer] = dict(bits=bits, A=A, B=B, shift=s)
+                layer = f"block{n}.lambda"
+                p[layer] = quantize_scalar(block.lambdas.detach(), q.lambda_frac)
+                if block.gate_theta is not None:
+                    layer = f"block{n}.gate"
+                    p[layer] = quantize_scalar(torch.sigmoid(block.gate_theta.detach()),
+                                               q.gate_frac)
+            layer = "fc"
+            pool = self.final_size() ** 2
+            w_q, w_frac = quantize_weights_pow2(self.fc.weight.detach().double() / pool,
+                                                q.weight_bits)
+            b_q = quantize_scalar(self.fc.bias.detach(), w_frac + q.act_frac)
+            p["fc"] = dict(weight=w_q, bias=b_q, frac=w_frac + q.act_frac)
+        except (ValueError, OverflowError) as exc:
+            raise ValueError(f"{layer}: {exc}") from None
         return p
 
     def final_size(self):

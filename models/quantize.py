@@ -19,8 +19,74 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-__all__ = ["QuantConfig", "round_shift", "quantize_affine", "quantize_scalar",
-           "quantize_weights_pow2"]
+__all__ = ["QuantConfig", "ConfigError", "check_int", "round_shift", "quantize_affine",
+           "quantize_scalar", "quantize_weights_pow2", "QUANT_LIMITS", "INT64_SAFE_BITS"]
+
+#: Allowed range of every :class:`QuantConfig` field. Beyond these the format stops
+#: being meaningful (negative fractional bits, more fraction than an 8-bit pixel or
+#: a 16-bit weight can use) and widths, shifts and compile time grow without bound.
+QUANT_LIMITS = {
+    "act_frac": (0, 16),
+    "input_frac": (0, 16),
+    "scale_bits": (1, 24),
+    "lambda_frac": (0, 16),
+    "gate_frac": (0, 16),
+    "weight_bits": (2, 16),
+}
+
+#: Fixed-point results must stay below ``2**INT64_SAFE_BITS`` in magnitude: int64
+#: with headroom for the additions of rounding and bias that follow.
+INT64_SAFE_BITS = 62
+
+#: Largest |fractional bits| :func:`quantize_affine` accepts; far beyond any real
+#: format, it only keeps ``2.0 ** exponent`` finite.
+_MAX_FRAC_MAGNITUDE = 1000
+
+
+class ConfigError(ValueError):
+    """One invalid configuration field.
+
+    ``str(exc)`` is one line starting with the field (``"bases = 0 is out of range;
+    allowed 1..16"``); a checkpoint loader prefixes :attr:`field` with its section.
+
+    Attributes
+    ----------
+    field : str
+        Field name, with an index for list items (``"blocks[2].stride"``); empty when
+        the whole value is wrong.
+    problem : str
+        The rest of the message.
+    """
+
+    def __init__(self, field, problem):
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{field} {problem}" if field else problem)
+
+
+def show_value(value, limit=40):
+    """Short one-line description of an untrusted value, for error messages."""
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {list(value.shape)}"
+    try:
+        text = repr(value)
+    except Exception:  # a hostile object must not break the error message itself
+        text = f"<{type(value).__name__}>"
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def check_int(field, value, low, high):
+    """Raise :class:`ConfigError` unless ``value`` is a plain int in ``low..high``.
+
+    ``bool`` is refused although it subclasses int, and floats and strings are never
+    converted: ``int(2.9)`` or ``int("5")`` would silently change the meaning.
+    """
+    if type(value) is not int:
+        raise ConfigError(field, f"= {show_value(value)} has type {type(value).__name__}; "
+                                 f"allowed an integer {low}..{high}")
+    if not low <= value <= high:
+        raise ConfigError(field, f"= {show_value(value)} is out of range; allowed {low}..{high}")
 
 
 @dataclass(frozen=True)
@@ -51,12 +117,44 @@ class QuantConfig:
     gate_frac: int = 8
     weight_bits: int = 8
 
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self):
+        """Raise :class:`ConfigError` (a ValueError) naming the first field outside
+        :data:`QUANT_LIMITS`."""
+        for name, (low, high) in QUANT_LIMITS.items():
+            check_int(name, getattr(self, name), low, high)
+
     def to_dict(self):
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d):
-        return cls(**{k: int(v) for k, v in d.items()})
+        """Strictly parse an untrusted dict: every field present, no unknown keys,
+        plain ints in range (no conversion).
+
+        Raises
+        ------
+        ConfigError
+        """
+        return cls(**check_fields(d, cls.__dataclass_fields__))
+
+
+def check_fields(d, fields):
+    """``d`` as a plain dict after checking it has exactly the keys ``fields``."""
+    if not isinstance(d, dict):
+        raise ConfigError("", f"= {show_value(d)} has type {type(d).__name__}; allowed a dict")
+    allowed = ", ".join(fields)
+    for key in d:
+        if not isinstance(key, str) or key not in fields:
+            name = key if isinstance(key, str) and key.isidentifier() and len(key) <= 30 \
+                else show_value(key, 30)
+            raise ConfigError(name, f"is not a known field; allowed: {allowed}")
+    for key in fields:
+        if key not in d:
+            raise ConfigError(key, f"is missing; required: {allowed}")
+    return dict(d)
 
 
 def round_shift(v: torch.Tensor, shift: int) -> torch.Tensor:
@@ -64,6 +162,31 @@ def round_shift(v: torch.Tensor, shift: int) -> torch.Tensor:
     if shift == 0:
         return v
     return torch.div(v + (1 << (shift - 1)), 1 << shift, rounding_mode="floor")
+
+
+def _check_frac(name, value):
+    if type(value) is not int or abs(value) > _MAX_FRAC_MAGNITUDE:
+        raise ValueError(f"{name} = {show_value(value)}: expected an integer within "
+                         f"+-{_MAX_FRAC_MAGNITUDE}")
+
+
+def _round_scaled(x: torch.Tensor, exp: int, what: str) -> torch.Tensor:
+    """``round(x * 2**exp)`` as int64, refusing non-finite inputs and results that
+    do not fit :data:`INT64_SAFE_BITS` (a float -> int64 cast out of range is
+    undefined and silently yields garbage)."""
+    x = x.double()
+    if not torch.isfinite(x).all():
+        raise ValueError(f"{what} contains NaN or infinite values")
+    xmax = float(x.abs().max()) if x.numel() else 0.0
+    # |x| < 2**1024, so below 2**-1100 every product rounds to 0; also keeps 2.0**exp finite
+    if xmax == 0.0 or exp < -2100:
+        return torch.zeros(x.shape, dtype=torch.int64)
+    if math.log2(xmax) + exp >= INT64_SAFE_BITS:
+        raise ValueError(f"{what} = {xmax:.3g} * 2**{exp} overflows int64 "
+                         f"(limit 2**{INT64_SAFE_BITS})")
+    # two exact power-of-two steps: 2.0**exp alone overflows for exp > 1023 (tiny x)
+    half = exp // 2
+    return torch.round(x * 2.0 ** half * 2.0 ** (exp - half)).to(torch.int64)
 
 
 def quantize_affine(a: torch.Tensor, b: torch.Tensor, in_frac: int, out_frac: int,
@@ -77,9 +200,20 @@ def quantize_affine(a: torch.Tensor, b: torch.Tensor, in_frac: int, out_frac: in
     -------
     A, B : torch.Tensor (int64, per channel)
     shift : int
+
+    Raises
+    ------
+    ValueError
+        non-finite ``a`` or ``b``, fractional bits that are not integers within
+        +-1000, or an ``A`` or ``B`` that would overflow int64.
     """
+    _check_frac("in_frac", in_frac)
+    _check_frac("out_frac", out_frac)
+    _check_frac("scale_bits", scale_bits)
     a = a.double()
     b = b.double()
+    if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
+        raise ValueError("affine coefficients contain NaN or infinite values")
     amax = float(a.abs().max()) if a.numel() else 0.0
     # Pick the shift that gives A about scale_bits of magnitude: precision is relative
     # to the layer's largest multiplier, whatever the BN statistics are.
@@ -89,25 +223,46 @@ def quantize_affine(a: torch.Tensor, b: torch.Tensor, in_frac: int, out_frac: in
     else:
         shift = 0
     shift = min(shift, 40)
-    A = torch.round(a * 2.0 ** (out_frac - in_frac + shift)).to(torch.int64)
-    B = torch.round(b * 2.0 ** (out_frac + shift)).to(torch.int64)
+    A = _round_scaled(a, out_frac - in_frac + shift, "multiplier A")
+    B = _round_scaled(b, out_frac + shift, "offset B")
     return A, B, shift
 
 
 def quantize_scalar(values: torch.Tensor, frac: int) -> torch.Tensor:
-    """round(values * 2**frac) as int64."""
-    return torch.round(values.double() * 2.0 ** frac).to(torch.int64)
+    """round(values * 2**frac) as int64.
+
+    Raises
+    ------
+    ValueError
+        non-finite values or a result that would overflow int64.
+    """
+    _check_frac("frac", frac)
+    return _round_scaled(values, frac, "value")
 
 
 def quantize_weights_pow2(w: torch.Tensor, bits: int):
     """Signed ``bits``-bit integers with the largest power-of-two scale that fits.
 
     Returns ``(w_q, frac)`` with ``w ~= w_q * 2**-frac``.
+
+    Raises
+    ------
+    ValueError
+        ``bits`` not an integer in 2..62, or non-finite weights.
     """
-    wmax = float(w.abs().max())
+    if type(bits) is not int or not 2 <= bits <= INT64_SAFE_BITS:
+        raise ValueError(f"weight bits = {show_value(bits)}: expected an integer "
+                         f"2..{INT64_SAFE_BITS}")
+    if not torch.isfinite(w).all():
+        raise ValueError("weights contain NaN or infinite values")
+    wmax = float(w.abs().max()) if w.numel() else 0.0
     limit = 2 ** (bits - 1) - 1
     if wmax == 0:
         return torch.zeros_like(w, dtype=torch.int64), 0
-    frac = math.floor(math.log2(limit / wmax))
-    w_q = torch.clamp(torch.round(w.double() * 2.0 ** frac), -limit, limit).to(torch.int64)
+    ratio = limit / wmax
+    # limit/wmax overflows for subnormal wmax; the log difference is then exact enough
+    # (the ratio form is kept otherwise: it decides ties exactly as before)
+    frac = math.floor(math.log2(ratio) if math.isfinite(ratio)
+                      else math.log2(limit) - math.log2(wmax))
+    w_q = torch.clamp(_round_scaled(w, frac, "weights"), -limit, limit)
     return w_q, frac
