@@ -41,9 +41,10 @@ FORMAT = "groupnet-hw/checkpoint/1"
 #: Largest checkpoint file accepted; far above the largest model the limits of
 #: :class:`GroupNetConfig` make sense for on the target FPGA.
 MAX_FILE_BYTES = 2 * 1024 ** 3
-#: Largest pickle (``data.pkl``) entry: a real one is a few kB plus the metadata;
-#: unpickling costs memory proportional to it.
-MAX_PICKLE_BYTES = 16 * 1024 ** 2
+#: Largest pickle (``data.pkl``) entry. torch's weights-only unpickler is pure Python
+#: (about 1 s per MiB here), so this bounds the time a hostile file can cost; a real
+#: one holds ~120 bytes per tensor (a K=16 ResNet-34: ~3,200 tensors, ~400 kB).
+MAX_PICKLE_BYTES = 1024 ** 2
 #: Largest number of zip entries (one per tensor; the largest architecture has ~6,000).
 MAX_ZIP_ENTRIES = 20_000
 #: Largest |weight| or BN statistic: trained values are O(1..100); beyond this the

@@ -146,6 +146,8 @@ CASES = {
                             "config.blocks[1].channels = 500000 is out of range"),
     "huge_bases": (_set("config", bases=2_000_000),
                    "config.bases = 2000000 is out of range; allowed 1..16"),
+    "huge_bases_with_dilations": (_set("config", bases=2_000_000, dilations=[1] * 2_000_000),
+                                  "data.pkl' is 4"),
     "huge_image_size": (_set("config", image_size=10 ** 6),
                         "config.image_size = 1000000 is out of range; allowed 3..512"),
     "thousands_of_blocks": (_set("config", blocks=[[4, 1]] * 5000),
