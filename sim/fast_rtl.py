@@ -209,6 +209,11 @@ def build_fast_rtl(verilog_path, toplevel: str, in_width: int, out_width: int, *
             except subprocess.TimeoutExpired:
                 raise RTLBuildError(f"Verilator build exceeded {_BUILD_TIMEOUT_S} s; log: {log}") \
                     from None
+            except BaseException:
+                # interrupted: nothing half-built stays in the cache (a failed build
+                # keeps its folder, whose log the error names)
+                shutil.rmtree(work, ignore_errors=True)
+                raise
         seconds = time.perf_counter() - t0
         if proc.returncode != 0 or not (work / "Vdut_sim").is_file():
             raise RTLBuildError(f"Verilator build of {toplevel} failed; log: {log}\n"
