@@ -46,7 +46,7 @@ def _measure(name, model, images, work, cocotb_images, amaranth_images, jobs):
     from groupnet_hw.compiler.passes import compile_model
     from groupnet_hw.compiler.schedule import schedule
     from groupnet_hw.hw.accelerator import Accelerator
-    from groupnet_hw.sim.verify import RTLDesign, output_width, verify
+    from groupnet_hw.sim.verify import RTLDesign, port_widths, verify
 
     sched = schedule(compile_model(model))
     t0 = time.perf_counter()
@@ -55,7 +55,7 @@ def _measure(name, model, images, work, cocotb_images, amaranth_images, jobs):
     gen_s = time.perf_counter() - t0
     path = work / f"{name}.v"
     path.write_text(text)
-    design = RTLDesign(path, "groupnet_core", 8, output_width(acc))
+    design = RTLDesign(path, "groupnet_core", *port_widths(acc))
     row = {"model": name, "frame_cycles": sched.frame_cycles, "verilog_bytes": len(text),
            "verilog_seconds": round(gen_s, 1), "simulators": {}}
 

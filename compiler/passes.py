@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from ..models.quantize import quantize_affine
+from ..models.quantize import INT64_SAFE_BITS, quantize_affine
 from .execute import round_shift
 from .graph import Graph, Node
 
@@ -100,8 +100,24 @@ def fold_thresholds(g: Graph) -> Graph:
     return g
 
 
+def _fits_int64(node, bound, what="value"):
+    """Refuse a node whose worst case would not fit the int64 arithmetic of the
+    executor and the fixed-point forward (a wrap would pass silently)."""
+    if abs(int(bound)) >= 1 << INT64_SAFE_BITS:
+        raise ValueError(f"{node.name}: its {what} can reach 2**{abs(int(bound)).bit_length() - 1}, "
+                         f"beyond int64 arithmetic (allowed 2**{INT64_SAFE_BITS}); weights, BN "
+                         "statistics or quantization settings are too extreme")
+
+
 def analyze_ranges(g: Graph) -> Graph:
-    """Fill ``lo``/``hi`` of every non-bit tensor with bounds that cannot be exceeded."""
+    """Fill ``lo``/``hi`` of every non-bit tensor with bounds that cannot be exceeded.
+
+    Raises
+    ------
+    ValueError
+        A tensor, or a product before a post-op's or mixer's shift, that could leave
+        int64 (``INT64_SAFE_BITS``).
+    """
     for node in g:
         a = node.attrs
         ins = [g[Graph.source(r)] for r in node.inputs]
@@ -120,6 +136,8 @@ def analyze_ranges(g: Graph) -> Graph:
             lo, hi = ins[0].lo, ins[0].hi
             if a["pre_relu"]:
                 lo, hi = max(lo, 0), max(hi, 0)
+            _fits_int64(node, int(a["A"].abs().max()) * max(-lo, hi) + int(a["B"].abs().max()),
+                        "product before the shift")
             ends = [postop_value(v, int(A), int(B), a["shift"], False, a["post_relu"])
                     for A, B in zip(a["A"].tolist(), a["B"].tolist()) for v in (lo, hi)]
             node.lo, node.hi = min(ends), max(ends)
@@ -134,6 +152,7 @@ def analyze_ranges(g: Graph) -> Graph:
             lam = a["lambdas"].tolist()
             lo = sum(min(l * x.lo, l * x.hi) for l, x in zip(lam, ins))
             hi = sum(max(l * x.lo, l * x.hi) for l, x in zip(lam, ins))
+            _fits_int64(node, max(-lo, hi), "weighted sum before the shift")
             agg_lo, agg_hi = round_shift(lo, a["lambda_frac"]), round_shift(hi, a["lambda_frac"])
             a["agg_range"] = (agg_lo, agg_hi)
             if a["gates"] is None:
@@ -141,6 +160,9 @@ def analyze_ranges(g: Graph) -> Graph:
             else:
                 one = 1 << a["gate_frac"]
                 los, his = [], []
+                # C*g + (one - C)*agg with 0 <= C <= one
+                _fits_int64(node, one * (max(max(-x.lo, x.hi) for x in ins)
+                                         + max(-agg_lo, agg_hi)), "gated sum before the shift")
                 for c_i, x in zip(a["gates"].tolist(), ins):
                     los.append(round_shift(c_i * x.lo + (one - c_i) * agg_lo, a["gate_frac"]))
                     his.append(round_shift(c_i * x.hi + (one - c_i) * agg_hi, a["gate_frac"]))
@@ -158,6 +180,7 @@ def analyze_ranges(g: Graph) -> Graph:
             node.lo, node.hi = 0, 1
         else:
             raise ValueError(f"{node.name}: no range rule for op {node.op!r}")
+        _fits_int64(node, max(-node.lo, node.hi))
     return g
 
 

@@ -121,11 +121,11 @@ def _core_design(sched, name):
     from amaranth.back import verilog
 
     from .hw.accelerator import Accelerator
-    from .sim.verify import output_width
+    from .sim.verify import port_widths
     core = Accelerator(sched)
     # No source-location attributes: they double the file and no tool needs them.
     text = verilog.convert(core, name=name, emit_src=False)
-    return text, 8, output_width(core)
+    return (text, *port_widths(core))
 
 
 @main.command()

@@ -146,8 +146,6 @@ class RTLRun:
         The cache entry that was used.
     waves_file : Path or None
         The waveform, if ``waves=True``.
-    frame_starts : dict
-        Frame index -> cycle that took its first input beat (fast path only).
     segments : list of (int, int)
         (first output index, output count) of each independently reset run segment
         (the fast path's shards); empty means one segment.
@@ -164,7 +162,6 @@ class RTLRun:
     inputs_accepted: int = 0
     build_path: Path | None = field(default=None, repr=False)
     waves_file: Path | None = None
-    frame_starts: dict = field(default_factory=dict)
     segments: list = field(default_factory=list)
 
     def steady_interval(self) -> float | None:

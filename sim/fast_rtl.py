@@ -73,13 +73,13 @@ def wrapper_verilog(toplevel: str, in_width: int, out_width: int, ports=None) ->
     """Verilog of ``gn_dut``: ``toplevel`` with plain stream port names, a register
     slice on its output stream and a protocol checker on that stream.
 
-    The register slice (a two-entry skid buffer: full rate, ``ready`` registered)
-    keeps the driver's ``out_ready`` from reaching the core combinationally, so a
-    Verilated evaluation triggered by the testbench's inputs does not recompute the
-    core's whole ``ready`` chain. It adds one cycle of latency and no change to the
-    interval between outputs. The checker sets ``protocol_error`` bit 0 when the
-    core drops ``valid`` before its beat was taken and bit 1 when it changes the
-    payload of a waiting beat.
+    The checker watches the core's own output port while the driver's stalls reach
+    it through the register slice (a two-entry skid buffer: full rate, ``ready``
+    registered; one cycle of latency, no change to the interval between outputs).
+    It sets ``protocol_error`` bit 0 when the core drops ``valid`` before its beat
+    was taken and bit 1 when it changes the payload of a waiting beat; the driver
+    reports both. Reset passes through a flop: straight from a top-level input it
+    made Verilator re-evaluate every register's next-state logic on each eval.
     """
     p = {**DEFAULT_PORTS, **(ports or {})}
     w = out_width
@@ -90,11 +90,9 @@ module gn_dut (
     output reg [{w - 1}:0] out_data, output reg out_valid, input out_ready,
     output [1:0] protocol_error
 );
-  // Reset through a flop: with `rst` straight from a top-level input, Verilator
-  // re-evaluates every register's next-state logic on each eval (it all reads rst).
+  // reset through a flop (see wrapper_verilog); the driver waits one edge for it
   reg rst_q;
   always @(posedge clk) rst_q <= rst;
-  // (the driver waits one edge after reset for it)
   wire [{w - 1}:0] c_data;
   wire c_valid;
   reg skid_valid;
@@ -227,7 +225,7 @@ def build_fast_rtl(verilog_path, toplevel: str, in_width: int, out_width: int, *
 
 
 def _parse_result(path: Path):
-    outputs, out_cycles, frame_starts, errors = [], [], {}, []
+    outputs, out_cycles, errors = [], [], []
     summary = None
     for line in path.read_text().splitlines():
         tag, _, rest = line.partition(" ")
@@ -235,16 +233,13 @@ def _parse_result(path: Path):
             cycle, payload = rest.split()
             out_cycles.append(int(cycle))
             outputs.append(int(payload, 16))
-        elif tag == "F":
-            frame, cycle = rest.split()
-            frame_starts[int(frame)] = int(cycle)
         elif tag == "E":
             errors.append(rest)
         elif tag == "S":
             summary = rest.split()
     if summary is None:
         raise RTLError(f"the fast simulator wrote no summary to {path}")
-    return outputs, out_cycles, frame_starts, errors, summary
+    return outputs, out_cycles, errors, summary
 
 
 def _shards(n_frames: int, jobs: int):
@@ -279,8 +274,7 @@ def run_fast_rtl(verilog_path, toplevel: str, in_beats, n_out: int, out_width: i
         Cycles to keep running after the last expected output; any beat in them is
         reported as an error (duplicated or extra output).
     frame_beats : int
-        Input beats per frame. Needed for ``jobs > 1`` and ``waves``; the run then
-        records the cycle that took each frame's first beat (``RTLRun.frame_starts``).
+        Input beats per frame. Needed for ``jobs > 1`` and ``waves``.
     jobs : int
         Simulator processes; the frames are split into this many contiguous shards
         (each starts from reset), when every frame gives the same number of outputs.
@@ -309,16 +303,14 @@ def run_fast_rtl(verilog_path, toplevel: str, in_beats, n_out: int, out_width: i
     n_frames = len(in_beats) // frame_beats if frame_beats else 0
     per_frame = n_out // n_frames if n_frames and n_out % n_frames == 0 and \
         n_frames * frame_beats == len(in_beats) else 0
-    if per_frame and waves is not None:
-        shard_list = [sh for sh in _shards(n_frames, jobs) if sh[0] <= waves_frame < sum(sh)]
-        shard_ids = [_shards(n_frames, jobs).index(shard_list[0])]
-    elif per_frame:
-        shard_list = _shards(n_frames, jobs)
-        shard_ids = list(range(len(shard_list)))
+    if waves is not None and not 0 <= waves_frame < max(n_frames, 1):
+        raise ValueError(f"no frame {waves_frame} to trace")
+    if per_frame:
+        shards = [(sid, first, count)
+                  for sid, (first, count) in enumerate(_shards(n_frames, jobs))
+                  if waves is None or first <= waves_frame < first + count]
     else:
-        if waves is not None and not 0 <= waves_frame < max(n_frames, 1):
-            raise ValueError(f"no frame {waves_frame} to trace")
-        shard_list, shard_ids, per_frame = [(0, n_frames)], [0], None
+        shards, per_frame = [(0, 0, n_frames)], None
     binary, build_s, cached = build_fast_rtl(verilog_path, toplevel, in_width, out_width,
                                              trace=waves is not None, build_dir=build_dir,
                                              ports=ports, progress=progress)
@@ -326,7 +318,7 @@ def run_fast_rtl(verilog_path, toplevel: str, in_beats, n_out: int, out_width: i
     try:
         procs = []
         t0 = time.perf_counter()
-        for sid, (first, count) in zip(shard_ids, shard_list):
+        for sid, first, count in shards:
             if per_frame is None:
                 beats, outs = in_beats, n_out
             else:
@@ -355,8 +347,8 @@ def run_fast_rtl(verilog_path, toplevel: str, in_beats, n_out: int, out_width: i
         wall = time.perf_counter() - t0
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
-    outputs, out_cycles, segments, frame_starts, sim_seconds = [], [], [], {}, 0.0
-    for sid, first, outs, got, cycles, starts, errors, summary in parsed:
+    outputs, out_cycles, segments, sim_seconds = [], [], [], 0.0
+    for sid, first, outs, got, cycles, errors, summary in parsed:
         accepted, _, timed_out, _, seconds = summary
         where = f" (shard {sid}, frames {first}..)" if len(parsed) > 1 else ""
         # A protocol error is the cause of any timeout that follows it: report it first.
@@ -370,7 +362,6 @@ def run_fast_rtl(verilog_path, toplevel: str, in_beats, n_out: int, out_width: i
         segments.append((len(outputs), len(got)))
         outputs += got
         out_cycles += cycles
-        frame_starts.update({first + f: c for f, c in starts.items()})
         sim_seconds = max(sim_seconds, float(seconds))
     last_cycles = [cycles[-1] + 1 for _, _, _, _, cycles, *_ in parsed if cycles]
     return RTLRun(outputs=outputs, cycles=max(last_cycles, default=0),
@@ -379,4 +370,4 @@ def run_fast_rtl(verilog_path, toplevel: str, in_beats, n_out: int, out_width: i
                   inputs_accepted=sum(int(summary[0]) for *_, summary in parsed),
                   build_path=binary.parent,
                   waves_file=Path(waves) if waves is not None else None,
-                  frame_starts=frame_starts, segments=segments)
+                  segments=segments)

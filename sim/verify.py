@@ -30,12 +30,13 @@ import time
 from dataclasses import asdict, dataclass, field
 
 import torch
+from amaranth.hdl import Shape
 
 from ..compiler.execute import execute
 from ..hw.accelerator import Accelerator
 
 __all__ = ["VerifyResult", "RTLDesign", "run_hardware", "verify", "first_divergence",
-           "SIMULATORS"]
+           "port_widths", "SIMULATORS"]
 
 SIMULATORS = ("verilator", "cocotb", "icarus", "amaranth")
 
@@ -92,9 +93,9 @@ class VerifyResult:
         return d
 
 
-def output_width(acc: Accelerator) -> int:
-    """Bits of the accelerator's output payload (logits, then the class)."""
-    return acc.n_classes * acc.logit_width + max(1, (acc.n_classes - 1).bit_length())
+def port_widths(acc: Accelerator) -> tuple[int, int]:
+    """Payload bits of the accelerator's ``i`` (pixels) and ``o`` (logits, class) streams."""
+    return (Shape.cast(acc.i.payload.shape()).width, Shape.cast(acc.o.payload.shape()).width)
 
 
 def _decode(word, n_classes, logit_width):
@@ -106,14 +107,16 @@ def _decode(word, n_classes, logit_width):
     return logits, word >> (n_classes * logit_width)
 
 
-def first_divergence(graph, model, images):
+def first_divergence(graph, model, images, values=None):
     """First node (graph order) whose integer-graph value differs from the model's
     fixed-point forward, as ``"node NAME, image I"``; None if all compared nodes agree.
 
     Compares every node the two share by name (convolutions, post-ops, residual sums,
-    aggregates), so a wrong fold or range shows where it starts.
+    aggregates), so a wrong fold or range shows where it starts. ``values`` are the
+    executor's results on ``images`` if the caller has them already.
     """
-    values = execute(graph, images)
+    if values is None:
+        values = execute(graph, images)
     trace = model.forward_quantized(images, keep_trace=True).trace
     for node in graph:
         want, got = trace.get(node.name), values.get(node.name)
@@ -213,7 +216,8 @@ def verify(model, sched, images, simulator="verilator", design: RTLDesign = None
     graph_values = execute(sched.graph, images)
     graph_ok = (torch.equal(graph_values["head"], expected.logits)
                 and torch.equal(graph_values["classes"], expected.classes))
-    divergence = None if graph_ok else (first_divergence(sched.graph, model, images)
+    divergence = None if graph_ok else (first_divergence(sched.graph, model, images,
+                                                         graph_values)
                                         or "only at the logits (head)")
     acc = Accelerator(sched)
     if simulator != "amaranth":

@@ -9,7 +9,7 @@ from groupnet_hw.compiler.schedule import schedule
 from groupnet_hw.hw.accelerator import Accelerator
 from groupnet_hw.models.data import load_digits_split
 from groupnet_hw.sim.toolchain import have_verilator, lint_verilog
-from groupnet_hw.sim.verify import RTLDesign, output_width, verify
+from groupnet_hw.sim.verify import RTLDesign, port_widths, verify
 from conftest import random_images, random_model
 
 TINY = [
@@ -24,7 +24,7 @@ def _design(sched, tmp_path):
     acc = Accelerator(sched)
     path = tmp_path / "top.v"
     path.write_text(verilog.convert(acc, name="top"))
-    return RTLDesign(path, "top", 8, output_width(acc))
+    return RTLDesign(path, "top", *port_widths(acc))
 
 
 @pytest.mark.parametrize("index", range(len(TINY)))

@@ -99,3 +99,14 @@ def test_default_network_fits_de10nano_and_reports():
 def test_unknown_board_is_rejected():
     with pytest.raises(ValueError, match="unknown board"):
         schedule(compile_model(random_model(0, **CONFIGS[1])), board="nope")
+
+
+def test_range_analysis_refuses_what_int64_cannot_hold():
+    """A post-op whose worst-case product leaves int64 is named, not left to wrap."""
+    graph = compile_model(random_model(3, image_size=6, stem_channels=3, blocks=[[3, 1]],
+                                       bases=2, num_classes=3))
+    node = next(n for n in graph if n.op == "postop")
+    node.attrs["A"] = node.attrs["A"].clone().fill_(1 << 60)
+    with pytest.raises(ValueError, match=rf"{node.name}: its product before the shift "
+                                         r"can reach 2\*\*\d+, beyond int64"):
+        analyze_ranges(graph)

