@@ -107,7 +107,7 @@ def main(argv=None):
         print("training the default K=5 model (30 epochs)", flush=True)
         default_model = _train({}, 30, 0)
     print("training the small K=2, 8-channel model (15 epochs)", flush=True)
-    small = _train(dict(stem_channels=8, blocks=[[8, 1], [8, 2]], bases=2), 15, 1)
+    small = _train(dict(stem_channels=8, stages=[[8, 1, 1], [8, 1, 2]], bases=2), 15, 1)
     rows = []
     with tempfile.TemporaryDirectory(prefix="verify-speed-") as tmp:
         work = Path(tmp)

@@ -1,32 +1,15 @@
 """Graph IR: typed nodes in topological order.
 
-A node names its op, its inputs (references ``"node"`` or ``"node:k"`` for the
-k-th output of a multi-output node), integer attributes, and the tensor it
-produces: channels, height, width and kind (``"u8"`` pixels, ``"bits"`` binary
-activations with 1 <-> +1, ``"int"`` fixed-point integers). Range analysis fills
-``lo``/``hi`` and ``width`` (signed bits).
+A node names its op (defined once in :mod:`.ops`), its inputs (references ``"node"``
+or ``"node:k"`` for the k-th output of a multi-output node), integer attributes, and
+the typed tensor it produces: channels, height, width and kind -- ``"bits"`` (binary
+activations, 1 <-> +1), ``"uint"`` (unsigned ``bits``-bit levels: pixels, n-bit
+activations) or ``"fixed"`` (signed integers with ``frac`` fractional bits). Range
+analysis fills ``lo``/``hi``, from which fixed-point widths follow.
 
-Op vocabulary (attributes in brackets):
-
-=============  ================================================================
-input          uint8 image [height, width]
-int_conv       full-precision conv on integers [weight (Cout,Cin,k,k), stride,
-               dilation, padding; zero padding]
-bin_conv       XNOR-popcount conv on bits [bits (Cout,Cin,k,k), stride,
-               dilation, padding; +1 padding]; dot = 2*popcount(xnor) - N
-scale          multiply by float alpha per channel (before folding)
-relu           max(x, 0) (before folding)
-batchnorm      float per-channel affine [scale, shift, in_frac] (before folding)
-postop         round_shift(A*(relu?(x)) + B, shift), then relu? [A, B, shift,
-               pre_relu, post_relu]
-sign           bits = x >= 0
-threshold      bits = (x >= T) xor invert [T, invert]
-subsample      keep rows/cols that are multiples of stride
-add            a + zero-channel-padded b
-mixer          agg = round_shift(sum lambda_j G_j, lambda_frac); gated: outputs
-               x_i = round_shift(C_i G_i + (2^gf - C_i) agg, gate_frac)
-head           sum pool, logits = W @ sums + bias; output logits [n_classes]
-=============  ================================================================
+Node names are unique identifiers for messages and waveforms and nothing else: the
+graph's input and output are :attr:`Graph.input` and :attr:`Graph.output`, and no pass
+looks a node up by a name it did not get from the graph.
 """
 
 from __future__ import annotations
@@ -52,18 +35,20 @@ class Node:
     channels: int = 0
     height: int = 0
     width: int = 0
-    kind: str = "int"
+    kind: str = "fixed"
+    bits: int = 0
+    frac: int = 0
     outputs: int = 1
     lo: int | None = None
     hi: int | None = None
 
     @property
     def bit_width(self):
-        """Width of one channel's value in hardware (1 for bits, 8 for pixels)."""
+        """Width of one channel's value in hardware (1 for bits, ``bits`` for uint)."""
         if self.kind == "bits":
             return 1
-        if self.kind == "u8":
-            return 8
+        if self.kind == "uint":
+            return self.bits
         if self.lo is None:
             raise ValueError(f"{self.name}: range analysis has not run")
         return signed_width(self.lo, self.hi)
@@ -72,51 +57,80 @@ class Node:
 class Graph:
     """Ordered nodes with name lookup and consumer queries."""
 
-    def __init__(self, nodes=(), output=None):
-        self.nodes = list(nodes)
+    def __init__(self, nodes=(), input=None, output=None):
+        self._nodes = list(nodes)
+        self._index = {n.name: n for n in self._nodes}
+        self.input = input
         self.output = output
+        #: model layer (fx node name) -> reference of the graph value equal to its
+        #: fixed-point output, for locating a divergence; entries whose node a pass
+        #: folded away are skipped.
+        self.origins = {}
+
+    @property
+    def nodes(self):
+        """The nodes in topological order (a copy: change them with add/remove/replace)."""
+        return list(self._nodes)
 
     def __iter__(self):
-        return iter(self.nodes)
+        return iter(list(self._nodes))
 
     def __len__(self):
-        return len(self.nodes)
+        return len(self._nodes)
 
     def __getitem__(self, name) -> Node:
-        for node in self.nodes:
-            if node.name == name:
-                return node
-        raise KeyError(name)
+        return self._index[name]
 
     def __contains__(self, name):
-        return any(n.name == name for n in self.nodes)
+        return name in self._index
 
     @staticmethod
     def source(ref: str) -> str:
         return ref.split(":")[0]
 
     def consumers(self, name):
-        return [n for n in self.nodes if any(self.source(r) == name for r in n.inputs)]
+        return [n for n in self._nodes if any(self.source(r) == name for r in n.inputs)]
 
     def add(self, node: Node) -> Node:
-        self.nodes.append(node)
+        if node.name in self._index:
+            raise ValueError(f"duplicate node name {node.name!r}")
+        self._nodes.append(node)
+        self._index[node.name] = node
         return node
 
+    def replace(self, old: Node, new: Node):
+        """Put ``new`` (same name: references stay valid) in ``old``'s place."""
+        if new.name != old.name:
+            raise ValueError(f"replacing {old.name!r} by a node named {new.name!r}")
+        self._nodes[self._nodes.index(old)] = new
+        self._index[new.name] = new
+
     def replace_refs(self, old: str, new: str):
-        for node in self.nodes:
+        for node in self._nodes:
             node.inputs = [new if r == old else r for r in node.inputs]
         if self.output == old:
             self.output = new
 
+    def producer(self, ref) -> Node:
+        return self[self.source(ref)]
+
+    def unique_name(self, base):
+        """``base``, or ``base_2``, ``base_3``... if taken."""
+        name, k = base, 2
+        while name in self._index:
+            name, k = f"{base}_{k}", k + 1
+        return name
+
     def remove(self, name):
-        self.nodes = [n for n in self.nodes if n.name != name]
+        self._nodes = [n for n in self._nodes if n.name != name]
+        self._index.pop(name, None)
 
     def ops(self):
-        return [n.op for n in self.nodes]
+        return [n.op for n in self._nodes]
 
     def summary(self):
         lines = []
-        for n in self.nodes:
+        for n in self._nodes:
             rng = f" [{n.lo}, {n.hi}] w={n.bit_width}" if n.lo is not None else ""
             lines.append(f"{n.name:28s} {n.op:10s} {n.channels}x{n.height}x{n.width} "
                          f"{n.kind}{rng} <- {', '.join(n.inputs)}")

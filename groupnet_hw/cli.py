@@ -58,62 +58,129 @@ def main():
     """
 
 
+def _parse_rates(text):
+    """'1,2;3,4' -> [[1, 2], [3, 4]] (one list of per-base rates per stage)."""
+    try:
+        return [[int(v) for v in stage.split(",")] for stage in text.split(";")]
+    except ValueError:
+        raise UserError(f"--dilations {text!r}: expected integers, e.g. '1,1;2,3;6,7' "
+                        "(one comma-separated list of K rates per stage)") from None
+
+
+def _parse_ints(text, option):
+    try:
+        return [int(v) for v in text.split(",")]
+    except ValueError:
+        raise UserError(f"{option} {text!r}: expected comma-separated integers") from None
+
+
 @main.command()
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Checkpoint to write (.pt).")
-@click.option("--bases", "-K", default=5, show_default=True, type=click.IntRange(1, 16),
-              help="Parallel binary bases per block.")
-@click.option("--dilations", default=None, metavar="D1,D2,...",
-              help="BPAC dilation per base, e.g. 1,1,2,2,3 (default: all 1).")
-@click.option("--channels", default="16,16,16", show_default=True, metavar="STEM,B1,B2",
-              help="Channels of the stem and of each block (the second block has stride 2).")
+@click.option("--arch", default="digits", show_default=True,
+              help="Topology from `groupnet-hw zoo` (digits, cifar, cifar-small, resnet18, "
+                   "resnet34).")
+@click.option("--variant", default="groupnet", show_default=True,
+              help="lbd, gbd-v1, gbd-v2, gbd-v3, groupnet or groupnet-star (see `groupnet-hw zoo`).")
+@click.option("--bases", "-K", default=5, show_default=True, type=int,
+              help="Binary bases per group, 1..8.")
+@click.option("--act-bits", default=1, show_default=True, type=int,
+              help="Activation bits: 1 (binary), 2 or 4 (uniform, clipped at --act-beta).")
+@click.option("--act-beta", default=2.0, show_default=True, type=float,
+              help="Clip value beta of 2- and 4-bit activations.")
+@click.option("--bpac", is_flag=True,
+              help="BPAC: the paper's per-base dilation rates {2..K+1} and {6..K+5} for the last "
+                   "two stages.")
+@click.option("--dilations", default=None, metavar="R,..;R,..",
+              help="Explicit BPAC rates: K comma-separated rates per stage, stages separated by "
+                   "';' (e.g. '1,1;2,3' for K=2 and two stages).")
+@click.option("--channels", default=None, metavar="STEM,S1,S2,...",
+              help="Override the channels of the stem and of each stage.")
 @click.option("--epochs", default=30, show_default=True, type=click.IntRange(1, 10_000))
+@click.option("--max-steps", default=0, show_default=True, type=click.IntRange(0),
+              help="Stop after this many optimizer steps (0: no limit).")
 @click.option("--batch-size", default=64, show_default=True, type=click.IntRange(1, 4096))
 @click.option("--lr", default=5e-3, show_default=True, type=click.FloatRange(0, 1, min_open=True),
               help="Adam learning rate (decayed x0.1 at 60% and 85% of the epochs).")
 @click.option("--seed", default=0, show_default=True, type=int, help="Makes the run reproducible.")
-def train(output, bases, dilations, channels, epochs, batch_size, lr, seed):
-    """Train a Group-Net on scikit-learn's 8x8 digits and write a checkpoint.
+def train(output, arch, variant, bases, act_bits, act_beta, bpac, dilations, channels, epochs,
+          max_steps, batch_size, lr, seed):
+    """Train a Group-Net family member on a built-in dataset and write a checkpoint.
 
-    Prints float and quantized (fixed-point, what the hardware computes) test
-    accuracy on the fixed held-out split.
+    The dataset follows the topology: digits (8x8 grey) for `digits`; digits pasted on
+    crops of scikit-learn's sample photos (32x32 RGB) for `cifar*`; photo crops for the
+    224x224 ResNets (a training smoke test). Fractional bits are calibrated on the
+    training split. Prints float and quantized (fixed-point, what the hardware
+    computes) test accuracy and their agreement.
+
+    \b
+    Examples:
+      groupnet-hw train -o m.pt                                  # digits, Group-Net, K=5
+      groupnet-hw train -o m.pt --variant gbd-v3 -K 3 --act-bits 2
+      groupnet-hw train -o c.pt --arch cifar-small -K 2 --epochs 10
+      groupnet-hw train -o r.pt --arch resnet18 -K 1 --max-steps 1
     """
     import torch
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .models.checkpoint import save_checkpoint
-    from .models.data import digits_description
-    from .models.groupnet import GroupNetConfig
-    from .models.train import TrainConfig, train_digits
+    from .models.data import dataset_description
+    from .models.quantize import ConfigError
+    from .models.train import TrainConfig, dataset_for, train_model
+    from .models.zoo import ARCHS, arch_config
 
+    fields = dict(variant=variant, bases=bases, act_bits=act_bits, act_beta=float(act_beta))
+    if channels:
+        chans = _parse_ints(channels, "--channels")
+        if arch not in ARCHS:
+            raise UserError(f"--arch {arch!r} is not in the zoo; known: {', '.join(ARCHS)}")
+        stages = ARCHS[arch][2]["stages"]
+        if len(chans) != len(stages) + 1:
+            raise UserError(f"--channels needs {len(stages) + 1} values for {arch} "
+                            f"(the stem and {len(stages)} stages)")
+        fields["stem_channels"] = chans[0]
+        fields["stages"] = [[c, n, s] for c, (_, n, s) in zip(chans[1:], stages)]
     try:
-        chans = [int(c) for c in channels.split(",")]
-        if len(chans) < 2:
-            raise ValueError("--channels needs the stem and at least one block")
-        dil = [int(d) for d in dilations.split(",")] if dilations else None
-        blocks = [[c, 1 if i == 0 else 2] for i, c in enumerate(chans[1:])]
-        config = GroupNetConfig(stem_channels=chans[0], blocks=blocks, bases=bases, dilations=dil)
-    except ValueError as exc:
+        config = arch_config(arch, bpac=bpac,
+                             dilations=_parse_rates(dilations) if dilations else None, **fields)
+        dataset = dataset_for(config)
+    except (ConfigError, ValueError) as exc:
         raise UserError(f"invalid architecture: {exc}") from None
     out_dir = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(out_dir):
         raise UserError(f"{out_dir}: directory does not exist")
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-    tc = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed)
+    tc = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, max_steps=max_steps)
     console = _console()
-    with Progress(TextColumn("training"), BarColumn(), TextColumn("{task.completed}/{task.total} epochs"),
+    with Progress(TextColumn(f"training {arch}/{variant} K={bases}"), BarColumn(),
+                  TextColumn("{task.completed}/{task.total} epochs"),
                   TextColumn("loss {task.fields[loss]:.4f}"), TimeElapsedColumn(),
                   console=console, transient=False) as progress:
         task = progress.add_task("train", total=epochs, loss=float("nan"))
-        model, metrics = train_digits(
+        model, metrics = train_model(
             config, tc, progress=lambda e, n, loss: progress.update(task, completed=e, loss=loss))
-    save_checkpoint(output, model, dataset=digits_description(), metrics=metrics,
-                    train_config=tc.to_dict())
+    save_checkpoint(output, model, dataset=dataset_description(dataset), metrics=metrics,
+                    train_config={**tc.to_dict(), "arch": arch})
     click.echo(f"float test accuracy:     {metrics['float_accuracy']:.2%}")
     click.echo(f"quantized test accuracy: {metrics['quantized_accuracy']:.2%}  "
                f"(float/quantized agreement {metrics['float_quantized_agreement']:.2%}, "
-               f"{metrics['test_images']} test images)")
+               f"{metrics['test_images']} test images of {dataset})")
     click.echo(f"wrote {output}")
+
+
+@main.command()
+def zoo():
+    """List the topologies (--arch) and variants (--variant) of the Group-Net family."""
+    from .models.groupnet import VARIANTS
+    from .models.zoo import ARCHS
+    click.echo("topologies (train --arch):")
+    for name, (about, dataset, _) in ARCHS.items():
+        click.echo(f"  {name:13s} {about} [data: {dataset}]")
+    click.echo("variants (train --variant):")
+    for name, about in VARIANTS.items():
+        click.echo(f"  {name:13s} {about}")
+    click.echo("options: -K 1..8 bases; --act-bits 1, 2 or 4; --bpac (paper rates) or "
+               "--dilations; see `groupnet-hw train --help`")
 
 
 def _core_design(sched, name):
@@ -200,7 +267,7 @@ def build(checkpoint, board, out_dir, target_cycles, baud):
     click.echo(plan["message"].replace(str(staging), str(out)))
 
 
-def _read_images(input_path, size, images):
+def _read_images(input_path, config, images):
     import numpy as np
     import torch
     if input_path:
@@ -210,14 +277,20 @@ def _read_images(input_path, size, images):
             arr = np.load(input_path, allow_pickle=False)
         except (ValueError, OSError) as exc:
             raise UserError(f"{input_path}: not a readable .npy array ({exc})") from None
-        if arr.ndim == 2:
+        size, c = config.image_size, config.in_channels
+        shape = (size, size) if c == 1 else (c, size, size)
+        if arr.ndim == len(shape):
             arr = arr[None]
-        if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[1:] != (size, size) or not len(arr):
-            raise UserError(f"{input_path}: expected uint8 images of shape [N, {size}, {size}], "
-                            f"got {arr.dtype} {list(arr.shape)}")
+        if arr.dtype != np.uint8 or arr.shape[1:] != shape or not len(arr):
+            raise UserError(f"{input_path}: expected uint8 images of shape "
+                            f"[N, {', '.join(map(str, shape))}], got {arr.dtype} {list(arr.shape)}")
         return torch.from_numpy(arr.copy())
-    from .models.data import load_digits_split
-    test = load_digits_split()[2]
+    from .models.data import load_dataset
+    from .models.train import dataset_for
+    try:
+        test = load_dataset(dataset_for(config))[2]
+    except ValueError as exc:
+        raise UserError(f"{exc}; pass --input") from None
     return test if images is None else test[:images]
 
 
@@ -267,9 +340,11 @@ def _design_for(target, simulator, build_root, console):
                    "cocotb: cocotb on Verilator (Python every cycle); icarus: cocotb on Icarus; "
                    "amaranth: the Python simulator on the Amaranth model.")
 @click.option("--images", default=None, type=click.IntRange(1),
-              help="Use only the first N held-out digits (default: all 450; ignored with --input).")
+              help="Use only the first N held-out test images of the model's built-in dataset "
+                   "(default: all 450; ignored with --input).")
 @click.option("--input", "input_path", type=click.Path(dir_okay=False), default=None,
-              help="Your own images: a .npy uint8 array [N, H, W] (or [H, W]).")
+              help="Your own images: a .npy uint8 array [N, H, W] for grey models, "
+                   "[N, C, H, W] for RGB (one image without the N axis is accepted).")
 @click.option("--stall", default=0.0, show_default=True, type=click.FloatRange(0, 0.95),
               help="Probability of random input gaps and output ready-stalls (back-pressure).")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0),
@@ -318,7 +393,7 @@ def verify(target, simulator, images, input_path, stall, seed, waves, jobs, as_j
             raise UserError("Icarus Verilog not found: apt-get install iverilog")
         build_root.mkdir(parents=True, exist_ok=True)
     model, sched, design, what = _design_for(target, simulator, build_root, console)
-    data = _read_images(input_path, model.config.image_size, images)
+    data = _read_images(input_path, model.config, images)
     with console.status(f"simulating {len(data)} images on {simulator}") as status:
         try:
             result = run_verify(model, sched, data, simulator=simulator, design=design,

@@ -10,23 +10,16 @@ no back-pressure pattern can deadlock the pipeline.
 
 from __future__ import annotations
 
-import numpy as np
 from amaranth.hdl import Module, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..compiler.execute import flat_weight
-from ..compiler.graph import Graph
-from .elementwise import PostOp, ResidualAdd, SignBits, Threshold
+from ..compiler.ops import op_of
 from .fifo import StreamFIFO
 from .fork import Broadcast
 from .head import ClassifierHead
-from .mixer import BaseMixer
-from .mvu import BinaryMVU, IntegerMVU
-from .subsample import Subsample
-from .window import SlidingWindow
 
-__all__ = ["Accelerator", "output_layout"]
+__all__ = ["Accelerator", "BuildContext", "output_layout", "tensor_shape"]
 
 
 def output_layout(n_classes, logit_width):
@@ -36,14 +29,51 @@ def output_layout(n_classes, logit_width):
     })
 
 
-def _tensor_shape(node):
+def tensor_shape(node):
+    """Stream payload shape of one pixel of ``node``'s tensor."""
     if node.kind == "bits":
         return unsigned(node.channels)
-    if node.kind == "u8":
-        if node.channels != 1:
-            raise NotImplementedError("only single-channel (grey) input images are supported")
-        return unsigned(8)
+    if node.kind == "uint":
+        if node.channels == 1:
+            return unsigned(node.bits)
+        return data.ArrayLayout(unsigned(node.bits), node.channels)
     return data.ArrayLayout(signed(node.bit_width), node.channels)
+
+
+class BuildContext:
+    """What an op's ``build`` (:mod:`groupnet_hw.compiler.ops`) may use: the module under
+    construction, the graph, and the widths units chose."""
+
+    def __init__(self, m, sched, input_stream, head):
+        self.m = m
+        self.graph = sched.graph
+        self.input_stream = input_stream
+        self.head = head
+        #: node name -> accumulator width its MVU chose (wider than range analysis)
+        self.acc_width = {}
+
+    def add(self, node, unit, suffix=""):
+        self.m.submodules[node.name.replace(".", "_") + suffix] = unit
+        return unit
+
+    def parent(self, node):
+        return self.graph.producer(node.inputs[0])
+
+    def width_of(self, node):
+        """Lane width of ``node``'s stream: its MVU's accumulator, else its range."""
+        return self.acc_width.get(node.name, node.bit_width)
+
+    def tensor_shape(self, node):
+        return tensor_shape(node)
+
+    def connect_raw(self, src, dst):
+        """Hand-shake and a raw bit copy (same lane order on both sides)."""
+        self.m.d.comb += [dst.valid.eq(src.valid), src.ready.eq(dst.ready),
+                          _bits(dst.payload).eq(_bits(src.payload))]
+
+    def drain(self, stream_):
+        """Accept and discard every beat of an output nothing reads."""
+        self.m.d.comb += stream_.ready.eq(1)
 
 
 def _connect(m, src, dst):
@@ -87,11 +117,12 @@ class Accelerator(wiring.Component):
     def __init__(self, sched):
         g = sched.graph
         self.sched = sched
-        inp, head = g["input"], g["head"]
+        inp, head = g[g.input], g[g.output]
         self.n_pixels = inp.height * inp.width
+        self.in_channels = inp.channels
         self.n_classes = head.channels
         self.logit_frac = head.attrs["frac"]
-        pooled = g[Graph.source(head.inputs[0])]
+        pooled = g.producer(head.inputs[0])
         self._head_in_width = pooled.bit_width
         # the head's own bound (from its input width) sets the port width
         probe = ClassifierHead(pooled.channels, pooled.bit_width, pooled.height, pooled.width,
@@ -101,81 +132,18 @@ class Accelerator(wiring.Component):
         # Its use is the Accelerator's own elaboration, which warns if it never happens.
         probe._MustUse__silence = True
         super().__init__({
-            "i": In(stream.Signature(unsigned(8))),
+            "i": In(stream.Signature(tensor_shape(inp))),
             "o": Out(stream.Signature(output_layout(self.n_classes, self.logit_width))),
         })
-
-    def _build_unit(self, m, node):
-        """Instantiate the unit(s) of one node; returns (input streams, output streams)."""
-        g = self.sched.graph
-        a = node.attrs
-        unit = self.sched.units[node.name]
-        ins = [g[Graph.source(r)] for r in node.inputs]
-        name = node.name.replace(".", "_")
-
-        def add(sub, suffix=""):
-            m.submodules[name + suffix] = sub
-            return sub
-
-        if node.op in ("int_conv", "bin_conv"):
-            src = ins[0]
-            weight = a["weight"] if node.op == "int_conv" else a["bits"]
-            k = weight.shape[-1]
-            window = add(SlidingWindow(_tensor_shape(src), src.height, src.width, kernel=k,
-                                       stride=a["stride"], dilation=a["dilation"],
-                                       padding=a["padding"],
-                                       pad_value=0 if node.op == "int_conv" else (1 << src.channels) - 1),
-                         "_window")
-            flat = flat_weight(weight).numpy()
-            n_in = flat.shape[1]
-            if node.op == "bin_conv":
-                mvu = add(BinaryMVU(n_in, node.channels, unit.pe, unit.simd, flat), "_mvu")
-            else:
-                mvu = add(IntegerMVU(n_in, node.channels, unit.pe, unit.simd, flat.astype(np.int64)),
-                          "_mvu")
-            # the window's taps are already in the MVU's lane order (tap-major, channel-minor)
-            m.d.comb += [mvu.i.valid.eq(window.o.valid), window.o.ready.eq(mvu.i.ready),
-                         _bits(mvu.i.payload).eq(_bits(window.o.payload))]
-            self._acc_width[node.name] = mvu.acc_width
-            return [window.i], [mvu.o]
-        if node.op == "sign":
-            u = add(SignBits(ins[0].channels, ins[0].bit_width))
-        elif node.op == "threshold":
-            u = add(Threshold(node.channels, self._acc_width[ins[0].name],
-                              a["T"].tolist(), [bool(v) for v in a["invert"].tolist()]))
-        elif node.op == "postop":
-            acc_w = self._acc_width.get(ins[0].name, ins[0].bit_width)
-            u = add(PostOp(node.channels, acc_w, a["A"].tolist(), a["B"].tolist(), a["shift"],
-                           a["pre_relu"], a["post_relu"], node.bit_width))
-        elif node.op == "subsample":
-            u = add(Subsample(_tensor_shape(ins[0]), ins[0].height, ins[0].width, a["stride"]))
-        elif node.op == "add":
-            u = add(ResidualAdd(node.channels, ins[0].bit_width, ins[1].channels,
-                                ins[1].bit_width, node.bit_width))
-            return [u.a, u.b], [u.o]
-        elif node.op == "mixer":
-            gated = a["gates"] is not None
-            u = add(BaseMixer(len(ins), node.channels, max(x.bit_width for x in ins),
-                              a["lambdas"].tolist(), a["lambda_frac"],
-                              gates=a["gates"].tolist() if gated else None,
-                              gate_shift=a["gate_frac"], out_width=node.bit_width))
-            return list(u.i), (list(u.o) if gated else [u.o])
-        elif node.op == "head":
-            u = add(self._head)
-        else:
-            raise NotImplementedError(f"{node.name}: no hardware unit for op {node.op!r}")
-        return [u.i], [u.o]
 
     def elaborate(self, platform):
         m = Module()
         g = self.sched.graph
-        self._acc_width = {}
+        ctx = BuildContext(m, self.sched, self.i, self._head)
         sinks, sources = {}, {}
         for node in g:
-            if node.op == "input":
-                sources[node.name] = [None]  # filled by self.i below
-                continue
-            sinks[node.name], sources[node.name] = self._build_unit(m, node)
+            sinks[node.name], sources[node.name] = op_of(node).build(ctx, node,
+                                                                     self.sched.units[node.name])
 
         # fan-out: one Broadcast per tensor read by several inputs
         readers = {}
@@ -184,12 +152,8 @@ class Accelerator(wiring.Component):
                 readers.setdefault(ref, []).append((node.name, slot))
         for ref, users in readers.items():
             src_name, _, k = ref.partition(":")
-            src_node = g[src_name]
-            shape = _tensor_shape(src_node)
-            if src_node.op == "input":
-                producer = self.i
-            else:
-                producer = sources[src_name][int(k) if k else 0]
+            shape = tensor_shape(g[src_name])
+            producer = sources[src_name][int(k) if k else 0]
             if len(users) == 1:
                 outs = [producer]
             else:
@@ -205,5 +169,5 @@ class Accelerator(wiring.Component):
                     _connect(m, out, fifo.i)
                     out = fifo.o
                 _connect(m, out, sinks[user][slot])
-        _connect(m, sources["head"][0], self.o)
+        _connect(m, sources[g.output][0], self.o)
         return m

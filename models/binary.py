@@ -5,17 +5,13 @@
 - :class:`SignActivation` binarizes activations with the piecewise-polynomial
   backward of the paper's eq. 2 (from Bi-Real Net).
 - :class:`BinarizeWeight` gives alpha * sign(w) with the straight-through estimator.
-- :class:`BinaryConv2d` is a 3x3 binary convolution whose input is binarized inside
-  and padded with +1, as the official Group-Net code does.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
-__all__ = ["sign", "SignActivation", "BinarizeWeight", "BinaryConv2d", "weight_alpha"]
+__all__ = ["sign", "SignActivation", "BinarizeWeight", "weight_alpha"]
 
 
 def sign(x: torch.Tensor) -> torch.Tensor:
@@ -55,42 +51,3 @@ class BinarizeWeight(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         return grad_output
-
-
-class BinaryConv2d(nn.Module):
-    """Binary 3x3 convolution: sign(x) (+1 padded) convolved with alpha*sign(w).
-
-    Parameters
-    ----------
-    in_channels, out_channels : int
-    stride : int
-        1 or 2.
-    dilation : int
-        BPAC dilation rate of this base; the padding equals it so that a stride-1
-        convolution keeps the spatial size.
-    kernel_size : int
-        3 (1 is accepted for experiments).
-    """
-
-    def __init__(self, in_channels, out_channels, stride=1, dilation=1, kernel_size=3):
-        super().__init__()
-        self.in_channels = in_channels
-        self.out_channels = out_channels
-        self.stride = stride
-        self.dilation = dilation
-        self.kernel_size = kernel_size
-        self.padding = dilation * (kernel_size - 1) // 2
-        self.weight = nn.Parameter(
-            torch.randn(out_channels, in_channels, kernel_size, kernel_size) * 0.1)
-
-    def forward(self, x):
-        bits = SignActivation.apply(x)
-        p = self.padding
-        # +1 padding: the padded positions are binary +1, never a third value 0.
-        bits = F.pad(bits, (p, p, p, p), value=1.0)
-        return F.conv2d(bits, BinarizeWeight.apply(self.weight), stride=self.stride,
-                        dilation=self.dilation)
-
-    def extra_repr(self):
-        return (f"{self.in_channels}, {self.out_channels}, stride={self.stride}, "
-                f"dilation={self.dilation}")

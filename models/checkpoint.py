@@ -31,6 +31,7 @@ import zipfile
 import torch
 
 from .groupnet import GroupNet, GroupNetConfig
+from .layers import BatchNorm
 from .quantize import ConfigError, QuantConfig, show_value
 
 __all__ = ["FORMAT", "CheckpointError", "save_checkpoint", "load_checkpoint",
@@ -54,6 +55,8 @@ MAX_WEIGHT_MAGNITUDE = 1e6
 #: Largest magnitude of a fixed-point constant (post-op multipliers and offsets,
 #: lambdas, gates, classifier): keeps every hardware width bounded.
 MAX_CONSTANT_BITS = 40
+#: Largest fractional bits of a batch norm's output (calibration picks at most 16).
+MAX_ACT_FRAC = 24
 #: Metadata (metrics, dataset, train, versions): nesting depth, total values, and
 #: string length. Real metadata has depth 1 and a dozen values.
 MAX_META_DEPTH = 8
@@ -239,13 +242,31 @@ def _check_tensors(path, state, expected, file_size):
             raise CheckpointError(f"{path}: {name} = {int(value.min())}; allowed >= 0")
 
 
+def fixed_point_constants(model):
+    """Every integer constant of the model's fixed-point forward, by graph node:
+    the front end's lowering forms them with the layers' own quantization methods
+    (no tensor is computed).
+
+    Raises
+    ------
+    ValueError
+        a constant that cannot be formed (non-finite, int64 overflow); the message
+        starts with the layer.
+    """
+    from ..compiler.frontend import lower
+    graph = lower(model)
+    return {node.name: {k: v for k, v in node.attrs.items()
+                        if isinstance(v, (int, torch.Tensor)) and not isinstance(v, bool)}
+            for node in graph}
+
+
 def _check_fixed_point(path, params):
     """Bound every fixed-point constant, so hardware widths stay bounded. (Worst-case
     intermediates against int64 are the compiler's range analysis: ``build`` and
     ``verify`` refuse a network whose integer forward could wrap.)"""
     limit = 1 << MAX_CONSTANT_BITS
     for layer, entry in params.items():
-        for key, value in (entry.items() if isinstance(entry, dict) else [("", entry)]):
+        for key, value in entry.items():
             peak = int(value.abs().max()) if isinstance(value, torch.Tensor) and value.numel() \
                 else abs(int(value)) if not isinstance(value, torch.Tensor) else 0
             if peak > limit:
@@ -348,8 +369,14 @@ def load_checkpoint(path):
         raise CheckpointError(f"{path}: weights do not load ({' '.join(str(exc).split())[:200]})") \
             from None
     model.eval()
+    for name, module in model.named_modules():
+        if isinstance(module, BatchNorm):
+            frac = int(module.out_frac)
+            if not 0 <= frac <= MAX_ACT_FRAC:
+                raise CheckpointError(f"{path}: {name}.out_frac = {frac} is out of range; "
+                                      f"allowed 0..{MAX_ACT_FRAC}")
     try:
-        params = model.integer_params()
+        params = fixed_point_constants(model)
     except (ValueError, OverflowError) as exc:
         raise CheckpointError(f"{path}: fixed-point constants cannot be formed: "
                               f"{' '.join(str(exc).split())}") from None

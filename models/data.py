@@ -1,8 +1,18 @@
-"""Built-in dataset: scikit-learn's 8x8 handwritten digits (ships with the package,
-no download).
+"""Built-in datasets: nothing is downloaded, everything ships with scikit-learn.
 
-Pixels are stored as uint8 ``min(16*v, 255)`` of the 0..16 grey levels, the
-format the accelerator's input stream and the UART host link carry.
+- ``digits``: scikit-learn's 8x8 handwritten digits, pixels stored as uint8
+  ``min(16*v, 255)`` of the 0..16 grey levels (the accelerator's input format).
+- ``digits-on-photos``: a CIFAR-size (32x32 RGB, 10 classes) task generated from two
+  packaged sources: each digit is scaled x3 (24x24), given a random colour and
+  pasted at a random position onto a random 32x32 crop of scikit-learn's two sample
+  photographs (``china.jpg``, ``flower.jpg``, at a random scale). It is a fair test
+  of the RGB, 32x32, ResNet-20-style pipeline: the label depends only on the digit's
+  shape, while colour, position and a natural textured background vary, so a network
+  must use all three channels and spatial context; the split is the digits split, so
+  no test digit is ever seen in training, and the backgrounds are drawn
+  independently per image with a fixed seed (reproducible).
+- ``photos``: random 224x224 crops of the two sample photographs with random labels,
+  only to exercise ImageNet-size networks for a training step (no accuracy meaning).
 """
 
 from __future__ import annotations
@@ -10,11 +20,22 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["DIGITS_SPLIT_SEED", "load_digits_split", "digits_description"]
+__all__ = ["DIGITS_SPLIT_SEED", "DATASETS", "load_digits_split", "load_dataset",
+           "dataset_description", "digits_description"]
 
 #: The train/test split is fixed so every checkpoint's test accuracy is comparable.
 DIGITS_SPLIT_SEED = 0
 TEST_FRACTION = 0.25
+PHOTO_SEED = 1234
+
+#: name -> (image size, channels, classes, what it is)
+DATASETS = {
+    "digits": (8, 1, 10, "scikit-learn 8x8 digits, grey"),
+    "digits-on-photos": (32, 3, 10, "digits x3, coloured, on crops of scikit-learn's sample "
+                                    "photos (CIFAR size)"),
+    "photos": (224, 3, 1000, "crops of scikit-learn's sample photos, random labels "
+                             "(ImageNet size; a smoke test only)"),
+}
 
 
 def load_digits_split():
@@ -29,6 +50,71 @@ def load_digits_split():
         stratify=digits.target)
     return (torch.from_numpy(x_tr), torch.from_numpy(y_tr).long(),
             torch.from_numpy(x_te), torch.from_numpy(y_te).long())
+
+
+def _photos():
+    from sklearn.datasets import load_sample_images
+    return [np.asarray(img, dtype=np.uint8) for img in load_sample_images().images]
+
+
+def _on_photos(digits, rng, photos, size=32):
+    """[N, 8, 8] uint8 digits -> [N, 3, size, size] uint8 composites."""
+    out = np.empty((len(digits), 3, size, size), dtype=np.uint8)
+    for n, digit in enumerate(digits):
+        photo = photos[rng.integers(len(photos))]
+        scale = rng.integers(1, 5)                        # background at 1/1 .. 1/4 resolution
+        span = size * scale
+        y0 = rng.integers(0, photo.shape[0] - span + 1)
+        x0 = rng.integers(0, photo.shape[1] - span + 1)
+        bg = photo[y0:y0 + span:scale, x0:x0 + span:scale].astype(np.float32)
+        glyph = np.kron(digit.astype(np.float32) / 255.0, np.ones((3, 3), np.float32))
+        colour = rng.integers(0, 256, 3).astype(np.float32)
+        oy, ox = rng.integers(0, size - 24 + 1, 2)
+        patch = bg[oy:oy + 24, ox:ox + 24]
+        bg[oy:oy + 24, ox:ox + 24] = (1 - glyph[..., None]) * patch + glyph[..., None] * colour
+        out[n] = np.clip(np.round(bg), 0, 255).astype(np.uint8).transpose(2, 0, 1)
+    return out
+
+
+def load_dataset(name):
+    """``(x_train, y_train, x_test, y_test)`` of a built-in dataset (uint8 images
+    [N, H, W] for grey, [N, 3, H, W] for RGB; int64 labels).
+
+    Raises
+    ------
+    ValueError
+        unknown name.
+    """
+    if name == "digits":
+        return load_digits_split()
+    if name == "digits-on-photos":
+        x_tr, y_tr, x_te, y_te = load_digits_split()
+        photos = _photos()
+        rng = np.random.default_rng(PHOTO_SEED)
+        return (torch.from_numpy(_on_photos(x_tr.numpy(), rng, photos)), y_tr,
+                torch.from_numpy(_on_photos(x_te.numpy(), rng, photos)), y_te)
+    if name == "photos":
+        photos = _photos()
+        rng = np.random.default_rng(PHOTO_SEED)
+        def crops(n):
+            out = np.empty((n, 3, 224, 224), dtype=np.uint8)
+            for i in range(n):
+                p = photos[rng.integers(len(photos))]
+                y0, x0 = rng.integers(0, p.shape[0] - 224), rng.integers(0, p.shape[1] - 224)
+                out[i] = p[y0:y0 + 224, x0:x0 + 224].transpose(2, 0, 1)
+            return torch.from_numpy(out)
+        return (crops(8), torch.from_numpy(rng.integers(0, 1000, 8)).long(),
+                crops(2), torch.from_numpy(rng.integers(0, 1000, 2)).long())
+    raise ValueError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
+
+
+def dataset_description(name):
+    size, channels, classes, what = DATASETS[name]
+    desc = {"name": name, "split_seed": DIGITS_SPLIT_SEED, "test_fraction": TEST_FRACTION,
+            "image_size": size, "channels": channels, "classes": classes, "about": what}
+    if name != "digits":
+        desc["photo_seed"] = PHOTO_SEED
+    return desc
 
 
 def digits_description():

@@ -1,149 +1,256 @@
-"""Group-Net in PyTorch: float training graph and bit-exact quantized eval.
+"""The Group-Net family, built only from the layer library (:mod:`.layers`).
 
-Architecture (paper section 3, layer order Sign -> Conv -> ReLU -> BN):
+One configuration (:class:`GroupNetConfig`) describes every network of the paper:
 
-- stem: full-precision 3x3 conv (zero padding) -> BN, on uint8 pixels read as
-  ``p * 2**-8``. No ReLU: the first block binarizes the stem output, and after a
-  ReLU every sign would be +1 (conv1 of block 0 would see a constant input);
-- blocks: each block has K parallel bases; a base is a basic residual block
-  ``G(x) = BN2(ReLU(BConv2(sign(BN1(ReLU(BConv1(sign(x)))))))) + shortcut(x)``
-  (real-valued residual per base); ``shortcut`` is ResNet option A (spatial
-  subsample for stride 2, zero channel padding for wider outputs);
-- aggregation ``sum_k lambda_k * G_k`` per block, and between blocks the soft
-  fusion gate of eq. 7: ``x_k = C_k * G_k + (1 - C_k) * sum_j lambda_j G_j``,
-  ``C_k = sigmoid(theta_k)``;
+- a full-precision stem: conv (any kernel and stride, grey or RGB) -> optional max
+  pooling -> BN (no ReLU: the first block binarizes the stem output, and after a
+  ReLU every sign would be +1);
+- stages of residual blocks; in every variant but ``lbd`` a block holds K binary bases
+  ``G_k`` (basic residual blocks in the order Sign -> Conv -> ReLU -> BN), combined
+  according to the variant (:data:`VARIANTS`);
 - global average pooling and a full-precision classifier.
 
-Each base has its own dilation (BPAC); by default every base uses dilation 1.
+Variants (paper sections 3.2-3.3 and 5):
 
-:meth:`GroupNet.forward_quantized` evaluates the same network with every
-real-valued path in fixed point (:mod:`.quantize`), on integer tensors; the
-compiler's integer graph must equal it bit for bit.
+=================  =====================================================================
+``lbd``            eq. 1: every binary conv is ``sum_k lambda_k B_k(x)``, one residual path
+``gbd-v1``         eq. 2: every block ``sum_k lambda_k G_k(x)``, blocks independent
+``gbd-v2``         eq. 3: groups of two blocks, bases chained inside a group
+``gbd-v3``         K whole binary networks, ensembled before the classifier
+``groupnet``       eq. 7: soft gates between blocks
+``groupnet-star``  Group-Net**: as groupnet, with a shortcut around every binary conv
+=================  =====================================================================
+
+The architecture is written once, in the ``forward`` methods below; the exact
+fixed-point forward (:meth:`GroupNet.forward_quantized`) and the compiler both trace
+it with the library layers as leaves (:mod:`.tracing`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from .binary import BinaryConv2d, sign, weight_alpha
-from .quantize import (ConfigError, QuantConfig, check_fields, check_int, quantize_affine,
-                       quantize_scalar, quantize_weights_pow2, round_shift, show_value)
+from .layers import (Add, Aggregation, BatchNorm, BinaryActivation, BinaryConv2d, Classifier,
+                     FPConv2d, GlobalPool, InputQuant, MaxPool, NBitActivation, OptionAShortcut,
+                     ReLU, SoftGate, bn_affine, conv_out_size)
+from .quantize import ConfigError, QuantConfig, check_fields, check_int, show_value
 
-__all__ = ["GroupNetConfig", "GroupNet", "bn_affine", "QuantizedOutput", "MIN_IMAGE_SIZE",
-           "MAX_IMAGE_SIZE", "MAX_IN_CHANNELS", "MAX_CLASSES", "MAX_CHANNELS", "MAX_BLOCKS",
-           "MAX_BASES", "MAX_DILATION"]
+__all__ = ["GroupNetConfig", "GroupNet", "QuantizedOutput", "VARIANTS", "bn_affine",
+           "MIN_IMAGE_SIZE", "MAX_IMAGE_SIZE", "MAX_IN_CHANNELS", "MAX_CLASSES", "MAX_CHANNELS",
+           "MAX_STAGES", "MAX_BLOCKS", "MAX_BASES", "MAX_DILATION", "bpac_rates"]
+
+#: Variant name -> one-line description (``groupnet-hw zoo`` prints it).
+VARIANTS = {
+    "lbd": "layer-wise binary decomposition (eq. 1): K binary convs per layer",
+    "gbd-v1": "group-wise decomposition (eq. 2): every block approximated independently",
+    "gbd-v2": "group-wise decomposition (eq. 3): groups of two blocks",
+    "gbd-v3": "K whole binary networks, ensembled",
+    "groupnet": "Group-Net (eq. 7): soft gates between blocks",
+    "groupnet-star": "Group-Net**: Group-Net with a shortcut around every binary conv",
+}
 
 # Limits of an architecture. Checkpoints are untrusted and the model, compiler and
 # hardware all grow with these numbers, so a configuration beyond them is refused
-# before anything is allocated. They are far above what fits the target FPGA.
-MIN_IMAGE_SIZE = 3      # the 3x3 window must fit the image
+# before anything is allocated.
+MIN_IMAGE_SIZE = 3
 MAX_IMAGE_SIZE = 512
 MAX_IN_CHANNELS = 4     # grey, RGB, RGBA
 MAX_CLASSES = 1000
-MAX_CHANNELS = 1024     # stem and every block
-MAX_BLOCKS = 32
-MAX_BASES = 16          # K
+MAX_CHANNELS = 1024
+MAX_STAGES = 8
+MAX_BLOCKS = 32         # in all stages together
+MAX_BASES = 8           # K
 MAX_DILATION = 16
+MAX_BETA = 64.0
+_ACT_BITS = (1, 2, 4)
+
+
+def bpac_rates(bases, stages):
+    """The paper's BPAC defaults: ``{2..K+1}`` and ``{6..K+5}`` for the last two stages,
+    1 elsewhere."""
+    rates = [[1] * bases for _ in range(stages)]
+    if stages >= 2:
+        rates[-2] = list(range(2, bases + 2))
+    rates[-1] = list(range(6, bases + 6))
+    return rates
+
+
+def _choice(name, value, allowed):
+    if type(value) is not str or value not in allowed:
+        raise ConfigError(name, f"= {show_value(value)} is not one of: {', '.join(allowed)}")
 
 
 @dataclass
 class GroupNetConfig:
-    """Architecture of a Group-Net.
+    """Architecture of a Group-Net family member.
 
     Attributes
     ----------
-    image_size : int
-        Input height = width (8 for scikit-learn digits).
-    in_channels : int
-        Input channels (1: grey pixels).
-    num_classes : int
-    stem_channels : int
-        Output channels of the full-precision first conv.
-    blocks : list of [channels, stride]
-        One entry per residual block, in order; stride 2 downsamples.
+    variant : str
+        One of :data:`VARIANTS`.
+    image_size, in_channels, num_classes : int
+        Square input (8 for scikit-learn digits, 32 for CIFAR size, 224 for ImageNet).
+    stem_channels, stem_kernel, stem_stride : int
+        Full-precision first convolution.
+    stem_pool : bool
+        3x3 stride-2 max pooling after the stem conv (ResNet-18/34).
+    stem_bias : bool
+        The stem conv has a bias (some checkpoints of the authors' code).
+    stages : list of [channels, blocks, stride]
+        The first block of a stage has the stride, the others stride 1.
     bases : int
-        K, parallel binary bases per block.
-    dilations : list of int
-        BPAC dilation of each base (length K); all 1 by default.
+        K, binary bases per group (1..8).
+    dilations : list of list of int
+        BPAC: one rate per base, per stage (all 1 by default).
+    act_bits : int
+        1 (binary activations), 2 or 4 (uniform n-bit activations, appendix).
+    act_beta : float
+        Clip value beta of n-bit activations.
+    alpha : str
+        ``"channel"`` or ``"tensor"``: weight scale per output channel or per tensor.
+    gate : str
+        ``"base"`` (a theta per base, eq. 7) or ``"block"`` (one theta per block).
+    shortcut : str
+        ``"A"``: option A (subsample, zero channels); ``"conv"``: binary 1x1 conv + BN
+        downsample where the shape changes.
+    emulate_inplace_sum : bool
+        Reproduce a defect of the authors' code (variant without learned scales): base
+        0 of every gated block is gated with the SUM of the previous block's bases
+        instead of its own output. Only for imported checkpoints trained that way.
     """
 
+    variant: str = "groupnet"
     image_size: int = 8
     in_channels: int = 1
     num_classes: int = 10
     stem_channels: int = 16
-    blocks: list = field(default_factory=lambda: [[16, 1], [16, 2]])
+    stem_kernel: int = 3
+    stem_stride: int = 1
+    stem_pool: bool = False
+    stem_bias: bool = False
+    stages: list = field(default_factory=lambda: [[16, 1, 1], [16, 1, 2]])
     bases: int = 5
     dilations: list = None
+    act_bits: int = 1
+    act_beta: float = 2.0
+    alpha: str = "channel"
+    gate: str = "base"
+    shortcut: str = "A"
+    emulate_inplace_sum: bool = False
 
     def __post_init__(self):
-        # validate before normalizing: a default ``[1] * bases`` or a list copy of
-        # an unchecked value could itself be the expensive part
+        # validate before normalizing: a default list or a copy of an unchecked value
+        # could itself be the expensive part
         self.validate()
         if self.dilations is None:
-            self.dilations = [1] * self.bases
-        self.blocks = [[c, s] for c, s in self.blocks]
-        self.dilations = list(self.dilations)
+            self.dilations = [[1] * self.bases for _ in self.stages]
+        self.stages = [list(s) for s in self.stages]
+        self.dilations = [list(d) for d in self.dilations]
+
+    # -- derived sizes --------------------------------------------------------
+    def stem_size(self):
+        size = conv_out_size(self.image_size, self.stem_kernel, self.stem_stride, 1,
+                             (self.stem_kernel - 1) // 2)
+        if self.stem_pool:
+            size = conv_out_size(size, 3, 2, 1, 1)
+        return size
+
+    def stage_sizes(self):
+        size, out = self.stem_size(), []
+        for _, _, stride in self.stages:
+            size = conv_out_size(size, 3, stride, 1, 1)
+            out.append(size)
+        return out
+
+    def blocks(self):
+        """``[(c_in, c_out, stride, dilations)]`` per block, in order."""
+        out, prev = [], self.stem_channels
+        for (channels, blocks, stride), rates in zip(self.stages, self.dilations):
+            for b in range(blocks):
+                out.append((prev, channels, stride if b == 0 else 1, list(rates)))
+                prev = channels
+        return out
 
     def validate(self):
-        """Check every field's type and range.
-
-        Ints must be plain ints (not bool, float or str: nothing is converted), within
-        the module limits (``MAX_IMAGE_SIZE`` and friends).
+        """Check every field's type and range (nothing is converted).
 
         Raises
         ------
         ConfigError
             a ValueError whose one-line message starts with the field, e.g.
-            ``bases = 2000000 is out of range; allowed 1..16``.
+            ``bases = 20 is out of range; allowed 1..8``.
         """
+        _choice("variant", self.variant, list(VARIANTS))
         check_int("image_size", self.image_size, MIN_IMAGE_SIZE, MAX_IMAGE_SIZE)
         check_int("in_channels", self.in_channels, 1, MAX_IN_CHANNELS)
         check_int("num_classes", self.num_classes, 1, MAX_CLASSES)
         check_int("stem_channels", self.stem_channels, 1, MAX_CHANNELS)
+        check_int("stem_kernel", self.stem_kernel, 1, 11)
+        check_int("stem_stride", self.stem_stride, 1, 4)
+        for flag in ("stem_pool", "stem_bias", "emulate_inplace_sum"):
+            if type(getattr(self, flag)) is not bool:
+                raise ConfigError(flag, f"= {show_value(getattr(self, flag))}; allowed true or false")
         check_int("bases", self.bases, 1, MAX_BASES)
-        blocks = self.blocks
-        pairs = f"a list of 1..{MAX_BLOCKS} [channels, stride] pairs"
-        if not isinstance(blocks, (list, tuple)):
-            raise ConfigError("blocks", f"= {show_value(blocks)} has type "
-                                        f"{type(blocks).__name__}; allowed {pairs}")
-        if not 1 <= len(blocks) <= MAX_BLOCKS:
-            raise ConfigError("blocks", f"has {len(blocks)} entries; allowed {pairs}")
-        prev = self.stem_channels
-        for n, entry in enumerate(blocks):
-            if not isinstance(entry, (list, tuple)) or len(entry) != 2:
-                raise ConfigError(f"blocks[{n}]", f"= {show_value(entry)} is not a "
-                                                  "[channels, stride] pair of integers")
-            channels, stride = entry
-            check_int(f"blocks[{n}].channels", channels, 1, MAX_CHANNELS)
-            check_int(f"blocks[{n}].stride", stride, 1, 2)
-            if channels < prev:
-                raise ConfigError(f"blocks[{n}].channels",
-                                  f"= {channels} is below the previous {prev}; channels may "
-                                  "not shrink (the option-A shortcut only zero-pads)")
-            prev = channels
+        if type(self.act_bits) is not int or self.act_bits not in _ACT_BITS:
+            raise ConfigError("act_bits", f"= {show_value(self.act_bits)}; allowed 1, 2 or 4")
+        beta = self.act_beta
+        if type(beta) is not float or not (0 < beta <= MAX_BETA):
+            raise ConfigError("act_beta", f"= {show_value(beta)}; allowed a float in "
+                                          f"(0, {MAX_BETA}]")
+        _choice("alpha", self.alpha, ["channel", "tensor"])
+        _choice("gate", self.gate, ["base", "block"])
+        _choice("shortcut", self.shortcut, ["A", "conv"])
+        stages = self.stages
+        triples = f"a list of 1..{MAX_STAGES} [channels, blocks, stride] triples"
+        if not isinstance(stages, (list, tuple)):
+            raise ConfigError("stages", f"= {show_value(stages)} has type "
+                                        f"{type(stages).__name__}; allowed {triples}")
+        if not 1 <= len(stages) <= MAX_STAGES:
+            raise ConfigError("stages", f"has {len(stages)} entries; allowed {triples}")
+        prev, total = self.stem_channels, 0
+        for n, entry in enumerate(stages):
+            if not isinstance(entry, (list, tuple)) or len(entry) != 3:
+                raise ConfigError(f"stages[{n}]", f"= {show_value(entry)} is not a "
+                                                  "[channels, blocks, stride] triple of integers")
+            channels, blocks, stride = entry
+            check_int(f"stages[{n}].channels", channels, 1, MAX_CHANNELS)
+            check_int(f"stages[{n}].blocks", blocks, 1, MAX_BLOCKS)
+            check_int(f"stages[{n}].stride", stride, 1, 2)
+            if channels < prev and self.shortcut == "A":
+                raise ConfigError(f"stages[{n}].channels",
+                                  f"= {channels} is below the previous {prev}; with the option-A "
+                                  "shortcut (zero padding) channels may not shrink")
+            prev, total = channels, total + blocks
+        if total > MAX_BLOCKS:
+            raise ConfigError("stages", f"hold {total} blocks; allowed at most {MAX_BLOCKS}")
+        size = self.image_size
+        stem = conv_out_size(size, self.stem_kernel, self.stem_stride, 1, (self.stem_kernel - 1) // 2)
+        if stem < 1 or (self.stem_pool and conv_out_size(stem, 3, 2, 1, 1) < 1):
+            raise ConfigError("image_size", f"= {size} is too small for the stem")
         dilations = self.dilations
         if dilations is None:
-            dilations = [1] * self.bases
-        if not isinstance(dilations, (list, tuple)):
-            raise ConfigError("dilations", f"= {show_value(dilations)} has type "
-                                           f"{type(dilations).__name__}; allowed a list of one "
-                                           f"integer 1..{MAX_DILATION} per base")
-        if len(dilations) != self.bases:
-            raise ConfigError("dilations", f"has {len(dilations)} entries for {self.bases} "
-                                           "bases; allowed one per base")
-        # padding = dilation keeps any dilation computable, but once the dilated
-        # window (2d+1 pixels) is wider than the image its outer taps only ever see padding
-        widest = (self.image_size - 1) // 2
-        for i, d in enumerate(dilations):
-            check_int(f"dilations[{i}]", d, 1, MAX_DILATION)
-            if d > widest:
-                raise ConfigError(f"dilations[{i}]",
-                                  f"= {d}: its 3x3 window spans {2 * d + 1} pixels, wider than "
-                                  f"the {self.image_size}-pixel image; allowed 1..{widest}")
+            return
+        per_stage = f"one list of {self.bases} rates (1..{MAX_DILATION}) per stage"
+        if not isinstance(dilations, (list, tuple)) or len(dilations) != len(stages):
+            raise ConfigError("dilations", f"= {show_value(dilations)}; allowed {per_stage}")
+        size = self.stem_size()
+        for n, (rates, (_, _, stride)) in enumerate(zip(dilations, stages)):
+            size = conv_out_size(size, 3, stride, 1, 1)
+            if not isinstance(rates, (list, tuple)) or len(rates) != self.bases:
+                raise ConfigError(f"dilations[{n}]", f"= {show_value(rates)}; allowed {per_stage}")
+            for i, d in enumerate(rates):
+                check_int(f"dilations[{n}][{i}]", d, 1, MAX_DILATION)
+                # with padding = dilation every rate is computable, but once no off-centre
+                # tap can reach the image the base degenerates into a 1x1 convolution
+                if d > 1 and d > size - 1:
+                    raise ConfigError(f"dilations[{n}][{i}]",
+                                      f"= {d}: stage {n} works on {size}x{size} maps, where a "
+                                      f"3x3 window dilated by {d} sees only padding off its "
+                                      f"centre; allowed 1..{max(1, size - 1)}")
 
     def to_dict(self):
         return asdict(self)
@@ -160,62 +267,151 @@ class GroupNetConfig:
         return cls(**check_fields(d, cls.__dataclass_fields__))
 
 
-def bn_affine(bn: nn.BatchNorm2d):
-    """Eval-mode BN as ``y = scale*x + shift`` per channel, in float64."""
-    inv = 1.0 / torch.sqrt(bn.running_var.detach().double() + bn.eps)
-    scale = bn.weight.detach().double() * inv
-    shift = bn.bias.detach().double() - bn.running_mean.detach().double() * scale
-    return scale, shift
+# ------------------------------------------------------------------ building blocks
+def _activation(cfg: GroupNetConfig):
+    if cfg.act_bits == 1:
+        return BinaryActivation()
+    return NBitActivation(cfg.act_bits, cfg.act_beta)
 
 
-def option_a_shortcut(x, out_channels, stride):
-    """ResNet option A: keep every ``stride``-th pixel, zero-pad the channels."""
-    if stride > 1:
-        x = x[:, :, ::stride, ::stride]
-    extra = out_channels - x.shape[1]
-    if extra:
-        x = F.pad(x, (0, 0, 0, 0, 0, extra))
-    return x
+def _binary_conv(cfg, c_in, c_out, kernel, stride, dilation):
+    return BinaryConv2d(c_in, c_out, kernel, stride, dilation, alpha=cfg.alpha,
+                        pad_value=1.0 if cfg.act_bits == 1 else 0.0)
 
 
-class Stem(nn.Module):
-    def __init__(self, in_channels, channels):
+def _batchnorm(cfg, q, channels):
+    return BatchNorm(channels, out_frac=q.act_frac, scale_bits=q.scale_bits)
+
+
+def _residual(cfg, q, c_in, c_out, stride):
+    """The block's shortcut path: option A, or a binary 1x1 conv + BN downsample."""
+    if cfg.shortcut == "conv" and (stride > 1 or c_in != c_out):
+        return nn.Sequential(_activation(cfg), _binary_conv(cfg, c_in, c_out, 1, stride, 1),
+                             _batchnorm(cfg, q, c_out))
+    return OptionAShortcut(c_in, c_out, stride)
+
+
+class BinaryConvUnit(nn.Module):
+    """Activation -> binary conv -> ReLU -> BN: one binary layer in Group-Net order."""
+
+    def __init__(self, cfg, q, c_in, c_out, stride, dilation):
         super().__init__()
-        self.conv = nn.Conv2d(in_channels, channels, 3, padding=1, bias=False)
-        self.bn = nn.BatchNorm2d(channels)
+        self.act = _activation(cfg)
+        self.conv = _binary_conv(cfg, c_in, c_out, 3, stride, dilation)
+        self.relu = ReLU()
+        self.bn = _batchnorm(cfg, q, c_out)
 
     def forward(self, x):
-        return self.bn(self.conv(x))
+        return self.bn(self.relu(self.conv(self.act(x))))
 
 
-class Base(nn.Module):
-    """One binary base: a basic residual block in Group-Net's layer order."""
+class BinaryBase(nn.Module):
+    """One base ``G``: a basic residual block of two binary layers.
 
-    def __init__(self, in_channels, out_channels, stride, dilation):
+    ``per_conv_shortcut`` (Group-Net**) adds a shortcut around each binary layer:
+    ``o1 = L1(x) + r``, ``o2 = L2(o1) + o1``; otherwise ``L2(L1(x)) + r``.
+    """
+
+    def __init__(self, cfg, q, c_in, c_out, stride, dilation, per_conv_shortcut):
         super().__init__()
-        self.in_channels, self.out_channels, self.stride = in_channels, out_channels, stride
-        self.conv1 = BinaryConv2d(in_channels, out_channels, stride, dilation)
-        self.bn1 = nn.BatchNorm2d(out_channels)
-        self.conv2 = BinaryConv2d(out_channels, out_channels, 1, dilation)
-        self.bn2 = nn.BatchNorm2d(out_channels)
+        self.layer1 = BinaryConvUnit(cfg, q, c_in, c_out, stride, dilation)
+        self.layer2 = BinaryConvUnit(cfg, q, c_out, c_out, 1, dilation)
+        self.per_conv_shortcut = per_conv_shortcut
+        self.add1 = Add() if per_conv_shortcut else None
+        self.add2 = Add()
 
-    def forward(self, x):
-        h = self.bn1(F.relu(self.conv1(x)))
-        y = self.bn2(F.relu(self.conv2(h)))
-        return y + option_a_shortcut(x, self.out_channels, self.stride)
+    def forward(self, x, residual):
+        h = self.layer1(x)
+        if self.add1 is not None:
+            h = self.add1(h, residual)
+            return self.add2(self.layer2(h), h)
+        return self.add2(self.layer2(h), residual)
 
 
 class GroupBlock(nn.Module):
-    """K parallel bases, their lambdas, and the gates that feed this block (eq. 7)."""
+    """K bases of one block, their inputs (``own``, ``agg`` or ``gate``) and, when the
+    network needs it, their aggregation."""
 
-    def __init__(self, in_channels, out_channels, stride, dilations, gated):
+    def __init__(self, cfg, q, c_in, c_out, stride, dilations, input_mode, aggregates):
         super().__init__()
-        k = len(dilations)
-        self.bases = nn.ModuleList(Base(in_channels, out_channels, stride, d) for d in dilations)
-        self.lambdas = nn.Parameter(torch.full((k,), 1.0 / k))
-        # theta of the soft gates mixing the previous block's outputs into this
-        # block's base inputs; the first block takes the stem output directly.
-        self.gate_theta = nn.Parameter(torch.zeros(k)) if gated else None
+        k = cfg.bases
+        self.input_mode = input_mode
+        self.residual = _residual(cfg, q, c_in, c_out, stride)
+        self.bases = nn.ModuleList(
+            BinaryBase(cfg, q, c_in, c_out, stride, d, cfg.variant == "groupnet-star")
+            for d in dilations)
+        self.gate = (SoftGate(k, per_base=cfg.gate == "base", gate_frac=q.gate_frac)
+                     if input_mode == "gate" else None)
+        self.aggregate = Aggregation(k, q.lambda_frac) if aggregates else None
+        # the authors' in-place defect: a fixed all-ones aggregation feeds base 0's gate
+        self.defect_sum = None
+        if cfg.emulate_inplace_sum and input_mode == "gate":
+            self.defect_sum = Aggregation(k, q.lambda_frac)
+            self.defect_sum.lambdas.data.fill_(1.0)
+            self.defect_sum.lambdas.requires_grad_(False)
+
+    def forward(self, xs, agg):
+        k = len(self.bases)
+        if self.input_mode == "agg":
+            xs = [agg] * k
+        elif self.input_mode == "gate":
+            if self.defect_sum is not None:
+                xs = [self.defect_sum(xs)] + [xs[i] for i in range(1, k)]
+            gated = self.gate(xs, agg)
+            xs = [gated[i] for i in range(k)]
+        outs = [base(x, self.residual(x)) for base, x in zip(self.bases, xs)]
+        return outs, (self.aggregate(outs) if self.aggregate is not None else None)
+
+
+class LayerwiseConv(nn.Module):
+    """Eq. 1: ``sum_k lambda_k BN_k(ReLU(B_k(sign x)))``, K binary convs on one input."""
+
+    def __init__(self, cfg, q, c_in, c_out, stride, dilations):
+        super().__init__()
+        self.act = _activation(cfg)
+        self.convs = nn.ModuleList(_binary_conv(cfg, c_in, c_out, 3, stride, d) for d in dilations)
+        self.relus = nn.ModuleList(ReLU() for _ in dilations)
+        self.bns = nn.ModuleList(_batchnorm(cfg, q, c_out) for _ in dilations)
+        self.aggregate = Aggregation(len(dilations), q.lambda_frac)
+
+    def forward(self, x):
+        b = self.act(x)
+        return self.aggregate([bn(relu(conv(b)))
+                               for conv, relu, bn in zip(self.convs, self.relus, self.bns)])
+
+
+class LayerwiseBlock(nn.Module):
+    """A residual block whose two binary layers are layer-wise decomposed (``lbd``)."""
+
+    def __init__(self, cfg, q, c_in, c_out, stride, dilations):
+        super().__init__()
+        self.residual = _residual(cfg, q, c_in, c_out, stride)
+        self.conv1 = LayerwiseConv(cfg, q, c_in, c_out, stride, dilations)
+        self.conv2 = LayerwiseConv(cfg, q, c_out, c_out, 1, dilations)
+        self.add = Add()
+
+    def forward(self, xs, agg):
+        x = xs[0]
+        out = self.add(self.conv2(self.conv1(x)), self.residual(x))
+        return [out], out
+
+
+def _input_modes(variant, blocks):
+    """How each block's bases get their inputs, and whether it aggregates its outputs."""
+    modes = []
+    for n in range(blocks):
+        if n == 0:
+            modes.append("own")
+        elif variant in ("groupnet", "groupnet-star"):
+            modes.append("gate")
+        elif variant == "gbd-v1":
+            modes.append("agg")
+        elif variant == "gbd-v2":
+            modes.append("agg" if n % 2 == 0 else "own")
+        else:  # gbd-v3: K whole networks
+            modes.append("own")
+    aggregates = [n == blocks - 1 or modes[n + 1] in ("agg", "gate") for n in range(blocks)]
+    return modes, aggregates
 
 
 @dataclass
@@ -228,171 +424,71 @@ class QuantizedOutput:
         int64 [N, num_classes], scale ``2**-logit_frac``.
     classes : torch.Tensor
         int64 [N], first index of the largest logit.
+    logit_frac : int
     trace : dict
-        Named integer intermediates (NCHW) when requested, for locating the first
-        diverging node in a mismatch.
+        fx node name -> :class:`~.fixed.Fixed` (or list of them) when requested, for
+        locating the first diverging node in a mismatch.
     """
 
     logits: torch.Tensor
     classes: torch.Tensor
+    logit_frac: int
     trace: dict
 
 
 class GroupNet(nn.Module):
-    """Group-Net with learned soft gates (paper sections 3.2-3.3).
+    """A member of the Group-Net family (see the module docstring).
 
     Parameters
     ----------
     config : GroupNetConfig
     quant : QuantConfig
-        Fixed-point format used by :meth:`forward_quantized`.
+        Fixed-point defaults used by the layers' fixed-point forward.
     """
 
     def __init__(self, config: GroupNetConfig, quant: QuantConfig | None = None):
         super().__init__()
-        self.config = config
-        self.quant = quant or QuantConfig()
-        self.stem = Stem(config.in_channels, config.stem_channels)
-        blocks = []
-        prev = config.stem_channels
-        for n, (channels, stride) in enumerate(config.blocks):
-            blocks.append(GroupBlock(prev, channels, stride, config.dilations, gated=n > 0))
-            prev = channels
+        self.config = cfg = config
+        self.quant = q = quant or QuantConfig()
+        self.input = InputQuant(q.input_frac)
+        stem = [FPConv2d(cfg.in_channels, cfg.stem_channels, cfg.stem_kernel, cfg.stem_stride,
+                         bias=cfg.stem_bias, weight_bits=q.weight_bits)]
+        if cfg.stem_pool:
+            stem.append(MaxPool(3, 2, 1))
+        stem.append(_batchnorm(cfg, q, cfg.stem_channels))
+        self.stem = nn.Sequential(*stem)
+        layout = cfg.blocks()
+        modes, aggregates = _input_modes(cfg.variant, len(layout))
+        if cfg.variant == "lbd":
+            self.streams = 1
+            blocks = [LayerwiseBlock(cfg, q, *spec) for spec in layout]
+        else:
+            self.streams = cfg.bases
+            blocks = [GroupBlock(cfg, q, *spec, mode, agg)
+                      for spec, mode, agg in zip(layout, modes, aggregates)]
         self.blocks = nn.ModuleList(blocks)
-        self.fc = nn.Linear(prev, config.num_classes)
+        self.pool = GlobalPool()
+        self.fc = Classifier(layout[-1][1], cfg.num_classes, q.weight_bits)
 
-    # -- float training graph -------------------------------------------------
     def input_scale(self, pixels):
         """uint8 pixels -> float input ``p * 2**-input_frac``."""
-        if pixels.dim() == 3:
-            pixels = pixels.unsqueeze(1)
-        return pixels.float() / float(2 ** self.quant.input_frac)
+        return self.input(pixels)
 
     def forward(self, pixels):
-        x = self.stem(self.input_scale(pixels))
-        xs = [x] * self.config.bases
-        agg = None
+        x = self.stem(self.input(pixels))
+        xs, agg = [x] * self.streams, x
         for block in self.blocks:
-            if block.gate_theta is not None:
-                gates = torch.sigmoid(block.gate_theta)
-                xs = [gates[i] * g + (1 - gates[i]) * agg for i, g in enumerate(xs)]
-            outs = [base(xi) for base, xi in zip(block.bases, xs)]
-            agg = sum(block.lambdas[j] * g for j, g in enumerate(outs))
-            xs = outs
-        return self.fc(agg.mean(dim=(2, 3)))
-
-    # -- fixed-point eval -----------------------------------------------------
-    def integer_params(self):
-        """Every integer constant of the quantized network, by layer name.
-
-        This is the fold of alpha, ReLU and BN into fixed-point post-ops that the
-        compiler repeats node by node (and checks against this table).
-
-        Raises
-        ------
-        ValueError
-            a constant cannot be formed (non-finite value, int64 overflow); the
-            message starts with the layer, e.g. ``fc: value = 3e+20 * 2**70 overflows int64``.
-        """
-        q = self.quant
-        p = {}
-        layer = "stem"  # named in the error: which layer's statistics are unusable
-        try:
-            w_q, w_frac = quantize_weights_pow2(self.stem.conv.weight.detach(), q.weight_bits)
-            scale, shift = bn_affine(self.stem.bn)
-            A, B, s = quantize_affine(scale, shift, q.input_frac + w_frac, q.act_frac,
-                                      q.scale_bits)
-            p["stem"] = dict(weight=w_q, A=A, B=B, shift=s)
-            for n, block in enumerate(self.blocks):
-                for i, base in enumerate(block.bases):
-                    pairs = ((base.conv1, base.bn1), (base.conv2, base.bn2))
-                    for c, (conv, bn) in enumerate(pairs, 1):
-                        layer = f"block{n}.base{i}.conv{c}"
-                        alpha = weight_alpha(conv.weight.detach()).flatten().double()
-                        scale, shift = bn_affine(bn)
-                        A, B, s = quantize_affine(alpha * scale, shift, 0, q.act_frac, q.scale_bits)
-                        bits = (conv.weight.detach() >= 0).to(torch.int64)
-                        p[layer] = dict(bits=bits, A=A, B=B, shift=s)
-                layer = f"block{n}.lambda"
-                p[layer] = quantize_scalar(block.lambdas.detach(), q.lambda_frac)
-                if block.gate_theta is not None:
-                    layer = f"block{n}.gate"
-                    p[layer] = quantize_scalar(torch.sigmoid(block.gate_theta.detach()),
-                                               q.gate_frac)
-            layer = "fc"
-            pool = self.final_size() ** 2
-            w_q, w_frac = quantize_weights_pow2(self.fc.weight.detach().double() / pool,
-                                                q.weight_bits)
-            b_q = quantize_scalar(self.fc.bias.detach(), w_frac + q.act_frac)
-            p["fc"] = dict(weight=w_q, bias=b_q, frac=w_frac + q.act_frac)
-        except (ValueError, OverflowError) as exc:
-            raise ValueError(f"{layer}: {exc}") from None
-        return p
-
-    def final_size(self):
-        size = self.config.image_size
-        for _, stride in self.config.blocks:
-            size = (size - 1) // stride + 1
-        return size
+            xs, agg = block(xs, agg)
+        return self.fc(self.pool(agg))
 
     @torch.no_grad()
-    def forward_quantized(self, pixels, keep_trace=False, params=None):
-        """Fixed-point forward on uint8 pixels ([N, H, W] or [N, 1, H, W]).
+    def forward_quantized(self, pixels, keep_trace=False):
+        """Exact fixed-point forward on uint8 pixels ([N, H, W] or [N, C, H, W]): the
+        traced composition of :meth:`forward`, each layer's ``forward_fixed``."""
+        from .tracing import run_fixed
+        out, trace = run_fixed(self, pixels, keep_trace)
+        return QuantizedOutput(logits=out.value, classes=out.value.argmax(dim=1),
+                               logit_frac=out.frac, trace=trace)
 
-        Integer arithmetic throughout (convolutions of small integers run in
-        float64, which is exact below 2**53, and are cast back to int64).
-        """
-        q = self.quant
-        p = params or self.integer_params()
-        trace = {}
-
-        def keep(name, value):
-            if keep_trace:
-                trace[name] = value
-            return value
-
-        def conv(x, w, stride=1, dilation=1, padding=0, pad_value=0.0):
-            x = F.pad(x.double(), (padding,) * 4, value=pad_value)
-            return F.conv2d(x, w.double(), stride=stride, dilation=dilation).round().to(torch.int64)
-
-        def postop(acc, prm, pre_relu, post_relu):
-            v = acc.clamp(min=0) if pre_relu else acc
-            y = round_shift(prm["A"].view(1, -1, 1, 1) * v + prm["B"].view(1, -1, 1, 1), prm["shift"])
-            return y.clamp(min=0) if post_relu else y
-
-        if pixels.dim() == 3:
-            pixels = pixels.unsqueeze(1)
-        pixels = pixels.to(torch.int64)
-        acc = keep("stem.conv", conv(pixels, p["stem"]["weight"], padding=1))
-        x = keep("stem", postop(acc, p["stem"], pre_relu=False, post_relu=False))
-        xs = [x] * self.config.bases
-        agg = None
-        for n, block in enumerate(self.blocks):
-            if block.gate_theta is not None:
-                gate = p[f"block{n}.gate"]
-                one = 1 << q.gate_frac
-                xs = [keep(f"block{n}.in{i}",
-                           round_shift(gate[i] * g + (one - gate[i]) * agg, q.gate_frac))
-                      for i, g in enumerate(xs)]
-            outs = []
-            for i, base in enumerate(block.bases):
-                name = f"block{n}.base{i}"
-                x_i = xs[i]
-                c1, c2 = p[f"{name}.conv1"], p[f"{name}.conv2"]
-                pm1 = sign(x_i.double())
-                dot1 = keep(f"{name}.conv1", conv(pm1, sign(c1["bits"].double() - 0.5),
-                                                  base.conv1.stride, base.conv1.dilation,
-                                                  base.conv1.padding, 1.0))
-                h = keep(f"{name}.act1", postop(dot1, c1, pre_relu=True, post_relu=False))
-                dot2 = keep(f"{name}.conv2", conv(sign(h.double()), sign(c2["bits"].double() - 0.5),
-                                                  1, base.conv2.dilation, base.conv2.padding, 1.0))
-                y = keep(f"{name}.post2", postop(dot2, c2, pre_relu=True, post_relu=False))
-                outs.append(keep(f"{name}.out",
-                                 y + option_a_shortcut(x_i, base.out_channels, base.stride)))
-            lam = p[f"block{n}.lambda"]
-            agg = keep(f"block{n}.agg",
-                       round_shift(sum(lam[j] * g for j, g in enumerate(outs)), q.lambda_frac))
-            xs = outs
-        pooled = keep("pool", agg.sum(dim=(2, 3)))
-        logits = pooled @ p["fc"]["weight"].t() + p["fc"]["bias"]
-        return QuantizedOutput(logits=logits, classes=logits.argmax(dim=1), trace=trace)
+    def final_size(self):
+        return self.config.stage_sizes()[-1]

@@ -98,6 +98,18 @@ def port_widths(acc: Accelerator) -> tuple[int, int]:
     return (Shape.cast(acc.i.payload.shape()).width, Shape.cast(acc.o.payload.shape()).width)
 
 
+def pixel_beats(images):
+    """uint8 images ([N, H, W] or [N, C, H, W]) -> one int per pixel in raster order,
+    channel c in bits ``8c .. 8c+7`` (the ``ArrayLayout(unsigned(8), C)`` of the input
+    stream)."""
+    images = torch.as_tensor(images).to(torch.int64)
+    if images.dim() == 3:
+        images = images.unsqueeze(1)
+    shifts = torch.arange(images.shape[1], dtype=torch.int64) * 8
+    words = (images << shifts.view(1, -1, 1, 1)).sum(dim=1)
+    return words.reshape(-1).tolist()
+
+
 def _decode(word, n_classes, logit_width):
     mask = (1 << logit_width) - 1
     logits = []
@@ -108,25 +120,35 @@ def _decode(word, n_classes, logit_width):
 
 
 def first_divergence(graph, model, images, values=None):
-    """First node (graph order) whose integer-graph value differs from the model's
-    fixed-point forward, as ``"node NAME, image I"``; None if all compared nodes agree.
+    """First model layer (in graph order) whose integer-graph value differs from the
+    model's fixed-point forward, as ``"node NAME, image I"``; None if all agree.
 
-    Compares every node the two share by name (convolutions, post-ops, residual sums,
-    aggregates), so a wrong fold or range shows where it starts. ``values`` are the
-    executor's results on ``images`` if the caller has them already.
+    The front end records which graph value stands for each traced layer output
+    (:attr:`~groupnet_hw.compiler.graph.Graph.origins`); values a pass folded away
+    (post-ops inside thresholds) are skipped. ``values`` are the executor's results on
+    ``images`` if the caller has them already.
     """
     if values is None:
         values = execute(graph, images)
     trace = model.forward_quantized(images, keep_trace=True).trace
-    for node in graph:
-        want, got = trace.get(node.name), values.get(node.name)
-        if not isinstance(want, torch.Tensor) or not isinstance(got, torch.Tensor):
+    order = {node.name: i for i, node in enumerate(graph)}
+    pairs = []
+    for layer, ref in graph.origins.items():
+        name, _, k = ref.partition(":")
+        base, _, idx = layer.partition("[")
+        want = trace.get(base)
+        if name not in values or want is None:
             continue
-        if want.shape != got.shape:
-            return f"node {node.name} (shape {list(got.shape)} vs {list(want.shape)})"
+        if idx:
+            want = want[int(idx[:-1])]
+        got = values[name][int(k)] if k else values[name]
+        pairs.append((order[name], name, got, want.value))
+    for _, name, got, want in sorted(pairs, key=lambda p: p[0]):
+        if got.shape != want.shape:
+            return f"node {name} (shape {list(got.shape)} vs {list(want.shape)})"
         if not torch.equal(want, got):
             bad = (want != got).flatten(1).any(dim=1).nonzero()
-            return f"node {node.name}, image {int(bad[0])}"
+            return f"node {name}, image {int(bad[0])}"
     return None
 
 
@@ -138,7 +160,7 @@ def run_hardware(acc: Accelerator, images, simulator="verilator", design: RTLDes
     Returns ``(logits list, classes list, run)`` where ``run`` has ``out_cycles``,
     ``steady_interval()``, ``sim_seconds`` and ``build_seconds``.
     """
-    beats = [int(p) for p in images.reshape(-1).tolist()]
+    beats = pixel_beats(images)
     n = int(images.shape[0])
     frame_beats = acc.n_pixels
     if simulator == "amaranth":
@@ -214,8 +236,7 @@ def verify(model, sched, images, simulator="verilator", design: RTLDesign = None
     jobs = jobs or max(1, min(os.cpu_count() or 1, 8))
     expected = model.forward_quantized(images)
     graph_values = execute(sched.graph, images)
-    graph_ok = (torch.equal(graph_values["head"], expected.logits)
-                and torch.equal(graph_values["classes"], expected.classes))
+    graph_ok = torch.equal(graph_values[sched.graph.output], expected.logits)
     divergence = None if graph_ok else (first_divergence(sched.graph, model, images,
                                                          graph_values)
                                         or "only at the logits (head)")

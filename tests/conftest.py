@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from groupnet_hw.models.groupnet import GroupNet, GroupNetConfig
+from groupnet_hw.models.layers import Aggregation, SoftGate
 
 
 def randomize_bn(model, gen, zero_gamma=False):
@@ -15,10 +16,11 @@ def randomize_bn(model, gen, zero_gamma=False):
             mod.bias.data.copy_(torch.rand(c, generator=gen) * 2 - 1)
             if zero_gamma:
                 mod.weight.data[0] = 0.0
-    for block in model.blocks:
-        block.lambdas.data.copy_(torch.rand(len(block.lambdas), generator=gen) * 2 - 0.5)
-        if block.gate_theta is not None:
-            block.gate_theta.data.copy_(torch.randn(len(block.gate_theta), generator=gen) * 2)
+    for mod in model.modules():
+        if isinstance(mod, Aggregation) and mod.lambdas.requires_grad:
+            mod.lambdas.data.copy_(torch.rand(len(mod.lambdas), generator=gen) * 2 - 0.5)
+        elif isinstance(mod, SoftGate):
+            mod.theta.data.copy_(torch.randn(len(mod.theta), generator=gen) * 2)
     return model
 
 

@@ -13,10 +13,10 @@ from groupnet_hw.sim.verify import RTLDesign, port_widths, verify
 from conftest import random_images, random_model
 
 TINY = [
-    dict(image_size=6, stem_channels=3, blocks=[[3, 1], [4, 2]], bases=2, num_classes=3,
-         dilations=[1, 2]),
-    dict(image_size=5, stem_channels=2, blocks=[[3, 1]], bases=1, num_classes=4),
-    dict(image_size=6, stem_channels=3, blocks=[[3, 2], [3, 1]], bases=3, num_classes=3),
+    dict(image_size=6, stem_channels=3, stages=[[3, 1, 1], [4, 1, 2]], bases=2, num_classes=3,
+         dilations=[[1, 2], [1, 1]]),
+    dict(image_size=5, stem_channels=2, stages=[[3, 1, 1]], bases=1, num_classes=4),
+    dict(image_size=6, stem_channels=3, stages=[[3, 1, 2], [3, 1, 1]], bases=3, num_classes=3),
 ]
 
 
@@ -45,7 +45,7 @@ def small_trained(tmp_path_factory):
     from groupnet_hw.models.groupnet import GroupNetConfig
     from groupnet_hw.models.train import TrainConfig, train_digits
     torch.set_num_threads(2)
-    model, metrics = train_digits(GroupNetConfig(stem_channels=8, blocks=[[8, 1], [8, 2]], bases=2),
+    model, metrics = train_digits(GroupNetConfig(stem_channels=8, stages=[[8, 1, 1], [8, 1, 2]], bases=2),
                                   TrainConfig(epochs=15, seed=1))
     return model.eval(), metrics
 

@@ -54,15 +54,16 @@ def _tensor(name, fn):
 def _extreme_bn(payload):
     # each value within the 1e6 bound, together a post-op offset B of ~2**60
     sd = payload["state_dict"]
-    sd["blocks.0.bases.0.bn1.running_var"].zero_()
-    sd["blocks.0.bases.0.bn1.weight"].fill_(1e6)
-    sd["blocks.0.bases.0.bn1.running_mean"].fill_(1e6)
+    sd["blocks.0.bases.0.layer1.bn.running_var"].zero_()
+    sd["blocks.0.bases.0.layer1.bn.weight"].fill_(1e6)
+    sd["blocks.0.bases.0.layer1.bn.running_mean"].fill_(1e6)
 
 
 def _broadcast_views(payload):
     # a large declared architecture whose "weights" are stride-0 views of one number:
     # names and shapes match, but the data is not in the file
-    cfg = dict(payload["config"], stem_channels=512, blocks=[[512, 1]], bases=1, dilations=[1])
+    cfg = dict(payload["config"], stem_channels=512, stages=[[512, 1, 1]], bases=1,
+               dilations=[[1]])
     payload["config"] = cfg
     with torch.device("meta"):
         ref = GroupNet(GroupNetConfig(**cfg)).state_dict()
@@ -140,19 +141,25 @@ def _oversized(valid, path):
 
 # name -> (builder, text the single error line must contain)
 CASES = {
-    "huge_channels": (_set("config", stem_channels=300_000, blocks=[[300_000, 1], [300_000, 2]]),
+    "huge_channels": (_set("config", stem_channels=300_000,
+                           stages=[[300_000, 1, 1], [300_000, 1, 2]]),
                       "config.stem_channels = 300000 is out of range; allowed 1..1024"),
-    "huge_block_channels": (_set("config", blocks=[[3, 1], [500_000, 2]]),
-                            "config.blocks[1].channels = 500000 is out of range"),
+    "huge_block_channels": (_set("config", stages=[[3, 1, 1], [500_000, 1, 2]]),
+                            "config.stages[1].channels = 500000 is out of range"),
     "huge_bases": (_set("config", bases=2_000_000),
-                   "config.bases = 2000000 is out of range; allowed 1..16"),
+                   "config.bases = 2000000 is out of range; allowed 1..8"),
     "huge_bases_with_dilations": (_set("config", bases=2_000_000, dilations=[1] * 2_000_000),
                                   "data.pkl' is 4"),
     "huge_image_size": (_set("config", image_size=10 ** 6),
                         "config.image_size = 1000000 is out of range; allowed 3..512"),
-    "thousands_of_blocks": (_set("config", blocks=[[4, 1]] * 5000),
-                            "config.blocks has 5000 entries"),
-    "huge_dilation": (_set("config", dilations=[1, 9]), "config.dilations[1] = 9"),
+    "thousands_of_stages": (_set("config", stages=[[4, 1, 1]] * 5000),
+                            "config.stages has 5000 entries"),
+    "thousands_of_blocks": (_set("config", stages=[[4, 5000, 1]]),
+                            "config.stages[0].blocks = 5000 is out of range"),
+    "huge_dilation": (_set("config", dilations=[[1, 9], [1, 1]]), "config.dilations[0][1] = 9"),
+    "bad_variant": (_set("config", variant="groupnet2"), "config.variant = 'groupnet2' is not one"),
+    "bad_act_bits": (_set("config", act_bits=3), "config.act_bits = 3; allowed 1, 2 or 4"),
+    "nan_beta": (_set("config", act_beta=float("nan")), "config.act_beta = nan"),
     "negative_act_frac": (_set("quant", act_frac=-3),
                           "quant.act_frac = -3 is out of range; allowed 0..16"),
     "huge_scale_bits": (_set("quant", scale_bits=1000),
@@ -162,10 +169,10 @@ CASES = {
     "bool_in_channels": (_set("config", in_channels=True),
                          "config.in_channels = True has type bool"),
     "float_weight_bits": (_set("quant", weight_bits=8.5), "quant.weight_bits = 8.5 has type float"),
-    "dilations_int": (_set("config", dilations=2), "config.dilations = 2 has type int"),
-    "blocks_junk": (_set("config", blocks=[["a", {"x": [1]}], 7]), "config.blocks[0].channels"),
-    "blocks_not_pairs": (_set("config", blocks=[[3, 1, 5]]), "config.blocks[0] = [3, 1, 5]"),
-    "blocks_dict": (_set("config", blocks={"x": [[1, 2]]}), "config.blocks = {'x': [[1, 2]]}"),
+    "dilations_int": (_set("config", dilations=2), "config.dilations = 2; allowed one list"),
+    "stages_junk": (_set("config", stages=[["a", {"x": [1]}, 1], 7]), "config.stages[0].channels"),
+    "stages_not_triples": (_set("config", stages=[[3, 1]]), "config.stages[0] = [3, 1]"),
+    "stages_dict": (_set("config", stages={"x": [[1, 2]]}), "config.stages = {'x': [[1, 2]]}"),
     "tensor_as_bases": (_set("config", bases=torch.tensor(2)), "config.bases = a tensor"),
     "unknown_config_key": (_set("config", evil=1), "config.evil is not a known field"),
     "missing_config_key": (_edit(lambda p: p["config"].pop("num_classes")),
@@ -176,14 +183,16 @@ CASES = {
     "unknown_top_level": (_edit(lambda p: p.update(extra={})), "unknown top-level entry 'extra'"),
     "nan_weight": (_tensor("fc.weight", lambda t: t.view(-1)[0].fill_(float("nan"))),
                    "fc.weight contains NaN"),
-    "huge_weight": (_tensor("stem.conv.weight", lambda t: t.view(-1)[0].fill_(1e30)),
-                    "stem.conv.weight has a value of magnitude 1e+30"),
-    "negative_running_var": (_tensor("blocks.1.bases.0.bn2.running_var",
+    "huge_weight": (_tensor("stem.0.weight", lambda t: t.view(-1)[0].fill_(1e30)),
+                    "stem.0.weight has a value of magnitude 1e+30"),
+    "negative_running_var": (_tensor("blocks.1.bases.0.layer2.bn.running_var",
                                      lambda t: t.view(-1)[0].fill_(-0.5)),
-                             "blocks.1.bases.0.bn2.running_var has a negative variance"),
+                             "blocks.1.bases.0.layer2.bn.running_var has a negative variance"),
+    "huge_out_frac": (_tensor("stem.1.out_frac", lambda t: t.fill_(900)),
+                      "stem.1.out_frac = 900 is out of range; allowed 0..24"),
     "float16_weight": (_edit(lambda p: p["state_dict"].update(
         {"fc.bias": p["state_dict"]["fc.bias"].half()})), "fc.bias has dtype float16"),
-    "overflowing_constant": (_edit(_extreme_bn), "block0.base0.conv1.B reaches 2**"),
+    "overflowing_constant": (_edit(_extreme_bn), "blocks_0_bases_0_layer1_bn.B reaches 2**"),
     "int64_overflow": (_edit(lambda p: (p["state_dict"]["fc.weight"].fill_(1e-30),
                                         p["state_dict"]["fc.bias"].fill_(1.0))),
                        "fixed-point constants cannot be formed: fc: "),
@@ -206,7 +215,7 @@ def hostile(tmp_path_factory):
     """name -> path of every hostile checkpoint, and the valid one they derive from."""
     root = tmp_path_factory.mktemp("hostile")
     valid = root / "valid.pt"
-    model = random_model(4, image_size=8, stem_channels=3, blocks=[[3, 1], [4, 2]], bases=2)
+    model = random_model(4, image_size=8, stem_channels=3, stages=[[3, 1, 1], [4, 1, 2]], bases=2)
     save_checkpoint(valid, model)
     files = {}
     for name, (build, _) in CASES.items():
@@ -251,12 +260,12 @@ def test_quant_limits_are_inclusive(hostile, tmp_path):
             model, _ = load_checkpoint(path)
             assert getattr(model.quant, field) == value
     _set("quant", **{field: high for field, (_, high) in QUANT_LIMITS.items()})(valid, path)
-    with pytest.raises(CheckpointError, match=r"fixed-point constant stem\.B reaches 2\*\*"):
+    with pytest.raises(CheckpointError, match=r"fixed-point constant stem_1\.B reaches 2\*\*"):
         load_checkpoint(path)
 
 
 def test_config_error_names_field_directly():
-    with pytest.raises(ValueError, match=r"^bases = 0 is out of range; allowed 1\.\.16$"):
+    with pytest.raises(ValueError, match=r"^bases = 0 is out of range; allowed 1\.\.8$"):
         GroupNetConfig(bases=0)
     with pytest.raises(ValueError, match=r"^scale_bits = 1000 is out of range"):
         QuantConfig(scale_bits=1000)

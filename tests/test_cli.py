@@ -15,7 +15,7 @@ from conftest import random_model
 @pytest.fixture(scope="module")
 def tiny_ckpt(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny") / "tiny.pt"
-    model = random_model(4, image_size=8, stem_channels=3, blocks=[[3, 1], [4, 2]], bases=2)
+    model = random_model(4, image_size=8, stem_channels=3, stages=[[3, 1, 1], [4, 1, 2]], bases=2)
     save_checkpoint(path, model)
     return path
 
@@ -75,7 +75,7 @@ def test_foreign_and_mismatched_checkpoints(tmp_path, tiny_ckpt):
         load_checkpoint(foreign)
     payload = torch.load(tiny_ckpt, weights_only=True)
     payload["config"]["bases"] = 3
-    payload["config"]["dilations"] = [1, 1, 1]
+    payload["config"]["dilations"] = [[1, 1, 1], [1, 1, 1]]
     wrong = tmp_path / "wrong.pt"
     torch.save(payload, wrong)
     with pytest.raises(CheckpointError, match="do not match"):
@@ -121,8 +121,36 @@ def test_verify_rejects_wrong_image_shape(tmp_path, tiny_ckpt):
 
 def test_train_cli_writes_a_loadable_checkpoint(tmp_path):
     out = tmp_path / "m.pt"
-    result = run("train", "-o", out, "--epochs", "1", "-K", "1", "--channels", "4,4")
+    result = run("train", "-o", out, "--epochs", "1", "-K", "1", "--channels", "4,4,5",
+                 "--variant", "gbd-v2", "--act-bits", "2")
     assert result.exit_code == 0, result.output
     assert "quantized test accuracy" in result.output
     model, payload = load_checkpoint(out)
     assert payload["config"]["bases"] == 1 and "quantized_accuracy" in payload["metrics"]
+    assert payload["config"]["variant"] == "gbd-v2" and payload["config"]["act_bits"] == 2
+    assert model.config.stages == [[4, 1, 1], [5, 1, 2]]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--variant", "groupnet3"], "variant = 'groupnet3' is not one of"),
+    (["-K", "9"], "bases = 9 is out of range; allowed 1..8"),
+    (["-K", "0"], "bases = 0 is out of range"),
+    (["--act-bits", "3"], "act_bits = 3; allowed 1, 2 or 4"),
+    (["--bpac"], "dilations[1][0] = 6: stage 1 works on 4x4 maps"),
+    (["--dilations", "1,x"], "expected integers"),
+    (["--dilations", "1,1;1"], "dilations[0] = [1, 1]; allowed one list of 5 rates"),
+    (["--arch", "vgg"], "arch = 'vgg' is not in the zoo"),
+    (["--channels", "4,4"], "--channels needs 3 values"),
+])
+def test_train_refuses_bad_family_options(tmp_path, args, message):
+    out = tmp_path / "m.pt"
+    _assert_one_line_error(run("train", "-o", out, *args), message)
+    assert not out.exists()
+
+
+def test_zoo_lists_topologies_and_variants():
+    result = run("zoo")
+    assert result.exit_code == 0
+    for name in ("digits", "cifar", "resnet18", "resnet34", "lbd", "gbd-v1", "gbd-v2", "gbd-v3",
+                 "groupnet", "groupnet-star"):
+        assert f"  {name} " in result.output

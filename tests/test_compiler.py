@@ -1,63 +1,129 @@
-"""Integer graph == quantized eval (verification level 2), passes, ranges, schedule."""
+"""Integer graph == fixed-point forward (verification level 2), passes, ranges, schedule."""
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from groupnet_hw.compiler import cycles
 from groupnet_hw.compiler.execute import execute
-from groupnet_hw.compiler.passes import (analyze_ranges, compile_model, fold_postops,
-                                         fold_thresholds)
+from groupnet_hw.compiler.frontend import lower
+from groupnet_hw.compiler.passes import (analyze_ranges, compile_model, fold_relu,
+                                         fold_thresholds, fuse_gates)
 from groupnet_hw.compiler.schedule import choose_folding, schedule
-from groupnet_hw.compiler.trace import trace
+from groupnet_hw.models.groupnet import VARIANTS
+from groupnet_hw.sim.verify import first_divergence
 from conftest import random_images, random_model
 
 CONFIGS = [
-    dict(image_size=8, stem_channels=4, blocks=[[4, 1], [6, 2]], bases=2, num_classes=10),
-    dict(image_size=7, stem_channels=3, blocks=[[5, 1]], bases=1, num_classes=3),
-    dict(image_size=9, stem_channels=5, blocks=[[5, 2], [7, 1]], bases=3, num_classes=4,
-         dilations=[1, 2, 3]),
-    dict(image_size=6, stem_channels=2, blocks=[[3, 1], [3, 1], [4, 2]], bases=4, num_classes=5,
-         dilations=[2, 1, 1, 2]),
+    dict(image_size=8, stem_channels=4, stages=[[4, 1, 1], [6, 1, 2]], bases=2, num_classes=10),
+    dict(image_size=7, stem_channels=3, stages=[[5, 1, 1]], bases=1, num_classes=3),
+    dict(image_size=9, stem_channels=5, stages=[[5, 1, 2], [7, 1, 1]], bases=3, num_classes=4,
+         dilations=[[1, 2, 3], [1, 1, 2]]),
+    dict(image_size=6, stem_channels=2, stages=[[3, 2, 1], [4, 1, 2]], bases=4, num_classes=5,
+         dilations=[[2, 1, 1, 2], [1, 1, 1, 1]]),
 ]
 
 
-@pytest.mark.parametrize("seed", range(8))
-def test_integer_graph_equals_quantized_eval(seed):
-    cfg = CONFIGS[seed % len(CONFIGS)]
-    model = random_model(seed, **cfg)
-    images = random_images(seed, 16, cfg["image_size"])
+def _check_exact(model, images):
     graph = compile_model(model)
     values = execute(graph, images, check_ranges=True)
-    q = model.forward_quantized(images, keep_trace=True)
-    assert torch.equal(values["head"], q.logits)
-    assert torch.equal(values["classes"], q.classes)
-    for name, ref in q.trace.items():  # every intermediate the two share
-        if name in values and not isinstance(values[name], list):
-            got = values[name]
-            if name in graph and graph[name].kind == "bits":
-                ref = (ref >= 0).to(torch.int64)
-            assert torch.equal(got, ref), name
+    q = model.forward_quantized(images)
+    assert torch.equal(values[graph.output], q.logits), first_divergence(graph, model, images)
+    assert first_divergence(graph, model, images, values) is None
+    return graph
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_integer_graph_equals_fixed_point_forward(seed):
+    cfg = CONFIGS[seed % len(CONFIGS)]
+    model = random_model(seed, **cfg)
+    _check_exact(model, random_images(seed, 16, cfg["image_size"]))
+
+
+@st.composite
+def family_configs(draw):
+    """Any variant, K, activation bits, channels (not multiples of anything), strides,
+    dilations, shortcut kind, alpha and gate granularity."""
+    bases = draw(st.integers(1, 4))
+    size = draw(st.integers(5, 9))
+    stem = draw(st.integers(1, 6))
+    stages, prev, cur = [], stem, size
+    for _ in range(draw(st.integers(1, 2))):
+        stride = draw(st.sampled_from([1, 2]))
+        channels = draw(st.integers(prev, prev + 3))
+        stages.append([channels, draw(st.integers(1, 2)), stride])
+        prev = channels
+    sizes, cur = [], size
+    for _, _, stride in stages:
+        cur = (cur - 1) // stride + 1
+        sizes.append(cur)
+    dilations = [[draw(st.integers(1, max(1, s - 1))) for _ in range(bases)] for s in sizes]
+    return dict(variant=draw(st.sampled_from(list(VARIANTS))), image_size=size,
+                in_channels=draw(st.sampled_from([1, 3])), stem_channels=stem,
+                stem_kernel=draw(st.sampled_from([1, 3])), stages=stages, bases=bases,
+                dilations=dilations, num_classes=draw(st.integers(2, 5)),
+                act_bits=draw(st.sampled_from([1, 2, 4])),
+                act_beta=draw(st.sampled_from([1.0, 2.5])),
+                shortcut=draw(st.sampled_from(["A", "conv"])),
+                alpha=draw(st.sampled_from(["channel", "tensor"])),
+                gate=draw(st.sampled_from(["base", "block"]))), draw(st.integers(0, 1000))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(family_configs())
+def test_every_family_member_is_exact(case):
+    """Hypothesis: fixed-point forward == integer graph, exactly, across the family."""
+    cfg, seed = case
+    model = random_model(seed, **cfg)
+    gen = torch.Generator().manual_seed(seed)
+    size, c = cfg["image_size"], cfg["in_channels"]
+    images = torch.randint(0, 256, (6, c, size, size), generator=gen, dtype=torch.uint8)
+    _check_exact(model, images)
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_threshold_folding_preserves_every_output(seed):
-    cfg = CONFIGS[seed]
+    cfg = dict(CONFIGS[seed], act_bits=(1, 2, 4, 1)[seed])
     model = random_model(seed + 10, **cfg)
     images = random_images(seed, 8, cfg["image_size"])
-    before = analyze_ranges(fold_postops(trace(model)))
-    after = analyze_ranges(fold_thresholds(fold_postops(trace(model))))
-    assert "threshold" not in before.ops() and "threshold" in after.ops()
+    before = analyze_ranges(fuse_gates(fold_relu(lower(model))))
+    after = analyze_ranges(fold_thresholds(analyze_ranges(fuse_gates(fold_relu(lower(model))))))
+    assert "postop" in {before.producer(n.inputs[0]).op for n in before if n.op == "threshold"}
+    # every threshold whose post-op fed only it now compares the accumulator itself
+    for n in after:
+        if n.op == "threshold" and after.producer(n.inputs[0]).op == "postop":
+            assert len(after.consumers(n.inputs[0])) > 1
+    assert any(after.producer(n.inputs[0]).op == "bin_conv" for n in after if n.op == "threshold")
     vb, va = execute(before, images), execute(after, images)
-    assert torch.equal(vb["head"], va["head"])
+    assert torch.equal(vb[before.output], va[after.output])
     for node in after:
         if node.op == "threshold":
-            assert torch.equal(va[node.name], vb[node.name])  # bits == sign(postop)
+            assert torch.equal(va[node.name], vb[node.name])  # levels == quant(postop)
 
 
 def test_passes_fold_every_float_node():
     graph = compile_model(random_model(0, **CONFIGS[0]))
-    assert not {"scale", "relu", "batchnorm"} & set(graph.ops())
+    assert "relu" not in graph.ops() and "gate" not in graph.ops()
     assert all(n.lo is not None for n in graph)
+
+
+def test_no_node_name_carries_meaning():
+    """Renaming every node leaves the integer graph's result unchanged."""
+    model = random_model(1, **CONFIGS[0])
+    images = random_images(1, 4, 8)
+    graph = compile_model(model)
+    want = execute(graph, images)[graph.output]
+    from groupnet_hw.compiler.graph import Graph, Node
+    rename = {n.name: f"n{i}" for i, n in enumerate(graph)}
+    def ref(r):
+        name, sep, k = r.partition(":")
+        return rename[name] + sep + k
+    renamed = Graph([Node(rename[n.name], n.op, [ref(r) for r in n.inputs], n.attrs, n.channels,
+                          n.height, n.width, n.kind, n.bits, n.frac, n.outputs, n.lo, n.hi)
+                     for n in graph], input=rename[graph.input], output=rename[graph.output])
+    assert torch.equal(execute(renamed, images)[renamed.output], want)
+    schedule(renamed)
 
 
 def test_range_analysis_holds_on_extreme_inputs():
@@ -88,12 +154,14 @@ def test_default_network_fits_de10nano_and_reports():
     assert all(d["resources"][k] <= d["budget"][k] for k in ("alm", "m10k", "dsp"))
     assert d["frame_cycles"] == max(u["cycles"] for u in d["units"])
     assert d["base_mapping"] == "parallel"
-    # skip FIFOs exist for every base and cover the conv path's lookahead
     # every join (residual add, base mixer) has a FIFO on each input; the skips of the
     # first block cover at least a row of lookahead
+    g = sched.graph
     assert len(sched.fifos) == 5 * 2 + 2
-    assert all(fifo["stem"] > sched.graph["input"].width
-               for name, fifo in sched.fifos.items() if name.startswith("block0.base"))
+    stem = g.producer(g.consumers(g.input)[0].name)
+    stem_out = next(n.name for n in g if n.op == "postop")
+    skips = [fifo[stem_out] for fifo in sched.fifos.values() if stem_out in fifo]
+    assert len(skips) == 5 and all(depth > g[g.input].width for depth in skips)
 
 
 def test_unknown_board_is_rejected():
@@ -103,7 +171,7 @@ def test_unknown_board_is_rejected():
 
 def test_range_analysis_refuses_what_int64_cannot_hold():
     """A post-op whose worst-case product leaves int64 is named, not left to wrap."""
-    graph = compile_model(random_model(3, image_size=6, stem_channels=3, blocks=[[3, 1]],
+    graph = compile_model(random_model(3, image_size=6, stem_channels=3, stages=[[3, 1, 1]],
                                        bases=2, num_classes=3))
     node = next(n for n in graph if n.op == "postop")
     node.attrs["A"] = node.attrs["A"].clone().fill_(1 << 60)

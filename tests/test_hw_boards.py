@@ -379,3 +379,17 @@ def test_unknown_board():
     with pytest.raises(ValueError, match="known boards"):
         write_board_project(FakeCore(n_pixels=2), "/nonexistent", board="arty")
     assert get_board("de10nano").device == "5CSEBA6U23I7"
+
+
+@pytest.mark.parametrize("channels,stall", [(3, 0.0), (3, 0.4), (2, 0.3)])
+def test_pixel_packer_packs_bytes_into_pixels(channels, stall):
+    """RGB host link: C bytes per pixel, channel c in bits 8c..8c+7, under back-pressure."""
+    import random
+    from groupnet_hw.hw.boards.host_link import PixelPacker
+    from groupnet_hw.sim.streams import run_streams
+    rng = random.Random(channels)
+    data = [rng.randrange(256) for _ in range(channels * 17)]
+    run = run_streams(PixelPacker(channels), {"i": data}, {"o": 17}, stall=stall, seed=5)
+    want = [sum(b << (8 * c) for c, b in enumerate(data[p * channels:(p + 1) * channels]))
+            for p in range(17)]
+    assert [int(v) for v in run.outputs["o"]] == want

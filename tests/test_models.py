@@ -2,7 +2,8 @@
 
 import torch
 
-from groupnet_hw.models.binary import BinarizeWeight, BinaryConv2d, SignActivation, sign
+from groupnet_hw.models.binary import BinarizeWeight, SignActivation, sign
+from groupnet_hw.models.layers import BinaryConv2d, NBitActivation, SoftGate
 from groupnet_hw.models.quantize import round_shift
 from conftest import random_images, random_model
 
@@ -30,7 +31,7 @@ def test_weight_ste_passes_gradient_and_scales_by_mean_abs():
 
 
 def test_binary_conv_pads_with_plus_one():
-    conv = BinaryConv2d(1, 1)
+    conv = BinaryConv2d(1, 1, 3)
     conv.weight.data.fill_(1.0)  # alpha = 1, all +1 weights: output = sum of 9 taps
     x = -torch.ones(1, 1, 3, 3)
     y = conv(x)
@@ -39,24 +40,51 @@ def test_binary_conv_pads_with_plus_one():
     assert y[0, 0, 1, 1].item() == -9.0
 
 
+def _gate_inputs(model, images):
+    """(gate inputs G_i, aggregate, gate outputs) of the second block's gate."""
+    q = model.forward_quantized(images, keep_trace=True)
+    gate = next(n for n in q.trace if n.startswith("blocks_1_gate"))
+    agg = next(n for n in q.trace if n.startswith("blocks_0_aggregate"))
+    outs = [q.trace[n] for n in q.trace if n.startswith("blocks_0_bases_") and
+            n.endswith("add2")]
+    return outs, q.trace[agg], q.trace[gate]
+
+
 def test_soft_gate_limits_of_eq7():
     """C = 0 gives the aggregate (eq. 2, blocks independent); C = 1 the base's own output (eq. 3)."""
-    model = random_model(3, image_size=6, stem_channels=3, blocks=[[3, 1], [3, 1]], bases=3,
+    model = random_model(3, image_size=6, stem_channels=3, stages=[[3, 2, 1]], bases=3,
                          num_classes=4)
     images = random_images(3, 4, 6)
     for theta, check in ((-1e4, "agg"), (1e4, "own")):
-        model.blocks[1].gate_theta.data.fill_(theta)
-        q = model.forward_quantized(images, keep_trace=True)
+        model.blocks[1].gate.theta.data.fill_(theta)
+        outs, agg, gated = _gate_inputs(model, images)
         for i in range(3):
-            got = q.trace[f"block1.in{i}"]
-            want = q.trace["block0.agg"] if check == "agg" else q.trace[f"block0.base{i}.out"]
-            assert torch.equal(got, want)
+            want = agg if check == "agg" else outs[i]
+            assert torch.equal(gated[i].value, want.value)
     # float model: same limits through the sigmoid
+    gate = SoftGate(2)
     x = torch.randn(2, 3, 6, 6)
-    g = torch.randn(2, 3, 6, 6)
-    for theta, want in ((-1e4, x), (1e4, g)):
-        c = torch.sigmoid(torch.tensor(theta))
-        assert torch.equal(c * g + (1 - c) * x, want)
+    g = [torch.randn(2, 3, 6, 6) for _ in range(2)]
+    for theta, want in ((-1e4, [x, x]), (1e4, g)):
+        gate.theta.data.fill_(theta)
+        got = gate(g, x)
+        assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+def test_nbit_activation_levels_match_the_appendix_quantizer():
+    """Float forward: round(clip(y, 0, beta) * L/beta) * beta/L; fixed forward: the level."""
+    act = NBitActivation(2, 1.5)
+    y = torch.tensor([-1.0, 0.0, 0.2, 0.25, 0.26, 0.74, 0.76, 1.2, 1.5, 9.0])
+    assert torch.equal(act(y), torch.tensor([0, 0, 0, 0.5, 0.5, 0.5, 1.0, 1.0, 1.5, 1.5]))
+    from groupnet_hw.models.fixed import Fixed
+    frac = 8
+    q = act.forward_fixed(Fixed(torch.round(y * 2 ** frac).long(), "fixed", frac=frac))
+    assert q.value.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 3, 3]
+    assert torch.equal(q.value * act.step, act(y).double())
+    # straight-through gradient inside the clip range, none outside it
+    y = y.clone().requires_grad_()
+    act(y).sum().backward()
+    assert y.grad.tolist() == [0, 1, 1, 1, 1, 1, 1, 1, 1, 0]
 
 
 def test_round_shift_rounds_half_up():

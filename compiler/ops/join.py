@@ -1,0 +1,163 @@
+"""Ops that join branches: residual add, base aggregation (with optional gates),
+stand-alone soft gate. Their inputs get compiler-sized FIFOs."""
+
+from __future__ import annotations
+
+from .base import Op, const_mult_alms, register
+from .pixel import round_shift
+
+__all__ = ["AddOp", "Mixer", "Gate"]
+
+
+@register
+class AddOp(Op):
+    """``a + b``, ``b`` zero-padded to ``a``'s channels (option-A shortcut)."""
+
+    name = "add"
+    join = True
+
+    def execute(self, node, ins):
+        import torch
+        a, b = ins
+        pad = a.shape[1] - b.shape[1]
+        if pad:
+            b = torch.cat([b, b.new_zeros(b.shape[0], pad, *b.shape[2:])], dim=1)
+        return a + b
+
+    def value_range(self, node, ins):
+        b_lo, b_hi = ins[1].lo, ins[1].hi
+        if ins[1].channels < node.channels:
+            b_lo, b_hi = min(b_lo, 0), max(b_hi, 0)
+        return ins[0].lo + b_lo, ins[0].hi + b_hi
+
+    def resources(self, g, node, parent, unit):
+        return dict(alm=node.channels * node.bit_width, m10k=0, dsp=0)
+
+    def build(self, ctx, node, unit):
+        from ...hw.elementwise import ResidualAdd
+        a, b = (ctx.graph.producer(r) for r in node.inputs)
+        u = ctx.add(node, ResidualAdd(node.channels, a.bit_width, b.channels, b.bit_width,
+                                      node.bit_width))
+        return [u.a, u.b], [u.o]
+
+
+def _gated_range(node, gates, gate_frac, ins, agg_lo, agg_hi):
+    from ..passes import fits_int64
+    one = 1 << gate_frac
+    # C*g + (one - C)*agg with 0 <= C <= one
+    fits_int64(node, one * (max(max(-x.lo, x.hi) for x in ins) + max(-agg_lo, agg_hi)),
+               "gated sum before the shift")
+    los, his = [], []
+    for c_i, x in zip(gates, ins):
+        los.append(round_shift(c_i * x.lo + (one - c_i) * agg_lo, gate_frac))
+        his.append(round_shift(c_i * x.hi + (one - c_i) * agg_hi, gate_frac))
+    return min(los + [agg_lo]), max(his + [agg_hi])
+
+
+@register
+class Mixer(Op):
+    """Aggregation ``agg = round_shift(sum_j lambda_j G_j, lambda_frac)`` of K bases; with
+    ``gates`` it outputs the next block's K gated inputs
+    ``x_i = round_shift(C_i G_i + (2**gate_frac - C_i) agg, gate_frac)`` instead (eq. 7).
+
+    Attributes: ``lambdas`` int64 [K], ``lambda_frac``, ``gates`` (int64 [K] or None),
+    ``gate_frac``.
+    """
+
+    name = "mixer"
+    join = True
+
+    def execute(self, node, ins):
+        a = node.attrs
+        agg = round_shift(sum(int(l) * x for l, x in zip(a["lambdas"], ins)), a["lambda_frac"])
+        if a["gates"] is None:
+            return agg
+        one = 1 << a["gate_frac"]
+        return [round_shift(int(c) * x + (one - int(c)) * agg, a["gate_frac"])
+                for c, x in zip(a["gates"], ins)]
+
+    def value_range(self, node, ins):
+        from ..passes import fits_int64
+        a = node.attrs
+        lam = a["lambdas"].tolist()
+        lo = sum(min(l * x.lo, l * x.hi) for l, x in zip(lam, ins))
+        hi = sum(max(l * x.lo, l * x.hi) for l, x in zip(lam, ins))
+        fits_int64(node, max(-lo, hi), "weighted sum before the shift")
+        agg_lo, agg_hi = round_shift(lo, a["lambda_frac"]), round_shift(hi, a["lambda_frac"])
+        a["agg_range"] = (agg_lo, agg_hi)
+        if a["gates"] is None:
+            return agg_lo, agg_hi
+        return _gated_range(node, a["gates"].tolist(), a["gate_frac"], ins, agg_lo, agg_hi)
+
+    def latency(self, node):
+        return 2 if node.attrs["gates"] is not None else 1
+
+    def resources(self, g, node, parent, unit):
+        a = node.attrs
+        k = len(node.inputs)
+        in_w = max(g.producer(i).bit_width for i in node.inputs)
+        mults = k * (3 if a["gates"] is not None else 1)
+        coef = max(a["lambda_frac"], a["gate_frac"]) + 2
+        return dict(alm=node.channels * (mults * const_mult_alms(in_w, coef) + k * node.bit_width),
+                    m10k=0, dsp=0)
+
+    def build(self, ctx, node, unit):
+        from ...hw.mixer import BaseMixer
+        a = node.attrs
+        ins = [ctx.graph.producer(r) for r in node.inputs]
+        gated = a["gates"] is not None
+        u = ctx.add(node, BaseMixer(len(ins), node.channels, max(x.bit_width for x in ins),
+                                    a["lambdas"].tolist(), a["lambda_frac"],
+                                    gates=a["gates"].tolist() if gated else None,
+                                    gate_shift=a["gate_frac"], out_width=node.bit_width))
+        return list(u.i), (list(u.o) if gated else [u.o])
+
+
+@register
+class Gate(Op):
+    """Stand-alone soft gate of eq. 7 on inputs ``G_0..G_{K-1}, agg``:
+    ``x_i = round_shift(C_i G_i + (2**gate_frac - C_i) agg, gate_frac)``. The
+    ``fuse_gates`` pass merges a gate into the aggregation of the same bases; this op
+    remains where the gate's inputs are not those bases (the authors' in-place defect).
+
+    Attributes: ``gates`` int64 [K], ``gate_frac``.
+    """
+
+    name = "gate"
+    join = True
+
+    def execute(self, node, ins):
+        a = node.attrs
+        one = 1 << a["gate_frac"]
+        *xs, agg = ins
+        return [round_shift(int(c) * x + (one - int(c)) * agg, a["gate_frac"])
+                for c, x in zip(a["gates"], xs)]
+
+    def value_range(self, node, ins):
+        *xs, agg = ins
+        return _gated_range(node, node.attrs["gates"].tolist(), node.attrs["gate_frac"], xs,
+                            agg.lo, agg.hi)
+
+    def latency(self, node):
+        return 2
+
+    def resources(self, g, node, parent, unit):
+        k = len(node.inputs) - 1
+        in_w = max(g.producer(i).bit_width for i in node.inputs)
+        return dict(alm=node.channels * k * (2 * const_mult_alms(in_w, node.attrs["gate_frac"] + 2)
+                                             + node.bit_width), m10k=0, dsp=0)
+
+    def build(self, ctx, node, unit):
+        # A gated mixer whose lambdas pick the last input unchanged (agg = agg << f >> f)
+        # is exactly a stand-alone gate; its extra output is left unread.
+        from ...hw.mixer import BaseMixer
+        a = node.attrs
+        ins = [ctx.graph.producer(r) for r in node.inputs]
+        k = len(ins) - 1
+        lf = 1
+        u = ctx.add(node, BaseMixer(k + 1, node.channels, max(x.bit_width for x in ins),
+                                    [0] * k + [1 << lf], lf,
+                                    gates=a["gates"].tolist() + [0],
+                                    gate_shift=a["gate_frac"], out_width=node.bit_width))
+        ctx.drain(u.o[k])
+        return list(u.i), list(u.o)[:k]

@@ -1,0 +1,268 @@
+"""Ops built on a sliding window: binary and full-precision convolutions, max pooling.
+
+A convolution is a line-buffer window (one input pixel per cycle) feeding a folded
+matrix-vector unit: ``ceil(C_out/PE) * ceil(k*k*C_in/SIMD)`` cycles per output pixel
+(docs/architecture.md section 5).
+"""
+
+from __future__ import annotations
+
+from math import ceil
+
+import numpy as np
+import torch
+
+from .. import cycles as cyc
+from .base import TIMING_FRAMES, Op, mem_blocks, register
+
+__all__ = ["window_patches", "flat_weight", "choose_folding", "BinConv", "IntConv", "MaxPoolOp"]
+
+
+def window_patches(x, kernel, stride, dilation, padding, pad_value):
+    """[N, C, H, W] -> [N, Ho, Wo, k*k*C] with lane j = tap*C + channel, tap = ky*k + kx."""
+    n, c, h, w = x.shape
+    xp = torch.full((n, c, h + 2 * padding, w + 2 * padding), pad_value, dtype=x.dtype)
+    xp[:, :, padding:padding + h, padding:padding + w] = x
+    ho = (h + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+    wo = (w + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+    taps = []
+    for ky in range(kernel):
+        for kx in range(kernel):
+            y0, x0 = ky * dilation, kx * dilation
+            taps.append(xp[:, :, y0:y0 + stride * (ho - 1) + 1:stride,
+                           x0:x0 + stride * (wo - 1) + 1:stride])
+    patches = torch.stack(taps, dim=1)          # N, T, C, Ho, Wo
+    return patches.permute(0, 3, 4, 1, 2).reshape(n, ho, wo, kernel * kernel * c)
+
+
+def flat_weight(w):
+    """(Cout, Cin, k, k) -> (Cout, k*k*Cin) in window lane order (the hardware's too)."""
+    return w.permute(0, 2, 3, 1).reshape(w.shape[0], -1)
+
+
+def _to_nchw(y):
+    return y.permute(0, 3, 1, 2).contiguous()
+
+
+def choose_folding(out_pixels, c_out, n_in, target):
+    """Least PE*SIMD (then least padding waste) with mvu cycles <= target."""
+    best = None
+    for pe in range(1, c_out + 1):
+        out_folds = ceil(c_out / pe)
+        if pe > 1 and ceil(c_out / (pe - 1)) == out_folds:
+            continue  # same folds with fewer PEs
+        for simd in range(1, n_in + 1):
+            in_folds = ceil(n_in / simd)
+            if simd > 1 and ceil(n_in / (simd - 1)) == in_folds:
+                continue
+            c = cyc.mvu_cycles(out_pixels, c_out, n_in, pe, simd)
+            if c <= target:
+                key = (pe * simd, c)
+                if best is None or key < best[0]:
+                    best = (key, pe, simd)
+                break
+    if best is None:
+        return c_out, n_in
+    return best[1], best[2]
+
+
+def _window_last_input(node, parent, q_local):
+    """Raster index of the last input pixel a window output needs."""
+    a = node.attrs
+    k, s, d, p = a["kernel"], a["stride"], a.get("dilation", 1), a["padding"]
+    r, c = divmod(q_local, node.width)
+    last_row = max(0, min(parent.height - 1, r * s - p + (k - 1) * d))
+    last_col = max(0, min(parent.width - 1, c * s - p + (k - 1) * d))
+    return last_row * parent.width + last_col
+
+
+def _window_shape(ctx, node, parent):
+    from ...hw.window import SlidingWindow
+    a = node.attrs
+    return SlidingWindow(ctx.tensor_shape(parent), parent.height, parent.width,
+                         kernel=a["kernel"], stride=a["stride"], dilation=a.get("dilation", 1),
+                         padding=a["padding"], pad_value=node.attrs["pad_word"])
+
+
+def _window_resources(node, parent):
+    a = node.attrs
+    k = a["kernel"]
+    pix_bits = parent.channels * parent.bit_width
+    rows = (k - 1) * a.get("dilation", 1) + 1 + a["stride"] + 1
+    # k*k read ports (duplicated RAM) and the output register
+    return dict(alm=k * k * pix_bits + 60, m10k=k * k * mem_blocks(pix_bits, rows * parent.width),
+                dsp=0)
+
+
+class _Conv(Op):
+    """Shared cycle model, timing and window of the convolutions."""
+
+    def _weights(self, node):
+        raise NotImplementedError
+
+    def folding(self, node, parent, target):
+        n_in = node.attrs["kernel"] ** 2 * parent.channels
+        pe, simd = choose_folding(node.height * node.width, node.channels, n_in, target)
+        return pe, simd, n_in
+
+    def cycles(self, node, parent, unit):
+        return max(cyc.mvu_cycles(node.height * node.width, node.channels, unit.n_in, unit.pe,
+                                  unit.simd),
+                   cyc.window_cycles(parent.height, parent.width))
+
+    def timing(self, node, parent, ins, unit):
+        # window: 2 cycles after the last pixel it needs; MVU: ii + 1 per vector
+        ii = ceil(node.channels / unit.pe) * ceil(unit.n_in / unit.simd)
+        n_out, n_par = node.height * node.width, parent.height * parent.width
+        out, win_prev, start_prev = [], float("-inf"), float("-inf")
+        for q in range(TIMING_FRAMES * n_out):
+            f, ql = divmod(q, n_out)
+            win = max(ins[0][f * n_par + _window_last_input(node, parent, ql)] + 2, win_prev + 1)
+            start = max(win, start_prev + ii)
+            win_prev, start_prev = win, start
+            out.append(start + ii + 1)
+        return out, None  # the window's line buffer accepts at arrival
+
+    def build(self, ctx, node, unit):
+        parent = ctx.parent(node)
+        window = ctx.add(node, _window_shape(ctx, node, parent), "_window")
+        mvu = ctx.add(node, self._mvu(node, parent, unit), "_mvu")
+        # the window's taps are already in the MVU's lane order (tap-major, channel-minor)
+        ctx.connect_raw(window.o, mvu.i)
+        ctx.acc_width[node.name] = mvu.acc_width
+        return [window.i], [mvu.o]
+
+
+@register
+class BinConv(_Conv):
+    """XNOR-popcount convolution of binary activations, or binary-weight convolution of
+    unsigned n-bit activations (``in_bits`` > 0).
+
+    Attributes: ``bits`` (C_out, C_in, k, k) of {0, 1}, ``kernel``, ``stride``,
+    ``dilation``, ``padding``, ``in_bits`` (0: binary input, padded with bit 1; n: n-bit
+    levels, padded with 0). Binary: ``dot = 2*popcount(xnor) - N``; n-bit:
+    ``sum_j (w_j ? x_j : -x_j)``.
+    """
+
+    name = "bin_conv"
+
+    def execute(self, node, ins):
+        a = node.attrs
+        w = flat_weight(a["bits"])
+        if a["in_bits"]:
+            p = window_patches(ins[0], a["kernel"], a["stride"], a["dilation"], a["padding"], 0)
+            # sum over +1 lanes minus sum over -1 lanes, on the levels themselves
+            return _to_nchw(p @ w.t() - p @ (1 - w).t())
+        p = window_patches(ins[0], a["kernel"], a["stride"], a["dilation"], a["padding"], 1)
+        matches = p @ w.t() + (1 - p) @ (1 - w).t()        # popcount(xnor)
+        return _to_nchw(2 * matches - w.shape[1])
+
+    def value_range(self, node, ins):
+        n = node.attrs["bits"][0].numel()
+        top = ins[0].hi if node.attrs["in_bits"] else 1
+        return -n * top, n * top
+
+    def _mvu(self, node, parent, unit):
+        flat = flat_weight(node.attrs["bits"]).numpy()
+        if node.attrs["in_bits"]:
+            from ...hw.mvu import BinaryWeightMVU
+            return BinaryWeightMVU(flat.shape[1], node.channels, unit.pe, unit.simd, flat,
+                                   in_bits=node.attrs["in_bits"])
+        from ...hw.mvu import BinaryMVU
+        return BinaryMVU(flat.shape[1], node.channels, unit.pe, unit.simd, flat)
+
+    def resources(self, g, node, parent, unit):
+        r = _window_resources(node, parent)
+        folds = ceil(node.channels / unit.pe) * ceil(unit.n_in / unit.simd)
+        acc_w = node.bit_width
+        lane = max(1, node.attrs["in_bits"])
+        r["alm"] += unit.pe * (unit.simd * lane + 2 * acc_w) + node.channels * acc_w // 2 + 40
+        r["m10k"] += mem_blocks(unit.pe * unit.simd, folds)
+        return r
+
+
+@register
+class IntConv(_Conv):
+    """Full-precision convolution on integers (the first layer), zero padding.
+
+    Attributes: ``weight`` (C_out, C_in, k, k) int64, ``kernel``, ``stride``,
+    ``dilation``, ``padding``.
+    """
+
+    name = "int_conv"
+
+    def execute(self, node, ins):
+        a = node.attrs
+        p = window_patches(ins[0], a["kernel"], a["stride"], a["dilation"], a["padding"], 0)
+        return _to_nchw(p @ flat_weight(a["weight"]).t())
+
+    def value_range(self, node, ins):
+        w = node.attrs["weight"].reshape(node.attrs["weight"].shape[0], -1)
+        x_lo, x_hi = min(ins[0].lo, 0), max(ins[0].hi, 0)  # zero padding
+        los = (torch.clamp(w, min=0) * x_lo + torch.clamp(w, max=0) * x_hi).sum(1)
+        his = (torch.clamp(w, min=0) * x_hi + torch.clamp(w, max=0) * x_lo).sum(1)
+        return int(los.min()), int(his.max())
+
+    def _mvu(self, node, parent, unit):
+        from ...hw.mvu import IntegerMVU
+        flat = flat_weight(node.attrs["weight"]).numpy().astype(np.int64)
+        return IntegerMVU(flat.shape[1], node.channels, unit.pe, unit.simd, flat,
+                          in_width=parent.bit_width, in_signed=parent.kind == "fixed")
+
+    def resources(self, g, node, parent, unit):
+        r = _window_resources(node, parent)
+        folds = ceil(node.channels / unit.pe) * ceil(unit.n_in / unit.simd)
+        acc_w = node.bit_width
+        r["dsp"] += ceil(unit.pe * unit.simd / 3)  # three 9x9 multipliers per Cyclone V DSP
+        r["alm"] += unit.pe * 2 * acc_w + node.channels * acc_w // 2 + 40
+        r["m10k"] += mem_blocks(unit.pe * unit.simd * 8, folds)
+        return r
+
+
+@register
+class MaxPoolOp(Op):
+    """Max pooling over a k x k window (padding never wins).
+
+    Attributes: ``kernel``, ``stride``, ``padding``.
+    """
+
+    name = "maxpool"
+
+    def execute(self, node, ins):
+        a = node.attrs
+        x = ins[0]
+        floor = int(x.min()) - 1 if x.numel() else -1
+        p = window_patches(x, a["kernel"], a["stride"], 1, a["padding"], floor)
+        n, ho, wo, _ = p.shape
+        taps = p.reshape(n, ho, wo, a["kernel"] ** 2, x.shape[1])
+        return _to_nchw(taps.max(dim=3).values)
+
+    def value_range(self, node, ins):
+        return ins[0].lo, ins[0].hi
+
+    def cycles(self, node, parent, unit):
+        return cyc.window_cycles(parent.height, parent.width)
+
+    def timing(self, node, parent, ins, unit):
+        n_out, n_par = node.height * node.width, parent.height * parent.width
+        out, prev = [], float("-inf")
+        for q in range(TIMING_FRAMES * n_out):
+            f, ql = divmod(q, n_out)
+            t = max(ins[0][f * n_par + _window_last_input(node, parent, ql)] + 2, prev + 1)
+            prev = t
+            out.append(t + 1)  # the reduction register
+        return out, None
+
+    def resources(self, g, node, parent, unit):
+        r = _window_resources(node, parent)
+        r["alm"] += node.channels * parent.bit_width * (node.attrs["kernel"] ** 2 - 1) // 2
+        return r
+
+    def build(self, ctx, node, unit):
+        from ...hw.maxpool import MaxPool
+        parent = ctx.parent(node)
+        a = node.attrs
+        u = ctx.add(node, MaxPool(ctx.tensor_shape(parent), parent.height, parent.width,
+                                  kernel=a["kernel"], stride=a["stride"], padding=a["padding"]))
+        return [u.i], [u.o]
+

@@ -1,0 +1,131 @@
+"""Multi-threshold unit: n-bit activation levels from accumulators (FINN's MultiThreshold).
+
+A batch norm (and ReLU, and the clip of the n-bit quantizer) in front of an n-bit
+activation folds into ``2**n - 1`` integer thresholds per channel
+(``docs/architecture.md`` section 3): the output level is the number of thresholds the
+accumulator reaches, ``sum_j ((acc >= T_j) XOR invert)``.
+"""
+
+import operator
+
+from amaranth.hdl import Cat, Const, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream
+from amaranth.lib.wiring import In, Out
+
+from .elementwise import _PixelMap, _positive, signed_range
+
+__all__ = ["MultiThreshold"]
+
+
+class MultiThreshold(_PixelMap):
+    """Per-channel multi-threshold: ``out[c] = sum_j ((acc[c] >= T[c][j]) XOR invert[c])``.
+
+    The n-bit generalisation of :class:`~groupnet_hw.hw.elementwise.Threshold`. ``invert``
+    is set for channels whose batch norm has ``gamma < 0``; thresholds outside the
+    accumulator's range (``gamma = 0``, or levels the range never reaches) become constant
+    comparisons, so every level stays exact. A channel's thresholds need not be sorted.
+
+    Implementation: the level is a count, which does not depend on the order of the
+    thresholds, so they are sorted at construction. Sorted, the comparisons form a
+    thermometer code, and its count is read by binary search: bit ``n-1`` is the
+    comparison with the ``2**(n-1)``-th smallest threshold, and it selects which half
+    answers the lower bits. That is ``2**n - n - 1`` one-bit multiplexers per channel
+    instead of an adder tree over ``2**n - 1`` bits. An inverted channel counts the
+    complementary comparisons, ``(2**n - 1) - count``, which is ``~count`` in ``n`` bits.
+
+    Parameters
+    ----------
+    channels : int
+        Channels per pixel, ``C``.
+    acc_width : int
+        Width of each signed accumulator element.
+    bits : int
+        Output bits ``n`` (1..8): ``2**n - 1`` thresholds per channel, levels
+        ``0 .. 2**n - 1``.
+    thresholds : sequence of sequences of int, ``C`` x ``2**n - 1``
+        Any integers, also outside the ``signed(acc_width)`` range, in any order.
+    invert : sequence of bool or int, length ``C``
+        Per channel inversion of every comparison.
+
+    Members
+    -------
+    i : ``In(stream.Signature(data.ArrayLayout(signed(acc_width), channels)))``
+        Accumulator pixels.
+    o : ``Out(stream.Signature(data.ArrayLayout(unsigned(bits), channels)))``
+        Activation levels, lane ``c`` = channel ``c``.
+
+    Latency
+    -------
+    1 cycle (input accepted in cycle t, ``o.valid`` in cycle t+1).
+
+    Throughput
+    ----------
+    1 pixel per cycle: ``compiler.cycles.elementwise_cycles(H, W)`` per frame.
+
+    Resources
+    ---------
+    Per channel: one ``acc_width``-bit comparator per in-range threshold (none for the
+    constant ones), ``2**n - n - 1`` one-bit multiplexers and, if inverted, ``n``
+    inverters; plus the ``C*n``-bit output register.
+    """
+
+    def __init__(self, channels, acc_width, bits, thresholds, invert):
+        self.channels = channels = _positive("channels", channels)
+        self.acc_width = acc_width = _positive("acc_width", acc_width)
+        self.bits = bits = _positive("bits", bits)
+        if bits > 8:
+            raise ValueError(f"bits must be at most 8, not {bits}")
+        levels = (1 << bits) - 1
+        rows = [list(row) for row in thresholds]
+        if len(rows) != channels:
+            raise ValueError(f"thresholds has {len(rows)} rows, expected {channels}")
+        for c, row in enumerate(rows):
+            if len(row) != levels:
+                raise ValueError(f"thresholds[{c}] has {len(row)} entries, expected {levels}")
+        # Python ints: numpy scalars would wrap, and the RTL constants need plain ints.
+        self.thresholds = [[operator.index(t) for t in row] for row in rows]
+        invert = [operator.index(v) for v in invert]
+        if len(invert) != channels:
+            raise ValueError(f"invert has {len(invert)} entries, expected {channels}")
+        self.invert = [bool(v) for v in invert]
+        super().__init__({
+            "i": In(stream.Signature(data.ArrayLayout(signed(acc_width), channels))),
+            "o": Out(stream.Signature(data.ArrayLayout(unsigned(bits), channels))),
+        })
+
+    def _map(self, m, x):
+        lo, hi = signed_range(self.acc_width)
+        outs = []
+        for c in range(self.channels):
+            hits = []
+            for t in sorted(self.thresholds[c]):
+                if t <= lo:
+                    hits.append(Const(1, 1))
+                elif t > hi:
+                    hits.append(Const(0, 1))
+                else:
+                    # In range, so the constant fits signed(acc_width): no widening needed.
+                    hits.append(x[c] >= Const(t, signed(self.acc_width)))
+            # Named: each comparison feeds a multiplexer select or data input, and an
+            # expression would be emitted again at every use in the Verilog.
+            hit = Signal(len(hits), name=f"hit{c}")
+            m.d.comb += hit.eq(Cat(hits))
+            count = Signal(unsigned(self.bits), name=f"count{c}")
+            m.d.comb += count.eq(Cat(_thermometer_count(hit, 0, self.bits)))
+            outs.append(~count if self.invert[c] else count)
+        return Cat(outs)
+
+
+def _thermometer_count(hit, start, bits):
+    """Bits (LSB first) of the number of ones in ``hit[start : start + 2**bits - 1]``.
+
+    ``hit`` is a thermometer code (ones, then zeros): its middle bit is the count's top
+    bit and chooses the half that holds the boundary.
+    """
+    if bits == 0:
+        return []
+    half = 1 << (bits - 1)
+    top = hit[start + half - 1]
+    lower = _thermometer_count(hit, start, bits - 1)
+    upper = _thermometer_count(hit, start + half, bits - 1)
+    return [Mux(top, u, l) for u, l in zip(upper, lower)] + [top]
