@@ -129,16 +129,16 @@ def _fp_conv(ctx, layer, x):
     out = TensorMeta("", layer.out_channels, size, size, "fixed", frac=x.frac + w_frac,
                      offset=layer.bias.detach().double() if layer.bias is not None else None)
     ref = ctx.emit("int_conv", [x], out, dict(weight=w_q, kernel=k, stride=s, dilation=d,
-                                              padding=p, pad_word=0))
+                                              padding=p))
     return replace(out, ref=ref)
 
 
 @lowers(L.BinaryConv2d)
 def _bin_conv(ctx, layer, x):
     if x.kind == "bits":
-        in_bits, pad_word = 0, (1 << x.channels) - 1   # +1 padding: every bit 1
+        in_bits = 0
     elif x.kind == "uint" and x.offset is None and x.frac == 0:
-        in_bits, pad_word = x.bits, 0
+        in_bits = x.bits
     else:
         ctx.fail("a binary convolution takes binary or n-bit activations")
     k, s, d, p = layer.kernel_size, layer.stride, layer.dilation, layer.padding
@@ -146,8 +146,7 @@ def _bin_conv(ctx, layer, x):
     scale = layer.alpha() * (x.scale if x.scale is not None else 1.0)
     out = TensorMeta("", layer.out_channels, size, size, "fixed", frac=x.frac, scale=scale)
     ref = ctx.emit("bin_conv", [x], out, dict(bits=layer.weight_bits(), kernel=k, stride=s,
-                                              dilation=d, padding=p, in_bits=in_bits,
-                                              pad_word=pad_word))
+                                              dilation=d, padding=p, in_bits=in_bits))
     return replace(out, ref=ref)
 
 

@@ -34,8 +34,8 @@ def tensor_shape(node):
     if node.kind == "bits":
         return unsigned(node.channels)
     if node.kind == "uint":
-        if node.channels == 1:
-            return unsigned(node.bits)
+        if node.channels == 1 and node.op == "input":
+            return unsigned(node.bits)  # grey pixels: the host link's byte stream
         return data.ArrayLayout(unsigned(node.bits), node.channels)
     return data.ArrayLayout(signed(node.bit_width), node.channels)
 

@@ -62,10 +62,10 @@ class MultiThreshold(_PixelMap):
     ----------
     1 pixel per cycle: ``compiler.cycles.elementwise_cycles(H, W)`` per frame.
 
-    Resources
-    ---------
-    Per channel: one ``acc_width``-bit comparator per in-range threshold (none for the
-    constant ones), ``2**n - n - 1`` one-bit multiplexers and, if inverted, ``n``
+    Notes
+    -----
+    Resources per channel: one ``acc_width``-bit comparator per in-range threshold (none
+    for the constant ones), ``2**n - n - 1`` one-bit multiplexers and, if inverted, ``n``
     inverters; plus the ``C*n``-bit output register.
     """
 

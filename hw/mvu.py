@@ -1,9 +1,10 @@
 """Folded matrix-vector units (MVUs): one output pixel per input window.
 
-Both units share one fold sequencer and pipeline (:class:`_FoldedMVU`); they
+All units share one fold sequencer and pipeline (:class:`_FoldedMVU`); they
 differ only in the lane operation applied to each (output fold, input fold)
-step: XNOR-popcount for binary layers, multiply-accumulate for the
-full-precision first layer.
+step: XNOR-popcount for binary layers, signed sums of n-bit activations for
+binary weights on n-bit layers, multiply-accumulate for the full-precision
+first layer.
 
 Folding follows FINN: ``pe`` output channels are computed in parallel, each
 over ``simd`` input lanes per cycle, so one input vector takes
@@ -14,6 +15,7 @@ ROM with one ``pe*simd``-lane word per step.
 
 from __future__ import annotations
 
+import operator
 from math import ceil
 
 import numpy as np
@@ -24,8 +26,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..compiler.graph import signed_width
 
-__all__ = ["BinaryMVU", "IntegerMVU"]
-
+__all__ = ["BinaryMVU", "BinaryWeightMVU", "IntegerMVU"]
 
 
 def _tree_sum(values):
@@ -71,7 +72,9 @@ class _FoldedMVU(wiring.Component):
     Subclasses set the lane geometry (``_x_lane_width``, ``_w_lane_width``,
     ``_w_pad``), the accumulator shape (``_acc_shape``) and implement
     ``_pe_partial`` (one PE's contribution of one step) and ``_finish``
-    (accumulator -> output value).
+    (accumulator -> output value). They may implement ``_step_shared``, the
+    part of a step's computation that depends on the input slice only, built
+    once and handed to every PE's ``_pe_partial``.
 
     Pipeline, all advancing together on ``adv``:
 
@@ -133,7 +136,10 @@ class _FoldedMVU(wiring.Component):
 
     # -- hooks --------------------------------------------------------------
 
-    def _pe_partial(self, m, pe_index, x_slice, w_slice):
+    def _step_shared(self, m, x_slice):
+        return None
+
+    def _pe_partial(self, m, pe_index, x_slice, w_slice, shared):
         raise NotImplementedError
 
     def _finish(self, acc):
@@ -242,8 +248,10 @@ class _FoldedMVU(wiring.Component):
         totals = []
         finished = []
         accs = [Signal(self._acc_shape, name=f"acc{p}") for p in range(pe)] if sfs > 1 else None
+        shared = self._step_shared(m, s1_x)
         for p in range(pe):
-            partial = self._pe_partial(m, p, s1_x, rd.data[p * w_width:(p + 1) * w_width])
+            partial = self._pe_partial(m, p, s1_x, rd.data[p * w_width:(p + 1) * w_width],
+                                       shared)
             if accs is None:
                 total = partial
             else:
@@ -357,7 +365,7 @@ class BinaryMVU(_FoldedMVU):
         super().__init__(n_in, c_out, pe, simd, unsigned(n_in),
                          acc_width=signed_width(-n_in, n_in))
 
-    def _pe_partial(self, m, pe_index, x_slice, w_slice):
+    def _pe_partial(self, m, pe_index, x_slice, w_slice, shared):
         # A named signal, not an expression: every chunk the popcount slices out
         # of an expression would re-emit the whole XNOR vector in the netlist.
         matches = Signal(len(x_slice))
@@ -366,6 +374,107 @@ class BinaryMVU(_FoldedMVU):
 
     def _finish(self, acc):
         return (acc << 1) - self.n_in
+
+
+class BinaryWeightMVU(_FoldedMVU):
+    """Binary-weight matrix-vector unit for n-bit activations.
+
+    For every input vector ``x`` of unsigned ``in_bits``-bit activation
+    levels (lane ``j = tap*C_in + channel``, as the window emits) emits one
+    beat with, for each output channel ``c``,
+    ``out[c] = sum_j (x[j] if w[c, j] else -x[j])`` (weight bit 1 <-> +1).
+
+    Implementation: ``out[c] = 2*sum_j (x[j] AND w[c, j]) - sum_j x[j]``. The
+    masked sum is an unsigned adder tree whose first level absorbs the AND
+    gates, with no per-lane negation (two's complement negation would cost a
+    carry chain per lane, or a correction term per PE), and ``sum_j x[j]``
+    depends on the input only, so one tree per step serves all ``pe`` PEs.
+    Each PE adds one subtractor; the doubling is wiring.
+
+    Parameters
+    ----------
+    n_in : int
+        Input lanes (``k*k*C_in``).
+    c_out : int
+        Output channels.
+    pe : int
+        Output channels computed in parallel, ``1 <= pe <= c_out``.
+    simd : int
+        Input lanes per cycle and PE, ``1 <= simd <= n_in``.
+    weights : numpy.ndarray
+        ``[c_out, n_in]`` array of {0, 1} (1 <-> +1), in a ROM laid out as in
+        :class:`BinaryMVU` (``pe*simd`` bits per word). Lanes beyond ``n_in``
+        meet input lanes forced to 0, so they add 0 to both sums whatever
+        their weight bit (0); channels beyond ``c_out`` are computed and
+        dropped.
+    in_bits : int
+        Width ``n`` of each unsigned input lane (levels ``0 .. 2**n - 1``).
+
+    Members
+    -------
+    i : ``In(stream.Signature(data.ArrayLayout(unsigned(in_bits), n_in)))``
+        One input vector per beat.
+    o : ``Out(stream.Signature(data.ArrayLayout(signed(acc_width), c_out)))``
+        One beat per input vector, all ``c_out`` sums.
+
+    Attributes
+    ----------
+    acc_width : int
+        Minimal signed width holding ``[-B, B]``, ``B = n_in*(2**in_bits - 1)``;
+        every partial sum of the accumulation is within that bound too.
+    out_folds, in_folds, ii, latency : int
+        As in :class:`BinaryMVU`.
+
+    Latency
+    -------
+    ``ii + 1`` cycles, as :class:`BinaryMVU`.
+
+    Throughput
+    ----------
+    One vector every ``ii = ceil(c_out/pe)*ceil(n_in/simd)`` cycles
+    (:func:`groupnet_hw.compiler.cycles.mvu_cycles`), as :class:`BinaryMVU`.
+    """
+
+    def __init__(self, n_in, c_out, pe, simd, weights, in_bits):
+        weights = np.asarray(weights)
+        if weights.shape != (c_out, n_in):
+            raise ValueError(f"weights must have shape {(c_out, n_in)}, not {weights.shape}")
+        if not np.isin(weights, (0, 1)).all():
+            raise ValueError("binary weights must be 0 or 1")
+        in_bits = operator.index(in_bits)   # numpy integers welcome, floats not
+        if in_bits < 1:
+            raise ValueError(f"in_bits must be positive, not {in_bits}")
+        self._weights = weights.astype(np.int64)
+        self.in_bits = in_bits
+        self._x_lane_width = in_bits
+        self._w_lane_width = 1
+        self._w_pad = 0
+        bound = n_in * ((1 << in_bits) - 1)
+        acc_width = signed_width(-bound, bound)
+        self._acc_shape = signed(acc_width)
+        super().__init__(n_in, c_out, pe, simd, data.ArrayLayout(unsigned(in_bits), n_in),
+                         acc_width=acc_width)
+
+    def _lanes(self, x_slice):
+        b = self.in_bits
+        return [x_slice[s * b:(s + 1) * b] for s in range(self.simd)]
+
+    def _step_shared(self, m, x_slice):
+        # Named: every PE's subtractor reads it.
+        total = Signal(unsigned((self.simd * ((1 << self.in_bits) - 1)).bit_length()),
+                       name="x_sum")
+        m.d.comb += total.eq(_tree_sum(self._lanes(x_slice)))
+        return total
+
+    def _pe_partial(self, m, pe_index, x_slice, w_slice, shared):
+        plus = Signal(len(shared), name=f"plus_sum{pe_index}")
+        m.d.comb += plus.eq(_tree_sum(x & w_slice[s].replicate(self.in_bits)
+                                      for s, x in enumerate(self._lanes(x_slice))))
+        # Unsigned minus unsigned is signed in Amaranth: no manual sign extension.
+        return (plus << 1) - shared
+
+    def _finish(self, acc):
+        return acc
 
 
 class IntegerMVU(_FoldedMVU):
@@ -445,7 +554,7 @@ class IntegerMVU(_FoldedMVU):
         super().__init__(n_in, c_out, pe, simd, data.ArrayLayout(lane, n_in),
                          acc_width=acc_width)
 
-    def _pe_partial(self, m, pe_index, x_slice, w_slice):
+    def _pe_partial(self, m, pe_index, x_slice, w_slice, shared):
         xl, wl = self.in_width, self.weight_width
         products = []
         for s in range(self.simd):

@@ -31,12 +31,15 @@ class SlidingWindow(wiring.Component):
     Parameters
     ----------
     pixel_shape : shape-like
-        Shape of one pixel, e.g. ``unsigned(C)`` (binary) or
-        ``data.ArrayLayout(signed(w), C)`` (fixed point).
+        Shape of one pixel, e.g. ``unsigned(C)`` (binary),
+        ``data.ArrayLayout(signed(w), C)`` (fixed point),
+        ``data.ArrayLayout(unsigned(n), C)`` (n-bit activation levels) or
+        ``data.ArrayLayout(unsigned(8), 3)`` (RGB). The window only moves raw pixel bits.
     height, width : int
         Input image size.
     kernel : int
-        Window size (square).
+        Window size (square). ``kernel = 1`` (a 1x1 convolution) gives one-tap windows:
+        the input pixels at multiples of ``stride``, through the same line buffer.
     stride : int
         Output step in input pixels.
     dilation : int

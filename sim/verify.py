@@ -167,6 +167,8 @@ def run_hardware(acc: Accelerator, images, simulator="verilator", design: RTLDes
         from .cocotb_runner import RTLRun
         from .streams import run_streams
         t0 = time.perf_counter()
+        if acc.in_channels > 1:   # the simulator sets an ArrayLayout payload per channel
+            beats = [[(b >> (8 * c)) & 0xFF for c in range(acc.in_channels)] for b in beats]
         got = run_streams(acc, {"i": beats}, {"o": n}, stall=stall, seed=seed,
                           max_cycles=200 * len(beats) + 10_000, vcd=waves)
         wall = time.perf_counter() - t0

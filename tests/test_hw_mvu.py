@@ -4,8 +4,8 @@
 """RTL tests of the folded matrix-vector units (hw/mvu.py).
 
 The reference is integer matrix arithmetic in numpy on +-1 / integer values,
-built without any of the RTL's bit tricks (no popcount, no padding, no
-folding), and compared with exact equality.
+built without any of the RTL's bit tricks (no popcount, no masked sums, no
+padding, no folding), and compared with exact equality.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from amaranth.sim import Simulator
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from groupnet_hw.compiler.cycles import mvu_cycles
-from groupnet_hw.hw.mvu import BinaryMVU, IntegerMVU
+from groupnet_hw.hw.mvu import BinaryMVU, BinaryWeightMVU, IntegerMVU
 from groupnet_hw.sim.streams import run_streams
 
 # (kind, n_in, c_out, pe, simd, in_width, in_signed): the corner cases of the
-# folding. Each id says which.
+# folding. Each id says which. Kinds: "bin" BinaryMVU, "bw" BinaryWeightMVU
+# (in_width = in_bits, unsigned input), "int" IntegerMVU.
 CONFIGS = {
     "bin-ragged-both":      ("bin", 7, 5, 2, 3, None, None),    # n_in % simd, c_out % pe != 0
     "bin-pe-eq-cout":       ("bin", 18, 4, 4, 5, None, None),   # one output fold, ragged input
@@ -32,6 +33,11 @@ CONFIGS = {
     "int-fully-parallel":   ("int", 9, 8, 8, 9, 8, False),      # first layer, ii = 1
     "int-signed-ragged":    ("int", 27, 16, 5, 4, 6, True),     # ragged, signed input
     "int-pe1-simd1":        ("int", 4, 3, 1, 1, 8, False),
+    "bw2-ragged-both":      ("bw", 27, 7, 3, 5, 2, False),      # 3x3x3, 2-bit levels
+    "bw4-fully-parallel":   ("bw", 9, 5, 5, 9, 4, False),       # ii = 1
+    "bw2-pe1-simd1":        ("bw", 5, 3, 1, 1, 2, False),       # fully sequential
+    "bw4-3x3x8-to-16":      ("bw", 72, 16, 4, 25, 4, False),    # a real layer, ragged simd
+    "bw1-ragged-outfold":   ("bw", 13, 9, 2, 13, 1, False),     # 1-bit levels, one input fold
 }
 
 
@@ -54,6 +60,18 @@ def _case(name, n_vectors=16):
         expected = (2 * x - 1) @ (2 * w - 1).T
         beats = [int(sum(int(b) << j for j, b in enumerate(row))) for row in x]
         dut = BinaryMVU(n_in, c_out, pe, simd, w)
+    elif kind == "bw":
+        w = rng.integers(0, 2, (c_out, n_in))
+        w[0, :] = 1  # with x at its top on every lane: +-n_in*(2**in_bits - 1)
+        if c_out > 1:
+            w[-1, :] = 0
+        top = (1 << in_width) - 1
+        x = rng.integers(0, top + 1, (n_vectors, n_in))
+        x[0, :] = top
+        x[1, :] = 0
+        expected = x @ (2 * w - 1).T
+        beats = x.tolist()
+        dut = BinaryWeightMVU(n_in, c_out, pe, simd, w, in_bits=in_width)
     else:
         w = rng.integers(-7, 8, (c_out, n_in))
         w[0, :] = -7  # hits the accumulator bound with x at its extreme
@@ -120,6 +138,8 @@ def test_widths_are_minimal(name):
     dut, _, _, w = _case(name)
     if kind == "bin":
         bound = n_in
+    elif kind == "bw":
+        bound = n_in * ((1 << in_width) - 1)
     else:
         x_max = (1 << (in_width - 1)) if in_signed else (1 << in_width) - 1
         bound = int(np.abs(w).sum(axis=1).max()) * x_max
@@ -175,12 +195,13 @@ def test_output_holds_under_backpressure():
     assert received == expected
 
 
-@pytest.mark.parametrize("name", ["bin-ragged-both", "bin-fully-parallel", "int-signed-ragged"])
+@pytest.mark.parametrize("name", ["bin-ragged-both", "bin-fully-parallel", "int-signed-ragged",
+                                  "bw2-ragged-both"])
 def test_verilog_and_rom(name):
     dut, *_ = _case(name)
     _, n_in, c_out, pe, simd, *_ = CONFIGS[name]
     text = verilog.convert(dut, name="mvu")
-    word = pe * simd * (1 if CONFIGS[name][0] == "bin" else dut.weight_width)
+    word = pe * simd * (dut.weight_width if CONFIGS[name][0] == "int" else 1)
     # The weights are one memory of ii words (block RAM), not a register file.
     assert f"reg [{word - 1}:0] weights [{_ii(name) - 1}:0];" in text
 
@@ -195,11 +216,17 @@ def test_rejects_bad_parameters():
         BinaryMVU(6, 4, 2, 2, 2 * w)    # not bits
     with pytest.raises(ValueError):
         IntegerMVU(6, 4, 2, 2, w.T)     # wrong shape
+    with pytest.raises(ValueError):
+        BinaryWeightMVU(6, 4, 2, 2, 2 * w, in_bits=2)   # not bits
+    with pytest.raises(ValueError):
+        BinaryWeightMVU(6, 4, 2, 2, w, in_bits=0)
+    with pytest.raises(ValueError):
+        BinaryWeightMVU(6, 4, 2, 2, w.T, in_bits=2)     # wrong shape
 
 
 @st.composite
 def _random_config(draw):
-    kind = draw(st.sampled_from(["bin", "int"]))
+    kind = draw(st.sampled_from(["bin", "bw", "int"]))
     n_in = draw(st.integers(1, 80))
     c_out = draw(st.integers(1, 16))
     pe = draw(st.integers(1, c_out))
@@ -210,7 +237,7 @@ def _random_config(draw):
     return kind, n_in, c_out, pe, simd, in_width, in_signed, seed
 
 
-@settings(max_examples=30, deadline=None, derandomize=True, database=None,
+@settings(max_examples=45, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(_random_config(), st.sampled_from([None, "reset"]))
 def test_random_configurations(config, mode):
@@ -224,6 +251,13 @@ def test_random_configurations(config, mode):
         expected = (2 * x - 1) @ (2 * w - 1).T
         beats = [int(sum(int(b) << j for j, b in enumerate(row))) for row in x]
         dut = BinaryMVU(n_in, c_out, pe, simd, w)
+    elif kind == "bw":
+        in_bits = min(in_width, 8)
+        w = rng.integers(0, 2, (c_out, n_in))
+        x = rng.integers(0, 1 << in_bits, (n_vectors, n_in))
+        expected = x @ (2 * w - 1).T
+        beats = x.tolist()
+        dut = BinaryWeightMVU(n_in, c_out, pe, simd, w, in_bits=in_bits)
     else:
         w = rng.integers(-300, 301, (c_out, n_in)) >> rng.integers(0, 9)
         lo, hi = _signed_range(in_width) if in_signed else (0, (1 << in_width) - 1)

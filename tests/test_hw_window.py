@@ -14,11 +14,16 @@ from groupnet_hw.sim.streams import run_streams
 
 LANE_WIDTH = 5   # lane width of the fixed-point pixels used here
 
+# Lane types of the multi-lane pixel kinds: (width, signed). "fix" is a fixed-point
+# pixel, "rgb" an input image pixel (3 channels of 8 bits), "u2"/"u4" n-bit activation
+# levels. "bin" (a packed unsigned(C)) has no lanes.
+LANES = {"fix": (LANE_WIDTH, True), "rgb": (8, False), "u2": (2, False), "u4": (4, False)}
+
 
 # ---- reference (numpy; independent of the RTL) -----------------------------------
 #
 # Images are int arrays [F, H, W, L]: L = 1 for binary pixels (the value is the packed
-# channel bits), L = C lanes for fixed-point pixels.
+# channel bits), L = C lanes for the other kinds.
 
 def ref_windows(frames, pad_pixel, kernel, stride, dilation, padding):
     """Windows in raster order; each is a list of kernel*kernel pixels (arrays of L lanes)."""
@@ -34,23 +39,34 @@ def ref_windows(frames, pad_pixel, kernel, stride, dilation, padding):
 
 
 def pixel_shape(kind, channels):
-    return unsigned(channels) if kind == "bin" else data.ArrayLayout(signed(LANE_WIDTH), channels)
+    if kind == "bin":
+        return unsigned(channels)
+    width, is_signed = LANES[kind]
+    return data.ArrayLayout(signed(width) if is_signed else unsigned(width), channels)
+
+
+def pixel_bits(kind, channels):
+    return channels * (1 if kind == "bin" else LANES[kind][0])
 
 
 def random_frames(rng, kind, channels, n, height, width):
     if kind == "bin":
         return rng.integers(0, 1 << channels, size=(n, height, width, 1))
-    lo = -(1 << (LANE_WIDTH - 1))
-    return rng.integers(lo, -lo, size=(n, height, width, channels))
+    lane, is_signed = LANES[kind]
+    lo, hi = (-(1 << (lane - 1)), 1 << (lane - 1)) if is_signed else (0, 1 << lane)
+    return rng.integers(lo, hi, size=(n, height, width, channels))
 
 
 def pad_lanes(kind, channels, pad_value):
     """The pad pixel's lanes, decoded from its raw bits (two's complement lanes)."""
     if kind == "bin":
         return [pad_value & ((1 << channels) - 1)]
-    raw = pad_value & ((1 << (LANE_WIDTH * channels)) - 1)
-    lanes = [(raw >> (LANE_WIDTH * j)) & ((1 << LANE_WIDTH) - 1) for j in range(channels)]
-    return [v - (1 << LANE_WIDTH) if v >> (LANE_WIDTH - 1) else v for v in lanes]
+    lane, is_signed = LANES[kind]
+    raw = pad_value & ((1 << (lane * channels)) - 1)
+    lanes = [(raw >> (lane * j)) & ((1 << lane) - 1) for j in range(channels)]
+    if not is_signed:
+        return lanes
+    return [v - (1 << lane) if v >> (lane - 1) else v for v in lanes]
 
 
 def to_payload(kind, pixel):
@@ -71,7 +87,32 @@ CONFIGS = {
     "5x6-k1-bin":             (5, 6, 1, 1, 1, 0, "bin", 5, 0),
     "5x5-k1-s2-fix":          (5, 5, 1, 2, 1, 0, "fix", 2, 0),
     "4x3-k1-pad1-bin":        (4, 3, 1, 1, 1, 1, "bin", 2, 0b10),
+    # 1x1 convolutions of n-bit levels and RGB, including unused bottom rows and right
+    # columns (even sizes, stride 2) and single-row / single-column images.
+    "7x7-k1-u4":              (7, 7, 1, 1, 1, 0, "u4", 5, 0),
+    "6x4-k1-s2-u2":           (6, 4, 1, 2, 1, 0, "u2", 3, 0),
+    "5x6-k1-s2-rgb":          (5, 6, 1, 2, 1, 0, "rgb", 3, 0),
+    "1x6-k1-s2-u4":           (1, 6, 1, 2, 1, 0, "u4", 2, 0),
+    "5x1-k1-rgb":             (5, 1, 1, 1, 1, 0, "rgb", 3, 0),
+    # The full-precision first layer on RGB, and 3x3 convolutions of n-bit levels, with
+    # zero padding.
+    "7x5-k3-rgb":             (7, 5, 3, 1, 1, 1, "rgb", 3, 0),
+    "8x7-k3-s2-rgb":          (8, 7, 3, 2, 1, 1, "rgb", 3, 0),
+    "5x6-k3-u4":              (5, 6, 3, 1, 1, 1, "u4", 3, 0),
+    "6x5-k3-s2-u2":           (6, 5, 3, 2, 1, 1, "u2", 4, 0),
+    "3x3-k3-u2":              (3, 3, 3, 1, 1, 1, "u2", 1, 0),
+    # 2x2 windows (max pooling): strided, padded, and output-bound (more windows than
+    # pixels) with stride 1 and padding 1.
+    "7x5-k2-s2-fix":          (7, 5, 2, 2, 1, 0, "fix", 3, 0),
+    "6x7-k2-s2-pad1-u4":      (6, 7, 2, 2, 1, 1, "u4", 2, 0),
+    "5x4-k2-pad1-bin":        (5, 4, 2, 1, 1, 1, "bin", 3, 0),
 }
+
+
+def output_bound(name):
+    """More windows than pixels per frame: the output side sets the rate."""
+    height, width, k, s, d, p = CONFIGS[name][:6]
+    return conv_out_size(height, k, s, d, p) * conv_out_size(width, k, s, d, p) > height * width
 
 
 def run_config(name, *, frames=3, stall=0.0, seed=0, reset_at=None):
@@ -144,7 +185,7 @@ def test_random_configurations(seed):
     width = int(rng.integers(max(1, span - 2 * p), 9))
     kind = str(rng.choice(["bin", "fix"]))
     channels = int(rng.integers(1, 5))
-    bits = channels * (1 if kind == "bin" else LANE_WIDTH)
+    bits = pixel_bits(kind, channels)
     pad_value = int(rng.integers(-(1 << bits), 1 << bits))
     frames = int(rng.integers(1, 4))
     images = random_frames(rng, kind, channels, frames, height, width)
@@ -159,6 +200,30 @@ def test_random_configurations(seed):
     assert run.outputs["o"] == expected, (height, width, k, s, d, p, kind, channels, pad_value)
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_random_unsigned_lane_pixels(seed):
+    """n-bit levels and RGB pixels (unsigned lanes, zero padding) on 1x1, 2x2 and 3x3
+    windows, with seeded random geometry, stalls and reset point."""
+    rng = np.random.default_rng(2000 + seed)
+    kind = ["u2", "u4", "rgb"][seed % 3]
+    k = [1, 1, 2, 3][seed % 4]
+    s = int(rng.integers(1, 3))
+    p = 0 if k == 1 else int(rng.integers(0, k // 2 + 1))
+    height, width = int(rng.integers(max(1, k - 2 * p), 8)), int(rng.integers(max(1, k - 2 * p), 8))
+    channels = 3 if kind == "rgb" else int(rng.integers(1, 6))
+    frames = int(rng.integers(1, 4))
+    images = random_frames(rng, kind, channels, frames, height, width)
+    beats = [to_payload(kind, px) for px in images.reshape(-1, images.shape[-1])]
+    reset_at = int(rng.integers(2, len(beats))) if seed % 2 and len(beats) > 2 else None
+    dut = SlidingWindow(pixel_shape(kind, channels), height, width, kernel=k, stride=s,
+                        padding=p, pad_value=0)
+    expected = [[to_payload(kind, px) for px in window]
+                for window in ref_windows(images, pad_lanes(kind, channels, 0), k, s, 1, p)]
+    run = run_streams(dut, {"i": beats}, {"o": len(expected)}, stall=0.4, seed=seed,
+                      reset_at=reset_at, max_cycles=100 * len(expected) + 1000)
+    assert run.outputs["o"] == expected, (height, width, k, s, p, kind, channels)
+
+
 @pytest.mark.parametrize("name, frac", [("5x7-k3-pad1-bin", 1.3), ("8x5-k3-s2-d2-bin", 0.6),
                                         ("6x7-k3-s2-pad0-fix", 2.1)])
 def test_reset_mid_stream(name, frac):
@@ -170,7 +235,7 @@ def test_reset_mid_stream(name, frac):
     assert run.outputs["o"] == expected
 
 
-@pytest.mark.parametrize("name", [n for n in CONFIGS if n != "4x3-k1-pad1-bin"])
+@pytest.mark.parametrize("name", [n for n in CONFIGS if not output_bound(n)])
 def test_full_throughput(name):
     """Back-to-back frames at full rate: exactly window_cycles per frame, bounded tail.
 
@@ -194,10 +259,11 @@ def test_full_throughput(name):
         assert tail == p * dut.out_width + p + 2
 
 
-def test_more_windows_than_pixels_is_output_bound():
-    """kernel 1 with padding 1 emits (H+2)(W+2) windows per frame: one per cycle."""
-    dut, one, _ = run_config("4x3-k1-pad1-bin", frames=1)
-    _, three, expected = run_config("4x3-k1-pad1-bin", frames=3)
+@pytest.mark.parametrize("name", [n for n in CONFIGS if output_bound(n)])
+def test_more_windows_than_pixels_is_output_bound(name):
+    """E.g. kernel 1 with padding 1 emits (H+2)(W+2) windows per frame: one per cycle."""
+    dut, one, _ = run_config(name, frames=1)
+    _, three, expected = run_config(name, frames=3)
     assert three.outputs["o"] == expected
     assert three.cycles - one.cycles == 2 * dut.out_height * dut.out_width
 

@@ -79,9 +79,11 @@ def _window_last_input(node, parent, q_local):
 def _window_shape(ctx, node, parent):
     from ...hw.window import SlidingWindow
     a = node.attrs
+    # binary activations pad with +1 (every bit 1); n-bit levels and integers with 0
+    binary = node.op == "bin_conv" and not a["in_bits"]
     return SlidingWindow(ctx.tensor_shape(parent), parent.height, parent.width,
                          kernel=a["kernel"], stride=a["stride"], dilation=a.get("dilation", 1),
-                         padding=a["padding"], pad_value=node.attrs["pad_word"])
+                         padding=a["padding"], pad_value=(1 << parent.channels) - 1 if binary else 0)
 
 
 def _window_resources(node, parent):
@@ -241,9 +243,12 @@ class MaxPoolOp(Op):
         return ins[0].lo, ins[0].hi
 
     def cycles(self, node, parent, unit):
-        return cyc.window_cycles(parent.height, parent.width)
+        # one input pixel per cycle, and at most one pooled pixel per cycle
+        return max(cyc.window_cycles(parent.height, parent.width), node.height * node.width)
 
     def timing(self, node, parent, ins, unit):
+        # the window emits 2 cycles after the last pixel a window uses; the reduction
+        # register adds 1 (hw.maxpool.MaxPool: 3 cycles)
         n_out, n_par = node.height * node.width, parent.height * parent.width
         out, prev = [], float("-inf")
         for q in range(TIMING_FRAMES * n_out):
