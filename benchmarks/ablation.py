@@ -4,7 +4,7 @@ Trains each member of the Group-Net family on the built-in digits with the same 
 learning rate and seeds, and writes the float and fixed-point test accuracy (mean and
 spread over seeds) to ``benchmarks/results/ablation.json`` and ``docs/ablation.md``.
 
-    python benchmarks/ablation.py                 # 6 variants x K in {1,3,5} x 3 seeds
+    python benchmarks/ablation.py                 # 6 variants x K in {1,3,5} x 3 seeds, digits4
     python benchmarks/ablation.py --seeds 2 --epochs 15 --variants groupnet,lbd
 """
 
@@ -33,6 +33,9 @@ def _stats(values):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", default="digits4",
+                        help="digits4 (four blocks, so gbd-v2's groups of two differ from gbd-v3) "
+                             "or digits (two blocks)")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--bases", default="1,3,5")
     parser.add_argument("--seeds", type=int, default=3)
@@ -49,7 +52,7 @@ def main(argv=None):
         for k in bases:
             for seed in range(args.seeds):
                 t0 = time.perf_counter()
-                config = arch_config("digits", variant=variant, bases=k)
+                config = arch_config(args.arch, variant=variant, bases=k)
                 _, metrics = train_model(config, TrainConfig(epochs=args.epochs, seed=seed))
                 runs.append(dict(variant=variant, bases=k, seed=seed,
                                  seconds=round(time.perf_counter() - t0, 1), **metrics))
@@ -66,7 +69,7 @@ def main(argv=None):
             am, _ = _stats([r["float_quantized_agreement"] for r in sel])
             summary.append(dict(variant=variant, bases=k, seeds=len(sel), float_mean=fm,
                                 float_std=fs, fixed_mean=qm, fixed_std=qs, agreement_mean=am))
-    setup = dict(arch="digits", epochs=args.epochs, seeds=args.seeds, lr=TrainConfig.lr,
+    setup = dict(arch=args.arch, epochs=args.epochs, seeds=args.seeds, lr=TrainConfig.lr,
                  batch_size=TrainConfig.batch_size, test_images=runs[0]["test_images"],
                  threads=args.threads)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -75,7 +78,8 @@ def main(argv=None):
         "# Ablation in the small: the Group-Net family on digits",
         "",
         f"Written by `python benchmarks/ablation.py` (rerun it to reproduce). Every variant "
-        f"and K trained on the built-in digits with the same budget: {args.epochs} epochs, Adam "
+        f"and K trained on the built-in digits (topology `{args.arch}`) with the same budget: "
+        f"{args.epochs} epochs, Adam "
         f"lr {TrainConfig.lr}, batch {TrainConfig.batch_size}, seeds 0..{args.seeds - 1}; test "
         f"accuracy on the fixed {setup['test_images']}-image split, mean +- standard deviation "
         "over seeds. *Fixed* is the fixed-point network the hardware computes (calibrated "

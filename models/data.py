@@ -3,9 +3,10 @@
 - ``digits``: scikit-learn's 8x8 handwritten digits, pixels stored as uint8
   ``min(16*v, 255)`` of the 0..16 grey levels (the accelerator's input format).
 - ``digits-on-photos``: a CIFAR-size (32x32 RGB, 10 classes) task generated from two
-  packaged sources: each digit is scaled x3 (24x24), given a random colour and
-  pasted at a random position onto a random 32x32 crop of scikit-learn's two sample
-  photographs (``china.jpg``, ``flower.jpg``, at a random scale). It is a fair test
+  packaged sources: each digit is scaled x3 (24x24), given a random colour that
+  contrasts with its background and pasted at a random position onto a random 32x32
+  crop (at a random scale, half contrast) of scikit-learn's two sample photographs
+  (``china.jpg``, ``flower.jpg``). It is a fair test
   of the RGB, 32x32, ResNet-20-style pipeline: the label depends only on the digit's
   shape, while colour, position and a natural textured background vary, so a network
   must use all three channels and spatial context; the split is the digits split, so
@@ -66,9 +67,13 @@ def _on_photos(digits, rng, photos, size=32):
         span = size * scale
         y0 = rng.integers(0, photo.shape[0] - span + 1)
         x0 = rng.integers(0, photo.shape[1] - span + 1)
-        bg = photo[y0:y0 + span:scale, x0:x0 + span:scale].astype(np.float32)
+        # the background at half contrast, the digit in a random colour far from it:
+        # the shape stays visible whatever the crop, as a digit on a photo would be
+        bg = photo[y0:y0 + span:scale, x0:x0 + span:scale].astype(np.float32) * 0.5 + 64
         glyph = np.kron(digit.astype(np.float32) / 255.0, np.ones((3, 3), np.float32))
-        colour = rng.integers(0, 256, 3).astype(np.float32)
+        mean = bg.reshape(-1, 3).mean(axis=0)
+        colour = np.where(mean < 128, rng.integers(200, 256, 3), rng.integers(0, 56, 3))
+        colour = colour.astype(np.float32)
         oy, ox = rng.integers(0, size - 24 + 1, 2)
         patch = bg[oy:oy + 24, ox:ox + 24]
         bg[oy:oy + 24, ox:ox + 24] = (1 - glyph[..., None]) * patch + glyph[..., None] * colour

@@ -18,6 +18,12 @@ ARCHS = {
                dict(image_size=8, in_channels=1, num_classes=10, stem_channels=16,
                     stem_kernel=3, stem_stride=1, stem_pool=False,
                     stages=[[16, 1, 1], [16, 1, 2]])),
+    "digits4": ("8x8 grey digits, stem 16, two stages of two 16-channel blocks (the ablation: "
+                "enough blocks for gbd-v2's groups of two to differ from gbd-v3)",
+                "digits",
+                dict(image_size=8, in_channels=1, num_classes=10, stem_channels=16,
+                     stem_kernel=3, stem_stride=1, stem_pool=False,
+                     stages=[[16, 2, 1], [16, 2, 2]])),
     "cifar": ("32x32 RGB, ResNet-20 style: stem 16, three stages of 16/32/64 channels, "
               "3 blocks each",
               "digits-on-photos",

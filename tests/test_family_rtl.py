@@ -30,6 +30,10 @@ SAMPLED = [
          image_size=6, in_channels=3, num_classes=3, gate="block", shortcut="conv"),
     dict(variant="groupnet-star", bases=2, act_bits=1, stages=[[3, 1, 1], [3, 1, 2]],
          stem_channels=3, image_size=6, num_classes=3, stem_kernel=1),
+    # the ResNet stem in the small: strided conv, max pooling, binary downsample
+    dict(variant="groupnet-star", bases=2, act_bits=1, stages=[[3, 1, 1], [5, 1, 2]],
+         stem_channels=3, stem_stride=2, stem_pool=True, stem_bias=True, image_size=13,
+         in_channels=3, num_classes=3, shortcut="conv", gate="block", alpha="tensor"),
 ]
 
 
