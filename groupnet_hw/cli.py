@@ -183,6 +183,99 @@ def zoo():
                "--dilations; see `groupnet-hw train --help`")
 
 
+@main.command(name="import")
+@click.argument("file", type=click.Path())
+@click.option("--arch", required=True, type=click.Choice(["resnet18", "resnet34"]),
+              help="The authors' network the file holds.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="groupnet-hw checkpoint to write (.pt).")
+@click.option("--inplace-defect", default="auto", show_default=True,
+              type=click.Choice(["auto", "emulate", "fix"]),
+              help="The fixed-mean variant of the authors' code gates base 0 with the SUM of "
+                   "the bases (an in-place add). auto: emulate it for such files (the model "
+                   "was trained that way); fix: the intended eq. 7.")
+@click.option("--normalization", default="fold", show_default=True,
+              type=click.Choice(["fold", "none"]),
+              help="fold: fold the ImageNet mean/std into the stem so the model takes raw "
+                   "uint8 pixels (exact except on the 3-pixel border); none: keep it as trained.")
+@click.option("--dilations", default=None, metavar="R,..;R,..",
+              help="BPAC rates per stage to restore (segmentation checkpoints lost theirs).")
+@click.option("--calibrate/--no-calibrate", default=True, show_default=True,
+              help="Calibrate the fractional bits on crops of scikit-learn's sample photos "
+                   "(no ImageNet here); otherwise every activation keeps 6 bits.")
+def import_(file, arch, output, inplace_defect, normalization, dilations, calibrate):
+    """Convert a checkpoint written by the Group-Net authors' code (FILE.pth[.tar]).
+
+    Reads it safely (weights only), checks every key and shape against ARCH, maps it to
+    our Group-Net** (per-tensor alpha, one gate theta per block, shared binary
+    downsample) and prints every semantic difference it resolved.
+
+    \b
+    Example:
+      groupnet-hw import model_best.pth.tar --arch resnet18 -o r18.pt
+      groupnet-hw info r18.pt
+    """
+    import torch
+    from .models.authors import ImportError_, import_authors_checkpoint
+    from .models.checkpoint import save_checkpoint
+    out_dir = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(out_dir):
+        raise UserError(f"{out_dir}: directory does not exist")
+    try:
+        model, report = import_authors_checkpoint(
+            file, arch, inplace_defect=inplace_defect, normalization=normalization,
+            dilations=_parse_rates(dilations) if dilations else None)
+    except ImportError_ as exc:
+        raise UserError(str(exc)) from None
+    if calibrate:
+        from .models.calibrate import calibrate as run_calibration
+        from .models.data import load_dataset
+        torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+        with _console().status("calibrating fractional bits on photo crops"):
+            run_calibration(model, load_dataset("photos")[0])
+        report.differences.append("fractional bits: calibrated on 8 crops of scikit-learn's "
+                                  "sample photos (recalibrate on your own data for accuracy)")
+    save_checkpoint(output, model, dataset={"name": "imported", "source": os.path.abspath(file)},
+                    train_config={"imported_from": "authors' Group-Net code", "arch": arch})
+    for line in report.lines():
+        click.echo(line)
+    click.echo(f"wrote {output}")
+
+
+@main.command()
+@click.argument("checkpoint", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+def info(checkpoint, as_json):
+    """The paper's complexity view of CHECKPOINT, per layer and in total.
+
+    Binary operations (XNOR-popcount MACs), full-precision operations, weight memory
+    and its saving against the float32 network of the same topology (K=1), and the
+    speed-up sigma of eq. 4 on a 64-bit CPU; plus the architecture and the float /
+    fixed-point agreement recorded at training.
+    """
+    from .compiler.complexity import complexity
+    model, payload = _load(checkpoint)
+    try:
+        view = complexity(model)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    cfg = model.config
+    metrics = payload.get("metrics", {})
+    if as_json:
+        click.echo(json.dumps({"config": cfg.to_dict(), "metrics": metrics,
+                               "complexity": view.to_dict()}, indent=2))
+        return
+    click.echo(f"{checkpoint}: {cfg.variant}, K={cfg.bases}, {cfg.act_bits}-bit activations, "
+               f"{cfg.in_channels}x{cfg.image_size}x{cfg.image_size} input, "
+               f"stages {cfg.stages}, BPAC rates {cfg.dilations}")
+    if "float_quantized_agreement" in metrics:
+        click.echo(f"float accuracy {metrics['float_accuracy']:.2%}, fixed-point "
+                   f"{metrics['quantized_accuracy']:.2%}, agreement "
+                   f"{metrics['float_quantized_agreement']:.2%} "
+                   f"({metrics.get('test_images', '?')} test images)")
+    click.echo(view.table())
+
+
 def _core_design(sched, name):
     """(Verilog text, in_width, out_width) of the accelerator core."""
     from amaranth.back import verilog

@@ -1,0 +1,107 @@
+"""Test helper: files in the layout the Group-Net authors' code writes, and that code's
+forward re-implemented from the documented facts (never copied), for the importer tests.
+
+Geometry can be smaller than ImageNet's (channels, image size) so tests stay fast; the
+state-dict names are exactly the documented ones.
+"""
+
+import torch
+import torch.nn.functional as F
+
+BN = ("weight", "bias", "running_mean", "running_var")
+
+
+def _bn_params(gen, c, sd, prefix):
+    sd[f"{prefix}.weight"] = torch.rand(c, generator=gen) * 1.5 + 0.25
+    sd[f"{prefix}.bias"] = torch.randn(c, generator=gen) * 0.3
+    sd[f"{prefix}.running_mean"] = torch.randn(c, generator=gen) * 0.5
+    sd[f"{prefix}.running_var"] = torch.rand(c, generator=gen) + 0.5
+    sd[f"{prefix}.num_batches_tracked"] = torch.tensor(100)
+
+
+def authors_state_dict(seed, bases=2, stem=8, widths=(8, 16, 32, 64), blocks=(2, 2, 2, 2),
+                       classes=10, learned_scales=True, stem_bias=False):
+    """A random state dict in the authors' layout (without the ``module.`` prefix)."""
+    gen = torch.Generator().manual_seed(seed)
+    sd = {"conv1.weight": torch.randn(stem, 3, 7, 7, generator=gen) * 0.1}
+    if stem_bias:
+        sd["conv1.bias"] = torch.randn(stem, generator=gen) * 0.1
+    _bn_params(gen, stem, sd, "bn1")
+    prev = stem
+    for s, (ch, count) in enumerate(zip(widths, blocks), 1):
+        for b in range(count):
+            p = f"layer{s}.{b}"
+            c_in = prev if b == 0 else ch
+            for i in range(bases):
+                sd[f"{p}.conv1.{i}.weight"] = torch.randn(ch, c_in, 3, 3, generator=gen)
+                sd[f"{p}.conv2.{i}.weight"] = torch.randn(ch, ch, 3, 3, generator=gen)
+                _bn_params(gen, ch, sd, f"{p}.bn1.{i}")
+                _bn_params(gen, ch, sd, f"{p}.bn2.{i}")
+                if learned_scales:
+                    sd[f"{p}.scales.{i}"] = torch.rand(1, generator=gen) + 0.2
+            if s > 1 and b == 0:
+                sd[f"{p}.downsample.conv.weight"] = torch.randn(ch, c_in, 1, 1, generator=gen)
+                _bn_params(gen, ch, sd, f"{p}.downsample.batch_norm")
+            if not (s == 1 and b == 0):
+                sd[f"{p}.block_gate"] = torch.randn(1, generator=gen)
+        prev = ch
+    sd["fc.weight"] = torch.randn(classes, prev, generator=gen) * 0.1
+    sd["fc.bias"] = torch.randn(classes, generator=gen) * 0.1
+    return sd
+
+
+def write_authors_file(path, state_dict):
+    """torch.save the way the authors' training script does (DataParallel prefix)."""
+    torch.save({"epoch": 90, "state_dict": {f"module.{k}": v for k, v in state_dict.items()},
+                "optimizer": {"state": {}, "param_groups": [{"lr": 0.001, "params": [0]}]},
+                "best_top1": 55.5, "learning_rate": 0.001}, path)
+
+
+def _bn(x, sd, p):
+    return F.batch_norm(x, sd[f"{p}.running_mean"], sd[f"{p}.running_var"], sd[f"{p}.weight"],
+                        sd[f"{p}.bias"], False, 0.0, 1e-5)
+
+
+def _bconv(x, w, stride, padding):
+    a = torch.sign(x)                                   # torch.sign: 0 stays 0
+    a = F.pad(a, (padding,) * 4, value=1.0)             # +1 padding after the sign
+    wb = torch.sign(w) * w.abs().mean()                 # one alpha per tensor
+    return F.conv2d(a, wb, stride=stride)
+
+
+def authors_forward(sd, x, bases, blocks=(2, 2, 2, 2), learned_scales=True):
+    """The documented forward: Sign -> Conv -> ReLU -> BN with a shortcut around each
+    binary conv, shared downsample, one gate theta per block, the in-place defect of the
+    fixed-mean variant."""
+    x = F.conv2d(x, sd["conv1.weight"], sd.get("conv1.bias"), stride=2, padding=3)
+    x = _bn(F.max_pool2d(x, 3, 2, 1), sd, "bn1")
+    outs, agg = [x] * bases, None
+    for s, count in enumerate(blocks, 1):
+        for b in range(count):
+            p = f"layer{s}.{b}"
+            xs = outs
+            if f"{p}.block_gate" in sd:
+                c = torch.sigmoid(sd[f"{p}.block_gate"])
+                xs = [c * o + (1 - c) * agg for o in outs]
+            stride = 2 if (s > 1 and b == 0) else 1
+            new = []
+            for i in range(bases):
+                xi = xs[i]
+                r = xi
+                if f"{p}.downsample.conv.weight" in sd:
+                    r = _bn(_bconv(xi, sd[f"{p}.downsample.conv.weight"], stride, 0), sd,
+                            f"{p}.downsample.batch_norm")
+                o1 = _bn(F.relu(_bconv(xi, sd[f"{p}.conv1.{i}.weight"], stride, 1)), sd,
+                         f"{p}.bn1.{i}") + r
+                o2 = _bn(F.relu(_bconv(o1, sd[f"{p}.conv2.{i}.weight"], 1, 1)), sd,
+                         f"{p}.bn2.{i}") + o1
+                new.append(o2)
+            if learned_scales:
+                agg = sum(sd[f"{p}.scales.{i}"] * new[i] for i in range(bases))
+            else:
+                total = new[0]
+                for o in new[1:]:
+                    total += o                          # in place: base 0 becomes the sum
+                agg = total / bases
+            outs = new
+    return F.linear(agg.mean(dim=(2, 3)), sd["fc.weight"], sd["fc.bias"])
