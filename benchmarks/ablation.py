@@ -23,6 +23,7 @@ from groupnet_hw.models.train import TrainConfig, train_model
 from groupnet_hw.models.zoo import arch_config
 
 ROOT = Path(__file__).resolve().parent.parent
+FINDINGS = "<!-- findings -->"
 
 
 def _stats(values):
@@ -93,7 +94,12 @@ def main(argv=None):
         lines.append(f"| {s['variant']} | {s['bases']} | {100 * s['float_mean']:.2f} +- "
                      f"{100 * s['float_std']:.2f} % | {100 * s['fixed_mean']:.2f} +- "
                      f"{100 * s['fixed_std']:.2f} % | {100 * s['agreement_mean']:.2f} % |")
-    Path(args.markdown).write_text("\n".join(lines) + "\n")
+    # a hand-written reading of the results below the marker survives a rerun
+    md = Path(args.markdown)
+    kept = ""
+    if md.exists() and FINDINGS in md.read_text():
+        kept = md.read_text()[md.read_text().index(FINDINGS):]
+    md.write_text("\n".join(lines) + "\n\n" + kept)
     print(f"wrote {args.json} and {args.markdown}")
 
 
