@@ -83,3 +83,25 @@ def test_cifar_size_network_verifies_on_its_test_split(tmp_path):
     out = _train_build_verify(tmp_path, "cifar-small", "groupnet", 1, 2)
     result = json.loads(out[out.index("{"):])
     assert result["exact"] == result["images"] == 450
+
+
+def test_hypothesis_family_members_bit_exact_in_hardware():
+    """A sample of the hypothesis-generated configurations of the compiler tests, through
+    the Amaranth model of the accelerator with random back-pressure."""
+    from hypothesis import HealthCheck, given, settings
+    from test_compiler import family_configs
+
+    @settings(max_examples=4, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(family_configs())
+    def check(case):
+        cfg, seed = case
+        model = random_model(seed, **cfg)
+        sched = schedule(compile_model(model))
+        gen = torch.Generator().manual_seed(seed)
+        c, size = cfg["in_channels"], cfg["image_size"]
+        images = torch.randint(0, 256, (2, c, size, size), generator=gen, dtype=torch.uint8)
+        result = verify(model, sched, images, simulator="amaranth", stall=0.25, seed=seed)
+        assert result.exact == result.images and result.graph_equals_model, cfg
+
+    check()
