@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from ..models import layers as L
+from ..models.layers import conv_out_size
 from ..models.tracing import traced
 from .graph import Graph, Node
 
@@ -106,10 +107,6 @@ class LoweringContext:
         return x
 
 
-def _out_size(size, k, s, d, p):
-    return (size + 2 * p - d * (k - 1) - 1) // s + 1
-
-
 # ----------------------------------------------------------------- rules
 @lowers(L.InputQuant)
 def _input(ctx, layer, pixels):
@@ -125,7 +122,7 @@ def _fp_conv(ctx, layer, x):
     ctx.realized(x, "a full-precision convolution")
     w_q, w_frac = layer.quantized_weight()
     k, s, p, d = layer.kernel_size[0], layer.stride[0], layer.padding[0], layer.dilation[0]
-    size = _out_size(x.height, k, s, d, p)
+    size = conv_out_size(x.height, k, s, d, p)
     out = TensorMeta("", layer.out_channels, size, size, "fixed", frac=x.frac + w_frac,
                      offset=layer.bias.detach().double() if layer.bias is not None else None)
     ref = ctx.emit("int_conv", [x], out, dict(weight=w_q, kernel=k, stride=s, dilation=d,
@@ -142,7 +139,7 @@ def _bin_conv(ctx, layer, x):
     else:
         ctx.fail("a binary convolution takes binary or n-bit activations")
     k, s, d, p = layer.kernel_size, layer.stride, layer.dilation, layer.padding
-    size = _out_size(x.height, k, s, d, p)
+    size = conv_out_size(x.height, k, s, d, p)
     scale = layer.alpha() * (x.scale if x.scale is not None else 1.0)
     out = TensorMeta("", layer.out_channels, size, size, "fixed", frac=x.frac, scale=scale)
     ref = ctx.emit("bin_conv", [x], out, dict(bits=layer.weight_bits(), kernel=k, stride=s,
@@ -195,7 +192,7 @@ def _maxpool(ctx, layer, x):
     if x.scale is not None and (x.scale < 0).any():
         ctx.realized(x, "max pooling")
     k, s, p = layer.kernel_size, layer.stride, layer.padding
-    size = _out_size(x.height, k, s, 1, p)
+    size = conv_out_size(x.height, k, s, 1, p)
     out = replace(x, height=size, width=size)
     return replace(out, ref=ctx.emit("maxpool", [x], out, dict(kernel=k, stride=s, padding=p)))
 

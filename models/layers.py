@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..compiler.cycles import conv_out_size  # one definition, shared with the hardware
 from .binary import BinarizeWeight, SignActivation, sign
 from .fixed import Fixed
 from .quantize import quantize_affine, quantize_scalar, quantize_weights_pow2, round_shift
@@ -31,9 +32,6 @@ __all__ = ["InputQuant", "BinaryActivation", "NBitActivation", "BinaryConv2d", "
            "GlobalPool", "Classifier", "LIBRARY_LAYERS", "bn_affine", "conv_out_size"]
 
 
-def conv_out_size(size, kernel, stride, dilation, padding):
-    """Output height (or width) of a convolution, as ``torch.nn.functional.conv2d``."""
-    return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
 
 
 def _conv_int(x, w, stride, dilation, padding, pad_value):
