@@ -253,7 +253,7 @@ def info(checkpoint, as_json):
     speed-up sigma of eq. 4 on a 64-bit CPU; plus the architecture and the float /
     fixed-point agreement recorded at training.
     """
-    from .compiler.complexity import complexity
+    from .models.complexity import complexity
     model, payload = _load(checkpoint)
     try:
         view = complexity(model)
