@@ -193,7 +193,10 @@ def zoo():
 @click.option("--freq", default=100.0, show_default=True, type=click.FloatRange(1, 1000),
               help="Target clock for place and route, MHz (Fmax is reported either way).")
 @click.option("--no-pnr", is_flag=True, help="Synthesis counts only, no place and route.")
-def synth(out_dir, flows, freq, no_pnr):
+@click.option("--no-dsp", is_flag=True,
+              help="Keep multipliers in logic (by default they map to DSP blocks, and a design "
+                   "that then runs out of DSP sites is redone in logic automatically).")
+def synth(out_dir, flows, freq, no_pnr, no_dsp):
     """Synthesize a build with the YoWASP tools (Yosys, nextpnr) and add the counts,
     Fmax and frames/s at Fmax to OUT_DIR/report.json.
 
@@ -219,7 +222,7 @@ def synth(out_dir, flows, freq, no_pnr):
         with console.status(f"{flow}: starting") as status:
             try:
                 r = synthesize(Path(out_dir, manifest.verilog), manifest.toplevel, flow, out_dir,
-                               freq_mhz=freq, place_and_route=not no_pnr,
+                               freq_mhz=freq, place_and_route=not no_pnr, use_dsp=not no_dsp,
                                progress=lambda msg: status.update(f"{flow}: {msg}"))
             except SynthError as exc:
                 raise UserError(str(exc)) from None
@@ -235,6 +238,8 @@ def synth(out_dir, flows, freq, no_pnr):
                        f"{r['pnr_seconds']} s)")
         elif "pnr_error" in r:
             click.echo(f"  nextpnr: {r['pnr_error']}")
+        if "note" in r:
+            click.echo(f"  note: {r['note']}")
     est = report.get("resources")
     if est:
         click.echo(f"schedule estimate (Cyclone V): ALM {est['alm']:,}, M10K {est['m10k']}, "

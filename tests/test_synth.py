@@ -48,3 +48,15 @@ def test_ecp5_place_and_route_reports_fmax(tiny_build):
     ecp5 = json.loads((tiny_build / "report.json").read_text())["synthesis"]["ecp5"]
     assert ecp5["fmax_mhz"] > 10 and ecp5["frames_per_second_at_fmax"] > 0
     assert ecp5["utilization"]["TRELLIS_FF"]["used"] > 0
+
+
+def test_multipliers_in_logic_on_request(tiny_build):
+    r = CliRunner().invoke(main, ["synth", str(tiny_build), "--flow", "ecp5", "--no-pnr"])
+    with_dsp = json.loads((tiny_build / "report.json").read_text())["synthesis"]["ecp5"]
+    r = CliRunner().invoke(main, ["synth", str(tiny_build), "--flow", "ecp5", "--no-pnr",
+                                  "--no-dsp"])
+    assert r.exit_code == 0, r.output
+    logic = json.loads((tiny_build / "report.json").read_text())["synthesis"]["ecp5"]
+    assert with_dsp["cells"]["dsp"] > 0 and logic["cells"]["dsp"] == 0
+    assert logic["cells"]["lut"] > with_dsp["cells"]["lut"]
+    assert logic["multipliers"] == "logic (-nodsp)"
