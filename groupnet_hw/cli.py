@@ -187,8 +187,8 @@ def zoo():
 @click.argument("out_dir", type=click.Path())
 @click.option("--flow", "flows", multiple=True, default=("ecp5",), show_default=True,
               type=click.Choice(["ecp5", "ice40", "cyclonev"]),
-              help="ecp5: LFE5U-85F (ULX3S), synthesis + nextpnr; ice40: UP5K (iCEBreaker), "
-                   "synthesis + nextpnr; cyclonev: 5CSEBA6 (DE10-Nano), synthesis counts only. "
+              help="ecp5: LFE5U-85F (ULX3S), synthesis + nextpnr; ice40: UP5K (iCEBreaker) and "
+                   "cyclonev: 5CSEBA6 (DE10-Nano), synthesis counts only. "
                    "Repeat for several.")
 @click.option("--freq", default=100.0, show_default=True, type=click.FloatRange(1, 1000),
               help="Target clock for place and route, MHz (Fmax is reported either way).")
@@ -197,7 +197,7 @@ def zoo():
               help="Keep multipliers in logic (by default they map to DSP blocks, and a design "
                    "that then runs out of DSP sites is redone in logic automatically).")
 def synth(out_dir, flows, freq, no_pnr, no_dsp):
-    """Synthesize a build with the YoWASP tools (Yosys, nextpnr) and add the counts,
+    """Synthesize a build with the YoWASP tools (Yosys, nextpnr for ECP5) and add the counts,
     Fmax and frames/s at Fmax to OUT_DIR/report.json.
 
     LUTs are mapped with abc (Yosys's abc9 stops without output in the YoWASP build);

