@@ -102,8 +102,10 @@ class Accelerator(wiring.Component):
 
     Attributes
     ----------
-    i : In(stream.Signature(unsigned(8)))
-        Image pixels, raster order, ``n_pixels`` per frame, back to back.
+    i : In(stream.Signature(tensor_shape(input node)))
+        Image pixels, raster order, ``n_pixels`` per frame, back to back: ``unsigned(8)``
+        for grey images, ``data.ArrayLayout(unsigned(8), C)`` (channel c in bits
+        8c..8c+7) for RGB.
     o : Out(stream.Signature(output_layout(n_classes, logit_width)))
         One beat per frame: integer logits (scale ``2**-logit_frac``) and the class.
     n_pixels, n_classes, logit_width, logit_frac : int
