@@ -20,6 +20,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..compiler.graph import signed_width
+from .arith import const_sum
 
 __all__ = ["SignBits", "Threshold", "PostOp", "ResidualAdd", "signed_width", "signed_range"]
 
@@ -271,7 +272,7 @@ class PostOp(_PixelMap):
             v = Mux(x[c][-1], 0, x[c]) if self.pre_relu else x[c]
             t = Signal(signed(self.inner_widths[c]), name=f"t{c}")
             # The rounding half is folded into the bias constant: one adder, not two.
-            m.d.comb += t.eq(Const(self.scale[c]) * v + Const(self.bias[c] + half))
+            m.d.comb += t.eq(const_sum([(self.scale[c], v)], self.bias[c] + half))
             y = t >> self.shift
             if self.post_relu:
                 y = Mux(y[-1], 0, y)

@@ -12,10 +12,11 @@ in fixed point: ``lambda_j = lambdas[j] / 2**lambda_shift`` and
 
 import operator
 
-from amaranth.hdl import Cat, Const, Module, Signal, signed
+from amaranth.hdl import Cat, Module, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .arith import const_sum
 from .elementwise import _fit, _ints, _positive, signed_range, signed_width
 
 __all__ = ["BaseMixer"]
@@ -146,8 +147,8 @@ class BaseMixer(wiring.Component):
         aggs = []
         for c in range(self.channels):
             total = Signal(signed(self._sum_width), name=f"sum{c}")
-            terms = [Const(lam) * pixels[k][c] for k, lam in enumerate(self.lambdas)]
-            m.d.comb += total.eq(sum(terms) + Const(half))
+            m.d.comb += total.eq(const_sum([(lam, pixels[k][c])
+                                            for k, lam in enumerate(self.lambdas)], half))
             agg = Signal(signed(self.agg_width), name=f"agg{c}")
             m.d.comb += agg.eq(total >> self.lambda_shift)
             aggs.append(agg)
@@ -205,8 +206,8 @@ class BaseMixer(wiring.Component):
             xs = []
             for c in range(self.channels):
                 t = Signal(signed(self._x_widths[k]), name=f"gate{k}_t{c}")
-                m.d.comb += t.eq(Const(g) * s1_bases[k][c] + Const(one - g) * s1_agg[c]
-                                 + Const(g_half))
+                m.d.comb += t.eq(const_sum([(g, s1_bases[k][c]), (one - g, s1_agg[c])],
+                                           g_half))
                 xs.append(_fit(m, t >> self.gate_shift, self.out_width, f"x{k}_{c}"))
             with m.If(advance):
                 m.d.sync += [o.payload.eq(Cat(xs)),

@@ -1,6 +1,6 @@
 """Sliding-window generator: turns a raster pixel stream into convolution windows."""
 
-from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, Value, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Shape, Signal, Value, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -172,6 +172,51 @@ class SlidingWindow(wiring.Component):
             complete += row_done - (release if issue else 0)
         return rows
 
+    def _row_entry(self, r):
+        """Per output row: the last row it needs and the rows freed after its last
+        window (both counted from the oldest held row), and per tap row whether it is
+        inside the image and its offset from the oldest held row."""
+        k, d, H = self.kernel, self.dilation, self.height
+        need_row, _, _ = self._geometry(r, 0)
+        _, _, release = self._geometry(r, self.out_width - 1)
+        top = r * self.stride - self.padding
+        base = min(max(top, 0), H)
+        valid = [0 <= top + ky * d < H for ky in range(k)]
+        offset = [top + ky * d - base if v else 0 for ky, v in enumerate(valid)]
+        return dict(need_row=need_row, release=release, valid=valid, offset=offset)
+
+    def _col_entry(self, c):
+        """Per output column: the last column it needs, and per tap column whether it
+        is inside the image and its line-buffer address."""
+        k, d, W = self.kernel, self.dilation, self.width
+        _, need_col, _ = self._geometry(0, c)
+        left = c * self.stride - self.padding
+        valid = [0 <= left + kx * d < W for kx in range(k)]
+        addr = [left + kx * d if v else 0 for kx, v in enumerate(valid)]
+        return dict(need_col=need_col, valid=valid, addr=addr)
+
+    def _table_layout(self, entries, index_limit):
+        """Struct layout of one table entry (unsigned fields wide enough for every entry)."""
+        fields = {}
+        for name, value in entries[0].items():
+            if name == "valid":
+                fields[name] = unsigned(self.kernel)
+            elif isinstance(value, list):
+                top = max(max(e[name]) for e in entries)
+                fields[name] = data.ArrayLayout(range(max(top, index_limit) + 1), self.kernel)
+            else:
+                # need_row / need_col are negative for windows wholly in the padding.
+                lo = min(min(e[name] for e in entries), 0)
+                hi = max(max(e[name] for e in entries), index_limit)
+                fields[name] = range(lo, hi + 1)
+        return data.StructLayout(fields)
+
+    @staticmethod
+    def _table_init(entry):
+        """``entry`` as a constant initializer of its layout."""
+        return {name: sum(1 << i for i, v in enumerate(value) if v) if name == "valid"
+                else value for name, value in entry.items()}
+
     def elaborate(self, platform):
         m = Module()
 
@@ -214,34 +259,41 @@ class SlidingWindow(wiring.Component):
                 m.d.sync += wx.eq(wx + 1)
 
         # --- reader: picks the next window and issues its reads -------------------------
+        # Everything about a window that depends only on its row or only on its column
+        # (which rows and columns it needs, which taps are padding, where they sit in the
+        # ring) comes from small constant tables, looked up for the *next* window and
+        # registered when the current one issues. The decision to issue is then only a
+        # few comparisons of small registers: no clamping arithmetic on the path that
+        # ends in `o.valid` and the read enables (it limited Fmax to ~54 MHz on ECP5).
+        rows = [self._row_entry(r) for r in range(H_out)]
+        cols = [self._col_entry(c) for c in range(W_out)]
         orow = Signal(range(H_out))
         ocol = Signal(range(W_out))
-        top = Signal(range(-p, (H_out - 1) * s - p + 1), init=-p)    # = orow*s - p
-        left = Signal(range(-p, (W_out - 1) * s - p + 1), init=-p)   # = ocol*s - p
-        base_slot = Signal(range(R))   # ring row of frame row `base_y`, the oldest held row
-        base_y = Signal(range(H + 1))
+        next_orow = Signal(range(H_out))
+        next_ocol = Signal(range(W_out))
         last_col = Signal()
         last_row = Signal()
         m.d.comb += [
-            base_y.eq(Mux(top < 0, 0, Mux(top > H, H, top))),
             last_col.eq(ocol == W_out - 1),
             last_row.eq(orow == H_out - 1),
+            next_ocol.eq(Mux(last_col, 0, ocol + 1)),
+            next_orow.eq(Mux(last_col, Mux(last_row, 0, orow + 1), orow)),
         ]
 
-        # Bottom-right input pixel the window uses (clamped to the image): its row as an
-        # offset from the base, and its column.
-        bottom = top + reach
-        need_row = Mux(bottom > H - 1, H - 1, bottom) - base_y
-        right = left + reach
-        need_col = Mux(right > W - 1, W - 1, right)
-        next_top = top + s
-        next_base = Mux(next_top < 0, 0, Mux(next_top > H, H, next_top))
-        release = Signal(range(H + 1))
-        m.d.comb += release.eq(Mux(last_row, H - base_y, next_base - base_y))
+        row_fields = self._table_layout(rows, R)
+        col_fields = self._table_layout(cols, W)
+        cur_row = Signal(row_fields, init=self._table_init(rows[0]))
+        cur_col = Signal(col_fields, init=self._table_init(cols[0]))
+        row_table = Array(Value.cast(row_fields.const(self._table_init(e))) for e in rows)
+        col_table = Array(Value.cast(col_fields.const(self._table_init(e))) for e in cols)
 
-        available = (need_row < complete) | ((need_row == complete) & (wx > need_col))
-        # Rows are freed after an output row's last window; they must have been written.
-        available &= ~last_col | (complete >= release)
+        base_slot = Signal(range(R))   # ring row of the oldest row the reader holds
+        available = Signal()
+        m.d.comb += available.eq(
+            ((cur_row.need_row < complete)
+             | ((cur_row.need_row == complete) & (wx > cur_col.need_col)))
+            # Rows are freed after an output row's last window; they must have been written.
+            & (~last_col | (complete >= cur_row.release)))
         issue = Signal()
         m.d.comb += issue.eq(available & (~self.o.valid | self.o.ready))
 
@@ -249,40 +301,28 @@ class SlidingWindow(wiring.Component):
         row_ok = Signal(k)
         row_slot = [Signal(range(R), name=f"row_slot{ky}") for ky in range(k)]
         for kx in range(k):
-            col = left + kx * d
-            valid = (col >= 0) & (col < W)
             m.d.comb += [
-                rd[kx].addr.eq(Mux(valid, col, 0)),
+                rd[kx].addr.eq(cur_col.addr[kx]),
                 rd[kx].en.eq(issue),
             ]
-            with m.If(issue):
-                m.d.sync += col_ok[kx].eq(valid)
-        for ky in range(k):
-            row = top + ky * d
-            valid = (row >= 0) & (row < H)
-            slot = base_slot + (row - base_y)
-            with m.If(issue):
-                m.d.sync += [
-                    row_ok[ky].eq(valid),
-                    row_slot[ky].eq(Mux(valid, Mux(slot >= R, slot - R, slot), 0)),
-                ]
-
         with m.If(issue):
+            m.d.sync += [
+                col_ok.eq(cur_col.valid),
+                row_ok.eq(cur_row.valid),
+                orow.eq(next_orow),
+                ocol.eq(next_ocol),
+                cur_row.eq(row_table[next_orow]),
+                cur_col.eq(col_table[next_ocol]),
+            ]
+            for ky in range(k):
+                slot = base_slot + cur_row.offset[ky]
+                m.d.sync += row_slot[ky].eq(Mux(slot >= R, slot - R, slot))
             with m.If(last_col):
-                slot = base_slot + release
-                m.d.sync += [
-                    ocol.eq(0),
-                    left.eq(-p),
-                    base_slot.eq(Mux(slot >= R, slot - R, slot)),
-                ]
-                with m.If(last_row):
-                    m.d.sync += [orow.eq(0), top.eq(-p)]
-                with m.Else():
-                    m.d.sync += [orow.eq(orow + 1), top.eq(next_top)]
-            with m.Else():
-                m.d.sync += [ocol.eq(ocol + 1), left.eq(left + s)]
+                slot = base_slot + cur_row.release
+                m.d.sync += base_slot.eq(Mux(slot >= R, slot - R, slot))
+        release = Mux(issue & last_col, cur_row.release, 0)
 
-        m.d.sync += complete.eq(complete + row_done - Mux(issue & last_col, release, 0))
+        m.d.sync += complete.eq(complete + row_done - release)
 
         # --- output: the read data, with pad pixels outside the image --------------------
         pad = Const(self.pad_value & ((1 << pw) - 1), pw)

@@ -1,0 +1,94 @@
+"""Multiplication by a constant, built the cheapest way for a streaming unit.
+
+Post-ops, base mixers and gates multiply every pixel by per-channel or per-base
+constants of 8 to 12 bits. Written as ``Const(k) * x``, Yosys infers one DSP block
+per product (545 on the default digits design, against 156 on the ECP5-85F and 112
+on the Cyclone V of the DE10-Nano), or, with DSPs disabled, a generic array
+multiplier of 100+ LUTs. A constant with few non-zero digits in canonical signed
+digit (CSD) form is a handful of shifted adds instead: ``k = sum_i d_i 2**i`` with
+``d_i`` in {-1, 0, +1} and no two adjacent non-zero digits, so an ``n``-bit constant
+has at most ``ceil((n+1)/2)`` and on average ``n/3`` non-zero digits.
+
+:func:`const_multiply` emits the shift-add form when the constant has at most
+:data:`MAX_SHIFT_ADD_DIGITS` non-zero digits and a native ``*`` (a DSP block) otherwise;
+:func:`multiplier_cost` is the same decision for the resource model, so the estimate
+and the hardware never disagree about which one was built.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Const
+
+__all__ = ["csd_digits", "MAX_SHIFT_ADD_DIGITS", "uses_dsp", "const_multiply", "const_sum",
+           "multiplier_cost"]
+
+#: Above this many non-zero CSD digits one DSP block is cheaper than the adders
+#: (each adder costs one LUT per result bit on ECP5 and iCE40; 4 adders of ~25 bits
+#: are ~100 LUTs, about what a DSP block replaces).
+MAX_SHIFT_ADD_DIGITS = 4
+
+
+def csd_digits(k: int) -> list[tuple[int, int]]:
+    """Canonical signed digits of ``k``: ``[(shift, +1 or -1), ...]``, low to high,
+    with ``k == sum(sign << shift)``."""
+    k = int(k)
+    digits, shift = [], 0
+    while k:
+        if k & 1:
+            # k mod 4 == 3 -> digit -1 (and carry), so that runs of ones collapse.
+            d = 2 - (k & 3)
+            digits.append((shift, d))
+            k -= d
+        k >>= 1
+        shift += 1
+    return digits
+
+
+def uses_dsp(k: int) -> bool:
+    """Whether :func:`const_multiply` builds ``k * x`` as a DSP multiplication."""
+    return len(csd_digits(k)) > MAX_SHIFT_ADD_DIGITS
+
+
+def _terms(value, k):
+    """Signed shifted copies of ``value`` summing to ``k * value`` (empty for 0)."""
+    if uses_dsp(k):
+        return [Const(int(k)) * value]
+    return [(value << s) if d > 0 else -(value << s) for s, d in csd_digits(k)]
+
+
+def _tree(terms):
+    """Sum as a balanced tree: log depth, so the adders chain no deeper than needed."""
+    while len(terms) > 1:
+        terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i]
+                 for i in range(0, len(terms), 2)]
+    return terms[0]
+
+
+def const_multiply(value, k):
+    """``k * value`` for a Python int ``k`` and a signed Amaranth value."""
+    return const_sum([(k, value)])
+
+
+def const_sum(products, offset=0):
+    """``sum(k * value for k, value in products) + offset`` as one adder tree.
+
+    Assign the result to a signal of the exact width; the intermediate widths of the
+    tree are Amaranth's (never narrower than the operands), so nothing overflows.
+    """
+    terms = [t for k, value in products for t in _terms(value, k)]
+    if offset:
+        terms.append(Const(int(offset)))
+    return _tree(terms) if terms else Const(0)
+
+
+def multiplier_cost(in_bits: int, k: int) -> dict:
+    """Resources of ``k * x`` for an ``in_bits``-wide ``x``, as built by
+    :func:`const_multiply`: ``dict(adders=, adder_bits=, dsp=)`` where
+    ``adder_bits`` is the summed width of the adders (LUTs on ECP5/iCE40)."""
+    if uses_dsp(k):
+        return dict(adders=0, adder_bits=0, dsp=1)
+    digits = csd_digits(k)
+    if not digits:
+        return dict(adders=0, adder_bits=0, dsp=0)
+    width = in_bits + digits[-1][0] + 1
+    return dict(adders=len(digits) - 1, adder_bits=(len(digits) - 1) * width, dsp=0)
