@@ -47,3 +47,24 @@ def head_cycles(height, width, n_classes):
 def pipeline_cycles(node_cycles):
     """Frame interval of a dataflow pipeline: its slowest node."""
     return max(node_cycles)
+
+
+def lane_folds(channels, lanes):
+    """Steps of a channel-serial per-pixel unit: ``ceil(channels / lanes)``."""
+    return -(-channels // lanes)
+
+
+def folded_interval(channels, lanes):
+    """Cycles per pixel (and latency) of a channel-serial per-pixel unit
+    (:mod:`groupnet_hw.hw.lanes`): one cycle to take the pixel, one per step."""
+    return lane_folds(channels, lanes) + 1
+
+
+def choose_lanes(channels, pixels, target):
+    """Fewest lanes with which ``pixels`` pixels take at most ``target`` cycles, or
+    ``None`` when only the full-rate unit (one pixel per cycle) is fast enough."""
+    if 2 * pixels > target:
+        return None
+    folds = max(1, target // pixels - 1)
+    lanes = -(-channels // folds)
+    return lanes

@@ -51,9 +51,13 @@ class BuildContext:
         self.head = head
         #: node name -> accumulator width its MVU chose (wider than range analysis)
         self.acc_width = {}
+        #: submodule name -> name of the node whose unit it is
+        self.owners = {}
 
     def add(self, node, unit, suffix=""):
-        self.m.submodules[node.name.replace(".", "_") + suffix] = unit
+        name = node.name.replace(".", "_") + suffix
+        self.m.submodules[name] = unit
+        self.owners[name] = node.name
         return unit
 
     def parent(self, node):
@@ -142,6 +146,10 @@ class Accelerator(wiring.Component):
         m = Module()
         g = self.sched.graph
         ctx = BuildContext(m, self.sched, self.i, self._head)
+        #: submodule name -> ``(node name, role)``, role "unit", "fork" (of the node's
+        #: output) or "fifo" (in front of the node): what per-module synthesis
+        #: counts are attributed to when the resource model is calibrated.
+        self.module_owners = owners = {}
         sinks, sources = {}, {}
         for node in g:
             sinks[node.name], sources[node.name] = op_of(node).build(ctx, node,
@@ -160,16 +168,21 @@ class Accelerator(wiring.Component):
                 outs = [producer]
             else:
                 fork = Broadcast(shape, len(users))
-                m.submodules[f"fork_{ref.replace('.', '_').replace(':', '_')}"] = fork
+                fork_name = f"fork_{ref.replace('.', '_').replace(':', '_')}"
+                m.submodules[fork_name] = fork
+                owners[fork_name] = (src_name, "fork", None)
                 _connect(m, producer, fork.i)
                 outs = list(fork.o)
             for (user, slot), out in zip(users, outs):
                 depth = self.sched.fifos.get(user, {}).get(ref)
                 if depth:
                     fifo = StreamFIFO(shape, depth)
-                    m.submodules[f"fifo_{user}_{slot}".replace(".", "_")] = fifo
+                    fifo_name = f"fifo_{user}_{slot}".replace(".", "_")
+                    m.submodules[fifo_name] = fifo
+                    owners[fifo_name] = (user, "fifo", slot)
                     _connect(m, out, fifo.i)
                     out = fifo.o
                 _connect(m, out, sinks[user][slot])
         _connect(m, sources[g.output][0], self.o)
+        owners.update({name: (node, "unit", None) for name, node in ctx.owners.items()})
         return m

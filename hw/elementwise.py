@@ -21,6 +21,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..compiler.graph import signed_width
 from .arith import const_sum
+from .lanes import build_lane_folded, folded_interval, lane_rom
 
 __all__ = ["SignBits", "Threshold", "PostOp", "ResidualAdd", "signed_width", "signed_range"]
 
@@ -210,6 +211,10 @@ class PostOp(_PixelMap):
         ReLU before the multiplication / after the rounding.
     out_width : int
         Width of each signed output element.
+    lanes : int, optional
+        Channel-serial: ``lanes`` channels per cycle with the per-channel constants read
+        from a small ROM (:mod:`.lanes`), for frame intervals that leave the unit idle.
+        ``None`` (default): every channel in parallel with constant multipliers.
 
     Members
     -------
@@ -225,15 +230,16 @@ class PostOp(_PixelMap):
 
     Latency
     -------
-    1 cycle.
+    1 cycle; with ``lanes``, ``ceil(C/lanes) + 1`` cycles.
 
     Throughput
     ----------
-    1 pixel per cycle: ``compiler.cycles.elementwise_cycles(H, W)`` per frame.
+    1 pixel per cycle: ``compiler.cycles.elementwise_cycles(H, W)`` per frame; with
+    ``lanes``, one pixel per ``ceil(C/lanes) + 1`` cycles and ``i.ready`` is a register.
     """
 
     def __init__(self, channels, acc_width, scale, bias, shift, pre_relu, post_relu,
-                 out_width):
+                 out_width, lanes=None):
         self.channels = channels = _positive("channels", channels)
         self.acc_width = acc_width = _positive("acc_width", acc_width)
         self.out_width = out_width = _positive("out_width", out_width)
@@ -245,6 +251,9 @@ class PostOp(_PixelMap):
         self.shift = shift
         self.pre_relu = bool(pre_relu)
         self.post_relu = bool(post_relu)
+        self.lanes = None if lanes is None else min(_positive("lanes", lanes), channels)
+        if self.lanes is not None:
+            self.latency = folded_interval(channels, self.lanes)
 
         lo, hi = signed_range(acc_width)
         if self.pre_relu:
@@ -264,6 +273,29 @@ class PostOp(_PixelMap):
             "i": In(stream.Signature(data.ArrayLayout(signed(acc_width), channels))),
             "o": Out(stream.Signature(data.ArrayLayout(signed(out_width), channels))),
         })
+
+    def elaborate(self, platform):
+        if self.lanes is None:
+            return super().elaborate(platform)
+        m = Module()
+        half = (1 << (self.shift - 1)) if self.shift else 0
+        offsets = [b + half for b in self.bias]
+        scale_shape = signed(max(signed_width(v, v) for v in self.scale))
+        bias_shape = signed(max(signed_width(v, v) for v in offsets))
+        inner = signed(max(self.inner_widths))
+
+        def lane(m, fold, p, xs):
+            x = xs[0]
+            v = Mux(x[-1], 0, x) if self.pre_relu else x
+            t = Signal(inner, name=f"t_lane{p}")
+            # A DSP-sized multiplier per lane; the constants come from per-lane ROMs.
+            m.d.comb += t.eq(lane_rom(self.scale, self.lanes, p, fold, scale_shape) * v
+                             + lane_rom(offsets, self.lanes, p, fold, bias_shape))
+            y = t >> self.shift
+            return [Mux(y[-1], 0, y) if self.post_relu else y]
+
+        build_lane_folded(m, [self.i], [self.o], self.channels, self.lanes, lane)
+        return m
 
     def _map(self, m, x):
         half = (1 << (self.shift - 1)) if self.shift else 0

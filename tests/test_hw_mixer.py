@@ -175,3 +175,39 @@ def test_full_throughput(index):
 def test_converts_to_verilog(index):
     dut = BaseMixer(**config(index))
     assert "module" in verilog.convert(dut, name="BaseMixer")
+
+
+# ---- channel-serial (lane-folded) mixer -------------------------------------------
+
+@pytest.mark.parametrize("index,lanes", [(0, 1), (1, 3), (2, 2), (3, 8), (4, 4), (1, 1)])
+def test_folded_mixer_stalls_and_reset(index, lanes):
+    """Folded: same outputs, lanes dividing the channels or not, one lane or all."""
+    cfg = config(index)
+    rng = np.random.default_rng(index + 7)
+    G = stimulus(rng, 30, cfg["bases"], cfg["channels"], cfg["in_width"])
+    expected = expected_outputs(G, cfg)
+    dut = flat_ports(BaseMixer(**cfg, lanes=lanes))
+    inputs = {f"i{k}": as_lists(G[:, k]) for k in range(cfg["bases"])}
+    counts = {name: len(v) for name, v in expected.items()}
+    budget = 400 + int(20 * len(G) * 2.1 ** cfg["bases"]) * (cfg["channels"] + 1)
+    run = run_streams(dut, inputs, counts, stall=0.3, seed=index, max_cycles=budget)
+    assert run.outputs == expected
+    run = run_streams(dut, inputs, counts, stall=0.3, seed=index + 50, reset_at=37,
+                      max_cycles=budget)
+    assert run.outputs == expected
+
+
+@pytest.mark.parametrize("index,lanes", [(1, 3), (3, 3)])
+def test_folded_mixer_interval(index, lanes):
+    from groupnet_hw.hw.lanes import folded_interval
+    cfg = config(index)
+    G = stimulus(np.random.default_rng(0), 10, cfg["bases"], cfg["channels"], cfg["in_width"])
+    expected = expected_outputs(G, cfg)
+    dut = flat_ports(BaseMixer(**cfg, lanes=lanes))
+    inputs = {f"i{k}": as_lists(G[:, k]) for k in range(cfg["bases"])}
+    run = run_streams(dut, inputs, {n: len(v) for n, v in expected.items()}, max_cycles=2000)
+    interval = folded_interval(cfg["channels"], lanes)
+    assert dut.latency == interval
+    for name in expected:
+        assert np.all(np.diff(run.out_cycles[name]) == interval)
+    assert run.cycles == len(G) * interval + 1

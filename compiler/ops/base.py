@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from math import ceil
 
+from .. import cycles as cyc
+
 __all__ = ["Op", "OPS", "register", "op_of", "mem_blocks", "const_mult_alms", "TIMING_FRAMES"]
 
 #: Registered ops, by IR name.
@@ -63,6 +65,9 @@ class Op:
     name = ""
     #: Joins branches of a fork: its inputs get compiler-sized FIFOs.
     join = False
+    #: A per-pixel unit that can run channel-serially (:mod:`groupnet_hw.hw.lanes`):
+    #: its folding is a lane count (``unit.pe``), ``None`` for the full-rate unit.
+    lane_foldable = False
 
     # -- integer semantics ---------------------------------------------------
     def execute(self, node, ins):
@@ -77,15 +82,30 @@ class Op:
     # -- cycle model ---------------------------------------------------------
     def folding(self, node, parent, target):
         """``(pe, simd, n_in)`` of a matrix-vector unit meeting ``target`` cycles per
-        frame, or ``(None, None, None)`` for units without folding."""
+        frame, ``(lanes, None, None)`` for a lane-foldable unit, or ``(None, None,
+        None)`` for units without folding."""
+        if self.lane_foldable:
+            return cyc.choose_lanes(node.channels, node.height * node.width, target), None, None
         return None, None, None
+
+    def interval(self, node, unit):
+        """Cycles between accepted pixels at full speed."""
+        if self.lane_foldable and unit is not None and unit.pe:
+            return cyc.folded_interval(node.channels, unit.pe)
+        return 1
 
     def cycles(self, node, parent, unit):
         """Cycles per frame with inputs always valid and outputs always ready."""
-        return node.height * node.width
+        return node.height * node.width * self.interval(node, unit)
 
-    def latency(self, node):
+    def latency(self, node, unit=None):
         """Cycles from accepting a beat to its result on the output."""
+        if self.lane_foldable and unit is not None and unit.pe:
+            return cyc.folded_interval(node.channels, unit.pe)
+        return self.full_rate_latency(node)
+
+    def full_rate_latency(self, node):
+        """Latency of the full-rate (not lane-folded) unit."""
         return 1
 
     def timing(self, node, parent, ins, unit):
@@ -93,10 +113,10 @@ class Op:
         :data:`TIMING_FRAMES` frames, and of every input beat's acceptance (``None``
         when the unit buffers its input at arrival, as a line buffer does).
         ``ins`` are the producers' output times."""
-        latency = self.latency(node)
+        latency, interval = self.latency(node, unit), self.interval(node, unit)
         out, acc, prev = [], [], float("-inf")
         for q in range(TIMING_FRAMES * node.height * node.width):
-            t = max(max(x[q] for x in ins), prev + 1)
+            t = max(max(x[q] for x in ins), prev + interval)
             acc.append(t)
             out.append(t + latency)
             prev = t

@@ -66,6 +66,7 @@ class Mixer(Op):
 
     name = "mixer"
     join = True
+    lane_foldable = True
 
     def execute(self, node, ins):
         a = node.attrs
@@ -89,7 +90,7 @@ class Mixer(Op):
             return agg_lo, agg_hi
         return _gated_range(node, a["gates"].tolist(), a["gate_frac"], ins, agg_lo, agg_hi)
 
-    def latency(self, node):
+    def full_rate_latency(self, node):
         return 2 if node.attrs["gates"] is not None else 1
 
     def resources(self, g, node, parent, unit):
@@ -109,7 +110,8 @@ class Mixer(Op):
         u = ctx.add(node, BaseMixer(len(ins), node.channels, max(x.bit_width for x in ins),
                                     a["lambdas"].tolist(), a["lambda_frac"],
                                     gates=a["gates"].tolist() if gated else None,
-                                    gate_shift=a["gate_frac"], out_width=node.bit_width))
+                                    gate_shift=a["gate_frac"], out_width=node.bit_width,
+                                    lanes=unit.pe))
         return list(u.i), (list(u.o) if gated else [u.o])
 
 
@@ -125,6 +127,7 @@ class Gate(Op):
 
     name = "gate"
     join = True
+    lane_foldable = True
 
     def execute(self, node, ins):
         a = node.attrs
@@ -138,7 +141,7 @@ class Gate(Op):
         return _gated_range(node, node.attrs["gates"].tolist(), node.attrs["gate_frac"], xs,
                             agg.lo, agg.hi)
 
-    def latency(self, node):
+    def full_rate_latency(self, node):
         return 2
 
     def resources(self, g, node, parent, unit):
@@ -158,6 +161,7 @@ class Gate(Op):
         u = ctx.add(node, BaseMixer(k + 1, node.channels, max(x.bit_width for x in ins),
                                     [0] * k + [1 << lf], lf,
                                     gates=a["gates"].tolist() + [0],
-                                    gate_shift=a["gate_frac"], out_width=node.bit_width))
+                                    gate_shift=a["gate_frac"], out_width=node.bit_width,
+                                    lanes=unit.pe))
         ctx.drain(u.o[k])
         return list(u.i), list(u.o)[:k]

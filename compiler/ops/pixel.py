@@ -55,6 +55,7 @@ class PostOp(Op):
     """
 
     name = "postop"
+    lane_foldable = True
 
     def execute(self, node, ins):
         a = node.attrs
@@ -84,7 +85,8 @@ class PostOp(Op):
         a = node.attrs
         u = ctx.add(node, PostOpUnit(node.channels, ctx.width_of(ctx.parent(node)),
                                      a["A"].tolist(), a["B"].tolist(), a["shift"],
-                                     a["pre_relu"], a["post_relu"], node.bit_width))
+                                     a["pre_relu"], a["post_relu"], node.bit_width,
+                                     lanes=unit.pe))
         return [u.i], [u.o]
 
 

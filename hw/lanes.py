@@ -1,0 +1,108 @@
+"""Channel-serial ("lane-folded") processing of a pixel for the per-pixel units.
+
+A per-pixel unit at full rate builds its arithmetic once per channel, but at the frame
+intervals a real board allows (the convolutions fold to hundreds of cycles per frame) it
+is idle most of the time: on the default digits design the post-ops and base mixers see
+one pixel every 8 cycles and held 545 constant multipliers. Folded, a unit holds the
+pixel it works on in a shift register and processes ``lanes`` channels per cycle, so
+its arithmetic is built ``lanes`` times instead of ``channels`` times.
+
+:func:`build_lane_folded` is the sequencer shared by the folded post-op and base
+mixer: join of one or more input streams (a pixel is taken from all of them in the
+same cycle), ``folds = ceil(channels / lanes)`` steps, fork to one or more output
+streams. Every ``ready`` it drives is a register (``~busy``): a folded unit also ends
+the combinational ready path, so chains of units meet timing.
+
+Latency and throughput: a pixel accepted in cycle ``a`` is on the outputs in cycle
+``a + folds + 1``; the next pixel is accepted from cycle ``a + folds + 1``, so one
+pixel per ``folds + 1`` cycles (:func:`folded_interval`).
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Array, Cat, Const, Signal, Value
+from amaranth.lib import data
+
+from ..compiler.cycles import folded_interval, lane_folds as folds_of
+
+__all__ = ["folds_of", "folded_interval", "lane_rom", "build_lane_folded"]
+
+
+def lane_rom(values, lanes, lane, fold, shape):
+    """Per-channel constant for ``lane`` at step ``fold``: ``values[fold*lanes + lane]``
+    (0 for the padding channels past the end), as a small ROM indexed by ``fold``."""
+    folds = folds_of(len(values), lanes)
+    table = [values[f * lanes + lane] if f * lanes + lane < len(values) else 0
+             for f in range(folds)]
+    if len(set(table)) == 1:
+        return Const(table[0], shape)
+    return Array(Const(v, shape) for v in table)[fold]
+
+
+def build_lane_folded(m, inputs, outputs, channels, lanes, lane_fn):
+    """Sequence ``inputs`` -> ``lane_fn`` -> ``outputs`` channel-serially.
+
+    Parameters
+    ----------
+    m : Module
+    inputs : list of stream interfaces
+        Payload ``data.ArrayLayout(elem, channels)`` each (element shapes may differ).
+    outputs : list of stream interfaces
+        Payload ``data.ArrayLayout(elem, channels)`` each.
+    channels, lanes : int
+    lane_fn : callable ``(m, fold, lane, [input element per input]) -> [output value per output]``
+        The per-channel arithmetic of lane ``lane`` (channel ``fold*lanes + lane``);
+        ``fold`` is the step counter signal (for per-channel constants via :func:`lane_rom`).
+    """
+    folds = folds_of(channels, lanes)
+    padded = folds * lanes
+    in_layouts = [data.ArrayLayout(s.payload.shape().elem_shape, padded) for s in inputs]
+    out_layouts = [data.ArrayLayout(o.payload.shape().elem_shape, padded) for o in outputs]
+    held = [Signal(layout, name=f"held{j}") for j, layout in enumerate(in_layouts)]
+    results = [Signal(layout, name=f"result{j}") for j, layout in enumerate(out_layouts)]
+    busy = Signal()
+    fold = Signal(range(max(folds, 2)))
+    last = Signal()
+    m.d.comb += last.eq(fold == folds - 1)
+
+    take = Signal()
+    m.d.comb += take.eq(Cat(s.valid for s in inputs).all() & ~busy)
+    m.d.comb += [s.ready.eq(take) for s in inputs]
+    go = Signal()
+    m.d.comb += go.eq(busy & Cat(~o.valid | o.ready for o in outputs).all())
+
+    lane_values = [lane_fn(m, fold, p, [h[p] for h in held]) for p in range(lanes)]
+    steps = []
+    for j, (r, layout) in enumerate(zip(results, out_layouts)):
+        w = len(Value.cast(r[0]))
+        fitted = []
+        for p in range(lanes):
+            # Assignment truncates or sign-extends to the element width.
+            lane_out = Signal(layout.elem_shape, name=f"out{j}_lane{p}")
+            m.d.comb += lane_out.eq(lane_values[p][j])
+            fitted.append(lane_out)
+        new = Cat(*fitted)
+        # Results enter at the top and move down: after `folds` steps step 0's lanes
+        # hold channels 0..lanes-1.
+        steps.append(Value.cast(r).eq(Cat(Value.cast(r)[lanes * w:], new) if folds > 1 else new))
+
+    with m.If(take):
+        m.d.sync += [busy.eq(1), fold.eq(0)]
+        m.d.sync += [Value.cast(h).eq(Value.cast(s.payload)) for h, s in zip(held, inputs)]
+    with m.If(go):
+        m.d.sync += fold.eq(fold + 1)
+        with m.If(last):
+            m.d.sync += busy.eq(0)
+        # Shift the held pixel down by one step, so the lanes always read positions
+        # 0..lanes-1: a shift register instead of a `folds`-way multiplexer per lane.
+        for h in held:
+            w = len(Value.cast(h[0]))
+            m.d.sync += Value.cast(h).eq(Value.cast(h) >> (lanes * w))
+        m.d.sync += steps
+    for o, r in zip(outputs, results):
+        w = len(Value.cast(r[0]))
+        m.d.comb += Value.cast(o.payload).eq(Value.cast(r)[:channels * w])
+        with m.If(go & last):
+            m.d.sync += o.valid.eq(1)
+        with m.Elif(o.ready):
+            m.d.sync += o.valid.eq(0)
