@@ -7,26 +7,46 @@ import io
 from rich.console import Console
 from rich.table import Table
 
-__all__ = ["schedule_table", "render_text"]
+__all__ = ["schedule_table", "render_text", "budget_lines"]
+
+
+def _cells_text(cells, family):
+    """One unit's estimated cells in the board's terms (LUT sites, FFs, RAM, DSP)."""
+    from .resources import logic_sites
+    ram = cells.get("bram", 0)
+    return [str(logic_sites(cells, family)), str(cells.get("ff", 0)), str(ram),
+            str(cells.get("dsp", 0))]
 
 
 def schedule_table(sched, title=None):
-    """A rich table: per unit folding, cycles per frame and estimated resources."""
+    """A rich table: per unit folding, cycles per frame and estimated cells; the totals
+    in the board's budgeted resources beside the limits."""
+    family = sched.budget["family"]
     table = Table(title=title or f"groupnet-hw schedule for {sched.board} "
                   f"({sched.budget['device']}, {sched.clock_mhz:g} MHz)")
-    for col in ("unit", "op", "PE", "SIMD", "cycles/frame", "ALM", "M10K", "DSP"):
+    for col in ("unit", "op", "PE/lanes", "SIMD", "cycles/frame", "LUT", "FF", "BRAM", "DSP"):
         table.add_column(col, justify="left" if col in ("unit", "op") else "right")
     bottleneck = sched.bottleneck()
     for u in sched.units.values():
         mark = " *" if u.name == bottleneck else ""
         table.add_row(u.name + mark, u.op, str(u.pe or "-"), str(u.simd or "-"), str(u.cycles),
-                      str(u.resources.get("alm", 0)), str(u.resources.get("m10k", 0)),
-                      str(u.resources.get("dsp", 0)))
-    r, b = sched.resources, sched.budget
+                      *_cells_text(u.resources, family))
     table.add_section()
-    table.add_row("total (estimate, incl. FIFOs)", "", "", "", str(sched.frame_cycles),
-                  f"{r['alm']}/{b['alm']}", f"{r['m10k']}/{b['m10k']}", f"{r['dsp']}/{b['dsp']}")
+    table.add_row("total (estimate, incl. FIFOs, forks)", "", "", "", str(sched.frame_cycles),
+                  *_cells_text(sched.cells, family))
     return table
+
+
+def budget_lines(sched, synthesis=None):
+    """Per budgeted resource: estimate, limit (and the margin), and Yosys's count."""
+    lines = []
+    limits = sched.budget["limits"]
+    for key, limit in limits.items():
+        used = sched.resources[key]
+        line = (f"{key}: estimate {used:,} of {limit:,} ({used / limit:.0%}; "
+                f"--max-util {sched.max_util:.0%})")
+        lines.append(line)
+    return lines
 
 
 def render_text(sched):
@@ -37,6 +57,8 @@ def render_text(sched):
                   f"(bottleneck {sched.bottleneck()}), "
                   f"{sched.frames_per_second:,.0f} frames/s at {sched.clock_mhz:g} MHz; "
                   f"bases mapped {sched.base_mapping}")
+    for line in budget_lines(sched):
+        console.print(line)
     for note in sched.notes:
         console.print(f"note: {note}")
     return console.export_text()

@@ -24,17 +24,40 @@ from dataclasses import dataclass, field
 from . import cycles as cyc
 from .graph import Graph
 from .ops import TIMING_FRAMES, op_of
-from .ops.base import mem_blocks
 from .ops.window import choose_folding
 
 __all__ = ["BOARD_BUDGETS", "Schedule", "schedule", "choose_folding", "fifo_depths", "ideal_times",
            "check_fits", "memory_floor"]
 
-#: Device resources used as the schedule's budget.
+#: Device facts used as the schedule's budget: the family the resource model is
+#: calibrated for, the board clock, and the limit of each budgeted resource.
 BOARD_BUDGETS = {
-    "de10nano": dict(device="5CSEBA6U23I7 (Cyclone V SE)", clock_mhz=50.0,
-                     alm=41_910, m10k=553, dsp=112),
+    "de10nano": dict(device="5CSEBA6U23I7 (Cyclone V SE)", family="cyclonev", clock_mhz=50.0,
+                     limits=dict(alm=41_910, m10k=553, dsp=112), ram_bits=553 * 10_240),
+    "ulx3s": dict(device="LFE5U-85F (ECP5)", family="ecp5", clock_mhz=25.0,
+                  limits=dict(lut=83_640, ff=83_640, ebr=208, dsp=156), ram_bits=208 * 18_432),
+    "icebreaker": dict(device="iCE40UP5K (iCE40 UltraPlus)", family="ice40", clock_mhz=12.0,
+                       limits=dict(lut=5_280, ff=5_280, ebr=30, dsp=8),
+                       ram_bits=30 * 4_096 + 4 * 262_144),
 }
+
+#: Fraction of each resource the schedule may fill (``--max-util``): place and route
+#: needs headroom, and the host link is not in the estimate.
+DEFAULT_MAX_UTIL = 0.9
+
+#: Cyclone V ALUTs per ALM that Quartus packs on average (two fit an ALM; not every
+#: pair shares inputs). Yosys counts ALUTs; there is no Quartus here to count ALMs.
+ALUTS_PER_ALM = 1.6
+
+
+def board_usage(cells: dict, family: str) -> dict:
+    """Budgeted resources (the keys of a board's ``limits``) from estimated cells."""
+    from .resources import logic_sites
+    if family == "cyclonev":
+        return dict(alm=-(-cells["lut"] * 10 // int(ALUTS_PER_ALM * 10)) + 10 * cells["lutram"],
+                    m10k=cells["bram"], dsp=cells["dsp"])
+    return dict(lut=logic_sites(cells, family), ff=cells["ff"], ebr=cells["bram"],
+                dsp=cells["dsp"])
 
 FIFO_MARGIN = 2
 #: StreamFIFO (SyncFIFOBuffered) passes one beat per cycle only from depth 3 on.
@@ -65,6 +88,8 @@ class Schedule:
     budget: dict
     base_mapping: str = "parallel"
     notes: list = field(default_factory=list)
+    cells: dict = field(default_factory=dict)
+    max_util: float = DEFAULT_MAX_UTIL
 
     @property
     def clock_mhz(self):
@@ -86,8 +111,11 @@ class Schedule:
             "frame_cycles": self.frame_cycles,
             "frames_per_second": round(self.frames_per_second, 1),
             "bottleneck": self.bottleneck(),
+            "family": self.budget["family"],
             "resources": self.resources,
-            "budget": {k: self.budget[k] for k in ("alm", "m10k", "dsp")},
+            "budget": dict(self.budget["limits"]),
+            "max_util": self.max_util,
+            "cells": self.cells,
             "units": [
                 {"name": u.name, "op": u.op, "pe": u.pe, "simd": u.simd, "cycles": u.cycles,
                  "resources": u.resources} for u in self.units.values()],
@@ -165,7 +193,7 @@ def memory_floor(g: Graph):
 
 def check_fits(g: Graph, board="de10nano"):
     """Refuse, before any folding, a network whose weights and line buffers alone
-    exceed the board's block RAM (streaming dataflow keeps all of them on chip).
+    exceed the board's on-chip RAM (streaming dataflow keeps all of them on chip).
 
     Raises
     ------
@@ -174,59 +202,145 @@ def check_fits(g: Graph, board="de10nano"):
     """
     budget = BOARD_BUDGETS[board]
     need = memory_floor(g)
-    have = budget["m10k"] * M10K_BITS
+    have = budget["ram_bits"]
     if need > have:
         raise ValueError(
             f"the network needs at least {need / 8 / 2**20:.1f} MiB of on-chip weights and line "
-            f"buffers ({-(-need // M10K_BITS):,} M10K blocks), but {board} has "
-            f"{have / 8 / 2**20:.2f} MiB ({budget['m10k']} M10K): it does not fit this board yet "
-            "(hardware for networks this size, with weights streamed from DRAM, is a later step)")
+            f"buffers, but {board} has {have / 8 / 2**20:.2f} MiB of block RAM: it does not fit "
+            "this board yet (hardware for networks this size, with weights streamed from DRAM, is a "
+            "later step)")
 
 
-def schedule(g: Graph, board="de10nano", target_cycles=None) -> Schedule:
-    """Fold, size FIFOs and estimate; see the module docstring."""
+def _folding_override(g: Graph, folding):
+    """Validate ``{node name: (pe, simd)}`` against the graph's matrix-vector units."""
+    if not folding:
+        return {}
+    convs = [n.name for n in g if n.op in ("bin_conv", "int_conv")]
+    out = {}
+    for name, value in folding.items():
+        if name not in convs:
+            raise ValueError(f"folding: {name!r} is not a convolution of this network; "
+                             f"known: {', '.join(convs)}")
+        pe, simd = value
+        node = g[name]
+        n_in = node.attrs["kernel"] ** 2 * g.producer(node.inputs[0]).channels
+        if not (1 <= pe <= node.channels and 1 <= simd <= n_in):
+            raise ValueError(f"folding: {name}: PE must be in 1..{node.channels} and SIMD in "
+                             f"1..{n_in}, not {pe} x {simd}")
+        out[name] = (int(pe), int(simd), n_in)
+    return out
+
+
+def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
+             max_util=DEFAULT_MAX_UTIL, folding=None) -> Schedule:
+    """Fold, size FIFOs and estimate; see the module docstring.
+
+    Parameters
+    ----------
+    board : str
+        A key of :data:`BOARD_BUDGETS`.
+    target_cycles : int, optional
+        Frame interval to fold for. Default: the fastest that fits the board, starting
+        from the input rate (one pixel per cycle).
+    fps : float, optional
+        Frames per second to reach at the board clock (sets ``target_cycles``); a
+        ``ValueError`` says what it would take when the board cannot.
+    max_util : float
+        Fraction of each budgeted resource the design may use.
+    folding : dict, optional
+        ``{node name: (pe, simd)}`` overriding the chosen folding of those convolutions.
+    """
     if board not in BOARD_BUDGETS:
         raise ValueError(f"unknown board {board!r}; known: {', '.join(BOARD_BUDGETS)}")
+    if not 0 < max_util <= 1:
+        raise ValueError(f"max_util must be in (0, 1], not {max_util}")
     check_fits(g, board)
     budget = BOARD_BUDGETS[board]
+    family = budget["family"]
+    limits = {k: int(v * max_util) for k, v in budget["limits"].items()}
+    override = _folding_override(g, folding)
     inp = g[g.input]
-    target = target_cycles or cyc.window_cycles(inp.height, inp.width)
+    first = cyc.window_cycles(inp.height, inp.width)
+    if fps is not None:
+        if fps <= 0:
+            raise ValueError(f"fps must be positive, not {fps}")
+        target_cycles = max(1, int(budget["clock_mhz"] * 1e6 // fps))
     notes = []
 
     def plan(target):
-        units = {}
+        from .resources import CELLS, estimate_unit, fifo_features, fork_features
+        units, cells = {}, dict.fromkeys(CELLS, 0)
         for node in g:
             op = op_of(node)
             parent = g.producer(node.inputs[0]) if node.inputs else None
-            pe, simd, n_in = op.folding(node, parent, target)
+            pe, simd, n_in = override.get(node.name) or op.folding(node, parent, target)
             unit = Unit(node.name, node.op, 0, pe, simd, n_in)
             unit.cycles = op.cycles(node, parent, unit)
-            unit.resources = op.resources(g, node, parent, unit)
+            unit.resources = estimate_unit(op.resource_features(g, node, parent, unit),
+                                           node.op, family)
             units[node.name] = unit
-        total = {k: sum(u.resources[k] for u in units.values()) for k in ("alm", "m10k", "dsp")}
         frame = cyc.pipeline_cycles([u.cycles for u in units.values()])
         fifos = fifo_depths(g, units, frame)
+        extra = []
         for consumer, refs in fifos.items():
             for ref, depth in refs.items():
                 src = g[Graph.source(ref)]
-                total["m10k"] += mem_blocks(src.channels * src.bit_width, depth)
-                total["alm"] += 30
-        return units, fifos, frame, total
+                extra.append(estimate_unit(fifo_features(src.channels * src.bit_width, depth),
+                                           "fifo", family))
+        readers = {}
+        for node in g:
+            for ref in node.inputs:
+                readers[ref] = readers.get(ref, 0) + 1
+        for ref, n in readers.items():
+            if n > 1:
+                src = g[Graph.source(ref)]
+                extra.append(estimate_unit(fork_features(src.channels * src.bit_width, n),
+                                           "fork", family))
+        for r in [u.resources for u in units.values()] + extra:
+            for k in CELLS:
+                cells[k] += r.get(k, 0)
+        return units, fifos, frame, cells, board_usage(cells, family)
 
-    first = target
-    while True:
-        units, fifos, frame, total = plan(target)
-        fits = all(total[k] <= budget[k] for k in ("alm", "m10k", "dsp"))
-        if fits or target > 1 << 20:
-            break
-        notes.append(f"target {target} cycles/frame does not fit {board} "
-                     f"(estimate {total}); folding further")
-        target *= 2
-    if not fits:
-        # folding cannot rescue it (the per-pixel units dominate): keep the fast design
-        # rather than the slowest one, and say so; time-sharing bases is the next step
-        notes.append(f"does not fit {board} even fully folded (estimate {total}); scheduled "
-                     f"at {first} cycles/frame instead; it needs base time-sharing or a "
-                     "larger device")
-        units, fifos, frame, total = plan(first)
-    return Schedule(g, board, units, fifos, frame, total, budget, notes=notes)
+    def fits(usage):
+        return all(usage[k] <= limits[k] for k in limits)
+
+    def over(usage):
+        return ", ".join(f"{k} {usage[k]:,} > {limits[k]:,}" for k in limits
+                         if usage[k] > limits[k])
+
+    if target_cycles:
+        chosen = plan(target_cycles)
+        if not fits(chosen[4]):
+            msg = (f"{target_cycles} cycles/frame ({budget['clock_mhz'] * 1e6 / target_cycles:,.0f}"
+                   f" frames/s at {budget['clock_mhz']:g} MHz) does not fit {board} at "
+                   f"{max_util:.0%} utilization: {over(chosen[4])}")
+            if fps is not None:
+                raise ValueError(msg + "; lower --fps, raise --max-util or use a larger board")
+            notes.append(msg)
+    else:
+        # The fastest design that fits: double the interval until it fits, then bisect
+        # between the last that did not and the first that did. Every unit is folded to
+        # just meet the interval, so nothing is spent on units that are not the bottleneck.
+        lo, hi, chosen = None, first, plan(first)
+        while not fits(chosen[4]) and hi < 1 << 22:
+            lo, hi = hi, hi * 2
+            chosen = plan(hi)
+        if not fits(chosen[4]):
+            notes.append(f"does not fit {board} at {max_util:.0%} utilization even fully folded "
+                         f"({over(chosen[4])}); scheduled at the input rate, {first} cycles/frame, "
+                         "instead: it needs base time-sharing or a larger device")
+            chosen = plan(first)
+        elif lo is not None:
+            while hi - lo > max(1, lo // 16):
+                mid = (lo + hi) // 2
+                trial = plan(mid)
+                if fits(trial[4]):
+                    hi, chosen = mid, trial
+                else:
+                    lo = mid
+            notes.append(f"folded to {chosen[2]} cycles/frame, the fastest that fits {board} "
+                         f"at {max_util:.0%} utilization ({first} would need: "
+                         f"{over(plan(first)[4])})")
+    units, fifos, frame, cells, usage = chosen
+    return Schedule(g, board, units, fifos, frame, usage, budget, notes=notes, cells=cells,
+                    max_util=max_util)

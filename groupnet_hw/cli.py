@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-BOARD_CHOICES = ("de10nano",)
+BOARD_CHOICES = ("de10nano", "ulx3s", "icebreaker")
 
 
 class UserError(click.ClickException):
@@ -36,11 +36,12 @@ def _load(path):
         raise UserError(str(exc)) from None
 
 
-def _compile(model, board, target_cycles):
+def _compile(model, board, target_cycles, **options):
     from .compiler.passes import compile_model
     from .compiler.schedule import schedule
     try:
-        return schedule(compile_model(model), board=board, target_cycles=target_cycles)
+        return schedule(compile_model(model), board=board, target_cycles=target_cycles,
+                        **options)
     except ValueError as exc:
         raise UserError(str(exc)) from None
 
@@ -228,8 +229,12 @@ def synth(out_dir, flows, freq, no_pnr, no_dsp):
                 raise UserError(str(exc)) from None
         if r.get("fmax_mhz"):
             r["frames_per_second_at_fmax"] = round(r["fmax_mhz"] * 1e6 / manifest.frame_cycles, 1)
+        estimate = report.get("estimate_cells", {}).get(flow)
+        if estimate:
+            r["estimate"] = estimate
         results[flow] = r
-        cells = ", ".join(f"{k} {v:,}" for k, v in r["cells"].items())
+        cells = ", ".join(f"{k} {v:,}" + (f" (est. {estimate.get(k, 0):,})" if estimate else "")
+                          for k, v in r["cells"].items() if k in (estimate or r["cells"]))
         click.echo(f"{flow} ({r['device']}): {cells} (yosys {r['yosys_seconds']} s)")
         if "fmax_mhz" in r:
             click.echo(f"  nextpnr: Fmax {r['fmax_mhz']} MHz (target {freq:g}), "
@@ -240,10 +245,6 @@ def synth(out_dir, flows, freq, no_pnr, no_dsp):
             click.echo(f"  nextpnr: {r['pnr_error']}")
         if "note" in r:
             click.echo(f"  note: {r['note']}")
-    est = report.get("resources")
-    if est:
-        click.echo(f"schedule estimate (Cyclone V): ALM {est['alm']:,}, M10K {est['m10k']}, "
-                   f"DSP {est['dsp']}")
     tmp = report_path.with_suffix(".partial")
     tmp.write_text(json.dumps(report, indent=2))
     os.replace(tmp, report_path)
@@ -343,6 +344,21 @@ def info(checkpoint, as_json):
     click.echo(view.table())
 
 
+def _read_folding(path):
+    """``{node: [pe, simd]}`` from a JSON file, or ``None``; one-line errors."""
+    if path is None:
+        return None
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"--folding {path}: cannot read JSON ({exc})") from None
+    if not isinstance(data, dict) or not all(
+            isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) for x in v)
+            for v in data.values()):
+        raise UserError(f'--folding {path}: expected {{"<conv node>": [PE, SIMD], ...}}')
+    return data
+
+
 def _core_design(sched, name):
     """(Verilog text, in_width, out_width) of the accelerator core."""
     from amaranth.back import verilog
@@ -362,10 +378,18 @@ def _core_design(sched, name):
 @click.option("-o", "--output", "out_dir", default="build", show_default=True,
               type=click.Path(file_okay=False), help="Directory to write.")
 @click.option("--target-cycles", type=click.IntRange(1), default=None,
-              help="Frame interval to fold for (default: the input rate, one pixel per cycle).")
+              help="Frame interval to fold for (default: the fastest that fits the board).")
+@click.option("--fps", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Frames per second to reach at the board clock; fails with what it would "
+                   "take if the board cannot.")
+@click.option("--max-util", type=click.FloatRange(0, 1, min_open=True), default=0.9,
+              show_default=True, help="Fraction of each board resource the design may use.")
+@click.option("--folding", "folding_file", type=click.Path(dir_okay=False), default=None,
+              help='JSON file {"<conv node>": [PE, SIMD], ...} overriding the chosen folding '
+                   "(node names as in report.txt).")
 @click.option("--baud", default=115200, show_default=True, type=click.IntRange(1200),
               help="UART host link speed.")
-def build(checkpoint, board, out_dir, target_cycles, baud):
+def build(checkpoint, board, out_dir, target_cycles, fps, max_util, folding_file, baud):
     """Compile CHECKPOINT into Verilog, a board project and a report.
 
     \b
@@ -383,7 +407,8 @@ def build(checkpoint, board, out_dir, target_cycles, baud):
     from .compiler.artifact import BuildManifest, file_sha256, write_manifest
     model, payload = _load(checkpoint)
     checkpoint_sha = file_sha256(checkpoint)
-    sched = _compile(model, board, target_cycles)
+    options = {"fps": fps, "max_util": max_util, "folding": _read_folding(folding_file)}
+    sched = _compile(model, board, target_cycles, **options)
 
     from .compiler.report import render_text
     from .hw.accelerator import Accelerator
@@ -401,6 +426,8 @@ def build(checkpoint, board, out_dir, target_cycles, baud):
         with _console().status("writing board project"):
             plan = write_board_project(Accelerator(sched), staging, board=board, baud=baud)
         report = sched.to_dict()
+        from .compiler.resources import FAMILIES, design_cells
+        report["estimate_cells"] = {f: design_cells(sched, f) for f in FAMILIES}
         report["checkpoint"] = os.path.abspath(checkpoint)
         report["metrics"] = payload.get("metrics", {})
         (staging / "schedule.json").write_text(sched.to_json())
@@ -409,7 +436,8 @@ def build(checkpoint, board, out_dir, target_cycles, baud):
         (staging / "report.txt").write_text(text_report)
         write_manifest(staging, BuildManifest(
             checkpoint=os.path.abspath(checkpoint), checkpoint_sha256=checkpoint_sha,
-            board=board, options={"target_cycles": target_cycles}, verilog="groupnet_core.v",
+            board=board, options={"target_cycles": target_cycles, **options},
+            verilog="groupnet_core.v",
             toplevel="groupnet_core", verilog_sha256=file_sha256(staging / "groupnet_core.v"),
             in_width=in_width, out_width=out_width, frame_cycles=sched.frame_cycles))
         out.mkdir(exist_ok=True)
@@ -464,7 +492,9 @@ def _design_for(target, simulator, build_root, console):
         except BuildError as exc:
             raise UserError(str(exc)) from None
         model, _ = _load(manifest.checkpoint)
-        sched = _compile(model, manifest.board, manifest.options.get("target_cycles"))
+        recorded_options = {k: v for k, v in manifest.options.items() if k != "target_cycles"}
+        sched = _compile(model, manifest.board, manifest.options.get("target_cycles"),
+                         **recorded_options)
         recorded = Path(target, "schedule.json")
         if not recorded.is_file() or json.loads(recorded.read_text()) != json.loads(sched.to_json()):
             raise UserError(f"{target}/schedule.json differs from the schedule this groupnet-hw "

@@ -170,7 +170,7 @@ class Accelerator(wiring.Component):
                 fork = Broadcast(shape, len(users))
                 fork_name = f"fork_{ref.replace('.', '_').replace(':', '_')}"
                 m.submodules[fork_name] = fork
-                owners[fork_name] = (src_name, "fork", None)
+                owners[fork_name] = (src_name, "fork", int(k) if k else 0)
                 _connect(m, producer, fork.i)
                 outs = list(fork.o)
             for (user, slot), out in zip(users, outs):

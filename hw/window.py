@@ -220,12 +220,11 @@ class SlidingWindow(wiring.Component):
     def elaborate(self, platform):
         m = Module()
 
-        H, W = self.height, self.width
-        k, s, d, p = self.kernel, self.stride, self.dilation, self.padding
+        W = self.width
+        k = self.kernel
         H_out, W_out = self.out_height, self.out_width
         R = self.ring_rows
         pw = self._pixel_width
-        reach = (k - 1) * d
 
         # One word per image column, one `pw`-bit lane per ring row: a read port then
         # returns a whole window column whatever rows the window covers.

@@ -28,7 +28,6 @@ it with the library layers as leaves (:mod:`.tracing`).
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -41,7 +40,8 @@ from .quantize import ConfigError, QuantConfig, check_fields, check_int, show_va
 
 __all__ = ["GroupNetConfig", "GroupNet", "QuantizedOutput", "VARIANTS", "bn_affine",
            "MIN_IMAGE_SIZE", "MAX_IMAGE_SIZE", "MAX_IN_CHANNELS", "MAX_CLASSES", "MAX_CHANNELS",
-           "MAX_STAGES", "MAX_BLOCKS", "MAX_BASES", "MAX_DILATION", "bpac_rates"]
+           "MAX_STAGES", "MAX_BLOCKS", "MAX_BASES", "MAX_DILATION", "bpac_rates",
+           "randomize_eval_state"]
 
 #: Variant name -> one-line description (``groupnet-hw zoo`` prints it).
 VARIANTS = {
@@ -492,3 +492,24 @@ class GroupNet(nn.Module):
 
     def final_size(self):
         return self.config.stage_sizes()[-1]
+
+
+def randomize_eval_state(model, gen, zero_gamma=False):
+    """Give an untrained ``model`` non-trivial eval statistics (BN running mean/var,
+    gammas of both signs, optionally a zero gamma), lambdas and gate thetas, drawn from
+    the torch generator ``gen``: for tests and resource calibration without training."""
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.BatchNorm2d):
+            c = mod.num_features
+            mod.running_mean.copy_(torch.rand(c, generator=gen) * 4 - 2)
+            mod.running_var.copy_(torch.rand(c, generator=gen) * 2 + 0.25)
+            mod.weight.data.copy_(torch.rand(c, generator=gen) * 3 - 1.5)
+            mod.bias.data.copy_(torch.rand(c, generator=gen) * 2 - 1)
+            if zero_gamma:
+                mod.weight.data[0] = 0.0
+    for mod in model.modules():
+        if isinstance(mod, Aggregation) and mod.lambdas.requires_grad:
+            mod.lambdas.data.copy_(torch.rand(len(mod.lambdas), generator=gen) * 2 - 0.5)
+        elif isinstance(mod, SoftGate):
+            mod.theta.data.copy_(torch.randn(len(mod.theta), generator=gen) * 2)
+    return model

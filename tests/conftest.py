@@ -1,27 +1,10 @@
 import pytest
 import torch
 
-from groupnet_hw.models.groupnet import GroupNet, GroupNetConfig
-from groupnet_hw.models.layers import Aggregation, SoftGate
+from groupnet_hw.models.groupnet import GroupNet, GroupNetConfig, randomize_eval_state
 
 
-def randomize_bn(model, gen, zero_gamma=False):
-    """Non-trivial eval statistics, with negative (and optionally zero) gammas."""
-    for mod in model.modules():
-        if isinstance(mod, torch.nn.BatchNorm2d):
-            c = mod.num_features
-            mod.running_mean.copy_(torch.rand(c, generator=gen) * 4 - 2)
-            mod.running_var.copy_(torch.rand(c, generator=gen) * 2 + 0.25)
-            mod.weight.data.copy_(torch.rand(c, generator=gen) * 3 - 1.5)
-            mod.bias.data.copy_(torch.rand(c, generator=gen) * 2 - 1)
-            if zero_gamma:
-                mod.weight.data[0] = 0.0
-    for mod in model.modules():
-        if isinstance(mod, Aggregation) and mod.lambdas.requires_grad:
-            mod.lambdas.data.copy_(torch.rand(len(mod.lambdas), generator=gen) * 2 - 0.5)
-        elif isinstance(mod, SoftGate):
-            mod.theta.data.copy_(torch.randn(len(mod.theta), generator=gen) * 2)
-    return model
+randomize_bn = randomize_eval_state
 
 
 def random_model(seed, **overrides):

@@ -9,7 +9,8 @@ Each op of the graph IR is one subclass of :class:`Op`, registered by name in
 - ``folding`` and ``cycles``: its cycle model (cycles per frame, exact);
 - ``timing``: when each output beat appears in the ideal (never-full-FIFO) schedule,
   from its latency, used to size FIFOs;
-- ``resources``: its resource estimate;
+- ``resource_features``: the structural features its calibrated resource estimate
+  is computed from (:mod:`..resources`);
 - ``build``: its hardware unit(s).
 
 Adding an op = one subclass here plus one lowering rule in :mod:`..frontend`.
@@ -17,11 +18,9 @@ Adding an op = one subclass here plus one lowering rule in :mod:`..frontend`.
 
 from __future__ import annotations
 
-from math import ceil
-
 from .. import cycles as cyc
 
-__all__ = ["Op", "OPS", "register", "op_of", "mem_blocks", "const_mult_alms", "TIMING_FRAMES"]
+__all__ = ["Op", "OPS", "register", "op_of", "TIMING_FRAMES"]
 
 #: Registered ops, by IR name.
 OPS: dict[str, "Op"] = {}
@@ -43,19 +42,6 @@ def op_of(node) -> "Op":
         return OPS[node.op]
     except KeyError:
         raise ValueError(f"{node.name}: unknown IR op {node.op!r}") from None
-
-
-def mem_blocks(width, depth):
-    """M10K blocks of a ``width`` x ``depth`` memory (small ones land in MLABs/registers)."""
-    if width * depth <= 640:
-        return 0
-    return ceil(width / 40) * ceil(depth / 256)
-
-
-def const_mult_alms(in_bits, coef_bits):
-    """Multiplier by a constant, built from shift-and-add in logic (no DSP):
-    about one adder per two coefficient bits, half an ALM per result bit."""
-    return max(1, in_bits * max(1, coef_bits // 2) // 2)
 
 
 class Op:
@@ -123,9 +109,15 @@ class Op:
         return out, acc
 
     # -- resources and hardware ----------------------------------------------
-    def resources(self, g, node, parent, unit):
-        """Estimate: ``dict(alm=, m10k=, dsp=)`` (Cyclone V units)."""
-        return dict(alm=node.channels + 10, m10k=0, dsp=0)
+    def lane_width(self, g, node):
+        """Width of each channel on the unit's output stream: the range's, except where
+        the hardware is wider (a matrix-vector unit's accumulator)."""
+        return node.bit_width
+
+    def resource_features(self, g, node, parent, unit):
+        """Structural features of the unit (:mod:`..resources`): the calibrated
+        model counts each cell type as a non-negative combination of these."""
+        return {"one": 1, "out_bits": node.channels * node.bit_width}
 
     def build(self, ctx, node, unit):
         """Instantiate the hardware in ``ctx`` (:class:`groupnet_hw.hw.accelerator.BuildContext`);

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from math import ceil
 
 import torch
 
@@ -27,8 +26,8 @@ class Input(Op):
     def value_range(self, node, ins):
         return 0, (1 << node.bits) - 1
 
-    def resources(self, g, node, parent, unit):
-        return dict(alm=0, m10k=0, dsp=0)
+    def resource_features(self, g, node, parent, unit):
+        return {}
 
     def timing(self, node, parent, ins, unit):
         raise AssertionError("the schedule sets the input's timing")
@@ -69,12 +68,11 @@ class Head(Op):
         n_par = parent.height * parent.width
         return [ins[0][(f + 1) * n_par - 1] + node.channels + 2 for f in range(TIMING_FRAMES)], None
 
-    def resources(self, g, node, parent, unit):
+    def resource_features(self, g, node, parent, unit):
         s_lo, s_hi = node.attrs["sum_range"]
         sum_w = max(abs(s_lo), abs(s_hi)).bit_length() + 1
-        # classifier: one class per cycle, so C multipliers with weights read per class
-        return dict(alm=parent.channels * sum_w * 3 + node.channels * node.bit_width, m10k=0,
-                    dsp=ceil(parent.channels / 2))
+        return {"one": 1, "sum_bits": parent.channels * sum_w, "mults": parent.channels,
+                "out_bits": node.channels * node.bit_width}
 
     def build(self, ctx, node, unit):
         head = ctx.add(node, ctx.head)  # built early: the port widths follow from it

@@ -3,7 +3,7 @@ stand-alone soft gate. Their inputs get compiler-sized FIFOs."""
 
 from __future__ import annotations
 
-from .base import Op, const_mult_alms, register
+from .base import Op, register
 from .pixel import round_shift
 
 __all__ = ["AddOp", "Mixer", "Gate"]
@@ -30,8 +30,11 @@ class AddOp(Op):
             b_lo, b_hi = min(b_lo, 0), max(b_hi, 0)
         return ins[0].lo + b_lo, ins[0].hi + b_hi
 
-    def resources(self, g, node, parent, unit):
-        return dict(alm=node.channels * node.bit_width, m10k=0, dsp=0)
+    def resource_features(self, g, node, parent, unit):
+        # channels of a shortcut narrower than the output (option A) pass without adder
+        b = g.producer(node.inputs[1])
+        return {"one": 1, "add_bits": b.channels * node.bit_width,
+                "pass_bits": (node.channels - b.channels) * node.bit_width}
 
     def build(self, ctx, node, unit):
         from ...hw.elementwise import ResidualAdd
@@ -39,6 +42,31 @@ class AddOp(Op):
         u = ctx.add(node, ResidualAdd(node.channels, a.bit_width, b.channels, b.bit_width,
                                       node.bit_width))
         return [u.a, u.b], [u.o]
+
+
+def _mixer_features(g, node, unit, lambdas, gates):
+    """Features of a :class:`~groupnet_hw.hw.mixer.BaseMixer`: its shift-add adder bits
+    (per lane), the held inputs and the output registers."""
+    from ...hw.arith import multiplier_cost
+    a = node.attrs
+    in_w = max(g.producer(i).bit_width for i in node.inputs)
+    k = len(node.inputs)
+    lanes = unit.pe or node.channels
+    per_lane = sum(multiplier_cost(in_w, int(v))["adder_bits"] for v in lambdas) + k * in_w
+    outs = 1
+    if gates is not None:
+        one = 1 << a["gate_frac"]
+        for gv in gates.tolist():
+            per_lane += sum(multiplier_cost(in_w + 2, v)["adder_bits"] for v in (gv, one - gv))
+            per_lane += 2 * (in_w + 2)
+        outs = len(gates)
+    f = {"one": 1, "adder_bits": lanes * per_lane,
+         "out_bits": outs * node.channels * node.bit_width}
+    if unit.pe:
+        f["held_bits"] = k * node.channels * in_w
+    else:
+        f["stage_bits"] = (k + 1) * node.channels * in_w if gates is not None else 0
+    return f
 
 
 def _gated_range(node, gates, gate_frac, ins, agg_lo, agg_hi):
@@ -93,14 +121,9 @@ class Mixer(Op):
     def full_rate_latency(self, node):
         return 2 if node.attrs["gates"] is not None else 1
 
-    def resources(self, g, node, parent, unit):
-        a = node.attrs
-        k = len(node.inputs)
-        in_w = max(g.producer(i).bit_width for i in node.inputs)
-        mults = k * (3 if a["gates"] is not None else 1)
-        coef = max(a["lambda_frac"], a["gate_frac"]) + 2
-        return dict(alm=node.channels * (mults * const_mult_alms(in_w, coef) + k * node.bit_width),
-                    m10k=0, dsp=0)
+    def resource_features(self, g, node, parent, unit):
+        return _mixer_features(g, node, unit, node.attrs["lambdas"].tolist(),
+                               node.attrs["gates"])
 
     def build(self, ctx, node, unit):
         from ...hw.mixer import BaseMixer
@@ -144,11 +167,9 @@ class Gate(Op):
     def full_rate_latency(self, node):
         return 2
 
-    def resources(self, g, node, parent, unit):
+    def resource_features(self, g, node, parent, unit):
         k = len(node.inputs) - 1
-        in_w = max(g.producer(i).bit_width for i in node.inputs)
-        return dict(alm=node.channels * k * (2 * const_mult_alms(in_w, node.attrs["gate_frac"] + 2)
-                                             + node.bit_width), m10k=0, dsp=0)
+        return _mixer_features(g, node, unit, [0] * k + [2], node.attrs["gates"])
 
     def build(self, ctx, node, unit):
         # A gated mixer whose lambdas pick the last input unchanged (agg = agg << f >> f)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .. import cycles as cyc
-from .base import TIMING_FRAMES, Op, const_mult_alms, register
+from .base import TIMING_FRAMES, Op, register
 
 __all__ = ["round_shift", "postop_value", "Relu", "PostOp", "Threshold", "Subsample"]
 
@@ -75,10 +75,25 @@ class PostOp(Op):
                 for A, B in zip(a["A"].tolist(), a["B"].tolist()) for v in (lo, hi)]
         return min(ends), max(ends)
 
-    def resources(self, g, node, parent, unit):
-        coef = max(abs(int(v)) for v in node.attrs["A"].tolist() + [1]).bit_length()
-        return dict(alm=node.channels * (const_mult_alms(parent.bit_width, coef) + node.bit_width),
-                    m10k=0, dsp=0)
+    def resource_features(self, g, node, parent, unit):
+        from ...hw.arith import multiplier_cost
+        a = node.attrs
+        in_w = parent.bit_width
+        f = {"one": 1, "out_bits": node.channels * node.bit_width}
+        if unit.pe:
+            from ..graph import signed_width
+            coef = max(signed_width(v, v) for v in a["A"].tolist())
+            bias = max(signed_width(v, v) for v in a["B"].tolist())
+            folds = cyc.lane_folds(node.channels, unit.pe)
+            # a ROM of `folds` words per lane: about one LUT4 per 4 words per output bit
+            f.update(held_bits=folds * unit.pe * (in_w + node.bit_width), mults=unit.pe,
+                     mult_bits=unit.pe * (in_w + coef),
+                     rom_bits=unit.pe * -(-folds // 4) * (coef + bias) if folds > 1 else 0)
+        else:
+            costs = [multiplier_cost(in_w, int(v)) for v in a["A"].tolist()]
+            f.update(adder_bits=sum(c["adder_bits"] for c in costs) + node.channels * in_w,
+                     mults=sum(c["dsp"] for c in costs))
+        return f
 
     def build(self, ctx, node, unit):
         from ...hw.elementwise import PostOp as PostOpUnit
@@ -111,9 +126,18 @@ class Threshold(Op):
     def value_range(self, node, ins):
         return 0, node.attrs["T"].shape[1]
 
-    def resources(self, g, node, parent, unit):
-        levels = node.attrs["T"].shape[1]
-        return dict(alm=node.channels * levels * (parent.bit_width // 2 + 1), m10k=0, dsp=0)
+    def resource_features(self, g, node, parent, unit):
+        # Thresholds outside the input's range become constant bits (no comparator);
+        # a multi-threshold compares every level and counts them by binary search.
+        from . import op_of
+        T = node.attrs["T"]
+        w = op_of(parent).lane_width(g, parent)
+        lo, hi = -(1 << (w - 1)), (1 << (w - 1)) - 1
+        # `x >= t` only looks at the bits of x above t's trailing zeros.
+        live = sum(w - min(w, (t & -t).bit_length() - 1 if t else w)
+                   for t in T.flatten().tolist() if lo < t <= hi)
+        kind = "compare_bits" if T.shape[1] == 1 else "multi_compare_bits"
+        return {"one": 1, kind: live, "out_bits": node.channels * node.bit_width}
 
     def build(self, ctx, node, unit):
         a = node.attrs

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from .. import cycles as cyc
-from .base import TIMING_FRAMES, Op, mem_blocks, register
+from .base import TIMING_FRAMES, Op, register
 
 __all__ = ["window_patches", "flat_weight", "choose_folding", "BinConv", "IntConv", "MaxPoolOp"]
 
@@ -86,18 +86,32 @@ def _window_shape(ctx, node, parent):
                          padding=a["padding"], pad_value=(1 << parent.channels) - 1 if binary else 0)
 
 
-def _window_resources(node, parent):
+def _window_features(node, parent):
+    """Line buffer bits, and the tap bits of the window register and its row multiplexers."""
     a = node.attrs
     k = a["kernel"]
     pix_bits = parent.channels * parent.bit_width
-    rows = (k - 1) * a.get("dilation", 1) + 1 + a["stride"] + 1
-    # k*k read ports (duplicated RAM) and the output register
-    return dict(alm=k * k * pix_bits + 60, m10k=k * k * mem_blocks(pix_bits, rows * parent.width),
-                dsp=0)
+    rows = (k - 1) * a.get("dilation", 1) + 2
+    return {"one": 1, "line_bits": rows * parent.width * pix_bits,
+            "tap_bits": k * k * pix_bits, "tap_mux_bits": k * k * pix_bits * rows}
 
 
 class _Conv(Op):
     """Shared cycle model, timing and window of the convolutions."""
+
+    def lane_width(self, g, node):
+        # the MVU's accumulator: the bound of any input, not the range of these weights
+        from ..graph import signed_width
+        parent = g.producer(node.inputs[0])
+        n_in = node.attrs["kernel"] ** 2 * parent.channels
+        if self.name == "bin_conv":
+            bound = n_in * ((1 << max(1, node.attrs["in_bits"])) - 1)
+        else:
+            w = node.attrs["weight"].reshape(node.channels, -1).abs().sum(1).max()
+            x_max = (1 << (parent.bit_width - 1)) if parent.kind == "fixed" else \
+                (1 << parent.bit_width) - 1
+            bound = int(w) * x_max
+        return signed_width(-bound, bound)
 
     def _weights(self, node):
         raise NotImplementedError
@@ -173,15 +187,18 @@ class BinConv(_Conv):
         from ...hw.mvu import BinaryMVU
         return BinaryMVU(flat.shape[1], node.channels, unit.pe, unit.simd, flat)
 
-    def resources(self, g, node, parent, unit):
-        r = _window_resources(node, parent)
+    def resource_features(self, g, node, parent, unit):
+        f = _window_features(node, parent)
         folds = ceil(node.channels / unit.pe) * ceil(unit.n_in / unit.simd)
-        acc_w = node.bit_width
         lane = max(1, node.attrs["in_bits"])
-        r["alm"] += unit.pe * (unit.simd * lane + 2 * acc_w) + node.channels * acc_w // 2 + 40
-        r["m10k"] += mem_blocks(unit.pe * unit.simd, folds)
-        return r
-
+        # A fully parallel MVU (one step per vector) has its weights as constants: the
+        # XNORs fold into the popcount's LUTs and there is no input buffer or ROM.
+        kind = "xnor_bits" if folds > 1 else "const_xnor_bits"
+        f.update({kind: unit.pe * unit.simd * lane}, acc_bits=unit.pe * node.bit_width,
+                 weight_bits=folds * unit.pe * unit.simd if folds > 1 else 0,
+                 buffer_bits=unit.n_in * lane if folds > 1 else 0,
+                 out_bits=node.channels * node.bit_width)
+        return f
 
 @register
 class IntConv(_Conv):
@@ -211,15 +228,14 @@ class IntConv(_Conv):
         return IntegerMVU(flat.shape[1], node.channels, unit.pe, unit.simd, flat,
                           in_width=parent.bit_width, in_signed=parent.kind == "fixed")
 
-    def resources(self, g, node, parent, unit):
-        r = _window_resources(node, parent)
+    def resource_features(self, g, node, parent, unit):
+        f = _window_features(node, parent)
         folds = ceil(node.channels / unit.pe) * ceil(unit.n_in / unit.simd)
-        acc_w = node.bit_width
-        r["dsp"] += ceil(unit.pe * unit.simd / 3)  # three 9x9 multipliers per Cyclone V DSP
-        r["alm"] += unit.pe * 2 * acc_w + node.channels * acc_w // 2 + 40
-        r["m10k"] += mem_blocks(unit.pe * unit.simd * 8, folds)
-        return r
-
+        f.update(mults=unit.pe * unit.simd,
+                 mult_bits=unit.pe * unit.simd * (parent.bit_width + 8),
+                 acc_bits=unit.pe * node.bit_width, weight_bits=folds * unit.pe * unit.simd * 8,
+                 out_bits=node.channels * node.bit_width)
+        return f
 
 @register
 class MaxPoolOp(Op):
@@ -258,10 +274,11 @@ class MaxPoolOp(Op):
             out.append(t + 1)  # the reduction register
         return out, None
 
-    def resources(self, g, node, parent, unit):
-        r = _window_resources(node, parent)
-        r["alm"] += node.channels * parent.bit_width * (node.attrs["kernel"] ** 2 - 1) // 2
-        return r
+    def resource_features(self, g, node, parent, unit):
+        f = _window_features(node, parent)
+        f["compare_bits"] = node.channels * parent.bit_width * (node.attrs["kernel"] ** 2 - 1)
+        f["out_bits"] = node.channels * node.bit_width
+        return f
 
     def build(self, ctx, node, unit):
         from ...hw.maxpool import MaxPool

@@ -1,0 +1,142 @@
+"""Calibrate the resource model against Yosys (per-module synthesis of a design sweep).
+
+Builds a sweep of generated Group-Nets (random weights and statistics: the units'
+structure, not accuracy, sets their size) at several foldings, synthesizes each with
+the hierarchy kept (``-noflatten``) for every flow, attributes each module's cells to
+the unit that owns it, fits the per-op coefficients (non-negative least squares on
+the op's structural features) and writes
+
+- ``compiler/resource_model.json``: the coefficients and every sample (features and
+  Yosys's counts), which the test suite checks the estimate against;
+- ``benchmarks/results/resource_calibration.json``: per-op worst relative error.
+
+    python benchmarks/calibrate_resources.py                  # every flow, the full sweep
+    python benchmarks/calibrate_resources.py --flows ecp5 --designs 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from amaranth.back import verilog
+
+from groupnet_hw.compiler import resources as R
+from groupnet_hw.compiler.passes import compile_model
+from groupnet_hw.compiler.schedule import schedule
+from groupnet_hw.hw.accelerator import Accelerator
+from groupnet_hw.hw.synth import synthesize
+from groupnet_hw.models.groupnet import GroupNet, GroupNetConfig, randomize_eval_state
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: (name, GroupNetConfig fields, frame interval multiple of the input rate)
+SWEEP = [
+    ("k1-c4", dict(bases=1, stem_channels=4, stages=[[4, 1, 1], [8, 1, 2]]), 1),
+    ("k2-c8-a2", dict(bases=2, act_bits=2, stem_channels=8, stages=[[8, 1, 1], [12, 1, 2]]), 4),
+    ("k3-c12", dict(bases=3, stem_channels=12, stages=[[12, 1, 1], [16, 1, 2]]), 8),
+    ("k2-c6-rgb-a4", dict(bases=2, act_bits=4, in_channels=3, image_size=10, stem_channels=6,
+                          stages=[[6, 1, 1], [10, 1, 2]], dilations=[[1, 2], [1, 1]]), 2),
+    ("k1-c16", dict(bases=1, stem_channels=16, stages=[[16, 1, 1], [16, 1, 2]]), 8),
+]
+
+
+def sweep_design(name, fields, multiple, seed=0):
+    """(schedule, Verilog text, accelerator) of one sweep design."""
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    model = randomize_eval_state(GroupNet(GroupNetConfig(**fields)), gen).eval()
+    g = compile_model(model)
+    inp = g[g.input]
+    sched = schedule(g, target_cycles=multiple * inp.height * inp.width)
+    core = Accelerator(sched)
+    text = verilog.convert(core, name="groupnet_core", emit_src=False)
+    return sched, text, core
+
+
+def samples_of(sched, core, modules, design):
+    """Calibration samples of one synthesized design."""
+    features = R.unit_features(sched)
+    cells = R.per_unit_cells(core.module_owners, modules)
+    out = []
+    for key, (op, feats) in features.items():
+        if op == "input":
+            continue
+        out.append({"design": design, "unit": "/".join(str(k) for k in key), "op": op,
+                    "features": feats, "cells": cells.get(key, {})})
+    return out
+
+
+def features_of(samples):
+    names = {}
+    for s in samples:
+        names.setdefault(s["op"], set()).update(s["features"])
+    return lambda op: sorted(names[op])
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--flows", default=",".join(R.FAMILIES))
+    ap.add_argument("--designs", type=int, default=len(SWEEP))
+    ap.add_argument("--model", type=Path, default=R.MODEL_FILE)
+    ap.add_argument("--refit", action="store_true",
+                    help="keep the synthesized counts of --model, recompute the features of "
+                         "the same designs and fit again (after changing a feature)")
+    args = ap.parse_args(argv)
+    flows = args.flows.split(",")
+    samples = {f: [] for f in flows}
+    seconds = {}
+    if args.refit:
+        old = json.loads(args.model.read_text())
+        seconds = old.get("yosys_seconds", {})
+        designs = {name: sweep_design(name, fields, multiple)[0]
+                   for name, fields, multiple in SWEEP}
+        for flow in flows:
+            for s in old["samples"][flow]:
+                owner, role, slot = s["unit"].split("/")
+                key = (owner, role, None if slot == "None" else int(slot))
+                s["op"], s["features"] = R.unit_features(designs[s["design"]])[key]
+                samples[flow].append(s)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, fields, multiple in ([] if args.refit else SWEEP[:args.designs]):
+            sched, text, core = sweep_design(name, fields, multiple)
+            vfile = Path(tmp, f"{name}.v")
+            vfile.write_text(text)
+            for flow in flows:
+                t0 = time.perf_counter()
+                result = synthesize(vfile, "groupnet_core", flow, Path(tmp, name),
+                                    place_and_route=False, per_module=True)
+                seconds[f"{name}/{flow}"] = round(time.perf_counter() - t0, 1)
+                samples[flow] += samples_of(sched, core, result["modules"], name)
+                print(f"{name} {flow}: {result['cells']} ({seconds[f'{name}/{flow}']} s)",
+                      flush=True)
+    model = {"coefficients": {}, "samples": samples, "yosys_seconds": seconds}
+    report = {}
+    for flow in flows:
+        fitted = R.fit_unit_model(samples[flow], features_of(samples[flow]))
+        model["coefficients"][flow] = fitted
+        report[flow] = worst_errors(samples[flow], fitted, flow)
+    args.model.write_text(json.dumps(model, indent=1, sort_keys=True) + "\n")
+    out = ROOT / "benchmarks" / "results" / "resource_calibration.json"
+    out.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+    print(json.dumps(report, indent=1))
+
+
+def worst_errors(samples, fitted, flow):
+    """Per op and cell: worst relative error of the estimate over the samples."""
+    worst = {}
+    for s in samples:
+        est = R.estimate_unit(s["features"], s["op"], flow, {flow: fitted})
+        for cell, measured in s["cells"].items():
+            err = R.relative_error(est.get(cell, 0), measured)
+            key = f"{s['op']}.{cell}"
+            worst[key] = max(worst.get(key, 0.0), round(err, 3))
+    return worst
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""Group-Net folded to each board: frames/s and estimated resources per topology and K.
+
+For the digits network and the CIFAR-size network (`cifar`, ResNet-20 style) at
+K = 1, 3, 5, the schedule folds every unit to the fastest frame interval whose
+calibrated estimate fits the board within ``--max-util``; this writes its frames per
+second, budgeted resources and base mapping to
+``benchmarks/results/groupnet_boards.json`` and a table to ``docs/boards.md``.
+Weights and statistics are random (the structure, not the accuracy, sets the size);
+the estimate is the resource model of docs/architecture.md section 9.
+
+    python benchmarks/groupnet_boards.py
+    python benchmarks/groupnet_boards.py --boards de10nano --archs digits
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from groupnet_hw.compiler.passes import compile_model
+from groupnet_hw.compiler.schedule import BOARD_BUDGETS, DEFAULT_MAX_UTIL, schedule
+from groupnet_hw.models.groupnet import GroupNet, randomize_eval_state
+from groupnet_hw.models.zoo import arch_config
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def row(arch, bases, board, max_util):
+    gen = torch.Generator().manual_seed(bases)
+    torch.manual_seed(bases)
+    model = randomize_eval_state(GroupNet(arch_config(arch, bases=bases)), gen).eval()
+    t0 = time.perf_counter()
+    sched = schedule(compile_model(model), board=board, max_util=max_util)
+    limits = BOARD_BUDGETS[board]["limits"]
+    fits = all(sched.resources[k] <= limits[k] * max_util for k in limits)
+    return {"arch": arch, "K": bases, "board": board, "fits": fits,
+            "frame_cycles": sched.frame_cycles,
+            "frames_per_second": round(sched.frames_per_second, 1),
+            "clock_mhz": sched.clock_mhz, "resources": sched.resources, "budget": limits,
+            "base_mapping": sched.base_mapping, "schedule_seconds":
+            round(time.perf_counter() - t0, 1)}
+
+
+def table(rows):
+    out = ["| network | K | board | cycles/frame | frames/s | resources (estimate / budget) "
+           "| bases | fits |", "|---|---:|---|---:|---:|---|---|---|"]
+    for r in rows:
+        res = ", ".join(f"{k} {r['resources'][k]:,}/{v:,}" for k, v in r["budget"].items())
+        out.append(f"| {r['arch']} | {r['K']} | {r['board']} | {r['frame_cycles']:,} | "
+                   f"{r['frames_per_second']:,.0f} | {res} | {r['base_mapping']} | "
+                   f"{'yes' if r['fits'] else 'no'} |")
+    return "\n".join(out)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--archs", default="digits,cifar")
+    ap.add_argument("--bases", default="1,3,5")
+    ap.add_argument("--boards", default="de10nano,ulx3s")
+    ap.add_argument("--max-util", type=float, default=DEFAULT_MAX_UTIL)
+    args = ap.parse_args(argv)
+    rows = [row(a, int(k), b, args.max_util) for a in args.archs.split(",")
+            for k in args.bases.split(",") for b in args.boards.split(",")]
+    (ROOT / "benchmarks" / "results" / "groupnet_boards.json").write_text(
+        json.dumps(rows, indent=1) + "\n")
+    md = ROOT / "docs" / "boards.md"
+    md.write_text(
+        "# Group-Net on the boards\n\n"
+        "Written by `python benchmarks/groupnet_boards.py`: each network folded to the fastest "
+        f"frame interval whose calibrated estimate fits the board at {args.max_util:.0%} "
+        "utilization (random weights; the structure sets the size). Resources are the "
+        "board's budgeted ones: Cyclone V ALMs (ALUTs / 1.6), M10K and DSP blocks; ECP5 LUT4 "
+        "sites, flip-flops, EBR and multipliers. \"no\" means even the slowest folding is "
+        "over budget: those networks need base time-sharing (not implemented yet) or a "
+        "larger device.\n\n" + table(rows) + "\n")
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+"""Resource model, calibrated against Yosys per device family.
+
+Every op describes its hardware by a few structural *features* (``Op.resource_features``:
+bits of line buffer, XNOR lanes, accumulator bits, shift-add adder bits, multipliers,
+register bits, ...), computed from the node and its folding. The count of each cell
+type Yosys reports for that op's unit(s) is modelled as a non-negative combination
+of those features, with one coefficient vector per (family, op, cell type). The
+coefficients live in ``resource_model.json`` beside this module; they are fitted by
+``benchmarks/calibrate_resources.py`` from per-module synthesis (``-noflatten``) of a
+sweep of generated designs, and the test suite holds every unit's estimate of that
+sweep within 15 % of Yosys's count (docs/architecture.md section 6).
+
+Cell types per family (what :mod:`groupnet_hw.hw.synth` counts):
+
+- ``ecp5``: ``lut`` (LUT4), ``carry`` (CCU2C, two LUT4 sites each), ``ff``, ``lutram``
+  (TRELLIS_DPR16X4), ``bram`` (DP16KD), ``dsp`` (MULT18X18D);
+- ``ice40``: ``lut`` (SB_LUT4), ``carry`` (SB_CARRY, inside a LUT site), ``ff``, ``bram``
+  (SB_RAM40_4K), ``dsp`` (SB_MAC16);
+- ``cyclonev``: ``lut`` (ALUTs, arithmetic ones included), ``ff``, ``lutram`` (MLAB),
+  ``bram`` (M10K), ``dsp``.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+__all__ = ["FAMILIES", "CELLS", "MODEL_FILE", "load_model", "estimate_unit",
+           "logic_sites", "fit_unit_model"]
+
+FAMILIES = ("ecp5", "ice40", "cyclonev")
+CELLS = ("lut", "carry", "ff", "lutram", "bram", "dsp")
+MODEL_FILE = Path(__file__).with_name("resource_model.json")
+
+
+@lru_cache(maxsize=None)
+def load_model(path=MODEL_FILE):
+    """``{family: {op: {cell: {feature: coefficient}}}}`` from the calibration file."""
+    return json.loads(Path(path).read_text())["coefficients"]
+
+
+def estimate_unit(features: dict, op: str, family: str, model=None) -> dict:
+    """Cell counts of one unit: ``{cell: count}`` (rounded to the nearest: rounding
+    up would add a block RAM to every unit with a fractional estimate)."""
+    model = model or load_model()
+    per_cell = model.get(family, {}).get(op, {})
+    out = {}
+    for cell in CELLS:
+        coefs = per_cell.get(cell, {})
+        value = sum(coefs.get(name, 0.0) * v for name, v in features.items())
+        out[cell] = int(round(value)) if value > 0 else 0
+    return out
+
+
+def logic_sites(cells: dict, family: str) -> int:
+    """LUT sites a set of cells occupies: what a device's LUT count budgets.
+
+    ECP5 CCU2C and TRELLIS_DPR16X4 each take a slice (two LUT4 sites); iCE40 carries sit
+    in the LUT they follow; Cyclone V arithmetic ALUTs are already in ``lut``.
+    """
+    if family == "ecp5":
+        return cells.get("lut", 0) + 2 * cells.get("carry", 0) + 2 * cells.get("lutram", 0)
+    if family == "cyclonev":
+        # An MLAB is a LAB of 10 ALMs (20 ALUT sites) turned into memory.
+        return cells.get("lut", 0) + 20 * cells.get("lutram", 0)
+    return cells.get("lut", 0)
+
+
+def fit_unit_model(samples, features_of, cells=CELLS):
+    """Non-negative least squares per (op, cell) over ``samples``.
+
+    Parameters
+    ----------
+    samples : list of dict
+        ``{"op": str, "features": {name: value}, "cells": {cell: count}}``.
+    features_of : callable(op) -> list of feature names
+
+    Returns
+    -------
+    dict
+        ``{op: {cell: {feature: coefficient}}}``. Relative errors are weighted
+        equally (rows scaled by 1/count), so small and large units both fit.
+    """
+    import numpy as np
+    from scipy.optimize import nnls
+
+    by_op = {}
+    for s in samples:
+        by_op.setdefault(s["op"], []).append(s)
+    model = {}
+    for op, rows in by_op.items():
+        names = features_of(op)
+        X = np.array([[r["features"].get(n, 0.0) for n in names] for r in rows], dtype=float)
+        model[op] = {}
+        for cell in cells:
+            y = np.array([r["cells"].get(cell, 0) for r in rows], dtype=float)
+            if not y.any():
+                continue
+            # Relative errors matter, but a 10-LUT unit must not outweigh a 10,000-LUT one.
+            w = 1.0 / np.sqrt(np.maximum(y, 8.0))
+            coef, _ = nnls(X * w[:, None], y * w)
+            model[op][cell] = {n: round(float(c), 5) for n, c in zip(names, coef) if c > 0}
+    return model
+
+
+#: FIFOs up to this depth become LUT-RAM or registers; deeper ones block RAM.
+SHALLOW_FIFO = 16
+
+
+def fifo_features(width: int, depth: int) -> dict:
+    """Features of a :class:`~groupnet_hw.hw.fifo.StreamFIFO` of ``width`` x ``depth``
+    (its memory has ``depth - 1`` rows beside the output register)."""
+    kind = "shallow_bits" if depth <= SHALLOW_FIFO else "deep_bits"
+    return {"one": 1, kind: width * (depth - 1), "width": width,
+            "deep_words": -(-width // 36) * -(-depth // 512) if depth > SHALLOW_FIFO else 0}
+
+
+def fork_features(width: int, outputs: int) -> dict:
+    """Features of a :class:`~groupnet_hw.hw.fork.Broadcast` to ``outputs`` streams."""
+    return {"one": 1, "out_bits": width * outputs}
+
+
+def _stream_bits(node):
+    return node.channels * node.bit_width
+
+
+def unit_features(sched):
+    """``{(owner, role, slot): (op name, features)}`` for every unit the accelerator
+    builds from ``sched``: each node's unit(s), each fork, each FIFO."""
+    from .graph import Graph
+    from .ops import op_of
+    g = sched.graph
+    out = {}
+    readers = {}
+    for node in g:
+        parent = g.producer(node.inputs[0]) if node.inputs else None
+        out[(node.name, "unit", None)] = (
+            node.op, op_of(node).resource_features(g, node, parent, sched.units[node.name]))
+        for slot, ref in enumerate(node.inputs):
+            readers.setdefault(ref, []).append(node.name)
+            depth = sched.fifos.get(node.name, {}).get(ref)
+            if depth:
+                out[(node.name, "fifo", slot)] = (
+                    "fifo", fifo_features(_stream_bits(g[Graph.source(ref)]), depth))
+    for ref, users in readers.items():
+        if len(users) > 1:
+            src, _, k = ref.partition(":")
+            out[(src, "fork", int(k) if k else 0)] = ("fork", fork_features(_stream_bits(g[src]), len(users)))
+    return out
+
+
+def per_unit_cells(module_owners, modules, top="groupnet_core"):
+    """Sum per-module synthesis counts (``hw.synth`` with ``per_module``) by the unit
+    that owns each module: ``{(owner, role, slot): {cell: count}}``."""
+    cells = {}
+    for name, counts in modules.items():
+        parts = name.split(".")
+        if parts[0] != top or len(parts) < 2 or parts[1] not in module_owners:
+            continue
+        key = tuple(module_owners[parts[1]])
+        acc = cells.setdefault(key, {})
+        for cell, v in counts.items():
+            acc[cell] = acc.get(cell, 0) + int(v)
+    return cells
+
+
+#: Counts this small are compared with an absolute slack instead of 15 %: a unit of 20
+#: LUTs that Yosys maps to 24 is not a modelling error.
+SMALL_SLACK = 12
+
+
+def relative_error(estimate: int, measured: int) -> float:
+    """``|estimate - measured| / measured``, with :data:`SMALL_SLACK` cells forgiven."""
+    diff = max(0, abs(estimate - measured) - SMALL_SLACK)
+    return diff / max(measured, 1)
+
+
+def design_cells(sched, family: str) -> dict:
+    """Estimated cells of the whole accelerator of ``sched`` on ``family`` (every unit,
+    FIFO and fork), to set beside Yosys's count of the same Verilog."""
+    total = dict.fromkeys(CELLS, 0)
+    for op, feats in unit_features(sched).values():
+        for cell, v in estimate_unit(feats, op, family).items():
+            total[cell] += v
+    return total
