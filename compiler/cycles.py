@@ -38,10 +38,11 @@ def elementwise_cycles(height, width):
     return height * width
 
 
-def head_cycles(height, width, n_classes):
+def head_cycles(height, width, n_classes, folds=1):
     """Pool + classifier + argmax: accumulation at one pixel per cycle, the
-    classifier (one class per cycle) overlapping the next frame's accumulation."""
-    return max(height * width, n_classes + 2)
+    classifier (``folds`` steps per class, then its pipeline) overlapping the next
+    frame's accumulation (:class:`groupnet_hw.hw.head.ClassifierHead`)."""
+    return max(height * width, n_classes * folds + 4)
 
 
 def pipeline_cycles(node_cycles):

@@ -132,7 +132,8 @@ class Accelerator(wiring.Component):
         self._head_in_width = pooled.bit_width
         # the head's own bound (from its input width) sets the port width
         probe = ClassifierHead(pooled.channels, pooled.bit_width, pooled.height, pooled.width,
-                               head.attrs["weight"].tolist(), head.attrs["bias"].tolist())
+                               head.attrs["weight"].tolist(), head.attrs["bias"].tolist(),
+                               lanes=sched.units[head.name].pe)
         self.logit_width = probe.logit_width
         self._head = probe  # used as the head unit in elaborate()
         # Its use is the Accelerator's own elaboration, which warns if it never happens.

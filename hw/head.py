@@ -7,7 +7,12 @@ from amaranth.lib.wiring import In, Out
 
 from .elementwise import _ints, _positive, signed_range, signed_width
 
-__all__ = ["ClassifierHead"]
+__all__ = ["ClassifierHead", "head_latency"]
+
+
+def head_latency(n_classes, folds):
+    """Cycles from a frame's last pixel to its result (see :class:`ClassifierHead`)."""
+    return n_classes * folds + 4
 
 
 class ClassifierHead(wiring.Component):
@@ -20,11 +25,15 @@ class ClassifierHead(wiring.Component):
         cls       = first index of max(logits)      # ties -> lowest index (torch.argmax)
 
     The pool accumulates one pixel per cycle. On a frame's last pixel the sums move to
-    a second register bank, and the classifier evaluates one class per cycle (all
-    channels in parallel, weights and bias from a ROM with a synchronous read port)
-    while the next frame already accumulates. The argmax runs one cycle behind the
-    classifier. The last pixel of a frame is held back (``i.ready`` low) only while the
-    classifier is still busy with the previous frame.
+    a second register bank, and the classifier evaluates the logits ``lanes`` channels
+    per cycle (``ceil(C/lanes)`` steps per class; weights and bias from a ROM with a
+    synchronous read port) while the next frame already accumulates. Each step is two
+    pipeline stages (the ``lanes`` products into registers, then their sum into the
+    accumulator), so no multiplier feeds an adder tree in the same cycle: the head
+    closes timing at 100 MHz on ECP5 where the single-cycle dot product of all channels
+    (19 ns) did not. The argmax runs one stage behind. The last pixel of a frame is
+    held back (``i.ready`` low) until the previous frame's result is in the output
+    register.
 
     Parameters
     ----------
@@ -36,6 +45,8 @@ class ClassifierHead(wiring.Component):
         Frame size; ``height*width`` pixels per frame.
     weights : array of int, shape ``[n_cls, C]``
     bias : array of int, shape ``[n_cls]``
+    lanes : int, optional
+        Channels multiplied per cycle (default ``C``).
 
     Members
     -------
@@ -59,26 +70,27 @@ class ClassifierHead(wiring.Component):
     cls_width : int
         ``max(1, (n_cls - 1).bit_length())``.
     weight_width, bias_width : int
-        Element widths in the weight ROM (one row of ``C`` weights and the bias per
-        class; ``n_cls`` rows).
+        Element widths in the weight ROM (one row of ``lanes`` weights and the class's
+        bias per step; ``n_cls * ceil(C/lanes)`` rows).
+    folds : int
+        ``ceil(C/lanes)``.
     latency : int
-        ``n_cls + 2``: cycles from a frame's last pixel being taken to its result
-        being valid.
+        ``n_cls * folds + 4``: cycles from a frame's last pixel being taken to its
+        result being valid.
 
     Latency
     -------
-    ``n_cls + 2`` cycles after the frame's last pixel is taken: one for the weight
-    ROM read, ``n_cls`` for the classes, one for the final argmax step into the output
-    register.
+    ``n_cls * folds + 4`` cycles after the frame's last pixel is taken: the MAC steps,
+    the product and accumulator stages, the argmax step and the output register.
 
     Throughput
     ----------
-    ``compiler.cycles.head_cycles(H, W, n_cls) = max(H*W, n_cls + 2)`` cycles per frame
-    with the output always ready: the classifier is busy for ``n_cls + 2`` cycles per
-    frame, overlapped with the next frame's accumulation.
+    ``compiler.cycles.head_cycles(H, W, n_cls, folds) = max(H*W, n_cls*folds + 4)``
+    cycles per frame with the output always ready, the classifier overlapped with the
+    next frame's accumulation.
     """
 
-    def __init__(self, channels, in_width, height, width, weights, bias):
+    def __init__(self, channels, in_width, height, width, weights, bias, lanes=None):
         self.channels = channels = _positive("channels", channels)
         self.in_width = in_width = _positive("in_width", in_width)
         self.height = height = _positive("height", height)
@@ -98,12 +110,14 @@ class ClassifierHead(wiring.Component):
                          sum(max(w * s_lo, w * s_hi) for w in row) + b)
             for row, b in zip(self.weights, self.bias))
         self.cls_width = max(1, (n - 1).bit_length())
-        self.latency = n + 2
+        self.lanes = channels if lanes is None else min(_positive("lanes", lanes), channels)
+        self.folds = -(-channels // self.lanes)
+        self.latency = head_latency(n, self.folds)
 
         self.weight_width = max(signed_width(w, w) for row in self.weights for w in row)
         self.bias_width = max(signed_width(b, b) for b in self.bias)
         self._rom_layout = data.StructLayout({
-            "w": data.ArrayLayout(signed(self.weight_width), channels),
+            "w": data.ArrayLayout(signed(self.weight_width), self.lanes),
             "b": signed(self.bias_width),
         })
 
@@ -125,62 +139,99 @@ class ClassifierHead(wiring.Component):
         first = count == 0
         last = count == self.pixels - 1
         acc = [Signal(signed(self.sum_width), name=f"acc{c}") for c in range(C)]
-        held = [Signal(signed(self.sum_width), name=f"held{c}") for c in range(C)]
         new_sum = [Mux(first, x[c], acc[c] + x[c]) for c in range(C)]
 
-        # phase 0: classifier idle; 1..n: class phase-1 on the MAC (ROM row phase-1
-        # on the read port); n+1: final argmax step, waits for the output register.
-        phase = Signal(range(n + 2), name="phase")
-        idle = phase == 0
-
+        # A frame's last pixel starts the classifier, once the previous frame's result
+        # has left for the output register (every flag here is a register).
+        idle = Signal(name="idle")
         m.d.comb += self.i.ready.eq(~last | idle)
         take = self.i.valid & self.i.ready
+        start = Signal(name="start")
+        m.d.comb += start.eq(take & last)
         with m.If(take):
             m.d.sync += [a.eq(s) for a, s in zip(acc, new_sum)]
             m.d.sync += count.eq(Mux(last, 0, count + 1))
-            with m.If(last):
-                # Second bank: the next frame may overwrite acc from the next cycle on.
-                m.d.sync += [h.eq(s) for h, s in zip(held, new_sum)]
-                m.d.sync += phase.eq(1)
 
-        # ---- classifier: one class per cycle --------------------------------------
+        # ---- classifier: `lanes` channels per step, `folds` steps per class --------
+        P, F = self.lanes, self.folds
+        steps = n * F
+        padded = [row + [0] * (P * F - C) for row in self.weights]
         m.submodules.rom = rom = Memory(
-            shape=self._rom_layout, depth=n,
-            init=[{"w": row, "b": b} for row, b in zip(self.weights, self.bias)])
+            shape=self._rom_layout, depth=steps,
+            init=[{"w": padded[j][f * P:(f + 1) * P], "b": self.bias[j]}
+                  for j in range(n) for f in range(F)])
         rd = rom.read_port()
-        # Prefetch: in phase p (class p-1 on the MAC) read row p for the next cycle;
-        # while idle keep row 0 ready for the next frame.
-        m.d.comb += rd.addr.eq(Mux(phase < n, phase, 0))
+        busy = Signal(name="busy")
+        step = Signal(range(steps), name="step")
+        fold = Signal(range(F), name="fold")
+        # The sums rotate by one step of lanes per cycle, back in place after a class.
+        bank = Signal(P * F * self.sum_width, name="bank")
+        lanes_in = [bank.word_select(p, self.sum_width).as_signed() for p in range(P)]
+        # Prefetch: in step s read row s+1; while idle keep row 0 ready.
+        m.d.comb += rd.addr.eq(Mux(busy & (step != steps - 1), step + 1, 0))
 
-        dot = Signal(signed(self.logit_width), name="dot")
-        m.d.comb += dot.eq(sum(rd.data.w[c] * held[c] for c in range(C)) + rd.data.b)
+        # stage 1: the products
+        prod_width = self.sum_width + self.weight_width
+        prods = [Signal(signed(prod_width), name=f"prod{p}") for p in range(P)]
+        s1_valid, s1_first, s1_last = Signal(), Signal(), Signal()
+        s1_bias = Signal(signed(self.bias_width), name="s1_bias")
+        m.d.sync += s1_valid.eq(busy)
+        with m.If(busy):
+            m.d.sync += [pr.eq(rd.data.w[p] * lanes_in[p]) for p, pr in enumerate(prods)]
+            m.d.sync += [s1_first.eq(fold == 0), s1_last.eq(fold == F - 1),
+                         s1_bias.eq(rd.data.b),
+                         bank.eq(bank.rotate_right(P * self.sum_width)),
+                         step.eq(Mux(step == steps - 1, 0, step + 1)),
+                         fold.eq(Mux(fold == F - 1, 0, fold + 1))]
+            with m.If(step == steps - 1):
+                m.d.sync += busy.eq(0)
+
+        # stage 2: sum of the products into the accumulator; a logit per class
+        acc = Signal(signed(self.logit_width), name="mac")
+        total = Signal(signed(self.logit_width), name="total")
+        m.d.comb += total.eq(Mux(s1_first, s1_bias, acc) + sum(prods))
         d_reg = Signal(signed(self.logit_width), name="d_reg")
-        with m.If((phase >= 1) & (phase <= n)):
-            m.d.sync += [d_reg.eq(dot), phase.eq(phase + 1)]
+        d_valid = Signal(name="d_valid")
+        m.d.sync += d_valid.eq(s1_valid & s1_last)
+        with m.If(s1_valid):
+            m.d.sync += acc.eq(total)
+            with m.If(s1_last):
+                m.d.sync += d_reg.eq(total)
 
-        # ---- argmax, one cycle behind the MAC --------------------------------------
-        work = [Signal(signed(self.logit_width), name=f"logit{j}") for j in range(n - 1)]
+        # ---- argmax, one stage behind; the logits wait in `work` for the output -----
+        work = [Signal(signed(self.logit_width), name=f"logit{j}") for j in range(n)]
         best = Signal(signed(self.logit_width), name="best")
         best_idx = Signal(unsigned(self.cls_width), name="best_idx")
-        for j in range(n - 1):
-            with m.If(phase == j + 2):
-                m.d.sync += work[j].eq(d_reg)
-                if j == 0:
-                    m.d.sync += [best.eq(d_reg), best_idx.eq(0)]
-                else:
-                    # Strictly greater replaces: the first maximum wins, like torch.argmax.
-                    with m.If(d_reg > best):
-                        m.d.sync += [best.eq(d_reg), best_idx.eq(j)]
-
-        last_wins = Const(1) if n == 1 else d_reg > best
-        final_cls = Mux(last_wins, n - 1, best_idx)
-        with m.If((phase == n + 1) & (~self.o.valid | self.o.ready)):
+        arg_j = Signal(range(n), name="arg_j")
+        done = Signal(name="done")
+        with m.If(d_valid):
+            m.d.sync += arg_j.eq(Mux(arg_j == n - 1, 0, arg_j + 1))
+            with m.Switch(arg_j):
+                for j in range(n):
+                    with m.Case(j):
+                        m.d.sync += work[j].eq(d_reg)
+            with m.If(arg_j == 0):
+                m.d.sync += [best.eq(d_reg), best_idx.eq(0)]
+            # Strictly greater replaces: the first maximum wins, like torch.argmax.
+            with m.Elif(d_reg > best):
+                m.d.sync += [best.eq(d_reg), best_idx.eq(arg_j)]
+            with m.If(arg_j == n - 1):
+                m.d.sync += done.eq(1)
+        with m.If(done & (~self.o.valid | self.o.ready)):
             m.d.sync += [
-                self.o.payload.logits.eq(Cat(*work, d_reg)),
-                self.o.payload.cls.eq(final_cls),
+                self.o.payload.logits.eq(Cat(*work)),
+                self.o.payload.cls.eq(best_idx),
                 self.o.valid.eq(1),
-                phase.eq(0),
+                done.eq(0),
             ]
         with m.Elif(self.o.ready):
             m.d.sync += self.o.valid.eq(0)
+
+        m.d.comb += idle.eq(~busy & ~s1_valid & ~d_valid & ~done)
+        with m.If(start):
+            # Second bank: the next frame may overwrite the pool from the next cycle on.
+            sums = [Signal(signed(self.sum_width), name=f"sum{c}") for c in range(C)]
+            m.d.comb += [t.eq(v) for t, v in zip(sums, new_sum)]
+            m.d.sync += [busy.eq(1), step.eq(0), fold.eq(0),
+                         bank.eq(Cat(*sums, Const(0, (P * F - C) * self.sum_width)))]
         return m

@@ -67,16 +67,16 @@ def make_case(seed, channels, in_width, height, width, n_cls, frames, ties=False
                 width=width)
 
 
-def make_dut(case):
+def make_dut(case, lanes=None):
     x = case["x"]
     return ClassifierHead(x.shape[2], case["in_width"], case["height"], case["width"],
-                          case["weights"].numpy(), case["bias"].numpy())
+                          case["weights"].numpy(), case["bias"].numpy(), lanes=lanes)
 
 
-def run_case(case, *, stall, seed, reset_at=None):
+def run_case(case, *, stall, seed, reset_at=None, lanes=None):
     x, weights, bias = case["x"], case["weights"], case["bias"]
     frames, pixels, _ = x.shape
-    dut = bits_port(make_dut(case))
+    dut = bits_port(make_dut(case, lanes))
     stream = [list(p) for f in x.tolist() for p in f]
     run = run_streams(dut, {"i": stream}, {"o_bits": frames}, stall=stall, seed=seed,
                       reset_at=reset_at, max_cycles=40 * frames * (pixels + 20) + 2000)
@@ -89,9 +89,9 @@ def run_case(case, *, stall, seed, reset_at=None):
 
 CASES = [
     # (channels, in_width, height, width, n_cls, frames, ties)
-    (3, 6, 2, 3, 10, 4, True),     # H*W = 6 < n_cls + 2: classifier-bound
-    (5, 4, 4, 4, 3, 4, False),     # H*W = 16 >= n_cls + 2: pool-bound
-    (8, 8, 3, 3, 7, 3, True),      # H*W = 9 == n_cls + 2
+    (3, 6, 2, 3, 10, 4, True),     # H*W = 6 < n_cls + 4: classifier-bound
+    (5, 4, 4, 4, 3, 4, False),     # H*W = 16 >= n_cls + 4: pool-bound
+    (8, 8, 3, 3, 5, 3, True),      # H*W = 9 == n_cls + 4
     (4, 5, 1, 1, 1, 5, False),     # one pixel per frame, one class
     (6, 7, 2, 5, 4, 3, True),
 ]
@@ -99,13 +99,18 @@ CASES = [
 
 # ---- tests -----------------------------------------------------------------------
 
+#: lanes per case: all channels, one, and ones that do not divide the channels
+LANES = [None, 1, 3, None, 4]
+
+
 @pytest.mark.parametrize("index", range(len(CASES)))
 def test_head_stalls_and_reset(index):
     case = make_case(index, *CASES[index])
-    run_case(case, stall=0.3, seed=index)
+    run_case(case, stall=0.3, seed=index, lanes=LANES[index])
     # Reset inside the second frame, while the classifier may still work on the first.
     pixels = case["height"] * case["width"]
-    run_case(case, stall=0.3, seed=index + 10, reset_at=int(1.4 * pixels) + 3)
+    run_case(case, stall=0.3, seed=index + 10, reset_at=int(1.4 * pixels) + 3,
+             lanes=LANES[index])
 
 
 def test_widths_are_exact():
@@ -127,17 +132,19 @@ def test_widths_are_exact():
     assert dut.cls_width == 2
 
 
-@pytest.mark.parametrize("index", [0, 1, 2])
-def test_full_throughput(index):
-    """F frames: the first result H*W pixels + latency (n_cls + 2) cycles in, then one
-    every head_cycles(H, W, n_cls) = max(H*W, n_cls + 2) cycles, so the total is
-    F*head_cycles + (H*W + n_cls + 2 - head_cycles)."""
+@pytest.mark.parametrize("index,lanes", [(0, None), (1, None), (2, None), (1, 2), (2, 1),
+                                         (4, 4)])
+def test_full_throughput(index, lanes):
+    """F frames: the first result H*W pixels + latency (n_cls*folds + 4) cycles in, then
+    one every head_cycles(H, W, n_cls, folds) = max(H*W, n_cls*folds + 4) cycles, so the
+    total is F*head_cycles + (H*W + latency - head_cycles)."""
     channels, in_width, height, width, n_cls, _, _ = CASES[index]
     frames = 6
     case = make_case(index, channels, in_width, height, width, n_cls, frames)
-    dut, run = run_case(case, stall=0.0, seed=0)
-    period = head_cycles(height, width, n_cls)
-    assert dut.latency == n_cls + 2
+    dut, run = run_case(case, stall=0.0, seed=0, lanes=lanes)
+    folds = -(-channels // (lanes or channels))
+    period = head_cycles(height, width, n_cls, folds)
+    assert dut.latency == n_cls * folds + 4
     assert np.all(np.diff(run.out_cycles["o_bits"]) == period)
     assert run.cycles == frames * period + (height * width + dut.latency - period)
 

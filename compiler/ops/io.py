@@ -61,18 +61,29 @@ class Head(Op):
         his = (torch.clamp(w, min=0) * s_hi + torch.clamp(w, max=0) * s_lo).sum(1) + a["bias"]
         return int(los.min()), int(his.max())
 
+    def folding(self, node, parent, target):
+        # the fewest multiplier lanes whose classifier keeps up with the frame interval
+        C = parent.channels
+        for lanes in range(1, C + 1):
+            if cyc.head_cycles(parent.height, parent.width, node.channels,
+                               cyc.lane_folds(C, lanes)) <= target:
+                return lanes, None, None
+        return C, None, None
+
     def cycles(self, node, parent, unit):
-        return cyc.head_cycles(parent.height, parent.width, node.channels)
+        return cyc.head_cycles(parent.height, parent.width, node.channels,
+                               cyc.lane_folds(parent.channels, unit.pe))
 
     def timing(self, node, parent, ins, unit):
         n_par = parent.height * parent.width
-        return [ins[0][(f + 1) * n_par - 1] + node.channels + 2 for f in range(TIMING_FRAMES)], None
+        latency = node.channels * cyc.lane_folds(parent.channels, unit.pe) + 4
+        return [ins[0][(f + 1) * n_par - 1] + latency for f in range(TIMING_FRAMES)], None
 
     def resource_features(self, g, node, parent, unit):
         s_lo, s_hi = node.attrs["sum_range"]
         sum_w = max(abs(s_lo), abs(s_hi)).bit_length() + 1
-        return {"one": 1, "sum_bits": parent.channels * sum_w, "mults": parent.channels,
-                "out_bits": node.channels * node.bit_width}
+        return {"one": 1, "sum_bits": parent.channels * sum_w, "mults": unit.pe,
+                "mult_bits": unit.pe * sum_w, "out_bits": node.channels * node.bit_width}
 
     def build(self, ctx, node, unit):
         head = ctx.add(node, ctx.head)  # built early: the port widths follow from it
