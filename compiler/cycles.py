@@ -14,7 +14,8 @@ from math import ceil
 
 __all__ = [
     "conv_out_size", "window_cycles", "mvu_cycles", "elementwise_cycles",
-    "head_cycles", "pipeline_cycles",
+    "head_cycles", "pipeline_cycles", "lane_folds", "folded_interval", "choose_lanes",
+    "TREE_LEVELS_PER_STAGE", "tree_stages", "mvu_latency",
 ]
 
 
@@ -69,3 +70,27 @@ def choose_lanes(channels, pixels, target):
     folds = max(1, target // pixels - 1)
     lanes = -(-channels // folds)
     return lanes
+
+
+#: Adder-tree levels between two pipeline registers in a matrix-vector unit: two
+#: levels of small adders plus routing stay under 10 ns on ECP5.
+TREE_LEVELS_PER_STAGE = 2
+
+
+def tree_stages(terms):
+    """Pipeline stages of a matrix-vector unit's adder tree over ``terms`` terms: one
+    register for the terms themselves, then one per :data:`TREE_LEVELS_PER_STAGE`
+    levels until one term is left (the last stage's levels feed the accumulator)."""
+    stages, n = 1, terms
+    while True:
+        for _ in range(TREE_LEVELS_PER_STAGE):
+            n = -(-n // 2) if n > 1 else n
+        if n <= 1:
+            return stages
+        stages += 1
+
+
+def mvu_latency(ii, terms):
+    """Cycles from accepting an input vector to its result on the MVU's output: its
+    ``ii`` steps, the weight ROM read and the adder tree's pipeline stages."""
+    return ii + 1 + tree_stages(terms)

@@ -24,6 +24,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..compiler.cycles import TREE_LEVELS_PER_STAGE, mvu_latency, tree_stages
 from ..compiler.graph import signed_width
 
 __all__ = ["BinaryMVU", "BinaryWeightMVU", "IntegerMVU"]
@@ -46,7 +47,7 @@ def _tree_sum(values):
 POPCOUNT_CHUNK = 6
 
 
-def popcount(m, bits, name="pc"):
+def chunk_counts(m, bits, name="pc"):
     """Number of ones in ``bits`` (a Signal or slice), as an unsigned Value.
 
     Each 6-bit chunk is counted by a 64-entry ROM read combinationally (three
@@ -63,7 +64,25 @@ def popcount(m, bits, name="pc"):
         port = rom.read_port(domain="comb")
         m.d.comb += port.addr.eq(bits[lo:lo + POPCOUNT_CHUNK])  # zero-extends the last chunk
         counts.append(port.data)
-    return _tree_sum(counts)
+    return counts
+
+
+def popcount(m, bits, name="pc"):
+    """Number of ones in ``bits``: the sum of :func:`chunk_counts` (combinational)."""
+    return _tree_sum(chunk_counts(m, bits, name))
+
+
+def _reduce_levels(values, levels):
+    """``levels`` levels of a balanced adder tree over ``values`` (pairs summed)."""
+    values = list(values)
+    for _ in range(levels):
+        if len(values) <= 1:
+            break
+        paired = [values[k] + values[k + 1] for k in range(0, len(values) - 1, 2)]
+        if len(values) % 2:
+            paired.append(values[-1])
+        values = paired
+    return values
 
 
 class _FoldedMVU(wiring.Component):
@@ -71,17 +90,19 @@ class _FoldedMVU(wiring.Component):
 
     Subclasses set the lane geometry (``_x_lane_width``, ``_w_lane_width``,
     ``_w_pad``), the accumulator shape (``_acc_shape``) and implement
-    ``_pe_partial`` (one PE's contribution of one step) and ``_finish``
-    (accumulator -> output value). They may implement ``_step_shared``, the
-    part of a step's computation that depends on the input slice only, built
-    once and handed to every PE's ``_pe_partial``.
+    ``_pe_terms`` (the terms whose sum is one PE's contribution of one step),
+    ``_tree_terms`` (how many) and ``_finish`` (accumulator -> output value).
+    They may implement ``_shared_terms``, a sum that depends on the input slice
+    only, built once per step, and ``_combine`` (PE sum and shared sum -> partial).
 
     Pipeline, all advancing together on ``adv``:
 
     - issue: the step counter addresses the weight ROM; its input slice (from
       ``i.payload`` on the accepting cycle, from the input buffer afterwards)
       is registered next to the ROM's synchronous read data;
-    - compute: every PE adds its partial to its accumulator; the last input
+    - tree: the terms are registered, then summed ``TREE_LEVELS_PER_STAGE``
+      adder levels per pipeline stage (``compiler.cycles.tree_stages``);
+    - accumulate: every PE adds its partial to its accumulator; the last input
       fold of an output fold stores the finished channels, and the last step
       of the vector loads the output register with all ``c_out`` channels.
 
@@ -106,7 +127,7 @@ class _FoldedMVU(wiring.Component):
         #: Initiation interval: cycles per input vector in steady state.
         self.ii = self.out_folds * self.in_folds
         #: Cycles from the input handshake to the first cycle the output is valid.
-        self.latency = self.ii + 1
+        self.latency = mvu_latency(self.ii, self._tree_terms())
         super().__init__({
             "i": In(stream.Signature(in_shape)),
             "o": Out(stream.Signature(data.ArrayLayout(signed(acc_width), c_out))),
@@ -136,11 +157,18 @@ class _FoldedMVU(wiring.Component):
 
     # -- hooks --------------------------------------------------------------
 
-    def _step_shared(self, m, x_slice):
+    def _shared_terms(self, m, x_slice):
+        """Terms of a sum that depends on the input slice only (one per step, for
+        every PE), or ``None``."""
         return None
 
-    def _pe_partial(self, m, pe_index, x_slice, w_slice, shared):
+    def _pe_terms(self, m, pe_index, x_slice, w_slice):
+        """The terms whose sum is one PE's partial of one step."""
         raise NotImplementedError
+
+    def _combine(self, m, pe_index, pe_sum, shared_sum):
+        """One PE's partial from its terms' sum and the shared sum."""
+        return pe_sum
 
     def _finish(self, acc):
         raise NotImplementedError
@@ -170,7 +198,8 @@ class _FoldedMVU(wiring.Component):
         s1_final = Signal()  # last step of the vector
 
         adv = Signal()
-        m.d.comb += adv.eq(~(s1_valid & s1_final & self.o.valid & ~self.o.ready))
+        # (driven below from the last pipeline stage: the pipeline stalls only when a
+        # vector's final step meets a full output register that is not being taken)
         # A stalled read port keeps its data, so the step in the compute stage
         # stays aligned with its weight word.
         m.d.comb += rd.en.eq(adv)
@@ -243,41 +272,61 @@ class _FoldedMVU(wiring.Component):
                 s1_nf.eq(step_nf),
             ]
 
-        # Compute stage.
+        # Compute: every PE's terms of the step (XNOR-popcount chunks, masked
+        # activations, products) are summed by an adder tree cut into pipeline stages
+        # of TREE_LEVELS_PER_STAGE levels, all advancing on `adv` with the step's flags.
         w_width = simd * wl
+        terms = [self._pe_terms(m, p, s1_x, rd.data[p * w_width:(p + 1) * w_width])
+                 for p in range(pe)]
+        shared = self._shared_terms(m, s1_x)
+        groups = terms + ([shared] if shared is not None else [])
+        flags = [s1_valid, s1_first, s1_last, s1_final, s1_nf]
+        for depth in range(tree_stages(max(len(g) for g in groups))):
+            regs = []
+            for k, g in enumerate(groups):
+                regs.append([Signal(Value.cast(t).shape(), name=f"t{depth}_{k}_{j}")
+                             for j, t in enumerate(g)])
+            fregs = [Signal.like(f, name=f"f{depth}_{i}") for i, f in enumerate(flags)]
+            with m.If(adv):
+                m.d.sync += [r.eq(t) for rg, g in zip(regs, groups) for r, t in zip(rg, g)]
+                m.d.sync += [r.eq(f) for r, f in zip(fregs, flags)]
+            groups = [_reduce_levels(rg, TREE_LEVELS_PER_STAGE) for rg in regs]
+            flags = fregs
+        s_valid, s_first, s_last, s_final, s_nf = flags
+        m.d.comb += adv.eq(~(s_valid & s_final & self.o.valid & ~self.o.ready))
+        shared_sum = _tree_sum(groups[-1]) if shared is not None else None
+
         totals = []
         finished = []
         accs = [Signal(self._acc_shape, name=f"acc{p}") for p in range(pe)] if sfs > 1 else None
-        shared = self._step_shared(m, s1_x)
         for p in range(pe):
-            partial = self._pe_partial(m, p, s1_x, rd.data[p * w_width:(p + 1) * w_width],
-                                       shared)
+            partial = self._combine(m, p, _tree_sum(groups[p]), shared_sum)
             if accs is None:
                 total = partial
             else:
-                total = partial + Mux(s1_first, 0, accs[p])
+                total = partial + Mux(s_first, 0, accs[p])
             totals.append(total)
             done = Signal(signed(self.acc_width), name=f"done{p}")
             m.d.comb += done.eq(self._finish(total))
             finished.append(done)
 
         step = Signal()
-        m.d.comb += step.eq(adv & s1_valid)
+        m.d.comb += step.eq(adv & s_valid)
         if accs is not None:
-            with m.If(step & ~s1_last):
+            with m.If(step & ~s_last):
                 m.d.sync += [acc.eq(total) for acc, total in zip(accs, totals)]
 
         # Channels of output folds 0..nfs-2 wait here for the vector's last fold.
         n_collect = (nfs - 1) * pe
         collect = [Signal(signed(self.acc_width), name=f"collect{c}") for c in range(n_collect)]
         if nfs > 1:
-            with m.If(step & s1_last & ~s1_final):
-                with m.Switch(s1_nf):
+            with m.If(step & s_last & ~s_final):
+                with m.Switch(s_nf):
                     for f in range(nfs - 1):
                         with m.Case(f):
                             m.d.sync += [collect[f * pe + p].eq(finished[p]) for p in range(pe)]
 
-        with m.If(step & s1_final):
+        with m.If(step & s_final):
             m.d.sync += self.o.valid.eq(1)
             for c in range(self.c_out):
                 src = collect[c] if c < n_collect else finished[c - n_collect]
@@ -331,15 +380,14 @@ class BinaryMVU(_FoldedMVU):
     ii : int
         Initiation interval, ``out_folds*in_folds``.
     latency : int
-        ``ii + 1``.
+        ``ii + 1 + tree_stages`` (``compiler.cycles.mvu_latency``).
 
     Latency
     -------
-    ``ii + 1`` cycles: a vector accepted in cycle ``t`` is valid on ``o`` from
-    cycle ``t + ii + 1``. With the input always valid and the output always
-    ready, vector ``k`` is accepted in cycle ``k*ii`` and its result in cycle
-    ``(k+1)*ii + 1``: ``V`` vectors span ``V*ii + 2`` cycles, first and last
-    handshake included.
+    ``latency`` cycles: a vector accepted in cycle ``t`` is valid on ``o`` from
+    cycle ``t + latency``. With the input always valid and the output always
+    ready, vector ``k`` is accepted in cycle ``k*ii``: ``V`` vectors span
+    ``(V-1)*ii + latency + 1`` cycles, first and last handshake included.
 
     Throughput
     ----------
@@ -365,12 +413,15 @@ class BinaryMVU(_FoldedMVU):
         super().__init__(n_in, c_out, pe, simd, unsigned(n_in),
                          acc_width=signed_width(-n_in, n_in))
 
-    def _pe_partial(self, m, pe_index, x_slice, w_slice, shared):
+    def _tree_terms(self):
+        return -(-self.simd // POPCOUNT_CHUNK)
+
+    def _pe_terms(self, m, pe_index, x_slice, w_slice):
         # A named signal, not an expression: every chunk the popcount slices out
         # of an expression would re-emit the whole XNOR vector in the netlist.
         matches = Signal(len(x_slice))
         m.d.comb += matches.eq(~(x_slice ^ w_slice))
-        return popcount(m, matches, name=f"popcount{pe_index}")
+        return chunk_counts(m, matches, name=f"popcount{pe_index}")
 
     def _finish(self, acc):
         return (acc << 1) - self.n_in
@@ -427,7 +478,7 @@ class BinaryWeightMVU(_FoldedMVU):
 
     Latency
     -------
-    ``ii + 1`` cycles, as :class:`BinaryMVU`.
+    ``latency`` cycles, as :class:`BinaryMVU`.
 
     Throughput
     ----------
@@ -459,19 +510,19 @@ class BinaryWeightMVU(_FoldedMVU):
         b = self.in_bits
         return [x_slice[s * b:(s + 1) * b] for s in range(self.simd)]
 
-    def _step_shared(self, m, x_slice):
-        # Named: every PE's subtractor reads it.
-        total = Signal(unsigned((self.simd * ((1 << self.in_bits) - 1)).bit_length()),
-                       name="x_sum")
-        m.d.comb += total.eq(_tree_sum(self._lanes(x_slice)))
-        return total
+    def _tree_terms(self):
+        return self.simd
 
-    def _pe_partial(self, m, pe_index, x_slice, w_slice, shared):
-        plus = Signal(len(shared), name=f"plus_sum{pe_index}")
-        m.d.comb += plus.eq(_tree_sum(x & w_slice[s].replicate(self.in_bits)
-                                      for s, x in enumerate(self._lanes(x_slice))))
+    def _shared_terms(self, m, x_slice):
+        return list(self._lanes(x_slice))
+
+    def _pe_terms(self, m, pe_index, x_slice, w_slice):
+        return [x & w_slice[s].replicate(self.in_bits)
+                for s, x in enumerate(self._lanes(x_slice))]
+
+    def _combine(self, m, pe_index, pe_sum, shared_sum):
         # Unsigned minus unsigned is signed in Amaranth: no manual sign extension.
-        return (plus << 1) - shared
+        return (pe_sum << 1) - shared_sum
 
     def _finish(self, acc):
         return acc
@@ -521,7 +572,7 @@ class IntegerMVU(_FoldedMVU):
 
     Latency
     -------
-    ``ii + 1`` cycles, as :class:`BinaryMVU`.
+    ``latency`` cycles, as :class:`BinaryMVU`.
 
     Throughput
     ----------
@@ -554,7 +605,10 @@ class IntegerMVU(_FoldedMVU):
         super().__init__(n_in, c_out, pe, simd, data.ArrayLayout(lane, n_in),
                          acc_width=acc_width)
 
-    def _pe_partial(self, m, pe_index, x_slice, w_slice, shared):
+    def _tree_terms(self):
+        return self.simd
+
+    def _pe_terms(self, m, pe_index, x_slice, w_slice):
         xl, wl = self.in_width, self.weight_width
         products = []
         for s in range(self.simd):
@@ -562,7 +616,7 @@ class IntegerMVU(_FoldedMVU):
             if self.in_signed:
                 x = x.as_signed()
             products.append(x * w_slice[s * wl:(s + 1) * wl].as_signed())
-        return _tree_sum(products)
+        return products
 
     def _finish(self, acc):
         return acc

@@ -16,7 +16,7 @@ from amaranth.back import verilog
 from amaranth.sim import Simulator
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from groupnet_hw.compiler.cycles import mvu_cycles
+from groupnet_hw.compiler.cycles import mvu_cycles, mvu_latency, tree_stages
 from groupnet_hw.hw.mvu import BinaryMVU, BinaryWeightMVU, IntegerMVU
 from groupnet_hw.sim.streams import run_streams
 
@@ -112,9 +112,9 @@ def test_reset_mid_stream(name):
 
 
 # With input always valid and output always ready, vector k is accepted in
-# cycle k*ii and its result in cycle (k+1)*ii + 1 (latency ii + 1), so V
-# vectors span V*ii + 2 cycles counting the first and the last handshake.
-PIPELINE_OVERHEAD = 2
+# cycle k*ii and its result in cycle k*ii + latency (latency = ii + 1 + the adder
+# tree's pipeline stages), so V vectors span (V-1)*ii + latency + 1 cycles counting
+# the first and the last handshake.
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -123,10 +123,12 @@ def test_full_throughput(name):
     _, n_in, c_out, pe, simd, *_ = CONFIGS[name]
     ii = _ii(name)
     assert dut.ii == ii
-    assert dut.latency == ii + 1
+    terms = -(-simd // 6) if CONFIGS[name][0] == "bin" else simd
+    assert dut.latency == mvu_latency(ii, terms) == ii + 1 + tree_stages(terms)
     run = run_streams(dut, {"i": beats}, {"o": len(expected)})
     assert run.outputs["o"] == expected
-    assert run.cycles == mvu_cycles(len(beats), c_out, n_in, pe, simd) + PIPELINE_OVERHEAD
+    assert run.cycles == (mvu_cycles(len(beats), c_out, n_in, pe, simd) - ii
+                          + dut.latency + 1)
     # Steady state: one result every ii cycles, not just on average.
     gaps = np.diff(run.out_cycles["o"])
     assert (gaps == ii).all(), gaps

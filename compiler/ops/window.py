@@ -99,6 +99,10 @@ def _window_features(node, parent):
 class _Conv(Op):
     """Shared cycle model, timing and window of the convolutions."""
 
+    def tree_terms(self, node, unit):
+        """Terms the MVU's adder tree sums per step and PE (its pipeline depth)."""
+        return unit.simd
+
     def lane_width(self, g, node):
         # the MVU's accumulator: the bound of any input, not the range of these weights
         from ..graph import signed_width
@@ -127,8 +131,9 @@ class _Conv(Op):
                    cyc.window_cycles(parent.height, parent.width))
 
     def timing(self, node, parent, ins, unit):
-        # window: 2 cycles after the last pixel it needs; MVU: ii + 1 per vector
+        # window: 2 cycles after the last pixel it needs; MVU: its latency per vector
         ii = ceil(node.channels / unit.pe) * ceil(unit.n_in / unit.simd)
+        latency = cyc.mvu_latency(ii, self.tree_terms(node, unit))
         n_out, n_par = node.height * node.width, parent.height * parent.width
         out, win_prev, start_prev = [], float("-inf"), float("-inf")
         for q in range(TIMING_FRAMES * n_out):
@@ -136,7 +141,7 @@ class _Conv(Op):
             win = max(ins[0][f * n_par + _window_last_input(node, parent, ql)] + 2, win_prev + 1)
             start = max(win, start_prev + ii)
             win_prev, start_prev = win, start
-            out.append(start + ii + 1)
+            out.append(start + latency)
         return out, None  # the window's line buffer accepts at arrival
 
     def build(self, ctx, node, unit):
@@ -161,6 +166,10 @@ class BinConv(_Conv):
     """
 
     name = "bin_conv"
+
+    def tree_terms(self, node, unit):
+        # binary: one popcount chunk per POPCOUNT_CHUNK lanes (hw.mvu)
+        return unit.simd if node.attrs["in_bits"] else -(-unit.simd // 6)
 
     def execute(self, node, ins):
         a = node.attrs
