@@ -80,7 +80,7 @@ def _parse_ints(text, option):
               help="Checkpoint to write (.pt).")
 @click.option("--arch", default="digits", show_default=True,
               help="Topology from `groupnet-hw zoo` (digits, cifar, cifar-small, resnet18, "
-                   "resnet34).")
+                   "resnet34; FINN's cnv, cnv-small).")
 @click.option("--variant", default="groupnet", show_default=True,
               help="lbd, gbd-v1, gbd-v2, gbd-v3, groupnet or groupnet-star (see `groupnet-hw zoo`).")
 @click.option("--bases", "-K", default=5, show_default=True, type=int,
@@ -96,7 +96,8 @@ def _parse_ints(text, option):
               help="Explicit BPAC rates: K comma-separated rates per stage, stages separated by "
                    "';' (e.g. '1,1;2,3' for K=2 and two stages).")
 @click.option("--channels", default=None, metavar="STEM,S1,S2,...",
-              help="Override the channels of the stem and of each stage.")
+              help="Override the channels of the stem and of each stage (cnv: of the six "
+                   "convolutions).")
 @click.option("--epochs", default=30, show_default=True, type=click.IntRange(1, 10_000))
 @click.option("--max-steps", default=0, show_default=True, type=click.IntRange(0),
               help="Stop after this many optimizer steps (0: no limit).")
@@ -106,11 +107,14 @@ def _parse_ints(text, option):
 @click.option("--seed", default=0, show_default=True, type=int, help="Makes the run reproducible.")
 def train(output, arch, variant, bases, act_bits, act_beta, bpac, dilations, channels, epochs,
           max_steps, batch_size, lr, seed):
-    """Train a Group-Net family member on a built-in dataset and write a checkpoint.
+    """Train a Group-Net family member or FINN's CNV on a built-in dataset and write a
+    checkpoint.
 
     The dataset follows the topology: digits (8x8 grey) for `digits`; digits pasted on
-    crops of scikit-learn's sample photos (32x32 RGB) for `cifar*`; photo crops for the
-    224x224 ResNets (a training smoke test). Fractional bits are calibrated on the
+    crops of scikit-learn's sample photos (32x32 RGB) for `cifar*` and `cnv*`; photo
+    crops for the 224x224 ResNets (a training smoke test). The `cnv*` topologies have
+    one binary base and binary activations: --variant, --bpac, --dilations, --act-beta
+    and any other -K or --act-bits than 1 are refused. Fractional bits are calibrated on the
     training split. Prints float and quantized (fixed-point, what the hardware
     computes) test accuracy and their agreement.
 
@@ -120,6 +124,7 @@ def train(output, arch, variant, bases, act_bits, act_beta, bpac, dilations, cha
       groupnet-hw train -o m.pt --variant gbd-v3 -K 3 --act-bits 2
       groupnet-hw train -o c.pt --arch cifar-small -K 2 --epochs 10
       groupnet-hw train -o r.pt --arch resnet18 -K 1 --max-steps 1
+      groupnet-hw train -o f.pt --arch cnv-small --epochs 10
     """
     import torch
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -128,13 +133,36 @@ def train(output, arch, variant, bases, act_bits, act_beta, bpac, dilations, cha
     from .models.data import dataset_description
     from .models.quantize import ConfigError
     from .models.train import TrainConfig, dataset_for, train_model
-    from .models.zoo import ARCHS, arch_config
+    from .models.zoo import ARCHS, CNV_ARCHS, all_archs, arch_config, arch_family
 
-    fields = dict(variant=variant, bases=bases, act_bits=act_bits, act_beta=float(act_beta))
-    if channels:
+    family = arch_family(arch)
+    if family == "cnv":
+        # only options that describe CNV (one base, binary activations) are accepted
+        ctx = click.get_current_context()
+        given = {name for name in ("variant", "bases", "act_bits", "act_beta", "bpac",
+                                   "dilations")
+                 if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT}
+        wrong = [name for name in ("variant", "act_beta", "bpac", "dilations") if name in given]
+        wrong += [name for name, value in (("bases", bases), ("act_bits", act_bits))
+                  if name in given and value != 1]
+        if wrong:
+            flag = "-K" if wrong[0] == "bases" else "--" + wrong[0].replace("_", "-")
+            raise UserError(f"{flag} does not apply to --arch {arch}: FINN's CNV has one binary "
+                            "base (K=1) and binary activations, no Group-Net variant")
+        fields = {}
+        if channels:
+            chans = _parse_ints(channels, "--channels")
+            need = len(CNV_ARCHS[arch][2]["conv_channels"])
+            if len(chans) != need:
+                raise UserError(f"--channels needs {need} values for {arch} (its convolutions)")
+            fields["conv_channels"] = chans
+    else:
+        fields = dict(variant=variant, bases=bases, act_bits=act_bits,
+                      act_beta=float(act_beta))
+    if channels and family != "cnv":
         chans = _parse_ints(channels, "--channels")
         if arch not in ARCHS:
-            raise UserError(f"--arch {arch!r} is not in the zoo; known: {', '.join(ARCHS)}")
+            raise UserError(f"--arch {arch!r} is not in the zoo; known: {', '.join(all_archs())}")
         stages = ARCHS[arch][2]["stages"]
         if len(chans) != len(stages) + 1:
             raise UserError(f"--channels needs {len(stages) + 1} values for {arch} "
@@ -153,7 +181,8 @@ def train(output, arch, variant, bases, act_bits, act_beta, bpac, dilations, cha
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     tc = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, max_steps=max_steps)
     console = _console()
-    with Progress(TextColumn(f"training {arch}/{variant} K={bases}"), BarColumn(),
+    title = f"training {arch}" if family == "cnv" else f"training {arch}/{variant} K={bases}"
+    with Progress(TextColumn(title), BarColumn(),
                   TextColumn("{task.completed}/{task.total} epochs"),
                   TextColumn("loss {task.fields[loss]:.4f}"), TimeElapsedColumn(),
                   console=console, transient=False) as progress:
@@ -171,11 +200,15 @@ def train(output, arch, variant, bases, act_bits, act_beta, bpac, dilations, cha
 
 @main.command()
 def zoo():
-    """List the topologies (--arch) and variants (--variant) of the Group-Net family."""
+    """List the topologies (--arch) and variants (--variant) of the Group-Net family, and
+    FINN's CNV topologies."""
     from .models.groupnet import VARIANTS
-    from .models.zoo import ARCHS
+    from .models.zoo import ARCHS, CNV_ARCHS
     click.echo("topologies (train --arch):")
     for name, (about, dataset, _) in ARCHS.items():
+        click.echo(f"  {name:13s} {about} [data: {dataset}]")
+    click.echo("FINN topologies (train --arch; K=1, binary, no --variant):")
+    for name, (about, dataset, _) in CNV_ARCHS.items():
         click.echo(f"  {name:13s} {about} [data: {dataset}]")
     click.echo("variants (train --variant):")
     for name, about in VARIANTS.items():
@@ -389,18 +422,25 @@ def _core_design(sched, name):
                    "(node names as in report.txt).")
 @click.option("--baud", default=115200, show_default=True, type=click.IntRange(1200),
               help="UART host link speed.")
-def build(checkpoint, board, out_dir, target_cycles, fps, max_util, folding_file, baud):
+@click.option("--bitstream/--no-bitstream", default=None,
+              help="Run the board's toolchain (default: when it is installed and the "
+                   "estimate fits the board).")
+def build(checkpoint, board, out_dir, target_cycles, fps, max_util, folding_file, baud,
+          bitstream):
     """Compile CHECKPOINT into Verilog, a board project and a report.
 
     \b
     Writes into the output directory:
       groupnet_core.v   the accelerator (stream in: pixels; stream out: logits, class)
-      quartus/          board top with the UART host link, qsf/sdc and build script
+      quartus/ | ulx3s/ | icebreaker/
+                        board top with the UART host link, constraints, build script
       schedule.json     folding, FIFO depths, per-unit cycles
       report.json, report.txt   cycles per frame, frames/s, estimated resources
       build.json        what was built from (checkpoint and its sha256, options),
                         read by `groupnet-hw verify OUT_DIR`
-    Quartus runs only when it is installed; otherwise the last line says how.
+    The board's toolchain (Quartus, or Yosys/nextpnr, also their YoWASP builds) runs
+    when it is installed and the estimate fits the board (--bitstream forces it,
+    --no-bitstream skips it); otherwise the last line says how to run it.
     """
     if board not in BOARD_CHOICES:
         raise UserError(f"unknown board {board!r}; known boards: {', '.join(BOARD_CHOICES)}")
@@ -413,6 +453,7 @@ def build(checkpoint, board, out_dir, target_cycles, fps, max_util, folding_file
     from .compiler.report import render_text
     from .hw.accelerator import Accelerator
     from .hw.boards import write_board_project
+    from .hw.boards.project import BoardBuildError
 
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
@@ -424,7 +465,18 @@ def build(checkpoint, board, out_dir, target_cycles, fps, max_util, folding_file
             text, in_width, out_width = _core_design(sched, "groupnet_core")
             (staging / "groupnet_core.v").write_text(text)
         with _console().status("writing board project"):
-            plan = write_board_project(Accelerator(sched), staging, board=board, baud=baud)
+            limits = sched.budget["limits"]
+            fits = all(sched.resources[k] <= limits[k] * sched.max_util for k in limits)
+            run = bitstream if bitstream is not None else (None if fits else False)
+            try:
+                plan = write_board_project(Accelerator(sched), staging, board=board, baud=baud,
+                                           run_toolchain=run)
+            except BoardBuildError as exc:
+                failed = out / f"{board}-failed"
+                shutil.rmtree(failed, ignore_errors=True)
+                out.mkdir(exist_ok=True)
+                shutil.move(str(staging), failed)
+                raise UserError(str(exc).replace(str(staging), str(failed))) from None
         report = sched.to_dict()
         from .compiler.resources import FAMILIES, design_cells
         report["estimate_cells"] = {f: design_cells(sched, f) for f in FAMILIES}
@@ -451,7 +503,8 @@ def build(checkpoint, board, out_dir, target_cycles, fps, max_util, folding_file
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     click.echo(text_report.rstrip())
-    click.echo(f"wrote {out}/groupnet_core.v, {out}/quartus/, {out}/report.json, {out}/report.txt")
+    click.echo(f"wrote {out}/groupnet_core.v, {out}/{plan['project_dir'].name}/, "
+               f"{out}/report.json, {out}/report.txt")
     click.echo(plan["message"].replace(str(staging), str(out)))
 
 
