@@ -67,6 +67,12 @@ def chunk_counts(m, bits, name="pc"):
     return counts
 
 
+def binary_tree_terms(simd):
+    """Terms a binary MVU's pipelined tree starts from: chunk counts summed in pairs."""
+    chunks = -(-simd // POPCOUNT_CHUNK)
+    return -(-chunks // 2)
+
+
 def popcount(m, bits, name="pc"):
     """Number of ones in ``bits``: the sum of :func:`chunk_counts` (combinational)."""
     return _tree_sum(chunk_counts(m, bits, name))
@@ -414,14 +420,17 @@ class BinaryMVU(_FoldedMVU):
                          acc_width=signed_width(-n_in, n_in))
 
     def _tree_terms(self):
-        return -(-self.simd // POPCOUNT_CHUNK)
+        return binary_tree_terms(self.simd)
 
     def _pe_terms(self, m, pe_index, x_slice, w_slice):
         # A named signal, not an expression: every chunk the popcount slices out
         # of an expression would re-emit the whole XNOR vector in the netlist.
         matches = Signal(len(x_slice))
         m.d.comb += matches.eq(~(x_slice ^ w_slice))
-        return chunk_counts(m, matches, name=f"popcount{pe_index}")
+        # One adder level before the first register: a chunk-count ROM read straight
+        # into a register becomes a synchronous ROM, which Yosys 0.70's memory_libmap
+        # (YoWASP build) aborts on.
+        return _reduce_levels(chunk_counts(m, matches, name=f"popcount{pe_index}"), 1)
 
     def _finish(self, acc):
         return (acc << 1) - self.n_in

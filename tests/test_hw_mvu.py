@@ -17,7 +17,7 @@ from amaranth.sim import Simulator
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from groupnet_hw.compiler.cycles import mvu_cycles, mvu_latency, tree_stages
-from groupnet_hw.hw.mvu import BinaryMVU, BinaryWeightMVU, IntegerMVU
+from groupnet_hw.hw.mvu import BinaryMVU, BinaryWeightMVU, IntegerMVU, binary_tree_terms
 from groupnet_hw.sim.streams import run_streams
 
 # (kind, n_in, c_out, pe, simd, in_width, in_signed): the corner cases of the
@@ -123,7 +123,7 @@ def test_full_throughput(name):
     _, n_in, c_out, pe, simd, *_ = CONFIGS[name]
     ii = _ii(name)
     assert dut.ii == ii
-    terms = -(-simd // 6) if CONFIGS[name][0] == "bin" else simd
+    terms = binary_tree_terms(simd) if CONFIGS[name][0] == "bin" else simd
     assert dut.latency == mvu_latency(ii, terms) == ii + 1 + tree_stages(terms)
     run = run_streams(dut, {"i": beats}, {"o": len(expected)})
     assert run.outputs["o"] == expected

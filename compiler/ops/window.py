@@ -168,8 +168,8 @@ class BinConv(_Conv):
     name = "bin_conv"
 
     def tree_terms(self, node, unit):
-        # binary: one popcount chunk per POPCOUNT_CHUNK lanes (hw.mvu)
-        return unit.simd if node.attrs["in_bits"] else -(-unit.simd // 6)
+        from ...hw.mvu import binary_tree_terms
+        return unit.simd if node.attrs["in_bits"] else binary_tree_terms(unit.simd)
 
     def execute(self, node, ins):
         a = node.attrs
