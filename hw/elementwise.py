@@ -284,7 +284,7 @@ class PostOp(_PixelMap):
         bias_shape = signed(max(signed_width(v, v) for v in offsets))
         inner = signed(max(self.inner_widths))
 
-        def lane(m, fold, p, xs):
+        def lane(m, fold, p, xs, step):
             x = xs[0]
             v = Mux(x[-1], 0, x) if self.pre_relu else x
             t = Signal(inner, name=f"t_lane{p}")

@@ -39,7 +39,7 @@ def lane_rom(values, lanes, lane, fold, shape):
     return Array(Const(v, shape) for v in table)[fold]
 
 
-def build_lane_folded(m, inputs, outputs, channels, lanes, lane_fn):
+def build_lane_folded(m, inputs, outputs, channels, lanes, lane_fn, lane_latency=0):
     """Sequence ``inputs`` -> ``lane_fn`` -> ``outputs`` channel-serially.
 
     Parameters
@@ -50,9 +50,14 @@ def build_lane_folded(m, inputs, outputs, channels, lanes, lane_fn):
     outputs : list of stream interfaces
         Payload ``data.ArrayLayout(elem, channels)`` each.
     channels, lanes : int
-    lane_fn : callable ``(m, fold, lane, [input element per input]) -> [output value per output]``
+    lane_fn : callable ``(m, fold, lane, [input element per input], step) -> [output value per output]``
         The per-channel arithmetic of lane ``lane`` (channel ``fold*lanes + lane``);
         ``fold`` is the step counter signal (for per-channel constants via :func:`lane_rom`).
+        With ``lane_latency = 1`` it may register intermediate values on ``step`` (the
+        cycle a step's inputs are on the lanes); its outputs are taken one cycle later.
+    lane_latency : int
+        0 or 1: pipeline registers inside ``lane_fn``. Adds to the latency, not to the
+        interval (the next pixel's first step waits for the output register as before).
     """
     folds = folds_of(channels, lanes)
     padded = folds * lanes
@@ -71,7 +76,13 @@ def build_lane_folded(m, inputs, outputs, channels, lanes, lane_fn):
     go = Signal()
     m.d.comb += go.eq(busy & Cat(~o.valid | o.ready for o in outputs).all())
 
-    lane_values = [lane_fn(m, fold, p, [h[p] for h in held]) for p in range(lanes)]
+    lane_values = [lane_fn(m, fold, p, [h[p] for h in held], go) for p in range(lanes)]
+    # The step that writes the results, `lane_latency` cycles behind the step that read
+    # the lanes.
+    write, write_last = go, last
+    if lane_latency:
+        write, write_last = Signal(name="write"), Signal(name="write_last")
+        m.d.sync += [write.eq(go), write_last.eq(go & last)]
     steps = []
     for j, (r, layout) in enumerate(zip(results, out_layouts)):
         w = len(Value.cast(r[0]))
@@ -98,11 +109,12 @@ def build_lane_folded(m, inputs, outputs, channels, lanes, lane_fn):
         for h in held:
             w = len(Value.cast(h[0]))
             m.d.sync += Value.cast(h).eq(Value.cast(h) >> (lanes * w))
+    with m.If(write):
         m.d.sync += steps
     for o, r in zip(outputs, results):
         w = len(Value.cast(r[0]))
         m.d.comb += Value.cast(o.payload).eq(Value.cast(r)[:channels * w])
-        with m.If(go & last):
+        with m.If(write & write_last if lane_latency else go & last):
             m.d.sync += o.valid.eq(1)
         with m.Elif(o.ready):
             m.d.sync += o.valid.eq(0)

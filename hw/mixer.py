@@ -12,7 +12,7 @@ in fixed point: ``lambda_j = lambdas[j] / 2**lambda_shift`` and
 
 import operator
 
-from amaranth.hdl import Cat, Module, Signal, signed
+from amaranth.hdl import Cat, Module, Signal, Value, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -83,7 +83,8 @@ class BaseMixer(wiring.Component):
         Element width of the output stream(s).
     latency : int
         1 without gates (one output register), 2 with gates (aggregate register, then
-        gated output registers); ``ceil(C/lanes) + 1`` with ``lanes``.
+        gated output registers); ``ceil(C/lanes) + 2`` with ``lanes`` (the lanes register
+        the aggregate before the gates).
 
     Latency
     -------
@@ -141,7 +142,7 @@ class BaseMixer(wiring.Component):
         self.out_width = exact if out_width is None else _positive("out_width", out_width)
         self.lanes = None if lanes is None else min(_positive("lanes", lanes), channels)
         if self.lanes is not None:
-            self.latency = folded_interval(channels, self.lanes)
+            self.latency = folded_interval(channels, self.lanes) + 1
 
         in_sig = stream.Signature(data.ArrayLayout(signed(in_width), channels))
         out_sig = stream.Signature(data.ArrayLayout(signed(self.out_width), channels))
@@ -177,17 +178,23 @@ class BaseMixer(wiring.Component):
     def _elaborate_folded(self, m):
         gated = self.gates is not None
 
-        def lane(m, fold, p, values):
-            # One cycle for both layers of eq. 7: folded units run at a fraction of the
-            # pixel rate, so there is no second pipeline stage to balance.
+        def lane(m, fold, p, values, step):
+            # The aggregate (K shift-add products) and the gates (two more each) are
+            # registered in between: both in one cycle were ~7 adder levels.
             agg = self._aggregate_channel(m, values, f"_lane{p}")
+            agg_r = Signal.like(agg, name=f"agg_r{p}")
+            bases_r = [Signal.like(Value.cast(v), name=f"base_r{p}_{k}")
+                       for k, v in enumerate(values)]
+            with m.If(step):
+                m.d.sync += [agg_r.eq(agg), *(r.eq(v) for r, v in zip(bases_r, values))]
             if not gated:
-                return [agg]
-            return [self._gate_channel(m, k, values[k], agg, f"gate{k}_t_lane{p}")
+                return [agg_r]
+            return [self._gate_channel(m, k, bases_r[k], agg_r, f"gate{k}_t_lane{p}")
                     for k in range(self.bases)]
 
         outputs = list(self.o) if gated else [self.o]
-        build_lane_folded(m, list(self.i), outputs, self.channels, self.lanes, lane)
+        build_lane_folded(m, list(self.i), outputs, self.channels, self.lanes, lane,
+                          lane_latency=1)
         return m
 
     def elaborate(self, platform):

@@ -54,6 +54,8 @@ class Op:
     #: A per-pixel unit that can run channel-serially (:mod:`groupnet_hw.hw.lanes`):
     #: its folding is a lane count (``unit.pe``), ``None`` for the full-rate unit.
     lane_foldable = False
+    #: Pipeline registers inside a lane of the lane-folded unit (adds to its latency).
+    lane_latency = 0
 
     # -- integer semantics ---------------------------------------------------
     def execute(self, node, ins):
@@ -87,7 +89,7 @@ class Op:
     def latency(self, node, unit=None):
         """Cycles from accepting a beat to its result on the output."""
         if self.lane_foldable and unit is not None and unit.pe:
-            return cyc.folded_interval(node.channels, unit.pe)
+            return cyc.folded_interval(node.channels, unit.pe) + self.lane_latency
         return self.full_rate_latency(node)
 
     def full_rate_latency(self, node):

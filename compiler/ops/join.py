@@ -95,6 +95,7 @@ class Mixer(Op):
     name = "mixer"
     join = True
     lane_foldable = True
+    lane_latency = 1
 
     def execute(self, node, ins):
         a = node.attrs
@@ -151,6 +152,7 @@ class Gate(Op):
     name = "gate"
     join = True
     lane_foldable = True
+    lane_latency = 1
 
     def execute(self, node, ins):
         a = node.attrs
