@@ -56,20 +56,22 @@ def lane_folds(channels, lanes):
     return -(-channels // lanes)
 
 
-def folded_interval(channels, lanes):
-    """Cycles per pixel (and latency) of a channel-serial per-pixel unit
-    (:mod:`groupnet_hw.hw.lanes`): one cycle to take the pixel, one per step."""
-    return lane_folds(channels, lanes) + 1
+def folded_interval(channels, lanes, lane_latency=0):
+    """Cycles per pixel of a channel-serial per-pixel unit (:mod:`groupnet_hw.hw.lanes`)
+    with ``lane_latency`` registers in its lanes: one cycle to take the pixel, one per
+    step, and the lanes' pipeline draining beyond its first register. Its latency is
+    ``lane_folds + 1 + lane_latency``."""
+    return lane_folds(channels, lanes) + 1 + max(0, lane_latency - 1)
 
 
-def choose_lanes(channels, pixels, target):
+def choose_lanes(channels, pixels, target, lane_latency=0):
     """Fewest lanes with which ``pixels`` pixels take at most ``target`` cycles, or
     ``None`` when only the full-rate unit (one pixel per cycle) is fast enough."""
-    if 2 * pixels > target:
+    extra = 1 + max(0, lane_latency - 1)
+    if (1 + extra) * pixels > target:
         return None
-    folds = max(1, target // pixels - 1)
-    lanes = -(-channels // folds)
-    return lanes
+    folds = max(1, target // pixels - extra)
+    return -(-channels // folds)
 
 
 #: Adder-tree levels between two pipeline registers in a matrix-vector unit: two

@@ -134,7 +134,9 @@ def _fp_conv(ctx, layer, x):
 def _bin_conv(ctx, layer, x):
     if x.kind == "bits":
         in_bits = 0
-    elif x.kind == "uint" and x.offset is None and x.frac == 0:
+    elif x.kind == "uint" and x.offset is None:
+        # n-bit levels (frac 0) or 8-bit input pixels (FINN's first layer): the unit
+        # multiplies the unsigned integers; their frac only scales the result
         in_bits = x.bits
     else:
         ctx.fail("a binary convolution takes binary or n-bit activations")
@@ -262,6 +264,22 @@ def _classifier(ctx, layer, pooled):
     w_q, b_q, frac = layer.quantized(x.frac, pooled.scale)
     out = TensorMeta("", layer.out_features, 1, 1, "fixed", frac=frac)
     ref = ctx.emit("head", [x], out, dict(weight=w_q, bias=b_q, frac=frac))
+    ctx.graph.output = ref
+    return replace(out, ref=ref)
+
+
+@lowers(L.LogitBatchNorm)
+def _logit_batchnorm(ctx, layer, x):
+    # The head unit pools and applies a class-by-channel matrix: a per-class scale is
+    # its diagonal, so the network's end stays the one head op.
+    if not isinstance(x, TensorMeta) or x.kind != "fixed" or x.padded_channels is not None:
+        ctx.fail("the logit batch norm takes a signed feature map (a convolution's or batch "
+                 "norm's output)")
+    if x.channels != layer.num_features:
+        ctx.fail(f"takes {layer.num_features} channels (one per class), not {x.channels}")
+    m_q, b_q, frac = layer.quantized(x.frac, x.height * x.width, x.scale, x.offset)
+    out = TensorMeta("", layer.num_features, 1, 1, "fixed", frac=frac)
+    ref = ctx.emit("head", [x], out, dict(weight=torch.diag(m_q), bias=b_q, frac=frac))
     ctx.graph.output = ref
     return replace(out, ref=ref)
 

@@ -13,9 +13,9 @@ same cycle), ``folds = ceil(channels / lanes)`` steps, fork to one or more outpu
 streams. Every ``ready`` it drives is a register (``~busy``): a folded unit also ends
 the combinational ready path, so chains of units meet timing.
 
-Latency and throughput: a pixel accepted in cycle ``a`` is on the outputs in cycle
-``a + folds + 1``; the next pixel is accepted from cycle ``a + folds + 1``, so one
-pixel per ``folds + 1`` cycles (:func:`folded_interval`).
+Latency and throughput (``L`` pipeline registers inside a lane): a pixel accepted in
+cycle ``a`` is on the outputs in cycle ``a + folds + 1 + L``; one pixel per
+``folds + 1 + max(0, L - 1)`` cycles (:func:`folded_interval`).
 """
 
 from __future__ import annotations
@@ -53,11 +53,12 @@ def build_lane_folded(m, inputs, outputs, channels, lanes, lane_fn, lane_latency
     lane_fn : callable ``(m, fold, lane, [input element per input], step) -> [output value per output]``
         The per-channel arithmetic of lane ``lane`` (channel ``fold*lanes + lane``);
         ``fold`` is the step counter signal (for per-channel constants via :func:`lane_rom`).
-        With ``lane_latency = 1`` it may register intermediate values on ``step`` (the
-        cycle a step's inputs are on the lanes); its outputs are taken one cycle later.
+        It may hold ``lane_latency`` stages of pipeline registers (free-running, or
+        enabled on ``step``, the cycle a step's inputs are on the lanes); its outputs are
+        taken ``lane_latency`` cycles after the step.
     lane_latency : int
-        0 or 1: pipeline registers inside ``lane_fn``. Adds to the latency, not to the
-        interval (the next pixel's first step waits for the output register as before).
+        Pipeline registers inside ``lane_fn``. Adds to the latency, not to the interval
+        (the next pixel's first step waits for the output register as before).
     """
     folds = folds_of(channels, lanes)
     padded = folds * lanes
@@ -74,15 +75,21 @@ def build_lane_folded(m, inputs, outputs, channels, lanes, lane_fn, lane_latency
     m.d.comb += take.eq(Cat(s.valid for s in inputs).all() & ~busy)
     m.d.comb += [s.ready.eq(take) for s in inputs]
     go = Signal()
-    m.d.comb += go.eq(busy & Cat(~o.valid | o.ready for o in outputs).all())
+    # A new pixel's steps wait while the previous pixel's last results are still in the
+    # lanes' pipeline: they must reach the output register (and be seen there) first.
+    drained = Signal()
+    m.d.comb += go.eq(busy & drained & Cat(~o.valid | o.ready for o in outputs).all())
 
     lane_values = [lane_fn(m, fold, p, [h[p] for h in held], go) for p in range(lanes)]
     # The step that writes the results, `lane_latency` cycles behind the step that read
     # the lanes.
-    write, write_last = go, last
-    if lane_latency:
-        write, write_last = Signal(name="write"), Signal(name="write_last")
-        m.d.sync += [write.eq(go), write_last.eq(go & last)]
+    write, write_last = go, go & last
+    in_flight = []
+    for d in range(lane_latency):
+        w_next, l_next = Signal(name=f"write{d}"), Signal(name=f"write_last{d}")
+        m.d.sync += [w_next.eq(write), l_next.eq(write_last)]
+        write, write_last = w_next, l_next
+        in_flight.append(l_next)
     steps = []
     for j, (r, layout) in enumerate(zip(results, out_layouts)):
         w = len(Value.cast(r[0]))
@@ -111,10 +118,11 @@ def build_lane_folded(m, inputs, outputs, channels, lanes, lane_fn, lane_latency
             m.d.sync += Value.cast(h).eq(Value.cast(h) >> (lanes * w))
     with m.If(write):
         m.d.sync += steps
+    m.d.comb += drained.eq(~Cat(*in_flight).any() if in_flight else 1)
     for o, r in zip(outputs, results):
         w = len(Value.cast(r[0]))
         m.d.comb += Value.cast(o.payload).eq(Value.cast(r)[:channels * w])
-        with m.If(write & write_last if lane_latency else go & last):
+        with m.If(write_last):
             m.d.sync += o.valid.eq(1)
         with m.Elif(o.ready):
             m.d.sync += o.valid.eq(0)

@@ -17,7 +17,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .arith import const_sum
-from .lanes import build_lane_folded, folded_interval
+from .lanes import build_lane_folded, folded_interval, folds_of
 from .elementwise import _fit, _ints, _positive, signed_range, signed_width
 
 __all__ = ["BaseMixer"]
@@ -142,7 +142,8 @@ class BaseMixer(wiring.Component):
         self.out_width = exact if out_width is None else _positive("out_width", out_width)
         self.lanes = None if lanes is None else min(_positive("lanes", lanes), channels)
         if self.lanes is not None:
-            self.latency = folded_interval(channels, self.lanes) + 1
+            self.latency = folds_of(channels, self.lanes) + 2
+            self.interval = folded_interval(channels, self.lanes, 1)
 
         in_sig = stream.Signature(data.ArrayLayout(signed(in_width), channels))
         out_sig = stream.Signature(data.ArrayLayout(signed(self.out_width), channels))

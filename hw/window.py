@@ -65,6 +65,8 @@ class SlidingWindow(wiring.Component):
         writer fills a row while the reader still uses the oldest, plus what the
         bottom-padding windows at a frame's end keep held while the next frame arrives
         (found at construction by running the writer/reader counters at full rate).
+        Without padding, at least the rows of the last output row plus those of the
+        first (6 at 3x3), so a slow consumer finds the next frame's first window ready.
         Memory: ``ring_rows * width`` pixels.
 
     Latency
@@ -149,6 +151,16 @@ class SlidingWindow(wiring.Component):
                 need_row, _, release = self._geometry(r, c)
                 need = max(need, need_row + 1, release)
         rows = need + 1
+        # A consumer slower than one window per cycle (a folded MVU) is still reading the
+        # frame's last output row when the next frame arrives. For the next frame's first
+        # window to be ready when the last one is taken, the ring holds both the rows the
+        # last output row reads and those the first output row needs. With "same"
+        # padding that is within the count above; a valid (padding 0) window needs more
+        # (6 rows instead of 4 at 3x3), else its MVU idles at every frame boundary.
+        if self.padding == 0:
+            last_held = self._geometry(self.out_height - 1, self.out_width - 1)[2]
+            first_rows = self._geometry(0, 0)[0] + 1
+            rows = max(rows, last_held + first_rows)
         if self.out_height * self.out_width > self.height * self.width:
             return rows     # output-bound: the writer has to wait anyway
         H, W = self.height, self.width

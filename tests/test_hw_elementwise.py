@@ -206,7 +206,8 @@ def test_folded_postop_equals_reference(seed):
 
 @pytest.mark.parametrize("channels,lanes", [(7, 2), (16, 3), (5, 5), (4, 1)])
 def test_folded_postop_interval_and_registered_ready(channels, lanes):
-    """One pixel per ceil(C/lanes)+1 cycles, first result after the same latency."""
+    """One pixel per ceil(C/lanes)+2 cycles (two lane registers), first result after
+    ceil(C/lanes)+3."""
     from groupnet_hw.hw.lanes import folded_interval
     dut = PostOp(channels, 8, list(range(1, channels + 1)), [0] * channels, 1, False, False,
                  14, lanes=lanes)
@@ -214,7 +215,8 @@ def test_folded_postop_interval_and_registered_ready(channels, lanes):
     rng = np.random.default_rng(channels)
     run = run_streams(dut, {"i": as_lists(rng.integers(-100, 100, size=(n, channels)))},
                       {"o": n}, max_cycles=100 * n)
-    interval = folded_interval(channels, lanes)
-    assert dut.latency == interval
+    interval = folded_interval(channels, lanes, 2)
+    assert dut.interval == interval == -(-channels // lanes) + 2
+    assert dut.latency == -(-channels // lanes) + 3
     assert np.all(np.diff(run.out_cycles["o"]) == interval)
-    assert run.cycles == n * interval + 1
+    assert run.cycles == (n - 1) * interval + dut.latency + 1

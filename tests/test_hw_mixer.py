@@ -206,8 +206,8 @@ def test_folded_mixer_interval(index, lanes):
     dut = flat_ports(BaseMixer(**cfg, lanes=lanes))
     inputs = {f"i{k}": as_lists(G[:, k]) for k in range(cfg["bases"])}
     run = run_streams(dut, inputs, {n: len(v) for n, v in expected.items()}, max_cycles=2000)
-    interval = folded_interval(cfg["channels"], lanes)
-    assert dut.latency == interval + 1
+    interval = folded_interval(cfg["channels"], lanes, 1)
+    assert dut.interval == interval and dut.latency == interval + 1
     for name in expected:
         assert np.all(np.diff(run.out_cycles[name]) == interval)
     assert run.cycles == len(G) * interval + 2

@@ -73,13 +73,14 @@ class Op:
         frame, ``(lanes, None, None)`` for a lane-foldable unit, or ``(None, None,
         None)`` for units without folding."""
         if self.lane_foldable:
-            return cyc.choose_lanes(node.channels, node.height * node.width, target), None, None
+            return (cyc.choose_lanes(node.channels, node.height * node.width, target,
+                                     self.lane_latency), None, None)
         return None, None, None
 
     def interval(self, node, unit):
         """Cycles between accepted pixels at full speed."""
         if self.lane_foldable and unit is not None and unit.pe:
-            return cyc.folded_interval(node.channels, unit.pe)
+            return cyc.folded_interval(node.channels, unit.pe, self.lane_latency)
         return 1
 
     def cycles(self, node, parent, unit):
@@ -89,7 +90,7 @@ class Op:
     def latency(self, node, unit=None):
         """Cycles from accepting a beat to its result on the output."""
         if self.lane_foldable and unit is not None and unit.pe:
-            return cyc.folded_interval(node.channels, unit.pe) + self.lane_latency
+            return cyc.lane_folds(node.channels, unit.pe) + 1 + self.lane_latency
         return self.full_rate_latency(node)
 
     def full_rate_latency(self, node):

@@ -56,6 +56,7 @@ class PostOp(Op):
 
     name = "postop"
     lane_foldable = True
+    lane_latency = 2    # hw.elementwise.POSTOP_LANE_LATENCY
 
     def execute(self, node, ins):
         a = node.attrs
