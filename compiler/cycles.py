@@ -43,7 +43,7 @@ def head_cycles(height, width, n_classes, folds=1):
     """Pool + classifier + argmax: accumulation at one pixel per cycle, the
     classifier (``folds`` steps per class, then its pipeline) overlapping the next
     frame's accumulation (:class:`groupnet_hw.hw.head.ClassifierHead`)."""
-    return max(height * width, n_classes * folds + 4)
+    return max(height * width, n_classes * folds + 5)
 
 
 def pipeline_cycles(node_cycles):

@@ -12,7 +12,7 @@ __all__ = ["ClassifierHead", "head_latency"]
 
 def head_latency(n_classes, folds):
     """Cycles from a frame's last pixel to its result (see :class:`ClassifierHead`)."""
-    return n_classes * folds + 4
+    return n_classes * folds + 5
 
 
 class ClassifierHead(wiring.Component):
@@ -75,17 +75,17 @@ class ClassifierHead(wiring.Component):
     folds : int
         ``ceil(C/lanes)``.
     latency : int
-        ``n_cls * folds + 4``: cycles from a frame's last pixel being taken to its
+        ``n_cls * folds + 5``: cycles from a frame's last pixel being taken to its
         result being valid.
 
     Latency
     -------
-    ``n_cls * folds + 4`` cycles after the frame's last pixel is taken: the MAC steps,
-    the product and accumulator stages, the argmax step and the output register.
+    ``n_cls * folds + 5`` cycles after the frame's last pixel is taken: the MAC steps,
+    the ROM-word, product and accumulator stages, the argmax step and the output register.
 
     Throughput
     ----------
-    ``compiler.cycles.head_cycles(H, W, n_cls, folds) = max(H*W, n_cls*folds + 4)``
+    ``compiler.cycles.head_cycles(H, W, n_cls, folds) = max(H*W, n_cls*folds + 5)``
     cycles per frame with the output always ready, the classifier overlapped with the
     next frame's accumulation.
     """
@@ -170,17 +170,26 @@ class ClassifierHead(wiring.Component):
         # Prefetch: in step s read row s+1; while idle keep row 0 ready.
         m.d.comb += rd.addr.eq(Mux(busy & (step != steps - 1), step + 1, 0))
 
+        # stage 0: the ROM word and the lanes, registered (an ECP5 block RAM's output
+        # alone takes ~4 ns; it fed the multipliers directly at 79 MHz)
+        s0_valid, s0_first, s0_last = Signal(), Signal(), Signal()
+        s0_w = Signal.like(rd.data.w, name="s0_w")
+        s0_b = Signal(signed(self.bias_width), name="s0_b")
+        s0_x = [Signal(signed(self.sum_width), name=f"s0_x{p}") for p in range(P)]
+        m.d.sync += [s0_valid.eq(busy), s0_w.eq(rd.data.w), s0_b.eq(rd.data.b),
+                     s0_first.eq(fold == 0), s0_last.eq(fold == F - 1),
+                     *(r.eq(x) for r, x in zip(s0_x, lanes_in))]
+
         # stage 1: the products
         prod_width = self.sum_width + self.weight_width
         prods = [Signal(signed(prod_width), name=f"prod{p}") for p in range(P)]
         s1_valid, s1_first, s1_last = Signal(), Signal(), Signal()
         s1_bias = Signal(signed(self.bias_width), name="s1_bias")
-        m.d.sync += s1_valid.eq(busy)
+        m.d.sync += [s1_valid.eq(s0_valid), s1_first.eq(s0_first), s1_last.eq(s0_last),
+                     s1_bias.eq(s0_b),
+                     *(pr.eq(s0_w[p] * s0_x[p]) for p, pr in enumerate(prods))]
         with m.If(busy):
-            m.d.sync += [pr.eq(rd.data.w[p] * lanes_in[p]) for p, pr in enumerate(prods)]
-            m.d.sync += [s1_first.eq(fold == 0), s1_last.eq(fold == F - 1),
-                         s1_bias.eq(rd.data.b),
-                         bank.eq(bank.rotate_right(P * self.sum_width)),
+            m.d.sync += [bank.eq(bank.rotate_right(P * self.sum_width)),
                          step.eq(Mux(step == steps - 1, 0, step + 1)),
                          fold.eq(Mux(fold == F - 1, 0, fold + 1))]
             with m.If(step == steps - 1):
@@ -227,7 +236,7 @@ class ClassifierHead(wiring.Component):
         with m.Elif(self.o.ready):
             m.d.sync += self.o.valid.eq(0)
 
-        m.d.comb += idle.eq(~busy & ~s1_valid & ~d_valid & ~done)
+        m.d.comb += idle.eq(~busy & ~s0_valid & ~s1_valid & ~d_valid & ~done)
         with m.If(start):
             # Second bank: the next frame may overwrite the pool from the next cycle on.
             sums = [Signal(signed(self.sum_width), name=f"sum{c}") for c in range(C)]

@@ -89,9 +89,9 @@ def run_case(case, *, stall, seed, reset_at=None, lanes=None):
 
 CASES = [
     # (channels, in_width, height, width, n_cls, frames, ties)
-    (3, 6, 2, 3, 10, 4, True),     # H*W = 6 < n_cls + 4: classifier-bound
-    (5, 4, 4, 4, 3, 4, False),     # H*W = 16 >= n_cls + 4: pool-bound
-    (8, 8, 3, 3, 5, 3, True),      # H*W = 9 == n_cls + 4
+    (3, 6, 2, 3, 10, 4, True),     # H*W = 6 < n_cls + 5: classifier-bound
+    (5, 4, 4, 4, 3, 4, False),     # H*W = 16 >= n_cls + 5: pool-bound
+    (8, 8, 3, 3, 4, 3, True),      # H*W = 9 == n_cls + 5
     (4, 5, 1, 1, 1, 5, False),     # one pixel per frame, one class
     (6, 7, 2, 5, 4, 3, True),
 ]
@@ -135,8 +135,8 @@ def test_widths_are_exact():
 @pytest.mark.parametrize("index,lanes", [(0, None), (1, None), (2, None), (1, 2), (2, 1),
                                          (4, 4)])
 def test_full_throughput(index, lanes):
-    """F frames: the first result H*W pixels + latency (n_cls*folds + 4) cycles in, then
-    one every head_cycles(H, W, n_cls, folds) = max(H*W, n_cls*folds + 4) cycles, so the
+    """F frames: the first result H*W pixels + latency (n_cls*folds + 5) cycles in, then
+    one every head_cycles(H, W, n_cls, folds) = max(H*W, n_cls*folds + 5) cycles, so the
     total is F*head_cycles + (H*W + latency - head_cycles)."""
     channels, in_width, height, width, n_cls, _, _ = CASES[index]
     frames = 6
@@ -144,7 +144,7 @@ def test_full_throughput(index, lanes):
     dut, run = run_case(case, stall=0.0, seed=0, lanes=lanes)
     folds = -(-channels // (lanes or channels))
     period = head_cycles(height, width, n_cls, folds)
-    assert dut.latency == n_cls * folds + 4
+    assert dut.latency == n_cls * folds + 5
     assert np.all(np.diff(run.out_cycles["o_bits"]) == period)
     assert run.cycles == frames * period + (height * width + dut.latency - period)
 
