@@ -230,7 +230,10 @@ def zoo():
 @click.option("--no-dsp", is_flag=True,
               help="Keep multipliers in logic (by default they map to DSP blocks, and a design "
                    "that then runs out of DSP sites is redone in logic automatically).")
-def synth(out_dir, flows, freq, no_pnr, no_dsp):
+@click.option("--timeout", default=3600, show_default=True, type=click.IntRange(60),
+              help="Seconds each tool may run (a whole-network place and route on 2 busy "
+                   "cores can take over an hour).")
+def synth(out_dir, flows, freq, no_pnr, no_dsp, timeout):
     """Synthesize a build with the YoWASP tools (Yosys, nextpnr for ECP5) and add the counts,
     Fmax and frames/s at Fmax to OUT_DIR/report.json.
 
@@ -257,6 +260,7 @@ def synth(out_dir, flows, freq, no_pnr, no_dsp):
             try:
                 r = synthesize(Path(out_dir, manifest.verilog), manifest.toplevel, flow, out_dir,
                                freq_mhz=freq, place_and_route=not no_pnr, use_dsp=not no_dsp,
+                               timeout=timeout,
                                progress=lambda msg: status.update(f"{flow}: {msg}"))
             except SynthError as exc:
                 raise UserError(str(exc)) from None
