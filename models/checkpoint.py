@@ -6,10 +6,12 @@ refuses anything hostile before it can cost memory or time, in this order:
 
 1. the file: size limit, a zip archive whose entries are all stored uncompressed
    with honest sizes (no zip bombs), a bounded pickle;
-2. the payload: exact top-level keys; ``metrics``/``dataset``/``train``/``versions``
-   plain JSON values (``build`` writes metrics into report.json);
-3. ``config`` and ``quant``: strict types and ranges (:class:`GroupNetConfig`,
-   :class:`QuantConfig`), before any model exists;
+2. the payload: exact top-level keys; ``family`` one of :data:`~.zoo.FAMILIES`
+   (``"groupnet"`` when absent: checkpoints written before CNV); ``metrics``/``dataset``/
+   ``train``/``versions`` plain JSON values (``build`` writes metrics into report.json);
+3. ``config`` and ``quant``: strict types and ranges (the family's config class,
+   :class:`GroupNetConfig` or :class:`~.cnv.CNVConfig`, and :class:`QuantConfig`),
+   before any model exists;
 4. the weights against the declared architecture, built on the meta device (no
    memory): names, shapes, dtypes, bytes really stored, then finite and bounded
    values and non-negative BN variances;
@@ -30,9 +32,10 @@ import zipfile
 
 import torch
 
-from .groupnet import GroupNet, GroupNetConfig
+from .groupnet import GroupNet
 from .layers import BatchNorm
 from .quantize import ConfigError, QuantConfig, show_value
+from .zoo import FAMILIES, family_of
 
 __all__ = ["FORMAT", "CheckpointError", "save_checkpoint", "load_checkpoint",
            "MAX_FILE_BYTES", "MAX_PICKLE_BYTES", "MAX_ZIP_ENTRIES", "MAX_WEIGHT_MAGNITUDE",
@@ -65,6 +68,9 @@ MAX_META_STRING = 4096
 
 _REQUIRED = ("format", "config", "quant", "state_dict")
 _METADATA = ("dataset", "metrics", "train", "versions")
+#: Absent in checkpoints written before the CNV family existed: those are Group-Nets.
+_FAMILY = "family"
+_DEFAULT_FAMILY = "groupnet"
 _FLOAT_DTYPES = (torch.float32, torch.float64)
 _INT_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
@@ -82,9 +88,11 @@ def _versions():
 
 
 def save_checkpoint(path, model: GroupNet, *, dataset=None, metrics=None, train_config=None):
-    """Write ``model`` with everything needed to rebuild it; atomic (temp file + rename)."""
+    """Write ``model`` (a network of any family in :data:`~.zoo.FAMILIES`) with everything
+    needed to rebuild it; atomic (temp file + rename)."""
     payload = {
         "format": FORMAT,
+        _FAMILY: family_of(model),
         "config": model.config.to_dict(),
         "quant": model.quant.to_dict(),
         "state_dict": {k: v.detach().clone() for k, v in model.state_dict().items()},
@@ -287,9 +295,9 @@ def load_checkpoint(path):
     ------
     CheckpointError
         missing file, not a checkpoint, oversized or zip-bomb archive, pickled
-        objects, foreign format, invalid or out-of-range architecture or quant
-        settings, non-JSON metadata, architecture/weights mismatch, non-finite or
-        extreme weights, fixed-point constants beyond 2**40.
+        objects, foreign format, unknown family, invalid or out-of-range architecture
+        or quant settings, non-JSON metadata, architecture/weights mismatch,
+        non-finite or extreme weights, fixed-point constants beyond 2**40.
     """
     path = os.fspath(path)
     if not os.path.exists(path):
@@ -316,10 +324,11 @@ def load_checkpoint(path):
         raise CheckpointError(f"{path}: not a groupnet-hw checkpoint (format "
                               f"{show_value(found)}, expected {FORMAT!r}); create one with "
                               "`groupnet-hw train`")
+    known = _REQUIRED + (_FAMILY,) + _METADATA
     for key in payload:
-        if key not in _REQUIRED + _METADATA:
+        if key not in known:
             raise CheckpointError(f"{path}: unknown top-level entry {show_value(key)}; allowed: "
-                                  f"{', '.join(_REQUIRED + _METADATA)}")
+                                  f"{', '.join(known)}")
     for key in _REQUIRED:
         if key not in payload:
             raise CheckpointError(f"{path}: {key} is missing; a checkpoint needs "
@@ -332,8 +341,13 @@ def load_checkpoint(path):
                                   f"{type(value).__name__}; allowed a dict of JSON values")
         _check_plain(value, f"{path}: {key}", 0, budget)
 
+    family = payload.get(_FAMILY, _DEFAULT_FAMILY)
+    if not isinstance(family, str) or family not in FAMILIES:
+        raise CheckpointError(f"{path}: family = {show_value(family)} is not one of: "
+                              f"{', '.join(FAMILIES)}")
+    config_cls, network_cls = FAMILIES[family]
     sections = {}
-    for key, cls in (("config", GroupNetConfig), ("quant", QuantConfig)):
+    for key, cls in (("config", config_cls), ("quant", QuantConfig)):
         try:
             sections[key] = cls.from_dict(payload[key])
         except ConfigError as exc:
@@ -358,11 +372,11 @@ def load_checkpoint(path):
     # The declared architecture on the meta device: names, shapes and dtypes
     # without allocating a byte of weights.
     with torch.device("meta"):
-        skeleton = GroupNet(config, quant)
+        skeleton = network_cls(config, quant)
     _check_tensors(path, state, skeleton.state_dict(), file_size)
     del skeleton
 
-    model = GroupNet(config, quant)
+    model = network_cls(config, quant)
     try:
         model.load_state_dict(state)
     except (RuntimeError, ValueError) as exc:  # checked above; kept one line regardless

@@ -29,7 +29,8 @@ from .quantize import quantize_affine, quantize_scalar, quantize_weights_pow2, r
 
 __all__ = ["InputQuant", "BinaryActivation", "NBitActivation", "BinaryConv2d", "FPConv2d",
            "BatchNorm", "ReLU", "MaxPool", "OptionAShortcut", "Add", "Aggregation", "SoftGate",
-           "GlobalPool", "Classifier", "LIBRARY_LAYERS", "bn_affine", "conv_out_size"]
+           "GlobalPool", "Classifier", "LogitBatchNorm", "LIBRARY_LAYERS", "bn_affine",
+           "conv_out_size"]
 
 
 
@@ -464,7 +465,55 @@ class Classifier(nn.Linear):
         return Fixed(x.value @ w_q.t() + b_q, "fixed", frac=frac)
 
 
+class LogitBatchNorm(nn.BatchNorm2d):
+    """Logits of a map with one channel per class: global average pooling, then a batch
+    norm over the classes (a learned scale and bias per class).
+
+    FINN's CNV ends in a binary layer with one output per class followed by a per-class
+    scale and bias (BNN-PYNQ: a batch norm without activation); this is that scale and
+    bias. The float forward returns ``[N, classes]``.
+
+    Fixed point: the batch norm's scale, the input's pending scale (a binary
+    convolution's alpha) and the pooling's ``1/(H*W)`` fold into one multiplier per
+    class, ``weight_bits`` signed integers sharing a power-of-two scale as the
+    classifier's weights do, and the logits have ``frac`` = input frac + weight frac:
+    ``logits[c] = m_c * sum_hw x[c] + b_c``, a classifier whose weight matrix is
+    diagonal.
+
+    Parameters
+    ----------
+    classes : int
+    weight_bits : int
+        Bits (with sign) of the per-class multipliers.
+    """
+
+    def __init__(self, classes, weight_bits=8):
+        super().__init__(classes)
+        self.weight_bits = weight_bits
+
+    def forward(self, x):
+        # pooling first: in training the statistics are those of the pooled logits
+        return super().forward(x.mean(dim=(2, 3), keepdim=True)).flatten(1)
+
+    def quantized(self, x_frac, pixels, pending_scale=None, pending_offset=None):
+        """``(m_q, bias_q, out_frac)``: per-class multipliers of the spatial sums of an
+        input with ``x_frac`` bits, ``pixels`` = H*W, and a pending affine map."""
+        scale, shift = bn_affine(self)
+        s = pending_scale if pending_scale is not None else 1.0
+        bias = shift + scale * (pending_offset if pending_offset is not None else 0.0)
+        m_q, m_frac = quantize_weights_pow2(scale * s / pixels, self.weight_bits)
+        return m_q, quantize_scalar(bias, m_frac + x_frac), m_frac + x_frac
+
+    def forward_fixed(self, x: Fixed):
+        if x.kind != "fixed":
+            raise ValueError("the logit batch norm takes signed values (a convolution's or "
+                             "batch norm's output), not binary or n-bit activations")
+        pixels = x.value.shape[2] * x.value.shape[3]
+        m_q, b_q, frac = self.quantized(x.frac, pixels, x.scale, x.offset)
+        return Fixed(x.value.sum(dim=(2, 3)) * m_q + b_q, "fixed", frac=frac)
+
+
 #: Leaf modules of the compiler's trace: every op of the family is one of these.
 LIBRARY_LAYERS = (InputQuant, BinaryActivation, NBitActivation, BinaryConv2d, FPConv2d,
                   BatchNorm, ReLU, MaxPool, OptionAShortcut, Add, Aggregation, SoftGate,
-                  GlobalPool, Classifier)
+                  GlobalPool, Classifier, LogitBatchNorm)

@@ -1,5 +1,6 @@
-"""Training of the Group-Net family on the built-in datasets (paper section 4.1: Adam,
-no dropout, step learning-rate decay), then calibration of the fixed-point format."""
+"""Training of the network families (Group-Net, FINN's CNV) on the built-in datasets
+(paper section 4.1: Adam, no dropout, step learning-rate decay), then calibration of the
+fixed-point format."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from .calibrate import calibrate
 from .data import load_dataset
 from .groupnet import GroupNet, GroupNetConfig
 from .quantize import QuantConfig
+from .zoo import build_model
 
 __all__ = ["TrainConfig", "train_digits", "train_model", "evaluate", "dataset_for"]
 
@@ -30,7 +32,8 @@ class TrainConfig:
 
 
 def dataset_for(config: GroupNetConfig):
-    """The built-in dataset whose images fit ``config``."""
+    """The built-in dataset whose images fit ``config`` (any family's: its
+    ``image_size`` and ``in_channels``)."""
     if config.image_size == 8 and config.in_channels == 1:
         return "digits"
     if config.image_size == 32 and config.in_channels == 3:
@@ -61,8 +64,9 @@ def evaluate(model: GroupNet, x, y, batch=256):
 
 def train_model(config: GroupNetConfig, train: TrainConfig, quant: QuantConfig | None = None,
                 progress=None, data=None):
-    """Train on the built-in dataset of ``config`` (:func:`dataset_for`), calibrate the
-    fractional bits on the training split, evaluate on the test split.
+    """Train the network of ``config``'s family (:func:`~.zoo.build_model`) on its built-in
+    dataset (:func:`dataset_for`), calibrate the fractional bits on the training split,
+    evaluate on the test split.
 
     Returns ``(model, metrics)``. ``progress(epoch, epochs, loss)`` is called after each
     epoch when given. Runs are reproducible for a given seed (single-threaded
@@ -70,7 +74,7 @@ def train_model(config: GroupNetConfig, train: TrainConfig, quant: QuantConfig |
     """
     torch.manual_seed(train.seed)
     x_tr, y_tr, x_te, y_te = data or load_dataset(dataset_for(config))
-    model = GroupNet(config, quant)
+    model = build_model(config, quant)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=train.lr)
     sched = torch.optim.lr_scheduler.MultiStepLR(
@@ -83,6 +87,10 @@ def train_model(config: GroupNetConfig, train: TrainConfig, quant: QuantConfig |
         total, seen = 0.0, 0
         for start in range(0, len(order), train.batch_size):
             idx = order[start:start + train.batch_size]
+            if len(idx) == 1 and start:
+                # a batch norm over 1x1 maps (CNV's fully connected layers) has no
+                # statistics for one image; the epoch's remainder of one is dropped
+                continue
             loss = F.cross_entropy(model(x_tr[idx]), y_tr[idx])
             opt.zero_grad()
             loss.backward()
