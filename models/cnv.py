@@ -34,7 +34,7 @@ How it maps onto the library (docs/architecture.md section 3):
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -42,7 +42,7 @@ from torch import nn
 from .groupnet import MAX_CHANNELS, MAX_CLASSES, MAX_IN_CHANNELS, QuantizedOutput
 from .layers import (BatchNorm, BinaryActivation, BinaryConv2d, InputQuant, LogitBatchNorm,
                      MaxPool, conv_out_size)
-from .quantize import ConfigError, QuantConfig, check_fields, check_int, show_value
+from .quantize import ConfigError, QuantConfig, StrictConfig, check_int, show_value
 
 __all__ = ["CNVConfig", "CNV", "DEFAULT_QUANT", "CONV_LAYERS", "POOL_AFTER", "MIN_IMAGE_SIZE",
            "MAX_IMAGE_SIZE", "MAX_FC_LAYERS", "MAX_FC_FEATURES"]
@@ -81,7 +81,7 @@ def _int_list(name, value, low, high, min_len, max_len, what):
 
 
 @dataclass
-class CNVConfig:
+class CNVConfig(StrictConfig):
     """Architecture of a CNV network.
 
     Attributes
@@ -139,19 +139,6 @@ class CNVConfig:
         _int_list("fc_features", self.fc_features, 1, MAX_FC_FEATURES, 0, MAX_FC_LAYERS,
                   f"0..{MAX_FC_LAYERS}")
 
-    def to_dict(self):
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d):
-        """Strictly parse an untrusted dict: every field present, no unknown keys,
-        types and ranges as :meth:`validate` (nothing is converted).
-
-        Raises
-        ------
-        ConfigError
-        """
-        return cls(**check_fields(d, cls.__dataclass_fields__))
 
 
 class BinaryLayer(nn.Module):

@@ -28,7 +28,7 @@ it with the library layers as leaves (:mod:`.tracing`).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -36,7 +36,7 @@ from torch import nn
 from .layers import (Add, Aggregation, BatchNorm, BinaryActivation, BinaryConv2d, Classifier,
                      FPConv2d, GlobalPool, InputQuant, MaxPool, NBitActivation, OptionAShortcut,
                      ReLU, SoftGate, bn_affine, conv_out_size)
-from .quantize import ConfigError, QuantConfig, check_fields, check_int, show_value
+from .quantize import ConfigError, QuantConfig, StrictConfig, check_int, show_value
 
 __all__ = ["GroupNetConfig", "GroupNet", "QuantizedOutput", "VARIANTS", "bn_affine",
            "MIN_IMAGE_SIZE", "MAX_IMAGE_SIZE", "MAX_IN_CHANNELS", "MAX_CLASSES", "MAX_CHANNELS",
@@ -85,7 +85,7 @@ def _choice(name, value, allowed):
 
 
 @dataclass
-class GroupNetConfig:
+class GroupNetConfig(StrictConfig):
     """Architecture of a Group-Net family member.
 
     Attributes
@@ -252,19 +252,6 @@ class GroupNetConfig:
                                       f"3x3 window dilated by {d} sees only padding off its "
                                       f"centre; allowed 1..{max(1, size - 1)}")
 
-    def to_dict(self):
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d):
-        """Strictly parse an untrusted dict: every field present, no unknown keys,
-        types and ranges as :meth:`validate` (nothing is converted).
-
-        Raises
-        ------
-        ConfigError
-        """
-        return cls(**check_fields(d, cls.__dataclass_fields__))
 
 
 # ------------------------------------------------------------------ building blocks

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-__all__ = ["QuantConfig", "ConfigError", "check_int", "round_shift", "quantize_affine",
+__all__ = ["QuantConfig", "StrictConfig", "ConfigError", "check_int", "round_shift", "quantize_affine",
            "quantize_scalar", "quantize_weights_pow2", "QUANT_LIMITS", "INT64_SAFE_BITS"]
 
 #: Allowed range of every :class:`QuantConfig` field. Beyond these the format stops
@@ -89,8 +89,27 @@ def check_int(field, value, low, high):
         raise ConfigError(field, f"= {show_value(value)} is out of range; allowed {low}..{high}")
 
 
+class StrictConfig:
+    """Mixin of the checkpoint's config dataclasses: a plain dict out, and a strict
+    parse of an untrusted dict in."""
+
+    def to_dict(self):
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d):
+        """Strictly parse an untrusted dict: every field present, no unknown keys,
+        types and ranges as the class's ``validate`` (nothing is converted).
+
+        Raises
+        ------
+        ConfigError
+        """
+        return cls(**check_fields(d, cls.__dataclass_fields__))
+
+
 @dataclass(frozen=True)
-class QuantConfig:
+class QuantConfig(StrictConfig):
     """Fixed-point format of the quantized network.
 
     Attributes
@@ -126,19 +145,6 @@ class QuantConfig:
         for name, (low, high) in QUANT_LIMITS.items():
             check_int(name, getattr(self, name), low, high)
 
-    def to_dict(self):
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d):
-        """Strictly parse an untrusted dict: every field present, no unknown keys,
-        plain ints in range (no conversion).
-
-        Raises
-        ------
-        ConfigError
-        """
-        return cls(**check_fields(d, cls.__dataclass_fields__))
 
 
 def check_fields(d, fields):
