@@ -37,8 +37,8 @@ def schedule_table(sched, title=None):
     return table
 
 
-def budget_lines(sched, synthesis=None):
-    """Per budgeted resource: estimate, limit (and the margin), and Yosys's count."""
+def budget_lines(sched):
+    """Per budgeted resource: estimate, limit and the margin."""
     lines = []
     limits = sched.budget["limits"]
     for key, limit in limits.items():

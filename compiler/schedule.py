@@ -322,6 +322,7 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
         # between the last that did not and the first that did. Every unit is folded to
         # just meet the interval, so nothing is spent on units that are not the bottleneck.
         lo, hi, chosen = None, first, plan(first)
+        at_first = chosen[4]
         while not fits(chosen[4]) and hi < 1 << 22:
             lo, hi = hi, hi * 2
             chosen = plan(hi)
@@ -340,7 +341,7 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
                     lo = mid
             notes.append(f"folded to {chosen[2]} cycles/frame, the fastest that fits {board} "
                          f"at {max_util:.0%} utilization ({first} would need: "
-                         f"{over(plan(first)[4])})")
+                         f"{over(at_first)})")
     units, fifos, frame, cells, usage = chosen
     return Schedule(g, board, units, fifos, frame, usage, budget, notes=notes, cells=cells,
                     max_util=max_util)

@@ -36,10 +36,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
 from torch import nn
 
-from .groupnet import MAX_CHANNELS, MAX_CLASSES, MAX_IN_CHANNELS, QuantizedOutput
+from .groupnet import MAX_CHANNELS, MAX_CLASSES, MAX_IN_CHANNELS, FixedPointForward
 from .layers import (BatchNorm, BinaryActivation, BinaryConv2d, InputQuant, LogitBatchNorm,
                      MaxPool, conv_out_size)
 from .quantize import ConfigError, QuantConfig, StrictConfig, check_int, show_value
@@ -157,7 +156,7 @@ class BinaryLayer(nn.Module):
         return self.act(self.bn(self.conv(x)))
 
 
-class CNV(nn.Module):
+class CNV(FixedPointForward, nn.Module):
     """FINN's CNV (see the module docstring).
 
     Parameters
@@ -201,15 +200,6 @@ class CNV(nn.Module):
         for layer in self.fcs:
             x = layer(x)
         return self.logits(self.out(x))
-
-    @torch.no_grad()
-    def forward_quantized(self, pixels, keep_trace=False):
-        """Exact fixed-point forward on uint8 pixels ([N, H, W] or [N, C, H, W]): the
-        traced composition of :meth:`forward`, each layer's ``forward_fixed``."""
-        from .tracing import run_fixed
-        out, trace = run_fixed(self, pixels, keep_trace)
-        return QuantizedOutput(logits=out.value, classes=out.value.argmax(dim=1),
-                               logit_frac=out.frac, trace=trace)
 
     def final_size(self):
         return self.config.final_size()

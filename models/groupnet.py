@@ -41,7 +41,7 @@ from .quantize import ConfigError, QuantConfig, StrictConfig, check_int, show_va
 __all__ = ["GroupNetConfig", "GroupNet", "QuantizedOutput", "VARIANTS", "bn_affine",
            "MIN_IMAGE_SIZE", "MAX_IMAGE_SIZE", "MAX_IN_CHANNELS", "MAX_CLASSES", "MAX_CHANNELS",
            "MAX_STAGES", "MAX_BLOCKS", "MAX_BASES", "MAX_DILATION", "bpac_rates",
-           "randomize_eval_state"]
+           "randomize_eval_state", "FixedPointForward"]
 
 #: Variant name -> one-line description (``groupnet-hw zoo`` prints it).
 VARIANTS = {
@@ -423,7 +423,21 @@ class QuantizedOutput:
     trace: dict
 
 
-class GroupNet(nn.Module):
+class FixedPointForward:
+    """Mixin of the networks built from library layers: their exact fixed-point
+    forward is the traced composition of ``forward``, each layer's ``forward_fixed``."""
+
+    @torch.no_grad()
+    def forward_quantized(self, pixels, keep_trace=False):
+        """Exact fixed-point forward on uint8 pixels ([N, H, W] or [N, C, H, W]): the
+        traced composition of :meth:`forward`, each layer's ``forward_fixed``."""
+        from .tracing import run_fixed
+        out, trace = run_fixed(self, pixels, keep_trace)
+        return QuantizedOutput(logits=out.value, classes=out.value.argmax(dim=1),
+                               logit_frac=out.frac, trace=trace)
+
+
+class GroupNet(FixedPointForward, nn.Module):
     """A member of the Group-Net family (see the module docstring).
 
     Parameters
@@ -467,15 +481,6 @@ class GroupNet(nn.Module):
         for block in self.blocks:
             xs, agg = block(xs, agg)
         return self.fc(self.pool(agg))
-
-    @torch.no_grad()
-    def forward_quantized(self, pixels, keep_trace=False):
-        """Exact fixed-point forward on uint8 pixels ([N, H, W] or [N, C, H, W]): the
-        traced composition of :meth:`forward`, each layer's ``forward_fixed``."""
-        from .tracing import run_fixed
-        out, trace = run_fixed(self, pixels, keep_trace)
-        return QuantizedOutput(logits=out.value, classes=out.value.argmax(dim=1),
-                               logit_frac=out.frac, trace=trace)
 
     def final_size(self):
         return self.config.stage_sizes()[-1]
