@@ -12,8 +12,8 @@ become a sliding window plus a matrix-vector unit). The schedule
   and estimates resources (Cyclone V ALMs, M10K blocks, DSP blocks).
 
 Each op's cycle, timing and resource model is its definition's (:mod:`.ops`). The K
-bases of a block are always mapped to parallel per-base units; the report states it
-(time-sharing bases is not implemented).
+bases of a block are mapped side by side or time-shared on one set of units
+(:mod:`.sharing`), whichever is faster within the budget; the report states it.
 """
 
 from __future__ import annotations
@@ -223,16 +223,22 @@ def _folding_override(g: Graph, folding):
                              f"known: {', '.join(convs)}")
         pe, simd = value
         node = g[name]
-        n_in = node.attrs["kernel"] ** 2 * g.producer(node.inputs[0]).channels
-        if not (1 <= pe <= node.channels and 1 <= simd <= n_in):
-            raise ValueError(f"folding: {name}: PE must be in 1..{node.channels} and SIMD in "
+        groups = node.attrs.get("groups", 1)
+        n_in = node.attrs["kernel"] ** 2 * g.producer(node.inputs[0]).channels // groups
+        c_group = node.channels // groups
+        if not (1 <= pe <= c_group and 1 <= simd <= n_in):
+            raise ValueError(f"folding: {name}: PE must be in 1..{c_group} and SIMD in "
                              f"1..{n_in}, not {pe} x {simd}")
         out[name] = (int(pe), int(simd), n_in)
     return out
 
 
+#: How a block's K bases map to hardware (``schedule(..., bases=)``, ``build --bases``).
+BASE_MAPPINGS = ("auto", "parallel", "shared")
+
+
 def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
-             max_util=DEFAULT_MAX_UTIL, folding=None) -> Schedule:
+             max_util=DEFAULT_MAX_UTIL, folding=None, bases="auto") -> Schedule:
     """Fold, size FIFOs and estimate; see the module docstring.
 
     Parameters
@@ -248,8 +254,70 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
     max_util : float
         Fraction of each budgeted resource the design may use.
     folding : dict, optional
-        ``{node name: (pe, simd)}`` overriding the chosen folding of those convolutions.
+        ``{node name: (pe, simd)}`` overriding the chosen folding of those convolutions
+        (names of the side-by-side graph: with ``folding``, ``auto`` keeps the bases
+        side by side).
+    bases : {"auto", "parallel", "shared"}
+        How each block's K bases map to hardware: ``parallel``, side by side (K sets of
+        units); ``shared``, time-shared on one set of units with the base index as the
+        outer fold (:mod:`.sharing`; every block whose bases can be); ``auto``, both
+        scheduled and the better kept: the faster frame interval that fits, then the
+        smaller design.
     """
+    if bases not in BASE_MAPPINGS:
+        raise ValueError(f"bases must be one of {', '.join(BASE_MAPPINGS)}, not {bases!r}")
+    if bases == "parallel" or (bases == "auto" and folding):
+        return _fold(g, board, target_cycles, fps, max_util, folding)
+    from .sharing import base_groups, share_bases
+    if not base_groups(g):
+        if bases == "shared":
+            raise ValueError("this network has no blocks whose bases can be time-shared "
+                             "(K = 1, or no mixer joins isomorphic bases)")
+        return _fold(g, board, target_cycles, fps, max_util, folding)
+    shared_graph = share_bases(g)
+    if bases == "shared":
+        shared = _fold(shared_graph, board, target_cycles, fps, max_util, folding)
+        shared.base_mapping = "shared"
+        return shared
+    errors = []
+    candidates = []
+    for mapping, graph in (("parallel", g), ("shared", shared_graph)):
+        try:
+            sched = _fold(graph, board, target_cycles, fps, max_util, folding)
+        except ValueError as e:      # --fps out of reach with this mapping
+            errors.append(e)
+            continue
+        sched.base_mapping = mapping
+        candidates.append(sched)
+    if not candidates:
+        raise errors[0]
+    best = min(candidates, key=_preference)
+    other = [c for c in candidates if c is not best]
+    if other:
+        o = other[0]
+        best.notes.append(f"bases {o.base_mapping} instead: {o.frame_cycles} cycles/frame, "
+                          f"{_usage_text(o)}{'' if _fits(o) else ' (does not fit)'}")
+    return best
+
+
+def _fits(sched):
+    limits = {k: int(v * sched.max_util) for k, v in sched.budget["limits"].items()}
+    return all(sched.resources[k] <= limits[k] for k in limits)
+
+
+def _usage_text(sched):
+    return ", ".join(f"{k} {sched.resources[k]:,}" for k in sched.budget["limits"])
+
+
+def _preference(sched):
+    """Sort key of two mappings of one network: fitting first, then the shorter frame
+    interval, then the smaller design (sum of the budgeted resources' fractions)."""
+    load = sum(sched.resources[k] / v for k, v in sched.budget["limits"].items())
+    return (not _fits(sched), sched.frame_cycles, load)
+
+
+def _fold(g: Graph, board, target_cycles, fps, max_util, folding) -> Schedule:
+    """:func:`schedule` of one graph as it is (bases already mapped)."""
     if board not in BOARD_BUDGETS:
         raise ValueError(f"unknown board {board!r}; known: {', '.join(BOARD_BUDGETS)}")
     if not 0 < max_util <= 1:
@@ -322,14 +390,19 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
         # between the last that did not and the first that did. Every unit is folded to
         # just meet the interval, so nothing is spent on units that are not the bottleneck.
         lo, hi, chosen = None, first, plan(first)
+        if chosen[2] > first:
+            # time-shared bases cannot reach the input rate: start from the fastest the
+            # design can do, every other unit folded to it
+            first = hi = chosen[2]
+            chosen = plan(first)
         at_first = chosen[4]
         while not fits(chosen[4]) and hi < 1 << 22:
             lo, hi = hi, hi * 2
             chosen = plan(hi)
         if not fits(chosen[4]):
             notes.append(f"does not fit {board} at {max_util:.0%} utilization even fully folded "
-                         f"({over(chosen[4])}); scheduled at the input rate, {first} cycles/frame, "
-                         "instead: it needs base time-sharing or a larger device")
+                         f"({over(chosen[4])}); scheduled at its fastest, {first} cycles/frame, "
+                         "instead: it needs a larger device")
             chosen = plan(first)
         elif lo is not None:
             while hi - lo > max(1, lo // 16):

@@ -10,7 +10,7 @@ no back-pressure pattern can deadlock the pipeline.
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Shape, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -74,6 +74,42 @@ class BuildContext:
         """Hand-shake and a raw bit copy (same lane order on both sides)."""
         self.m.d.comb += [dst.valid.eq(src.valid), src.ready.eq(dst.ready),
                           _bits(dst.payload).eq(_bits(src.payload))]
+
+    def stream(self, shape, name):
+        """A fresh stream interface, for an op whose unit is only wiring (a lane
+        permutation, a packing of several streams into one)."""
+        return stream.Signature(shape).create(path=(name,))
+
+    def connect_lanes(self, src, dst, order, lane_width):
+        """Hand-shake and a lane map: lane ``i`` of ``dst``'s payload is lane
+        ``order[i]`` of ``src``'s (``None``: zero); every lane is ``lane_width`` bits."""
+        bits = _bits(src.payload)
+        lanes = [Const(0, lane_width) if j is None else bits[j * lane_width:(j + 1) * lane_width]
+                 for j in order]
+        self.m.d.comb += [dst.valid.eq(src.valid), src.ready.eq(dst.ready),
+                          _bits(dst.payload).eq(Cat(*lanes))]
+
+    def unpack(self, src, dsts, lanes):
+        """Feed ``dsts`` (inputs of one join unit, which takes them all in the same
+        cycle: one shared ``ready``) from one stream whose payload holds their
+        ``lanes`` lanes each, one after the other."""
+        self.m.d.comb += src.ready.eq(dsts[0].ready)
+        for k, dst in enumerate(dsts):
+            self.m.d.comb += dst.valid.eq(src.valid)
+            self.m.d.comb += [dst.payload[c].eq(src.payload[k * lanes + c]) for c in range(lanes)]
+
+    def pack(self, srcs, dst, lanes):
+        """Drive ``dst`` from ``srcs`` (outputs of one unit that become valid in the
+        same cycle and, taken together, stay in step), their ``lanes`` lanes each one
+        after the other."""
+        self.m.d.comb += dst.valid.eq(srcs[0].valid)
+        for k, src in enumerate(srcs):
+            self.m.d.comb += src.ready.eq(dst.ready)
+            self.m.d.comb += [dst.payload[k * lanes + c].eq(src.payload[c]) for c in range(lanes)]
+
+    def lane_width(self, node):
+        """Bits of one channel in ``node``'s stream payload."""
+        return Shape.cast(tensor_shape(node)).width // node.channels
 
     def drain(self, stream_):
         """Accept and discard every beat of an output nothing reads."""

@@ -116,19 +116,24 @@ class _FoldedMVU(wiring.Component):
     register that is still full and not being accepted.
     """
 
-    def __init__(self, n_in, c_out, pe, simd, in_shape, acc_width):
+    def __init__(self, n_in, c_out, pe, simd, in_shape, acc_width, groups=1):
         if n_in < 1 or c_out < 1:
             raise ValueError(f"n_in and c_out must be positive, not {n_in}, {c_out}")
-        if not 1 <= pe <= c_out:
-            raise ValueError(f"pe must be in [1, c_out={c_out}], not {pe}")
+        if groups < 1 or c_out % groups:
+            raise ValueError(f"groups must divide c_out={c_out}, not {groups}")
+        c_group = c_out // groups
+        if not 1 <= pe <= c_group:
+            raise ValueError(f"pe must be in [1, c_out/groups={c_group}], not {pe}")
         if not 1 <= simd <= n_in:
             raise ValueError(f"simd must be in [1, n_in={n_in}], not {simd}")
         self.n_in = n_in
         self.c_out = c_out
+        self.groups = groups
         self.pe = pe
         self.simd = simd
         self.acc_width = acc_width
-        self.out_folds = ceil(c_out / pe)
+        #: Output folds over all groups (a fold never spans two groups).
+        self.out_folds = groups * ceil(c_group / pe)
         self.in_folds = ceil(n_in / simd)
         #: Initiation interval: cycles per input vector in steady state.
         self.ii = self.out_folds * self.in_folds
@@ -139,25 +144,37 @@ class _FoldedMVU(wiring.Component):
             "o": Out(stream.Signature(data.ArrayLayout(signed(acc_width), c_out))),
         })
 
+    def _channel_of(self, fold, p):
+        """Output channel computed by PE ``p`` in output fold ``fold``, or ``None`` for a
+        padding PE (beyond its group's channels)."""
+        c_group = self.c_out // self.groups
+        folds_per_group = self.out_folds // self.groups
+        g, nf = divmod(fold, folds_per_group)
+        c = nf * self.pe + p
+        return g * c_group + c if c < c_group else None
+
     # -- weight ROM ---------------------------------------------------------
 
     def _rom_words(self, weights):
         """Pack ``weights[c_out, n_in]`` into one int per step, padding the
-        lanes beyond ``n_in`` with ``_w_pad`` and channels beyond ``c_out``
-        with zero (those channels are computed and dropped)."""
+        lanes beyond ``n_in`` with ``_w_pad`` and padding PEs with zero (those
+        channels are computed and dropped)."""
         wl = self._w_lane_width
         lane_mask = (1 << wl) - 1
-        padded = np.zeros((self.out_folds * self.pe, self.in_folds * self.simd), dtype=object)
-        padded[:, self.n_in:] = self._w_pad
-        padded[:self.c_out, :self.n_in] = np.asarray(weights).astype(object)
+        weights = np.asarray(weights).astype(object)
         words = []
         for nf in range(self.out_folds):
             for sf in range(self.in_folds):
                 word = 0
                 for p in range(self.pe):
+                    c = self._channel_of(nf, p)
                     for s in range(self.simd):
-                        lane = int(padded[nf * self.pe + p, sf * self.simd + s]) & lane_mask
-                        word |= lane << ((p * self.simd + s) * wl)
+                        j = sf * self.simd + s
+                        if j >= self.n_in:
+                            lane = self._w_pad
+                        else:
+                            lane = 0 if c is None else int(weights[c, j])
+                        word |= (lane & lane_mask) << ((p * self.simd + s) * wl)
                 words.append(word)
         return words
 
@@ -192,8 +209,12 @@ class _FoldedMVU(wiring.Component):
             shape=unsigned(pe * simd * wl), depth=steps, init=self._rom_words(self._weights))
         rd = rom.read_port()
 
-        # Zero lanes beyond n_in: with the ROM padding they contribute nothing.
-        x_in = Cat(Value.cast(self.i.payload), Const(0, (sfs * simd - self.n_in) * xl))
+        # Zero lanes beyond n_in (per group): with the ROM padding they contribute nothing.
+        payload = Value.cast(self.i.payload)
+        group_bits = self.n_in * xl
+        x_in = Cat(*(Cat(payload[g * group_bits:(g + 1) * group_bits],
+                         Const(0, (sfs * simd - self.n_in) * xl))
+                     for g in range(self.groups)))
 
         # Compute-stage registers (the weight word is the ROM's read register).
         s1_valid = Signal()
@@ -246,7 +267,25 @@ class _FoldedMVU(wiring.Component):
                 step_final.eq(addr == steps - 1),
                 step_nf.eq(nf),
             ]
-            if sfs == 1:
+            if self.groups > 1:
+                # The input slice of a step is its group's: `xsel` walks a group's slices
+                # for every output fold of that group, then moves on to the next group.
+                folds_per_group = nfs // self.groups
+                xsel = Signal(range(self.groups * sfs))
+                gnf = Signal(range(folds_per_group))
+                m.d.comb += issue_x.eq(Mux(accept, x_in[:x_slice_width],
+                                           x_buf.word_select(xsel, x_slice_width)))
+                with m.If(issue):
+                    with m.If(step_final):
+                        m.d.sync += [xsel.eq(0), gnf.eq(0)]
+                    with m.Elif(step_last):
+                        with m.If(gnf == folds_per_group - 1):
+                            m.d.sync += [gnf.eq(0), xsel.eq(xsel + 1)]
+                        with m.Else():
+                            m.d.sync += [gnf.eq(gnf + 1), xsel.eq(xsel - (sfs - 1))]
+                    with m.Else():
+                        m.d.sync += xsel.eq(xsel + 1)
+            elif sfs == 1:
                 m.d.comb += issue_x.eq(Mux(accept, x_in, x_buf))
             else:
                 m.d.comb += issue_x.eq(Mux(accept, x_in[:x_slice_width],
@@ -334,9 +373,12 @@ class _FoldedMVU(wiring.Component):
 
         with m.If(step & s_final):
             m.d.sync += self.o.valid.eq(1)
-            for c in range(self.c_out):
-                src = collect[c] if c < n_collect else finished[c - n_collect]
-                m.d.sync += self.o.payload[c].eq(src)
+            for f in range(nfs):
+                for p in range(pe):
+                    c = self._channel_of(f, p)
+                    if c is not None:
+                        src = collect[f * pe + p] if f < nfs - 1 else finished[p]
+                        m.d.sync += self.o.payload[c].eq(src)
         with m.Elif(self.o.ready):
             m.d.sync += self.o.valid.eq(0)
 
@@ -369,10 +411,17 @@ class BinaryMVU(_FoldedMVU):
         ``weights[nf*pe + p, sf*simd + s]``. Lanes beyond ``n_in`` hold 1 and
         meet input bits forced to 0, so their XNOR is 0; channels beyond
         ``c_out`` are computed and dropped.
+    groups : int
+        Time-shared groups (a grouped convolution: the K bases of a Group-Net
+        block on one unit). The input vector is ``groups`` vectors of ``n_in``
+        lanes, group-major; output channel ``c`` reads group ``c // (c_out/groups)``
+        only. The output folds of each group (``ceil(c_out/groups/pe)``, PE
+        ``1 <= pe <= c_out/groups``) run one group after the other, and the ROM
+        holds every group's weights: ``ii = groups*ceil(c_out/groups/pe)*in_folds``.
 
     Members
     -------
-    i : ``In(stream.Signature(unsigned(n_in)))``
+    i : ``In(stream.Signature(unsigned(groups*n_in)))``
         One input vector per beat.
     o : ``Out(stream.Signature(data.ArrayLayout(signed(acc_width), c_out)))``
         One beat per input vector, all ``c_out`` dot products.
@@ -382,7 +431,7 @@ class BinaryMVU(_FoldedMVU):
     acc_width : int
         Minimal signed width holding ``[-n_in, n_in]``.
     out_folds, in_folds : int
-        ``ceil(c_out/pe)`` and ``ceil(n_in/simd)``.
+        ``groups*ceil(c_out/groups/pe)`` and ``ceil(n_in/simd)``.
     ii : int
         Initiation interval, ``out_folds*in_folds``.
     latency : int
@@ -403,7 +452,7 @@ class BinaryMVU(_FoldedMVU):
     never on ``o.valid`` alone; ``o.valid`` is a register.
     """
 
-    def __init__(self, n_in, c_out, pe, simd, weights):
+    def __init__(self, n_in, c_out, pe, simd, weights, groups=1):
         weights = np.asarray(weights)
         if weights.shape != (c_out, n_in):
             raise ValueError(f"weights must have shape {(c_out, n_in)}, not {weights.shape}")
@@ -416,8 +465,8 @@ class BinaryMVU(_FoldedMVU):
         # Accumulate matches (popcount), not +-1 sums: narrower, and the
         # padding lanes are simply absent from it.
         self._acc_shape = unsigned(n_in.bit_length())
-        super().__init__(n_in, c_out, pe, simd, unsigned(n_in),
-                         acc_width=signed_width(-n_in, n_in))
+        super().__init__(n_in, c_out, pe, simd, unsigned(groups * n_in),
+                         acc_width=signed_width(-n_in, n_in), groups=groups)
 
     def _tree_terms(self):
         return binary_tree_terms(self.simd)
@@ -469,10 +518,12 @@ class BinaryWeightMVU(_FoldedMVU):
         dropped.
     in_bits : int
         Width ``n`` of each unsigned input lane (levels ``0 .. 2**n - 1``).
+    groups : int
+        Time-shared groups, as in :class:`BinaryMVU`.
 
     Members
     -------
-    i : ``In(stream.Signature(data.ArrayLayout(unsigned(in_bits), n_in)))``
+    i : ``In(stream.Signature(data.ArrayLayout(unsigned(in_bits), groups*n_in)))``
         One input vector per beat.
     o : ``Out(stream.Signature(data.ArrayLayout(signed(acc_width), c_out)))``
         One beat per input vector, all ``c_out`` sums.
@@ -495,7 +546,7 @@ class BinaryWeightMVU(_FoldedMVU):
     (:func:`groupnet_hw.compiler.cycles.mvu_cycles`), as :class:`BinaryMVU`.
     """
 
-    def __init__(self, n_in, c_out, pe, simd, weights, in_bits):
+    def __init__(self, n_in, c_out, pe, simd, weights, in_bits, groups=1):
         weights = np.asarray(weights)
         if weights.shape != (c_out, n_in):
             raise ValueError(f"weights must have shape {(c_out, n_in)}, not {weights.shape}")
@@ -512,8 +563,9 @@ class BinaryWeightMVU(_FoldedMVU):
         bound = n_in * ((1 << in_bits) - 1)
         acc_width = signed_width(-bound, bound)
         self._acc_shape = signed(acc_width)
-        super().__init__(n_in, c_out, pe, simd, data.ArrayLayout(unsigned(in_bits), n_in),
-                         acc_width=acc_width)
+        super().__init__(n_in, c_out, pe, simd,
+                         data.ArrayLayout(unsigned(in_bits), groups * n_in),
+                         acc_width=acc_width, groups=groups)
 
     def _lanes(self, x_slice):
         b = self.in_bits

@@ -149,7 +149,7 @@ def test_folding_meets_target_with_least_parallelism(pixels, c_out, n_in, target
 
 def test_default_network_fits_de10nano_and_reports():
     from groupnet_hw.models.groupnet import GroupNet, GroupNetConfig
-    sched = schedule(compile_model(GroupNet(GroupNetConfig()).eval()))
+    sched = schedule(compile_model(GroupNet(GroupNetConfig()).eval()), bases="parallel")
     d = sched.to_dict()
     assert all(d["resources"][k] <= d["budget"][k] * d["max_util"] for k in d["budget"])
     assert d["frame_cycles"] == max(u["cycles"] for u in d["units"])

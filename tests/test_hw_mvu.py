@@ -272,3 +272,46 @@ def test_random_configurations(config, mode):
     run = run_streams(dut, {"i": beats}, {"o": n_vectors}, stall=0.3, seed=seed,
                       reset_at=reset_at, max_cycles=40 * n_vectors * (ii + 4))
     assert run.outputs["o"] == expected.tolist()
+
+
+@st.composite
+def _grouped_config(draw):
+    kind = draw(st.sampled_from(["bin", "bw"]))
+    groups = draw(st.integers(2, 4))
+    n_in = draw(st.integers(1, 30))
+    c_group = draw(st.integers(1, 6))
+    pe = draw(st.integers(1, c_group))
+    simd = draw(st.integers(1, n_in))
+    seed = draw(st.integers(0, 2**32 - 1))
+    return kind, groups, n_in, c_group, pe, simd, seed
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(_grouped_config(), st.booleans())
+def test_grouped_time_shared_bases(config, stalls):
+    """Grouped MVU (K bases time-shared on one unit): group g's channels see only
+    group g's lanes, at ``groups*ceil(c_group/pe)*ceil(n_in/simd)`` cycles per vector."""
+    kind, groups, n_in, c_group, pe, simd, seed = config
+    rng = np.random.default_rng(seed)
+    n_vectors = 6
+    c_out = groups * c_group
+    w = rng.integers(0, 2, (c_out, n_in))
+    if kind == "bin":
+        x = rng.integers(0, 2, (n_vectors, groups, n_in))
+        expected = np.concatenate([(2 * x[:, g] - 1) @ (2 * w[g * c_group:(g + 1) * c_group] - 1).T
+                                   for g in range(groups)], axis=1)
+        beats = [int(sum(int(b) << j for j, b in enumerate(row.reshape(-1)))) for row in x]
+        dut = BinaryMVU(n_in, c_out, pe, simd, w, groups=groups)
+    else:
+        x = rng.integers(0, 4, (n_vectors, groups, n_in))
+        expected = np.concatenate([x[:, g] @ (2 * w[g * c_group:(g + 1) * c_group] - 1).T
+                                   for g in range(groups)], axis=1)
+        beats = x.reshape(n_vectors, -1).tolist()
+        dut = BinaryWeightMVU(n_in, c_out, pe, simd, w, in_bits=2, groups=groups)
+    assert dut.ii == mvu_cycles(groups, c_group, n_in, pe, simd)
+    run = run_streams(dut, {"i": beats}, {"o": n_vectors}, stall=0.3 if stalls else 0.0,
+                      seed=seed, max_cycles=40 * n_vectors * (dut.ii + 4))
+    assert run.outputs["o"] == expected.tolist()
+    if not stalls:
+        assert (np.diff(run.out_cycles["o"]) == dut.ii).all()

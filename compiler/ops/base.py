@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from .. import cycles as cyc
 
-__all__ = ["Op", "OPS", "register", "op_of", "TIMING_FRAMES"]
+__all__ = ["Op", "OPS", "register", "op_of", "TIMING_FRAMES", "same_attrs"]
 
 #: Registered ops, by IR name.
 OPS: dict[str, "Op"] = {}
@@ -42,6 +42,25 @@ def op_of(node) -> "Op":
         return OPS[node.op]
     except KeyError:
         raise ValueError(f"{node.name}: unknown IR op {node.op!r}") from None
+
+
+def same_attrs(nodes):
+    """``stack`` of an op whose attributes are not per channel: the attributes, if every
+    node has the same, else ``None``."""
+    a = nodes[0].attrs
+    for n in nodes[1:]:
+        if n.attrs.keys() != a.keys() or any(
+                not _equal(n.attrs[k], a[k]) for k in a):
+            return None
+    return dict(a)
+
+
+def _equal(x, y):
+    import torch
+    if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+        return (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
+                and x.shape == y.shape and torch.equal(x, y))
+    return x == y
 
 
 class Op:
@@ -67,20 +86,31 @@ class Op:
         bounds (``ins`` are the input nodes); may record inner ranges in ``node.attrs``."""
         raise NotImplementedError(f"{self.name}: no range rule")
 
+    def stack(self, nodes):
+        """Attributes of one node doing the work of ``nodes`` (the isomorphic nodes of a
+        block's K bases, in base order) on their channels concatenated: what
+        time-sharing the bases needs of the op (:mod:`..sharing`). ``None``: the op
+        cannot be time-shared (the default)."""
+        return None
+
     # -- cycle model ---------------------------------------------------------
+    def lane_channels(self, node):
+        """Channels a lane-folded unit sequences (its output's, by default)."""
+        return node.channels
+
     def folding(self, node, parent, target):
         """``(pe, simd, n_in)`` of a matrix-vector unit meeting ``target`` cycles per
         frame, ``(lanes, None, None)`` for a lane-foldable unit, or ``(None, None,
         None)`` for units without folding."""
         if self.lane_foldable:
-            return (cyc.choose_lanes(node.channels, node.height * node.width, target,
+            return (cyc.choose_lanes(self.lane_channels(node), node.height * node.width, target,
                                      self.lane_latency), None, None)
         return None, None, None
 
     def interval(self, node, unit):
         """Cycles between accepted pixels at full speed."""
         if self.lane_foldable and unit is not None and unit.pe:
-            return cyc.folded_interval(node.channels, unit.pe, self.lane_latency)
+            return cyc.folded_interval(self.lane_channels(node), unit.pe, self.lane_latency)
         return 1
 
     def cycles(self, node, parent, unit):
@@ -90,7 +120,7 @@ class Op:
     def latency(self, node, unit=None):
         """Cycles from accepting a beat to its result on the output."""
         if self.lane_foldable and unit is not None and unit.pe:
-            return cyc.lane_folds(node.channels, unit.pe) + 1 + self.lane_latency
+            return cyc.lane_folds(self.lane_channels(node), unit.pe) + 1 + self.lane_latency
         return self.full_rate_latency(node)
 
     def full_rate_latency(self, node):

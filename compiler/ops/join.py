@@ -3,26 +3,46 @@ stand-alone soft gate. Their inputs get compiler-sized FIFOs."""
 
 from __future__ import annotations
 
-from .base import Op, register
+from .base import Op, register, same_attrs
 from .pixel import round_shift
 
 __all__ = ["AddOp", "Mixer", "Gate"]
 
 
+def _pad_order(channels, b_channels, groups):
+    """Lane of ``b`` feeding each of ``channels`` lanes (``None``: zero) when ``b`` is
+    zero-padded to ``channels`` within each of ``groups`` groups."""
+    per, b_per = channels // groups, b_channels // groups
+    return [g * b_per + c if c < b_per else None for g in range(groups) for c in range(per)]
+
+
 @register
 class AddOp(Op):
-    """``a + b``, ``b`` zero-padded to ``a``'s channels (option-A shortcut)."""
+    """``a + b``, ``b`` zero-padded to ``a``'s channels (option-A shortcut); with
+    ``groups`` (time-shared bases: K blocks' adds side by side) within each group.
+
+    Attributes: ``groups`` (optional, default 1).
+    """
 
     name = "add"
     join = True
 
     def execute(self, node, ins):
-        import torch
         a, b = ins
-        pad = a.shape[1] - b.shape[1]
-        if pad:
-            b = torch.cat([b, b.new_zeros(b.shape[0], pad, *b.shape[2:])], dim=1)
+        order = _pad_order(a.shape[1], b.shape[1], node.attrs.get("groups", 1))
+        if None in order:
+            padded = b.new_zeros(b.shape[0], a.shape[1], *b.shape[2:])
+            for c, j in enumerate(order):
+                if j is not None:
+                    padded[:, c] = b[:, j]
+            b = padded
         return a + b
+
+    def stack(self, nodes):
+        attrs = same_attrs(nodes)
+        if attrs is None or attrs.get("groups", 1) != 1:
+            return None
+        return dict(attrs, groups=len(nodes))
 
     def value_range(self, node, ins):
         b_lo, b_hi = ins[1].lo, ins[1].hi
@@ -39,19 +59,29 @@ class AddOp(Op):
     def build(self, ctx, node, unit):
         from ...hw.elementwise import ResidualAdd
         a, b = (ctx.graph.producer(r) for r in node.inputs)
-        u = ctx.add(node, ResidualAdd(node.channels, a.bit_width, b.channels, b.bit_width,
+        groups = node.attrs.get("groups", 1)
+        if groups == 1 or b.channels == node.channels:
+            u = ctx.add(node, ResidualAdd(node.channels, a.bit_width, b.channels, b.bit_width,
+                                          node.bit_width))
+            return [u.a, u.b], [u.o]
+        # padding within each group: b's lanes are spread out, zeros in between
+        u = ctx.add(node, ResidualAdd(node.channels, a.bit_width, node.channels, b.bit_width,
                                       node.bit_width))
-        return [u.a, u.b], [u.o]
+        sink = ctx.stream(ctx.tensor_shape(b), f"{node.name}_b")
+        ctx.connect_lanes(sink, u.b, _pad_order(node.channels, b.channels, groups),
+                          b.bit_width)
+        return [u.a, sink], [u.o]
 
 
-def _mixer_features(g, node, unit, lambdas, gates):
+def _mixer_features(g, node, unit, lambdas, gates, channels=None):
     """Features of a :class:`~groupnet_hw.hw.mixer.BaseMixer`: its shift-add adder bits
     (per lane), the held inputs and the output registers."""
     from ...hw.arith import multiplier_cost
     a = node.attrs
     in_w = max(g.producer(i).bit_width for i in node.inputs)
-    k = len(node.inputs)
-    lanes = unit.pe or node.channels
+    k = len(lambdas)
+    channels = channels or node.channels
+    lanes = unit.pe or channels
     per_lane = sum(multiplier_cost(in_w, int(v))["adder_bits"] for v in lambdas) + k * in_w
     outs = 1
     if gates is not None:
@@ -61,11 +91,11 @@ def _mixer_features(g, node, unit, lambdas, gates):
             per_lane += 2 * (in_w + 2)
         outs = len(gates)
     f = {"one": 1, "adder_bits": lanes * per_lane,
-         "out_bits": outs * node.channels * node.bit_width}
+         "out_bits": outs * channels * node.bit_width}
     if unit.pe:
-        f["held_bits"] = k * node.channels * in_w
+        f["held_bits"] = k * channels * in_w
     else:
-        f["stage_bits"] = (k + 1) * node.channels * in_w if gates is not None else 0
+        f["stage_bits"] = (k + 1) * channels * in_w if gates is not None else 0
     return f
 
 
@@ -89,7 +119,9 @@ class Mixer(Op):
     ``x_i = round_shift(C_i G_i + (2**gate_frac - C_i) agg, gate_frac)`` instead (eq. 7).
 
     Attributes: ``lambdas`` int64 [K], ``lambda_frac``, ``gates`` (int64 [K] or None),
-    ``gate_frac``.
+    ``gate_frac``; ``packed_in`` / ``packed_out`` (optional): the K bases arrive as one
+    K*C-channel tensor (base-major) / the K gated outputs leave as one, as the bases'
+    time-shared chain (:mod:`..sharing`) carries them.
     """
 
     name = "mixer"
@@ -97,18 +129,35 @@ class Mixer(Op):
     lane_foldable = True
     lane_latency = 1
 
+    @staticmethod
+    def _bases(node, ins):
+        """The K base tensors of the inputs, unpacked."""
+        if not node.attrs.get("packed_in"):
+            return list(ins)
+        return list(ins[0].chunk(len(node.attrs["lambdas"]), dim=1))
+
+    def lane_channels(self, node):
+        # a lane handles one channel of every base
+        return node.channels // len(node.attrs["lambdas"]) if node.attrs.get("packed_out") \
+            else node.channels
+
     def execute(self, node, ins):
+        import torch
         a = node.attrs
+        ins = self._bases(node, ins)
         agg = round_shift(sum(int(l) * x for l, x in zip(a["lambdas"], ins)), a["lambda_frac"])
         if a["gates"] is None:
             return agg
         one = 1 << a["gate_frac"]
-        return [round_shift(int(c) * x + (one - int(c)) * agg, a["gate_frac"])
+        outs = [round_shift(int(c) * x + (one - int(c)) * agg, a["gate_frac"])
                 for c, x in zip(a["gates"], ins)]
+        return torch.cat(outs, dim=1) if a.get("packed_out") else outs
 
     def value_range(self, node, ins):
         from ..passes import fits_int64
         a = node.attrs
+        if a.get("packed_in"):
+            ins = list(ins) * len(a["lambdas"])     # the packed tensor's range, per base
         lam = a["lambdas"].tolist()
         lo = sum(min(l * x.lo, l * x.hi) for l, x in zip(lam, ins))
         hi = sum(max(l * x.lo, l * x.hi) for l, x in zip(lam, ins))
@@ -124,19 +173,31 @@ class Mixer(Op):
 
     def resource_features(self, g, node, parent, unit):
         return _mixer_features(g, node, unit, node.attrs["lambdas"].tolist(),
-                               node.attrs["gates"])
+                               node.attrs["gates"], self.lane_channels(node))
 
     def build(self, ctx, node, unit):
         from ...hw.mixer import BaseMixer
         a = node.attrs
         ins = [ctx.graph.producer(r) for r in node.inputs]
         gated = a["gates"] is not None
-        u = ctx.add(node, BaseMixer(len(ins), node.channels, max(x.bit_width for x in ins),
+        k, channels = len(a["lambdas"]), self.lane_channels(node)
+        u = ctx.add(node, BaseMixer(k, channels, max(x.bit_width for x in ins),
                                     a["lambdas"].tolist(), a["lambda_frac"],
                                     gates=a["gates"].tolist() if gated else None,
                                     gate_shift=a["gate_frac"], out_width=node.bit_width,
                                     lanes=unit.pe))
-        return list(u.i), (list(u.o) if gated else [u.o])
+        sinks, sources = list(u.i), (list(u.o) if gated else [u.o])
+        if a.get("packed_in"):
+            # BaseMixer takes its K inputs in one cycle (one ready): one packed stream
+            sink = ctx.stream(ctx.tensor_shape(ins[0]), f"{node.name}_i")
+            ctx.unpack(sink, sinks, channels)
+            sinks = [sink]
+        if a.get("packed_out"):
+            # ...and fills its K outputs in one cycle: one packed stream out
+            source = ctx.stream(ctx.tensor_shape(node), f"{node.name}_o")
+            ctx.pack(sources, source, channels)
+            sources = [source]
+        return sinks, sources
 
 
 @register

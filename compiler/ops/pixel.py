@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 from .. import cycles as cyc
-from .base import TIMING_FRAMES, Op, register
+from .base import TIMING_FRAMES, Op, register, same_attrs
 
-__all__ = ["round_shift", "postop_value", "Relu", "PostOp", "Threshold", "Subsample"]
+__all__ = ["round_shift", "postop_value", "Relu", "PostOp", "Threshold", "Subsample", "Repeat"]
 
 
 def round_shift(v, s):
@@ -27,6 +27,31 @@ def _per_channel(t):
     return t.view(1, -1, 1, 1)
 
 
+#: Attributes that record where a node came from, not what it computes.
+PROVENANCE = ("folded_from",)
+
+
+def _stack_per_channel(nodes, per_channel):
+    """``stack`` of an op whose ``per_channel`` attributes (tensors, channel first) are
+    concatenated and whose other attributes must agree."""
+    rest = same_attrs([_without(n, per_channel + PROVENANCE) for n in nodes])
+    if rest is None:
+        return None
+    shapes = {tuple(n.attrs[k].shape[1:]) for n in nodes for k in per_channel[:1]}
+    if len(shapes) != 1:
+        return None
+    return dict(rest, **{k: torch.cat([n.attrs[k] for n in nodes]) for k in per_channel})
+
+
+class _AttrsOnly:
+    def __init__(self, attrs):
+        self.attrs = attrs
+
+
+def _without(node, keys):
+    return _AttrsOnly({k: v for k, v in node.attrs.items() if k not in keys})
+
+
 @register
 class Relu(Op):
     """max(x, 0)."""
@@ -38,6 +63,9 @@ class Relu(Op):
 
     def value_range(self, node, ins):
         return max(ins[0].lo, 0), max(ins[0].hi, 0)
+
+    def stack(self, nodes):
+        return same_attrs(nodes)
 
     def build(self, ctx, node, unit):
         from ...hw.elementwise import PostOp as PostOpUnit
@@ -75,6 +103,16 @@ class PostOp(Op):
         ends = [postop_value(v, int(A), int(B), a["shift"], False, a["post_relu"])
                 for A, B in zip(a["A"].tolist(), a["B"].tolist()) for v in (lo, hi)]
         return min(ends), max(ends)
+
+    def stack(self, nodes):
+        # One shift for all: A*2**d and B*2**d with shift + d round exactly as before
+        # ((A*v + B)*2**d + 2**(s+d-1) >> s+d  ==  (A*v + B + 2**(s-1)) >> s).
+        shift = max(n.attrs["shift"] for n in nodes)
+        scaled = [_AttrsOnly(dict(n.attrs, shift=shift,
+                                  A=n.attrs["A"] << (shift - n.attrs["shift"]),
+                                  B=n.attrs["B"] << (shift - n.attrs["shift"])))
+                  for n in nodes]
+        return _stack_per_channel(scaled, ("A", "B"))
 
     def resource_features(self, g, node, parent, unit):
         from ...hw.arith import multiplier_cost
@@ -127,6 +165,9 @@ class Threshold(Op):
     def value_range(self, node, ins):
         return 0, node.attrs["T"].shape[1]
 
+    def stack(self, nodes):
+        return _stack_per_channel(nodes, ("T", "invert"))
+
     def resource_features(self, g, node, parent, unit):
         # Thresholds outside the input's range become constant bits (no comparator);
         # a multi-threshold compares every level and counts them by binary search.
@@ -168,6 +209,9 @@ class Subsample(Op):
     def value_range(self, node, ins):
         return ins[0].lo, ins[0].hi
 
+    def stack(self, nodes):
+        return same_attrs(nodes)
+
     def cycles(self, node, parent, unit):
         return cyc.elementwise_cycles(parent.height, parent.width)
 
@@ -187,3 +231,35 @@ class Subsample(Op):
         u = ctx.add(node, SubsampleUnit(ctx.tensor_shape(parent), parent.height, parent.width,
                                         node.attrs["stride"]))
         return [u.i], [u.o]
+
+
+@register
+class Repeat(Op):
+    """The input's channels ``times`` times over: what a block's K bases read of a tensor
+    they share, once they are time-shared as one K*C-channel chain (:mod:`..sharing`).
+    Only wiring in hardware.
+
+    Attributes: ``times``.
+    """
+
+    name = "repeat"
+
+    def execute(self, node, ins):
+        return ins[0].repeat(1, node.attrs["times"], 1, 1)
+
+    def value_range(self, node, ins):
+        return ins[0].lo, ins[0].hi
+
+    def full_rate_latency(self, node):
+        return 0
+
+    def resource_features(self, g, node, parent, unit):
+        return {}
+
+    def build(self, ctx, node, unit):
+        parent = ctx.parent(node)
+        sink = ctx.stream(ctx.tensor_shape(parent), f"{node.name}_i")
+        source = ctx.stream(ctx.tensor_shape(node), f"{node.name}_o")
+        order = [c % parent.channels for c in range(node.channels)]
+        ctx.connect_lanes(sink, source, order, ctx.lane_width(parent))
+        return [sink], [source]

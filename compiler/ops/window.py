@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from .. import cycles as cyc
-from .base import TIMING_FRAMES, Op, register
+from .base import TIMING_FRAMES, Op, register, same_attrs
 
 __all__ = ["window_patches", "flat_weight", "choose_folding", "BinConv", "IntConv", "MaxPoolOp"]
 
@@ -107,7 +107,7 @@ class _Conv(Op):
         # the MVU's accumulator: the bound of any input, not the range of these weights
         from ..graph import signed_width
         parent = g.producer(node.inputs[0])
-        n_in = node.attrs["kernel"] ** 2 * parent.channels
+        n_in = node.attrs["kernel"] ** 2 * parent.channels // node.attrs.get("groups", 1)
         if self.name == "bin_conv":
             bound = n_in * ((1 << max(1, node.attrs["in_bits"])) - 1)
         else:
@@ -121,18 +121,26 @@ class _Conv(Op):
         raise NotImplementedError
 
     def folding(self, node, parent, target):
-        n_in = node.attrs["kernel"] ** 2 * parent.channels
-        pe, simd = choose_folding(node.height * node.width, node.channels, n_in, target)
+        # A grouped convolution (time-shared bases) runs its groups one after the other
+        # on one set of PE x SIMD lanes: as `groups` times the pixels of one group.
+        groups = node.attrs.get("groups", 1)
+        n_in = node.attrs["kernel"] ** 2 * parent.channels // groups
+        pe, simd = choose_folding(groups * node.height * node.width, node.channels // groups,
+                                  n_in, target)
         return pe, simd, n_in
 
+    def vector_steps(self, node, unit):
+        """Cycles the MVU spends per output pixel (its initiation interval)."""
+        groups = node.attrs.get("groups", 1)
+        return groups * ceil(node.channels // groups / unit.pe) * ceil(unit.n_in / unit.simd)
+
     def cycles(self, node, parent, unit):
-        return max(cyc.mvu_cycles(node.height * node.width, node.channels, unit.n_in, unit.pe,
-                                  unit.simd),
+        return max(node.height * node.width * self.vector_steps(node, unit),
                    cyc.window_cycles(parent.height, parent.width))
 
     def timing(self, node, parent, ins, unit):
         # window: 2 cycles after the last pixel it needs; MVU: its latency per vector
-        ii = ceil(node.channels / unit.pe) * ceil(unit.n_in / unit.simd)
+        ii = self.vector_steps(node, unit)
         latency = cyc.mvu_latency(ii, self.tree_terms(node, unit))
         n_out, n_par = node.height * node.width, parent.height * parent.width
         out, win_prev, start_prev = [], float("-inf"), float("-inf")
@@ -148,8 +156,17 @@ class _Conv(Op):
         parent = ctx.parent(node)
         window = ctx.add(node, _window_shape(ctx, node, parent), "_window")
         mvu = ctx.add(node, self._mvu(node, parent, unit), "_mvu")
-        # the window's taps are already in the MVU's lane order (tap-major, channel-minor)
-        ctx.connect_raw(window.o, mvu.i)
+        groups = node.attrs.get("groups", 1)
+        if groups == 1:
+            # the window's taps are already in the MVU's lane order (tap-major, channel-minor)
+            ctx.connect_raw(window.o, mvu.i)
+        else:
+            # a grouped MVU takes each group's taps together (group-major); within a
+            # group, tap-major and channel-minor as the weights are flattened
+            taps, per = node.attrs["kernel"] ** 2, parent.channels // groups
+            order = [t * parent.channels + g * per + c
+                     for g in range(groups) for t in range(taps) for c in range(per)]
+            ctx.connect_lanes(window.o, mvu.i, order, ctx.lane_width(parent))
         ctx.acc_width[node.name] = mvu.acc_width
         return [window.i], [mvu.o]
 
@@ -173,12 +190,23 @@ class BinConv(_Conv):
 
     def execute(self, node, ins):
         a = node.attrs
-        w = flat_weight(a["bits"])
+        groups = a.get("groups", 1)
+        if groups > 1:
+            # each group convolves its own slice of the input channels
+            per_in, per_out = ins[0].shape[1] // groups, node.channels // groups
+            return torch.cat([self._dense(a, a["bits"][g * per_out:(g + 1) * per_out],
+                                          ins[0][:, g * per_in:(g + 1) * per_in])
+                              for g in range(groups)], dim=1)
+        return self._dense(a, a["bits"], ins[0])
+
+    @staticmethod
+    def _dense(a, bits, x):
+        w = flat_weight(bits)
         if a["in_bits"]:
-            p = window_patches(ins[0], a["kernel"], a["stride"], a["dilation"], a["padding"], 0)
+            p = window_patches(x, a["kernel"], a["stride"], a["dilation"], a["padding"], 0)
             # sum over +1 lanes minus sum over -1 lanes, on the levels themselves
             return _to_nchw(p @ w.t() - p @ (1 - w).t())
-        p = window_patches(ins[0], a["kernel"], a["stride"], a["dilation"], a["padding"], 1)
+        p = window_patches(x, a["kernel"], a["stride"], a["dilation"], a["padding"], 1)
         matches = p @ w.t() + (1 - p) @ (1 - w).t()        # popcount(xnor)
         return _to_nchw(2 * matches - w.shape[1])
 
@@ -189,23 +217,34 @@ class BinConv(_Conv):
 
     def _mvu(self, node, parent, unit):
         flat = flat_weight(node.attrs["bits"]).numpy()
+        groups = node.attrs.get("groups", 1)
         if node.attrs["in_bits"]:
             from ...hw.mvu import BinaryWeightMVU
             return BinaryWeightMVU(flat.shape[1], node.channels, unit.pe, unit.simd, flat,
-                                   in_bits=node.attrs["in_bits"])
+                                   in_bits=node.attrs["in_bits"], groups=groups)
         from ...hw.mvu import BinaryMVU
-        return BinaryMVU(flat.shape[1], node.channels, unit.pe, unit.simd, flat)
+        return BinaryMVU(flat.shape[1], node.channels, unit.pe, unit.simd, flat, groups=groups)
+
+    def stack(self, nodes):
+        # K bases' convolutions become one grouped convolution (time-shared bases)
+        a = nodes[0].attrs
+        keys = ("kernel", "stride", "dilation", "padding", "in_bits")
+        if any(n.attrs.get("groups", 1) != 1 or any(n.attrs[k] != a[k] for k in keys)
+               for n in nodes):
+            return None
+        return dict(a, bits=torch.cat([n.attrs["bits"] for n in nodes]), groups=len(nodes))
 
     def resource_features(self, g, node, parent, unit):
         f = _window_features(node, parent)
-        folds = ceil(node.channels / unit.pe) * ceil(unit.n_in / unit.simd)
+        folds = self.vector_steps(node, unit)
+        groups = node.attrs.get("groups", 1)
         lane = max(1, node.attrs["in_bits"])
         # A fully parallel MVU (one step per vector) has its weights as constants: the
         # XNORs fold into the popcount's LUTs and there is no input buffer or ROM.
         kind = "xnor_bits" if folds > 1 else "const_xnor_bits"
         f.update({kind: unit.pe * unit.simd * lane}, acc_bits=unit.pe * node.bit_width,
                  weight_bits=folds * unit.pe * unit.simd if folds > 1 else 0,
-                 buffer_bits=unit.n_in * lane if folds > 1 else 0,
+                 buffer_bits=groups * unit.n_in * lane if folds > 1 else 0,
                  out_bits=node.channels * node.bit_width)
         return f
 
@@ -239,7 +278,7 @@ class IntConv(_Conv):
 
     def resource_features(self, g, node, parent, unit):
         f = _window_features(node, parent)
-        folds = ceil(node.channels / unit.pe) * ceil(unit.n_in / unit.simd)
+        folds = self.vector_steps(node, unit)
         f.update(mults=unit.pe * unit.simd,
                  mult_bits=unit.pe * unit.simd * (parent.bit_width + 8),
                  acc_bits=unit.pe * node.bit_width, weight_bits=folds * unit.pe * unit.simd * 8,
@@ -266,6 +305,9 @@ class MaxPoolOp(Op):
 
     def value_range(self, node, ins):
         return ins[0].lo, ins[0].hi
+
+    def stack(self, nodes):
+        return same_attrs(nodes)
 
     def cycles(self, node, parent, unit):
         # one input pixel per cycle, and at most one pooled pixel per cycle
