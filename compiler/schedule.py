@@ -102,12 +102,28 @@ class Schedule:
     def bottleneck(self):
         return max(self.units.values(), key=lambda u: u.cycles).name
 
+    def time_shared(self):
+        """``{mixer: K}``: the blocks whose K bases run time-shared, by the mixer
+        that joins them."""
+        return {n.name: len(n.attrs["lambdas"]) for n in self.graph
+                if n.op == "mixer" and n.attrs.get("packed_in")}
+
+    def mapping_text(self):
+        """How the bases are mapped, in words."""
+        shared = self.time_shared()
+        if not shared:
+            return "bases side by side"
+        ks = sorted(set(shared.values()))
+        return (f"bases time-shared in {len(shared)} block(s) (K = {', '.join(map(str, ks))} "
+                f"on one set of units each)")
+
     def to_dict(self):
         return {
             "board": self.board,
             "device": self.budget["device"],
             "clock_mhz": self.clock_mhz,
             "base_mapping": self.base_mapping,
+            "time_shared": self.time_shared(),
             "frame_cycles": self.frame_cycles,
             "frames_per_second": round(self.frames_per_second, 1),
             "bottleneck": self.bottleneck(),
