@@ -424,12 +424,17 @@ def _core_design(sched, name):
 @click.option("--folding", "folding_file", type=click.Path(dir_okay=False), default=None,
               help='JSON file {"<conv node>": [PE, SIMD], ...} overriding the chosen folding '
                    "(node names as in report.txt).")
+@click.option("--bases", default="auto", show_default=True,
+              type=click.Choice(["auto", "parallel", "shared"]),
+              help="How each block's K bases map to hardware: side by side (parallel), "
+                   "time-shared on one set of units with the base index sequenced (shared), "
+                   "or whichever is faster within the budget (auto).")
 @click.option("--baud", default=115200, show_default=True, type=click.IntRange(1200),
               help="UART host link speed.")
 @click.option("--bitstream/--no-bitstream", default=None,
               help="Run the board's toolchain (default: when it is installed and the "
                    "estimate fits the board).")
-def build(checkpoint, board, out_dir, target_cycles, fps, max_util, folding_file, baud,
+def build(checkpoint, board, out_dir, target_cycles, fps, max_util, folding_file, bases, baud,
           bitstream):
     """Compile CHECKPOINT into Verilog, a board project and a report.
 
@@ -451,7 +456,8 @@ def build(checkpoint, board, out_dir, target_cycles, fps, max_util, folding_file
     from .compiler.artifact import BuildManifest, file_sha256, write_manifest
     model, payload = _load(checkpoint)
     checkpoint_sha = file_sha256(checkpoint)
-    options = {"fps": fps, "max_util": max_util, "folding": _read_folding(folding_file)}
+    options = {"fps": fps, "max_util": max_util, "folding": _read_folding(folding_file),
+               "bases": bases}
     sched = _compile(model, board, target_cycles, **options)
 
     from .compiler.report import render_text
