@@ -56,11 +56,12 @@ def estimate_unit(features: dict, op: str, family: str, model=None) -> dict:
 def logic_sites(cells: dict, family: str) -> int:
     """LUT sites a set of cells occupies: what a device's LUT count budgets.
 
-    ECP5 CCU2C and TRELLIS_DPR16X4 each take a slice (two LUT4 sites); iCE40 carries sit
-    in the LUT they follow; Cyclone V arithmetic ALUTs are already in ``lut``.
+    An ECP5 CCU2C takes two LUT4 sites; a TRELLIS_DPR16X4 takes six (four LUTs as RAM
+    and two for its write port: nextpnr's utilisation report of a placed design); iCE40
+    carries sit in the LUT they follow; Cyclone V arithmetic ALUTs are already in ``lut``.
     """
     if family == "ecp5":
-        return cells.get("lut", 0) + 2 * cells.get("carry", 0) + 2 * cells.get("lutram", 0)
+        return cells.get("lut", 0) + 2 * cells.get("carry", 0) + 6 * cells.get("lutram", 0)
     if family == "cyclonev":
         # An MLAB is a LAB of 10 ALMs (20 ALUT sites) turned into memory.
         return cells.get("lut", 0) + 20 * cells.get("lutram", 0)

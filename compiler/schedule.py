@@ -34,8 +34,11 @@ __all__ = ["BOARD_BUDGETS", "Schedule", "schedule", "choose_folding", "fifo_dept
 BOARD_BUDGETS = {
     "de10nano": dict(device="5CSEBA6U23I7 (Cyclone V SE)", family="cyclonev", clock_mhz=50.0,
                      limits=dict(alm=41_910, m10k=553, dsp=112), ram_bits=553 * 10_240),
+    # ECP5: only a quarter of the slices can be distributed RAM: 83,640 / 8 RAM LUTs,
+    # four per TRELLIS_DPR16X4 (nextpnr refuses to place beyond it).
     "ulx3s": dict(device="LFE5U-85F (ECP5)", family="ecp5", clock_mhz=25.0,
-                  limits=dict(lut=83_640, ff=83_640, ebr=208, dsp=156), ram_bits=208 * 18_432),
+                  limits=dict(lut=83_640, ff=83_640, lutram=83_640 // 8 // 4, ebr=208, dsp=156),
+                  ram_bits=208 * 18_432),
     "icebreaker": dict(device="iCE40UP5K (iCE40 UltraPlus)", family="ice40", clock_mhz=12.0,
                        limits=dict(lut=5_280, ff=5_280, ebr=30, dsp=8),
                        ram_bits=30 * 4_096 + 4 * 262_144),
@@ -56,8 +59,11 @@ def board_usage(cells: dict, family: str) -> dict:
     if family == "cyclonev":
         return dict(alm=-(-cells["lut"] * 10 // int(ALUTS_PER_ALM * 10)) + 10 * cells["lutram"],
                     m10k=cells["bram"], dsp=cells["dsp"])
-    return dict(lut=logic_sites(cells, family), ff=cells["ff"], ebr=cells["bram"],
-                dsp=cells["dsp"])
+    usage = dict(lut=logic_sites(cells, family), ff=cells["ff"], ebr=cells["bram"],
+                 dsp=cells["dsp"])
+    if family == "ecp5":
+        usage["lutram"] = cells["lutram"]
+    return usage
 
 FIFO_MARGIN = 2
 #: StreamFIFO (SyncFIFOBuffered) passes one beat per cycle only from depth 3 on.
@@ -327,9 +333,12 @@ def _usage_text(sched):
 
 def _preference(sched):
     """Sort key of two mappings of one network: fitting first, then the shorter frame
-    interval, then the smaller design (sum of the budgeted resources' fractions)."""
-    load = sum(sched.resources[k] / v for k, v in sched.budget["limits"].items())
-    return (not _fits(sched), sched.frame_cycles, load)
+    interval, then the smaller design (sum of the budgeted resources' fractions); of
+    two that do not fit, the one least over its tightest budget."""
+    fractions = [sched.resources[k] / v for k, v in sched.budget["limits"].items()]
+    if not _fits(sched):
+        return (True, max(fractions), sched.frame_cycles)
+    return (False, sched.frame_cycles, sum(fractions))
 
 
 def _fold(g: Graph, board, target_cycles, fps, max_util, folding) -> Schedule:
