@@ -80,6 +80,25 @@ def test_default_model_whole_test_split_verilator(trained_digits, tmp_path):
     assert stalled.exact == 450, stalled.first_mismatch
 
 
+@pytest.mark.slow
+def test_default_model_time_shared_whole_test_split_verilator(trained_digits, tmp_path):
+    """The default K=5 model with every block's bases time-shared: all 450 test digits,
+    stall-free (cycles measured = predicted) and with random input gaps and output
+    stalls (the packed forks and joins must not deadlock)."""
+    _, model, _ = trained_digits
+    sched = schedule(compile_model(model), bases="shared")
+    assert sched.time_shared()
+    images = load_digits_split()[2]
+    design = _design(sched, tmp_path)
+    result = verify(model, sched, images, simulator="verilator", design=design,
+                    build_dir=str(tmp_path / "build"))
+    assert result.exact == len(images) == 450, result.first_mismatch
+    assert result.cycles_per_frame_measured == sched.frame_cycles
+    stalled = verify(model, sched, images, simulator="verilator", design=design,
+                     build_dir=str(tmp_path / "build"), stall=0.3, seed=2)
+    assert stalled.exact == 450, stalled.first_mismatch
+
+
 def test_uart_host_link_with_real_accelerator():
     """Board path end to end in simulation: bytes in on rx, reply on tx, LEDs show the class."""
     from test_hw_boards import decode_line, run_host_link
