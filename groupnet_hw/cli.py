@@ -621,7 +621,8 @@ def verify(target, simulator, images, input_path, stall, seed, waves, jobs, as_j
     the model's fixed-point forward; the integer graph must equal it too. Exit
     status 0 only if all are equal; otherwise names the first mismatching image
     and output (and the first diverging node of the integer graph). Reports
-    measured cycles per frame beside the schedule's prediction in stall-free runs.
+    measured cycles per frame and latency beside the schedule's prediction in
+    stall-free runs.
 
     \b
     Examples:
@@ -667,7 +668,16 @@ def verify(target, simulator, images, input_path, stall, seed, waves, jobs, as_j
             dev = 100 * (result.cycles_per_frame_measured / result.cycles_per_frame_predicted - 1)
             click.echo(f"cycles/frame: measured {result.cycles_per_frame_measured:.1f}, "
                        f"predicted {result.cycles_per_frame_predicted} ({dev:+.2f}%)")
-        elif stall:
+        if result.latency_measured is not None:
+            click.echo(f"latency (cycles, first pixel to result): one frame from reset measured "
+                       f"{result.latency_measured}, predicted {result.latency_predicted}; "
+                       f"frames at the scheduled rate measured {result.latency_steady_measured}, "
+                       f"predicted {result.latency_steady_predicted}")
+        elif result.latency_predicted is not None:
+            click.echo(f"latency (cycles, first pixel to result): predicted "
+                       f"{result.latency_predicted} for one frame from reset, "
+                       f"{result.latency_steady_predicted} at the scheduled rate")
+        if result.cycles_per_frame_measured is None and stall:
             click.echo(f"back-pressure: stall {stall}, seed {seed}: nothing lost, duplicated or "
                        "deadlocked (cycles/frame are measured only without stalls)")
         click.echo(f"simulation: {result.images_per_second} images/s "

@@ -6,7 +6,12 @@ and the same result type (:class:`~groupnet_hw.sim.cocotb_runner.RTLRun`), but t
 stimulus, the random stalls, the protocol monitor and the cycle stamps live in a
 C++ driver (``stream_driver.cpp``, next to this module) compiled together with
 the Verilated design. Python writes the input beats to a file, starts the
-binary once, and reads the outputs with the cycle of each back.
+binary once, and reads the outputs with the cycle of each back, and the cycle at
+which each frame's first input beat was taken (:class:`FastRTLRun`), from which
+:mod:`groupnet_hw.sim.verify` measures latency. Input beats are offered as soon as
+the previous one is taken, or ``pace``-d at a fixed rate (the schedule's frame
+interval), the arrival pattern of the ideal timing model
+(:func:`groupnet_hw.compiler.latency.predicted_latency`).
 
 The design is wrapped in a generated Verilog module ``gn_dut`` with plain port
 names (``in_data``, ``in_valid``, ``in_ready``, ``out_data``, ``out_valid``,
@@ -24,7 +29,7 @@ initial values). Measured on the default K=5 digits core (2 cores): about 50 s.
 Runs of many frames are split into contiguous shards simulated by one process per
 core (``jobs``); shard ``s`` uses stall seed ``seed + s``. Builds are cached under a key of the
 Verilog text, the wrapper, the driver source, the Verilator installation, the
-compiler and these options; a build with waveform tracing (VCD) is a separate
+compiler and these options (so a changed driver is a new build); a build with waveform tracing (VCD) is a separate
 cache entry, made only when a waveform is asked for.
 
 Examples
@@ -39,11 +44,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -52,8 +57,8 @@ from . import toolchain
 from .cocotb_runner import (DEFAULT_PORTS, RTLBuildError, RTLError, RTLRun, RTLTimeoutError,
                             _cxx_identity, _locked, _useful_lines, default_build_dir)
 
-__all__ = ["DRIVER_SOURCE", "VERILATOR_ARGS", "build_fast_rtl", "run_fast_rtl",
-           "wrapper_verilog"]
+__all__ = ["DRIVER_SOURCE", "OUTPUT_SLICE_CYCLES", "VERILATOR_ARGS", "FastRTLRun",
+           "build_fast_rtl", "run_fast_rtl", "wrapper_verilog"]
 
 #: The C++ stream driver compiled with every fast-path model.
 DRIVER_SOURCE = Path(__file__).with_name("stream_driver.cpp")
@@ -65,8 +70,41 @@ VERILATOR_ARGS = (
     "-Wno-fatal", "-Wno-lint", "-Wno-style", "--prefix", "Vdut", "--top-module", "gn_dut",
     "-CFLAGS", "-O2", "-CFLAGS", "-fno-var-tracking",
 )
+#: Cycles the wrapper's output register slice adds to every output beat (with the
+#: output always ready): a core result taken at edge ``t`` leaves ``gn_dut`` at ``t + 1``.
+OUTPUT_SLICE_CYCLES = 1
+
 _CACHE_FORMAT = 1
 _BUILD_TIMEOUT_S = 3600
+
+
+@dataclass
+class FastRTLRun(RTLRun):
+    """:class:`~groupnet_hw.sim.cocotb_runner.RTLRun` of the fast path, with input stamps.
+
+    Attributes
+    ----------
+    in_cycles : list[int]
+        Cycle of the edge that took the first input beat of each frame, in frame order
+        (of every input beat when the run was not split into frames), counted from the
+        start of the shard that holds it, as ``out_cycles`` are.
+    in_segments : list of (int, int)
+        (first index into ``in_cycles``, count) of each shard, as ``segments`` are for
+        the outputs.
+    """
+
+    in_cycles: list = field(default_factory=list)
+    in_segments: list = field(default_factory=list)
+
+
+def _cache_key(source: bytes, wrapper: str, driver: bytes, args) -> str:
+    """Cache key of a build: everything the binary depends on, the driver's source
+    included (a changed driver must not reuse a binary compiled from the old one)."""
+    key_text = json.dumps([_CACHE_FORMAT, hashlib.sha256(source).hexdigest(), wrapper,
+                           hashlib.sha256(driver).hexdigest(),
+                           str(toolchain.verilator_root()), toolchain.verilator_version(),
+                           _cxx_identity(), list(args)])
+    return hashlib.sha256(key_text.encode()).hexdigest()[:16]
 
 
 def wrapper_verilog(toplevel: str, in_width: int, out_width: int, ports=None) -> str:
@@ -175,11 +213,7 @@ def build_fast_rtl(verilog_path, toplevel: str, in_width: int, out_width: int, *
     source = Path(verilog_path).read_bytes()
     wrapper = wrapper_verilog(toplevel, in_width, out_width, ports)
     args = list(VERILATOR_ARGS) + (["--trace"] if trace else [])
-    key_text = json.dumps([_CACHE_FORMAT, hashlib.sha256(source).hexdigest(), wrapper,
-                           hashlib.sha256(DRIVER_SOURCE.read_bytes()).hexdigest(),
-                           str(toolchain.verilator_root()), toolchain.verilator_version(),
-                           _cxx_identity(), args])
-    key = hashlib.sha256(key_text.encode()).hexdigest()[:16]
+    key = _cache_key(source, wrapper, DRIVER_SOURCE.read_bytes(), args)
     root = Path(build_dir) if build_dir is not None else default_build_dir()
     entry = (root / f"fast-{toplevel}-{key}{'-trace' if trace else ''}").resolve()
     binary = entry / "Vdut_sim"
@@ -225,7 +259,7 @@ def build_fast_rtl(verilog_path, toplevel: str, in_width: int, out_width: int, *
 
 
 def _parse_result(path: Path):
-    outputs, out_cycles, errors = [], [], []
+    outputs, out_cycles, in_cycles, errors = [], [], [], []
     summary = None
     for line in path.read_text().splitlines():
         tag, _, rest = line.partition(" ")
@@ -233,13 +267,15 @@ def _parse_result(path: Path):
             cycle, payload = rest.split()
             out_cycles.append(int(cycle))
             outputs.append(int(payload, 16))
+        elif tag == "I":
+            in_cycles.append(int(rest.split()[0]))
         elif tag == "E":
             errors.append(rest)
         elif tag == "S":
             summary = rest.split()
     if summary is None:
         raise RTLError(f"the fast simulator wrote no summary to {path}")
-    return outputs, out_cycles, errors, summary
+    return outputs, out_cycles, in_cycles, errors, summary
 
 
 def _shards(n_frames: int, jobs: int):
@@ -253,7 +289,7 @@ def run_fast_rtl(verilog_path, toplevel: str, in_beats, n_out: int, out_width: i
                  in_width: int = 8, stall: float = 0.0, seed: int = 0,
                  timeout_cycles: int | None = None, drain_cycles: int = 0,
                  frame_beats: int = 0, jobs: int = 1, waves=None, waves_frame: int = 0,
-                 build_dir=None, ports=None, progress=None) -> RTLRun:
+                 pace=None, build_dir=None, ports=None, progress=None) -> FastRTLRun:
     """Stream ``in_beats`` through the Verilog with the C++ driver; collect ``n_out`` beats.
 
     Parameters
@@ -282,13 +318,19 @@ def run_fast_rtl(verilog_path, toplevel: str, in_beats, n_out: int, out_width: i
         Write a VCD waveform of frame ``waves_frame`` (from the offer of its first
         input beat through the edge that takes its output) to this file. The run is
         then a single process (the shard holding that frame, with that shard's seed).
+    pace : (int, int), optional
+        ``(cycles, beats)``: input beat ``i`` of a shard is not offered before cycle
+        ``ceil(i * cycles / beats)`` (e.g. the frame interval and the beats per frame).
+        Default: each beat is offered as soon as the previous one is taken.
 
     Returns
     -------
-    RTLRun
+    FastRTLRun
         ``outputs``, ``out_cycles`` (cycle numbers count from each shard's start),
-        ``segments`` (output index ranges of the shards), ``cycles``, ``sim_seconds``
-        (the slowest shard's clock loop), ``wall_seconds``, ``build_seconds``.
+        ``segments`` (output index ranges of the shards), ``in_cycles`` and
+        ``in_segments`` (acceptance of each frame's first input beat), ``cycles``,
+        ``sim_seconds`` (the slowest shard's clock loop), ``wall_seconds``,
+        ``build_seconds``.
 
     Raises
     ------
@@ -305,6 +347,8 @@ def run_fast_rtl(verilog_path, toplevel: str, in_beats, n_out: int, out_width: i
         n_frames * frame_beats == len(in_beats) else 0
     if waves is not None and not 0 <= waves_frame < max(n_frames, 1):
         raise ValueError(f"no frame {waves_frame} to trace")
+    if pace is not None and not (int(pace[0]) >= 0 and int(pace[1]) >= 1):
+        raise ValueError(f"pace needs (cycles >= 0, beats >= 1), not {pace}")
     if per_frame:
         shards = [(sid, first, count)
                   for sid, (first, count) in enumerate(_shards(n_frames, jobs))
@@ -331,6 +375,8 @@ def run_fast_rtl(verilog_path, toplevel: str, in_beats, n_out: int, out_width: i
                    "--drain", str(int(drain_cycles)), "--frame-beats", str(int(frame_beats))]
             if timeout_cycles:
                 cmd += ["--timeout", str(int(timeout_cycles))]
+            if pace is not None:
+                cmd += ["--pace-cycles", str(int(pace[0])), "--pace-beats", str(int(pace[1]))]
             if waves is not None:
                 cmd += ["--trace", str(Path(waves).resolve()),
                         "--trace-frame", str(int(waves_frame) - first)]
@@ -348,7 +394,8 @@ def run_fast_rtl(verilog_path, toplevel: str, in_beats, n_out: int, out_width: i
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
     outputs, out_cycles, segments, sim_seconds = [], [], [], 0.0
-    for sid, first, outs, got, cycles, errors, summary in parsed:
+    in_cycles, in_segments = [], []
+    for sid, first, outs, got, cycles, taken, errors, summary in parsed:
         accepted, _, timed_out, _, seconds = summary
         where = f" (shard {sid}, frames {first}..)" if len(parsed) > 1 else ""
         # A protocol error is the cause of any timeout that follows it: report it first.
@@ -362,12 +409,14 @@ def run_fast_rtl(verilog_path, toplevel: str, in_beats, n_out: int, out_width: i
         segments.append((len(outputs), len(got)))
         outputs += got
         out_cycles += cycles
+        in_segments.append((len(in_cycles), len(taken)))
+        in_cycles += taken
         sim_seconds = max(sim_seconds, float(seconds))
     last_cycles = [cycles[-1] + 1 for _, _, _, _, cycles, *_ in parsed if cycles]
-    return RTLRun(outputs=outputs, cycles=max(last_cycles, default=0),
-                  out_cycles=out_cycles, wall_seconds=wall, build_seconds=build_s,
-                  simulator="verilator-fast", cached_build=cached, sim_seconds=sim_seconds,
-                  inputs_accepted=sum(int(summary[0]) for *_, summary in parsed),
-                  build_path=binary.parent,
-                  waves_file=Path(waves) if waves is not None else None,
-                  segments=segments)
+    return FastRTLRun(outputs=outputs, cycles=max(last_cycles, default=0),
+                      out_cycles=out_cycles, wall_seconds=wall, build_seconds=build_s,
+                      simulator="verilator-fast", cached_build=cached, sim_seconds=sim_seconds,
+                      inputs_accepted=sum(int(summary[0]) for *_, summary in parsed),
+                      build_path=binary.parent,
+                      waves_file=Path(waves) if waves is not None else None,
+                      segments=segments, in_cycles=in_cycles, in_segments=in_segments)

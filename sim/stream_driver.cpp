@@ -8,11 +8,14 @@
 //
 // usage: Vdut_sim STIMULUS RESULT [--stall P] [--seed S] [--timeout CYCLES]
 //                 [--reset CYCLES] [--drain CYCLES] [--outputs N]
-//                 [--frame-beats N] [--trace FILE --trace-frame F]
+//                 [--frame-beats N] [--pace-cycles C --pace-beats B]
+//                 [--trace FILE --trace-frame F]
 //
 // STIMULUS: little-endian uint64 per input beat (the input port is at most 64
 // bits wide). RESULT: text, one record per line:
 //   O <cycle> <hex payload>      an output beat and the edge that took it
+//   I <cycle> <index>            an input beat and the edge that took it: the first
+//                                beat of each frame with --frame-beats, else every beat
 //   E <message>                  protocol error, extra beats, timeout
 //   S <inputs_accepted> <cycles> <timeout 0/1> <extra outputs> <seconds>
 //
@@ -26,6 +29,12 @@
 // the core's output (valid held, payload stable while waiting); the driver reports
 // its flags. After the expected outputs, --drain cycles with ready high catch extra
 // (duplicated) beats.
+//
+// Pacing (--pace-cycles C --pace-beats B): input beat i is not offered before cycle
+// ceil(i * C / B), so frames arrive at a fixed rate (the schedule's frame interval
+// over its pixels) rather than as fast as the core takes them; a latency measured
+// that way is the one the compiler's ideal timing model predicts (compiler/latency.py).
+// Without it, beats are offered as soon as the previous one is taken.
 
 #include "Vdut.h"
 #include "verilated.h"
@@ -97,7 +106,7 @@ int main(int argc, char** argv) {
     const char* result_path = argv[2];
     double stall = 0.0;
     uint64_t seed = 0, timeout = 0, reset_cycles = 4, drain = 0, n_out = 0;
-    uint64_t frame_beats = 0;
+    uint64_t frame_beats = 0, pace_cycles = 0, pace_beats = 1;
     long long trace_frame = -1;
     const char* trace_path = nullptr;
     for (int a = 3; a < argc; ++a) {
@@ -111,10 +120,13 @@ int main(int argc, char** argv) {
         else if (opt == "--drain") drain = std::strtoull(val, nullptr, 10);
         else if (opt == "--outputs") n_out = std::strtoull(val, nullptr, 10);
         else if (opt == "--frame-beats") frame_beats = std::strtoull(val, nullptr, 10);
+        else if (opt == "--pace-cycles") pace_cycles = std::strtoull(val, nullptr, 10);
+        else if (opt == "--pace-beats") pace_beats = std::strtoull(val, nullptr, 10);
         else if (opt == "--trace") trace_path = val;
         else if (opt == "--trace-frame") trace_frame = std::atoll(val);
         else usage(("unknown option " + opt).c_str());
     }
+    if (pace_beats == 0) usage("--pace-beats must be positive");
 
     std::vector<uint64_t> beats;
     {
@@ -186,7 +198,10 @@ int main(int argc, char** argv) {
             break;
         }
         // Inputs for the coming edge.
-        if (!offering && idx < n_in) {
+        // integer arithmetic, so the pacing is exactly ceil(i * C / B) for any rate
+        const bool due = pace_cycles == 0 ||
+                         cycle * pace_beats >= static_cast<uint64_t>(idx) * pace_cycles;
+        if (!offering && idx < n_in && due) {
             if (in_gap > 0) {
                 --in_gap;
             } else {
@@ -223,6 +238,8 @@ int main(int argc, char** argv) {
         // the traced frame ends with the edge that takes its output
         if (tracing && static_cast<long long>(got) > trace_frame) tracing = false;
         if (in_fire) {
+            if (frame_beats == 0 || idx % frame_beats == 0)
+                std::fprintf(out, "I %llu %zu\n", static_cast<unsigned long long>(cycle), idx);
             ++idx;
             offering = false;
             if (idx < n_in && stall > 0 && rng.uniform() < stall) in_gap = rng.gap();

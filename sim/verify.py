@@ -21,6 +21,12 @@ With ``stall == 0`` frames are streamed back to back with the output always read
 so the mean interval between result beats is the measured cycles per frame. With
 ``stall > 0`` the input gets random gaps and the output random ready-stalls; the
 outputs must still be exact and complete, and no cycles per frame are reported.
+
+Latency (:mod:`groupnet_hw.compiler.latency` defines it) is predicted for every
+simulator and measured on the fast path in stall-free runs: ``isolated`` from the
+first frame of each shard (each starts from reset), ``steady`` from a second, short
+run of :data:`~groupnet_hw.compiler.ops.TIMING_FRAMES` frames paced at the scheduled
+frame interval.
 """
 
 from __future__ import annotations
@@ -33,10 +39,12 @@ import torch
 from amaranth.hdl import Shape
 
 from ..compiler.execute import execute
+from ..compiler.latency import predicted_latency
+from ..compiler.ops import TIMING_FRAMES
 from ..hw.accelerator import Accelerator
 
 __all__ = ["VerifyResult", "RTLDesign", "run_hardware", "verify", "first_divergence",
-           "port_widths", "SIMULATORS"]
+           "port_widths", "measure_paced_latency", "SIMULATORS"]
 
 SIMULATORS = ("verilator", "cocotb", "icarus", "amaranth")
 
@@ -63,7 +71,14 @@ class RTLDesign:
 
 @dataclass
 class VerifyResult:
-    """Outcome of :func:`verify`; ``ok`` only if every output of every image is equal."""
+    """Outcome of :func:`verify`; ``ok`` only if every output of every image is equal.
+
+    ``latency_*`` are cycles from the acceptance of a frame's first pixel to its result
+    on the core's output (:mod:`groupnet_hw.compiler.latency`): ``latency_*`` of frame
+    0 from reset, pixels offered back to back; ``latency_steady_*`` of frame
+    ``TIMING_FRAMES - 1`` of frames paced at the scheduled interval. Measured only on
+    the fast path without stalls (else None).
+    """
 
     simulator: str
     images: int
@@ -79,6 +94,10 @@ class VerifyResult:
     build_seconds: float
     images_per_second: float
     float_quantized_agreement: float | None = None
+    latency_predicted: int | None = None
+    latency_measured: int | None = None
+    latency_steady_predicted: int | None = None
+    latency_steady_measured: int | None = None
     waves: str | None = None
     mismatch_image: int | None = None
     notes: list = field(default_factory=list)
@@ -154,11 +173,15 @@ def first_divergence(graph, model, images, values=None):
 
 def run_hardware(acc: Accelerator, images, simulator="verilator", design: RTLDesign = None,
                  build_dir=None, stall=0.0, seed=0, jobs=1, waves=None, waves_frame=0,
-                 progress=None):
+                 progress=None, pace=None):
     """Stream ``images`` (uint8 [N, H, W]) through the RTL.
 
+    ``pace`` (fast path only): ``(cycles, beats)``, input beat ``i`` offered no earlier
+    than cycle ``ceil(i * cycles / beats)`` (:func:`~.fast_rtl.run_fast_rtl`).
+
     Returns ``(logits list, classes list, run)`` where ``run`` has ``out_cycles``,
-    ``steady_interval()``, ``sim_seconds`` and ``build_seconds``.
+    ``steady_interval()``, ``sim_seconds`` and ``build_seconds`` (and, from the fast
+    path, ``in_cycles``).
     """
     beats = pixel_beats(images)
     n = int(images.shape[0])
@@ -179,13 +202,15 @@ def run_hardware(acc: Accelerator, images, simulator="verilator", design: RTLDes
         return [o["logits"] for o in outs], [o["cls"] for o in outs], run
     if design is None:
         raise ValueError("an RTL simulator needs the generated Verilog (design)")
+    if pace is not None and simulator != "verilator":
+        raise ValueError("paced input is a feature of the fast path (--sim verilator)")
     if simulator == "verilator":
         from .fast_rtl import run_fast_rtl
         run = run_fast_rtl(design.verilog, design.toplevel, beats, n, design.out_width,
                            in_width=design.in_width, stall=stall, seed=seed,
                            frame_beats=frame_beats, jobs=jobs, waves=waves,
                            waves_frame=waves_frame, drain_cycles=4 * frame_beats + 64,
-                           build_dir=build_dir, progress=progress)
+                           pace=pace, build_dir=build_dir, progress=progress)
     else:
         from .cocotb_runner import run_stream_rtl
         sim = "verilator" if simulator == "cocotb" else "icarus"
@@ -270,12 +295,20 @@ def verify(model, sched, images, simulator="verilator", design: RTLDesign = None
                                     waves_frame=first_idx or 0)
         build_s += traced.build_seconds
     measured = run.steady_interval() if stall == 0 else None
+    predicted_lat = predicted_latency(sched)
+    isolated = steady = None
+    notes = []
+    if simulator == "verilator" and stall == 0:
+        isolated = _shard_first_latencies(run)
+        if len(set(isolated)) > 1:
+            notes.append(f"the first frame's latency differs between shards: {isolated}")
+        isolated = max(isolated)
+        steady = measure_paced_latency(acc, sched, images, design, build_dir)[-1]
     with torch.no_grad():
         float_pred = model(images).argmax(dim=1)
     agreement = float((float_pred == expected.classes).float().mean())
-    notes = []
     if stall:
-        notes.append("cycles per frame are measured only in stall-free runs")
+        notes.append("cycles per frame and latency are measured only in stall-free runs")
     return VerifyResult(simulator=simulator, images=len(images), exact=exact,
                         first_mismatch=first, graph_equals_model=graph_ok,
                         first_divergence=divergence, cycles_per_frame_measured=measured,
@@ -284,5 +317,36 @@ def verify(model, sched, images, simulator="verilator", design: RTLDesign = None
                         images_per_second=round(len(images) / run.wall_seconds, 1)
                         if run.wall_seconds else 0.0,
                         float_quantized_agreement=agreement,
+                        latency_predicted=predicted_lat.isolated, latency_measured=isolated,
+                        latency_steady_predicted=predicted_lat.steady,
+                        latency_steady_measured=steady,
                         waves=str(waves) if waves is not None else None,
                         mismatch_image=first_idx, notes=notes)
+
+
+def _shard_first_latencies(run):
+    """Latency of the first frame of each fast-path shard (each starts from reset):
+    its result's cycle, less the wrapper's output register, less the cycle its first
+    pixel was taken."""
+    from .fast_rtl import OUTPUT_SLICE_CYCLES
+    return [run.out_cycles[o_start] - OUTPUT_SLICE_CYCLES - run.in_cycles[i_start]
+            for (o_start, o_count), (i_start, i_count) in zip(run.segments, run.in_segments)
+            if o_count and i_count]
+
+
+def measure_paced_latency(acc: Accelerator, sched, images, design: RTLDesign, build_dir=None,
+                          progress=None):
+    """Measured latency of :data:`~groupnet_hw.compiler.ops.TIMING_FRAMES` frames paced
+    at the scheduled interval on the fast path (the arrival pattern
+    :func:`~groupnet_hw.compiler.latency.predicted_latency` predicts ``paced`` for).
+
+    ``images`` supplies the frames (repeated if there are fewer); latency does not
+    depend on pixel values. Returns one latency per frame, in cycles.
+    """
+    from .fast_rtl import OUTPUT_SLICE_CYCLES
+    images = torch.as_tensor(images)
+    frames = images[torch.arange(TIMING_FRAMES) % len(images)]
+    _, _, run = run_hardware(acc, frames, "verilator", design=design, build_dir=build_dir,
+                             jobs=1, pace=(sched.frame_cycles, acc.n_pixels), progress=progress)
+    return [run.out_cycles[f] - OUTPUT_SLICE_CYCLES - run.in_cycles[f]
+            for f in range(TIMING_FRAMES)]
