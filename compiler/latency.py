@@ -29,14 +29,13 @@ sizes, not of the timing model, and is not predicted here.
 How it is predicted
 -------------------
 Each node's output beat times follow from its producers' through the op's
-``timing`` (:mod:`.ops`), as in :func:`.schedule.ideal_times`, with two differences
-that make the prediction exact:
+``timing`` (:mod:`.ops`): :func:`.schedule.ideal_times`, which makes the prediction
+exact because
 
-- every join input that has a FIFO (``sched.fifos``) passes through it: a
+- every join input passes through its FIFO: a
   :class:`~groupnet_hw.hw.fifo.StreamFIFO` delivers a beat :data:`FIFO_LATENCY`
-  cycles after taking it, one beat per cycle. :func:`.schedule.ideal_times` leaves the
-  FIFOs out (FIFO sizing adds their latency as a margin instead), so its output times
-  are early by this delay summed along the slowest path;
+  cycles after taking it, one beat per cycle (:func:`.schedule.ideal_times` models it,
+  so the FIFOs are sized with it too);
 - the input times are integers (``ceil`` of the ideal rate), as the hardware's are.
   Every timing rule is a max of input times plus integer offsets, so with integer
   inputs the result is the ceiling of the fractional model's, exactly.
@@ -52,15 +51,11 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from .graph import Graph
-from .ops import TIMING_FRAMES, op_of
-from .schedule import ideal_times
+from .ops import TIMING_FRAMES
+from .schedule import FIFO_LATENCY, ideal_times
 
 __all__ = ["FIFO_LATENCY", "Latency", "frame_times", "input_times", "predicted_latency"]
 
-#: Cycles from a beat accepted into an empty :class:`~groupnet_hw.hw.fifo.StreamFIFO`
-#: (depth >= 1) to the beat being valid on its output (its docstring's latency).
-FIFO_LATENCY = 2
 
 
 @dataclass
@@ -77,7 +72,7 @@ class Latency:
         The schedule's frame interval (the pacing rate's numerator).
     fifo_cycles : int
         How much later the steady frame's result is than in
-        :func:`.schedule.ideal_times`, which leaves out the join FIFOs' latency.
+        the ideal model with the join FIFOs' latency left out.
     """
 
     isolated: int
@@ -108,22 +103,9 @@ def input_times(sched, paced: bool) -> list:
     return [-(-p * sched.frame_cycles // n) for p in range(TIMING_FRAMES * n)]
 
 
-def _through_fifo(times, latency):
-    """Output times of a FIFO fed at ``times``: ``latency`` after the write, at most
-    one beat per cycle (the join's own ``timing`` then decides when it is taken)."""
-    out, prev = [], float("-inf")
-    for t in times:
-        prev = max(t + latency, prev + 1)
-        out.append(prev)
-    return out
-
-
 def frame_times(sched, inputs, fifo_latency: int = FIFO_LATENCY) -> dict:
-    """Time of every output beat of every node, for input pixels offered at ``inputs``.
-
-    The ideal (never-full-FIFO) model of :func:`.schedule.ideal_times`, with the join
-    FIFOs' latency and arbitrary input times; with ``fifo_latency=0`` and the
-    schedule's fractional input rate it is :func:`.schedule.ideal_times` itself.
+    """Time of every output beat of every node, for input pixels offered at ``inputs``:
+    :func:`.schedule.ideal_times` with integer input times.
 
     Parameters
     ----------
@@ -138,22 +120,7 @@ def frame_times(sched, inputs, fifo_latency: int = FIFO_LATENCY) -> dict:
     dict
         Node name -> list of output beat times.
     """
-    g = sched.graph
-    produced = {}
-    for node in g:
-        if node.name == g.input:
-            produced[node.name] = list(inputs)
-            continue
-        depths = sched.fifos.get(node.name, {})
-        ins = []
-        for ref in node.inputs:
-            times = produced[Graph.source(ref)]
-            if depths.get(ref):
-                times = _through_fifo(times, fifo_latency)
-            ins.append(times)
-        parent = g.producer(node.inputs[0])
-        produced[node.name], _ = op_of(node).timing(node, parent, ins, sched.units[node.name])
-    return produced
+    return ideal_times(sched.graph, sched.units, inputs=inputs, fifo_latency=fifo_latency)[0]
 
 
 def _latencies(sched, inputs, produced):
@@ -180,9 +147,9 @@ def predicted_latency(sched) -> Latency:
     isolated = _latencies(sched, fast, frame_times(sched, fast))[0]
     paced_in = input_times(sched, paced=True)
     paced = _latencies(sched, paced_in, frame_times(sched, paced_in))
-    # The schedule's own ideal model (fractional input rate, FIFOs left out): its
-    # result times are the ceiling's arguments (up to float rounding) minus the FIFOs.
-    ideal, _ = ideal_times(sched.graph, sched.units, sched.frame_cycles)
+    # The ideal model with the fractional input rate and the FIFOs left out: its result
+    # times are the ceiling's arguments (up to float rounding) minus the FIFOs.
+    ideal, _ = ideal_times(sched.graph, sched.units, sched.frame_cycles, fifo_latency=0)
     ideal_out = ideal[sched.graph.output][-1]
     ideal_steady = math.ceil(ideal_out - 1e-9) - paced_in[(TIMING_FRAMES - 1) * len(fast)
                                                            // TIMING_FRAMES]

@@ -150,23 +150,50 @@ class Schedule:
 
 
 # ---------------------------------------------------------------- FIFO sizing
-def ideal_times(g: Graph, units, frame_cycles):
+#: Cycles from a beat written into an empty :class:`~groupnet_hw.hw.fifo.StreamFIFO` to
+#: the beat being valid on its output (its docstring's latency).
+FIFO_LATENCY = 2
+
+
+def through_fifo(times, latency=FIFO_LATENCY):
+    """Output times of a FIFO written at ``times``: ``latency`` after the write, at most
+    one beat per cycle (the join's own ``timing`` then decides when it is taken)."""
+    out, prev = [], float("-inf")
+    for t in times:
+        prev = max(t + latency, prev + 1)
+        out.append(prev)
+    return out
+
+
+def ideal_times(g: Graph, units, frame_cycles=None, *, inputs=None, fifo_latency=FIFO_LATENCY):
     """Cycle at which every output beat of every node appears when no FIFO is ever
     full, with input pixels arriving at the pipeline's steady rate (each op's
-    ``timing``, from the latencies of the components' docstrings).
+    ``timing``, from the latencies of the components' docstrings), and every input of
+    a join (which has a FIFO, :func:`fifo_depths`) passing through its FIFO's latency.
+
+    Parameters
+    ----------
+    frame_cycles : float
+        The frame interval: input pixel ``p`` arrives at ``p * frame_cycles / pixels``.
+    inputs : sequence, optional
+        Arrival times of the input pixels of :data:`TIMING_FRAMES` frames instead.
+    fifo_latency : int
+        Latency of the FIFOs in front of the joins (0: left out).
 
     Returns ``(produced, accepted)``: node name -> output times, and node name ->
     times at which it accepts each input beat (for joins, all inputs together).
     """
     inp = g[g.input]
     n_in = inp.height * inp.width
-    rate = frame_cycles / n_in
     produced, accepted = {}, {}
     for node in g:
         if node.name == g.input:
-            produced[node.name] = [p * rate for p in range(TIMING_FRAMES * n_in)]
+            produced[node.name] = list(inputs) if inputs is not None else \
+                [p * frame_cycles / n_in for p in range(TIMING_FRAMES * n_in)]
             continue
         ins = [produced[Graph.source(r)] for r in node.inputs]
+        if op_of(node).join and len(node.inputs) >= 2 and fifo_latency:
+            ins = [through_fifo(x, fifo_latency) for x in ins]
         parent = g.producer(node.inputs[0])
         produced[node.name], accepted[node.name] = op_of(node).timing(
             node, parent, ins, units[node.name])

