@@ -288,10 +288,11 @@ def _grouped_config(draw):
 
 @settings(max_examples=25, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
-@given(_grouped_config(), st.booleans())
-def test_grouped_time_shared_bases(config, stalls):
+@given(_grouped_config(), st.sampled_from(["full-rate", "stalls", "reset"]))
+def test_grouped_time_shared_bases(config, mode):
     """Grouped MVU (K bases time-shared on one unit): group g's channels see only
-    group g's lanes, at ``groups*ceil(c_group/pe)*ceil(n_in/simd)`` cycles per vector."""
+    group g's lanes, at ``groups*ceil(c_group/pe)*ceil(n_in/simd)`` cycles per vector;
+    under random stalls and after a reset mid-vector too."""
     kind, groups, n_in, c_group, pe, simd, seed = config
     rng = np.random.default_rng(seed)
     n_vectors = 6
@@ -310,8 +311,9 @@ def test_grouped_time_shared_bases(config, stalls):
         beats = x.reshape(n_vectors, -1).tolist()
         dut = BinaryWeightMVU(n_in, c_out, pe, simd, w, in_bits=2, groups=groups)
     assert dut.ii == mvu_cycles(groups, c_group, n_in, pe, simd)
-    run = run_streams(dut, {"i": beats}, {"o": n_vectors}, stall=0.3 if stalls else 0.0,
-                      seed=seed, max_cycles=40 * n_vectors * (dut.ii + 4))
+    reset_at = int(rng.integers(2, 3 * dut.ii + 4)) if mode == "reset" else None
+    run = run_streams(dut, {"i": beats}, {"o": n_vectors}, stall=0.0 if mode == "full-rate" else 0.3,
+                      seed=seed, reset_at=reset_at, max_cycles=40 * n_vectors * (dut.ii + 4))
     assert run.outputs["o"] == expected.tolist()
-    if not stalls:
+    if mode == "full-rate":
         assert (np.diff(run.out_cycles["o"]) == dut.ii).all()
