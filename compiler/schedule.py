@@ -32,8 +32,10 @@ __all__ = ["BOARD_BUDGETS", "Schedule", "schedule", "choose_folding", "fifo_dept
 #: Device facts used as the schedule's budget: the family the resource model is
 #: calibrated for, the board clock, and the limit of each budgeted resource.
 BOARD_BUDGETS = {
+    # Cyclone V: four registers per ALM.
     "de10nano": dict(device="5CSEBA6U23I7 (Cyclone V SE)", family="cyclonev", clock_mhz=50.0,
-                     limits=dict(alm=41_910, m10k=553, dsp=112), ram_bits=553 * 10_240),
+                     limits=dict(alm=41_910, ff=4 * 41_910, m10k=553, dsp=112),
+                     ram_bits=553 * 10_240),
     # ECP5: only a quarter of the slices can be distributed RAM: 83,640 / 8 RAM LUTs,
     # four per TRELLIS_DPR16X4 (nextpnr refuses to place beyond it).
     "ulx3s": dict(device="LFE5U-85F (ECP5)", family="ecp5", clock_mhz=25.0,
@@ -58,7 +60,7 @@ def board_usage(cells: dict, family: str) -> dict:
     from .resources import logic_sites
     if family == "cyclonev":
         return dict(alm=-(-cells["lut"] * 10 // int(ALUTS_PER_ALM * 10)) + 10 * cells["lutram"],
-                    m10k=cells["bram"], dsp=cells["dsp"])
+                    ff=cells["ff"], m10k=cells["bram"], dsp=cells["dsp"])
     usage = dict(lut=logic_sites(cells, family), ff=cells["ff"], ebr=cells["bram"],
                  dsp=cells["dsp"])
     if family == "ecp5":
