@@ -411,7 +411,8 @@ def synth(out_dir, timeout):
             r["yosys_log_last_line"] = tail[-1] if tail else ""
         return r
     r = json.loads(Path(out_dir, "report.json").read_text())["synthesis"]["ecp5"]
-    r.update(status="ok", timeout_s=timeout, seconds=seconds, lut_sites=sites(r["cells"]))
+    r.update(status="ok", timeout_s=timeout, seconds=seconds, lut_sites=sites(r["cells"]),
+             pnr_utilisation=pnr_utilisation(out_dir))
     return r
 
 
@@ -584,6 +585,69 @@ def plot(res, path):
     plt.close(fig)
 
 
+def derive_notes(res):
+    """What the figures say, as sentences computed from them (none is written down)."""
+    notes = []
+    pred, fin = res["finn_folding"], res["finn"]
+    notes.append(f"Predicted frame interval with FINN's folding: {pred['frame_cycles']:,} cycles "
+                 f"(FINN publishes {fin['bottleneck_cycles']:,}; its folding through FINN's "
+                 f"formula gives {fin['bottleneck_by_formula']:,}, in "
+                 f"{' and '.join(fin['bottleneck_layers'])}).")
+    if res["measured"]:
+        m = res["measured"]
+        eq = "equals" if m["cycles_per_frame"] == pred["frame_cycles"] else "differs from"
+        notes.append(f"Measured on Verilator: {m['cycles_per_frame']} cycles per frame, which "
+                     f"{eq} the prediction; {m['exact']}/{m['images']} random images bit-exact.")
+    lut_ratio = pred["estimate_lut_sites"] / fin["luts"]
+    rom = sum(r["estimate_weight_rom_lut_sites"] for r in res["layers"])
+    notes.append(f"Estimated LUT sites with FINN's folding: {pred['estimate_lut_sites']:,}, "
+                 f"{lut_ratio:,.2f} x FINN's LUT count; {rom:,} of them "
+                 f"({rom / pred['estimate_lut_sites']:.0%}) are weight ROMs, which the "
+                 "calibrated model prices as LUTs (its bin_conv weight_bits feature; the "
+                 f"estimate has {pred['estimate_cells']['bram']} block RAMs). The largest units "
+                 "are " + ", ".join(
+                     f"{r['layer']} ({r['estimate_lut_sites']:,})" for r in sorted(
+                         res["layers"], key=lambda r: -r["estimate_lut_sites"])[:3]) + ".")
+    s = res.get("synthesis")
+    limit = res.get("lut_budget_device")
+    if s and s.get("status") == "ok":
+        c = s["cells"]
+        notes.append(f"Yosys maps the design to {c.get('bram', 0):,} DP16KD block RAMs (the "
+                     f"estimate: {pred['estimate_cells']['bram']}): the larger weight ROMs go to "
+                     f"block RAM, so Yosys's {s['lut_sites']:,} LUT4 sites are "
+                     f"{s['lut_sites'] / pred['estimate_lut_sites']:.0%} of the estimate. The "
+                     "resource model, calibrated on small designs whose ROMs stay in LUTs, "
+                     "overestimates large weight memories.")
+        u = s.get("pnr_utilisation", {}).get("TRELLIS_COMB")
+        if u:
+            notes.append(f"nextpnr packs it into {u[0]:,} of the LFE5U-85F's {u[1]:,} logic "
+                         f"cells (TRELLIS_COMB, {u[0] / u[1]:.0%})"
+                         + (": it does not fit the device, so there is no Fmax."
+                            if u[0] > u[1] else "."))
+    elif limit and pred["estimate_lut_sites"] > limit:
+        notes.append(f"The estimate exceeds the LFE5U-85F's {limit:,} LUT4 sites: place and "
+                     "route is not expected to fit unless Yosys maps the weight ROMs to block "
+                     "RAM.")
+    if s and s.get("status") != "ok":
+        notes.append("Synthesis did not complete (see the summary): no Yosys counts, no Fmax.")
+    return notes
+
+
+def pnr_utilisation(work_dir):
+    """``{bel type: [used, available]}`` from nextpnr's device utilisation in
+    ``work_dir/synth-ecp5/nextpnr.log`` (written after packing, so it is there even when
+    placement then fails or times out); empty without a log."""
+    import re
+    log = Path(work_dir, "synth-ecp5", "nextpnr.log")
+    if not log.is_file():
+        return {}
+    out = {}
+    for m in re.finditer(r"Info:\s+(\w+):\s+(\d+)/\s*(\d+)", log.read_text(errors="replace")):
+        if int(m.group(2)):
+            out[m.group(1)] = [int(m.group(2)), int(m.group(3))]
+    return out
+
+
 def _git():
     try:
         head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
@@ -610,7 +674,6 @@ def run(arch="cnv", *, seed=0, images=4, do_measure=True, do_synth=False, timeou
     console = console or Console(stderr=True)
     out_dir = Path(out_dir or ROOT / "build" / f"finn-{arch}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    notes = []
     res = {"arch": arch, "seed": seed, "board": BOARD, "date": time.strftime("%Y-%m-%d"),
            "machine": f"{os.cpu_count()} cores, {platform.machine()}", "git": _git()}
     with console.status("building the model") as status:
@@ -687,32 +750,8 @@ def run(arch="cnv", *, seed=0, images=4, do_measure=True, do_synth=False, timeou
     else:
         res["synthesis"] = None
 
-    # what the numbers say, computed from them (no figure is written down here)
-    pred, fin = res["finn_folding"], res["finn"]
-    notes.append(f"Predicted frame interval with FINN's folding: {pred['frame_cycles']:,} cycles "
-                 f"(FINN publishes {fin['bottleneck_cycles']:,}; its folding through FINN's "
-                 f"formula gives {fin['bottleneck_by_formula']:,}, in "
-                 f"{' and '.join(fin['bottleneck_layers'])}).")
-    if res["measured"]:
-        m = res["measured"]
-        eq = "equals" if m["cycles_per_frame"] == pred["frame_cycles"] else "differs from"
-        notes.append(f"Measured on Verilator: {m['cycles_per_frame']} cycles per frame, which "
-                     f"{eq} the prediction; {m['exact']}/{m['images']} random images bit-exact.")
-    lut_ratio = pred["estimate_lut_sites"] / FINN["luts"]
-    rom = sum(r["estimate_weight_rom_lut_sites"] for r in res["layers"])
-    notes.append(f"Estimated LUT sites with FINN's folding: {pred['estimate_lut_sites']:,}, "
-                 f"{lut_ratio:,.2f} x FINN's LUT count; {rom:,} of them "
-                 f"({rom / pred['estimate_lut_sites']:.0%}) are weight ROMs, which the "
-                 "calibrated model prices as LUTs (its bin_conv weight_bits feature; the "
-                 f"estimate has {pred['estimate_cells']['bram']} block RAMs) where FINN keeps "
-                 "weights in block RAM. The largest units are " + ", ".join(
-                     f"{r['layer']} ({r['estimate_lut_sites']:,})" for r in sorted(
-                         res["layers"], key=lambda r: -r["estimate_lut_sites"])[:3]) + ".")
-    if pred["estimate_lut_sites"] > sched.budget["limits"]["lut"]:
-        notes.append(f"The estimate exceeds the LFE5U-85F's {sched.budget['limits']['lut']:,} "
-                     "LUT4 sites: place and route is not expected to fit unless Yosys maps the "
-                     "weight ROMs to block RAM.")
-    res["notes"] = notes
+    res["lut_budget_device"] = sched.budget["limits"]["lut"]
+    res["notes"] = derive_notes(res)
 
     if results:
         Path(results).parent.mkdir(parents=True, exist_ok=True)
@@ -762,6 +801,15 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.from_json:
         res = json.loads(Path(args.from_json).read_text())
+        syn = res.get("synthesis")
+        work = Path(args.out_dir, "build")
+        if syn and syn.get("status") == "ok" and not syn.get("pnr_utilisation"):
+            # a results file written before this field existed: read it from the run's log
+            syn["pnr_utilisation"] = pnr_utilisation(work)
+        from groupnet_hw.compiler.schedule import BOARD_BUDGETS
+        res.setdefault("lut_budget_device", BOARD_BUDGETS[res["board"]]["limits"]["lut"])
+        res["notes"] = derive_notes(res)
+        Path(args.from_json).write_text(json.dumps(res, indent=1) + "\n")
         Path(args.docs, "finn.md").write_text(markdown(res))
         plot(res, Path(args.docs, "finn_cnv.png"))
         print(markdown(res))
