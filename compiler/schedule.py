@@ -121,9 +121,10 @@ class Schedule:
         shared = self.time_shared()
         if not shared:
             return "bases side by side"
+        blocks = sum(n.op == "mixer" for n in self.graph)
         ks = sorted(set(shared.values()))
-        return (f"bases time-shared in {len(shared)} block(s) (K = {', '.join(map(str, ks))} "
-                f"on one set of units each)")
+        return (f"bases time-shared in {len(shared)} of {blocks} blocks (K = "
+                f"{', '.join(map(str, ks))} on one set of units each)")
 
     def to_dict(self):
         return {
@@ -311,44 +312,58 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
     bases : {"auto", "parallel", "shared"}
         How each block's K bases map to hardware: ``parallel``, side by side (K sets of
         units); ``shared``, time-shared on one set of units with the base index as the
-        outer fold (:mod:`.sharing`; every block whose bases can be); ``auto``, both
-        scheduled and the better kept: the faster frame interval that fits, then the
-        smaller design.
+        outer fold (:mod:`.sharing`; every block whose bases can be); ``auto``, every
+        mix of shared and side-by-side blocks (the two uniform mappings beyond
+        :data:`MAX_MIXED_GROUPS` blocks) scheduled and the best kept: the faster frame
+        interval that fits, then the smaller design.
     """
     if bases not in BASE_MAPPINGS:
         raise ValueError(f"bases must be one of {', '.join(BASE_MAPPINGS)}, not {bases!r}")
     if bases == "parallel" or (bases == "auto" and folding):
         return _fold(g, board, target_cycles, fps, max_util, folding)
+    from itertools import combinations
+
     from .sharing import base_groups, share_bases
-    if not base_groups(g):
+    groups = [grp.mixer for grp in base_groups(g)]
+    if not groups:
         if bases == "shared":
             raise ValueError("this network has no blocks whose bases can be time-shared "
                              "(K = 1, or no mixer joins isomorphic bases)")
         return _fold(g, board, target_cycles, fps, max_util, folding)
-    shared_graph = share_bases(g)
     if bases == "shared":
-        shared = _fold(shared_graph, board, target_cycles, fps, max_util, folding)
+        shared = _fold(share_bases(g), board, target_cycles, fps, max_util, folding)
         shared.base_mapping = "shared"
         return shared
-    errors = []
-    candidates = []
-    for mapping, graph in (("parallel", g), ("shared", shared_graph)):
+    # Every mix of shared and side-by-side blocks for a few blocks; beyond that the two
+    # uniform mappings (each trial is a whole folding search).
+    if len(groups) <= MAX_MIXED_GROUPS:
+        subsets = [c for n in range(len(groups) + 1) for c in combinations(groups, n)]
+    else:
+        subsets = [(), tuple(groups)]
+    errors, candidates = [], []
+    for subset in subsets:
+        graph = share_bases(g, subset) if subset else g
         try:
             sched = _fold(graph, board, target_cycles, fps, max_util, folding)
         except ValueError as e:      # --fps out of reach with this mapping
             errors.append(e)
             continue
-        sched.base_mapping = mapping
+        sched.base_mapping = ("parallel" if not subset else
+                              "shared" if len(subset) == len(groups) else "mixed")
         candidates.append(sched)
     if not candidates:
         raise errors[0]
     best = min(candidates, key=_preference)
-    other = [c for c in candidates if c is not best]
-    if other:
-        o = other[0]
-        best.notes.append(f"bases {o.base_mapping} instead: {o.frame_cycles} cycles/frame, "
+    runner_up = sorted((c for c in candidates if c is not best), key=_preference)
+    if runner_up:
+        o = runner_up[0]
+        best.notes.append(f"{o.mapping_text()} instead: {o.frame_cycles} cycles/frame, "
                           f"{_usage_text(o)}{'' if _fits(o) else ' (does not fit)'}")
     return best
+
+
+#: Up to this many blocks with shareable bases, ``bases="auto"`` tries every mix.
+MAX_MIXED_GROUPS = 3
 
 
 def _fits(sched):

@@ -428,7 +428,7 @@ def _core_design(sched, name):
               type=click.Choice(["auto", "parallel", "shared"]),
               help="How each block's K bases map to hardware: side by side (parallel), "
                    "time-shared on one set of units with the base index sequenced (shared), "
-                   "or whichever is faster within the budget (auto).")
+                   "or per block whichever mix is fastest within the budget (auto).")
 @click.option("--baud", default=115200, show_default=True, type=click.IntRange(1200),
               help="UART host link speed.")
 @click.option("--bitstream/--no-bitstream", default=None,
