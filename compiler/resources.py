@@ -26,7 +26,8 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["FAMILIES", "CELLS", "MODEL_FILE", "load_model", "estimate_unit",
+__all__ = ["FAMILIES", "CELLS", "MODEL_FILE", "load_model", "estimate_unit", "family_features",
+           "rom_blocks", "LUT_ROM_MAX_DEPTH",
            "logic_sites", "fit_unit_model"]
 
 FAMILIES = ("ecp5", "ice40", "cyclonev")
@@ -40,16 +41,50 @@ def load_model(path=MODEL_FILE):
     return json.loads(Path(path).read_text())["coefficients"]
 
 
+#: Deepest weight ROM (an MVU's, ``rom_depth`` words) Yosys keeps in LUTs; a deeper
+#: one becomes block RAM. Measured on single MVUs with 32-bit words: ECP5 and iCE40 keep
+#: 64 words in LUTs and put 128 in DP16KD / SB_RAM40_4K; Cyclone V takes an M10K from 16.
+LUT_ROM_MAX_DEPTH = {"ecp5": 64, "ice40": 64, "cyclonev": 8}
+
+#: Block RAM aspect ratios per family: (width, depth) of one block.
+BRAM_MODES = {
+    "ecp5": [(36, 512), (18, 1024), (9, 2048), (4, 4096), (2, 8192), (1, 16384)],
+    "ice40": [(16, 256), (8, 512), (4, 1024), (2, 2048)],
+    "cyclonev": [(40, 256), (20, 512), (10, 1024), (5, 2048), (2, 4096), (1, 8192)],
+}
+
+
+def rom_blocks(depth: int, width: int, family: str) -> int:
+    """Block RAMs of a ``depth`` x ``width`` ROM in the family's best aspect ratio."""
+    return min(-(-width // w) * -(-depth // d) for w, d in BRAM_MODES[family])
+
+
+def family_features(features: dict, family: str) -> dict:
+    """The features the family's model counts: a weight ROM (``rom_depth`` x
+    ``rom_width``) deeper than :data:`LUT_ROM_MAX_DEPTH` is ``rom_blocks`` block RAMs
+    instead of ``weight_bits`` of LUT ROM."""
+    f = dict(features)
+    depth, width = f.pop("rom_depth", 0), f.pop("rom_width", 0)
+    if depth > LUT_ROM_MAX_DEPTH[family]:
+        f["weight_bits"] = 0
+        f["rom_blocks"] = rom_blocks(depth, width, family)
+    return f
+
+
 def estimate_unit(features: dict, op: str, family: str, model=None) -> dict:
     """Cell counts of one unit: ``{cell: count}`` (rounded to the nearest: rounding
-    up would add a block RAM to every unit with a fractional estimate)."""
+    up would add a block RAM to every unit with a fractional estimate). A deep weight
+    ROM counts its block RAMs exactly (:func:`family_features`)."""
     model = model or load_model()
     per_cell = model.get(family, {}).get(op, {})
+    features = family_features(features, family)
+    blocks = features.pop("rom_blocks", 0)
     out = {}
     for cell in CELLS:
         coefs = per_cell.get(cell, {})
         value = sum(coefs.get(name, 0.0) * v for name, v in features.items())
         out[cell] = int(round(value)) if value > 0 else 0
+    out["bram"] += blocks
     return out
 
 

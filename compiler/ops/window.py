@@ -244,6 +244,7 @@ class BinConv(_Conv):
         kind = "xnor_bits" if folds > 1 else "const_xnor_bits"
         f.update({kind: unit.pe * unit.simd * lane}, acc_bits=unit.pe * node.bit_width,
                  weight_bits=folds * unit.pe * unit.simd if folds > 1 else 0,
+                 rom_depth=folds if folds > 1 else 0, rom_width=unit.pe * unit.simd,
                  buffer_bits=groups * unit.n_in * lane if folds > 1 else 0,
                  out_bits=node.channels * node.bit_width)
         return f
@@ -282,6 +283,7 @@ class IntConv(_Conv):
         f.update(mults=unit.pe * unit.simd,
                  mult_bits=unit.pe * unit.simd * (parent.bit_width + 8),
                  acc_bits=unit.pe * node.bit_width, weight_bits=folds * unit.pe * unit.simd * 8,
+                 rom_depth=folds if folds > 1 else 0, rom_width=unit.pe * unit.simd * 8,
                  out_bits=node.channels * node.bit_width)
         return f
 
