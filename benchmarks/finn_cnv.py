@@ -488,7 +488,10 @@ def markdown(res):
         if s.get("yosys_log_last_line"):
             syn += f"; the Yosys log ends with `{s['yosys_log_last_line']}`"
     else:
-        syn = "ok"
+        syn = (f"Yosys finished in {s['yosys_seconds']:,.0f} s; "
+               + (f"Fmax {s['fmax_mhz']} MHz" if s.get("fmax_mhz")
+                  else s.get("pnr_error", "not run")))
+    syn = syn.split(" (log: ")[0]        # the work directory's log path is not kept
     est = ours["estimate_cells"]
     fmax = s.get("fmax_mhz") if s else None
     lines += [
@@ -507,8 +510,9 @@ def markdown(res):
         f"{ours['clock_mhz'] * 1e6 / finn['bottleneck_cycles']:,.1f} (same clock) |",
         f"| LUTs | {est['lut']:,} LUT4 + {est['carry']:,} carry + {est['lutram']:,} LUT RAM = "
         f"{ours['estimate_lut_sites']:,} LUT4 sites (estimate)"
-        + (f"; Yosys {syn_cells.get('lut', 0):,} LUT4 + {syn_cells.get('carry', 0):,} carry "
-           f"= {s['lut_sites']:,} sites" if syn_cells else "")
+        + (f"; Yosys {syn_cells.get('lut', 0):,} LUT4 + {syn_cells.get('carry', 0):,} carry + "
+           f"{syn_cells.get('lutram', 0):,} LUT RAM = {s['lut_sites']:,} sites"
+           if syn_cells else "")
         + f" | {own['estimate_lut_sites']:,} sites (estimate)"
         + ("" if res["own_fits"] else ", over budget even fully folded")
         + f" | {finn['luts']:,} LUT6 |",
@@ -528,12 +532,14 @@ def markdown(res):
         + f" | {_n(own['lanes_per_klut_estimate'], 1)} | {_n(finn['lanes_per_klut'], 1)} |",
         "| Fmax (nextpnr, LFE5U-85F) | "
         + (f"{fmax} MHz, {s.get('frames_per_second_at_fmax', 0):,.1f} frames/s"
-           if fmax else ("not measured: " + (s.get("pnr_error", syn) if s else syn)))
+           if fmax else ("not measured: " + (s.get("pnr_error", syn).split(" (log: ")[0]
+                                             if s else syn)))
         + " | - | - |",
         f"| compile, checkpoint to Verilog | {res['build']['seconds']:,.1f} s wall clock "
-        f"({res['build']['verilog_bytes'] / 2**20:,.1f} MiB of Verilog) | - | - |",
+        f"({res['build']['verilog_bytes'] / 2**20:,.1f} MiB of Verilog; {res['machine']} "
+        "shared with other jobs, so wall clock varies) | - | - |",
         "",
-        f"Synthesis: {syn}."
+        f"Synthesis: {syn.rstrip('.')}."
         + (f" Timeout per tool {s['timeout_s']} s." if s else ""),
         "",
         f"Own folding: {res['own_note']}",
@@ -612,12 +618,15 @@ def derive_notes(res):
     limit = res.get("lut_budget_device")
     if s and s.get("status") == "ok":
         c = s["cells"]
-        notes.append(f"Yosys maps the design to {c.get('bram', 0):,} DP16KD block RAMs (the "
-                     f"estimate: {pred['estimate_cells']['bram']}): the larger weight ROMs go to "
-                     f"block RAM, so Yosys's {s['lut_sites']:,} LUT4 sites are "
-                     f"{s['lut_sites'] / pred['estimate_lut_sites']:.0%} of the estimate. The "
-                     "resource model, calibrated on small designs whose ROMs stay in LUTs, "
-                     "overestimates large weight memories.")
+        wbits = sum(r["c_out"] * r["n_in"] for r in res["layers"])
+        notes.append(f"Yosys infers {c.get('bram', 0):,} DP16KD block RAMs where the estimate "
+                     f"has {pred['estimate_cells']['bram']} (the binary weights are "
+                     f"{wbits:,} bits, at least {ceil(wbits / 18_432)} DP16KD), and counts "
+                     f"{s['lut_sites']:,} LUT4 sites, {s['lut_sites'] / pred['estimate_lut_sites']:.0%}"
+                     f" of the estimate, and {c.get('ff', 0):,} flip-flops, "
+                     f"{c.get('ff', 0) / max(1, pred['estimate_cells']['ff']):.2f} x the "
+                     "estimate. The resource model, calibrated on small designs whose ROMs stay "
+                     "in LUTs, does not extrapolate to memories this large.")
         u = s.get("pnr_utilisation", {}).get("TRELLIS_COMB")
         if u:
             notes.append(f"nextpnr packs it into {u[0]:,} of the LFE5U-85F's {u[1]:,} logic "
