@@ -343,6 +343,7 @@ def build(checkpoint, folding, out_dir):
     return {"command": " ".join(["groupnet-hw", *cmd[len(_cli()):]]),
             "seconds": round(seconds, 1),
             "verilog_bytes": (out_dir / manifest["verilog"]).stat().st_size,
+            "verilog_sha256": manifest["verilog_sha256"],
             "frame_cycles": manifest["frame_cycles"]}
 
 
@@ -540,7 +541,10 @@ def markdown(res):
         "shared with other jobs, so wall clock varies) | - | - |",
         "",
         f"Synthesis: {syn.rstrip('.')}."
-        + (f" Timeout per tool {s['timeout_s']} s." if s else ""),
+        + (f" Timeout per tool {s['timeout_s']} s." if s else "")
+        + (f" These synthesis figures come from an earlier run of this script on the same "
+           f"Verilog (SHA-256 {s['reused_for_verilog_sha256'][:16]}...; `--synth-from`)."
+           if s and s.get("reused_from") else ""),
         "",
         f"Own folding: {res['own_note']}",
         "",
@@ -608,10 +612,9 @@ def derive_notes(res):
     rom = sum(r["estimate_weight_rom_lut_sites"] for r in res["layers"])
     notes.append(f"Estimated LUT sites with FINN's folding: {pred['estimate_lut_sites']:,}, "
                  f"{lut_ratio:,.2f} x FINN's LUT count; {rom:,} of them "
-                 f"({rom / pred['estimate_lut_sites']:.0%}) are weight ROMs, which the "
-                 "calibrated model prices as LUTs (its bin_conv weight_bits feature; the "
-                 f"estimate has {pred['estimate_cells']['bram']} block RAMs). The largest units "
-                 "are " + ", ".join(
+                 f"({rom / pred['estimate_lut_sites']:.0%}) are weight ROMs kept in LUTs, and "
+                 f"the estimate has {pred['estimate_cells']['bram']} DP16KD block RAMs (the "
+                 "deeper weight ROMs). The largest units are " + ", ".join(
                      f"{r['layer']} ({r['estimate_lut_sites']:,})" for r in sorted(
                          res["layers"], key=lambda r: -r["estimate_lut_sites"])[:3]) + ".")
     s = res.get("synthesis")
@@ -625,8 +628,10 @@ def derive_notes(res):
                      f"{s['lut_sites']:,} LUT4 sites, {s['lut_sites'] / pred['estimate_lut_sites']:.0%}"
                      f" of the estimate, and {c.get('ff', 0):,} flip-flops, "
                      f"{c.get('ff', 0) / max(1, pred['estimate_cells']['ff']):.2f} x the "
-                     "estimate. The resource model, calibrated on small designs whose ROMs stay "
-                     "in LUTs, does not extrapolate to memories this large.")
+                     "estimate."
+                     + (" The resource model, calibrated on small designs whose ROMs stay in "
+                        "LUTs, does not extrapolate to memories this large."
+                        if c.get("bram", 0) and not pred["estimate_cells"]["bram"] else ""))
         u = s.get("pnr_utilisation", {}).get("TRELLIS_COMB")
         if u:
             notes.append(f"nextpnr packs it into {u[0]:,} of the LFE5U-85F's {u[1]:,} logic "
@@ -671,7 +676,8 @@ def _git():
 # -- driver -----------------------------------------------------------------------------
 
 def run(arch="cnv", *, seed=0, images=4, do_measure=True, do_synth=False, timeout=2400,
-        out_dir=None, results=None, docs=None, sim_build_dir=None, console=None):
+        out_dir=None, results=None, docs=None, sim_build_dir=None, console=None,
+        synth_from=None):
     """The whole comparison; see the module docstring. Returns the results dict and
     writes ``results`` (JSON), ``docs/finn.md`` and ``docs/finn_cnv.png`` under ``docs``
     (``None``: not written)."""
@@ -747,6 +753,17 @@ def run(arch="cnv", *, seed=0, images=4, do_measure=True, do_synth=False, timeou
                            "shows that design.")
     console.log(res["own_note"])
 
+    if synth_from and not do_synth:
+        # Synthesis measures the Verilog alone: an earlier run's figures hold for a build
+        # whose Verilog is byte-identical (same SHA-256), whatever else changed.
+        old = json.loads(Path(synth_from).read_text())
+        same = old.get("build", {}).get("verilog_sha256") == res["build"]["verilog_sha256"]
+        if same and old.get("synthesis"):
+            res["synthesis"] = dict(old["synthesis"], reused_from=str(synth_from),
+                                    reused_for_verilog_sha256=res["build"]["verilog_sha256"])
+            console.log(f"synthesis: reused from {synth_from} (same Verilog)")
+        else:
+            console.log(f"synthesis: {synth_from} is of other Verilog; not reused")
     if pending is not None:
         with console.status(f"waiting for groupnet-hw synth --flow ecp5 (timeout {timeout} s "
                             "per tool)"):
@@ -756,7 +773,7 @@ def run(arch="cnv", *, seed=0, images=4, do_measure=True, do_synth=False, timeou
             s["lanes_per_klut"] = density(res["finn_folding"]["lanes"], s["lut_sites"])
         res["synthesis"] = s
         console.log(f"synthesis: {s['status']} ({s['seconds']} s)")
-    else:
+    elif not res.get("synthesis"):
         res["synthesis"] = None
 
     res["lut_budget_device"] = sched.budget["limits"]["lut"]
@@ -805,6 +822,9 @@ def main(argv=None):
                     help="JSON to write")
     ap.add_argument("--docs", default=str(ROOT / "docs"),
                     help="directory for finn.md and finn_cnv.png")
+    ap.add_argument("--synth-from", metavar="FILE", default=None,
+                    help="without --synth: reuse the synthesis figures of an earlier results "
+                         "JSON when its Verilog has this build's SHA-256")
     ap.add_argument("--from-json", metavar="FILE", default=None,
                     help="only rewrite finn.md and finn_cnv.png from an earlier results JSON")
     args = ap.parse_args(argv)
@@ -825,7 +845,7 @@ def main(argv=None):
         return
     res = run(args.arch, seed=args.seed, images=args.images, do_measure=args.measure,
               do_synth=args.synth, timeout=args.timeout, out_dir=args.out_dir,
-              results=args.results, docs=args.docs)
+              results=args.results, docs=args.docs, synth_from=args.synth_from)
     print(markdown(res))
 
 
