@@ -469,7 +469,9 @@ def _fold(g: Graph, board, target_cycles, fps, max_util, folding) -> Schedule:
             lo, hi = hi, hi * 2
             chosen = plan(hi)
         if not fits(chosen[4]):
-            notes.append(f"does not fit {board} at {max_util:.0%} utilization even fully folded "
+            folded = ("with every other unit fully folded and the --folding units as given"
+                      if override else "even fully folded")
+            notes.append(f"does not fit {board} at {max_util:.0%} utilization {folded} "
                          f"({over(chosen[4])}); scheduled at its fastest, {first} cycles/frame, "
                          "instead: it needs a larger device")
             chosen = plan(first)
