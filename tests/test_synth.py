@@ -61,3 +61,13 @@ def test_multipliers_in_logic_on_request(tiny_build):
     assert with_dsp["cells"]["dsp"] > 0 and logic["cells"]["dsp"] == 0
     assert logic["cells"]["lut"] > with_dsp["cells"]["lut"]
     assert logic["multipliers"] == "logic (-nodsp)"
+
+
+def test_a_silent_tool_failure_is_explained_from_its_own_log(tmp_path):
+    """yosys -q dies without a word on stdout: the error line comes from its own log."""
+    from groupnet_hw.hw.synth import SynthError, _run
+    cmd = ["sh", "-c", "echo 'Executing ABC.' > tool.log; echo 'End of script.' >> tool.log; exit 3"]
+    with pytest.raises(SynthError, match=r"yosys failed \(exit 3\): End of script\."):
+        _run(cmd, tmp_path / "stdout.log", 60, "yosys", tmp_path, tool_log=tmp_path / "tool.log")
+    with pytest.raises(SynthError, match="without a message"):
+        _run(["sh", "-c", "exit 2"], tmp_path / "stdout.log", 60, "yosys", tmp_path)
