@@ -14,7 +14,7 @@ from math import ceil
 
 __all__ = [
     "conv_out_size", "window_cycles", "mvu_cycles", "elementwise_cycles",
-    "head_cycles", "pipeline_cycles", "lane_folds", "folded_interval", "choose_lanes",
+    "head_cycles", "HEAD_PIPELINE", "pipeline_cycles", "lane_folds", "folded_interval", "choose_lanes",
     "TREE_LEVELS_PER_STAGE", "tree_stages", "mvu_latency",
 ]
 
@@ -39,11 +39,17 @@ def elementwise_cycles(height, width):
     return height * width
 
 
+#: Cycles of the classifier head beyond its MAC steps: the ROM word, the split
+#: products, their sum, the accumulator, the argmax step and the output register
+#: (:class:`groupnet_hw.hw.head.ClassifierHead`).
+HEAD_PIPELINE = 6
+
+
 def head_cycles(height, width, n_classes, folds=1):
     """Pool + classifier + argmax: accumulation at one pixel per cycle, the
     classifier (``folds`` steps per class, then its pipeline) overlapping the next
     frame's accumulation (:class:`groupnet_hw.hw.head.ClassifierHead`)."""
-    return max(height * width, n_classes * folds + 5)
+    return max(height * width, n_classes * folds + HEAD_PIPELINE)
 
 
 def pipeline_cycles(node_cycles):

@@ -8,7 +8,7 @@ import torch
 from amaranth.back import verilog
 from amaranth.lib import data
 
-from groupnet_hw.compiler.cycles import head_cycles
+from groupnet_hw.compiler.cycles import HEAD_PIPELINE, head_cycles
 from groupnet_hw.hw.head import ClassifierHead
 from groupnet_hw.sim.streams import run_streams
 
@@ -89,18 +89,19 @@ def run_case(case, *, stall, seed, reset_at=None, lanes=None):
 
 CASES = [
     # (channels, in_width, height, width, n_cls, frames, ties)
-    (3, 6, 2, 3, 10, 4, True),     # H*W = 6 < n_cls + 5: classifier-bound
-    (5, 4, 4, 4, 3, 4, False),     # H*W = 16 >= n_cls + 5: pool-bound
-    (8, 8, 3, 3, 4, 3, True),      # H*W = 9 == n_cls + 5
+    (3, 6, 2, 3, 10, 4, True),     # H*W = 6 < n_cls + 6: classifier-bound
+    (5, 4, 4, 4, 3, 4, False),     # H*W = 16 >= n_cls + 6: pool-bound
+    (8, 8, 3, 3, 3, 3, True),      # H*W = 9 == n_cls + 6
     (4, 5, 1, 1, 1, 5, False),     # one pixel per frame, one class
     (6, 7, 2, 5, 4, 3, True),
+    (3, 16, 8, 8, 3, 2, False),    # sums of 22 bits: two multiplier pieces per product
 ]
 
 
 # ---- tests -----------------------------------------------------------------------
 
 #: lanes per case: all channels, one, and ones that do not divide the channels
-LANES = [None, 1, 3, None, 4]
+LANES = [None, 1, 3, None, 4, 2]
 
 
 @pytest.mark.parametrize("index", range(len(CASES)))
@@ -132,19 +133,19 @@ def test_widths_are_exact():
     assert dut.cls_width == 2
 
 
-@pytest.mark.parametrize("index,lanes", [(0, None), (1, None), (2, None), (1, 2), (2, 1),
+@pytest.mark.parametrize("index,lanes", [(0, None), (1, None), (2, None), (1, 2), (2, 1), (5, 2),
                                          (4, 4)])
 def test_full_throughput(index, lanes):
-    """F frames: the first result H*W pixels + latency (n_cls*folds + 5) cycles in, then
-    one every head_cycles(H, W, n_cls, folds) = max(H*W, n_cls*folds + 5) cycles, so the
-    total is F*head_cycles + (H*W + latency - head_cycles)."""
+    """F frames: the first result H*W pixels + latency (n_cls*folds + HEAD_PIPELINE)
+    cycles in, then one every head_cycles(H, W, n_cls, folds) = max(H*W, n_cls*folds +
+    HEAD_PIPELINE) cycles, so the total is F*head_cycles + (H*W + latency - head_cycles)."""
     channels, in_width, height, width, n_cls, _, _ = CASES[index]
     frames = 6
     case = make_case(index, channels, in_width, height, width, n_cls, frames)
     dut, run = run_case(case, stall=0.0, seed=0, lanes=lanes)
     folds = -(-channels // (lanes or channels))
     period = head_cycles(height, width, n_cls, folds)
-    assert dut.latency == n_cls * folds + 5
+    assert dut.latency == n_cls * folds + HEAD_PIPELINE == n_cls * folds + 6
     assert np.all(np.diff(run.out_cycles["o_bits"]) == period)
     assert run.cycles == frames * period + (height * width + dut.latency - period)
 

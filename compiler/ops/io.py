@@ -76,7 +76,7 @@ class Head(Op):
 
     def timing(self, node, parent, ins, unit):
         n_par = parent.height * parent.width
-        latency = node.channels * cyc.lane_folds(parent.channels, unit.pe) + 5
+        latency = node.channels * cyc.lane_folds(parent.channels, unit.pe) + cyc.HEAD_PIPELINE
         return [ins[0][(f + 1) * n_par - 1] + latency for f in range(TIMING_FRAMES)], None
 
     def resource_features(self, g, node, parent, unit):
