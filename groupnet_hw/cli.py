@@ -370,9 +370,14 @@ def info(checkpoint, as_json):
         click.echo(json.dumps({"config": cfg.to_dict(), "metrics": metrics,
                                "complexity": view.to_dict()}, indent=2))
         return
-    click.echo(f"{checkpoint}: {cfg.variant}, K={cfg.bases}, {cfg.act_bits}-bit activations, "
-               f"{cfg.in_channels}x{cfg.image_size}x{cfg.image_size} input, "
-               f"stages {cfg.stages}, BPAC rates {cfg.dilations}")
+    shape = f"{cfg.in_channels}x{cfg.image_size}x{cfg.image_size} input"
+    if hasattr(cfg, "bases"):
+        click.echo(f"{checkpoint}: {cfg.variant}, K={cfg.bases}, {cfg.act_bits}-bit "
+                   f"activations, {shape}, stages {cfg.stages}, BPAC rates {cfg.dilations}")
+    else:
+        click.echo(f"{checkpoint}: {type(model).__name__}, binary weights and activations, "
+                   f"{shape}, convolutions {cfg.conv_channels}, fully connected "
+                   f"{cfg.fc_features}")
     if "float_quantized_agreement" in metrics:
         click.echo(f"float accuracy {metrics['float_accuracy']:.2%}, fixed-point "
                    f"{metrics['quantized_accuracy']:.2%}, agreement "

@@ -355,6 +355,9 @@ def _count(m, x, y, float_weights):
             32 * (m.weight.numel() + (m.bias.numel() if bias else 0))
     if isinstance(m, L.BatchNorm):
         return 0, _numel(y), 32 * 2 * m.num_features
+    if isinstance(m, L.LogitBatchNorm):
+        # the pooling's adds, then a scale and a bias per class
+        return 0, _numel(x) + 2 * m.num_features, 32 * 2 * m.num_features
     if isinstance(m, L.Add):
         return 0, _numel(y), 0
     if isinstance(m, L.Aggregation):
@@ -432,7 +435,11 @@ def complexity(model) -> Complexity:
     rows, binary = _rows(model)
     # the float counterpart: one base, float weights, a plain network (no BPAC rates,
     # no emulated defect)
-    twin = _meta_twin(model, bases=1, dilations=None, emulate_inplace_sum=False)
+    if hasattr(cfg, "bases"):
+        twin = _meta_twin(model, bases=1, dilations=None, emulate_inplace_sum=False)
+    else:
+        # a family without bases (FINN's CNV) is its own K=1 counterpart
+        twin = model
     float_rows, float_binary = _rows(twin, float_weights=True)
 
     positions = Counter(_signature(m, x, y) for _, m, x, y in float_binary)
@@ -447,7 +454,8 @@ def complexity(model) -> Complexity:
                              f"{positions[sig]} in the K=1 counterpart")
         bases[sig] = n // positions[sig]
 
-    word = WORD_BITS / cfg.act_bits
+    act_bits = getattr(cfg, "act_bits", 1)
+    word = WORD_BITS / act_bits
     denominator = 0.0
     for row, m, x, y in binary:
         k = bases[_signature(m, x, y)]
@@ -459,7 +467,8 @@ def complexity(model) -> Complexity:
         denominator += row.binary_ops / word + m.out_channels * h * w
     numerator = sum(_binary_conv_macs(m, y) for _, m, _, y in float_binary)
 
-    return Complexity(variant=cfg.variant, bases=cfg.bases, act_bits=cfg.act_bits,
+    return Complexity(variant=getattr(cfg, "variant", type(model).__name__.lower()),
+                      bases=getattr(cfg, "bases", 1), act_bits=act_bits,
                       input_shape=[cfg.in_channels, cfg.image_size, cfg.image_size],
                       layers=rows,
                       float_weight_bits=sum(r.weight_bits for r in float_rows),

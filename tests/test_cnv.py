@@ -380,3 +380,22 @@ def test_cnv_small_trained_built_and_verified_on_verilator(tmp_path):
     result = json.loads(r.output[r.output.index("{"):])
     assert result["exact"] == result["images"] == 20 and result["graph_equals_model"]
     assert result["cycles_per_frame_measured"] == result["cycles_per_frame_predicted"]
+
+
+def test_info_counts_cnv(small, tmp_path):
+    """`groupnet-hw info` on a CNV checkpoint: every layer has a counting rule (the
+    LogitBatchNorm head: the pooling's adds, a scale and a bias per class)."""
+    from click.testing import CliRunner
+    from groupnet_hw.cli import main
+    path = tmp_path / "cnv.pt"
+    save_checkpoint(path, small)
+    r = CliRunner().invoke(main, ["info", str(path)])
+    assert r.exit_code == 0, r.output
+    assert "CNV, binary weights and activations, 3x32x32 input" in r.output
+    assert "LogitBatchNorm" in r.output     # the head is a row of the table
+    from groupnet_hw.models.complexity import complexity
+    view = complexity(small)
+    assert view.bases == 1 and view.act_bits == 1
+    # K = 1: the binary network's weight memory is what its float counterpart's is / 32,
+    # plus the head and first layer in float
+    assert 0 < view.to_dict()["weight_bits"] < view.to_dict()["float_weight_bits"]
