@@ -22,6 +22,12 @@ CONFIGS = [
          shortcut="conv"),
     dict(variant="gbd-v3", bases=3, act_bits=1, stages=[[2, 1, 1], [3, 1, 1]],
          stem_channels=2, image_size=5, num_classes=2, dilations=[[2, 2, 2], [1, 1, 1]]),
+    # layer-wise bases (a mixer per convolution), K = 4, RGB, conv shortcut
+    dict(variant="lbd", bases=4, act_bits=1, stages=[[2, 2, 1], [2, 1, 2]], stem_channels=4,
+         image_size=6, num_classes=3, in_channels=3, gate="base", shortcut="conv"),
+    # 4-bit activations, K = 4, stride 2 with a conv shortcut
+    dict(variant="gbd-v1", bases=4, act_bits=4, stages=[[5, 2, 1], [5, 1, 2]],
+         stem_channels=3, image_size=7, num_classes=3, in_channels=3, shortcut="conv"),
 ]
 
 
@@ -43,7 +49,11 @@ def test_shared_graph_computes_the_same(index):
     assert groups and not base_groups(shared)
     k = cfg["bases"]
     convs = [n for n in shared if n.op == "bin_conv"]
-    assert convs and all(n.attrs["groups"] == k for n in convs)
+    # every base convolution grouped K ways (a conv shortcut outside the bases stays)
+    assert any(n.attrs.get("groups", 1) == k for n in convs)
+    assert all(n.attrs.get("groups", 1) in (1, k) for n in convs)
+    assert sum(n.op == "bin_conv" for n in g) - len(convs) == (k - 1) * sum(
+        n.attrs.get("groups", 1) == k for n in convs)
     assert len(shared) < len(g)
     assert g.nodes[0].name == shared.nodes[0].name   # the input graph is not modified
     assert len(base_groups(g)) == len(groups)
