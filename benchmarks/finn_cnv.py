@@ -95,7 +95,7 @@ def make_model(arch="cnv", seed=0, calibration=32):
     image would give the same logits, and a bit-exact check would prove little), so the
     statistics are measured on random images, as ``tests/test_cnv.py`` does.
     """
-    from groupnet_hw.models.calibrate import calibrate
+    from groupnet_hw.models.calibrate import calibrate_untrained
     from groupnet_hw.models.groupnet import randomize_eval_state
     from groupnet_hw.models.zoo import CNV_ARCHS, arch_config, build_model
     if arch not in CNV_ARCHS:
@@ -103,16 +103,7 @@ def make_model(arch="cnv", seed=0, calibration=32):
     torch.manual_seed(seed)
     model = build_model(arch_config(arch))
     randomize_eval_state(model, torch.Generator().manual_seed(seed + 1), zero_gamma=True)
-    sample = random_images(seed + 2, calibration, model.config)
-    for mod in model.modules():
-        if isinstance(mod, torch.nn.BatchNorm2d):
-            mod.reset_running_stats()
-            mod.momentum = None            # the plain average of what it sees
-    model.train()
-    with torch.no_grad():
-        model(sample)
-    model.eval()
-    calibrate(model, sample)
+    calibrate_untrained(model, random_images(seed + 2, calibration, model.config))
     return model
 
 

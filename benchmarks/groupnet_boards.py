@@ -40,7 +40,7 @@ def row(arch, bases, board, max_util):
     graph = compile_model(model)
     sched = schedule(graph, board=board, max_util=max_util)
     limits = BOARD_BUDGETS[board]["limits"]
-    fits = all(sched.resources[k] <= limits[k] * max_util for k in limits)
+    fits = sched.fits()
     smallest = None
     if not fits:
         # what the board would need: the slowest folding of the same mapping

@@ -110,6 +110,11 @@ class Schedule:
     def bottleneck(self):
         return max(self.units.values(), key=lambda u: u.cycles).name
 
+    def fits(self):
+        """Whether every budgeted resource is within ``max_util`` of the board's limit."""
+        return all(self.resources[k] <= int(v * self.max_util)
+                   for k, v in self.budget["limits"].items())
+
     def time_shared(self):
         """``{mixer: K}``: the blocks whose K bases run time-shared, by the mixer
         that joins them."""
@@ -358,17 +363,12 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
     if runner_up:
         o = runner_up[0]
         best.notes.append(f"{o.mapping_text()} instead: {o.frame_cycles} cycles/frame, "
-                          f"{_usage_text(o)}{'' if _fits(o) else ' (does not fit)'}")
+                          f"{_usage_text(o)}{'' if o.fits() else ' (does not fit)'}")
     return best
 
 
 #: Up to this many blocks with shareable bases, ``bases="auto"`` tries every mix.
 MAX_MIXED_GROUPS = 3
-
-
-def _fits(sched):
-    limits = {k: int(v * sched.max_util) for k, v in sched.budget["limits"].items()}
-    return all(sched.resources[k] <= limits[k] for k in limits)
 
 
 def _usage_text(sched):
@@ -380,7 +380,7 @@ def _preference(sched):
     interval, then the smaller design (sum of the budgeted resources' fractions); of
     two that do not fit, the one least over its tightest budget."""
     fractions = [sched.resources[k] / v for k, v in sched.budget["limits"].items()]
-    if not _fits(sched):
+    if not sched.fits():
         return (True, max(fractions), sched.frame_cycles)
     return (False, sched.frame_cycles, sum(fractions))
 

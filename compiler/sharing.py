@@ -102,16 +102,12 @@ def _group_of(g, mixer):
                  for k, a in enumerate(anc)]
     if any(not ex for ex in exclusive):
         return None
-    consumers = {}
-    for node in g:
-        for r in node.inputs:
-            consumers.setdefault(Graph.source(r), []).append(node.name)
     order = {n.name: i for i, n in enumerate(g)}
     bases = []
     for k, ex in enumerate(exclusive):
         # a base's nodes feed nothing but the base and (its tail) the mixer
         for name in ex:
-            outside = [c for c in consumers.get(name, []) if c not in ex]
+            outside = [c.name for c in g.consumers(name) if c.name not in ex]
             if outside and (outside != [mixer.name] or name != tails[k]):
                 return None
         bases.append(sorted(ex, key=order.__getitem__))

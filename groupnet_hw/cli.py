@@ -480,9 +480,7 @@ def build(checkpoint, board, out_dir, target_cycles, fps, max_util, folding_file
             text, in_width, out_width = _core_design(sched, "groupnet_core")
             (staging / "groupnet_core.v").write_text(text)
         with _console().status("writing board project"):
-            limits = sched.budget["limits"]
-            fits = all(sched.resources[k] <= limits[k] * sched.max_util for k in limits)
-            run = bitstream if bitstream is not None else (None if fits else False)
+            run = bitstream if bitstream is not None else (None if sched.fits() else False)
             try:
                 plan = write_board_project(Accelerator(sched), staging, board=board, baud=baud,
                                            run_toolchain=run)

@@ -31,7 +31,7 @@ from .layers import (Add, Aggregation, BatchNorm, BinaryActivation, NBitActivati
                      OptionAShortcut, SoftGate)
 from .tracing import traced
 
-__all__ = ["calibrate", "ACT_BITS", "THRESHOLD_FRAC", "HEADROOM"]
+__all__ = ["calibrate", "calibrate_untrained", "ACT_BITS", "THRESHOLD_FRAC", "HEADROOM"]
 
 #: Signed width budget of a real-valued activation that exists in hardware.
 ACT_BITS = 14
@@ -138,3 +138,20 @@ def calibrate(model, images, act_bits=ACT_BITS, headroom=HEADROOM):
         gm.get_submodule(node.target).out_frac.fill_(frac)
         result[node.target] = frac
     return result
+
+
+def calibrate_untrained(model, images, act_bits=ACT_BITS, headroom=HEADROOM):
+    """Batch-norm statistics measured on ``images`` (their plain average), then
+    :func:`calibrate`: an untrained model (random weights) whose activations have the
+    scale a trained one's would, for measuring hardware rather than accuracy.
+    Returns what :func:`calibrate` returns; ``model`` ends in eval mode."""
+    import torch
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.BatchNorm2d):
+            mod.reset_running_stats()
+            mod.momentum = None            # the plain average of what it sees
+    model.train()
+    with torch.no_grad():
+        model(images)
+    model.eval()
+    return calibrate(model, images, act_bits, headroom)

@@ -65,10 +65,16 @@ def test_trained_digits_bit_exact_on_verilator(small_trained, tmp_path):
 
 
 @pytest.mark.slow
-def test_default_model_whole_test_split_verilator(trained_digits, tmp_path):
-    """Dataset-scale RTL run of the default K=5 model (the README demo path)."""
+@pytest.mark.parametrize("bases,seed", [("auto", 1), ("shared", 2)])
+def test_default_model_whole_test_split_verilator(trained_digits, tmp_path, bases, seed):
+    """Dataset-scale RTL run of the default K=5 model: the README demo path's mapping, and
+    every block's bases time-shared. All 450 test digits, stall-free (cycles measured =
+    predicted) and with random input gaps and output stalls (the forks and joins, packed
+    ones included, must not deadlock)."""
     _, model, _ = trained_digits
-    sched = schedule(compile_model(model))
+    sched = schedule(compile_model(model), bases=bases)
+    if bases == "shared":
+        assert sched.time_shared()
     images = load_digits_split()[2]
     design = _design(sched, tmp_path)
     result = verify(model, sched, images, simulator="verilator", design=design,
@@ -76,26 +82,7 @@ def test_default_model_whole_test_split_verilator(trained_digits, tmp_path):
     assert result.exact == len(images) == 450, result.first_mismatch
     assert result.cycles_per_frame_measured == sched.frame_cycles
     stalled = verify(model, sched, images, simulator="verilator", design=design,
-                     build_dir=str(tmp_path / "build"), stall=0.3, seed=1)
-    assert stalled.exact == 450, stalled.first_mismatch
-
-
-@pytest.mark.slow
-def test_default_model_time_shared_whole_test_split_verilator(trained_digits, tmp_path):
-    """The default K=5 model with every block's bases time-shared: all 450 test digits,
-    stall-free (cycles measured = predicted) and with random input gaps and output
-    stalls (the packed forks and joins must not deadlock)."""
-    _, model, _ = trained_digits
-    sched = schedule(compile_model(model), bases="shared")
-    assert sched.time_shared()
-    images = load_digits_split()[2]
-    design = _design(sched, tmp_path)
-    result = verify(model, sched, images, simulator="verilator", design=design,
-                    build_dir=str(tmp_path / "build"))
-    assert result.exact == len(images) == 450, result.first_mismatch
-    assert result.cycles_per_frame_measured == sched.frame_cycles
-    stalled = verify(model, sched, images, simulator="verilator", design=design,
-                     build_dir=str(tmp_path / "build"), stall=0.3, seed=2)
+                     build_dir=str(tmp_path / "build"), stall=0.3, seed=seed)
     assert stalled.exact == 450, stalled.first_mismatch
 
 

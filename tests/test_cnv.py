@@ -17,7 +17,7 @@ from groupnet_hw.compiler.execute import execute
 from groupnet_hw.compiler.frontend import LoweringError, lower
 from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.compiler.schedule import schedule
-from groupnet_hw.models.calibrate import THRESHOLD_FRAC, calibrate
+from groupnet_hw.models.calibrate import THRESHOLD_FRAC, calibrate_untrained
 from groupnet_hw.models.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from groupnet_hw.models.cnv import CNV, CNVConfig
 from groupnet_hw.models.fixed import Fixed
@@ -28,6 +28,7 @@ from groupnet_hw.models.zoo import CNV_ARCHS, arch_config, build_model
 from groupnet_hw.sim.toolchain import have_verilator
 from groupnet_hw.sim.verify import verify
 from conftest import random_model
+from test_checkpoint_hostile import _edit, _set
 
 #: The lowered (and folded) graph of every CNV: each BN + sign became a threshold.
 CNV_OPS = (["input"] + ["bin_conv", "threshold"] * 2 + ["maxpool"]
@@ -47,16 +48,8 @@ def cnv_model(arch="cnv-small", seed=0, calibration=48, **fields):
     torch.manual_seed(seed)
     model = build_model(arch_config(arch, **fields))
     randomize_eval_state(model, torch.Generator().manual_seed(seed + 1), zero_gamma=True)
-    sample = images(seed + 2, calibration, model.config.image_size, model.config.in_channels)
-    for mod in model.modules():
-        if isinstance(mod, torch.nn.BatchNorm2d):
-            mod.reset_running_stats()
-            mod.momentum = None        # the plain average of what it sees
-    model.train()
-    with torch.no_grad():
-        model(sample)
-    model.eval()
-    calibrate(model, sample)
+    calibrate_untrained(model, images(seed + 2, calibration, model.config.image_size,
+                                      model.config.in_channels))
     return model
 
 
@@ -220,18 +213,6 @@ def test_group_net_checkpoints_with_and_without_family_load(tmp_path):
     for path in (new, old):
         loaded, _ = load_checkpoint(path)
         assert type(loaded) is GroupNet and loaded.config == model.config
-
-
-def _edit(edit):
-    def build(valid, path):
-        payload = torch.load(valid, weights_only=True)
-        edit(payload)
-        torch.save(payload, path)
-    return build
-
-
-def _set(section, **values):
-    return _edit(lambda p: p[section].update(values))
 
 
 def _overflow(payload):

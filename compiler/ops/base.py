@@ -44,13 +44,12 @@ def op_of(node) -> "Op":
         raise ValueError(f"{node.name}: unknown IR op {node.op!r}") from None
 
 
-def same_attrs(nodes):
-    """``stack`` of an op whose attributes are not per channel: the attributes, if every
-    node has the same, else ``None``."""
-    a = nodes[0].attrs
-    for n in nodes[1:]:
-        if n.attrs.keys() != a.keys() or any(
-                not _equal(n.attrs[k], a[k]) for k in a):
+def same_attrs(attrs):
+    """``stack`` of an op whose attributes are not per channel: given the nodes'
+    attribute dicts, the attributes if every node has the same, else ``None``."""
+    a = attrs[0]
+    for b in attrs[1:]:
+        if b.keys() != a.keys() or any(not _equal(b[k], a[k]) for k in a):
             return None
     return dict(a)
 

@@ -39,7 +39,7 @@ class AddOp(Op):
         return a + b
 
     def stack(self, nodes):
-        attrs = same_attrs(nodes)
+        attrs = same_attrs([n.attrs for n in nodes])
         if attrs is None or attrs.get("groups", 1) != 1:
             return None
         return dict(attrs, groups=len(nodes))

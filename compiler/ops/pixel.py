@@ -31,25 +31,14 @@ def _per_channel(t):
 PROVENANCE = ("folded_from",)
 
 
-def _stack_per_channel(nodes, per_channel):
-    """``stack`` of an op whose ``per_channel`` attributes (tensors, channel first) are
-    concatenated and whose other attributes must agree."""
-    rest = same_attrs([_without(n, per_channel + PROVENANCE) for n in nodes])
-    if rest is None:
+def _stack_per_channel(attrs, per_channel):
+    """``stack`` of an op, from its nodes' attribute dicts: the ``per_channel``
+    attributes (tensors, channel first) concatenated, the others in agreement."""
+    rest = same_attrs([{k: v for k, v in a.items() if k not in per_channel + PROVENANCE}
+                       for a in attrs])
+    if rest is None or len({tuple(a[per_channel[0]].shape[1:]) for a in attrs}) != 1:
         return None
-    shapes = {tuple(n.attrs[k].shape[1:]) for n in nodes for k in per_channel[:1]}
-    if len(shapes) != 1:
-        return None
-    return dict(rest, **{k: torch.cat([n.attrs[k] for n in nodes]) for k in per_channel})
-
-
-class _AttrsOnly:
-    def __init__(self, attrs):
-        self.attrs = attrs
-
-
-def _without(node, keys):
-    return _AttrsOnly({k: v for k, v in node.attrs.items() if k not in keys})
+    return dict(rest, **{k: torch.cat([a[k] for a in attrs]) for k in per_channel})
 
 
 @register
@@ -65,7 +54,7 @@ class Relu(Op):
         return max(ins[0].lo, 0), max(ins[0].hi, 0)
 
     def stack(self, nodes):
-        return same_attrs(nodes)
+        return same_attrs([n.attrs for n in nodes])
 
     def build(self, ctx, node, unit):
         from ...hw.elementwise import PostOp as PostOpUnit
@@ -108,10 +97,8 @@ class PostOp(Op):
         # One shift for all: A*2**d and B*2**d with shift + d round exactly as before
         # ((A*v + B)*2**d + 2**(s+d-1) >> s+d  ==  (A*v + B + 2**(s-1)) >> s).
         shift = max(n.attrs["shift"] for n in nodes)
-        scaled = [_AttrsOnly(dict(n.attrs, shift=shift,
-                                  A=n.attrs["A"] << (shift - n.attrs["shift"]),
-                                  B=n.attrs["B"] << (shift - n.attrs["shift"])))
-                  for n in nodes]
+        scaled = [dict(n.attrs, shift=shift, A=n.attrs["A"] << (shift - n.attrs["shift"]),
+                       B=n.attrs["B"] << (shift - n.attrs["shift"])) for n in nodes]
         return _stack_per_channel(scaled, ("A", "B"))
 
     def resource_features(self, g, node, parent, unit):
@@ -166,7 +153,7 @@ class Threshold(Op):
         return 0, node.attrs["T"].shape[1]
 
     def stack(self, nodes):
-        return _stack_per_channel(nodes, ("T", "invert"))
+        return _stack_per_channel([n.attrs for n in nodes], ("T", "invert"))
 
     def resource_features(self, g, node, parent, unit):
         # Thresholds outside the input's range become constant bits (no comparator);
@@ -210,7 +197,7 @@ class Subsample(Op):
         return ins[0].lo, ins[0].hi
 
     def stack(self, nodes):
-        return same_attrs(nodes)
+        return same_attrs([n.attrs for n in nodes])
 
     def cycles(self, node, parent, unit):
         return cyc.elementwise_cycles(parent.height, parent.width)

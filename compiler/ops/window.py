@@ -309,7 +309,7 @@ class MaxPoolOp(Op):
         return ins[0].lo, ins[0].hi
 
     def stack(self, nodes):
-        return same_attrs(nodes)
+        return same_attrs([n.attrs for n in nodes])
 
     def cycles(self, node, parent, unit):
         # one input pixel per cycle, and at most one pooled pixel per cycle
