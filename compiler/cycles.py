@@ -14,7 +14,7 @@ from math import ceil
 
 __all__ = [
     "conv_out_size", "window_cycles", "mvu_cycles", "elementwise_cycles",
-    "head_cycles", "HEAD_PIPELINE", "pipeline_cycles", "lane_folds", "folded_interval", "choose_lanes",
+    "head_cycles", "HEAD_PIPELINE", "MIXER_LANE_LATENCY", "pipeline_cycles", "lane_folds", "folded_interval", "choose_lanes",
     "TREE_LEVELS_PER_STAGE", "tree_stages", "mvu_latency",
 ]
 
@@ -43,6 +43,12 @@ def elementwise_cycles(height, width):
 #: products, their sum, the accumulator, the argmax step and the output register
 #: (:class:`groupnet_hw.hw.head.ClassifierHead`).
 HEAD_PIPELINE = 6
+
+#: Pipeline registers in a lane of the channel-serial base mixer
+#: (:class:`groupnet_hw.hw.mixer.BaseMixer`): the K constant products, their sum (the
+#: aggregate), then the gates into the output register. Products and sum in one cycle
+#: were the ECP5 critical path of the time-shared K=5 design (11.9 ns).
+MIXER_LANE_LATENCY = 2
 
 
 def head_cycles(height, width, n_classes, folds=1):

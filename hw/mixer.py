@@ -16,6 +16,7 @@ from amaranth.hdl import Cat, Module, Signal, Value, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..compiler.cycles import MIXER_LANE_LATENCY
 from .arith import const_sum
 from .lanes import build_lane_folded, folded_interval, folds_of
 from .elementwise import _fit, _ints, _positive, signed_range, signed_width
@@ -83,8 +84,8 @@ class BaseMixer(wiring.Component):
         Element width of the output stream(s).
     latency : int
         1 without gates (one output register), 2 with gates (aggregate register, then
-        gated output registers); ``ceil(C/lanes) + 2`` with ``lanes`` (the lanes register
-        the aggregate before the gates).
+        gated output registers); ``ceil(C/lanes) + 1 + MIXER_LANE_LATENCY`` with ``lanes``
+        (the lanes register the products, then the aggregate, before the gates).
 
     Latency
     -------
@@ -95,7 +96,8 @@ class BaseMixer(wiring.Component):
     ----------
     1 pixel per cycle with all outputs ready:
     ``compiler.cycles.elementwise_cycles(H, W)`` per frame; with ``lanes``, one pixel per
-    ``ceil(C/lanes) + 1`` cycles, and every ``i[k].ready`` is a register.
+    ``compiler.cycles.folded_interval(C, lanes, MIXER_LANE_LATENCY)`` cycles, and every
+    ``i[k].ready`` is a register.
     """
 
     def __init__(self, bases, channels, in_width, lambdas, lambda_shift, gates=None,
@@ -142,8 +144,8 @@ class BaseMixer(wiring.Component):
         self.out_width = exact if out_width is None else _positive("out_width", out_width)
         self.lanes = None if lanes is None else min(_positive("lanes", lanes), channels)
         if self.lanes is not None:
-            self.latency = folds_of(channels, self.lanes) + 2
-            self.interval = folded_interval(channels, self.lanes, 1)
+            self.latency = folds_of(channels, self.lanes) + 1 + MIXER_LANE_LATENCY
+            self.interval = folded_interval(channels, self.lanes, MIXER_LANE_LATENCY)
 
         in_sig = stream.Signature(data.ArrayLayout(signed(in_width), channels))
         out_sig = stream.Signature(data.ArrayLayout(signed(self.out_width), channels))
@@ -178,24 +180,39 @@ class BaseMixer(wiring.Component):
 
     def _elaborate_folded(self, m):
         gated = self.gates is not None
+        half = (1 << (self.lambda_shift - 1)) if self.lambda_shift else 0
+        lo, hi = signed_range(self.in_width)
 
         def lane(m, fold, p, values, step):
-            # The aggregate (K shift-add products) and the gates (two more each) are
-            # registered in between: both in one cycle were ~7 adder levels.
-            agg = self._aggregate_channel(m, values, f"_lane{p}")
-            agg_r = Signal.like(agg, name=f"agg_r{p}")
+            # Three cycles of arithmetic, registered in between: the K constant products
+            # (taken with the step), their sum (the aggregate), then the gates into the
+            # output register. Products and sum together were the critical path of the
+            # time-shared K=5 design on ECP5 (11.9 ns).
+            products = []
+            for k, (lam, v) in enumerate(zip(self.lambdas, values)):
+                prod = Signal(signed(signed_width(min(lam * lo, lam * hi), max(lam * lo, lam * hi))),
+                              name=f"prod_r{p}_{k}")
+                with m.If(step):
+                    m.d.sync += prod.eq(const_sum([(lam, v)]))
+                products.append(prod)
             bases_r = [Signal.like(Value.cast(v), name=f"base_r{p}_{k}")
                        for k, v in enumerate(values)]
             with m.If(step):
-                m.d.sync += [agg_r.eq(agg), *(r.eq(v) for r, v in zip(bases_r, values))]
+                m.d.sync += [r.eq(v) for r, v in zip(bases_r, values)]
+            total = Signal(signed(self._sum_width), name=f"sum_lane{p}")
+            m.d.comb += total.eq(const_sum([(1, prod) for prod in products], half))
+            agg_r = Signal(signed(self.agg_width), name=f"agg_r{p}")
+            m.d.sync += agg_r.eq(total >> self.lambda_shift)
             if not gated:
                 return [agg_r]
-            return [self._gate_channel(m, k, bases_r[k], agg_r, f"gate{k}_t_lane{p}")
+            bases_rr = [Signal.like(r, name=f"base_rr{p}_{k}") for k, r in enumerate(bases_r)]
+            m.d.sync += [rr.eq(r) for rr, r in zip(bases_rr, bases_r)]
+            return [self._gate_channel(m, k, bases_rr[k], agg_r, f"gate{k}_t_lane{p}")
                     for k in range(self.bases)]
 
         outputs = list(self.o) if gated else [self.o]
         build_lane_folded(m, list(self.i), outputs, self.channels, self.lanes, lane,
-                          lane_latency=1)
+                          lane_latency=MIXER_LANE_LATENCY)
         return m
 
     def elaborate(self, platform):

@@ -199,6 +199,7 @@ def test_folded_mixer_stalls_and_reset(index, lanes):
 
 @pytest.mark.parametrize("index,lanes", [(1, 3), (3, 3)])
 def test_folded_mixer_interval(index, lanes):
+    from groupnet_hw.compiler.cycles import MIXER_LANE_LATENCY
     from groupnet_hw.hw.lanes import folded_interval
     cfg = config(index)
     G = stimulus(np.random.default_rng(0), 10, cfg["bases"], cfg["channels"], cfg["in_width"])
@@ -206,7 +207,7 @@ def test_folded_mixer_interval(index, lanes):
     dut = flat_ports(BaseMixer(**cfg, lanes=lanes))
     inputs = {f"i{k}": as_lists(G[:, k]) for k in range(cfg["bases"])}
     run = run_streams(dut, inputs, {n: len(v) for n, v in expected.items()}, max_cycles=2000)
-    interval = folded_interval(cfg["channels"], lanes, 1)
+    interval = folded_interval(cfg["channels"], lanes, MIXER_LANE_LATENCY)
     assert dut.interval == interval and dut.latency == interval + 1
     for name in expected:
         assert np.all(np.diff(run.out_cycles[name]) == interval)

@@ -3,6 +3,7 @@ stand-alone soft gate. Their inputs get compiler-sized FIFOs."""
 
 from __future__ import annotations
 
+from .. import cycles as cyc
 from .base import Op, register, same_attrs
 from .pixel import round_shift
 
@@ -127,7 +128,7 @@ class Mixer(Op):
     name = "mixer"
     join = True
     lane_foldable = True
-    lane_latency = 1
+    lane_latency = cyc.MIXER_LANE_LATENCY
 
     @staticmethod
     def _bases(node, ins):
@@ -213,7 +214,7 @@ class Gate(Op):
     name = "gate"
     join = True
     lane_foldable = True
-    lane_latency = 1
+    lane_latency = cyc.MIXER_LANE_LATENCY
 
     def execute(self, node, ins):
         a = node.attrs
