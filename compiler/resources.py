@@ -27,7 +27,8 @@ from functools import lru_cache
 from pathlib import Path
 
 __all__ = ["FAMILIES", "CELLS", "MODEL_FILE", "load_model", "estimate_unit", "family_features",
-           "rom_blocks", "LUT_ROM_MAX_DEPTH",
+           "rom_blocks", "LUT_ROM_MAX_DEPTH", "line_ram_blocks", "BRAM_MIN_FILL",
+           "COUNTED_BLOCKS",
            "logic_sites", "fit_unit_model"]
 
 FAMILIES = ("ecp5", "ice40", "cyclonev")
@@ -59,26 +60,56 @@ def rom_blocks(depth: int, width: int, family: str) -> int:
     return min(-(-width // w) * -(-depth // d) for w, d in BRAM_MODES[family])
 
 
+#: Least fill of its blocks (memory bits / block bits) at which Yosys puts a memory in
+#: block RAM: Cyclone V's M10K rule has ``min efficiency 5`` (per cent); ECP5 and iCE40
+#: map a memory marked ``ram_style = "block"`` whatever its fill.
+BRAM_MIN_FILL = {"ecp5": 0.0, "ice40": 0.0, "cyclonev": 0.05}
+
+#: Features counted exactly in block RAMs rather than fitted (:func:`family_features`).
+COUNTED_BLOCKS = ("rom_blocks", "line_blocks")
+
+
+def line_ram_blocks(depth: int, width: int, family: str) -> int | None:
+    """Block RAMs of one copy of a line buffer built for block RAM (``depth`` words of
+    ``width`` bits), or ``None`` where Yosys would build it in logic instead."""
+    blocks = rom_blocks(depth, width, family)
+    w, d = BRAM_MODES[family][0]
+    if depth * width < BRAM_MIN_FILL[family] * blocks * w * d:
+        return None
+    return blocks
+
+
 def family_features(features: dict, family: str) -> dict:
     """The features the family's model counts: a weight ROM (``rom_depth`` x
     ``rom_width``) deeper than :data:`LUT_ROM_MAX_DEPTH` is ``rom_blocks`` block RAMs
-    instead of ``weight_bits`` of LUT ROM."""
+    instead of ``weight_bits`` of LUT ROM; a block-RAM line buffer (``line_copies``
+    memories of ``line_depth`` x ``line_width``) is ``line_blocks`` block RAMs."""
     f = dict(features)
     depth, width = f.pop("rom_depth", 0), f.pop("rom_width", 0)
     if depth > LUT_ROM_MAX_DEPTH[family]:
         f["weight_bits"] = 0
         f["rom_blocks"] = rom_blocks(depth, width, family)
+    copies = f.pop("line_copies", 0)
+    depth, width = f.pop("line_depth", 0), f.pop("line_width", 0)
+    if copies:
+        blocks = line_ram_blocks(depth, width, family)
+        if blocks is None:
+            # scheduled for another family: here Yosys builds each copy in logic
+            f["line_bits"] = copies * depth * width
+            f["tap_mux_bits"] = f.pop("block_mux_bits", 0)
+        else:
+            f["line_blocks"] = copies * blocks
     return f
 
 
 def estimate_unit(features: dict, op: str, family: str, model=None) -> dict:
     """Cell counts of one unit: ``{cell: count}`` (rounded to the nearest: rounding
     up would add a block RAM to every unit with a fractional estimate). A deep weight
-    ROM counts its block RAMs exactly (:func:`family_features`)."""
+    ROM and a block-RAM line buffer count their block RAMs exactly (:func:`family_features`)."""
     model = model or load_model()
     per_cell = model.get(family, {}).get(op, {})
     features = family_features(features, family)
-    blocks = features.pop("rom_blocks", 0)
+    blocks = sum(features.pop(name, 0) for name in COUNTED_BLOCKS)
     out = {}
     for cell in CELLS:
         coefs = per_cell.get(cell, {})

@@ -83,6 +83,8 @@ class Unit:
     simd: int | None = None
     n_in: int | None = None
     resources: dict = field(default_factory=dict)
+    #: How a convolution's line buffer is built (``groupnet_hw.hw.window.LINE_RAM_KINDS``).
+    line_ram: str = "logic"
 
 
 @dataclass
@@ -121,6 +123,14 @@ class Schedule:
         return {n.name: len(n.attrs["lambdas"]) for n in self.graph
                 if n.op == "mixer" and n.attrs.get("packed_in")}
 
+    def block_line_buffers(self):
+        """Units whose line buffer is in block RAM."""
+        return [u.name for u in self.units.values() if u.line_ram == "block"]
+
+    def line_buffers_text(self):
+        n = len(self.block_line_buffers())
+        return f"block RAM ({n} windows)" if n else "logic"
+
     def mapping_text(self):
         """How the bases are mapped, in words."""
         shared = self.time_shared()
@@ -138,6 +148,7 @@ class Schedule:
             "clock_mhz": self.clock_mhz,
             "base_mapping": self.base_mapping,
             "time_shared": self.time_shared(),
+            "block_line_buffers": self.block_line_buffers(),
             "frame_cycles": self.frame_cycles,
             "frames_per_second": round(self.frames_per_second, 1),
             "bottleneck": self.bottleneck(),
@@ -148,7 +159,8 @@ class Schedule:
             "cells": self.cells,
             "units": [
                 {"name": u.name, "op": u.op, "pe": u.pe, "simd": u.simd, "cycles": u.cycles,
-                 "resources": u.resources} for u in self.units.values()],
+                 "line_ram": u.line_ram, "resources": u.resources}
+                for u in self.units.values()],
             "fifos": {k: v for k, v in self.fifos.items()},
             "notes": self.notes,
         }
@@ -295,7 +307,8 @@ BASE_MAPPINGS = ("auto", "parallel", "shared")
 
 
 def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
-             max_util=DEFAULT_MAX_UTIL, folding=None, bases="auto") -> Schedule:
+             max_util=DEFAULT_MAX_UTIL, folding=None, bases="auto",
+             line_buffers="auto") -> Schedule:
     """Fold, size FIFOs and estimate; see the module docstring.
 
     Parameters
@@ -321,11 +334,61 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
         mix of shared and side-by-side blocks (the two uniform mappings beyond
         :data:`MAX_MIXED_GROUPS` blocks) scheduled and the best kept: the faster frame
         interval that fits, then the smaller design.
+    line_buffers : {"auto", "logic", "block"}
+        Where the convolutions' line buffers go: ``logic`` (flip-flops or distributed
+        RAM, as Yosys maps a many-port memory); ``block``, block RAM for every line
+        buffer the device's block RAM takes (one copy per window column; Cyclone V's
+        M10K takes a memory only when it fills 5 % of its blocks: images at least 13
+        pixels wide); ``auto``, both scheduled and the better kept, as for ``bases``.
     """
     if bases not in BASE_MAPPINGS:
         raise ValueError(f"bases must be one of {', '.join(BASE_MAPPINGS)}, not {bases!r}")
+    if line_buffers not in LINE_BUFFER_CHOICES:
+        raise ValueError(f"line_buffers must be one of {', '.join(LINE_BUFFER_CHOICES)}, "
+                         f"not {line_buffers!r}")
+    if board not in BOARD_BUDGETS:
+        raise ValueError(f"unknown board {board!r}; known: {', '.join(BOARD_BUDGETS)}")
+    modes = [line_buffers]
+    if line_buffers == "auto":
+        modes = ["logic"] + (["block"] if _block_lines(g, BOARD_BUDGETS[board]["family"])
+                             else [])
+    errors, candidates = [], []
+    for mode in modes:
+        try:
+            candidates.append(_map_bases(g, board, target_cycles, fps, max_util, folding,
+                                         bases, mode))
+        except ValueError as e:      # --fps out of reach this way
+            errors.append(e)
+    if not candidates:
+        raise errors[0]
+    best = min(candidates, key=_preference)
+    for other in candidates:
+        if other is not best:
+            best.notes.append(f"line buffers in {other.line_buffers_text()} instead: "
+                              f"{other.frame_cycles} cycles/frame, {_usage_text(other)}"
+                              f"{'' if other.fits() else ' (does not fit)'}")
+    return best
+
+
+#: Choices of :func:`schedule`'s ``line_buffers``.
+LINE_BUFFER_CHOICES = ("auto", "logic", "block")
+
+
+def _block_lines(g, family):
+    """Whether any convolution's line buffer would go to the family's block RAM."""
+    from .resources import line_ram_blocks
+    for node in g:
+        memory = op_of(node).line_memory(node, g.producer(node.inputs[0])) if node.inputs \
+            else None
+        if memory and line_ram_blocks(memory[0], memory[1], family) is not None:
+            return True
+    return False
+
+
+def _map_bases(g, board, target_cycles, fps, max_util, folding, bases, line_ram):
+    """:func:`schedule` with one choice of line buffers."""
     if bases == "parallel" or (bases == "auto" and folding):
-        return _fold(g, board, target_cycles, fps, max_util, folding)
+        return _fold(g, board, target_cycles, fps, max_util, folding, line_ram)
     from itertools import combinations
 
     from .sharing import base_groups, share_bases
@@ -334,9 +397,9 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
         if bases == "shared":
             raise ValueError("this network has no blocks whose bases can be time-shared "
                              "(K = 1, or no mixer joins isomorphic bases)")
-        return _fold(g, board, target_cycles, fps, max_util, folding)
+        return _fold(g, board, target_cycles, fps, max_util, folding, line_ram)
     if bases == "shared":
-        shared = _fold(share_bases(g), board, target_cycles, fps, max_util, folding)
+        shared = _fold(share_bases(g), board, target_cycles, fps, max_util, folding, line_ram)
         shared.base_mapping = "shared"
         return shared
     # Every mix of shared and side-by-side blocks for a few blocks; beyond that the two
@@ -349,7 +412,7 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
     for subset in subsets:
         graph = share_bases(g, subset) if subset else g
         try:
-            sched = _fold(graph, board, target_cycles, fps, max_util, folding)
+            sched = _fold(graph, board, target_cycles, fps, max_util, folding, line_ram)
         except ValueError as e:      # --fps out of reach with this mapping
             errors.append(e)
             continue
@@ -385,8 +448,10 @@ def _preference(sched):
     return (False, sched.frame_cycles, sum(fractions))
 
 
-def _fold(g: Graph, board, target_cycles, fps, max_util, folding) -> Schedule:
-    """:func:`schedule` of one graph as it is (bases already mapped)."""
+def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logic") -> Schedule:
+    """:func:`schedule` of one graph as it is (bases already mapped), with line buffers
+    in block RAM (``line_ram="block"``) wherever the family's block RAM takes them."""
+    from .resources import line_ram_blocks
     if board not in BOARD_BUDGETS:
         raise ValueError(f"unknown board {board!r}; known: {', '.join(BOARD_BUDGETS)}")
     if not 0 < max_util <= 1:
@@ -412,6 +477,9 @@ def _fold(g: Graph, board, target_cycles, fps, max_util, folding) -> Schedule:
             parent = g.producer(node.inputs[0]) if node.inputs else None
             pe, simd, n_in = override.get(node.name) or op.folding(node, parent, target)
             unit = Unit(node.name, node.op, 0, pe, simd, n_in)
+            memory = op.line_memory(node, parent) if line_ram == "block" else None
+            if memory and line_ram_blocks(memory[0], memory[1], family) is not None:
+                unit.line_ram = "block"
             unit.cycles = op.cycles(node, parent, unit)
             unit.resources = estimate_unit(op.resource_features(g, node, parent, unit),
                                            node.op, family)

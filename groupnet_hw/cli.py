@@ -434,13 +434,18 @@ def _core_design(sched, name):
               help="How each block's K bases map to hardware: side by side (parallel), "
                    "time-shared on one set of units with the base index sequenced (shared), "
                    "or per block whichever mix is fastest within the budget (auto).")
+@click.option("--line-buffers", default="auto", show_default=True,
+              type=click.Choice(["auto", "logic", "block"]),
+              help="Where the convolutions' line buffers go: logic (flip-flops or "
+                   "distributed RAM), block RAM wherever the device's block RAM takes them "
+                   "(block), or whichever fits faster (auto).")
 @click.option("--baud", default=115200, show_default=True, type=click.IntRange(1200),
               help="UART host link speed.")
 @click.option("--bitstream/--no-bitstream", default=None,
               help="Run the board's toolchain (default: when it is installed and the "
                    "estimate fits the board).")
-def build(checkpoint, board, out_dir, target_cycles, fps, max_util, folding_file, bases, baud,
-          bitstream):
+def build(checkpoint, board, out_dir, target_cycles, fps, max_util, folding_file, bases,
+          line_buffers, baud, bitstream):
     """Compile CHECKPOINT into Verilog, a board project and a report.
 
     \b
@@ -462,7 +467,7 @@ def build(checkpoint, board, out_dir, target_cycles, fps, max_util, folding_file
     model, payload = _load(checkpoint)
     checkpoint_sha = file_sha256(checkpoint)
     options = {"fps": fps, "max_util": max_util, "folding": _read_folding(folding_file),
-               "bases": bases}
+               "bases": bases, "line_buffers": line_buffers}
     sched = _compile(model, board, target_cycles, **options)
 
     from .compiler.report import render_text

@@ -7,7 +7,15 @@ from amaranth.lib.wiring import In, Out
 
 from ..compiler.cycles import conv_out_size
 
-__all__ = ["SlidingWindow"]
+__all__ = ["SlidingWindow", "LINE_RAM_KINDS"]
+
+#: How the line buffer is built: ``"logic"``, one memory with ``kernel`` read ports and
+#: a write lane per ring row, which Yosys maps to flip-flops (Cyclone V, iCE40) or
+#: duplicated distributed RAM (ECP5); ``"block"``, one memory per ring row and window
+#: column (one read port, whole-word writes), marked ``ram_style = "block"``, which
+#: Yosys maps to block RAM (its block RAM mappings take one read port, and Cyclone V's
+#: M10K no write lanes narrower than its data width).
+LINE_RAM_KINDS = ("logic", "block")
 
 
 class SlidingWindow(wiring.Component):
@@ -50,6 +58,10 @@ class SlidingWindow(wiring.Component):
         Raw bits of the pad pixel (the whole pixel, not one lane); negative values are
         two's complement over the pixel width, so ``-1`` is all-ones (+1 for binary
         pixels) and ``0`` is the zero of a fixed-point layer.
+    line_ram : {"logic", "block"}
+        How the line buffer is built (:data:`LINE_RAM_KINDS`): one memory with
+        ``kernel`` read ports, or ``kernel * ring_rows`` one-port memories of ``width``
+        pixels for block RAM. Same behaviour and timing.
 
     Attributes
     ----------
@@ -67,7 +79,7 @@ class SlidingWindow(wiring.Component):
         (found at construction by running the writer/reader counters at full rate).
         Without padding, at least the rows of the last output row plus those of the
         first (6 at 3x3), so a slow consumer finds the next frame's first window ready.
-        Memory: ``ring_rows * width`` pixels.
+        Memory: ``ring_rows * width`` pixels (``kernel`` times that with ``line_ram="block"``).
 
     Latency
     -------
@@ -89,7 +101,7 @@ class SlidingWindow(wiring.Component):
     """
 
     def __init__(self, pixel_shape, height, width, kernel=3, stride=1, dilation=1,
-                 padding=1, pad_value=0):
+                 padding=1, pad_value=0, line_ram="logic"):
         for name, value, low in (("height", height, 1), ("width", width, 1),
                                  ("kernel", kernel, 1), ("stride", stride, 1),
                                  ("dilation", dilation, 1), ("padding", padding, 0)):
@@ -113,6 +125,10 @@ class SlidingWindow(wiring.Component):
             raise ValueError(f"pad_value must be an integer fitting {self._pixel_width} bits, "
                              f"not {pad_value!r}")
         self.pad_value = pad_value
+        if line_ram not in LINE_RAM_KINDS:
+            raise ValueError(f"line_ram must be one of {', '.join(LINE_RAM_KINDS)}, "
+                             f"not {line_ram!r}")
+        self.line_ram = line_ram
         self.ring_rows = self._ring_rows()
         super().__init__({
             "i": In(stream.Signature(pixel_shape)),
@@ -240,9 +256,27 @@ class SlidingWindow(wiring.Component):
 
         # One word per image column, one `pw`-bit lane per ring row: a read port then
         # returns a whole window column whatever rows the window covers.
-        m.submodules.lines = lines = Memory(shape=unsigned(R * pw), depth=W, init=[])
-        wr = lines.write_port(granularity=pw)
-        rd = [lines.read_port() for _ in range(k)]
+        # `columns[kx]` reads window column kx: a word of R lanes, one per ring row.
+        if self.line_ram == "logic":
+            # One word per image column, one `pw`-bit lane per ring row: a read port
+            # then returns a whole window column whatever rows the window covers.
+            m.submodules.lines = lines = Memory(shape=unsigned(R * pw), depth=W, init=[])
+            wr = lines.write_port(granularity=pw)
+            columns = [[lines.read_port()] for _ in range(k)]
+            row_writes = [(wr, None)]
+        else:
+            # Block RAM takes one read port and no partial writes: one memory per ring
+            # row and window column, written alike, so each needs only a write enable.
+            columns, row_writes = [], []
+            for kx in range(k):
+                ports = []
+                for row in range(R):
+                    mem = Memory(shape=unsigned(pw), depth=W, init=[],
+                                 attrs={"ram_style": "block"})
+                    m.submodules[f"lines{kx}_{row}"] = mem
+                    row_writes.append((mem.write_port(), row))
+                    ports.append(mem.read_port())
+                columns.append(ports)
 
         # --- writer -------------------------------------------------------------------
         wx = Signal(range(W))             # column of the next input pixel
@@ -254,12 +288,15 @@ class SlidingWindow(wiring.Component):
         accept = Signal()
         row_done = Signal()
         m.d.comb += [accept.eq(self.i.valid & self.i.ready), row_done.eq(accept & (wx == W - 1))]
-        m.d.comb += [
-            self.i.ready.eq(complete < R),
-            wr.addr.eq(wx),
-            wr.data.eq(Value.cast(self.i.payload).replicate(R)),
-            wr.en.eq(Mux(accept, Const(1, R) << wslot, 0)),
-        ]
+        m.d.comb += self.i.ready.eq(complete < R)
+        for wr, row in row_writes:
+            m.d.comb += wr.addr.eq(wx)
+            if row is None:
+                m.d.comb += [wr.data.eq(Value.cast(self.i.payload).replicate(R)),
+                             wr.en.eq(Mux(accept, Const(1, R) << wslot, 0))]
+            else:
+                m.d.comb += [wr.data.eq(Value.cast(self.i.payload)),
+                             wr.en.eq(accept & (wslot == row))]
         with m.If(accept):
             with m.If(wx == W - 1):
                 m.d.sync += [
@@ -312,10 +349,8 @@ class SlidingWindow(wiring.Component):
         row_ok = Signal(k)
         row_slot = [Signal(range(R), name=f"row_slot{ky}") for ky in range(k)]
         for kx in range(k):
-            m.d.comb += [
-                rd[kx].addr.eq(cur_col.addr[kx]),
-                rd[kx].en.eq(issue),
-            ]
+            for port in columns[kx]:
+                m.d.comb += [port.addr.eq(cur_col.addr[kx]), port.en.eq(issue)]
         with m.If(issue):
             m.d.sync += [
                 col_ok.eq(cur_col.valid),
@@ -340,7 +375,7 @@ class SlidingWindow(wiring.Component):
         taps = []
         for ky in range(k):
             for kx in range(k):
-                pixel = rd[kx].data.word_select(row_slot[ky], pw)
+                pixel = Cat(p.data for p in columns[kx]).word_select(row_slot[ky], pw)
                 taps.append(Mux(row_ok[ky] & col_ok[kx], pixel, pad))
         m.d.comb += self.o.payload.eq(Cat(*taps))
 

@@ -115,12 +115,12 @@ def output_bound(name):
     return conv_out_size(height, k, s, d, p) * conv_out_size(width, k, s, d, p) > height * width
 
 
-def run_config(name, *, frames=3, stall=0.0, seed=0, reset_at=None):
+def run_config(name, *, frames=3, stall=0.0, seed=0, reset_at=None, line_ram="logic"):
     height, width, k, s, d, p, kind, channels, pad_value = CONFIGS[name]
     rng = np.random.default_rng(seed)
     images = random_frames(rng, kind, channels, frames, height, width)
     dut = SlidingWindow(pixel_shape(kind, channels), height, width, kernel=k, stride=s,
-                        dilation=d, padding=p, pad_value=pad_value)
+                        dilation=d, padding=p, pad_value=pad_value, line_ram=line_ram)
     expected = [[to_payload(kind, px) for px in window]
                 for window in ref_windows(images, pad_lanes(kind, channels, pad_value), k, s, d, p)]
     beats = [to_payload(kind, px) for px in images.reshape(-1, images.shape[-1])]
@@ -162,6 +162,8 @@ def test_rejects_bad_parameters():
         SlidingWindow(unsigned(2), 4, 4, pad_value=4)                       # 2-bit pixel
     with pytest.raises(ValueError):
         SlidingWindow(unsigned(2), 4, 4, stride=0)
+    with pytest.raises(ValueError, match="line_ram"):
+        SlidingWindow(unsigned(2), 4, 4, line_ram="bram")
 
 
 # ---- behaviour -------------------------------------------------------------------------
@@ -191,13 +193,15 @@ def test_random_configurations(seed):
     images = random_frames(rng, kind, channels, frames, height, width)
     beats = [to_payload(kind, px) for px in images.reshape(-1, images.shape[-1])]
     reset_at = int(rng.integers(2, len(beats))) if seed % 2 and len(beats) > 2 else None
+    line_ram = ["logic", "block"][seed // 2 % 2]
     dut = SlidingWindow(pixel_shape(kind, channels), height, width, kernel=k, stride=s,
-                        dilation=d, padding=p, pad_value=pad_value)
+                        dilation=d, padding=p, pad_value=pad_value, line_ram=line_ram)
     expected = [[to_payload(kind, px) for px in window]
                 for window in ref_windows(images, pad_lanes(kind, channels, pad_value), k, s, d, p)]
     run = run_streams(dut, {"i": beats}, {"o": len(expected)}, stall=float(rng.choice([0.3, 0.6])),
                       seed=seed, reset_at=reset_at, max_cycles=100 * len(expected) + 1000)
-    assert run.outputs["o"] == expected, (height, width, k, s, d, p, kind, channels, pad_value)
+    assert run.outputs["o"] == expected, (height, width, k, s, d, p, kind, channels, pad_value,
+                                          line_ram)
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -259,6 +263,21 @@ def test_full_throughput(name):
         assert tail == p * dut.out_width + p + 2
 
 
+@pytest.mark.parametrize("name", ["5x7-k3-pad1-bin", "8x5-k3-s2-d2-bin", "6x7-k3-s2-pad0-fix",
+                                  "7x5-k3-rgb", "5x4-k2-pad1-bin"])
+def test_block_line_ram_same_windows_same_cycles(name):
+    """Block-RAM line buffers (one copy per read port): the same windows under stalls
+    and a reset, and the same cycle of every window at full rate."""
+    height, width = CONFIGS[name][:2]
+    _, run, expected = run_config(name, frames=3, stall=0.3, seed=5, line_ram="block",
+                                  reset_at=int(1.3 * height * width))
+    assert run.outputs["o"] == expected
+    _, logic, _ = run_config(name, frames=2, line_ram="logic")
+    _, block, expected = run_config(name, frames=2, line_ram="block")
+    assert block.outputs["o"] == expected
+    assert block.out_cycles == logic.out_cycles
+
+
 @pytest.mark.parametrize("name", [n for n in CONFIGS if output_bound(n)])
 def test_more_windows_than_pixels_is_output_bound(name):
     """E.g. kernel 1 with padding 1 emits (H+2)(W+2) windows per frame: one per cycle."""
@@ -274,3 +293,11 @@ def test_converts_to_verilog(name):
     dut = SlidingWindow(pixel_shape(kind, channels), height, width, k, s, d, p, pad_value)
     text = verilog.convert(dut, name="window")
     assert "module window" in text
+
+
+def test_block_line_ram_is_marked_for_block_ram():
+    """Yosys maps a memory to block RAM only with one read port; ECP5 needs the
+    ``ram_style`` attribute to prefer it over distributed RAM."""
+    dut = SlidingWindow(unsigned(4), 6, 6, kernel=3, line_ram="block")
+    text = verilog.convert(dut, name="win")
+    assert text.count('(* ram_style = "block" *)') == 3 * dut.ring_rows

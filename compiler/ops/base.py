@@ -92,6 +92,11 @@ class Op:
         cannot be time-shared (the default)."""
         return None
 
+    def line_memory(self, node, parent):
+        """``(depth, width, copies)`` of the unit's line buffer when built in block RAM;
+        ``None``: the unit has no line buffer that can be (the default)."""
+        return None
+
     # -- cycle model ---------------------------------------------------------
     def lane_channels(self, node):
         """Channels a lane-folded unit sequences (its output's, by default)."""

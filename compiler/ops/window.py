@@ -7,6 +7,7 @@ matrix-vector unit: ``ceil(C_out/PE) * ceil(k*k*C_in/SIMD)`` cycles per output p
 
 from __future__ import annotations
 
+from functools import lru_cache
 from math import ceil
 
 import numpy as np
@@ -76,21 +77,49 @@ def _window_last_input(node, parent, q_local):
     return last_row * parent.width + last_col
 
 
-def _window_shape(ctx, node, parent):
+def _window_shape(ctx, node, parent, unit):
     from ...hw.window import SlidingWindow
     a = node.attrs
     # binary activations pad with +1 (every bit 1); n-bit levels and integers with 0
     binary = node.op == "bin_conv" and not a["in_bits"]
     return SlidingWindow(ctx.tensor_shape(parent), parent.height, parent.width,
                          kernel=a["kernel"], stride=a["stride"], dilation=a.get("dilation", 1),
-                         padding=a["padding"], pad_value=(1 << parent.channels) - 1 if binary else 0)
+                         padding=a["padding"], pad_value=(1 << parent.channels) - 1 if binary else 0,
+                         line_ram=unit.line_ram)
 
 
-def _window_features(node, parent):
-    """Line buffer bits, and the tap bits of the window register and its row multiplexers."""
+@lru_cache(maxsize=None)
+def _ring_rows(height, width, kernel, stride, dilation, padding):
+    from amaranth.hdl import unsigned
+
+    from ...hw.window import SlidingWindow
+    window = SlidingWindow(unsigned(1), height, width, kernel=kernel, stride=stride,
+                           dilation=dilation, padding=padding)
+    window._MustUse__silence = True      # asked for its geometry, never elaborated
+    return window.ring_rows
+
+
+def _line_memory(node, parent):
+    """``(depth, width, copies)`` of a convolution's line buffer built in block RAM:
+    one memory of a row's pixels per ring row and window column."""
+    a = node.attrs
+    rows = _ring_rows(parent.height, parent.width, a["kernel"], a["stride"],
+                      a.get("dilation", 1), a["padding"])
+    return parent.width, parent.channels * parent.bit_width, a["kernel"] * rows
+
+
+def _window_features(node, parent, unit):
+    """Line buffer bits, and the tap bits of the window register and its row multiplexers;
+    in block RAM (``unit.line_ram``), the memory's geometry (counted in blocks by the
+    family, :func:`..resources.family_features`) and the row multiplexers."""
     a = node.attrs
     k = a["kernel"]
     pix_bits = parent.channels * parent.bit_width
+    if unit is not None and unit.line_ram == "block":
+        depth, width, copies = _line_memory(node, parent)
+        rows = copies // k
+        return {"one": 1, "line_depth": depth, "line_width": width, "line_copies": copies,
+                "block_mux_bits": k * k * rows * width}
     rows = (k - 1) * a.get("dilation", 1) + 2
     return {"one": 1, "line_bits": rows * parent.width * pix_bits,
             "tap_bits": k * k * pix_bits, "tap_mux_bits": k * k * pix_bits * rows}
@@ -98,6 +127,11 @@ def _window_features(node, parent):
 
 class _Conv(Op):
     """Shared cycle model, timing and window of the convolutions."""
+
+    def line_memory(self, node, parent):
+        """``(depth, width, copies)`` of the line buffer in block RAM (see
+        :data:`groupnet_hw.hw.window.LINE_RAM_KINDS`)."""
+        return _line_memory(node, parent)
 
     def tree_terms(self, node, unit):
         """Terms the MVU's adder tree sums per step and PE (its pipeline depth)."""
@@ -154,7 +188,7 @@ class _Conv(Op):
 
     def build(self, ctx, node, unit):
         parent = ctx.parent(node)
-        window = ctx.add(node, _window_shape(ctx, node, parent), "_window")
+        window = ctx.add(node, _window_shape(ctx, node, parent, unit), "_window")
         mvu = ctx.add(node, self._mvu(node, parent, unit), "_mvu")
         groups = node.attrs.get("groups", 1)
         if groups == 1:
@@ -235,7 +269,7 @@ class BinConv(_Conv):
         return dict(a, bits=torch.cat([n.attrs["bits"] for n in nodes]), groups=len(nodes))
 
     def resource_features(self, g, node, parent, unit):
-        f = _window_features(node, parent)
+        f = _window_features(node, parent, unit)
         folds = self.vector_steps(node, unit)
         groups = node.attrs.get("groups", 1)
         lane = max(1, node.attrs["in_bits"])
@@ -278,7 +312,7 @@ class IntConv(_Conv):
                           in_width=parent.bit_width, in_signed=parent.kind == "fixed")
 
     def resource_features(self, g, node, parent, unit):
-        f = _window_features(node, parent)
+        f = _window_features(node, parent, unit)
         folds = self.vector_steps(node, unit)
         f.update(mults=unit.pe * unit.simd,
                  mult_bits=unit.pe * unit.simd * (parent.bit_width + 8),
@@ -328,7 +362,7 @@ class MaxPoolOp(Op):
         return out, None
 
     def resource_features(self, g, node, parent, unit):
-        f = _window_features(node, parent)
+        f = _window_features(node, parent, unit)
         f["compare_bits"] = node.channels * parent.bit_width * (node.attrs["kernel"] ** 2 - 1)
         f["out_bits"] = node.channels * node.bit_width
         return f

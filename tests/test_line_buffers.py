@@ -1,0 +1,101 @@
+"""Line buffers in block RAM (``schedule(..., line_buffers=)``, ``build --line-buffers``):
+the accelerator with block-RAM line buffers is bit-exact under input gaps and output
+stalls at the cycles of the logic ones; the schedule puts a line buffer in block RAM
+only where the family's block RAM takes it and counts its blocks exactly; ``auto``
+keeps the better of the two."""
+
+import pytest
+import torch
+
+from groupnet_hw.compiler import resources as R
+from groupnet_hw.compiler.ops import op_of
+from groupnet_hw.compiler.passes import compile_model
+from groupnet_hw.compiler.schedule import schedule
+from groupnet_hw.sim.verify import verify
+from conftest import random_model
+
+# Odd sizes: K = 2 with dilation 2, stride 2, channels not a power of two; K = 1 with
+# 4-bit activations (n-bit line buffers); a conv shortcut with RGB input.
+CONFIGS = [
+    dict(bases=2, stages=[[3, 1, 1], [5, 1, 2]], stem_channels=3, image_size=7, num_classes=3,
+         dilations=[[1, 2], [1, 1]]),
+    dict(bases=1, act_bits=4, stages=[[4, 1, 2]], stem_channels=4, image_size=6, num_classes=3),
+    dict(variant="groupnet", bases=2, act_bits=2, stages=[[3, 1, 1], [5, 1, 2]],
+         stem_channels=3, image_size=6, in_channels=3, num_classes=3, shortcut="conv"),
+]
+
+
+@pytest.mark.parametrize("index", range(len(CONFIGS)))
+def test_block_line_buffers_bit_exact_at_the_same_cycles(index):
+    cfg = CONFIGS[index]
+    model = random_model(400 + index, **cfg)
+    g = compile_model(model)
+    block = schedule(g, "ulx3s", line_buffers="block", bases="parallel")
+    logic = schedule(g, "ulx3s", line_buffers="logic", bases="parallel",
+                     target_cycles=block.frame_cycles)
+    convs = [u.name for u in block.units.values() if u.op in ("bin_conv", "int_conv")]
+    assert block.block_line_buffers() == convs         # ECP5 takes every one
+    assert logic.block_line_buffers() == []
+    gen = torch.Generator().manual_seed(60 + index)
+    c, size = cfg.get("in_channels", 1), cfg["image_size"]
+    images = torch.randint(0, 256, (3, c, size, size), generator=gen, dtype=torch.uint8)
+    result = verify(model, block, images, simulator="amaranth", stall=0.3, seed=index)
+    assert result.graph_equals_model
+    assert result.exact == result.images, result.first_mismatch
+    paced = verify(model, block, images, simulator="amaranth")
+    assert paced.exact == paced.images
+    assert paced.cycles_per_frame_measured == block.frame_cycles == logic.frame_cycles
+    logic_run = verify(model, logic, images, simulator="amaranth")
+    assert logic_run.exact == logic_run.images
+    assert logic_run.cycles_per_frame_measured == paced.cycles_per_frame_measured
+
+
+def test_cyclone_v_takes_only_line_buffers_that_fill_an_m10k():
+    """M10K needs a 5 % fill: never an 8-pixel row; 32-pixel rows of 16 bits do."""
+    digits = compile_model(random_model(410, bases=2, stages=[[16, 1, 1]], stem_channels=16))
+    assert schedule(digits, "de10nano", line_buffers="block").block_line_buffers() == []
+    wide = compile_model(random_model(411, bases=1, image_size=32, stem_channels=16,
+                                      stages=[[16, 1, 1], [16, 1, 2]]))
+    sched = schedule(wide, "de10nano", line_buffers="block", bases="parallel")
+    chosen = set(sched.block_line_buffers())
+    taken = set()
+    for node in wide:
+        memory = op_of(node).line_memory(node, wide.producer(node.inputs[0])) \
+            if node.inputs else None
+        if memory and R.line_ram_blocks(memory[0], memory[1], "cyclonev") is not None:
+            taken.add(node.name)
+    assert chosen == taken
+    # 32-pixel rows of 16 binary channels (512 bits: 5 % of an M10K) are taken; the
+    # 16-pixel rows after the stride-2 convolution and the stem's 8-bit pixels are not
+    convs = {u.name for u in sched.units.values() if u.op in ("bin_conv", "int_conv")}
+    assert taken and convs - taken
+    assert wide["blocks_1_bases_0_layer2_conv"].name not in taken
+
+
+def test_block_line_buffer_estimate_counts_its_blocks():
+    g = compile_model(random_model(412, bases=2, stages=[[16, 1, 1], [16, 1, 2]],
+                                   stem_channels=16))
+    block = schedule(g, "ulx3s", line_buffers="block", bases="parallel", target_cycles=1024)
+    logic = schedule(g, "ulx3s", line_buffers="logic", bases="parallel", target_cycles=1024)
+    for name in block.block_line_buffers():
+        node = g[name]
+        depth, width, copies = op_of(node).line_memory(node, g.producer(node.inputs[0]))
+        features = op_of(node).resource_features(g, node, g.producer(node.inputs[0]),
+                                                 block.units[name])
+        assert R.family_features(features, "ecp5")["line_blocks"] == \
+            copies * R.rom_blocks(depth, width, "ecp5")
+        assert block.units[name].resources["bram"] >= copies
+        # no distributed RAM and fewer registers than the logic line buffer
+        assert block.units[name].resources["lutram"] < logic.units[name].resources["lutram"]
+        assert block.units[name].resources["ff"] < logic.units[name].resources["ff"]
+
+
+def test_auto_keeps_the_better_and_reports_the_other():
+    g = compile_model(random_model(413, bases=2, stages=[[16, 1, 1], [16, 1, 2]],
+                                   stem_channels=16))
+    auto = schedule(g, "ulx3s")
+    both = [schedule(g, "ulx3s", line_buffers=m) for m in ("logic", "block")]
+    assert auto.frame_cycles == min(s.frame_cycles for s in both if s.fits())
+    assert any(n.startswith("line buffers in ") for n in auto.notes)
+    with pytest.raises(ValueError, match="line_buffers must be one of"):
+        schedule(g, "ulx3s", line_buffers="bram")
