@@ -27,8 +27,8 @@ from functools import lru_cache
 from pathlib import Path
 
 __all__ = ["FAMILIES", "CELLS", "MODEL_FILE", "load_model", "estimate_unit", "family_features",
-           "rom_blocks", "LUT_ROM_MAX_DEPTH", "line_ram_blocks", "BRAM_MIN_FILL",
-           "COUNTED_BLOCKS",
+           "rom_blocks", "LUT_ROM_MAX_DEPTH", "fifo_memory", "line_ram_blocks", "BRAM_MIN_FILL",
+           "COUNTED_CELLS",
            "logic_sites", "fit_unit_model"]
 
 FAMILIES = ("ecp5", "ice40", "cyclonev")
@@ -65,8 +65,10 @@ def rom_blocks(depth: int, width: int, family: str) -> int:
 #: map a memory marked ``ram_style = "block"`` whatever its fill.
 BRAM_MIN_FILL = {"ecp5": 0.0, "ice40": 0.0, "cyclonev": 0.05}
 
-#: Features counted exactly in block RAMs rather than fitted (:func:`family_features`).
-COUNTED_BLOCKS = ("rom_blocks", "line_blocks")
+#: Features that are cell counts themselves, not fitted (:func:`family_features`):
+#: feature -> the cell type it counts.
+COUNTED_CELLS = {"rom_blocks": "bram", "line_blocks": "bram", "fifo_blocks": "bram",
+                 "fifo_lutram": "lutram"}
 
 
 def line_ram_blocks(depth: int, width: int, family: str) -> int | None:
@@ -83,12 +85,15 @@ def family_features(features: dict, family: str) -> dict:
     """The features the family's model counts: a weight ROM (``rom_depth`` x
     ``rom_width``) deeper than :data:`LUT_ROM_MAX_DEPTH` is ``rom_blocks`` block RAMs
     instead of ``weight_bits`` of LUT ROM; a block-RAM line buffer (``line_copies``
-    memories of ``line_depth`` x ``line_width``) is ``line_blocks`` block RAMs."""
+    memories of ``line_depth`` x ``line_width``) is ``line_blocks`` block RAMs; a FIFO's
+    memory is block RAM or registers as the family maps it."""
     f = dict(features)
     depth, width = f.pop("rom_depth", 0), f.pop("rom_width", 0)
     if depth > LUT_ROM_MAX_DEPTH[family]:
         f["weight_bits"] = 0
         f["rom_blocks"] = rom_blocks(depth, width, family)
+    if "fifo_rows" in f:
+        f.update(fifo_memory(f.pop("fifo_rows"), f.pop("fifo_width"), family))
     copies = f.pop("line_copies", 0)
     depth, width = f.pop("line_depth", 0), f.pop("line_width", 0)
     if copies:
@@ -109,13 +114,14 @@ def estimate_unit(features: dict, op: str, family: str, model=None) -> dict:
     model = model or load_model()
     per_cell = model.get(family, {}).get(op, {})
     features = family_features(features, family)
-    blocks = sum(features.pop(name, 0) for name in COUNTED_BLOCKS)
+    counted = {name: features.pop(name) for name in COUNTED_CELLS if name in features}
     out = {}
     for cell in CELLS:
         coefs = per_cell.get(cell, {})
         value = sum(coefs.get(name, 0.0) * v for name, v in features.items())
         out[cell] = int(round(value)) if value > 0 else 0
-    out["bram"] += blocks
+    for name, n in counted.items():
+        out[COUNTED_CELLS[name]] += n
     return out
 
 
@@ -171,16 +177,46 @@ def fit_unit_model(samples, features_of, cells=CELLS):
     return model
 
 
-#: FIFOs up to this depth become LUT-RAM or registers; deeper ones block RAM.
-SHALLOW_FIFO = 16
-
-
 def fifo_features(width: int, depth: int) -> dict:
     """Features of a :class:`~groupnet_hw.hw.fifo.StreamFIFO` of ``width`` x ``depth``
-    (its memory has ``depth - 1`` rows beside the output register)."""
-    kind = "shallow_bits" if depth <= SHALLOW_FIFO else "deep_bits"
-    return {"one": 1, kind: width * (depth - 1), "width": width,
-            "deep_words": -(-width // 36) * -(-depth // 512) if depth > SHALLOW_FIFO else 0}
+    (its memory has ``depth - 1`` rows beside the output register); what the memory
+    becomes depends on the family (:func:`fifo_memory`)."""
+    return {"one": 1, "width": width, "fifo_rows": depth - 1, "fifo_width": width}
+
+
+#: iCE40: FIFO memories of this many rows or more go to SB_RAM40_4K (measured: 2-4 rows
+#: stay registers, 13 and more are block RAM; the boundary between is not measured).
+ICE40_FIFO_BRAM_ROWS = 8
+
+
+def fifo_memory(rows: int, width: int, family: str) -> dict:
+    """What Yosys makes of a FIFO's ``rows`` x ``width`` memory, as features.
+
+    Measured on the calibration sweep (every FIFO of 2-71 rows, 28-448 bits):
+
+    - Cyclone V: M10K when it fills 5 % of them (:func:`line_ram_blocks`), else registers;
+    - iCE40: SB_RAM40_4K from :data:`ICE40_FIFO_BRAM_ROWS` rows, else registers;
+    - ECP5: distributed RAM (``ceil(width/4)`` DPR16X4 per 16 rows) or DP16KD, whichever
+      Yosys's memory mapper finds cheaper: 4 per DPR16X4 plus half a unit per bit of
+      the read multiplexer against 128 per DP16KD.
+
+    Returns ``fifo_blocks`` or ``fifo_lutram`` (counted exactly) and the fitted features
+    of the memory's logic (``shallow_bits``: registers; ``lutram_mux_bits``; ``block_fifo``).
+    """
+    blocks = rom_blocks(rows, width, family)
+    if family == "ecp5":
+        groups = -(-rows // 16)
+        cells = -(-width // 4) * groups
+        if 4 * cells + width * (groups - 1) / 2 <= 128 * blocks:
+            return {"fifo_lutram": cells, "lutram_mux_bits": width * (groups - 1)}
+        return {"fifo_blocks": blocks, "block_fifo": 1}
+    if family == "ice40":
+        in_bram = rows >= ICE40_FIFO_BRAM_ROWS
+    else:
+        in_bram = line_ram_blocks(rows, width, family) is not None
+    if in_bram:
+        return {"fifo_blocks": blocks, "block_fifo": 1}
+    return {"shallow_bits": width * rows}
 
 
 def fork_features(width: int, outputs: int) -> dict:

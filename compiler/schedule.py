@@ -337,9 +337,10 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
     line_buffers : {"auto", "logic", "block"}
         Where the convolutions' line buffers go: ``logic`` (flip-flops or distributed
         RAM, as Yosys maps a many-port memory); ``block``, block RAM for every line
-        buffer the device's block RAM takes (one copy per window column; Cyclone V's
-        M10K takes a memory only when it fills 5 % of its blocks: images at least 13
-        pixels wide); ``auto``, both scheduled and the better kept, as for ``bases``.
+        buffer the device's block RAM takes (one memory per ring row and window column;
+        Cyclone V's M10K takes one only when it fills 5 % of its blocks, an image row of
+        at least 512 bits); ``auto``, both scheduled and the better kept, as for
+        ``bases``.
     """
     if bases not in BASE_MAPPINGS:
         raise ValueError(f"bases must be one of {', '.join(BASE_MAPPINGS)}, not {bases!r}")

@@ -62,11 +62,12 @@ def test_every_sweep_design_total_within_15_percent_of_yosys(flow):
 
 @pytest.mark.parametrize("flow", R.FAMILIES)
 def test_most_sweep_units_within_15_percent_of_yosys(flow):
-    """Per unit (cell counts of at least 100): at least 70 % of the estimates within
-    15 % (measured after the pipelining: ECP5 72 %, iCE40 82 %, Cyclone V 86 %). The
-    issue's bar is every unit, which the model does not meet yet; the rest are listed
-    in benchmarks/results/resource_calibration.json (worst error per op and cell):
-    multi-thresholds, iCE40 FIFOs and some XNOR-popcount LUT counts are the loose ones."""
+    """Per unit (cell counts of at least 100): at least 80 % of the estimates within
+    15 % (measured: Cyclone V 95.6 %, iCE40 91.2 %, ECP5 83.0 %, after FIFO memories and
+    comparators were modelled as each family's Yosys maps them). The issue's bar is
+    every unit, which the model does not meet yet; the rest are listed in
+    benchmarks/results/resource_calibration.json (worst error per op and cell): ECP5
+    post-op LUTs and XNOR-popcount carry chains are the loose ones."""
     within = total = 0
     for s in MODEL["samples"][flow]:
         est = R.estimate_unit(s["features"], s["op"], flow)
@@ -74,7 +75,7 @@ def test_most_sweep_units_within_15_percent_of_yosys(flow):
             if cell in R.CELLS and measured >= 100:
                 total += 1
                 within += abs(est[cell] - measured) <= TOLERANCE * measured
-    assert total > 150 and within >= 0.70 * total, (within, total)
+    assert total > 150 and within >= 0.80 * total, (within, total)
 
 
 def test_relative_error_forgives_only_small_counts():

@@ -162,11 +162,15 @@ class Threshold(Op):
         T = node.attrs["T"]
         w = op_of(parent).lane_width(g, parent)
         lo, hi = -(1 << (w - 1)), (1 << (w - 1)) - 1
-        # `x >= t` only looks at the bits of x above t's trailing zeros.
-        live = sum(w - min(w, (t & -t).bit_length() - 1 if t else w)
-                   for t in T.flatten().tolist() if lo < t <= hi)
-        kind = "compare_bits" if T.shape[1] == 1 else "multi_compare_bits"
-        return {"one": 1, kind: live, "out_bits": node.channels * node.bit_width}
+        # `x >= t` only looks at the bits of x above t's trailing zeros; a channel's
+        # equal thresholds (clipped levels) are one comparator after Yosys merges them.
+        in_range = [t for row in T.tolist() for t in set(row) if lo < t <= hi]
+        live = sum(w - min(w, (t & -t).bit_length() - 1 if t else w) for t in in_range)
+        kind = "compare" if T.shape[1] == 1 else "multi_compare"
+        # ECP5 and iCE40 keep only the live bits; Cyclone V builds every comparison as a
+        # full-width subtraction on its carry chain (x >= 0 included).
+        return {"one": 1, f"{kind}_bits": live, f"{kind}_full_bits": w * len(in_range),
+                "out_bits": node.channels * node.bit_width}
 
     def build(self, ctx, node, unit):
         a = node.attrs
