@@ -100,6 +100,25 @@ def test_build_writes_verilog_project_and_report(tmp_path, tiny_ckpt):
     assert not list(tmp_path.glob(".groupnet-build-*"))  # no staging left behind
 
 
+def test_build_line_buffers_option_recorded_and_verified(tmp_path, tiny_ckpt):
+    """--line-buffers block on the ULX3S: every window in block RAM, recorded in
+    build.json, and the artifact verifies bit-exact with the option it was built with."""
+    out = tmp_path / "out"
+    result = run("build", tiny_ckpt, "--board", "ulx3s", "--line-buffers", "block",
+                 "--no-bitstream", "-o", out)
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    convs = [u["name"] for u in report["units"] if u["op"] in ("bin_conv", "int_conv")]
+    assert report["block_line_buffers"] == convs
+    assert json.loads((out / "build.json").read_text())["options"]["line_buffers"] == "block"
+    assert "line buffers in block RAM" in (out / "report.txt").read_text()
+    result = run("verify", out, "--sim", "amaranth", "--images", 2)
+    assert result.exit_code == 0, result.output
+    bad = run("build", tiny_ckpt, "--line-buffers", "bram", "-o", tmp_path / "bad")
+    assert bad.exit_code != 0 and "bram" in bad.output
+    assert not (tmp_path / "bad").exists()
+
+
 def test_verify_amaranth_with_user_images_and_json(tmp_path, tiny_ckpt):
     import numpy as np
     images = np.random.default_rng(0).integers(0, 256, (2, 8, 8), dtype=np.uint8)
