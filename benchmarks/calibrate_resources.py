@@ -12,6 +12,7 @@ the op's structural features) and writes
 
     python benchmarks/calibrate_resources.py                  # every flow, the full sweep
     python benchmarks/calibrate_resources.py --flows ecp5 --designs 2
+    python benchmarks/calibrate_resources.py --only k5-c16-shared     # one design again
 """
 
 from __future__ import annotations
@@ -46,10 +47,14 @@ SWEEP = [
     # family's block RAM takes (Cyclone V's M10K only from a 5 % fill).
     ("k2-c16-w32-bram", dict(bases=2, image_size=32, stem_channels=16,
                              stages=[[16, 1, 1], [32, 1, 2]]), 16),
+    ("k5-c16-shared", dict(bases=5, stem_channels=16, stages=[[16, 1, 1], [16, 1, 2]]), 8),
 ]
 
 #: Sweep designs scheduled with their line buffers in block RAM.
 BLOCK_LINE_BUFFERS = {"k2-c16-w32-bram"}
+#: Sweep designs scheduled with every block's bases time-shared (grouped MVUs, packed
+#: mixers): the default digits network at 512 cycles/frame.
+SHARED_BASES = {"k5-c16-shared"}
 
 
 def sweep_design(name, fields, multiple, seed=0):
@@ -59,7 +64,8 @@ def sweep_design(name, fields, multiple, seed=0):
     model = randomize_eval_state(GroupNet(GroupNetConfig(**fields)), gen).eval()
     g = compile_model(model)
     inp = g[g.input]
-    sched = schedule(g, target_cycles=multiple * inp.height * inp.width, bases="parallel",
+    sched = schedule(g, target_cycles=multiple * inp.height * inp.width,
+                     bases="shared" if name in SHARED_BASES else "parallel",
                      line_buffers="block" if name in BLOCK_LINE_BUFFERS else "logic")
     core = Accelerator(sched)
     text = verilog.convert(core, name="groupnet_core", emit_src=False)
@@ -106,23 +112,35 @@ def main(argv=None):
     ap.add_argument("--refit", action="store_true",
                     help="keep the synthesized counts of --model, recompute the features of "
                          "the same designs and fit again (after changing a feature)")
+    ap.add_argument("--only", default=None,
+                    help="comma-separated sweep designs to synthesize; the others keep "
+                         "their counts from --model, as with --refit")
     args = ap.parse_args(argv)
     flows = args.flows.split(",")
     samples = {f: [] for f in flows}
     seconds = {}
-    if args.refit:
+    todo = SWEEP[:args.designs]
+    if args.only:
+        names = args.only.split(",")
+        unknown = set(names) - {name for name, _, _ in SWEEP}
+        if unknown:
+            ap.error(f"unknown sweep design(s): {', '.join(sorted(unknown))}")
+        todo = [d for d in SWEEP if d[0] in names]
+    if args.refit or args.only:
         old = json.loads(args.model.read_text())
         seconds = old.get("yosys_seconds", {})
-        designs = {name: sweep_design(name, fields, multiple)[0]
-                   for name, fields, multiple in SWEEP}
+        kept = {name: sweep_design(name, fields, multiple)[0]
+                for name, fields, multiple in SWEEP if not args.only or name not in names}
         for flow in flows:
             for s in old["samples"][flow]:
+                if s["design"] not in kept:
+                    continue
                 owner, role, slot = s["unit"].split("/")
                 key = (owner, role, None if slot == "None" else int(slot))
-                s["op"], s["features"] = R.unit_features(designs[s["design"]])[key]
+                s["op"], s["features"] = R.unit_features(kept[s["design"]])[key]
                 samples[flow].append(s)
     with tempfile.TemporaryDirectory() as tmp:
-        for name, fields, multiple in ([] if args.refit else SWEEP[:args.designs]):
+        for name, fields, multiple in ([] if args.refit else todo):
             sched, text, core = sweep_design(name, fields, multiple)
             vfile = Path(tmp, f"{name}.v")
             vfile.write_text(text)

@@ -53,22 +53,26 @@ def row(arch, bases, board, max_util):
             "clock_mhz": sched.clock_mhz, "resources": sched.resources, "budget": limits,
             "smallest": smallest, "base_mapping": sched.base_mapping, "time_shared_blocks": len(sched.time_shared()),
             "blocks": sum(n.op == "mixer" for n in sched.graph),
+            "block_ram_line_buffers": len(sched.block_line_buffers()),
             "other_mapping": [n for n in sched.notes if "instead" in n],
             "schedule_seconds": round(time.perf_counter() - t0, 1)}
 
 
 def table(rows):
     out = ["| network | K | board | cycles/frame | frames/s | resources (estimate / budget) "
-           "| bases | time-shared blocks | fits |", "|---|---:|---|---:|---:|---|---|---|---|"]
+           "| bases | time-shared blocks | line buffers | fits |",
+           "|---|---:|---|---:|---:|---|---|---|---|---|"]
     for r in rows:
         shown = r["smallest"] or r
         res = ", ".join(f"{k} {shown['resources'][k]:,}/{v:,}" for k, v in r["budget"].items())
         if r["smallest"]:
             res = f"fully folded ({r['smallest']['frame_cycles']:,} cycles): {res}"
         shared = f"{r['time_shared_blocks']} of {r['blocks']}" if r["K"] > 1 else "-"
+        lines = (f"block RAM ({r['block_ram_line_buffers']})" if r["block_ram_line_buffers"]
+                 else "logic")
         out.append(f"| {r['arch']} | {r['K']} | {r['board']} | {r['frame_cycles']:,} | "
                    f"{r['frames_per_second']:,.0f} | {res} | {r['base_mapping']} | {shared} | "
-                   f"{'yes' if r['fits'] else 'no'} |")
+                   f"{lines} | {'yes' if r['fits'] else 'no'} |")
     return "\n".join(out)
 
 
@@ -94,8 +98,13 @@ def main(argv=None):
         "ones: Cyclone V ALMs (ALUTs / 1.6), M10K and DSP blocks; ECP5 LUT4 sites, "
         "flip-flops, distributed-RAM cells (DPR16X4), EBR and multipliers. \"no\" means even "
         "the slowest folding of either mapping is over budget (shown: the mapping least over, "
-        "its fastest interval and its fully folded resources): the CIFAR-size network's line buffers and MVU input buffers are "
-        "registers and must move to block RAM before it fits.\n\n" + table(rows) + "\n")
+        "its fastest interval and its fully folded resources). Line buffers are in logic or, "
+        "where the device's block RAM takes them, in block RAM (`build --line-buffers auto`: "
+        "the number of windows in block RAM is shown); the DE10-Nano's M10K never takes the "
+        "digits network's 8-pixel rows. The CIFAR-size network does not fit: after its line "
+        "buffers, the per-pixel units' whole-pixel registers (K*C channels wide when "
+        "time-shared) and the MVU input buffers dominate, and streams narrower than a pixel "
+        "are the next step (docs/architecture.md section 9).\n\n" + table(rows) + "\n")
     print(table(rows))
 
 
