@@ -99,3 +99,35 @@ def test_auto_keeps_the_better_and_reports_the_other():
     assert any(n.startswith("line buffers in ") for n in auto.notes)
     with pytest.raises(ValueError, match="line_buffers must be one of"):
         schedule(g, "ulx3s", line_buffers="bram")
+
+
+@pytest.mark.slow
+def test_cifar_size_k1_fits_the_de10nano_and_verifies_on_verilator(tmp_path):
+    """The CIFAR-size network (K = 1) fits the DE10-Nano estimate only with its 32-pixel
+    line buffers in M10K; in that mapping it is bit-exact on Verilator, with and without
+    stalls, at the predicted cycles per frame."""
+    from amaranth.back import verilog
+
+    from groupnet_hw.hw.accelerator import Accelerator
+    from groupnet_hw.models.groupnet import GroupNet, randomize_eval_state
+    from groupnet_hw.models.zoo import arch_config
+    from groupnet_hw.sim.verify import RTLDesign, port_widths
+    gen = torch.Generator().manual_seed(1)
+    torch.manual_seed(1)
+    model = randomize_eval_state(GroupNet(arch_config("cifar", bases=1)), gen).eval()
+    g = compile_model(model)
+    sched = schedule(g, "de10nano")
+    assert sched.fits() and sched.block_line_buffers()
+    assert not schedule(g, "de10nano", line_buffers="logic").fits()
+    acc = Accelerator(sched)
+    path = tmp_path / "top.v"
+    path.write_text(verilog.convert(acc, name="top"))
+    design = RTLDesign(path, "top", *port_widths(acc))
+    images = torch.randint(0, 256, (6, 3, 32, 32), generator=gen, dtype=torch.uint8)
+    result = verify(model, sched, images, simulator="verilator", design=design,
+                    build_dir=str(tmp_path / "build"))
+    assert result.exact == len(images), result.first_mismatch
+    assert result.cycles_per_frame_measured == sched.frame_cycles
+    stalled = verify(model, sched, images[:3], simulator="verilator", design=design,
+                     build_dir=str(tmp_path / "build"), stall=0.3, seed=1)
+    assert stalled.exact == 3, stalled.first_mismatch
