@@ -27,7 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 
 __all__ = ["FAMILIES", "CELLS", "MODEL_FILE", "load_model", "estimate_unit", "family_features",
-           "rom_blocks", "LUT_ROM_MAX_DEPTH", "fifo_memory", "line_ram_blocks", "BRAM_MIN_FILL",
+           "rom_blocks", "LUT_ROM_MAX_DEPTH", "fifo_memory", "block_ram_blocks", "BRAM_MIN_FILL",
            "COUNTED_CELLS",
            "logic_sites", "fit_unit_model"]
 
@@ -71,9 +71,10 @@ COUNTED_CELLS = {"rom_blocks": "bram", "line_blocks": "bram", "fifo_blocks": "br
                  "fifo_lutram": "lutram"}
 
 
-def line_ram_blocks(depth: int, width: int, family: str) -> int | None:
-    """Block RAMs of one copy of a line buffer built for block RAM (``depth`` words of
-    ``width`` bits), or ``None`` where Yosys would build it in logic instead."""
+def block_ram_blocks(depth: int, width: int, family: str) -> int | None:
+    """Block RAMs of a ``depth`` x ``width`` memory with one read port (a line-buffer
+    memory marked for block RAM, a FIFO), or ``None`` where Yosys would build it in
+    logic instead (:data:`BRAM_MIN_FILL`)."""
     blocks = rom_blocks(depth, width, family)
     w, d = BRAM_MODES[family][0]
     if depth * width < BRAM_MIN_FILL[family] * blocks * w * d:
@@ -97,7 +98,7 @@ def family_features(features: dict, family: str) -> dict:
     copies = f.pop("line_copies", 0)
     depth, width = f.pop("line_depth", 0), f.pop("line_width", 0)
     if copies:
-        blocks = line_ram_blocks(depth, width, family)
+        blocks = block_ram_blocks(depth, width, family)
         if blocks is None:
             # scheduled for another family: here Yosys builds each copy in logic
             f["line_bits"] = copies * depth * width
@@ -109,8 +110,9 @@ def family_features(features: dict, family: str) -> dict:
 
 def estimate_unit(features: dict, op: str, family: str, model=None) -> dict:
     """Cell counts of one unit: ``{cell: count}`` (rounded to the nearest: rounding
-    up would add a block RAM to every unit with a fractional estimate). A deep weight
-    ROM and a block-RAM line buffer count their block RAMs exactly (:func:`family_features`)."""
+    up would add a block RAM to every unit with a fractional estimate). Deep weight
+    ROMs, block-RAM line buffers and FIFO memories count their cells exactly
+    (:data:`COUNTED_CELLS`, :func:`family_features`)."""
     model = model or load_model()
     per_cell = model.get(family, {}).get(op, {})
     features = family_features(features, family)
@@ -194,7 +196,7 @@ def fifo_memory(rows: int, width: int, family: str) -> dict:
 
     Measured on the calibration sweep (every FIFO of 2-71 rows, 28-448 bits):
 
-    - Cyclone V: M10K when it fills 5 % of them (:func:`line_ram_blocks`), else registers;
+    - Cyclone V: M10K when it fills 5 % of them (:func:`block_ram_blocks`), else registers;
     - iCE40: SB_RAM40_4K from :data:`ICE40_FIFO_BRAM_ROWS` rows, else registers;
     - ECP5: distributed RAM (``ceil(width/4)`` DPR16X4 per 16 rows) or DP16KD, whichever
       Yosys's memory mapper finds cheaper: 4 per DPR16X4 plus half a unit per bit of
@@ -213,7 +215,7 @@ def fifo_memory(rows: int, width: int, family: str) -> dict:
     if family == "ice40":
         in_bram = rows >= ICE40_FIFO_BRAM_ROWS
     else:
-        in_bram = line_ram_blocks(rows, width, family) is not None
+        in_bram = block_ram_blocks(rows, width, family) is not None
     if in_bram:
         return {"fifo_blocks": blocks, "block_fifo": 1}
     return {"shallow_bits": width * rows}

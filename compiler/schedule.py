@@ -377,11 +377,11 @@ LINE_BUFFER_CHOICES = ("auto", "logic", "block")
 
 def _block_lines(g, family):
     """Whether any convolution's line buffer would go to the family's block RAM."""
-    from .resources import line_ram_blocks
+    from .resources import block_ram_blocks
     for node in g:
         memory = op_of(node).line_memory(node, g.producer(node.inputs[0])) if node.inputs \
             else None
-        if memory and line_ram_blocks(memory[0], memory[1], family) is not None:
+        if memory and block_ram_blocks(memory[0], memory[1], family) is not None:
             return True
     return False
 
@@ -452,7 +452,7 @@ def _preference(sched):
 def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logic") -> Schedule:
     """:func:`schedule` of one graph as it is (bases already mapped), with line buffers
     in block RAM (``line_ram="block"``) wherever the family's block RAM takes them."""
-    from .resources import line_ram_blocks
+    from .resources import block_ram_blocks
     if board not in BOARD_BUDGETS:
         raise ValueError(f"unknown board {board!r}; known: {', '.join(BOARD_BUDGETS)}")
     if not 0 < max_util <= 1:
@@ -479,7 +479,7 @@ def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logi
             pe, simd, n_in = override.get(node.name) or op.folding(node, parent, target)
             unit = Unit(node.name, node.op, 0, pe, simd, n_in)
             memory = op.line_memory(node, parent) if line_ram == "block" else None
-            if memory and line_ram_blocks(memory[0], memory[1], family) is not None:
+            if memory and block_ram_blocks(memory[0], memory[1], family) is not None:
                 unit.line_ram = "block"
             unit.cycles = op.cycles(node, parent, unit)
             unit.resources = estimate_unit(op.resource_features(g, node, parent, unit),

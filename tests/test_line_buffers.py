@@ -62,7 +62,7 @@ def test_cyclone_v_takes_only_line_buffers_that_fill_an_m10k():
     for node in wide:
         memory = op_of(node).line_memory(node, wide.producer(node.inputs[0])) \
             if node.inputs else None
-        if memory and R.line_ram_blocks(memory[0], memory[1], "cyclonev") is not None:
+        if memory and R.block_ram_blocks(memory[0], memory[1], "cyclonev") is not None:
             taken.add(node.name)
     assert chosen == taken
     # 32-pixel rows of 16 binary channels (512 bits: 5 % of an M10K) are taken; the
