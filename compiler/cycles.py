@@ -13,7 +13,7 @@ from __future__ import annotations
 from math import ceil
 
 __all__ = [
-    "conv_out_size", "window_cycles", "mvu_cycles", "elementwise_cycles",
+    "conv_out_size", "window_latency", "window_cycles", "mvu_cycles", "elementwise_cycles",
     "head_cycles", "HEAD_PIPELINE", "MIXER_LANE_LATENCY", "pipeline_cycles", "lane_folds", "folded_interval", "choose_lanes",
     "TREE_LEVELS_PER_STAGE", "tree_stages", "mvu_latency",
 ]
@@ -22,6 +22,13 @@ __all__ = [
 def conv_out_size(size, kernel, stride, dilation, padding):
     """Output height (or width) of a convolution, as ``torch.nn.functional.conv2d``."""
     return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def window_latency(line_ram="logic"):
+    """Cycles from accepting the last pixel a window needs to the window on the output
+    (:class:`groupnet_hw.hw.window.SlidingWindow`): see the pixel, read the line buffer,
+    and with block RAM register its late data once more."""
+    return 3 if line_ram == "block" else 2
 
 
 def window_cycles(height, width):

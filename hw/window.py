@@ -5,7 +5,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..compiler.cycles import conv_out_size
+from ..compiler.cycles import conv_out_size, window_latency
 
 __all__ = ["SlidingWindow", "LINE_RAM_KINDS"]
 
@@ -83,13 +83,14 @@ class SlidingWindow(wiring.Component):
 
     Latency
     -------
-    A window is on ``o`` two cycles after the last input pixel it uses is accepted, if the
-    output side is idle (one cycle to see the pixel, one synchronous memory read). The
+    A window is on ``o`` ``latency`` cycles after the last input pixel it uses is
+    accepted, if the output side is idle: 2 (one cycle to see the pixel, one synchronous
+    memory read), 3 with ``line_ram="block"`` (the read data is registered again). The
     last window of every frame also waits for the frame's last pixel (the reader frees the
     frame's rows with it). Windows that only need rows below the last input row (bottom
     padding) leave one per cycle after the frame's last pixel: with ``padding`` = the usual
     ``(kernel-1)*dilation // 2`` and stride 1 the frame's tail is ``padding*out_width +
-    padding + 2`` cycles.
+    padding + latency`` cycles.
 
     Throughput
     ----------
@@ -129,6 +130,7 @@ class SlidingWindow(wiring.Component):
             raise ValueError(f"line_ram must be one of {', '.join(LINE_RAM_KINDS)}, "
                              f"not {line_ram!r}")
         self.line_ram = line_ram
+        self.latency = window_latency(line_ram)
         self.ring_rows = self._ring_rows()
         super().__init__({
             "i": In(stream.Signature(pixel_shape)),
@@ -343,7 +345,6 @@ class SlidingWindow(wiring.Component):
             # Rows are freed after an output row's last window; they must have been written.
             & (~last_col | (complete >= cur_row.release)))
         issue = Signal()
-        m.d.comb += issue.eq(available & (~self.o.valid | self.o.ready))
 
         col_ok = Signal(k)
         row_ok = Signal(k)
@@ -377,12 +378,29 @@ class SlidingWindow(wiring.Component):
             for kx in range(k):
                 pixel = Cat(p.data for p in columns[kx]).word_select(row_slot[ky], pw)
                 taps.append(Mux(row_ok[ky] & col_ok[kx], pixel, pad))
-        m.d.comb += self.o.payload.eq(Cat(*taps))
 
-        # The read ports only update on `issue`, so data holds while the output waits.
-        with m.If(issue):
-            m.d.sync += self.o.valid.eq(1)
-        with m.Elif(self.o.ready):
-            m.d.sync += self.o.valid.eq(0)
+        # The read ports only update on `issue`, so their data holds while it waits.
+        if self.line_ram == "logic":
+            m.d.comb += [issue.eq(available & (~self.o.valid | self.o.ready)),
+                         self.o.payload.eq(Cat(*taps))]
+            with m.If(issue):
+                m.d.sync += self.o.valid.eq(1)
+            with m.Elif(self.o.ready):
+                m.d.sync += self.o.valid.eq(0)
+        else:
+            # A block RAM's data comes late in the cycle (5.6 ns after the clock on ECP5,
+            # the Fmax-limiting path into the MVU): the window is registered once more.
+            read = Signal()              # the read ports hold a window not yet registered
+            move = Signal()
+            m.d.comb += [move.eq(read & (~self.o.valid | self.o.ready)),
+                         issue.eq(available & (~read | move))]
+            with m.If(issue):
+                m.d.sync += read.eq(1)
+            with m.Elif(move):
+                m.d.sync += read.eq(0)
+            with m.If(move):
+                m.d.sync += [self.o.payload.eq(Cat(*taps)), self.o.valid.eq(1)]
+            with m.Elif(self.o.ready):
+                m.d.sync += self.o.valid.eq(0)
 
         return m

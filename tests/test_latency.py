@@ -144,6 +144,23 @@ def test_latency_of_a_folded_design_in_amaranth_simulator():
     assert amaranth_latencies(sched, TIMING_FRAMES, pace=(sched.frame_cycles, n)) == lat.paced
 
 
+@pytest.mark.parametrize("index", range(len(TINY)))
+def test_latency_with_block_ram_line_buffers_in_amaranth_simulator(index):
+    """Line buffers in block RAM register the window once more: the model's window
+    latency follows (compiler.cycles.window_latency), isolated, paced and folded."""
+    model = random_model(30 + index, **TINY[index])
+    g = compile_model(model)
+    for target in (None, 200):
+        sched = schedule(g, "ulx3s", target_cycles=target, line_buffers="block",
+                         bases="parallel")
+        assert sched.block_line_buffers()
+        lat = predicted_latency(sched)
+        n = sched.graph[sched.graph.input].height * sched.graph[sched.graph.input].width
+        assert amaranth_latencies(sched, 1) == [lat.isolated]
+        assert amaranth_latencies(sched, TIMING_FRAMES, pace=(sched.frame_cycles, n)) == \
+            lat.paced
+
+
 # -- the fast Verilator path ----------------------------------------------------------
 
 @pytest.fixture(scope="module")

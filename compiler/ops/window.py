@@ -118,8 +118,9 @@ def _window_features(node, parent, unit):
     if unit is not None and unit.line_ram == "block":
         depth, width, copies = _line_memory(node, parent)
         rows = copies // k
+        # the row multiplexers, and the window register after the block RAM's late data
         return {"one": 1, "line_depth": depth, "line_width": width, "line_copies": copies,
-                "block_mux_bits": k * k * rows * width}
+                "block_mux_bits": k * k * rows * width, "block_tap_bits": k * k * pix_bits}
     rows = (k - 1) * a.get("dilation", 1) + 2
     return {"one": 1, "line_bits": rows * parent.width * pix_bits,
             "tap_bits": k * k * pix_bits, "tap_mux_bits": k * k * pix_bits * rows}
@@ -173,14 +174,16 @@ class _Conv(Op):
                    cyc.window_cycles(parent.height, parent.width))
 
     def timing(self, node, parent, ins, unit):
-        # window: 2 cycles after the last pixel it needs; MVU: its latency per vector
+        # window: its latency after the last pixel it needs; MVU: its latency per vector
+        wait = cyc.window_latency(unit.line_ram)
         ii = self.vector_steps(node, unit)
         latency = cyc.mvu_latency(ii, self.tree_terms(node, unit))
         n_out, n_par = node.height * node.width, parent.height * parent.width
         out, win_prev, start_prev = [], float("-inf"), float("-inf")
         for q in range(TIMING_FRAMES * n_out):
             f, ql = divmod(q, n_out)
-            win = max(ins[0][f * n_par + _window_last_input(node, parent, ql)] + 2, win_prev + 1)
+            win = max(ins[0][f * n_par + _window_last_input(node, parent, ql)] + wait,
+                      win_prev + 1)
             start = max(win, start_prev + ii)
             win_prev, start_prev = win, start
             out.append(start + latency)
