@@ -85,9 +85,12 @@ def test_block_line_buffer_estimate_counts_its_blocks():
         assert R.family_features(features, "ecp5")["line_blocks"] == \
             copies * R.rom_blocks(depth, width, "ecp5")
         assert block.units[name].resources["bram"] >= copies
-        # no distributed RAM and fewer registers than the logic line buffer
+        # less distributed RAM and fewer LUT sites than the logic line buffer (on ECP5 the
+        # registers are about even: the block RAM's window register against the logic
+        # memory's read registers)
         assert block.units[name].resources["lutram"] < logic.units[name].resources["lutram"]
-        assert block.units[name].resources["ff"] < logic.units[name].resources["ff"]
+        assert R.logic_sites(block.units[name].resources, "ecp5") < \
+            R.logic_sites(logic.units[name].resources, "ecp5")
 
 
 def test_auto_keeps_the_better_and_reports_the_other():
