@@ -373,23 +373,28 @@ class SlidingWindow(wiring.Component):
 
         # --- output: the read data, with pad pixels outside the image --------------------
         pad = Const(self.pad_value & ((1 << pw) - 1), pw)
-        taps = []
-        for ky in range(k):
-            for kx in range(k):
-                pixel = Cat(p.data for p in columns[kx]).word_select(row_slot[ky], pw)
-                taps.append(Mux(row_ok[ky] & col_ok[kx], pixel, pad))
 
+        def window_of(column_data, slots, rows_ok, cols_ok):
+            taps = []
+            for ky in range(k):
+                for kx in range(k):
+                    pixel = column_data[kx].word_select(slots[ky], pw)
+                    taps.append(Mux(rows_ok[ky] & cols_ok[kx], pixel, pad))
+            return Cat(*taps)
+
+        read_data = [Cat(p.data for p in columns[kx]) for kx in range(k)]
         # The read ports only update on `issue`, so their data holds while it waits.
         if self.line_ram == "logic":
             m.d.comb += [issue.eq(available & (~self.o.valid | self.o.ready)),
-                         self.o.payload.eq(Cat(*taps))]
+                         self.o.payload.eq(window_of(read_data, row_slot, row_ok, col_ok))]
             with m.If(issue):
                 m.d.sync += self.o.valid.eq(1)
             with m.Elif(self.o.ready):
                 m.d.sync += self.o.valid.eq(0)
         else:
-            # A block RAM's data comes late in the cycle (5.6 ns after the clock on ECP5,
-            # the Fmax-limiting path into the MVU): the window is registered once more.
+            # A block RAM's data comes late in the cycle (5.8 ns after the clock on ECP5,
+            # the Fmax-limiting path into the MVU): it is registered as it comes, with the
+            # tap selection that goes with it, and the window is picked from the registers.
             read = Signal()              # the read ports hold a window not yet registered
             move = Signal()
             m.d.comb += [move.eq(read & (~self.o.valid | self.o.ready)),
@@ -398,9 +403,15 @@ class SlidingWindow(wiring.Component):
                 m.d.sync += read.eq(1)
             with m.Elif(move):
                 m.d.sync += read.eq(0)
+            data_r = [Signal(len(d), name=f"column{kx}_r") for kx, d in enumerate(read_data)]
+            slot_r = [Signal.like(slot, name=f"row_slot{ky}_r") for ky, slot in enumerate(row_slot)]
+            row_ok_r, col_ok_r = Signal(k), Signal(k)
             with m.If(move):
-                m.d.sync += [self.o.payload.eq(Cat(*taps)), self.o.valid.eq(1)]
+                m.d.sync += [*(r.eq(d) for r, d in zip(data_r, read_data)),
+                             *(r.eq(v) for r, v in zip(slot_r, row_slot)),
+                             row_ok_r.eq(row_ok), col_ok_r.eq(col_ok), self.o.valid.eq(1)]
             with m.Elif(self.o.ready):
                 m.d.sync += self.o.valid.eq(0)
+            m.d.comb += self.o.payload.eq(window_of(data_r, slot_r, row_ok_r, col_ok_r))
 
         return m

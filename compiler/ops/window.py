@@ -118,9 +118,9 @@ def _window_features(node, parent, unit):
     if unit is not None and unit.line_ram == "block":
         depth, width, copies = _line_memory(node, parent)
         rows = copies // k
-        # the row multiplexers, and the window register after the block RAM's late data
+        # the row multiplexers, and the registers of the block RAM's late data
         return {"one": 1, "line_depth": depth, "line_width": width, "line_copies": copies,
-                "block_mux_bits": k * k * rows * width, "block_tap_bits": k * k * pix_bits}
+                "block_mux_bits": k * k * rows * width, "block_tap_bits": copies * width}
     rows = (k - 1) * a.get("dilation", 1) + 2
     return {"one": 1, "line_bits": rows * parent.width * pix_bits,
             "tap_bits": k * k * pix_bits, "tap_mux_bits": k * k * pix_bits * rows}
