@@ -14,7 +14,8 @@ from math import ceil
 
 __all__ = [
     "conv_out_size", "window_latency", "window_cycles", "mvu_cycles", "elementwise_cycles",
-    "head_cycles", "HEAD_PIPELINE", "MIXER_LANE_LATENCY", "pipeline_cycles", "lane_folds", "folded_interval", "choose_lanes",
+    "head_cycles", "HEAD_PIPELINE", "MIXER_LANE_LATENCY", "pipeline_cycles", "lane_folds",
+    "folded_interval", "choose_lanes",
     "TREE_LEVELS_PER_STAGE", "tree_stages", "mvu_latency",
 ]
 

@@ -375,15 +375,17 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
 LINE_BUFFER_CHOICES = ("auto", "logic", "block")
 
 
+def _line_buffer_in_block_ram(node, parent, family):
+    """Whether ``node``'s line buffer, built for block RAM, is block RAM on ``family``."""
+    from .resources import block_ram_blocks
+    memory = op_of(node).line_memory(node, parent) if parent is not None else None
+    return bool(memory) and block_ram_blocks(memory[0], memory[1], family) is not None
+
+
 def _block_lines(g, family):
     """Whether any convolution's line buffer would go to the family's block RAM."""
-    from .resources import block_ram_blocks
-    for node in g:
-        memory = op_of(node).line_memory(node, g.producer(node.inputs[0])) if node.inputs \
-            else None
-        if memory and block_ram_blocks(memory[0], memory[1], family) is not None:
-            return True
-    return False
+    return any(_line_buffer_in_block_ram(node, g.producer(node.inputs[0]) if node.inputs
+                                         else None, family) for node in g)
 
 
 def _map_bases(g, board, target_cycles, fps, max_util, folding, bases, line_ram):
@@ -452,7 +454,6 @@ def _preference(sched):
 def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logic") -> Schedule:
     """:func:`schedule` of one graph as it is (bases already mapped), with line buffers
     in block RAM (``line_ram="block"``) wherever the family's block RAM takes them."""
-    from .resources import block_ram_blocks
     if board not in BOARD_BUDGETS:
         raise ValueError(f"unknown board {board!r}; known: {', '.join(BOARD_BUDGETS)}")
     if not 0 < max_util <= 1:
@@ -478,8 +479,7 @@ def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logi
             parent = g.producer(node.inputs[0]) if node.inputs else None
             pe, simd, n_in = override.get(node.name) or op.folding(node, parent, target)
             unit = Unit(node.name, node.op, 0, pe, simd, n_in)
-            memory = op.line_memory(node, parent) if line_ram == "block" else None
-            if memory and block_ram_blocks(memory[0], memory[1], family) is not None:
+            if line_ram == "block" and _line_buffer_in_block_ram(node, parent, family):
                 unit.line_ram = "block"
             unit.cycles = op.cycles(node, parent, unit)
             unit.resources = estimate_unit(op.resource_features(g, node, parent, unit),

@@ -256,8 +256,6 @@ class SlidingWindow(wiring.Component):
         R = self.ring_rows
         pw = self._pixel_width
 
-        # One word per image column, one `pw`-bit lane per ring row: a read port then
-        # returns a whole window column whatever rows the window covers.
         # `columns[kx]` reads window column kx: a word of R lanes, one per ring row.
         if self.line_ram == "logic":
             # One word per image column, one `pw`-bit lane per ring row: a read port
