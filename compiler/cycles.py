@@ -114,5 +114,6 @@ def tree_stages(terms):
 
 def mvu_latency(ii, terms):
     """Cycles from accepting an input vector to its result on the MVU's output: its
-    ``ii`` steps, the weight ROM read and the adder tree's pipeline stages."""
-    return ii + 1 + tree_stages(terms)
+    ``ii`` steps, the weight ROM read, the adder tree's pipeline stages and the result
+    register after the accumulator."""
+    return ii + 2 + tree_stages(terms)

@@ -108,9 +108,11 @@ class _FoldedMVU(wiring.Component):
       is registered next to the ROM's synchronous read data;
     - tree: the terms are registered, then summed ``TREE_LEVELS_PER_STAGE``
       adder levels per pipeline stage (``compiler.cycles.tree_stages``);
-    - accumulate: every PE adds its partial to its accumulator; the last input
-      fold of an output fold stores the finished channels, and the last step
-      of the vector loads the output register with all ``c_out`` channels.
+    - accumulate: every PE adds its partial to its accumulator and the finished
+      value is registered (the result stage);
+    - collect: the last input fold of an output fold stores the finished
+      channels, and the last step of the vector loads the output register with
+      all ``c_out`` channels.
 
     The pipeline stalls only when a vector's final step meets an output
     register that is still full and not being accepted.
@@ -338,7 +340,6 @@ class _FoldedMVU(wiring.Component):
             groups = [_reduce_levels(rg, TREE_LEVELS_PER_STAGE) for rg in regs]
             flags = fregs
         s_valid, s_first, s_last, s_final, s_nf = flags
-        m.d.comb += adv.eq(~(s_valid & s_final & self.o.valid & ~self.o.ready))
         shared_sum = _tree_sum(groups[-1]) if shared is not None else None
 
         totals = []
@@ -355,23 +356,36 @@ class _FoldedMVU(wiring.Component):
             m.d.comb += done.eq(self._finish(total))
             finished.append(done)
 
-        step = Signal()
-        m.d.comb += step.eq(adv & s_valid)
         if accs is not None:
-            with m.If(step & ~s_last):
+            with m.If(adv & s_valid & ~s_last):
                 m.d.sync += [acc.eq(total) for acc, total in zip(accs, totals)]
+
+        # Result stage: the finished channels are registered next to the adders before
+        # they fan out to the collect and output registers, which spread over the
+        # device (on ECP5 that route was most of the critical path).
+        finished_regs = [Signal(signed(self.acc_width), name=f"result{p}") for p in range(pe)]
+        r_valid, r_last, r_final = Signal(), Signal(), Signal()
+        r_nf = Signal.like(s_nf, name="r_nf")
+        with m.If(adv):
+            m.d.sync += [r.eq(d) for r, d in zip(finished_regs, finished)]
+            m.d.sync += [r_valid.eq(s_valid), r_last.eq(s_last), r_final.eq(s_final),
+                         r_nf.eq(s_nf)]
+        finished = finished_regs
+        m.d.comb += adv.eq(~(r_valid & r_final & self.o.valid & ~self.o.ready))
+        step = Signal()
+        m.d.comb += step.eq(adv & r_valid)
 
         # Channels of output folds 0..nfs-2 wait here for the vector's last fold.
         n_collect = (nfs - 1) * pe
         collect = [Signal(signed(self.acc_width), name=f"collect{c}") for c in range(n_collect)]
         if nfs > 1:
-            with m.If(step & s_last & ~s_final):
-                with m.Switch(s_nf):
+            with m.If(step & r_last & ~r_final):
+                with m.Switch(r_nf):
                     for f in range(nfs - 1):
                         with m.Case(f):
                             m.d.sync += [collect[f * pe + p].eq(finished[p]) for p in range(pe)]
 
-        with m.If(step & s_final):
+        with m.If(step & r_final):
             m.d.sync += self.o.valid.eq(1)
             for f in range(nfs):
                 for p in range(pe):
@@ -435,7 +449,7 @@ class BinaryMVU(_FoldedMVU):
     ii : int
         Initiation interval, ``out_folds*in_folds``.
     latency : int
-        ``ii + 1 + tree_stages`` (``compiler.cycles.mvu_latency``).
+        ``ii + 2 + tree_stages`` (``compiler.cycles.mvu_latency``).
 
     Latency
     -------

@@ -112,7 +112,7 @@ def test_reset_mid_stream(name):
 
 
 # With input always valid and output always ready, vector k is accepted in
-# cycle k*ii and its result in cycle k*ii + latency (latency = ii + 1 + the adder
+# cycle k*ii and its result in cycle k*ii + latency (latency = ii + 2 + the adder
 # tree's pipeline stages), so V vectors span (V-1)*ii + latency + 1 cycles counting
 # the first and the last handshake.
 
@@ -124,7 +124,7 @@ def test_full_throughput(name):
     ii = _ii(name)
     assert dut.ii == ii
     terms = binary_tree_terms(simd) if CONFIGS[name][0] == "bin" else simd
-    assert dut.latency == mvu_latency(ii, terms) == ii + 1 + tree_stages(terms)
+    assert dut.latency == mvu_latency(ii, terms) == ii + 2 + tree_stages(terms)
     run = run_streams(dut, {"i": beats}, {"o": len(expected)})
     assert run.outputs["o"] == expected
     assert run.cycles == (mvu_cycles(len(beats), c_out, n_in, pe, simd) - ii
