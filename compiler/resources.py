@@ -95,6 +95,10 @@ def family_features(features: dict, family: str) -> dict:
         f["rom_blocks"] = rom_blocks(depth, width, family)
     if "fifo_rows" in f:
         f.update(fifo_memory(f.pop("fifo_rows"), f.pop("fifo_width"), family))
+        if f.get("block_fifo"):
+            # a block-RAM FIFO's data path (the block's read data and the output
+            # register, with its bypass) is not a register FIFO's output register
+            f["block_width"] = f.pop("width")
     copies = f.pop("line_copies", 0)
     depth, width = f.pop("line_depth", 0), f.pop("line_width", 0)
     if copies:

@@ -40,8 +40,9 @@ def test_model_covers_every_flow_and_op(flow):
 def test_every_sweep_design_total_within_15_percent_of_yosys(flow):
     """What the schedule budgets: each design's estimated cells of each type (LUT, carry,
     FF, LUT-RAM, DSP) within 15 % of Yosys's count of the same design; carry cells within
-    21 % (measured worst: 20.2 %, ECP5 CCU2C of the 4-bit RGB design); block RAM, a few
-    dozen per design, within 15 blocks."""
+    21 % (measured worst: 8.3 %, ECP5 CCU2C of the 4-bit RGB design, since the MVU's
+    adder tree is modelled stage by stage; 19 % before); block RAM, a few dozen per
+    design, within 15 blocks."""
     totals, estimates = {}, {}
     for s in MODEL["samples"][flow]:
         est = R.estimate_unit(s["features"], s["op"], flow)
@@ -62,13 +63,13 @@ def test_every_sweep_design_total_within_15_percent_of_yosys(flow):
 
 @pytest.mark.parametrize("flow", R.FAMILIES)
 def test_most_sweep_units_within_15_percent_of_yosys(flow):
-    """Per unit (cell counts of at least 100): at least 80 % of the estimates within
-    15 % (measured: Cyclone V 88.3 %, iCE40 85.7 %, ECP5 81.4 %, with a time-shared K=5
-    design in the sweep; 95.6 / 91.2 / 83.0 % without it). The issue's bar is every
+    """Per unit (cell counts of at least 100): at least 85 % of the estimates within
+    15 % (measured: Cyclone V 94.7 %, iCE40 92.3 %, ECP5 88.1 %, with a time-shared K=5
+    design in the sweep; 94.8 / 91.9 / 87.0 % without it). The issue's bar is every
     unit, which the model does not meet yet; the rest are listed in
     benchmarks/results/resource_calibration.json (worst error per op and cell): ECP5
-    post-op LUTs, XNOR-popcount carry chains and the time-shared units are the loose
-    ones."""
+    post-op LUTs (lane-folded units of two folds), the 4-bit design's ECP5 carry chains,
+    iCE40 block-RAM FIFO flip-flops and Cyclone V sign thresholds are the loose ones."""
     within = total = 0
     for s in MODEL["samples"][flow]:
         est = R.estimate_unit(s["features"], s["op"], flow)
@@ -76,7 +77,7 @@ def test_most_sweep_units_within_15_percent_of_yosys(flow):
             if cell in R.CELLS and measured >= 100:
                 total += 1
                 within += abs(est[cell] - measured) <= TOLERANCE * measured
-    assert total > 150 and within >= 0.80 * total, (within, total)
+    assert total > 150 and within >= 0.85 * total, (within, total)
 
 
 def test_relative_error_forgives_only_small_counts():

@@ -111,10 +111,15 @@ class PostOp(Op):
             coef = max(signed_width(v, v) for v in a["A"].tolist())
             bias = max(signed_width(v, v) for v in a["B"].tolist())
             folds = cyc.lane_folds(node.channels, unit.pe)
-            # a ROM of `folds` words per lane: about one LUT4 per 4 words per output bit
+            # The held pixel shifts down `lanes` channels a step: a 2:1 multiplexer (load
+            # or shift) per bit below the top step, whose bits only load or clear (the
+            # flip-flop's own enable and reset). A ROM of `folds` words per lane and
+            # constant bit: one LUT4 per 16 words; of 2 words, the fold counter's bit.
+            # `lane_folded`: the sequencer, beside the full-rate unit's fixed cost.
             f.update(held_bits=folds * unit.pe * (in_w + node.bit_width), mults=unit.pe,
+                     shift_in_bits=(folds - 1) * unit.pe * in_w, lane_folded=1,
                      mult_bits=unit.pe * (in_w + coef),
-                     rom_bits=unit.pe * -(-folds // 4) * (coef + bias) if folds > 1 else 0)
+                     rom_bits=unit.pe * -(-folds // 16) * (coef + bias) if folds > 2 else 0)
         else:
             costs = [multiplier_cost(in_w, int(v)) for v in a["A"].tolist()]
             f.update(adder_bits=sum(c["adder_bits"] for c in costs) + node.channels * in_w,

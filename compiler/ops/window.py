@@ -126,6 +126,57 @@ def _window_features(node, parent, unit):
             "tap_bits": k * k * pix_bits, "tap_mux_bits": k * k * pix_bits * rows}
 
 
+def _adder_level(widths):
+    """One level of the MVU's adder tree over terms of ``widths`` bits (adjacent pairs
+    summed, an odd last term passed on): ``(widths after, widths of the adders)``."""
+    out = [max(widths[k], widths[k + 1]) + 1 for k in range(0, len(widths) - 1, 2)]
+    return out + widths[len(widths) - len(widths) % 2:], list(out)
+
+
+def _mvu_tree_features(node, unit):
+    """Adder-tree features of the folded MVU (``hw.mvu._FoldedMVU``) as it is built:
+
+    - ``pair_add_bits``: XNOR-popcount only, the adders of chunk-count pairs before the
+      first register (two-operand sums: a carry chain each);
+    - ``tree_reg_bits``: the terms registered at every pipeline stage of the tree;
+    - ``tree_sum_bits``: the sums each stage makes of up to ``2**TREE_LEVELS_PER_STAGE``
+      registered terms (Yosys merges each into one multi-operand sum: one carry chain of
+      the result's width) and ``tree_csa_bits``, the carry-save bits of those with more
+      than two operands (LUTs).
+
+    A binary-weight MVU (``in_bits``) sums ``simd`` masked n-bit lanes per PE plus one
+    shared sum of the lanes themselves."""
+    from ...hw.mvu import POPCOUNT_CHUNK
+    from ..cycles import TREE_LEVELS_PER_STAGE
+    pe, simd, in_bits = unit.pe, unit.simd, node.attrs["in_bits"]
+    f = {"pair_add_bits": 0, "tree_reg_bits": 0, "tree_sum_bits": 0, "tree_csa_bits": 0}
+    if in_bits:
+        trees = [[in_bits] * simd] * (pe + 1)
+    else:
+        chunks = [POPCOUNT_CHUNK.bit_length()] * -(-simd // POPCOUNT_CHUNK)
+        per_pe, adders = _adder_level(chunks)
+        f["pair_add_bits"] = pe * sum(adders)
+        trees = [per_pe] * pe
+    span = 1 << TREE_LEVELS_PER_STAGE
+    while True:
+        f["tree_reg_bits"] += sum(map(sum, trees))
+        new = []
+        for terms in trees:
+            outs = []
+            for k in range(0, len(terms), span):
+                ws = terms[k:k + span]
+                for _ in range(TREE_LEVELS_PER_STAGE):
+                    ws, _ = _adder_level(ws)
+                if len(terms[k:k + span]) > 1:
+                    f["tree_sum_bits"] += ws[0]
+                    f["tree_csa_bits"] += (len(terms[k:k + span]) - 2) * ws[0]
+                outs.append(ws[0])
+            new.append(outs)
+        trees = new
+        if all(len(t) <= 1 for t in trees):
+            return f
+
+
 class _Conv(Op):
     """Shared cycle model, timing and window of the convolutions."""
 
@@ -284,6 +335,8 @@ class BinConv(_Conv):
                  rom_depth=folds if folds > 1 else 0, rom_width=unit.pe * unit.simd,
                  buffer_bits=groups * unit.n_in * lane if folds > 1 else 0,
                  out_bits=node.channels * node.bit_width)
+        # the popcount adder tree: its pipeline registers, carry chains and carry-save LUTs
+        f.update(_mvu_tree_features(node, unit))
         return f
 
 @register
