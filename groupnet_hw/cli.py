@@ -270,22 +270,48 @@ def synth(out_dir, flows, freq, no_pnr, no_dsp, timeout):
         if estimate:
             r["estimate"] = estimate
         results[flow] = r
-        cells = ", ".join(f"{k} {v:,}" + (f" (est. {estimate.get(k, 0):,})" if estimate else "")
-                          for k, v in r["cells"].items() if k in (estimate or r["cells"]))
-        click.echo(f"{flow} ({r['device']}): {cells} (yosys {r['yosys_seconds']} s)")
-        if "fmax_mhz" in r:
-            click.echo(f"  nextpnr: Fmax {r['fmax_mhz']} MHz (target {freq:g}), "
-                       f"{r.get('frames_per_second_at_fmax', 0):,.0f} frames/s at "
-                       f"{manifest.frame_cycles} cycles/frame (place and route "
-                       f"{r['pnr_seconds']} s)")
-        elif "pnr_error" in r:
-            click.echo(f"  nextpnr: {r['pnr_error']}")
-        if "note" in r:
-            click.echo(f"  note: {r['note']}")
+        for line in _synthesis_lines(flow, r, freq, manifest.frame_cycles):
+            click.echo(line)
     tmp = report_path.with_suffix(".partial")
     tmp.write_text(json.dumps(report, indent=2))
     os.replace(tmp, report_path)
-    click.echo(f"wrote {report_path}")
+    text_path = Path(out_dir, "report.txt")
+    if text_path.is_file():
+        # the build's report, then one section per synthesized flow (rewritten each run)
+        text = text_path.read_text().split(_SYNTHESIS_HEADING)[0].rstrip("\n")
+        lines = [line for f, r in results.items()
+                 for line in _synthesis_lines(f, r, r.get("target_mhz", freq),
+                                              manifest.frame_cycles)]
+        tmp = text_path.with_suffix(".partial")
+        tmp.write_text("\n".join([text, "", _SYNTHESIS_HEADING, *lines, ""]))
+        os.replace(tmp, text_path)
+        click.echo(f"wrote {report_path} and {text_path}")
+    else:
+        click.echo(f"wrote {report_path}")
+
+
+_SYNTHESIS_HEADING = "synthesis (groupnet-hw synth; Yosys's counts, the estimate in brackets):"
+
+
+def _synthesis_lines(flow, r, freq, frame_cycles):
+    """What ``synth`` found for one flow: counts beside the estimate, Fmax, the critical
+    path when there was place and route."""
+    from .hw.synth import critical_path_text
+    estimate = r.get("estimate")
+    cells = ", ".join(f"{k} {v:,}" + (f" (est. {estimate.get(k, 0):,})" if estimate else "")
+                      for k, v in r["cells"].items() if k in (estimate or r["cells"]))
+    lines = [f"{flow} ({r['device']}): {cells} (yosys {r['yosys_seconds']} s)"]
+    if "fmax_mhz" in r:
+        lines.append(f"  nextpnr: Fmax {r['fmax_mhz']} MHz (target {freq:g}), "
+                     f"{r.get('frames_per_second_at_fmax', 0):,.0f} frames/s at "
+                     f"{frame_cycles} cycles/frame (place and route {r['pnr_seconds']} s)")
+        if "critical_path" in r and "start" in r["critical_path"]:
+            lines.append(f"  {critical_path_text(r['critical_path'])}")
+    elif "pnr_error" in r:
+        lines.append(f"  nextpnr: {r['pnr_error']}")
+    if "note" in r:
+        lines.append(f"  note: {r['note']}")
+    return lines
 
 
 @main.command(name="import")

@@ -16,13 +16,15 @@ iCEBreaker board top exists.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["FLOWS", "SynthError", "synthesize", "have_tools"]
+__all__ = ["FLOWS", "SynthError", "synthesize", "have_tools", "critical_path_summary",
+           "critical_path_text"]
 
 
 class SynthError(RuntimeError):
@@ -211,7 +213,48 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
     result["utilization"] = {k: v for k, v in rep.get("utilization", {}).items() if v["used"]}
     paths = rep.get("critical_paths", [])
     if paths:
-        worst = paths[0]
-        result["critical_path"] = {"from": worst.get("from"), "to": worst.get("to"),
-                                   "segments": len(worst.get("path", []))}
+        result["critical_path"] = critical_path_summary(paths[0])
     return result
+
+
+#: Suffixes Yosys and nextpnr append to a design signal's name when they make cells of it.
+_CELL_SUFFIX = re.compile(r"(_TRELLIS_|_CCU2C|_LUT4|_PFUMX|_L6MUX|_DP16KD|_MULT18X18D|_SB_|\$)")
+
+
+def design_signal(cell):
+    """The design signal a placed cell was made from (``unit.signal``): the cell name up
+    to the first suffix synthesis appended, e.g. ``blocks_1_gate.agg_r0_TRELLIS_FF_Q_2``
+    -> ``blocks_1_gate.agg_r0``."""
+    head, _, tail = cell.rpartition(".")
+    match = _CELL_SUFFIX.search(tail)
+    return f"{head}.{tail[:match.start()] if match else tail}".lstrip(".")
+
+
+def critical_path_summary(path):
+    """Name a nextpnr critical path (one entry of ``critical_paths`` in its JSON report):
+    ``start`` and ``end`` registers, the ``units`` it crosses in order (the core's
+    submodules: the first component of a cell name), total, logic and routing delay."""
+    segments = path.get("path", [])
+    delay = {kind: sum(s["delay"] for s in segments if s["type"] == kind)
+             for kind in ("clk-to-q", "logic", "routing", "setup")}
+    units = []
+    for s in segments:
+        unit = s["to"]["cell"].partition(".")[0] if "." in s["to"]["cell"] else "(top)"
+        if not units or units[-1] != unit:
+            units.append(unit)
+    summary = {"from": path.get("from"), "to": path.get("to"), "segments": len(segments),
+               "delay_ns": round(sum(delay.values()), 2),
+               "logic_ns": round(delay["clk-to-q"] + delay["logic"] + delay["setup"], 2),
+               "routing_ns": round(delay["routing"], 2), "units": units}
+    if segments:
+        summary["start"] = design_signal(segments[0]["from"]["cell"])
+        summary["end"] = design_signal(segments[-1]["to"]["cell"])
+    return summary
+
+
+def critical_path_text(summary):
+    """One line for the CLI and report.txt."""
+    if "start" not in summary:
+        return "critical path not reported"
+    return (f"critical path {summary['start']} -> {summary['end']}: {summary['delay_ns']} ns "
+            f"({summary['logic_ns']} logic, {summary['routing_ns']} routing)")

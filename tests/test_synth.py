@@ -6,7 +6,8 @@ import pytest
 from click.testing import CliRunner
 
 from groupnet_hw.cli import main
-from groupnet_hw.hw.synth import FLOWS, SynthError, synthesize
+from groupnet_hw.hw.synth import (FLOWS, SynthError, critical_path_summary, critical_path_text,
+                                  synthesize)
 from groupnet_hw.models.checkpoint import save_checkpoint
 from conftest import random_model
 
@@ -33,6 +34,10 @@ def test_synthesis_counts_every_flow(tiny_build, flow):
     estimate = report["synthesis"][flow]["estimate"]  # the estimate stays beside it
     assert estimate["lut"] > 0 and set(cells) >= {"lut", "ff", "dsp"}
     assert (tiny_build / f"synth-{flow}" / "netlist.json").is_file()
+    # report.txt: the build's table, then Yosys's counts beside the estimate, once per flow
+    text = (tiny_build / "report.txt").read_text()
+    assert text.count("synthesis (groupnet-hw synth") == 1 and "cycles/frame" in text
+    assert f"{flow} (" in text and f"lut {cells['lut']:,} (est. {estimate['lut']:,})" in text
 
 
 def test_synth_refuses_what_is_not_a_build(tmp_path):
@@ -49,6 +54,31 @@ def test_ecp5_place_and_route_reports_fmax(tiny_build):
     ecp5 = json.loads((tiny_build / "report.json").read_text())["synthesis"]["ecp5"]
     assert ecp5["fmax_mhz"] > 10 and ecp5["frames_per_second_at_fmax"] > 0
     assert ecp5["utilization"]["TRELLIS_FF"]["used"] > 0
+    path = ecp5["critical_path"]   # named by its registers, not by nextpnr's cells
+    assert path["delay_ns"] > 0 and path["start"] and path["end"] and path["units"]
+    assert "critical path " + path["start"] in r.output
+
+
+def _segment(kind, delay, src, dst):
+    return {"type": kind, "delay": delay, "from": {"cell": src, "port": "Q"},
+            "to": {"cell": dst, "port": "A"}}
+
+
+def test_critical_path_is_named_by_design_signals():
+    # the shape of nextpnr's --report JSON (from a real ECP5 run of the K=5 core)
+    ff, add = "blocks_1_gate.agg_r0_TRELLIS_FF_Q_2", "blocks_1_gate.$31_CCU2C_S0_A0_LUT4_Z_12"
+    out = "blocks_2_mixer.o__2__payload_TRELLIS_FF_Q_254"
+    path = {"from": "posedge clk", "to": "posedge clk", "path": [
+        _segment("clk-to-q", 0.5, ff, ff), _segment("routing", 1.5, ff, add),
+        _segment("logic", 0.25, add, add), _segment("routing", 4.0, add, out),
+        _segment("setup", 0.0, out, out)]}
+    s = critical_path_summary(path)
+    assert (s["start"], s["end"]) == ("blocks_1_gate.agg_r0", "blocks_2_mixer.o__2__payload")
+    assert s["units"] == ["blocks_1_gate", "blocks_2_mixer"]
+    assert (s["delay_ns"], s["logic_ns"], s["routing_ns"]) == (6.25, 0.75, 5.5)
+    assert critical_path_text(s) == ("critical path blocks_1_gate.agg_r0 -> "
+                                     "blocks_2_mixer.o__2__payload: 6.25 ns "
+                                     "(0.75 logic, 5.5 routing)")
 
 
 def test_multipliers_in_logic_on_request(tiny_build):
