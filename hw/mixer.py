@@ -12,7 +12,7 @@ in fixed point: ``lambda_j = lambdas[j] / 2**lambda_shift`` and
 
 import operator
 
-from amaranth.hdl import Cat, Module, Signal, Value, signed
+from amaranth.hdl import Cat, Module, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -187,7 +187,9 @@ class BaseMixer(wiring.Component):
             # Three cycles of arithmetic, registered in between: the K constant products
             # (taken with the step), their sum (the aggregate), then the gates into the
             # output register. Products and sum together were the critical path of the
-            # time-shared K=5 design on ECP5 (11.9 ns).
+            # time-shared K=5 design on ECP5 (11.9 ns); so was a gate built whole after
+            # the aggregate (both shift-add products and their sum: 12.0 ns), so the
+            # gate's product with its own base is taken in the first cycle too.
             products = []
             for k, (lam, v) in enumerate(zip(self.lambdas, values)):
                 prod = Signal(signed(signed_width(min(lam * lo, lam * hi), max(lam * lo, lam * hi))),
@@ -195,20 +197,26 @@ class BaseMixer(wiring.Component):
                 with m.If(step):
                     m.d.sync += prod.eq(const_sum([(lam, v)]))
                 products.append(prod)
-            bases_r = [Signal.like(Value.cast(v), name=f"base_r{p}_{k}")
-                       for k, v in enumerate(values)]
-            with m.If(step):
-                m.d.sync += [r.eq(v) for r, v in zip(bases_r, values)]
             total = Signal(signed(self._sum_width), name=f"sum_lane{p}")
             m.d.comb += total.eq(const_sum([(1, prod) for prod in products], half))
             agg_r = Signal(signed(self.agg_width), name=f"agg_r{p}")
             m.d.sync += agg_r.eq(total >> self.lambda_shift)
             if not gated:
                 return [agg_r]
-            bases_rr = [Signal.like(r, name=f"base_rr{p}_{k}") for k, r in enumerate(bases_r)]
-            m.d.sync += [rr.eq(r) for rr, r in zip(bases_rr, bases_r)]
-            return [self._gate_channel(m, k, bases_rr[k], agg_r, f"gate{k}_t_lane{p}")
-                    for k in range(self.bases)]
+            one = 1 << self.gate_shift
+            g_half = (1 << (self.gate_shift - 1)) if self.gate_shift else 0
+            outs = []
+            for k, (g, v) in enumerate(zip(self.gates, values)):
+                # C_k * G_k, then delayed to meet the aggregate of the same channel
+                own = Signal(signed(signed_width(g * lo, g * hi)), name=f"own_r{p}_{k}")
+                with m.If(step):
+                    m.d.sync += own.eq(const_sum([(g, v)]))
+                own_rr = Signal.like(own, name=f"own_rr{p}_{k}")
+                m.d.sync += own_rr.eq(own)
+                t = Signal(signed(self._x_widths[k]), name=f"gate{k}_t_lane{p}")
+                m.d.comb += t.eq(const_sum([(1, own_rr), (one - g, agg_r)], g_half))
+                outs.append(t >> self.gate_shift)
+            return outs
 
         outputs = list(self.o) if gated else [self.o]
         build_lane_folded(m, list(self.i), outputs, self.channels, self.lanes, lane,
