@@ -95,9 +95,10 @@ class _FoldedMVU(wiring.Component):
     """Fold sequencer and pipeline shared by the MVUs.
 
     Subclasses set the lane geometry (``_x_lane_width``, ``_w_lane_width``,
-    ``_w_pad``), the accumulator shape (``_acc_shape``) and implement
-    ``_pe_terms`` (the terms whose sum is one PE's contribution of one step),
-    ``_tree_terms`` (how many) and ``_finish`` (accumulator -> output value).
+    ``_w_pad``), the accumulator shape and start value (``_acc_shape``,
+    ``_acc_start``) and implement ``_pe_terms`` (the terms whose sum is one PE's
+    contribution of one step), ``_tree_terms`` (how many) and ``_finish``
+    (accumulator -> output value).
     They may implement ``_shared_terms``, a sum that depends on the input slice
     only, built once per step, and ``_combine`` (PE sum and shared sum -> partial).
 
@@ -194,6 +195,9 @@ class _FoldedMVU(wiring.Component):
     def _combine(self, m, pe_index, pe_sum, shared_sum):
         """One PE's partial from its terms' sum and the shared sum."""
         return pe_sum
+
+    #: Constant the accumulation of every output channel starts from.
+    _acc_start = 0
 
     def _finish(self, acc):
         raise NotImplementedError
@@ -348,9 +352,9 @@ class _FoldedMVU(wiring.Component):
         for p in range(pe):
             partial = self._combine(m, p, _tree_sum(groups[p]), shared_sum)
             if accs is None:
-                total = partial
+                total = partial + self._acc_start if self._acc_start else partial
             else:
-                total = partial + Mux(s_first, 0, accs[p])
+                total = partial + Mux(s_first, self._acc_start, accs[p])
             totals.append(total)
             done = Signal(signed(self.acc_width), name=f"done{p}")
             m.d.comb += done.eq(self._finish(total))
@@ -476,9 +480,12 @@ class BinaryMVU(_FoldedMVU):
         self._x_lane_width = 1
         self._w_lane_width = 1
         self._w_pad = 1
-        # Accumulate matches (popcount), not +-1 sums: narrower, and the
-        # padding lanes are simply absent from it.
-        self._acc_shape = unsigned(n_in.bit_length())
+        # Accumulate matches (popcount), not +-1 sums: narrower, and the padding
+        # lanes are simply absent from it. The count starts from -ceil(n_in/2), so
+        # that 2*popcount - n_in is a shift and a constant low bit, not one more
+        # adder after the accumulator (ECP5's critical path ran through it).
+        self._acc_start = -((n_in + 1) // 2)
+        self._acc_shape = signed(signed_width(self._acc_start, n_in // 2))
         super().__init__(n_in, c_out, pe, simd, unsigned(groups * n_in),
                          acc_width=signed_width(-n_in, n_in), groups=groups)
 
@@ -496,7 +503,8 @@ class BinaryMVU(_FoldedMVU):
         return _reduce_levels(chunk_counts(m, matches, name=f"popcount{pe_index}"), 1)
 
     def _finish(self, acc):
-        return (acc << 1) - self.n_in
+        # 2*(popcount - ceil(n_in/2)) + (n_in odd) == 2*popcount - n_in
+        return Cat(Const(1, 1), acc).as_signed() if self.n_in % 2 else acc << 1
 
 
 class BinaryWeightMVU(_FoldedMVU):
