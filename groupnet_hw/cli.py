@@ -233,7 +233,10 @@ def zoo():
 @click.option("--timeout", default=3600, show_default=True, type=click.IntRange(60),
               help="Seconds each tool may run (a whole-network place and route on 2 busy "
                    "cores can take over an hour).")
-def synth(out_dir, flows, freq, no_pnr, no_dsp, timeout):
+@click.option("--seed", default=1, show_default=True, type=click.IntRange(1),
+              help="nextpnr's placement seed: on a nearly full device Fmax varies from seed "
+                   "to seed, so compare designs on the same seed or over several.")
+def synth(out_dir, flows, freq, no_pnr, no_dsp, timeout, seed):
     """Synthesize a build with the YoWASP tools (Yosys, nextpnr for ECP5) and add the counts,
     Fmax and frames/s at Fmax to OUT_DIR/report.json.
 
@@ -260,7 +263,7 @@ def synth(out_dir, flows, freq, no_pnr, no_dsp, timeout):
             try:
                 r = synthesize(Path(out_dir, manifest.verilog), manifest.toplevel, flow, out_dir,
                                freq_mhz=freq, place_and_route=not no_pnr, use_dsp=not no_dsp,
-                               timeout=timeout,
+                               timeout=timeout, seed=seed,
                                progress=lambda msg: status.update(f"{flow}: {msg}"))
             except SynthError as exc:
                 raise UserError(str(exc)) from None

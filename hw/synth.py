@@ -210,6 +210,7 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
     fmax = [v["achieved"] for v in rep.get("fmax", {}).values()]
     result["fmax_mhz"] = round(min(fmax), 2) if fmax else None
     result["target_mhz"] = freq_mhz
+    result["seed"] = seed
     result["utilization"] = {k: v for k, v in rep.get("utilization", {}).items() if v["used"]}
     paths = rep.get("critical_paths", [])
     if paths:
