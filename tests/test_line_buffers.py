@@ -105,10 +105,12 @@ def test_auto_keeps_the_better_and_reports_the_other():
 
 
 @pytest.mark.slow
-def test_cifar_size_k1_fits_the_de10nano_and_verifies_on_verilator(tmp_path):
-    """The CIFAR-size network (K = 1) fits the DE10-Nano estimate only with its 32-pixel
-    line buffers in M10K; in that mapping it is bit-exact on Verilator, with and without
-    stalls, at the predicted cycles per frame."""
+def test_cifar_size_k1_in_m10k_verifies_on_verilator(tmp_path):
+    """The CIFAR-size network (K = 1) fits the DE10-Nano only at 95 % of its ALMs and only
+    with its 32-pixel line buffers in M10K (at 90 % it does not: Yosys counts 67,430
+    Cyclone V LUTs at 32,768 cycles per frame, the estimate 62,792); in that mapping it
+    is bit-exact on Verilator, with and without stalls, at the predicted cycles per
+    frame."""
     from amaranth.back import verilog
 
     from groupnet_hw.hw.accelerator import Accelerator
@@ -119,9 +121,10 @@ def test_cifar_size_k1_fits_the_de10nano_and_verifies_on_verilator(tmp_path):
     torch.manual_seed(1)
     model = randomize_eval_state(GroupNet(arch_config("cifar", bases=1)), gen).eval()
     g = compile_model(model)
-    sched = schedule(g, "de10nano")
+    sched = schedule(g, "de10nano", max_util=0.95)
     assert sched.fits() and sched.block_line_buffers()
-    assert not schedule(g, "de10nano", line_buffers="logic").fits()
+    assert not schedule(g, "de10nano", max_util=0.95, line_buffers="logic").fits()
+    assert not schedule(g, "de10nano").fits()
     acc = Accelerator(sched)
     path = tmp_path / "top.v"
     path.write_text(verilog.convert(acc, name="top"))
