@@ -11,7 +11,10 @@ its arithmetic is built ``lanes`` times instead of ``channels`` times.
 mixer: join of one or more input streams (a pixel is taken from all of them in the
 same cycle), ``folds = ceil(channels / lanes)`` steps, fork to one or more output
 streams. Every ``ready`` it drives is a register (``~busy``): a folded unit also ends
-the combinational ready path, so chains of units meet timing.
+the combinational ready path, so chains of units meet timing. With two steps or more
+its step enable does not depend on the outputs' ``ready`` either (only on its own output
+register being empty before the last step), at the cost of an output register beside
+the steps' results.
 
 Latency and throughput (``L`` pipeline registers inside a lane): a pixel accepted in
 cycle ``a`` is on the outputs in cycle ``a + folds + 1 + L``; one pixel per
@@ -62,10 +65,19 @@ def build_lane_folded(m, inputs, outputs, channels, lanes, lane_fn, lane_latency
     """
     folds = folds_of(channels, lanes)
     padded = folds * lanes
+    # With two steps or more the output register is separate from the steps' results:
+    # only the last step needs it empty, so a step waits for `~o.valid` (a register)
+    # instead of `o.ready` (the consumer's logic), which kept the far consumer's
+    # `ready` on the step enable that fans out to every lane and held register (on
+    # ECP5 that route limited Fmax). One output register more; not one cycle more.
+    paced = folds >= 2
     in_layouts = [data.ArrayLayout(s.payload.shape().elem_shape, padded) for s in inputs]
     out_layouts = [data.ArrayLayout(o.payload.shape().elem_shape, padded) for o in outputs]
     held = [Signal(layout, name=f"held{j}") for j, layout in enumerate(in_layouts)]
-    results = [Signal(layout, name=f"result{j}") for j, layout in enumerate(out_layouts)]
+    # results of the steps before the last (paced), or of all steps (the output itself)
+    kept = padded - lanes if paced else padded
+    results = [Signal(data.ArrayLayout(o.payload.shape().elem_shape, kept), name=f"result{j}")
+               for j, o in enumerate(outputs)]
     busy = Signal()
     fold = Signal(range(max(folds, 2)))
     last = Signal()
@@ -78,7 +90,11 @@ def build_lane_folded(m, inputs, outputs, channels, lanes, lane_fn, lane_latency
     # A new pixel's steps wait while the previous pixel's last results are still in the
     # lanes' pipeline: they must reach the output register (and be seen there) first.
     drained = Signal()
-    m.d.comb += go.eq(busy & drained & Cat(~o.valid | o.ready for o in outputs).all())
+    if paced:
+        room = ~last | Cat(~o.valid for o in outputs).all()
+    else:
+        room = Cat(~o.valid | o.ready for o in outputs).all()
+    m.d.comb += go.eq(busy & drained & room)
 
     lane_values = [lane_fn(m, fold, p, [h[p] for h in held], go) for p in range(lanes)]
     # The step that writes the results, `lane_latency` cycles behind the step that read
@@ -90,8 +106,8 @@ def build_lane_folded(m, inputs, outputs, channels, lanes, lane_fn, lane_latency
         m.d.sync += [w_next.eq(write), l_next.eq(write_last)]
         write, write_last = w_next, l_next
         in_flight.append(l_next)
-    steps = []
-    for j, (r, layout) in enumerate(zip(results, out_layouts)):
+    steps, finals = [], []
+    for j, (r, layout, o) in enumerate(zip(results, out_layouts, outputs)):
         w = len(Value.cast(r[0]))
         fitted = []
         for p in range(lanes):
@@ -103,6 +119,9 @@ def build_lane_folded(m, inputs, outputs, channels, lanes, lane_fn, lane_latency
         # Results enter at the top and move down: after `folds` steps step 0's lanes
         # hold channels 0..lanes-1.
         steps.append(Value.cast(r).eq(Cat(Value.cast(r)[lanes * w:], new) if folds > 1 else new))
+        if paced:
+            # the last step's lanes join the earlier steps' straight in the output register
+            finals.append(Value.cast(o.payload).eq(Cat(Value.cast(r), new)[:channels * w]))
 
     with m.If(take):
         m.d.sync += [busy.eq(1), fold.eq(0)]
@@ -118,10 +137,14 @@ def build_lane_folded(m, inputs, outputs, channels, lanes, lane_fn, lane_latency
             m.d.sync += Value.cast(h).eq(Value.cast(h) >> (lanes * w))
     with m.If(write):
         m.d.sync += steps
+    if paced:
+        with m.If(write_last):
+            m.d.sync += finals
     m.d.comb += drained.eq(~Cat(*in_flight).any() if in_flight else 1)
     for o, r in zip(outputs, results):
         w = len(Value.cast(r[0]))
-        m.d.comb += Value.cast(o.payload).eq(Value.cast(r)[:channels * w])
+        if not paced:
+            m.d.comb += Value.cast(o.payload).eq(Value.cast(r)[:channels * w])
         with m.If(write_last):
             m.d.sync += o.valid.eq(1)
         with m.Elif(o.ready):

@@ -116,7 +116,9 @@ class _FoldedMVU(wiring.Component):
       all ``c_out`` channels.
 
     The pipeline stalls only when a vector's final step meets an output
-    register that is still full and not being accepted.
+    register that is still full and, for ``ii == 1``, not being accepted; with
+    ``ii >= 2`` the stall depends on registers of the unit only (its output
+    register), never on ``o.ready``, at no cost in cycles.
     """
 
     def __init__(self, n_in, c_out, pe, simd, in_shape, acc_width, groups=1):
@@ -375,7 +377,15 @@ class _FoldedMVU(wiring.Component):
             m.d.sync += [r_valid.eq(s_valid), r_last.eq(s_last), r_final.eq(s_final),
                          r_nf.eq(s_nf)]
         finished = finished_regs
-        m.d.comb += adv.eq(~(r_valid & r_final & self.o.valid & ~self.o.ready))
+        if self.ii >= 2:
+            # A vector's result reaches the output register at most every `ii` >= 2
+            # cycles, by which time a consumer that took the previous one at once has
+            # emptied the register: waiting for it to be empty, not for `o.ready`, costs
+            # no cycle and keeps the far consumer's `ready` off `adv`, which enables
+            # every pipeline register of the unit (on ECP5 that fan-out was routing-bound).
+            m.d.comb += adv.eq(~(r_valid & r_final & self.o.valid))
+        else:
+            m.d.comb += adv.eq(~(r_valid & r_final & self.o.valid & ~self.o.ready))
         step = Signal()
         m.d.comb += step.eq(adv & r_valid)
 
@@ -466,8 +476,9 @@ class BinaryMVU(_FoldedMVU):
     ----------
     One vector every ``ii = ceil(c_out/pe)*ceil(n_in/simd)`` cycles
     (:func:`groupnet_hw.compiler.cycles.mvu_cycles`), including ``ii = 1``.
-    ``i.ready`` depends combinationally on ``o.ready`` (the stall is global),
-    never on ``o.valid`` alone; ``o.valid`` is a register.
+    ``o.valid`` is a register. ``i.ready`` depends on ``o.ready`` combinationally
+    only for ``ii = 1``; for ``ii >= 2`` it is a function of the unit's own
+    registers.
     """
 
     def __init__(self, n_in, c_out, pe, simd, weights, groups=1):

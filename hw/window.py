@@ -62,6 +62,13 @@ class SlidingWindow(wiring.Component):
         How the line buffer is built (:data:`LINE_RAM_KINDS`): one memory with
         ``kernel`` read ports, or ``kernel * ring_rows`` one-port memories of ``width``
         pixels for block RAM. Same behaviour and timing.
+    paced : bool
+        The consumer takes at most one window every two cycles (a folded MVU,
+        ``ii >= 2``). The next window is then read once the output register is
+        empty rather than in the cycle it is taken: the read enables, which fan out
+        to the whole line buffer's read registers, depend on the window's own
+        registers only, never on ``o.ready``. At such a consumer's rate this costs no
+        cycle; at one window per cycle it would halve the rate.
 
     Attributes
     ----------
@@ -102,7 +109,7 @@ class SlidingWindow(wiring.Component):
     """
 
     def __init__(self, pixel_shape, height, width, kernel=3, stride=1, dilation=1,
-                 padding=1, pad_value=0, line_ram="logic"):
+                 padding=1, pad_value=0, line_ram="logic", paced=False):
         for name, value, low in (("height", height, 1), ("width", width, 1),
                                  ("kernel", kernel, 1), ("stride", stride, 1),
                                  ("dilation", dilation, 1), ("padding", padding, 0)):
@@ -130,6 +137,7 @@ class SlidingWindow(wiring.Component):
             raise ValueError(f"line_ram must be one of {', '.join(LINE_RAM_KINDS)}, "
                              f"not {line_ram!r}")
         self.line_ram = line_ram
+        self.paced = bool(paced)
         self.latency = window_latency(line_ram)
         self.ring_rows = self._ring_rows()
         super().__init__({
@@ -381,9 +389,12 @@ class SlidingWindow(wiring.Component):
             return Cat(*taps)
 
         read_data = [Cat(p.data for p in columns[kx]) for kx in range(k)]
+        # Room on the output: the register is empty or, unless paced, being taken.
+        room = Signal()
+        m.d.comb += room.eq(~self.o.valid if self.paced else ~self.o.valid | self.o.ready)
         # The read ports only update on `issue`, so their data holds while it waits.
         if self.line_ram == "logic":
-            m.d.comb += [issue.eq(available & (~self.o.valid | self.o.ready)),
+            m.d.comb += [issue.eq(available & room),
                          self.o.payload.eq(window_of(read_data, row_slot, row_ok, col_ok))]
             with m.If(issue):
                 m.d.sync += self.o.valid.eq(1)
@@ -395,7 +406,7 @@ class SlidingWindow(wiring.Component):
             # tap selection that goes with it, and the window is picked from the registers.
             read = Signal()              # the read ports hold a window not yet registered
             move = Signal()
-            m.d.comb += [move.eq(read & (~self.o.valid | self.o.ready)),
+            m.d.comb += [move.eq(read & room),
                          issue.eq(available & (~read | move))]
             with m.If(issue):
                 m.d.sync += read.eq(1)

@@ -74,7 +74,7 @@ class StreamRun:
 
 
 def run_streams(dut, inputs, outputs, *, stall=0.0, seed=0, max_cycles=1_000_000,
-                vcd=None, reset_at=None):
+                vcd=None, reset_at=None, pace=1):
     """Drive ``dut``'s input streams and collect its output streams.
 
     Parameters
@@ -95,6 +95,9 @@ def run_streams(dut, inputs, outputs, *, stall=0.0, seed=0, max_cycles=1_000_000
     reset_at : int, optional
         If given, the testbench pulses the component's reset at this cycle,
         then restarts every stream from its first beat (reset-recovery tests).
+    pace : int
+        Every output takes at most one beat per ``pace`` cycles (``ready`` low for
+        ``pace - 1`` cycles after each beat), as a folded consumer does.
 
     Returns
     -------
@@ -162,6 +165,9 @@ def run_streams(dut, inputs, outputs, *, stall=0.0, seed=0, max_cycles=1_000_000
                 if valid and clock["epoch"] == epoch:
                     result[name].append(to_python(payload))
                     out_cycles[name].append(clock["cycle"])
+                    if pace > 1:
+                        ctx.set(stream.ready, 0)
+                        await ctx.tick().repeat(pace - 1)
             ctx.set(stream.ready, 0)
             clock["done_at"] = max(clock["done_at"], clock["cycle"])
         return consumer

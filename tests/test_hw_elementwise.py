@@ -220,3 +220,49 @@ def test_folded_postop_interval_and_registered_ready(channels, lanes):
     assert dut.latency == -(-channels // lanes) + 3
     assert np.all(np.diff(run.out_cycles["o"]) == interval)
     assert run.cycles == (n - 1) * interval + dut.latency + 1
+
+
+@pytest.mark.parametrize("channels,lanes", [(16, 1), (7, 2), (9, 3)])
+def test_folded_steps_go_on_while_the_output_waits(channels, lanes):
+    """With two steps or more a folded unit's steps do not wait for ``o.ready``: while
+    its output waits for the consumer it works through the next pixel up to the last
+    step, so once the consumer takes the output the next one follows after the lane
+    pipeline only (a few cycles), not after ceil(C/lanes) more steps. This is what lets
+    the step enable, which fans out to every lane, ignore the consumer's ``ready``."""
+    from amaranth.sim import Simulator
+
+    from groupnet_hw.hw.elementwise import POSTOP_LANE_LATENCY
+    dut = PostOp(channels, 8, list(range(1, channels + 1)), [0] * channels, 1, False, False,
+                 14, lanes=lanes)
+    rng = np.random.default_rng(channels)
+    x = as_lists(rng.integers(-100, 100, size=(3, channels)))
+    expected = as_lists(ref_postop(np.array(x), np.arange(1, channels + 1), np.zeros(channels,
+                                   dtype=np.int64), 1, False, False))
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    taken = []
+
+    async def producer(ctx):
+        for beat in x:
+            ctx.set(dut.i.valid, 1)
+            ctx.set(dut.i.payload, beat)
+            await ctx.tick().until(dut.i.ready)
+        ctx.set(dut.i.valid, 0)
+
+    async def consumer(ctx):
+        cycle = 0
+        while len(taken) < len(x):
+            # hold the first result for 50 cycles, then take every result at once
+            ready = int(cycle >= 50)
+            ctx.set(dut.o.ready, ready)
+            *_, valid, payload = await ctx.tick().sample(dut.o.valid, dut.o.payload)
+            cycle += 1
+            if valid and ready:
+                taken.append((cycle, [int(v) for v in payload]))
+
+    sim.add_testbench(producer, background=True)
+    sim.add_testbench(consumer)
+    sim.run_until(1e-8 * 400)
+    assert [p for _, p in taken] == expected
+    # the last step, the lane pipeline, the output register: no step of the pixel before
+    assert taken[1][0] - taken[0][0] == 1 + POSTOP_LANE_LATENCY + 1

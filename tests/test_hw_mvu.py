@@ -197,6 +197,43 @@ def test_output_holds_under_backpressure():
     assert received == expected
 
 
+@pytest.mark.parametrize("name", CONFIGS)
+def test_input_ready_ignores_output_ready_when_folded(name):
+    """With ``ii >= 2`` the stall (and so ``i.ready``, and the enable of every pipeline
+    register) is a function of the unit's own registers: flipping ``o.ready`` within a
+    cycle never changes ``i.ready``. With ``ii = 1`` it must, or the unit would lose
+    half its rate; the test sees that happen under back-pressure."""
+    dut, beats, expected, _ = _case(name, n_vectors=8)
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    received, reacted = [], []
+
+    async def producer(ctx):
+        for beat in beats:
+            ctx.set(dut.i.valid, 1)
+            ctx.set(dut.i.payload, beat)
+            await ctx.tick().until(dut.i.ready)
+        ctx.set(dut.i.valid, 0)
+
+    async def consumer(ctx):
+        rng = np.random.default_rng(5)
+        while len(received) < len(expected):
+            ready = int(rng.random() < 0.4)
+            ctx.set(dut.o.ready, 1 - ready)
+            other = ctx.get(dut.i.ready)
+            ctx.set(dut.o.ready, ready)
+            reacted.append(ctx.get(dut.i.ready) != other)
+            *_, valid, payload = await ctx.tick().sample(dut.o.valid, dut.o.payload)
+            if valid and ready:
+                received.append([int(v) for v in payload])
+
+    sim.add_testbench(producer, background=True)
+    sim.add_testbench(consumer)
+    sim.run_until(1e-8 * 200 * (_ii(name) + 8))
+    assert received == expected
+    assert any(reacted) == (dut.ii == 1)
+
+
 @pytest.mark.parametrize("name", ["bin-ragged-both", "bin-fully-parallel", "int-signed-ragged",
                                   "bw2-ragged-both"])
 def test_verilog_and_rom(name):

@@ -115,17 +115,19 @@ def output_bound(name):
     return conv_out_size(height, k, s, d, p) * conv_out_size(width, k, s, d, p) > height * width
 
 
-def run_config(name, *, frames=3, stall=0.0, seed=0, reset_at=None, line_ram="logic"):
+def run_config(name, *, frames=3, stall=0.0, seed=0, reset_at=None, line_ram="logic",
+               paced=False, pace=1):
     height, width, k, s, d, p, kind, channels, pad_value = CONFIGS[name]
     rng = np.random.default_rng(seed)
     images = random_frames(rng, kind, channels, frames, height, width)
     dut = SlidingWindow(pixel_shape(kind, channels), height, width, kernel=k, stride=s,
-                        dilation=d, padding=p, pad_value=pad_value, line_ram=line_ram)
+                        dilation=d, padding=p, pad_value=pad_value, line_ram=line_ram,
+                        paced=paced)
     expected = [[to_payload(kind, px) for px in window]
                 for window in ref_windows(images, pad_lanes(kind, channels, pad_value), k, s, d, p)]
     beats = [to_payload(kind, px) for px in images.reshape(-1, images.shape[-1])]
     run = run_streams(dut, {"i": beats}, {"o": len(expected)}, stall=stall, seed=seed,
-                      reset_at=reset_at, max_cycles=50 * len(beats) + 1000)
+                      reset_at=reset_at, max_cycles=50 * len(beats) + 1000, pace=pace)
     return dut, run, expected
 
 
@@ -279,6 +281,25 @@ def test_block_line_ram_same_windows_one_cycle_later(name):
     assert block.outputs["o"] == expected
     assert [c - 1 for c in block.out_cycles["o"]] == logic.out_cycles["o"]
     assert block.cycles == logic.cycles + 1
+
+
+@pytest.mark.parametrize("line_ram", ["logic", "block"])
+@pytest.mark.parametrize("name", ["5x7-k3-pad1-bin", "8x5-k3-s2-d2-bin", "6x7-k3-s2-pad0-fix",
+                                  "7x5-k3-rgb", "5x6-k1-bin"])
+def test_paced_window_costs_no_cycle_at_a_folded_consumers_rate(name, line_ram):
+    """``paced``: the next window is read once the output register is empty, not in the
+    cycle it is taken. For a consumer taking one window every 2 or 3 cycles (a folded
+    MVU) every window leaves in exactly the cycle it does without ``paced``; under
+    random stalls and a reset the windows are the same."""
+    height, width = CONFIGS[name][:2]
+    for pace in (2, 3):
+        _, plain, expected = run_config(name, frames=2, line_ram=line_ram, pace=pace)
+        _, paced, _ = run_config(name, frames=2, line_ram=line_ram, pace=pace, paced=True)
+        assert paced.outputs["o"] == plain.outputs["o"] == expected
+        assert paced.out_cycles["o"] == plain.out_cycles["o"]
+    _, run, expected = run_config(name, frames=3, stall=0.3, seed=7, line_ram=line_ram,
+                                  paced=True, reset_at=int(1.3 * height * width))
+    assert run.outputs["o"] == expected
 
 
 @pytest.mark.parametrize("name", [n for n in CONFIGS if output_bound(n)])

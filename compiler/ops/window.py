@@ -77,7 +77,7 @@ def _window_last_input(node, parent, q_local):
     return last_row * parent.width + last_col
 
 
-def _window_shape(ctx, node, parent, unit):
+def _window_shape(ctx, node, parent, unit, paced=False):
     from ...hw.window import SlidingWindow
     a = node.attrs
     # binary activations pad with +1 (every bit 1); n-bit levels and integers with 0
@@ -85,7 +85,7 @@ def _window_shape(ctx, node, parent, unit):
     return SlidingWindow(ctx.tensor_shape(parent), parent.height, parent.width,
                          kernel=a["kernel"], stride=a["stride"], dilation=a.get("dilation", 1),
                          padding=a["padding"], pad_value=(1 << parent.channels) - 1 if binary else 0,
-                         line_ram=unit.line_ram)
+                         line_ram=unit.line_ram, paced=paced)
 
 
 @lru_cache(maxsize=None)
@@ -242,8 +242,12 @@ class _Conv(Op):
 
     def build(self, ctx, node, unit):
         parent = ctx.parent(node)
-        window = ctx.add(node, _window_shape(ctx, node, parent, unit), "_window")
-        mvu = ctx.add(node, self._mvu(node, parent, unit), "_mvu")
+        mvu = self._mvu(node, parent, unit)
+        # an MVU that takes a window at most every other cycle lets the window read
+        # the next one without looking at the MVU's `ready` (SlidingWindow.paced)
+        window = ctx.add(node, _window_shape(ctx, node, parent, unit, paced=mvu.ii >= 2),
+                         "_window")
+        mvu = ctx.add(node, mvu, "_mvu")
         groups = node.attrs.get("groups", 1)
         if groups == 1:
             # the window's taps are already in the MVU's lane order (tap-major, channel-minor)
