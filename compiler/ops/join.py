@@ -94,7 +94,11 @@ def _mixer_features(g, node, unit, lambdas, gates, channels=None):
     f = {"one": 1, "adder_bits": lanes * per_lane,
          "out_bits": outs * channels * node.bit_width}
     if unit.pe:
-        f["held_bits"] = k * channels * in_w
+        # the held inputs, and with two steps or more the results of the steps before
+        # the last, kept apart from the output registers (hw.lanes)
+        folds = cyc.lane_folds(channels, lanes)
+        kept = outs * (folds - 1) * lanes * node.bit_width if folds >= 2 else 0
+        f["held_bits"] = k * channels * in_w + kept
     else:
         f["stage_bits"] = (k + 1) * channels * in_w if gates is not None else 0
     return f

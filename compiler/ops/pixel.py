@@ -115,8 +115,11 @@ class PostOp(Op):
             # or shift) per bit below the top step, whose bits only load or clear (the
             # flip-flop's own enable and reset). A ROM of `folds` words per lane and
             # constant bit: one LUT4 per 16 words; of 2 words, the fold counter's bit.
-            # `lane_folded`: the sequencer, beside the full-rate unit's fixed cost.
-            f.update(held_bits=folds * unit.pe * (in_w + node.bit_width), mults=unit.pe,
+            # `lane_folded`: the sequencer, beside the full-rate unit's fixed cost. With
+            # two steps or more the results of the steps before the last are kept apart
+            # from the output register (hw.lanes: the step enable then ignores `ready`).
+            kept = (folds - 1) * unit.pe * node.bit_width if folds >= 2 else 0
+            f.update(held_bits=folds * unit.pe * (in_w + node.bit_width) + kept, mults=unit.pe,
                      shift_in_bits=(folds - 1) * unit.pe * in_w, lane_folded=1,
                      mult_bits=unit.pe * (in_w + coef),
                      rom_bits=unit.pe * -(-folds // 16) * (coef + bias) if folds > 2 else 0)
