@@ -14,7 +14,8 @@ from math import ceil
 
 __all__ = [
     "conv_out_size", "window_latency", "window_cycles", "mvu_cycles", "elementwise_cycles",
-    "head_cycles", "HEAD_PIPELINE", "MIXER_LANE_LATENCY", "pipeline_cycles", "lane_folds",
+    "head_cycles", "HEAD_PIPELINE", "MIXER_LANE_LATENCY", "mixer_lane_latency",
+    "pipeline_cycles", "lane_folds",
     "folded_interval", "choose_lanes",
     "TREE_LEVELS_PER_STAGE", "tree_stages", "mvu_latency",
 ]
@@ -28,8 +29,8 @@ def conv_out_size(size, kernel, stride, dilation, padding):
 def window_latency(line_ram="logic"):
     """Cycles from accepting the last pixel a window needs to the window on the output
     (:class:`groupnet_hw.hw.window.SlidingWindow`): see the pixel, read the line buffer,
-    and with block RAM register its late data once more."""
-    return 3 if line_ram == "block" else 2
+    register the window (``line_ram`` "logic" or "block": the same)."""
+    return 3
 
 
 def window_cycles(height, width):
@@ -53,10 +54,19 @@ def elementwise_cycles(height, width):
 HEAD_PIPELINE = 6
 
 #: Pipeline registers in a lane of the channel-serial base mixer
-#: (:class:`groupnet_hw.hw.mixer.BaseMixer`): the K constant products, their sum (the
-#: aggregate), then the gates into the output register. Products and sum in one cycle
-#: were the ECP5 critical path of the time-shared K=5 design (11.9 ns).
+#: (:class:`groupnet_hw.hw.mixer.BaseMixer`) with few steps: the K constant products,
+#: their sum (the aggregate), then the gates into the output register. Products and
+#: sum in one cycle were the ECP5 critical path of the time-shared K=5 design (11.9 ns).
 MIXER_LANE_LATENCY = 2
+
+
+def mixer_lane_latency(folds, gated):
+    """Pipeline registers in a base mixer's lane with ``folds`` steps. With enough steps
+    a deeper pipeline costs no cycle (:func:`folded_interval`) and no adder chain is
+    more than two levels deep: the products, half the sum, the aggregate (3), then half
+    of each gate's sum (4 with gates); below that, :data:`MIXER_LANE_LATENCY`."""
+    deep = 4 if gated else 3
+    return deep if folds >= deep + 1 else MIXER_LANE_LATENCY
 
 
 def head_cycles(height, width, n_classes, folds=1):
@@ -78,19 +88,33 @@ def lane_folds(channels, lanes):
 
 def folded_interval(channels, lanes, lane_latency=0):
     """Cycles per pixel of a channel-serial per-pixel unit (:mod:`groupnet_hw.hw.lanes`)
-    with ``lane_latency`` registers in its lanes: one cycle to take the pixel, one per
-    step, and the lanes' pipeline draining beyond its first register. Its latency is
-    ``lane_folds + 1 + lane_latency``."""
-    return lane_folds(channels, lanes) + 1 + max(0, lane_latency - 1)
+    with ``lane_latency`` registers in its lanes: one cycle to take the pixel and one per
+    step; the last step waits for the previous pixel's results to have passed the lanes'
+    pipeline and left the output register (``lane_latency + 2`` cycles after its own
+    last step). With one step that wait is every step's: ``lane_latency + 1``. Its
+    latency is ``lane_folds + 1 + lane_latency``."""
+    folds = lane_folds(channels, lanes)
+    if folds == 1:
+        return 1 + 1 + max(0, lane_latency - 1)
+    return max(folds + 1, lane_latency + 2)
 
 
 def choose_lanes(channels, pixels, target, lane_latency=0):
     """Fewest lanes with which ``pixels`` pixels take at most ``target`` cycles, or
-    ``None`` when only the full-rate unit (one pixel per cycle) is fast enough."""
-    extra = 1 + max(0, lane_latency - 1)
-    if (1 + extra) * pixels > target:
+    ``None`` when only the full-rate unit (one pixel per cycle) is fast enough.
+    ``lane_latency``: an int, or a function of the steps (``lane_folds``)."""
+    latency_of = lane_latency if callable(lane_latency) else (lambda folds: lane_latency)
+    budget = target // pixels       # cycles per pixel
+
+    def interval(folds):
+        lanes = -(-channels // folds)
+        return folded_interval(channels, lanes, latency_of(lane_folds(channels, lanes)))
+
+    folds = min(channels, budget - 1)
+    while folds >= 1 and interval(folds) > budget:
+        folds -= 1
+    if folds < 1:
         return None
-    folds = max(1, target // pixels - extra)
     return -(-channels // folds)
 
 

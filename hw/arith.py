@@ -17,10 +17,10 @@ and the hardware never disagree about which one was built.
 
 from __future__ import annotations
 
-from amaranth.hdl import Const
+from amaranth.hdl import Const, Signal, Value
 
 __all__ = ["csd_digits", "MAX_SHIFT_ADD_DIGITS", "uses_dsp", "const_multiply", "const_sum",
-           "multiplier_cost"]
+           "const_terms", "reduce_levels", "registered_levels", "sum_tree", "multiplier_cost"]
 
 #: Above this many non-zero CSD digits one DSP block is cheaper than the adders
 #: (each adder costs one LUT per result bit on ECP5 and iCE40; 4 adders of ~25 bits
@@ -56,17 +56,39 @@ def _terms(value, k):
     return [(value << s) if d > 0 else -(value << s) for s, d in csd_digits(k)]
 
 
-def _tree(terms):
-    """Sum as a balanced tree: log depth, so the adders chain no deeper than needed."""
-    while len(terms) > 1:
+def reduce_levels(terms, levels):
+    """``levels`` levels of a balanced adder tree over ``terms``: adjacent pairs summed,
+    an odd last term passed on. Returns the terms left."""
+    terms = list(terms)
+    for _ in range(levels):
+        if len(terms) <= 1:
+            break
         terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i]
                  for i in range(0, len(terms), 2)]
-    return terms[0]
+    return terms
+
+
+def sum_tree(terms):
+    """Sum as a balanced tree: log depth, so the adders chain no deeper than needed
+    (``Const(0, 1)`` for no terms)."""
+    terms = list(terms)
+    if not terms:
+        return Const(0, 1)
+    return reduce_levels(terms, len(terms).bit_length())[0]
 
 
 def const_multiply(value, k):
     """``k * value`` for a Python int ``k`` and a signed Amaranth value."""
     return const_sum([(k, value)])
+
+
+def const_terms(products, offset=0):
+    """The shifted (and negated) copies whose sum is ``sum(k * value) + offset``: the
+    leaves of :func:`const_sum`'s adder tree, for callers that pipeline the tree."""
+    terms = [t for k, value in products for t in _terms(value, k)]
+    if offset:
+        terms.append(Const(int(offset)))
+    return terms
 
 
 def const_sum(products, offset=0):
@@ -75,10 +97,22 @@ def const_sum(products, offset=0):
     Assign the result to a signal of the exact width; the intermediate widths of the
     tree are Amaranth's (never narrower than the operands), so nothing overflows.
     """
-    terms = [t for k, value in products for t in _terms(value, k)]
-    if offset:
-        terms.append(Const(int(offset)))
-    return _tree(terms) if terms else Const(0)
+    terms = const_terms(products, offset)
+    return sum_tree(terms) if terms else Const(0)
+
+
+def registered_levels(m, terms, levels, name):
+    """``levels`` levels of a balanced adder tree over ``terms``, each resulting partial
+    sum registered (free-running, one cycle): the first half of a pipelined sum, whose
+    remaining terms the caller adds with :func:`sum_tree`."""
+    terms = reduce_levels(terms, levels)
+    registered = []
+    for j, t in enumerate(terms):
+        r = Signal(Value.cast(t).shape(), name=f"{name}_{j}")
+        m.d.sync += r.eq(t)
+        registered.append(r)
+    return registered
+
 
 
 def multiplier_cost(in_bits: int, k: int) -> dict:

@@ -239,7 +239,8 @@ class PostOp(_PixelMap):
     Throughput
     ----------
     1 pixel per cycle: ``compiler.cycles.elementwise_cycles(H, W)`` per frame; with
-    ``lanes``, one pixel per ``ceil(C/lanes) + 2`` cycles and ``i.ready`` is a register.
+    ``lanes``, one pixel per ``max(ceil(C/lanes) + 1, 4)`` cycles (3 with one step:
+    ``compiler.cycles.folded_interval``) and ``i.ready`` is a register.
     """
 
     def __init__(self, channels, acc_width, scale, bias, shift, pre_relu, post_relu,

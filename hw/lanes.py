@@ -18,12 +18,14 @@ the steps' results.
 
 Latency and throughput (``L`` pipeline registers inside a lane): a pixel accepted in
 cycle ``a`` is on the outputs in cycle ``a + folds + 1 + L``; one pixel per
-``folds + 1 + max(0, L - 1)`` cycles (:func:`folded_interval`).
+``max(folds + 1, L + 2)`` cycles with two steps or more (the next pixel's steps overlap
+the lanes' pipeline; its last step waits for the output register), ``L + 1`` with one
+(:func:`folded_interval`).
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Signal, Value
+from amaranth.hdl import Array, Cat, Const, Mux, Signal, Value
 from amaranth.lib import data
 
 from ..compiler.cycles import folded_interval, lane_folds as folds_of
@@ -60,16 +62,18 @@ def build_lane_folded(m, inputs, outputs, channels, lanes, lane_fn, lane_latency
         enabled on ``step``, the cycle a step's inputs are on the lanes); its outputs are
         taken ``lane_latency`` cycles after the step.
     lane_latency : int
-        Pipeline registers inside ``lane_fn``. Adds to the latency, not to the interval
-        (the next pixel's first step waits for the output register as before).
+        Pipeline registers inside ``lane_fn``. Adds to the latency; with two steps or
+        more it adds to the interval only beyond ``ceil(channels/lanes) - 1``
+        (:func:`folded_interval`).
     """
     folds = folds_of(channels, lanes)
     padded = folds * lanes
-    # With two steps or more the output register is separate from the steps' results:
-    # only the last step needs it empty, so a step waits for `~o.valid` (a register)
-    # instead of `o.ready` (the consumer's logic), which kept the far consumer's
-    # `ready` on the step enable that fans out to every lane and held register (on
-    # ECP5 that route limited Fmax). One output register more; not one cycle more.
+    # With two steps or more ("paced") the output register is apart from the steps'
+    # results and only the last step needs it empty (and no earlier last step still in
+    # the lanes), so the step enable depends on the unit's own registers alone and is
+    # itself a register, computed a cycle ahead: it fans out to every lane and held
+    # register, and on ECP5 the logic and routes in front of that fan-out limited Fmax.
+    # One output register more, and no cycle more.
     paced = folds >= 2
     in_layouts = [data.ArrayLayout(s.payload.shape().elem_shape, padded) for s in inputs]
     out_layouts = [data.ArrayLayout(o.payload.shape().elem_shape, padded) for o in outputs]
@@ -87,18 +91,10 @@ def build_lane_folded(m, inputs, outputs, channels, lanes, lane_fn, lane_latency
     m.d.comb += take.eq(Cat(s.valid for s in inputs).all() & ~busy)
     m.d.comb += [s.ready.eq(take) for s in inputs]
     go = Signal()
-    # A new pixel's steps wait while the previous pixel's last results are still in the
-    # lanes' pipeline: they must reach the output register (and be seen there) first.
-    drained = Signal()
-    if paced:
-        room = ~last | Cat(~o.valid for o in outputs).all()
-    else:
-        room = Cat(~o.valid | o.ready for o in outputs).all()
-    m.d.comb += go.eq(busy & drained & room)
 
     lane_values = [lane_fn(m, fold, p, [h[p] for h in held], go) for p in range(lanes)]
     # The step that writes the results, `lane_latency` cycles behind the step that read
-    # the lanes.
+    # the lanes; `in_flight` are the last steps on their way to the output register.
     write, write_last = go, go & last
     in_flight = []
     for d in range(lane_latency):
@@ -122,30 +118,45 @@ def build_lane_folded(m, inputs, outputs, channels, lanes, lane_fn, lane_latency
         if paced:
             # the last step's lanes join the earlier steps' straight in the output register
             finals.append(Value.cast(o.payload).eq(Cat(Value.cast(r), new)[:channels * w]))
-
-    with m.If(take):
-        m.d.sync += [busy.eq(1), fold.eq(0)]
-        m.d.sync += [Value.cast(h).eq(Value.cast(s.payload)) for h, s in zip(held, inputs)]
-    with m.If(go):
-        m.d.sync += fold.eq(fold + 1)
-        with m.If(last):
-            m.d.sync += busy.eq(0)
-        # Shift the held pixel down by one step, so the lanes always read positions
-        # 0..lanes-1: a shift register instead of a `folds`-way multiplexer per lane.
-        for h in held:
-            w = len(Value.cast(h[0]))
-            m.d.sync += Value.cast(h).eq(Value.cast(h) >> (lanes * w))
+        else:
+            m.d.comb += Value.cast(o.payload).eq(Value.cast(r)[:channels * w])
     with m.If(write):
         m.d.sync += steps
     if paced:
         with m.If(write_last):
             m.d.sync += finals
-    m.d.comb += drained.eq(~Cat(*in_flight).any() if in_flight else 1)
-    for o, r in zip(outputs, results):
-        w = len(Value.cast(r[0]))
-        if not paced:
-            m.d.comb += Value.cast(o.payload).eq(Value.cast(r)[:channels * w])
-        with m.If(write_last):
-            m.d.sync += o.valid.eq(1)
-        with m.Elif(o.ready):
-            m.d.sync += o.valid.eq(0)
+
+    # Sequencer: the next state of every register the step enable depends on.
+    busy_next = Signal()
+    fold_next = Signal.like(fold)
+    valid_next = [Signal(name=f"valid_next{j}") for j in range(len(outputs))]
+    m.d.comb += [
+        busy_next.eq(Mux(take, 1, Mux(go & last, 0, busy))),
+        fold_next.eq(Mux(take, 0, Mux(go, fold + 1, fold))),
+        *(v.eq(Mux(write_last, 1, Mux(o.ready, 0, o.valid))) for v, o in zip(valid_next, outputs)),
+    ]
+    m.d.sync += [busy.eq(busy_next), fold.eq(fold_next),
+                 *(o.valid.eq(v) for o, v in zip(outputs, valid_next))]
+    if paced:
+        # go = busy & (~last | (no last step in flight & every output register empty)),
+        # registered from the next state
+        flight_next = Cat(go & last, *in_flight[:-1]) if in_flight else Const(0, 1)
+        m.d.sync += go.eq(busy_next & ((fold_next != folds - 1)
+                                       | (~flight_next.any() & ~Cat(*valid_next).any())))
+        # While idle the held registers load every cycle (the pixel taken is the one
+        # there when `take`), so their enable and select are the unit's own registers.
+        for h, s in zip(held, inputs):
+            w = len(Value.cast(h[0]))
+            with m.If(~busy):
+                m.d.sync += Value.cast(h).eq(Value.cast(s.payload))
+            with m.Elif(go):
+                # Shift the held pixel down by one step, so the lanes always read
+                # positions 0..lanes-1: a shift register, not a `folds`-way multiplexer.
+                m.d.sync += Value.cast(h).eq(Value.cast(h) >> (lanes * w))
+    else:
+        # One step: it waits for the output register, which the consumer may be
+        # emptying in the same cycle, and the lanes' pipeline to drain.
+        drained = ~Cat(*in_flight).any() if in_flight else Const(1, 1)
+        m.d.comb += go.eq(busy & drained & Cat(~o.valid | o.ready for o in outputs).all())
+        with m.If(take):
+            m.d.sync += [Value.cast(h).eq(Value.cast(s.payload)) for h, s in zip(held, inputs)]

@@ -119,8 +119,8 @@ class MaxPool(wiring.Component):
 
     Latency
     -------
-    The window's plus one cycle: a pooled pixel is on ``o`` three cycles after the last
-    input pixel its window uses is accepted, if the output side is idle (two for the
+    The window's plus one cycle: a pooled pixel is on ``o`` four cycles after the last
+    input pixel its window uses is accepted, if the output side is idle (three for the
     window, one for the reduction register). The reduction register takes a window in the
     cycle it is emptied, so it adds one cycle to every output and nothing to the interval
     between outputs: at full rate each output leaves exactly one cycle after the bare

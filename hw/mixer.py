@@ -16,8 +16,8 @@ from amaranth.hdl import Cat, Module, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..compiler.cycles import MIXER_LANE_LATENCY
-from .arith import const_sum
+from ..compiler.cycles import mixer_lane_latency
+from .arith import const_sum, const_terms, registered_levels, sum_tree
 from .lanes import build_lane_folded, folded_interval, folds_of
 from .elementwise import _fit, _ints, _positive, signed_range, signed_width
 
@@ -84,8 +84,11 @@ class BaseMixer(wiring.Component):
         Element width of the output stream(s).
     latency : int
         1 without gates (one output register), 2 with gates (aggregate register, then
-        gated output registers); ``ceil(C/lanes) + 1 + MIXER_LANE_LATENCY`` with ``lanes``
+        gated output registers); ``ceil(C/lanes) + 1 + lane_latency`` with ``lanes``
         (the lanes register the products, then the aggregate, before the gates).
+    lane_latency : int
+        With ``lanes``: pipeline registers in a lane,
+        ``compiler.cycles.mixer_lane_latency(ceil(C/lanes), gated)``.
 
     Latency
     -------
@@ -96,7 +99,7 @@ class BaseMixer(wiring.Component):
     ----------
     1 pixel per cycle with all outputs ready:
     ``compiler.cycles.elementwise_cycles(H, W)`` per frame; with ``lanes``, one pixel per
-    ``compiler.cycles.folded_interval(C, lanes, MIXER_LANE_LATENCY)`` cycles, and every
+    ``compiler.cycles.folded_interval(C, lanes, lane_latency)`` cycles, and every
     ``i[k].ready`` is a register.
     """
 
@@ -144,8 +147,11 @@ class BaseMixer(wiring.Component):
         self.out_width = exact if out_width is None else _positive("out_width", out_width)
         self.lanes = None if lanes is None else min(_positive("lanes", lanes), channels)
         if self.lanes is not None:
-            self.latency = folds_of(channels, self.lanes) + 1 + MIXER_LANE_LATENCY
-            self.interval = folded_interval(channels, self.lanes, MIXER_LANE_LATENCY)
+            folds = folds_of(channels, self.lanes)
+            #: Pipeline registers in a lane (``compiler.cycles.mixer_lane_latency``).
+            self.lane_latency = mixer_lane_latency(folds, self.gates is not None)
+            self.latency = folds + 1 + self.lane_latency
+            self.interval = folded_interval(channels, self.lanes, self.lane_latency)
 
         in_sig = stream.Signature(data.ArrayLayout(signed(in_width), channels))
         out_sig = stream.Signature(data.ArrayLayout(signed(self.out_width), channels))
@@ -183,6 +189,11 @@ class BaseMixer(wiring.Component):
         half = (1 << (self.lambda_shift - 1)) if self.lambda_shift else 0
         lo, hi = signed_range(self.in_width)
 
+        # With enough steps the lane's sums are cut after two adder levels as well
+        # (no cycle lost: compiler.cycles.mixer_lane_latency); the whole gate sum after
+        # the aggregate was the ECP5 critical path of the time-shared K=5 design.
+        deep = self.lane_latency > 2
+
         def lane(m, fold, p, values, step):
             # Three cycles of arithmetic, registered in between: the K constant products
             # (taken with the step), their sum (the aggregate), then the gates into the
@@ -198,7 +209,10 @@ class BaseMixer(wiring.Component):
                     m.d.sync += prod.eq(const_sum([(lam, v)]))
                 products.append(prod)
             total = Signal(signed(self._sum_width), name=f"sum_lane{p}")
-            m.d.comb += total.eq(const_sum([(1, prod) for prod in products], half))
+            sum_terms = const_terms([(1, prod) for prod in products], half)
+            if deep:
+                sum_terms = registered_levels(m, sum_terms, 2, f"sum_r{p}")
+            m.d.comb += total.eq(sum_tree(sum_terms))
             agg_r = Signal(signed(self.agg_width), name=f"agg_r{p}")
             m.d.sync += agg_r.eq(total >> self.lambda_shift)
             if not gated:
@@ -211,16 +225,21 @@ class BaseMixer(wiring.Component):
                 own = Signal(signed(signed_width(g * lo, g * hi)), name=f"own_r{p}_{k}")
                 with m.If(step):
                     m.d.sync += own.eq(const_sum([(g, v)]))
-                own_rr = Signal.like(own, name=f"own_rr{p}_{k}")
-                m.d.sync += own_rr.eq(own)
+                for d in range(2 if deep else 1):
+                    delayed = Signal.like(own, name=f"own_d{d}_{p}_{k}")
+                    m.d.sync += delayed.eq(own)
+                    own = delayed
                 t = Signal(signed(self._x_widths[k]), name=f"gate{k}_t_lane{p}")
-                m.d.comb += t.eq(const_sum([(1, own_rr), (one - g, agg_r)], g_half))
+                gate_terms = const_terms([(1, own), (one - g, agg_r)], g_half)
+                if deep:
+                    gate_terms = registered_levels(m, gate_terms, 2, f"gate{k}_r{p}")
+                m.d.comb += t.eq(sum_tree(gate_terms))
                 outs.append(t >> self.gate_shift)
             return outs
 
         outputs = list(self.o) if gated else [self.o]
         build_lane_folded(m, list(self.i), outputs, self.channels, self.lanes, lane,
-                          lane_latency=MIXER_LANE_LATENCY)
+                          lane_latency=self.lane_latency)
         return m
 
     def elaborate(self, platform):

@@ -26,21 +26,9 @@ from amaranth.lib.wiring import In, Out
 
 from ..compiler.cycles import TREE_LEVELS_PER_STAGE, mvu_latency, tree_stages
 from ..compiler.graph import signed_width
+from .arith import reduce_levels, sum_tree
 
 __all__ = ["BinaryMVU", "BinaryWeightMVU", "IntegerMVU"]
-
-
-def _tree_sum(values):
-    """Balanced adder tree: log depth instead of the linear chain ``sum()`` builds."""
-    values = list(values)
-    if not values:
-        return Const(0, 1)
-    while len(values) > 1:
-        paired = [values[k] + values[k + 1] for k in range(0, len(values) - 1, 2)]
-        if len(values) % 2:
-            paired.append(values[-1])
-        values = paired
-    return values[0]
 
 
 #: Bits per popcount chunk: one 6-input lookup per result bit (an FPGA LUT6).
@@ -75,20 +63,7 @@ def binary_tree_terms(simd):
 
 def popcount(m, bits, name="pc"):
     """Number of ones in ``bits``: the sum of :func:`chunk_counts` (combinational)."""
-    return _tree_sum(chunk_counts(m, bits, name))
-
-
-def _reduce_levels(values, levels):
-    """``levels`` levels of a balanced adder tree over ``values`` (pairs summed)."""
-    values = list(values)
-    for _ in range(levels):
-        if len(values) <= 1:
-            break
-        paired = [values[k] + values[k + 1] for k in range(0, len(values) - 1, 2)]
-        if len(values) % 2:
-            paired.append(values[-1])
-        values = paired
-    return values
+    return sum_tree(chunk_counts(m, bits, name))
 
 
 class _FoldedMVU(wiring.Component):
@@ -343,16 +318,16 @@ class _FoldedMVU(wiring.Component):
             with m.If(adv):
                 m.d.sync += [r.eq(t) for rg, g in zip(regs, groups) for r, t in zip(rg, g)]
                 m.d.sync += [r.eq(f) for r, f in zip(fregs, flags)]
-            groups = [_reduce_levels(rg, TREE_LEVELS_PER_STAGE) for rg in regs]
+            groups = [reduce_levels(rg, TREE_LEVELS_PER_STAGE) for rg in regs]
             flags = fregs
         s_valid, s_first, s_last, s_final, s_nf = flags
-        shared_sum = _tree_sum(groups[-1]) if shared is not None else None
+        shared_sum = sum_tree(groups[-1]) if shared is not None else None
 
         totals = []
         finished = []
         accs = [Signal(self._acc_shape, name=f"acc{p}") for p in range(pe)] if sfs > 1 else None
         for p in range(pe):
-            partial = self._combine(m, p, _tree_sum(groups[p]), shared_sum)
+            partial = self._combine(m, p, sum_tree(groups[p]), shared_sum)
             if accs is None:
                 total = partial + self._acc_start if self._acc_start else partial
             else:
@@ -511,7 +486,7 @@ class BinaryMVU(_FoldedMVU):
         # One adder level before the first register: a chunk-count ROM read straight
         # into a register becomes a synchronous ROM, which Yosys 0.70's memory_libmap
         # (YoWASP build) aborts on.
-        return _reduce_levels(chunk_counts(m, matches, name=f"popcount{pe_index}"), 1)
+        return reduce_levels(chunk_counts(m, matches, name=f"popcount{pe_index}"), 1)
 
     def _finish(self, acc):
         # 2*(popcount - ceil(n_in/2)) + (n_in odd) == 2*popcount - n_in

@@ -91,8 +91,9 @@ class SlidingWindow(wiring.Component):
     Latency
     -------
     A window is on ``o`` ``latency`` cycles after the last input pixel it uses is
-    accepted, if the output side is idle: 2 (one cycle to see the pixel, one synchronous
-    memory read), 3 with ``line_ram="block"`` (the read data is registered again). The
+    accepted, if the output side is idle: 3 (one cycle to see the pixel, one synchronous
+    memory read, the output register: the taps picked from the read data with
+    ``line_ram="logic"``, the block RAM's data as it comes with ``"block"``). The
     last window of every frame also waits for the frame's last pixel (the reader frees the
     frame's rows with it). Windows that only need rows below the last input row (bottom
     padding) leave one per cycle after the frame's last pixel: with ``padding`` = the usual
@@ -392,35 +393,39 @@ class SlidingWindow(wiring.Component):
         # Room on the output: the register is empty or, unless paced, being taken.
         room = Signal()
         m.d.comb += room.eq(~self.o.valid if self.paced else ~self.o.valid | self.o.ready)
-        # The read ports only update on `issue`, so their data holds while it waits.
+        # Two stages: the read ports (which only update on `issue`, so their data holds
+        # while it waits) and an output register, loaded on `move`.
+        read = Signal()              # the read ports hold a window not yet registered
+        move = Signal()
+        m.d.comb += [move.eq(read & room),
+                     issue.eq(available & (~read | move))]
+        with m.If(issue):
+            m.d.sync += read.eq(1)
+        with m.Elif(move):
+            m.d.sync += read.eq(0)
+        with m.If(move):
+            m.d.sync += self.o.valid.eq(1)
+        with m.Elif(self.o.ready):
+            m.d.sync += self.o.valid.eq(0)
         if self.line_ram == "logic":
-            m.d.comb += [issue.eq(available & room),
-                         self.o.payload.eq(window_of(read_data, row_slot, row_ok, col_ok))]
-            with m.If(issue):
-                m.d.sync += self.o.valid.eq(1)
-            with m.Elif(self.o.ready):
-                m.d.sync += self.o.valid.eq(0)
+            # The taps are picked from the read data and registered: the consumer (an
+            # MVU's input multiplexers) starts from a register, not after the row
+            # multiplexers (on ECP5 that path into the MVU limited Fmax).
+            window_r = Signal(len(self.o.payload.as_value()), name="window_r")
+            with m.If(move):
+                m.d.sync += window_r.eq(window_of(read_data, row_slot, row_ok, col_ok))
+            m.d.comb += self.o.payload.eq(window_r)
         else:
             # A block RAM's data comes late in the cycle (5.8 ns after the clock on ECP5,
             # the Fmax-limiting path into the MVU): it is registered as it comes, with the
             # tap selection that goes with it, and the window is picked from the registers.
-            read = Signal()              # the read ports hold a window not yet registered
-            move = Signal()
-            m.d.comb += [move.eq(read & room),
-                         issue.eq(available & (~read | move))]
-            with m.If(issue):
-                m.d.sync += read.eq(1)
-            with m.Elif(move):
-                m.d.sync += read.eq(0)
             data_r = [Signal(len(d), name=f"column{kx}_r") for kx, d in enumerate(read_data)]
             slot_r = [Signal.like(slot, name=f"row_slot{ky}_r") for ky, slot in enumerate(row_slot)]
             row_ok_r, col_ok_r = Signal(k), Signal(k)
             with m.If(move):
                 m.d.sync += [*(r.eq(d) for r, d in zip(data_r, read_data)),
                              *(r.eq(v) for r, v in zip(slot_r, row_slot)),
-                             row_ok_r.eq(row_ok), col_ok_r.eq(col_ok), self.o.valid.eq(1)]
-            with m.Elif(self.o.ready):
-                m.d.sync += self.o.valid.eq(0)
+                             row_ok_r.eq(row_ok), col_ok_r.eq(col_ok)]
             m.d.comb += self.o.payload.eq(window_of(data_r, slot_r, row_ok_r, col_ok_r))
 
         return m

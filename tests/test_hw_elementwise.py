@@ -206,8 +206,8 @@ def test_folded_postop_equals_reference(seed):
 
 @pytest.mark.parametrize("channels,lanes", [(7, 2), (16, 3), (5, 5), (4, 1)])
 def test_folded_postop_interval_and_registered_ready(channels, lanes):
-    """One pixel per ceil(C/lanes)+2 cycles (two lane registers), first result after
-    ceil(C/lanes)+3."""
+    """One pixel per max(ceil(C/lanes)+1, 4) cycles (two lane registers; with one step
+    3), first result after ceil(C/lanes)+3."""
     from groupnet_hw.hw.lanes import folded_interval
     dut = PostOp(channels, 8, list(range(1, channels + 1)), [0] * channels, 1, False, False,
                  14, lanes=lanes)
@@ -216,7 +216,8 @@ def test_folded_postop_interval_and_registered_ready(channels, lanes):
     run = run_streams(dut, {"i": as_lists(rng.integers(-100, 100, size=(n, channels)))},
                       {"o": n}, max_cycles=100 * n)
     interval = folded_interval(channels, lanes, 2)
-    assert dut.interval == interval == -(-channels // lanes) + 2
+    folds = -(-channels // lanes)
+    assert dut.interval == interval == (3 if folds == 1 else max(folds + 1, 4))
     assert dut.latency == -(-channels // lanes) + 3
     assert np.all(np.diff(run.out_cycles["o"]) == interval)
     assert run.cycles == (n - 1) * interval + dut.latency + 1

@@ -167,10 +167,11 @@ def test_full_throughput(name):
     assert three.cycles - one.cycles == 2 * per_frame
     assert per_frame == max(height * width, dut.out_height * dut.out_width)
 
-    # Latency: 3 cycles after the last input pixel of the first window is accepted (input
-    # pixel q is accepted at the clock edge counted as cycle q + 1).
+    # Latency: the window's 3 cycles and the reduction register's 1 after the last input
+    # pixel of the first window is accepted (input pixel q is accepted at the clock edge
+    # counted as cycle q + 1).
     last = min(height - 1, k - 1 - p) * width + min(width - 1, k - 1 - p)
-    assert three.out_cycles["o"][0] == last + 1 + 3
+    assert three.out_cycles["o"][0] == last + 1 + window.latency + 1 == last + 1 + 4
 
 
 def test_pad_values():

@@ -179,9 +179,12 @@ def test_converts_to_verilog(index):
 
 # ---- channel-serial (lane-folded) mixer -------------------------------------------
 
-@pytest.mark.parametrize("index,lanes", [(0, 1), (1, 3), (2, 2), (3, 8), (4, 4), (1, 1)])
+@pytest.mark.parametrize("index,lanes", [(0, 1), (1, 3), (2, 2), (3, 8), (4, 4), (1, 1),
+                                         (2, 1), (3, 2), (4, 1)])
 def test_folded_mixer_stalls_and_reset(index, lanes):
-    """Folded: same outputs, lanes dividing the channels or not, one lane or all."""
+    """Folded: same outputs, lanes dividing the channels or not, one lane or all, with
+    the shallow lane pipeline and the deep one (enough steps: gated K=3 and K=4 over
+    5 and 6 steps, the K=2 aggregate over 4 and 8)."""
     cfg = config(index)
     rng = np.random.default_rng(index + 7)
     G = stimulus(rng, 30, cfg["bases"], cfg["channels"], cfg["in_width"])
@@ -197,9 +200,12 @@ def test_folded_mixer_stalls_and_reset(index, lanes):
     assert run.outputs == expected
 
 
-@pytest.mark.parametrize("index,lanes", [(1, 3), (3, 3)])
-def test_folded_mixer_interval(index, lanes):
-    from groupnet_hw.compiler.cycles import MIXER_LANE_LATENCY
+@pytest.mark.parametrize("index,lanes,lane_latency", [
+    (1, 3, 2), (3, 3, 2), (1, 4, 2), (1, 1, 2), (3, 2, 3), (3, 1, 3), (2, 1, 4), (4, 1, 4)])
+def test_folded_mixer_interval(index, lanes, lane_latency):
+    """One pixel per ``folded_interval`` cycles, the first after ``latency``: the shallow
+    lane pipeline with few steps, the deep one (3 registers for the aggregate, 4 with
+    gates) with enough steps for it to cost no cycle (interval ``steps + 1``)."""
     from groupnet_hw.hw.lanes import folded_interval
     cfg = config(index)
     G = stimulus(np.random.default_rng(0), 10, cfg["bases"], cfg["channels"], cfg["in_width"])
@@ -207,8 +213,13 @@ def test_folded_mixer_interval(index, lanes):
     dut = flat_ports(BaseMixer(**cfg, lanes=lanes))
     inputs = {f"i{k}": as_lists(G[:, k]) for k in range(cfg["bases"])}
     run = run_streams(dut, inputs, {n: len(v) for n, v in expected.items()}, max_cycles=2000)
-    interval = folded_interval(cfg["channels"], lanes, MIXER_LANE_LATENCY)
-    assert dut.interval == interval and dut.latency == interval + 1
+    folds = -(-cfg["channels"] // lanes)
+    interval = folded_interval(cfg["channels"], lanes, lane_latency)
+    assert dut.lane_latency == lane_latency
+    assert dut.interval == interval and dut.latency == folds + 1 + lane_latency
+    if lane_latency > 2:
+        assert interval == folds + 1
+    assert run.outputs == expected
     for name in expected:
         assert np.all(np.diff(run.out_cycles[name]) == interval)
-    assert run.cycles == len(G) * interval + 2
+    assert run.cycles == (len(G) - 1) * interval + dut.latency + 1

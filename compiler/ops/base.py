@@ -75,6 +75,10 @@ class Op:
     #: Pipeline registers inside a lane of the lane-folded unit (adds to its latency).
     lane_latency = 0
 
+    def lane_latency_of(self, node, folds):
+        """Pipeline registers in a lane of the unit folded to ``folds`` steps."""
+        return self.lane_latency
+
     # -- integer semantics ---------------------------------------------------
     def execute(self, node, ins):
         """Value of ``node`` (int64 NCHW tensor, or a list for several outputs)."""
@@ -108,13 +112,16 @@ class Op:
         None)`` for units without folding."""
         if self.lane_foldable:
             return (cyc.choose_lanes(self.lane_channels(node), node.height * node.width, target,
-                                     self.lane_latency), None, None)
+                                     lambda folds: self.lane_latency_of(node, folds)),
+                    None, None)
         return None, None, None
 
     def interval(self, node, unit):
         """Cycles between accepted pixels at full speed."""
         if self.lane_foldable and unit is not None and unit.pe:
-            return cyc.folded_interval(self.lane_channels(node), unit.pe, self.lane_latency)
+            folds = cyc.lane_folds(self.lane_channels(node), unit.pe)
+            return cyc.folded_interval(self.lane_channels(node), unit.pe,
+                                       self.lane_latency_of(node, folds))
         return 1
 
     def cycles(self, node, parent, unit):
@@ -124,7 +131,8 @@ class Op:
     def latency(self, node, unit=None):
         """Cycles from accepting a beat to its result on the output."""
         if self.lane_foldable and unit is not None and unit.pe:
-            return cyc.lane_folds(self.lane_channels(node), unit.pe) + 1 + self.lane_latency
+            folds = cyc.lane_folds(self.lane_channels(node), unit.pe)
+            return folds + 1 + self.lane_latency_of(node, folds)
         return self.full_rate_latency(node)
 
     def full_rate_latency(self, node):

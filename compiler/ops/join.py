@@ -132,7 +132,9 @@ class Mixer(Op):
     name = "mixer"
     join = True
     lane_foldable = True
-    lane_latency = cyc.MIXER_LANE_LATENCY
+
+    def lane_latency_of(self, node, folds):
+        return cyc.mixer_lane_latency(folds, gated=node.attrs["gates"] is not None)
 
     @staticmethod
     def _bases(node, ins):
@@ -218,7 +220,9 @@ class Gate(Op):
     name = "gate"
     join = True
     lane_foldable = True
-    lane_latency = cyc.MIXER_LANE_LATENCY
+
+    def lane_latency_of(self, node, folds):
+        return cyc.mixer_lane_latency(folds, gated=True)
 
     def execute(self, node, ins):
         a = node.attrs

@@ -410,13 +410,14 @@ class MaxPoolOp(Op):
         return max(cyc.window_cycles(parent.height, parent.width), node.height * node.width)
 
     def timing(self, node, parent, ins, unit):
-        # the window emits 2 cycles after the last pixel a window uses; the reduction
-        # register adds 1 (hw.maxpool.MaxPool: 3 cycles)
+        # the window emits window_latency cycles after the last pixel a window uses; the
+        # reduction register adds 1 (hw.maxpool.MaxPool)
         n_out, n_par = node.height * node.width, parent.height * parent.width
         out, prev = [], float("-inf")
+        wait = cyc.window_latency("logic")
         for q in range(TIMING_FRAMES * n_out):
             f, ql = divmod(q, n_out)
-            t = max(ins[0][f * n_par + _window_last_input(node, parent, ql)] + 2, prev + 1)
+            t = max(ins[0][f * n_par + _window_last_input(node, parent, ql)] + wait, prev + 1)
             prev = t
             out.append(t + 1)  # the reduction register
         return out, None
