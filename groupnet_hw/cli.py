@@ -299,7 +299,7 @@ _SYNTHESIS_HEADING = "synthesis (groupnet-hw synth; Yosys's counts, the estimate
 def _synthesis_lines(flow, r, freq, frame_cycles):
     """What ``synth`` found for one flow: counts beside the estimate, Fmax, the critical
     path when there was place and route."""
-    from .hw.synth import critical_path_text
+    from .hw.synth import critical_path_text, late_endpoints_text
     estimate = r.get("estimate")
     cells = ", ".join(f"{k} {v:,}" + (f" (est. {estimate.get(k, 0):,})" if estimate else "")
                       for k, v in r["cells"].items() if k in (estimate or r["cells"]))
@@ -310,6 +310,8 @@ def _synthesis_lines(flow, r, freq, frame_cycles):
                      f"{frame_cycles} cycles/frame (place and route {r['pnr_seconds']} s)")
         if "critical_path" in r and "start" in r["critical_path"]:
             lines.append(f"  {critical_path_text(r['critical_path'])}")
+        if "late_endpoints" in r:
+            lines.append(f"  {late_endpoints_text(r['late_endpoints'])}")
     elif "pnr_error" in r:
         lines.append(f"  nextpnr: {r['pnr_error']}")
     if "note" in r:

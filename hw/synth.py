@@ -190,8 +190,9 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
     t0 = time.perf_counter()
     try:
         _run([*f.pnr, "--json", netlist, "--freq", str(freq_mhz), "--out-of-context",
-              "--timing-allow-fail", "--seed", str(seed), "--report", "pnr.json", "-q",
-              "-l", "nextpnr.log"], work / "nextpnr.stdout", timeout, "nextpnr", work)
+              "--timing-allow-fail", "--seed", str(seed), "--report", "pnr.json",
+              "--detailed-timing-report", "-q", "-l", "nextpnr.log"],
+             work / "nextpnr.stdout", timeout, "nextpnr", work)
     except SynthError as exc:
         if use_dsp and "no BELs remaining" in str(exc) and any(
                 t in str(exc) for t in f.cells.get("dsp", [])):
@@ -215,7 +216,45 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
     paths = rep.get("critical_paths", [])
     if paths:
         result["critical_path"] = critical_path_summary(paths[0])
+    if "detailed_net_timings" in rep:
+        result["late_endpoints"] = late_endpoints(rep, 1000.0 / freq_mhz)
     return result
+
+
+def late_endpoints(report, period_ns, top=6):
+    """The register inputs whose latest arrival (nextpnr's ``detailed_net_timings``)
+    is past the target period, counted per unit (the first component of the cell name)
+    and input port kind (data, enable, reset, ...): one critical path says where the
+    worst path is, this says how much work is left and where.
+
+    Returns ``{"period_ns", "count", "units": [{"unit", "port", "endpoints",
+    "worst_ns"}, ...]}``, the ``top`` largest groups first."""
+    groups, count = {}, 0
+    for net in report.get("detailed_net_timings", []):
+        for e in net.get("endpoints", []):
+            delay = e["delay"]
+            arrival = max(delay) if isinstance(delay, list) else delay
+            if arrival <= period_ns:
+                continue
+            count += 1
+            unit = e["cell"].partition(".")[0] if "." in e["cell"] else "(top)"
+            key = (unit, e["port"].rstrip("0123456789"))
+            n, worst = groups.get(key, (0, 0.0))
+            groups[key] = (n + 1, max(worst, arrival))
+    ranked = sorted(groups.items(), key=lambda kv: (-kv[1][0], -kv[1][1]))[:top]
+    return {"period_ns": round(period_ns, 3), "count": count,
+            "units": [{"unit": u, "port": p, "endpoints": n, "worst_ns": round(w, 2)}
+                      for (u, p), (n, w) in ranked]}
+
+
+def late_endpoints_text(late):
+    """One line for the CLI and report.txt."""
+    if not late["count"]:
+        return f"no register input arrives later than the {late['period_ns']:g} ns period"
+    groups = "; ".join(f"{g['unit']} {g['port']} {g['endpoints']:,} (worst {g['worst_ns']} ns)"
+                       for g in late["units"])
+    return (f"{late['count']:,} register inputs arrive later than the "
+            f"{late['period_ns']:g} ns period, most in: {groups}")
 
 
 #: Suffixes Yosys and nextpnr append to a design signal's name when they make cells of it.

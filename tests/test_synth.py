@@ -7,6 +7,7 @@ from click.testing import CliRunner
 
 from groupnet_hw.cli import main
 from groupnet_hw.hw.synth import (FLOWS, SynthError, critical_path_summary, critical_path_text,
+                                   late_endpoints, late_endpoints_text,
                                   synthesize)
 from groupnet_hw.models.checkpoint import save_checkpoint
 from conftest import random_model
@@ -58,6 +59,9 @@ def test_ecp5_place_and_route_reports_fmax(tiny_build):
     path = ecp5["critical_path"]   # named by its registers, not by nextpnr's cells
     assert path["delay_ns"] > 0 and path["start"] and path["end"] and path["units"]
     assert "critical path " + path["start"] in r.output
+    late = ecp5["late_endpoints"]     # every register input's arrival, against the period
+    assert late["period_ns"] == 10.0 and late["count"] >= 0
+    assert "register input" in r.output
 
 
 def _segment(kind, delay, src, dst):
@@ -80,6 +84,29 @@ def test_critical_path_is_named_by_design_signals():
     assert critical_path_text(s) == ("critical path blocks_1_gate.agg_r0 -> "
                                      "blocks_2_mixer.o__2__payload: 6.25 ns "
                                      "(0.75 logic, 5.5 routing)")
+
+
+def test_late_endpoints_are_counted_per_unit_and_port():
+    # the shape of nextpnr's --detailed-timing-report (delay: [min, max] arrival, ns)
+    def net(endpoints):
+        return {"net": "n", "endpoints": [{"cell": c, "port": p, "delay": d, "event": "posedge clk"}
+                                           for c, p, d in endpoints]}
+    report = {"detailed_net_timings": [
+        net([("blocks_1_gate.held0_TRELLIS_FF_Q_1", "CE", [2.0, 11.4]),
+             ("blocks_1_gate.held0_TRELLIS_FF_Q_2", "CE", [2.0, 10.2]),
+             ("blocks_1_gate.result0_TRELLIS_FF_Q", "DI", [1.0, 9.9])]),
+        net([("fifo_x.fifo.r_TRELLIS_FF_Q", "CE", 10.4), ("stem_0_mvu.t0_FF", "M0", [1.0, 10.7])]),
+    ]}
+    late = late_endpoints(report, 10.0)
+    assert late["count"] == 4 and late["period_ns"] == 10.0
+    assert late["units"][0] == {"unit": "blocks_1_gate", "port": "CE", "endpoints": 2,
+                                "worst_ns": 11.4}
+    assert {(g["unit"], g["port"]) for g in late["units"]} == {
+        ("blocks_1_gate", "CE"), ("fifo_x", "CE"), ("stem_0_mvu", "M")}
+    text = late_endpoints_text(late)
+    assert text.startswith("4 register inputs arrive later than the 10 ns period")
+    assert "blocks_1_gate CE 2 (worst 11.4 ns)" in text
+    assert "no register input" in late_endpoints_text(late_endpoints(report, 12.0))
 
 
 def test_multipliers_in_logic_on_request(tiny_build):
