@@ -99,16 +99,15 @@ def folded_interval(channels, lanes, lane_latency=0):
     return max(folds + 1, lane_latency + 2)
 
 
-def choose_lanes(channels, pixels, target, lane_latency=0):
+def choose_lanes(channels, pixels, target, lane_latency_of=lambda folds: 0):
     """Fewest lanes with which ``pixels`` pixels take at most ``target`` cycles, or
     ``None`` when only the full-rate unit (one pixel per cycle) is fast enough.
-    ``lane_latency``: an int, or a function of the steps (``lane_folds``)."""
-    latency_of = lane_latency if callable(lane_latency) else (lambda folds: lane_latency)
+    ``lane_latency_of(steps)``: the lane's pipeline registers with that many steps."""
     budget = target // pixels       # cycles per pixel
 
     def interval(folds):
         lanes = -(-channels // folds)
-        return folded_interval(channels, lanes, latency_of(lane_folds(channels, lanes)))
+        return folded_interval(channels, lanes, lane_latency_of(lane_folds(channels, lanes)))
 
     folds = min(channels, budget - 1)
     while folds >= 1 and interval(folds) > budget:

@@ -16,7 +16,7 @@ from amaranth.hdl import Cat, Module, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..compiler.cycles import mixer_lane_latency
+from ..compiler.cycles import MIXER_LANE_LATENCY, mixer_lane_latency
 from .arith import const_sum, const_terms, registered_levels, sum_tree
 from .lanes import build_lane_folded, folded_interval, folds_of
 from .elementwise import _fit, _ints, _positive, signed_range, signed_width
@@ -192,7 +192,7 @@ class BaseMixer(wiring.Component):
         # With enough steps the lane's sums are cut after two adder levels as well
         # (no cycle lost: compiler.cycles.mixer_lane_latency); the whole gate sum after
         # the aggregate was the ECP5 critical path of the time-shared K=5 design.
-        deep = self.lane_latency > 2
+        deep = self.lane_latency > MIXER_LANE_LATENCY
 
         def lane(m, fold, p, values, step):
             # Three cycles of arithmetic, registered in between: the K constant products

@@ -6,7 +6,7 @@ from amaranth.back import verilog
 
 from groupnet_hw.compiler.cycles import elementwise_cycles
 from groupnet_hw.hw.elementwise import PostOp, ResidualAdd, SignBits, Threshold
-from groupnet_hw.sim.streams import run_streams
+from groupnet_hw.sim.streams import run_streams, stream_put
 
 SEEDS = range(5)
 
@@ -245,10 +245,7 @@ def test_folded_steps_go_on_while_the_output_waits(channels, lanes):
 
     async def producer(ctx):
         for beat in x:
-            ctx.set(dut.i.valid, 1)
-            ctx.set(dut.i.payload, beat)
-            await ctx.tick().until(dut.i.ready)
-        ctx.set(dut.i.valid, 0)
+            await stream_put(ctx, dut.i, beat)
 
     async def consumer(ctx):
         cycle = 0

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from groupnet_hw.compiler.cycles import mvu_cycles, mvu_latency, tree_stages
 from groupnet_hw.hw.mvu import BinaryMVU, BinaryWeightMVU, IntegerMVU, binary_tree_terms
-from groupnet_hw.sim.streams import run_streams
+from groupnet_hw.sim.streams import run_streams, stream_put
 
 # (kind, n_in, c_out, pe, simd, in_width, in_signed): the corner cases of the
 # folding. Each id says which. Kinds: "bin" BinaryMVU, "bw" BinaryWeightMVU
@@ -166,10 +166,7 @@ def test_output_holds_under_backpressure():
 
     async def producer(ctx):
         for beat in beats:
-            ctx.set(dut.i.valid, 1)
-            ctx.set(dut.i.payload, beat)
-            await ctx.tick().until(dut.i.ready)
-        ctx.set(dut.i.valid, 0)
+            await stream_put(ctx, dut.i, beat)
 
     async def consumer(ctx):
         rng = np.random.default_rng(3)
@@ -210,10 +207,7 @@ def test_input_ready_ignores_output_ready_when_folded(name):
 
     async def producer(ctx):
         for beat in beats:
-            ctx.set(dut.i.valid, 1)
-            ctx.set(dut.i.payload, beat)
-            await ctx.tick().until(dut.i.ready)
-        ctx.set(dut.i.valid, 0)
+            await stream_put(ctx, dut.i, beat)
 
     async def consumer(ctx):
         rng = np.random.default_rng(5)
