@@ -15,6 +15,7 @@ from math import ceil
 __all__ = [
     "conv_out_size", "window_latency", "window_cycles", "mvu_cycles", "elementwise_cycles",
     "head_cycles", "HEAD_PIPELINE", "MIXER_LANE_LATENCY", "mixer_lane_latency",
+    "POSTOP_LANE_LATENCY", "postop_lane_latency",
     "pipeline_cycles", "lane_folds",
     "folded_interval", "choose_lanes",
     "TREE_LEVELS_PER_STAGE", "tree_stages", "mvu_latency",
@@ -62,11 +63,27 @@ MIXER_LANE_LATENCY = 2
 
 def mixer_lane_latency(folds, gated):
     """Pipeline registers in a base mixer's lane with ``folds`` steps. With enough steps
-    a deeper pipeline costs no cycle (:func:`folded_interval`) and no adder chain is
-    more than two levels deep: the products, half the sum, the aggregate (3), then half
-    of each gate's sum (4 with gates); below that, :data:`MIXER_LANE_LATENCY`."""
-    deep = 4 if gated else 3
+    a deeper pipeline costs no cycle (:func:`folded_interval`), no adder chain is more
+    than two levels deep and a product's DSP block has registers on both sides with
+    nothing else: the operands, the products, half the sum, the aggregate (4), then half
+    of each gate's sum (5 with gates); below that, :data:`MIXER_LANE_LATENCY`."""
+    deep = 5 if gated else 4
     return deep if folds >= deep + 1 else MIXER_LANE_LATENCY
+
+
+#: Pipeline registers in a lane of the channel-serial post-op
+#: (:class:`groupnet_hw.hw.elementwise.PostOp`) with few steps: the per-channel constants
+#: with the input, then the product.
+POSTOP_LANE_LATENCY = 2
+
+
+def postop_lane_latency(folds):
+    """Pipeline registers in a post-op's lane with ``folds`` steps. With enough steps
+    (no cycle lost: :func:`folded_interval`) the multiplier's operands and its product
+    are registered once more, so that registers can sit beside the DSP block: on ECP5
+    the route to and from a MULT18X18D was the critical path (7.0 ns of 11.4)."""
+    deep = POSTOP_LANE_LATENCY + 2
+    return deep if folds >= deep + 1 else POSTOP_LANE_LATENCY
 
 
 def head_cycles(height, width, n_classes, folds=1):
@@ -135,8 +152,9 @@ def tree_stages(terms):
         stages += 1
 
 
-def mvu_latency(ii, terms):
+def mvu_latency(ii, terms, operand_stage=False):
     """Cycles from accepting an input vector to its result on the MVU's output: its
-    ``ii`` steps, the weight ROM read, the adder tree's pipeline stages and the result
-    register after the accumulator."""
-    return ii + 2 + tree_stages(terms)
+    ``ii`` steps, the weight ROM read, the multipliers' operand register
+    (``operand_stage``: the integer MVU's), the adder tree's pipeline stages and the
+    result register after the accumulator."""
+    return ii + 2 + int(operand_stage) + tree_stages(terms)

@@ -85,6 +85,9 @@ class Unit:
     resources: dict = field(default_factory=dict)
     #: How a convolution's line buffer is built (``groupnet_hw.hw.window.LINE_RAM_KINDS``).
     line_ram: str = "logic"
+    #: The unit takes at most one pixel every two cycles, so that its enables depend on
+    #: its own registers only (:meth:`~.ops.base.Op.paced`).
+    paced: bool = False
 
 
 @dataclass
@@ -159,7 +162,7 @@ class Schedule:
             "cells": self.cells,
             "units": [
                 {"name": u.name, "op": u.op, "pe": u.pe, "simd": u.simd, "cycles": u.cycles,
-                 "line_ram": u.line_ram, "resources": u.resources}
+                 "line_ram": u.line_ram, "paced": u.paced, "resources": u.resources}
                 for u in self.units.values()],
             "fifos": {k: v for k, v in self.fifos.items()},
             "notes": self.notes,
@@ -478,7 +481,7 @@ def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logi
             op = op_of(node)
             parent = g.producer(node.inputs[0]) if node.inputs else None
             pe, simd, n_in = override.get(node.name) or op.folding(node, parent, target)
-            unit = Unit(node.name, node.op, 0, pe, simd, n_in)
+            unit = Unit(node.name, node.op, 0, pe, simd, n_in, paced=op.paced(node, target))
             if line_ram == "block" and _line_buffer_in_block_ram(node, parent, family):
                 unit.line_ram = "block"
             unit.cycles = op.cycles(node, parent, unit)

@@ -17,10 +17,13 @@ and the hardware never disagree about which one was built.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from amaranth.hdl import Const, Signal, Value
 
 __all__ = ["csd_digits", "MAX_SHIFT_ADD_DIGITS", "uses_dsp", "const_multiply", "const_sum",
-           "const_terms", "reduce_levels", "registered_levels", "sum_tree", "multiplier_cost"]
+           "Term", "const_terms", "reduce_levels", "registered_levels", "sum_tree",
+           "multiplier_cost"]
 
 #: Above this many non-zero CSD digits one DSP block is cheaper than the adders
 #: (each adder costs one LUT per result bit on ECP5 and iCE40; 4 adders of ~25 bits
@@ -49,32 +52,54 @@ def uses_dsp(k: int) -> bool:
     return len(csd_digits(k)) > MAX_SHIFT_ADD_DIGITS
 
 
+class Term(NamedTuple):
+    """A summand that enters its sum subtracted when ``negative``: a negated copy would
+    be an adder of its own (``0 - x``), the subtraction it becomes is not."""
+
+    value: Value
+    negative: bool = False
+
+
 def _terms(value, k):
     """Signed shifted copies of ``value`` summing to ``k * value`` (empty for 0)."""
     if uses_dsp(k):
-        return [Const(int(k)) * value]
-    return [(value << s) if d > 0 else -(value << s) for s, d in csd_digits(k)]
+        return [Term(Const(int(k)) * value)]
+    return [Term(value << s, d < 0) for s, d in csd_digits(k)]
+
+
+def _add(a, b):
+    """One adder (or subtractor) for two :class:`Term`: ``-x + y`` is ``y - x``, and
+    ``-x - y`` stays negative as ``-(x + y)``."""
+    if a.negative == b.negative:
+        return Term(a.value + b.value, a.negative)
+    if b.negative:
+        return Term(a.value - b.value)
+    return Term(b.value - a.value)
 
 
 def reduce_levels(terms, levels):
-    """``levels`` levels of a balanced adder tree over ``terms``: adjacent pairs summed,
-    an odd last term passed on. Returns the terms left."""
-    terms = list(terms)
+    """``levels`` levels of a balanced adder tree over ``terms`` (values, or
+    :class:`Term` for summands to subtract): adjacent pairs summed, an odd last term
+    passed on. Returns the terms left, values if every input was a value."""
+    signed = any(isinstance(t, Term) for t in terms)
+    terms = [t if isinstance(t, Term) else Term(t) for t in terms]
     for _ in range(levels):
         if len(terms) <= 1:
             break
-        terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i]
+        terms = [_add(terms[i], terms[i + 1]) if i + 1 < len(terms) else terms[i]
                  for i in range(0, len(terms), 2)]
-    return terms
+    return terms if signed else [t.value for t in terms]
 
 
 def sum_tree(terms):
-    """Sum as a balanced tree: log depth, so the adders chain no deeper than needed
-    (``Const(0, 1)`` for no terms)."""
+    """Sum (values or :class:`Term`) as a balanced tree: log depth, so the adders chain
+    no deeper than needed (``Const(0, 1)`` for no terms)."""
     terms = list(terms)
     if not terms:
         return Const(0, 1)
-    return reduce_levels(terms, len(terms).bit_length())[0]
+    root = reduce_levels([t if isinstance(t, Term) else Term(t) for t in terms],
+                         len(terms).bit_length())[0]
+    return -root.value if root.negative else root.value
 
 
 def const_multiply(value, k):
@@ -83,11 +108,12 @@ def const_multiply(value, k):
 
 
 def const_terms(products, offset=0):
-    """The shifted (and negated) copies whose sum is ``sum(k * value) + offset``: the
-    leaves of :func:`const_sum`'s adder tree, for callers that pipeline the tree."""
+    """The shifted copies (:class:`Term`, some to subtract) whose sum is
+    ``sum(k * value) + offset``: the leaves of :func:`const_sum`'s adder tree, for
+    callers that pipeline the tree."""
     terms = [t for k, value in products for t in _terms(value, k)]
     if offset:
-        terms.append(Const(int(offset)))
+        terms.append(Term(Const(int(offset))))
     return terms
 
 
@@ -105,12 +131,12 @@ def registered_levels(m, terms, levels, name):
     """``levels`` levels of a balanced adder tree over ``terms``, each resulting partial
     sum registered (free-running, one cycle): the first half of a pipelined sum, whose
     remaining terms the caller adds with :func:`sum_tree`."""
-    terms = reduce_levels(terms, levels)
     registered = []
-    for j, t in enumerate(terms):
-        r = Signal(Value.cast(t).shape(), name=f"{name}_{j}")
-        m.d.sync += r.eq(t)
-        registered.append(r)
+    for j, t in enumerate(reduce_levels(terms, levels)):
+        t = t if isinstance(t, Term) else Term(t)
+        r = Signal(Value.cast(t.value).shape(), name=f"{name}_{j}")
+        m.d.sync += r.eq(t.value)
+        registered.append(Term(r, t.negative))
     return registered
 
 

@@ -19,15 +19,12 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigne
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..compiler.cycles import POSTOP_LANE_LATENCY, postop_lane_latency
 from ..compiler.graph import signed_width
 from .arith import const_sum
 from .lanes import build_lane_folded, folded_interval, folds_of, lane_rom
 
 __all__ = ["SignBits", "Threshold", "PostOp", "ResidualAdd", "signed_width", "signed_range"]
-
-
-#: Register stages inside a lane of the channel-serial post-op.
-POSTOP_LANE_LATENCY = 2
 
 
 def signed_range(width):
@@ -234,12 +231,13 @@ class PostOp(_PixelMap):
 
     Latency
     -------
-    1 cycle; with ``lanes``, ``ceil(C/lanes) + 3`` cycles.
+    1 cycle; with ``lanes``, ``ceil(C/lanes) + 1 + L`` cycles, ``L`` the lane's
+    registers (``compiler.cycles.postop_lane_latency``: 2, or 4 from 5 steps).
 
     Throughput
     ----------
     1 pixel per cycle: ``compiler.cycles.elementwise_cycles(H, W)`` per frame; with
-    ``lanes``, one pixel per ``max(ceil(C/lanes) + 1, 4)`` cycles (3 with one step:
+    ``lanes``, one pixel per ``max(ceil(C/lanes) + 1, L + 2)`` cycles (3 with one step:
     ``compiler.cycles.folded_interval``) and ``i.ready`` is a register.
     """
 
@@ -258,8 +256,11 @@ class PostOp(_PixelMap):
         self.post_relu = bool(post_relu)
         self.lanes = None if lanes is None else min(_positive("lanes", lanes), channels)
         if self.lanes is not None:
-            self.latency = folds_of(channels, self.lanes) + 1 + POSTOP_LANE_LATENCY
-            self.interval = folded_interval(channels, self.lanes, POSTOP_LANE_LATENCY)
+            folds = folds_of(channels, self.lanes)
+            #: Pipeline registers in a lane (``compiler.cycles.postop_lane_latency``).
+            self.lane_latency = postop_lane_latency(folds)
+            self.latency = folds + 1 + self.lane_latency
+            self.interval = folded_interval(channels, self.lanes, self.lane_latency)
 
         lo, hi = signed_range(acc_width)
         if self.pre_relu:
@@ -290,10 +291,18 @@ class PostOp(_PixelMap):
         bias_shape = signed(max(signed_width(v, v) for v in offsets))
         inner = signed(max(self.inner_widths))
 
+        deep = self.lane_latency > POSTOP_LANE_LATENCY
+
+        def delayed(m, value, name):
+            r = Signal.like(value, name=name)
+            m.d.sync += r.eq(value)
+            return r
+
         def lane(m, fold, p, xs, step):
-            # Two free-running register stages: the per-channel constants and the input
+            # Free-running register stages: the per-channel constants and the input
             # (ROM look-up), then the product, then the offset, shift and ReLU; in one
-            # cycle they were 13.6 ns on ECP5.
+            # cycle they were 13.6 ns on ECP5. Deep, the product's operands and result
+            # are registered once more, with only the DSP block between them.
             x = xs[0]
             v = Mux(x[-1], 0, x) if self.pre_relu else x
             v_r = Signal(signed(len(Value.cast(x)) + 1), name=f"v_lane{p}")
@@ -302,16 +311,21 @@ class PostOp(_PixelMap):
             m.d.sync += [v_r.eq(v),
                          a_r.eq(lane_rom(self.scale, self.lanes, p, fold, scale_shape)),
                          b_r.eq(lane_rom(offsets, self.lanes, p, fold, bias_shape))]
+            if deep:
+                v_r, a_r = delayed(m, v_r, f"v_op_lane{p}"), delayed(m, a_r, f"scale_op_lane{p}")
+                b_r = delayed(m, b_r, f"offset_op_lane{p}")
             prod = Signal(signed(len(v_r) + len(a_r)), name=f"prod_lane{p}")
             b_r2 = Signal(bias_shape, name=f"offset2_lane{p}")
             m.d.sync += [prod.eq(a_r * v_r), b_r2.eq(b_r)]
+            if deep:
+                prod, b_r2 = delayed(m, prod, f"prod_d_lane{p}"), delayed(m, b_r2, f"offset3_lane{p}")
             t = Signal(inner, name=f"t_lane{p}")
             m.d.comb += t.eq(prod + b_r2)
             y = t >> self.shift
             return [Mux(y[-1], 0, y) if self.post_relu else y]
 
         build_lane_folded(m, [self.i], [self.o], self.channels, self.lanes, lane,
-                          lane_latency=POSTOP_LANE_LATENCY)
+                          lane_latency=self.lane_latency)
         return m
 
     def _map(self, m, x):
@@ -349,6 +363,11 @@ class ResidualAdd(wiring.Component):
     out_width : int
         Element width of the output (the compiler's bound; ``max(a_width, b_width) + 1``
         always suffices). Sums are truncated to it.
+    paced : bool
+        Take a beat only into an empty output register, never in the cycle the consumer
+        takes the last one: the input enables (the FIFOs' read enables, which fan out to
+        their whole output registers) then depend on registers only. Costs nothing where
+        pixels come at most every other cycle (``docs/hw-conventions.md``).
 
     Members
     -------
@@ -362,12 +381,13 @@ class ResidualAdd(wiring.Component):
 
     Throughput
     ----------
-    1 pixel per cycle: ``compiler.cycles.elementwise_cycles(H, W)`` per frame.
+    1 pixel per cycle: ``compiler.cycles.elementwise_cycles(H, W)`` per frame; one
+    every 2 cycles when ``paced``.
     """
 
     latency = 1
 
-    def __init__(self, channels, a_width, b_channels, b_width, out_width):
+    def __init__(self, channels, a_width, b_channels, b_width, out_width, paced=False):
         self.channels = channels = _positive("channels", channels)
         self.a_width = a_width = _positive("a_width", a_width)
         self.b_channels = b_channels = _positive("b_channels", b_channels)
@@ -375,6 +395,8 @@ class ResidualAdd(wiring.Component):
         self.out_width = out_width = _positive("out_width", out_width)
         if b_channels > channels:
             raise ValueError(f"b_channels ({b_channels}) exceeds channels ({channels})")
+        self.paced = bool(paced)
+        self.interval = 2 if self.paced else 1
         super().__init__({
             "a": In(stream.Signature(data.ArrayLayout(signed(a_width), channels))),
             "b": In(stream.Signature(data.ArrayLayout(signed(b_width), b_channels))),
@@ -388,7 +410,8 @@ class ResidualAdd(wiring.Component):
                      f"sum{c}") for c in range(self.channels)]
         # Join: take both beats together or neither, so the streams never slip apart.
         take = Signal()
-        m.d.comb += take.eq(self.a.valid & self.b.valid & (~self.o.valid | self.o.ready))
+        room = ~self.o.valid if self.paced else ~self.o.valid | self.o.ready
+        m.d.comb += take.eq(self.a.valid & self.b.valid & room)
         m.d.comb += [self.a.ready.eq(take), self.b.ready.eq(take)]
         with m.If(take):
             m.d.sync += [self.o.payload.eq(Cat(sums)),

@@ -201,12 +201,32 @@ class BaseMixer(wiring.Component):
             # time-shared K=5 design on ECP5 (11.9 ns); so was a gate built whole after
             # the aggregate (both shift-add products and their sum: 12.0 ns), so the
             # gate's product with its own base is taken in the first cycle too.
+            def load(register, value):
+                # The products are taken with the step; deep, their operands are, and
+                # the products run free.
+                if deep:
+                    m.d.sync += register.eq(value)
+                else:
+                    with m.If(step):
+                        m.d.sync += register.eq(value)
+
+            if deep:
+                # The bases' values registered once more before the products, with
+                # nothing else behind them, so that the registers can sit beside a
+                # product's DSP block (on ECP5 the route from the held pixel to a
+                # MULT18X18D and on was a critical path).
+                operands = []
+                for k, v in enumerate(values):
+                    r = Signal.like(v, name=f"operand_r{p}_{k}")
+                    with m.If(step):
+                        m.d.sync += r.eq(v)
+                    operands.append(r)
+                values = operands
             products = []
             for k, (lam, v) in enumerate(zip(self.lambdas, values)):
                 prod = Signal(signed(signed_width(min(lam * lo, lam * hi), max(lam * lo, lam * hi))),
                               name=f"prod_r{p}_{k}")
-                with m.If(step):
-                    m.d.sync += prod.eq(const_sum([(lam, v)]))
+                load(prod, const_sum([(lam, v)]))
                 products.append(prod)
             total = Signal(signed(self._sum_width), name=f"sum_lane{p}")
             sum_terms = const_terms([(1, prod) for prod in products], half)
@@ -223,8 +243,7 @@ class BaseMixer(wiring.Component):
             for k, (g, v) in enumerate(zip(self.gates, values)):
                 # C_k * G_k, then delayed to meet the aggregate of the same channel
                 own = Signal(signed(signed_width(g * lo, g * hi)), name=f"own_r{p}_{k}")
-                with m.If(step):
-                    m.d.sync += own.eq(const_sum([(g, v)]))
+                load(own, const_sum([(g, v)]))
                 for d in range(2 if deep else 1):
                     delayed = Signal.like(own, name=f"own_d{d}_{p}_{k}")
                     m.d.sync += delayed.eq(own)

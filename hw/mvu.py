@@ -118,7 +118,7 @@ class _FoldedMVU(wiring.Component):
         #: Initiation interval: cycles per input vector in steady state.
         self.ii = self.out_folds * self.in_folds
         #: Cycles from the input handshake to the first cycle the output is valid.
-        self.latency = mvu_latency(self.ii, self._tree_terms())
+        self.latency = mvu_latency(self.ii, self._tree_terms(), self._operand_stage)
         super().__init__({
             "i": In(stream.Signature(in_shape)),
             "o": Out(stream.Signature(data.ArrayLayout(signed(acc_width), c_out))),
@@ -175,6 +175,8 @@ class _FoldedMVU(wiring.Component):
 
     #: Constant the accumulation of every output channel starts from.
     _acc_start = 0
+    #: A register stage between the read registers and the terms (multipliers).
+    _operand_stage = False
 
     def _finish(self, acc):
         raise NotImplementedError
@@ -304,11 +306,24 @@ class _FoldedMVU(wiring.Component):
         # activations, products) are summed by an adder tree cut into pipeline stages
         # of TREE_LEVELS_PER_STAGE levels, all advancing on `adv` with the step's flags.
         w_width = simd * wl
-        terms = [self._pe_terms(m, p, s1_x, rd.data[p * w_width:(p + 1) * w_width])
-                 for p in range(pe)]
-        shared = self._shared_terms(m, s1_x)
-        groups = terms + ([shared] if shared is not None else [])
+        op_x, op_w = s1_x, rd.data
         flags = [s1_valid, s1_first, s1_last, s1_final, s1_nf]
+        if self._operand_stage:
+            # Multipliers' operands registered once more, with nothing but the wire to
+            # the DSP block after them, so the placer can put these registers beside
+            # the DSP column: on ECP5 the route from the read registers to a
+            # MULT18X18D and on to the tree was the critical path (6.2 ns of 10.7).
+            op_x = Signal.like(s1_x, name="operand_x")
+            op_w = Signal(len(rd.data), name="operand_w")
+            fregs = [Signal.like(f, name=f"operand_f{i}") for i, f in enumerate(flags)]
+            with m.If(adv):
+                m.d.sync += [op_x.eq(s1_x), op_w.eq(rd.data)]
+                m.d.sync += [r.eq(f) for r, f in zip(fregs, flags)]
+            flags = fregs
+        terms = [self._pe_terms(m, p, op_x, op_w[p * w_width:(p + 1) * w_width])
+                 for p in range(pe)]
+        shared = self._shared_terms(m, op_x)
+        groups = terms + ([shared] if shared is not None else [])
         for depth in range(tree_stages(max(len(g) for g in groups))):
             regs = []
             for k, g in enumerate(groups):
@@ -636,18 +651,23 @@ class IntegerMVU(_FoldedMVU):
         Minimal signed width holding ``[-B, B]``,
         ``B = max_c sum_j |w[c, j]| * max|x|``; every partial sum of the
         accumulation is within that bound too, so nothing can overflow.
-    out_folds, in_folds, ii, latency : int
+    out_folds, in_folds, ii : int
         As in :class:`BinaryMVU`.
+    latency : int
+        ``ii + 3 + tree_stages`` (``compiler.cycles.mvu_latency`` with the operand stage).
 
     Latency
     -------
-    ``latency`` cycles, as :class:`BinaryMVU`.
+    ``latency`` cycles, ``ii + 3 + tree_stages``: one more than :class:`BinaryMVU`, for
+    the register in front of the multipliers.
 
     Throughput
     ----------
     One vector every ``ii = ceil(c_out/pe)*ceil(n_in/simd)`` cycles, as
     :class:`BinaryMVU`.
     """
+
+    _operand_stage = True
 
     def __init__(self, n_in, c_out, pe, simd, weights, in_width=8, in_signed=False):
         weights = np.asarray(weights)

@@ -150,6 +150,59 @@ def test_residual_add_ragged_stalls():
     assert run.outputs["o"] == as_lists(ref_residual(a, b))
 
 
+@pytest.mark.parametrize("paced", [False, True])
+def test_residual_add_paced_interval_and_ready(paced):
+    """Paced, the join takes a beat only into an empty output register: one pixel every
+    2 cycles with both inputs always valid and the output always ready, correct under
+    random stalls, and its inputs' ``ready`` (the FIFOs' read enables) never reacts to
+    ``o.ready`` within a cycle. Unpaced it reacts, and runs at one pixel per cycle."""
+    from amaranth.sim import Simulator
+
+    rng = np.random.default_rng(11)
+    a, b = pixels(rng, 40, 4, 6), pixels(rng, 40, 2, 5)
+    expected = as_lists(ref_residual(a, b))
+    run = run_streams(ResidualAdd(4, 6, 2, 5, 7, paced=paced),
+                      {"a": as_lists(a), "b": as_lists(b)}, {"o": 40}, max_cycles=1000)
+    assert run.outputs["o"] == expected
+    assert np.all(np.diff(run.out_cycles["o"]) == (2 if paced else 1))
+    stalled = run_streams(ResidualAdd(4, 6, 2, 5, 7, paced=paced),
+                          {"a": as_lists(a), "b": as_lists(b)}, {"o": 40},
+                          stall=0.5, seed=4, max_cycles=5000)
+    assert stalled.outputs["o"] == expected
+
+    dut = ResidualAdd(4, 6, 2, 5, 7, paced=paced)
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    received, reacted = [], []
+
+    async def producer_a(ctx):
+        for beat in as_lists(a):
+            await stream_put(ctx, dut.a, beat)
+
+    async def producer_b(ctx):
+        for beat in as_lists(b):
+            await stream_put(ctx, dut.b, beat)
+
+    async def consumer(ctx):
+        draw = np.random.default_rng(5)
+        while len(received) < len(expected):
+            ready = int(draw.random() < 0.5)
+            ctx.set(dut.o.ready, 1 - ready)
+            other = ctx.get(dut.a.ready)
+            ctx.set(dut.o.ready, ready)
+            reacted.append(ctx.get(dut.a.ready) != other)
+            *_, valid, payload = await ctx.tick().sample(dut.o.valid, dut.o.payload)
+            if valid and ready:
+                received.append([int(v) for v in payload])
+
+    sim.add_testbench(producer_a, background=True)
+    sim.add_testbench(producer_b, background=True)
+    sim.add_testbench(consumer)
+    sim.run_until(1e-8 * 1000)
+    assert received == expected
+    assert any(reacted) == (not paced)
+
+
 UNITS = [
     (lambda: SignBits(5, 6), ["i"]),
     (lambda: Threshold(5, 6, [-100, -32, 0, 31, 32], [0, 1, 0, 1, 1]), ["i"]),
@@ -206,8 +259,8 @@ def test_folded_postop_equals_reference(seed):
 
 @pytest.mark.parametrize("channels,lanes", [(7, 2), (16, 3), (5, 5), (4, 1)])
 def test_folded_postop_interval_and_registered_ready(channels, lanes):
-    """One pixel per max(ceil(C/lanes)+1, 4) cycles (two lane registers; with one step
-    3), first result after ceil(C/lanes)+3."""
+    """One pixel per max(ceil(C/lanes)+1, L+2) cycles (L lane registers: 2, or 4 from 5
+    steps; with one step 3), first result after ceil(C/lanes)+1+L."""
     from groupnet_hw.hw.lanes import folded_interval
     dut = PostOp(channels, 8, list(range(1, channels + 1)), [0] * channels, 1, False, False,
                  14, lanes=lanes)
@@ -215,10 +268,11 @@ def test_folded_postop_interval_and_registered_ready(channels, lanes):
     rng = np.random.default_rng(channels)
     run = run_streams(dut, {"i": as_lists(rng.integers(-100, 100, size=(n, channels)))},
                       {"o": n}, max_cycles=100 * n)
-    interval = folded_interval(channels, lanes, 2)
     folds = -(-channels // lanes)
-    assert dut.interval == interval == (3 if folds == 1 else max(folds + 1, 4))
-    assert dut.latency == -(-channels // lanes) + 3
+    assert dut.lane_latency == (4 if folds >= 5 else 2)
+    interval = folded_interval(channels, lanes, dut.lane_latency)
+    assert dut.interval == interval == (3 if folds == 1 else max(folds + 1, dut.lane_latency + 2))
+    assert dut.latency == folds + 1 + dut.lane_latency
     assert np.all(np.diff(run.out_cycles["o"]) == interval)
     assert run.cycles == (n - 1) * interval + dut.latency + 1
 
@@ -232,7 +286,6 @@ def test_folded_steps_go_on_while_the_output_waits(channels, lanes):
     the step enable, which fans out to every lane, ignore the consumer's ``ready``."""
     from amaranth.sim import Simulator
 
-    from groupnet_hw.hw.elementwise import POSTOP_LANE_LATENCY
     dut = PostOp(channels, 8, list(range(1, channels + 1)), [0] * channels, 1, False, False,
                  14, lanes=lanes)
     rng = np.random.default_rng(channels)
@@ -263,4 +316,4 @@ def test_folded_steps_go_on_while_the_output_waits(channels, lanes):
     sim.run_until(1e-8 * 400)
     assert [p for _, p in taken] == expected
     # the last step, the lane pipeline, the output register: no step of the pixel before
-    assert taken[1][0] - taken[0][0] == 1 + POSTOP_LANE_LATENCY + 1
+    assert taken[1][0] - taken[0][0] == 1 + dut.lane_latency + 1

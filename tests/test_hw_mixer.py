@@ -183,8 +183,8 @@ def test_converts_to_verilog(index):
                                          (2, 1), (3, 2), (4, 1)])
 def test_folded_mixer_stalls_and_reset(index, lanes):
     """Folded: same outputs, lanes dividing the channels or not, one lane or all, with
-    the shallow lane pipeline and the deep one (enough steps: gated K=3 and K=4 over
-    5 and 6 steps, the K=2 aggregate over 4 and 8)."""
+    the shallow lane pipeline and the deep one (enough steps: gated K=4 over 6 steps,
+    the K=2 aggregate over 8)."""
     cfg = config(index)
     rng = np.random.default_rng(index + 7)
     G = stimulus(rng, 30, cfg["bases"], cfg["channels"], cfg["in_width"])
@@ -201,10 +201,10 @@ def test_folded_mixer_stalls_and_reset(index, lanes):
 
 
 @pytest.mark.parametrize("index,lanes,lane_latency", [
-    (1, 3, 2), (3, 3, 2), (1, 4, 2), (1, 1, 2), (3, 2, 3), (3, 1, 3), (2, 1, 4), (4, 1, 4)])
+    (1, 3, 2), (3, 3, 2), (1, 4, 2), (1, 1, 2), (3, 2, 2), (3, 1, 4), (2, 1, 2), (4, 1, 5)])
 def test_folded_mixer_interval(index, lanes, lane_latency):
     """One pixel per ``folded_interval`` cycles, the first after ``latency``: the shallow
-    lane pipeline with few steps, the deep one (3 registers for the aggregate, 4 with
+    lane pipeline with few steps, the deep one (4 registers for the aggregate, 5 with
     gates) with enough steps for it to cost no cycle (interval ``steps + 1``)."""
     from groupnet_hw.hw.lanes import folded_interval
     cfg = config(index)

@@ -124,7 +124,8 @@ def test_full_throughput(name):
     ii = _ii(name)
     assert dut.ii == ii
     terms = binary_tree_terms(simd) if CONFIGS[name][0] == "bin" else simd
-    assert dut.latency == mvu_latency(ii, terms) == ii + 2 + tree_stages(terms)
+    operands = CONFIGS[name][0] == "int"
+    assert dut.latency == mvu_latency(ii, terms, operands) == ii + 2 + operands + tree_stages(terms)
     run = run_streams(dut, {"i": beats}, {"o": len(expected)})
     assert run.outputs["o"] == expected
     assert run.cycles == (mvu_cycles(len(beats), c_out, n_in, pe, simd) - ii

@@ -74,6 +74,9 @@ class Op:
     lane_foldable = False
     #: Pipeline registers inside a lane of the lane-folded unit (adds to its latency).
     lane_latency = 0
+    #: A full-rate unit that can run at one pixel every two cycles with its enables
+    #: independent of its consumer's ``ready`` (``docs/hw-conventions.md``).
+    paceable = False
 
     def lane_latency_of(self, node, folds):
         """Pipeline registers in a lane of the unit folded to ``folds`` steps."""
@@ -116,8 +119,15 @@ class Op:
                     None, None)
         return None, None, None
 
+    def paced(self, node, target):
+        """Whether the unit runs paced (``Unit.paced``) in a schedule of ``target``
+        cycles per frame: where it can, and two cycles per pixel meet the target."""
+        return self.paceable and target >= 2 * node.height * node.width
+
     def interval(self, node, unit):
         """Cycles between accepted pixels at full speed."""
+        if unit is not None and unit.paced:
+            return 2
         if self.lane_foldable and unit is not None and unit.pe:
             folds = cyc.lane_folds(self.lane_channels(node), unit.pe)
             return cyc.folded_interval(self.lane_channels(node), unit.pe,

@@ -27,6 +27,7 @@ class AddOp(Op):
 
     name = "add"
     join = True
+    paceable = True
 
     def execute(self, node, ins):
         a, b = ins
@@ -63,11 +64,11 @@ class AddOp(Op):
         groups = node.attrs.get("groups", 1)
         if groups == 1 or b.channels == node.channels:
             u = ctx.add(node, ResidualAdd(node.channels, a.bit_width, b.channels, b.bit_width,
-                                          node.bit_width))
+                                          node.bit_width, paced=unit.paced))
             return [u.a, u.b], [u.o]
         # padding within each group: b's lanes are spread out, zeros in between
         u = ctx.add(node, ResidualAdd(node.channels, a.bit_width, node.channels, b.bit_width,
-                                      node.bit_width))
+                                      node.bit_width, paced=unit.paced))
         sink = ctx.stream(ctx.tensor_shape(b), f"{node.name}_b")
         ctx.connect_lanes(sink, u.b, _pad_order(node.channels, b.channels, groups),
                           b.bit_width)
@@ -99,6 +100,9 @@ def _mixer_features(g, node, unit, lambdas, gates, channels=None):
         folds = cyc.lane_folds(channels, lanes)
         kept = outs * (folds - 1) * lanes * node.bit_width if folds >= 2 else 0
         f["held_bits"] = k * channels * in_w + kept
+        if cyc.mixer_lane_latency(folds, gates is not None) > cyc.MIXER_LANE_LATENCY:
+            # the deep lane's operand registers (plain flip-flops)
+            f["pipe_bits"] = lanes * k * in_w
     else:
         f["stage_bits"] = (k + 1) * channels * in_w if gates is not None else 0
     return f

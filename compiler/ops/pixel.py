@@ -73,7 +73,9 @@ class PostOp(Op):
 
     name = "postop"
     lane_foldable = True
-    lane_latency = 2    # hw.elementwise.POSTOP_LANE_LATENCY
+
+    def lane_latency_of(self, node, folds):
+        return cyc.postop_lane_latency(folds)
 
     def execute(self, node, ins):
         a = node.attrs
@@ -119,6 +121,9 @@ class PostOp(Op):
             # two steps or more the results of the steps before the last are kept apart
             # from the output register (hw.lanes: the step enable then ignores `ready`).
             kept = (folds - 1) * unit.pe * node.bit_width if folds >= 2 else 0
+            if cyc.postop_lane_latency(folds) > cyc.POSTOP_LANE_LATENCY:
+                # the deep lane's second operand and product registers (plain flip-flops)
+                f["pipe_bits"] = unit.pe * 2 * (in_w + 1 + coef + bias)
             f.update(held_bits=folds * unit.pe * (in_w + node.bit_width) + kept, mults=unit.pe,
                      shift_in_bits=(folds - 1) * unit.pe * in_w, lane_folded=1,
                      mult_bits=unit.pe * (in_w + coef),

@@ -180,6 +180,9 @@ def _mvu_tree_features(node, unit):
 class _Conv(Op):
     """Shared cycle model, timing and window of the convolutions."""
 
+    #: The MVU registers its multipliers' operands once more (``compiler.cycles.mvu_latency``).
+    operand_stage = False
+
     def line_memory(self, node, parent):
         """``(depth, width, copies)`` of the line buffer in block RAM (see
         :data:`groupnet_hw.hw.window.LINE_RAM_KINDS`)."""
@@ -228,7 +231,7 @@ class _Conv(Op):
         # window: its latency after the last pixel it needs; MVU: its latency per vector
         wait = cyc.window_latency(unit.line_ram)
         ii = self.vector_steps(node, unit)
-        latency = cyc.mvu_latency(ii, self.tree_terms(node, unit))
+        latency = cyc.mvu_latency(ii, self.tree_terms(node, unit), self.operand_stage)
         n_out, n_par = node.height * node.width, parent.height * parent.width
         out, win_prev, start_prev = [], float("-inf"), float("-inf")
         for q in range(TIMING_FRAMES * n_out):
@@ -352,6 +355,7 @@ class IntConv(_Conv):
     """
 
     name = "int_conv"
+    operand_stage = True
 
     def execute(self, node, ins):
         a = node.attrs

@@ -1,0 +1,92 @@
+"""Constant multiplication and pipelined sums (hw/arith.py): exact values, and no
+negation built as an adder of its own."""
+
+import numpy as np
+import pytest
+from amaranth.hdl import Module, Signal, signed
+from amaranth.hdl._ast import Operator
+from amaranth.sim import Simulator
+
+from groupnet_hw.hw.arith import (Term, const_sum, const_terms, csd_digits, registered_levels,
+                                  sum_tree)
+
+
+def test_csd_digits_reconstruct_and_are_canonical():
+    for k in range(-3000, 3001):
+        digits = csd_digits(k)
+        assert sum(d << s for s, d in digits) == k
+        shifts = [s for s, _ in digits]
+        assert all(b - a >= 2 for a, b in zip(shifts, shifts[1:]))
+
+
+def _unary_negations(value):
+    """Unary minus operators anywhere in an expression tree."""
+    if not isinstance(value, Operator):
+        return 0
+    own = value.operator == "-" and len(value.operands) == 1
+    return int(own) + sum(_unary_negations(v) for v in value.operands)
+
+
+@pytest.mark.parametrize("k", [7, -7, 23, 119, -45, 3, 1000])
+def test_negative_digits_become_subtractions(k):
+    """``7x = 8x - x`` is one subtractor, not an adder fed by a negation (on ECP5 the
+    negated terms were an adder level each, in the gate's critical lane)."""
+    x = Signal(signed(8))
+    positive = any(d > 0 for _, d in csd_digits(k))
+    assert _unary_negations(const_sum([(k, x)])) == (0 if positive else 1)
+    assert _unary_negations(const_sum([(k, x), (5, x)], 3)) == 0
+
+
+def _evaluate(m, inputs, outputs, values, clocked=False):
+    """Outputs of ``m`` for every assignment in ``values`` (one cycle apart if clocked)."""
+    sim = Simulator(m)
+    got = []
+    if clocked:
+        sim.add_clock(1e-8)
+
+    async def bench(ctx):
+        for row in values:
+            for s, v in zip(inputs, row):
+                ctx.set(s, v)
+            if clocked:
+                await ctx.tick()
+                await ctx.tick()
+            got.append([ctx.get(o) for o in outputs])
+
+    sim.add_testbench(bench)
+    sim.run()
+    return got
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_const_sum_and_pipelined_sum_are_exact(seed):
+    rng = np.random.default_rng(seed)
+    ks = [int(v) for v in rng.integers(-700, 700, size=3)]
+    ks[0] = -int(rng.integers(1, 64))     # a negative constant among them
+    offset = int(rng.integers(-999, 999))
+    xs = [Signal(signed(7), name=f"x{i}") for i in range(3)]
+    m = Module()
+    whole = Signal(signed(24))
+    m.d.comb += whole.eq(const_sum(list(zip(ks, xs)), offset))
+    # the same sum with its first two adder levels registered, as the mixer lanes do
+    piped = Signal(signed(24))
+    m.d.comb += piped.eq(sum_tree(registered_levels(m, const_terms(list(zip(ks, xs)), offset),
+                                                    2, "r")))
+    values = [[int(v) for v in row] for row in rng.integers(-64, 64, size=(40, 3))]
+    values += [[-64] * 3, [63] * 3, [-64, 63, -64]]
+    got = _evaluate(m, xs, [whole, piped], values, clocked=True)
+    for row, (w, p) in zip(values, got):
+        exact = sum(k * v for k, v in zip(ks, row)) + offset
+        assert w == p == exact
+
+
+def test_all_negative_sum_is_negated_once():
+    x, y = Signal(signed(6)), Signal(signed(6))
+    terms = [Term(x, True), Term(y, True)]
+    total = sum_tree(terms)
+    assert _unary_negations(total) == 1
+    m = Module()
+    out = Signal(signed(9))
+    m.d.comb += out.eq(total)
+    got = _evaluate(m, [x, y], [out], [[-32, -32], [31, -5], [0, 0]])
+    assert [g[0] for g in got] == [64, -26, 0]
