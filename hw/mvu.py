@@ -209,7 +209,7 @@ class _FoldedMVU(wiring.Component):
         s1_nf = Signal(range(nfs))
         s1_final = Signal()  # last step of the vector
 
-        adv = Signal()
+        adv = Signal(init=1)
         # (driven below from the last pipeline stage: the pipeline stalls only when a
         # vector's final step meets a full output register that is not being taken)
         # A stalled read port keeps its data, so the step in the compute stage
@@ -258,8 +258,8 @@ class _FoldedMVU(wiring.Component):
                 folds_per_group = nfs // self.groups
                 xsel = Signal(range(self.groups * sfs))
                 gnf = Signal(range(folds_per_group))
-                m.d.comb += issue_x.eq(Mux(accept, x_in[:x_slice_width],
-                                           x_buf.word_select(xsel, x_slice_width)))
+                m.d.comb += issue_x.eq(Mux(busy, x_buf.word_select(xsel, x_slice_width),
+                                           x_in[:x_slice_width]))
                 with m.If(issue):
                     with m.If(step_final):
                         m.d.sync += [xsel.eq(0), gnf.eq(0)]
@@ -271,11 +271,16 @@ class _FoldedMVU(wiring.Component):
                     with m.Else():
                         m.d.sync += xsel.eq(xsel + 1)
             elif sfs == 1:
-                m.d.comb += issue_x.eq(Mux(accept, x_in, x_buf))
+                m.d.comb += issue_x.eq(Mux(busy, x_buf, x_in))
             else:
-                m.d.comb += issue_x.eq(Mux(accept, x_in[:x_slice_width],
-                                           x_buf.word_select(sf, x_slice_width)))
-            with m.If(accept):
+                m.d.comb += issue_x.eq(Mux(busy, x_buf.word_select(sf, x_slice_width),
+                                           x_in[:x_slice_width]))
+            # The buffer loads whenever the unit is idle (the vector taken is the one
+            # there when `accept`), and the issue multiplexer selects on `busy`: both
+            # fan out across the input width from a register, not from `accept`, which
+            # waits on the producer's `valid` (on ECP5 that was the critical path). An
+            # idle cycle issues nothing, so what it selects does not matter.
+            with m.If(~busy):
                 m.d.sync += x_buf.eq(x_in)
             with m.If(issue):
                 # Counters rest at 0 between vectors, which is where the
@@ -373,7 +378,16 @@ class _FoldedMVU(wiring.Component):
             # emptied the register: waiting for it to be empty, not for `o.ready`, costs
             # no cycle and keeps the far consumer's `ready` off `adv`, which enables
             # every pipeline register of the unit (on ECP5 that fan-out was routing-bound).
-            m.d.comb += adv.eq(~(r_valid & r_final & self.o.valid))
+            # `adv` is then itself a register, computed a cycle ahead from the next state
+            # of the three it depends on, so no logic sits in front of its fan-out.
+            r_valid_next, r_final_next, o_valid_next = Signal(), Signal(), Signal()
+            m.d.comb += [
+                r_valid_next.eq(Mux(adv, s_valid, r_valid)),
+                r_final_next.eq(Mux(adv, s_final, r_final)),
+                o_valid_next.eq(Mux(adv & r_valid & r_final, 1,
+                                    Mux(self.o.ready, 0, self.o.valid))),
+            ]
+            m.d.sync += adv.eq(~(r_valid_next & r_final_next & o_valid_next))
         else:
             m.d.comb += adv.eq(~(r_valid & r_final & self.o.valid & ~self.o.ready))
         step = Signal()

@@ -306,14 +306,8 @@ class SlidingWindow(wiring.Component):
             else:
                 m.d.comb += [wr.data.eq(Value.cast(self.i.payload)),
                              wr.en.eq(accept & (wslot == row))]
-        with m.If(accept):
-            with m.If(wx == W - 1):
-                m.d.sync += [
-                    wx.eq(0),
-                    wslot.eq(Mux(wslot == R - 1, 0, wslot + 1)),
-                ]
-            with m.Else():
-                m.d.sync += wx.eq(wx + 1)
+        with m.If(accept & (wx == W - 1)):
+            m.d.sync += wslot.eq(Mux(wslot == R - 1, 0, wslot + 1))
 
         # --- reader: picks the next window and issues its reads -------------------------
         # Everything about a window that depends only on its row or only on its column
@@ -345,13 +339,37 @@ class SlidingWindow(wiring.Component):
         col_table = Array(Value.cast(col_fields.const(self._table_init(e))) for e in cols)
 
         base_slot = Signal(range(R))   # ring row of the oldest row the reader holds
-        available = Signal()
-        m.d.comb += available.eq(
-            ((cur_row.need_row < complete)
-             | ((cur_row.need_row == complete) & (wx > cur_col.need_col)))
-            # Rows are freed after an output row's last window; they must have been written.
-            & (~last_col | (complete >= cur_row.release)))
         issue = Signal()
+        release = Signal(range(R + 1))
+        m.d.comb += release.eq(Mux(issue & last_col, cur_row.release, 0))
+
+        # The next state of everything the issue decision reads, so that the decision
+        # (`available`) is a register, computed a cycle ahead: `issue` enables every read
+        # port's data register (on ECP5, with line buffers in logic, close to a thousand
+        # flip-flops) and the comparisons in front of that fan-out limited Fmax.
+        complete_next = Signal.like(complete)
+        wx_next = Signal.like(wx)
+        cur_row_next = Signal(row_fields)
+        cur_col_next = Signal(col_fields)
+        ocol_next = Signal.like(ocol)
+        m.d.comb += [
+            complete_next.eq(complete + row_done - release),
+            wx_next.eq(Mux(accept, Mux(wx == W - 1, 0, wx + 1), wx)),
+            Value.cast(cur_row_next).eq(Mux(issue, row_table[next_orow], Value.cast(cur_row))),
+            Value.cast(cur_col_next).eq(Mux(issue, col_table[next_ocol], Value.cast(cur_col))),
+            ocol_next.eq(Mux(issue, next_ocol, ocol)),
+        ]
+
+        def available_in(row, col, complete, wx, last_col):
+            # The window's last pixel has been written...
+            return (((row.need_row < complete)
+                     | ((row.need_row == complete) & (wx > col.need_col)))
+                    # ...and the rows freed after an output row's last window, too.
+                    & (~last_col | (complete >= row.release)))
+
+        available = Signal(init=0)     # nothing is available from reset: no row is written
+        m.d.sync += available.eq(available_in(cur_row_next, cur_col_next, complete_next,
+                                              wx_next, ocol_next == W_out - 1))
 
         col_ok = Signal(k)
         row_ok = Signal(k)
@@ -359,14 +377,13 @@ class SlidingWindow(wiring.Component):
         for kx in range(k):
             for port in columns[kx]:
                 m.d.comb += [port.addr.eq(cur_col.addr[kx]), port.en.eq(issue)]
+        m.d.sync += [cur_row.eq(cur_row_next), cur_col.eq(cur_col_next), ocol.eq(ocol_next),
+                     wx.eq(wx_next)]
         with m.If(issue):
             m.d.sync += [
                 col_ok.eq(cur_col.valid),
                 row_ok.eq(cur_row.valid),
                 orow.eq(next_orow),
-                ocol.eq(next_ocol),
-                cur_row.eq(row_table[next_orow]),
-                cur_col.eq(col_table[next_ocol]),
             ]
             for ky in range(k):
                 slot = base_slot + cur_row.offset[ky]
@@ -374,9 +391,7 @@ class SlidingWindow(wiring.Component):
             with m.If(last_col):
                 slot = base_slot + cur_row.release
                 m.d.sync += base_slot.eq(Mux(slot >= R, slot - R, slot))
-        release = Mux(issue & last_col, cur_row.release, 0)
-
-        m.d.sync += complete.eq(complete + row_done - release)
+        m.d.sync += complete.eq(complete_next)
 
         # --- output: the read data, with pad pixels outside the image --------------------
         pad = Const(self.pad_value & ((1 << pw) - 1), pw)
