@@ -18,7 +18,8 @@ __all__ = [
     "POSTOP_LANE_LATENCY", "postop_lane_latency",
     "pipeline_cycles", "lane_folds",
     "folded_interval", "choose_lanes",
-    "TREE_LEVELS_PER_STAGE", "tree_stages", "mvu_latency",
+    "TREE_LEVELS_PER_STAGE", "tree_stages", "ISSUE_MUX_SLICES", "mvu_operand_stage",
+    "mvu_latency",
 ]
 
 
@@ -150,6 +151,21 @@ def tree_stages(terms):
         if n <= 1:
             return stages
         stages += 1
+
+
+#: A binary MVU whose issue multiplexer picks from more input slices than this registers
+#: its operands once more (:func:`mvu_operand_stage`).
+ISSUE_MUX_SLICES = 4
+
+
+def mvu_operand_stage(slices, integer=False):
+    """Whether an MVU registers its operands once more before the terms: the integer MVU
+    always (its multipliers are DSP blocks, with registers on both sides), a binary one
+    whose issue multiplexer picks the step's slice from more than
+    :data:`ISSUE_MUX_SLICES` (``groups * ceil(n_in/simd)``): the multiplexer sits by
+    the input buffer, the XNORs by the weights, and on ECP5 the route between them
+    (9 ns of 10.4 for a 15-way multiplexer) was the critical path."""
+    return integer or slices > ISSUE_MUX_SLICES
 
 
 def mvu_latency(ii, terms, operand_stage=False):

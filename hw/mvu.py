@@ -24,7 +24,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..compiler.cycles import TREE_LEVELS_PER_STAGE, mvu_latency, tree_stages
+from ..compiler.cycles import TREE_LEVELS_PER_STAGE, mvu_latency, mvu_operand_stage, tree_stages
 from ..compiler.graph import signed_width
 from .arith import reduce_levels, sum_tree
 
@@ -117,8 +117,11 @@ class _FoldedMVU(wiring.Component):
         self.in_folds = ceil(n_in / simd)
         #: Initiation interval: cycles per input vector in steady state.
         self.ii = self.out_folds * self.in_folds
+        #: A register stage between the read registers and the terms
+        #: (``compiler.cycles.mvu_operand_stage``).
+        self.operand_stage = mvu_operand_stage(groups * self.in_folds, self._integer)
         #: Cycles from the input handshake to the first cycle the output is valid.
-        self.latency = mvu_latency(self.ii, self._tree_terms(), self._operand_stage)
+        self.latency = mvu_latency(self.ii, self._tree_terms(), self.operand_stage)
         super().__init__({
             "i": In(stream.Signature(in_shape)),
             "o": Out(stream.Signature(data.ArrayLayout(signed(acc_width), c_out))),
@@ -175,8 +178,8 @@ class _FoldedMVU(wiring.Component):
 
     #: Constant the accumulation of every output channel starts from.
     _acc_start = 0
-    #: A register stage between the read registers and the terms (multipliers).
-    _operand_stage = False
+    #: Multiply-accumulate MVU: its terms are DSP products.
+    _integer = False
 
     def _finish(self, acc):
         raise NotImplementedError
@@ -313,11 +316,12 @@ class _FoldedMVU(wiring.Component):
         w_width = simd * wl
         op_x, op_w = s1_x, rd.data
         flags = [s1_valid, s1_first, s1_last, s1_final, s1_nf]
-        if self._operand_stage:
-            # Multipliers' operands registered once more, with nothing but the wire to
-            # the DSP block after them, so the placer can put these registers beside
-            # the DSP column: on ECP5 the route from the read registers to a
-            # MULT18X18D and on to the tree was the critical path (6.2 ns of 10.7).
+        if self.operand_stage:
+            # Operands registered once more, with nothing but wire after them: the
+            # placer can put the step's registers by the issue multiplexer and these
+            # by the terms. On ECP5 the routes from the read registers to a MULT18X18D
+            # (6.2 ns of 10.7) and from a 15-way issue multiplexer to the XNORs (9 ns
+            # of 10.4) were critical paths.
             op_x = Signal.like(s1_x, name="operand_x")
             op_w = Signal(len(rd.data), name="operand_w")
             fregs = [Signal.like(f, name=f"operand_f{i}") for i, f in enumerate(flags)]
@@ -681,7 +685,7 @@ class IntegerMVU(_FoldedMVU):
     :class:`BinaryMVU`.
     """
 
-    _operand_stage = True
+    _integer = True
 
     def __init__(self, n_in, c_out, pe, simd, weights, in_width=8, in_signed=False):
         weights = np.asarray(weights)

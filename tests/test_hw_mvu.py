@@ -16,7 +16,7 @@ from amaranth.back import verilog
 from amaranth.sim import Simulator
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from groupnet_hw.compiler.cycles import mvu_cycles, mvu_latency, tree_stages
+from groupnet_hw.compiler.cycles import ISSUE_MUX_SLICES, mvu_cycles, mvu_latency, tree_stages
 from groupnet_hw.hw.mvu import BinaryMVU, BinaryWeightMVU, IntegerMVU, binary_tree_terms
 from groupnet_hw.sim.streams import run_streams, stream_put
 
@@ -124,7 +124,9 @@ def test_full_throughput(name):
     ii = _ii(name)
     assert dut.ii == ii
     terms = binary_tree_terms(simd) if CONFIGS[name][0] == "bin" else simd
-    operands = CONFIGS[name][0] == "int"
+    # the integer MVU's DSP operands, or a binary one's issue multiplexer over > 4 slices
+    operands = CONFIGS[name][0] == "int" or -(-n_in // simd) > ISSUE_MUX_SLICES
+    assert dut.operand_stage == operands
     assert dut.latency == mvu_latency(ii, terms, operands) == ii + 2 + operands + tree_stages(terms)
     run = run_streams(dut, {"i": beats}, {"o": len(expected)})
     assert run.outputs["o"] == expected
@@ -343,6 +345,7 @@ def test_grouped_time_shared_bases(config, mode):
         beats = x.reshape(n_vectors, -1).tolist()
         dut = BinaryWeightMVU(n_in, c_out, pe, simd, w, in_bits=2, groups=groups)
     assert dut.ii == mvu_cycles(groups, c_group, n_in, pe, simd)
+    assert dut.operand_stage == (groups * -(-n_in // simd) > ISSUE_MUX_SLICES)
     reset_at = int(rng.integers(2, 3 * dut.ii + 4)) if mode == "reset" else None
     run = run_streams(dut, {"i": beats}, {"o": n_vectors}, stall=0.0 if mode == "full-rate" else 0.3,
                       seed=seed, reset_at=reset_at, max_cycles=40 * n_vectors * (dut.ii + 4))

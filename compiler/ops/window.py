@@ -180,8 +180,13 @@ def _mvu_tree_features(node, unit):
 class _Conv(Op):
     """Shared cycle model, timing and window of the convolutions."""
 
-    #: The MVU registers its multipliers' operands once more (``compiler.cycles.mvu_latency``).
-    operand_stage = False
+    #: The MVU multiplies (DSP blocks), so it always registers its operands once more.
+    integer = False
+
+    def operand_stage(self, node, unit):
+        """Whether the MVU registers its operands once more (``compiler.cycles.mvu_operand_stage``)."""
+        slices = node.attrs.get("groups", 1) * ceil(unit.n_in / unit.simd)
+        return cyc.mvu_operand_stage(slices, self.integer)
 
     def line_memory(self, node, parent):
         """``(depth, width, copies)`` of the line buffer in block RAM (see
@@ -231,7 +236,7 @@ class _Conv(Op):
         # window: its latency after the last pixel it needs; MVU: its latency per vector
         wait = cyc.window_latency(unit.line_ram)
         ii = self.vector_steps(node, unit)
-        latency = cyc.mvu_latency(ii, self.tree_terms(node, unit), self.operand_stage)
+        latency = cyc.mvu_latency(ii, self.tree_terms(node, unit), self.operand_stage(node, unit))
         n_out, n_par = node.height * node.width, parent.height * parent.width
         out, win_prev, start_prev = [], float("-inf"), float("-inf")
         for q in range(TIMING_FRAMES * n_out):
@@ -342,6 +347,9 @@ class BinConv(_Conv):
                  rom_depth=folds if folds > 1 else 0, rom_width=unit.pe * unit.simd,
                  buffer_bits=groups * unit.n_in * lane if folds > 1 else 0,
                  out_bits=node.channels * node.bit_width)
+        if self.operand_stage(node, unit):
+            # the step's input slice and weight word registered once more
+            f["operand_bits"] = unit.simd * lane + unit.pe * unit.simd
         # the popcount adder tree: its pipeline registers, carry chains and carry-save LUTs
         f.update(_mvu_tree_features(node, unit))
         return f
@@ -355,7 +363,7 @@ class IntConv(_Conv):
     """
 
     name = "int_conv"
-    operand_stage = True
+    integer = True
 
     def execute(self, node, ins):
         a = node.attrs
