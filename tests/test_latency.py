@@ -137,9 +137,21 @@ def test_latency_of_a_folded_design_in_amaranth_simulator():
     does not move the first result, and paced frames match the model."""
     model = random_model(20, **TINY[0])
     sched = schedule(compile_model(model), target_cycles=200)
-    assert sched.frame_cycles > sched.graph[sched.graph.input].height ** 2
-    lat = predicted_latency(sched)
     n = sched.graph[sched.graph.input].height ** 2
+    assert sched.frame_cycles > n
+    # its residual adds have two cycles per pixel, so they run paced (Unit.paced); at
+    # the input rate (the tests above) only those after a stride do
+    def pixels(u):
+        return sched.graph[u.name].height * sched.graph[u.name].width
+
+    adds = [u for u in sched.units.values() if u.op == "add"]
+    assert adds and all(u.paced and u.cycles == 2 * pixels(u) for u in adds)
+    at_input_rate = schedule(compile_model(model))
+    assert at_input_rate.frame_cycles == n
+    paced = {u.name: u.paced for u in at_input_rate.units.values() if u.op == "add"}
+    assert paced == {name: 2 * pixels(sched.units[name]) <= n for name in paced}
+    assert False in paced.values()
+    lat = predicted_latency(sched)
     assert amaranth_latencies(sched, 1) == [lat.isolated]
     assert amaranth_latencies(sched, TIMING_FRAMES, pace=(sched.frame_cycles, n)) == lat.paced
 
