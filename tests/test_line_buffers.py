@@ -107,7 +107,7 @@ def test_auto_keeps_the_better_and_reports_the_other():
 @pytest.mark.slow
 def test_cifar_size_k1_in_m10k_verifies_on_verilator(tmp_path):
     """The CIFAR-size network (K = 1) fits the DE10-Nano estimate only with its 32-pixel
-    line buffers in M10K and only above 90 % of the ALMs (at 95 %: 49,152 cycles per
+    line buffers in M10K and only above 90 % of the ALMs (at 95 %: 40,960 cycles per
     frame; Yosys counted 67,430 Cyclone V LUTs at 32,768 cycles per frame, 8 % over the
     estimate of the time, so on the device it is tighter still); in the 95 % mapping it
     is bit-exact on Verilator, with and without stalls, at the predicted cycles per
