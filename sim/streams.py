@@ -13,12 +13,15 @@ shapes, (nested) lists of ints for ``data.ArrayLayout`` payloads.
 from __future__ import annotations
 
 import random
+
+import numpy as np
 from dataclasses import dataclass, field
 
 from amaranth.lib import data
 from amaranth.sim import Simulator
 
-__all__ = ["to_python", "stream_put", "stream_get", "StreamRun", "run_streams"]
+__all__ = ["to_python", "stream_put", "stream_get", "take_probing_ready", "StreamRun",
+           "run_streams"]
 
 
 def to_python(value):
@@ -52,6 +55,25 @@ async def stream_get(ctx, stream):
     (payload,) = await ctx.tick().sample(stream.payload).until(stream.valid)
     ctx.set(stream.ready, 0)
     return to_python(payload)
+
+
+async def take_probing_ready(ctx, out, in_ready, count, p_ready, seed):
+    """Take ``count`` beats from ``out`` with ``ready`` drawn at random each cycle and,
+    every cycle, flip ``out.ready`` within the cycle to see whether ``in_ready`` follows
+    it combinationally. Returns ``(payloads, reacted)``: the beats taken (lists of
+    ints) and whether ``in_ready`` changed with ``out.ready`` in any cycle."""
+    rng = np.random.default_rng(seed)
+    received, reacted = [], False
+    while len(received) < count:
+        ready = int(rng.random() < p_ready)
+        ctx.set(out.ready, 1 - ready)
+        other = ctx.get(in_ready)
+        ctx.set(out.ready, ready)
+        reacted |= ctx.get(in_ready) != other
+        *_, valid, payload = await ctx.tick().sample(out.valid, out.payload)
+        if valid and ready:
+            received.append([int(v) for v in payload])
+    return received, reacted
 
 
 @dataclass

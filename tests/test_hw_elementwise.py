@@ -6,7 +6,7 @@ from amaranth.back import verilog
 
 from groupnet_hw.compiler.cycles import elementwise_cycles
 from groupnet_hw.hw.elementwise import PostOp, ResidualAdd, SignBits, Threshold
-from groupnet_hw.sim.streams import run_streams, stream_put
+from groupnet_hw.sim.streams import run_streams, stream_put, take_probing_ready
 
 SEEDS = range(5)
 
@@ -173,7 +173,7 @@ def test_residual_add_paced_interval_and_ready(paced):
     dut = ResidualAdd(4, 6, 2, 5, 7, paced=paced)
     sim = Simulator(dut)
     sim.add_clock(1e-8)
-    received, reacted = [], []
+    result = {}
 
     async def producer_a(ctx):
         for beat in as_lists(a):
@@ -184,23 +184,15 @@ def test_residual_add_paced_interval_and_ready(paced):
             await stream_put(ctx, dut.b, beat)
 
     async def consumer(ctx):
-        draw = np.random.default_rng(5)
-        while len(received) < len(expected):
-            ready = int(draw.random() < 0.5)
-            ctx.set(dut.o.ready, 1 - ready)
-            other = ctx.get(dut.a.ready)
-            ctx.set(dut.o.ready, ready)
-            reacted.append(ctx.get(dut.a.ready) != other)
-            *_, valid, payload = await ctx.tick().sample(dut.o.valid, dut.o.payload)
-            if valid and ready:
-                received.append([int(v) for v in payload])
+        result["o"] = await take_probing_ready(ctx, dut.o, dut.a.ready, len(expected), 0.5, 5)
 
     sim.add_testbench(producer_a, background=True)
     sim.add_testbench(producer_b, background=True)
     sim.add_testbench(consumer)
     sim.run_until(1e-8 * 1000)
+    received, reacted = result["o"]
     assert received == expected
-    assert any(reacted) == (not paced)
+    assert reacted == (not paced)
 
 
 UNITS = [

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from groupnet_hw.compiler.cycles import ISSUE_MUX_SLICES, mvu_cycles, mvu_latency, tree_stages
 from groupnet_hw.hw.mvu import BinaryMVU, BinaryWeightMVU, IntegerMVU, binary_tree_terms
-from groupnet_hw.sim.streams import run_streams, stream_put
+from groupnet_hw.sim.streams import run_streams, stream_put, take_probing_ready
 
 # (kind, n_in, c_out, pe, simd, in_width, in_signed): the corner cases of the
 # folding. Each id says which. Kinds: "bin" BinaryMVU, "bw" BinaryWeightMVU
@@ -206,29 +206,21 @@ def test_input_ready_ignores_output_ready_when_folded(name):
     dut, beats, expected, _ = _case(name, n_vectors=8)
     sim = Simulator(dut)
     sim.add_clock(1e-8)
-    received, reacted = [], []
+    result = {}
 
     async def producer(ctx):
         for beat in beats:
             await stream_put(ctx, dut.i, beat)
 
     async def consumer(ctx):
-        rng = np.random.default_rng(5)
-        while len(received) < len(expected):
-            ready = int(rng.random() < 0.4)
-            ctx.set(dut.o.ready, 1 - ready)
-            other = ctx.get(dut.i.ready)
-            ctx.set(dut.o.ready, ready)
-            reacted.append(ctx.get(dut.i.ready) != other)
-            *_, valid, payload = await ctx.tick().sample(dut.o.valid, dut.o.payload)
-            if valid and ready:
-                received.append([int(v) for v in payload])
+        result["o"] = await take_probing_ready(ctx, dut.o, dut.i.ready, len(expected), 0.4, 5)
 
     sim.add_testbench(producer, background=True)
     sim.add_testbench(consumer)
     sim.run_until(1e-8 * 200 * (_ii(name) + 8))
+    received, reacted = result["o"]
     assert received == expected
-    assert any(reacted) == (dut.ii == 1)
+    assert reacted == (dut.ii == 1)
 
 
 @pytest.mark.parametrize("name", ["bin-ragged-both", "bin-fully-parallel", "int-signed-ragged",
