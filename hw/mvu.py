@@ -204,9 +204,14 @@ class _FoldedMVU(wiring.Component):
                          Const(0, (sfs * simd - self.n_in) * xl))
                      for g in range(self.groups)))
 
+        # A grouped MVU with an operand stage picks its input slice in two steps: the
+        # group at issue, the slice within the group in the operand stage.
+        two_level = self.groups > 1 and self.operand_stage
+        issue_width = sfs * x_slice_width if two_level else x_slice_width
         # Compute-stage registers (the weight word is the ROM's read register).
         s1_valid = Signal()
-        s1_x = Signal(x_slice_width)
+        s1_x = Signal(issue_width)
+        s1_sf = Signal(range(sfs))  # the step's slice within s1_x (two-level issue)
         s1_first = Signal()  # first input fold: start a fresh accumulation
         s1_last = Signal()   # last input fold: the PE channels are finished
         s1_nf = Signal(range(nfs))
@@ -220,7 +225,8 @@ class _FoldedMVU(wiring.Component):
         m.d.comb += rd.en.eq(adv)
 
         accept = Signal()
-        issue_x = Signal(x_slice_width)
+        issue_x = Signal(issue_width)
+        step_sf = Signal(range(sfs))
         step_first = Signal()
         step_last = Signal()
         step_final = Signal()
@@ -254,8 +260,26 @@ class _FoldedMVU(wiring.Component):
                 step_last.eq(sf == sfs - 1),
                 step_final.eq(addr == steps - 1),
                 step_nf.eq(nf),
+                step_sf.eq(sf),
             ]
-            if self.groups > 1:
+            if self.groups > 1 and two_level:
+                # The step's group is picked here (a `groups`-way multiplexer into a
+                # register of one group's vector) and its slice in the operand stage
+                # (`sfs`-way): on ECP5 one 15-way multiplexer from the whole buffer was
+                # the critical path, its select fanned out beside 720 buffer bits.
+                folds_per_group = nfs // self.groups
+                group = Signal(range(self.groups))
+                gnf = Signal(range(folds_per_group))
+                m.d.comb += issue_x.eq(Mux(busy, x_buf.word_select(group, issue_width),
+                                           x_in[:issue_width]))
+                with m.If(issue & step_last):
+                    with m.If(step_final):
+                        m.d.sync += [group.eq(0), gnf.eq(0)]
+                    with m.Elif(gnf == folds_per_group - 1):
+                        m.d.sync += [gnf.eq(0), group.eq(group + 1)]
+                    with m.Else():
+                        m.d.sync += gnf.eq(gnf + 1)
+            elif self.groups > 1:
                 # The input slice of a step is its group's: `xsel` walks a group's slices
                 # for every output fold of that group, then moves on to the next group.
                 folds_per_group = nfs // self.groups
@@ -308,6 +332,7 @@ class _FoldedMVU(wiring.Component):
                 s1_last.eq(step_last),
                 s1_final.eq(step_final),
                 s1_nf.eq(step_nf),
+                s1_sf.eq(step_sf),
             ]
 
         # Compute: every PE's terms of the step (XNOR-popcount chunks, masked
@@ -322,11 +347,12 @@ class _FoldedMVU(wiring.Component):
             # by the terms. On ECP5 the routes from the read registers to a MULT18X18D
             # (6.2 ns of 10.7) and from a 15-way issue multiplexer to the XNORs (9 ns
             # of 10.4) were critical paths.
-            op_x = Signal.like(s1_x, name="operand_x")
+            op_x = Signal(x_slice_width, name="operand_x")
             op_w = Signal(len(rd.data), name="operand_w")
             fregs = [Signal.like(f, name=f"operand_f{i}") for i, f in enumerate(flags)]
+            x_step = s1_x.word_select(s1_sf, x_slice_width) if two_level else s1_x
             with m.If(adv):
-                m.d.sync += [op_x.eq(s1_x), op_w.eq(rd.data)]
+                m.d.sync += [op_x.eq(x_step), op_w.eq(rd.data)]
                 m.d.sync += [r.eq(f) for r, f in zip(fregs, flags)]
             flags = fregs
         terms = [self._pe_terms(m, p, op_x, op_w[p * w_width:(p + 1) * w_width])
@@ -391,23 +417,35 @@ class _FoldedMVU(wiring.Component):
                 o_valid_next.eq(Mux(adv & r_valid & r_final, 1,
                                     Mux(self.o.ready, 0, self.o.valid))),
             ]
-            m.d.sync += adv.eq(~(r_valid_next & r_final_next & o_valid_next))
+            adv_next = Signal()
+            m.d.comb += adv_next.eq(~(r_valid_next & r_final_next & o_valid_next))
+            m.d.sync += adv.eq(adv_next)
+            # The collect registers' and the output register's enables, likewise one
+            # register each: from `adv` through the fold decoder they were the critical
+            # path (10.1 ns, 9.1 of it routing to the collect registers).
+            r_last_next, r_nf_next = Signal(), Signal.like(r_nf)
+            m.d.comb += [r_last_next.eq(Mux(adv, s_last, r_last)),
+                         r_nf_next.eq(Mux(adv, s_nf, r_nf))]
+            step_next = adv_next & r_valid_next
+            load_output = Signal()
+            m.d.sync += load_output.eq(step_next & r_final_next)
+            collect_fold = [Signal(name=f"collect_fold{f}") for f in range(nfs - 1)]
+            m.d.sync += [en.eq(step_next & r_last_next & ~r_final_next & (r_nf_next == f))
+                         for f, en in enumerate(collect_fold)]
         else:
             m.d.comb += adv.eq(~(r_valid & r_final & self.o.valid & ~self.o.ready))
-        step = Signal()
-        m.d.comb += step.eq(adv & r_valid)
+            step = adv & r_valid
+            load_output = step & r_final
+            collect_fold = [step & r_last & ~r_final & (r_nf == f) for f in range(nfs - 1)]
 
         # Channels of output folds 0..nfs-2 wait here for the vector's last fold.
-        n_collect = (nfs - 1) * pe
-        collect = [Signal(signed(self.acc_width), name=f"collect{c}") for c in range(n_collect)]
-        if nfs > 1:
-            with m.If(step & r_last & ~r_final):
-                with m.Switch(r_nf):
-                    for f in range(nfs - 1):
-                        with m.Case(f):
-                            m.d.sync += [collect[f * pe + p].eq(finished[p]) for p in range(pe)]
+        collect = [Signal(signed(self.acc_width), name=f"collect{c}")
+                   for c in range((nfs - 1) * pe)]
+        for f, enable in enumerate(collect_fold):
+            with m.If(enable):
+                m.d.sync += [collect[f * pe + p].eq(finished[p]) for p in range(pe)]
 
-        with m.If(step & r_final):
+        with m.If(load_output):
             m.d.sync += self.o.valid.eq(1)
             for f in range(nfs):
                 for p in range(pe):

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from amaranth.back import verilog
 from amaranth.sim import Simulator
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from groupnet_hw.compiler.cycles import ISSUE_MUX_SLICES, mvu_cycles, mvu_latency, tree_stages
 from groupnet_hw.hw.mvu import BinaryMVU, BinaryWeightMVU, IntegerMVU, binary_tree_terms
@@ -315,6 +315,8 @@ def _grouped_config(draw):
 @settings(max_examples=25, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(_grouped_config(), st.sampled_from(["full-rate", "stalls", "reset"]))
+@example(("bin", 5, 18, 4, 2, 6, 11), "stalls")  # two-level issue: 5 groups of 3 slices
+@example(("bw", 3, 7, 2, 1, 3, 12), "full-rate")
 def test_grouped_time_shared_bases(config, mode):
     """Grouped MVU (K bases time-shared on one unit): group g's channels see only
     group g's lanes, at ``groups*ceil(c_group/pe)*ceil(n_in/simd)`` cycles per vector;

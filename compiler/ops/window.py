@@ -348,8 +348,10 @@ class BinConv(_Conv):
                  buffer_bits=groups * unit.n_in * lane if folds > 1 else 0,
                  out_bits=node.channels * node.bit_width)
         if self.operand_stage(node, unit):
-            # the step's input slice and weight word registered once more
-            f["operand_bits"] = unit.simd * lane + unit.pe * unit.simd
+            # the step's input slice and weight word registered once more; a grouped
+            # MVU registers its group's whole vector at issue and picks the slice after
+            slices = -(-unit.n_in // unit.simd) if groups > 1 else 1
+            f["operand_bits"] = slices * unit.simd * lane + unit.pe * unit.simd
         # the popcount adder tree: its pipeline registers, carry chains and carry-save LUTs
         f.update(_mvu_tree_features(node, unit))
         return f
