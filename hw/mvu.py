@@ -81,14 +81,18 @@ class _FoldedMVU(wiring.Component):
 
     - issue: the step counter addresses the weight ROM; its input slice (from
       ``i.payload`` on the accepting cycle, from the input buffer afterwards)
-      is registered next to the ROM's synchronous read data;
+      is registered next to the ROM's synchronous read data (a grouped MVU with an
+      operand stage registers its group's whole vector here and picks the step's
+      slice from it in the operand stage: two small multiplexers, not one across the
+      buffer);
     - tree: the terms are registered, then summed ``TREE_LEVELS_PER_STAGE``
       adder levels per pipeline stage (``compiler.cycles.tree_stages``);
     - accumulate: every PE adds its partial to its accumulator and the finished
       value is registered (the result stage);
     - collect: the last input fold of an output fold stores the finished
       channels, and the last step of the vector loads the output register with
-      all ``c_out`` channels.
+      all ``c_out`` channels (for ``ii >= 2`` both enables are registers, computed a
+      cycle ahead like ``adv``).
 
     The pipeline stalls only when a vector's final step meets an output
     register that is still full and, for ``ii == 1``, not being accepted; with
