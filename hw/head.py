@@ -245,44 +245,24 @@ class ClassifierHead(wiring.Component):
                 for j in range(n):
                     with m.Case(j):
                         m.d.sync += work[j].eq(d_reg)
+            with m.If(arg_j == 0):
+                m.d.sync += [best.eq(d_reg), best_idx.eq(0)]
+            # Strictly greater replaces: the first maximum wins, like torch.argmax.
+            with m.Elif(d_reg > best):
+                m.d.sync += [best.eq(d_reg), best_idx.eq(arg_j)]
             with m.If(arg_j == n - 1):
                 m.d.sync += done.eq(1)
-        # Strictly greater replaces: the first maximum wins, like torch.argmax.
-        winner = best_idx
-        if F >= 2:
-            # A logit every F >= 2 cycles: the comparison is registered and `best` follows
-            # a cycle later, still before the next logit is compared (on ECP5 the compare
-            # into the enables of `best` was the critical path at two seeds). `d_reg` holds
-            # its logit for those F cycles; the last class's comparison reaches the output
-            # through `winner`, so the result leaves in the same cycle as before.
-            greater = Signal(name="greater")
-            compared = Signal(name="compared")
-            compared_j = Signal(range(n), name="compared_j")
-            m.d.sync += compared.eq(d_valid)
-            with m.If(d_valid):
-                m.d.sync += [greater.eq((arg_j == 0) | (d_reg > best)), compared_j.eq(arg_j)]
-            with m.If(compared & greater):
-                m.d.sync += [best.eq(d_reg), best_idx.eq(compared_j)]
-            winner = Mux(greater, n - 1, best_idx)
-        else:
-            compared = Const(0)
-            with m.If(d_valid):
-                with m.If(arg_j == 0):
-                    m.d.sync += [best.eq(d_reg), best_idx.eq(0)]
-                with m.Elif(d_reg > best):
-                    m.d.sync += [best.eq(d_reg), best_idx.eq(arg_j)]
         with m.If(done & (~self.o.valid | self.o.ready)):
             m.d.sync += [
                 self.o.payload.logits.eq(Cat(*work)),
-                self.o.payload.cls.eq(winner),
+                self.o.payload.cls.eq(best_idx),
                 self.o.valid.eq(1),
                 done.eq(0),
             ]
         with m.Elif(self.o.ready):
             m.d.sync += self.o.valid.eq(0)
 
-        m.d.comb += idle.eq(~busy & ~s0_valid & ~s1a_valid & ~s1_valid & ~d_valid & ~done
-                            & ~compared)
+        m.d.comb += idle.eq(~busy & ~s0_valid & ~s1a_valid & ~s1_valid & ~d_valid & ~done)
         with m.If(start):
             # Second bank: the next frame may overwrite the pool from the next cycle on.
             sums = [Signal(signed(self.sum_width), name=f"sum{c}") for c in range(C)]
