@@ -266,15 +266,18 @@ class _FoldedMVU(wiring.Component):
                 step_nf.eq(nf),
                 step_sf.eq(sf),
             ]
-            if self.groups > 1 and two_level:
-                # The step's group is picked here (a `groups`-way multiplexer into a
-                # register of one group's vector) and its slice in the operand stage
-                # (`sfs`-way): on ECP5 one 15-way multiplexer from the whole buffer was
-                # the critical path, its select fanned out beside 720 buffer bits.
+            if self.groups > 1:
+                # The input slice of a step is its group's: `group` moves on after the
+                # group's last output fold. With an operand stage the group is picked
+                # here (a `groups`-way multiplexer into a register of the group's whole
+                # vector) and the slice in the operand stage (`sfs`-way): on ECP5 one
+                # 15-way multiplexer across the buffer was the critical path, its select
+                # fanned out beside 720 buffer bits.
                 folds_per_group = nfs // self.groups
                 group = Signal(range(self.groups))
                 gnf = Signal(range(folds_per_group))
-                m.d.comb += issue_x.eq(Mux(busy, x_buf.word_select(group, issue_width),
+                offset = group if two_level else group * sfs + sf
+                m.d.comb += issue_x.eq(Mux(busy, x_buf.word_select(offset, issue_width),
                                            x_in[:issue_width]))
                 with m.If(issue & step_last):
                     with m.If(step_final):
@@ -283,24 +286,6 @@ class _FoldedMVU(wiring.Component):
                         m.d.sync += [gnf.eq(0), group.eq(group + 1)]
                     with m.Else():
                         m.d.sync += gnf.eq(gnf + 1)
-            elif self.groups > 1:
-                # The input slice of a step is its group's: `xsel` walks a group's slices
-                # for every output fold of that group, then moves on to the next group.
-                folds_per_group = nfs // self.groups
-                xsel = Signal(range(self.groups * sfs))
-                gnf = Signal(range(folds_per_group))
-                m.d.comb += issue_x.eq(Mux(busy, x_buf.word_select(xsel, x_slice_width),
-                                           x_in[:x_slice_width]))
-                with m.If(issue):
-                    with m.If(step_final):
-                        m.d.sync += [xsel.eq(0), gnf.eq(0)]
-                    with m.Elif(step_last):
-                        with m.If(gnf == folds_per_group - 1):
-                            m.d.sync += [gnf.eq(0), xsel.eq(xsel + 1)]
-                        with m.Else():
-                            m.d.sync += [gnf.eq(gnf + 1), xsel.eq(xsel - (sfs - 1))]
-                    with m.Else():
-                        m.d.sync += xsel.eq(xsel + 1)
             elif sfs == 1:
                 m.d.comb += issue_x.eq(Mux(busy, x_buf, x_in))
             else:
@@ -406,6 +391,11 @@ class _FoldedMVU(wiring.Component):
             m.d.sync += [r_valid.eq(s_valid), r_last.eq(s_last), r_final.eq(s_final),
                          r_nf.eq(s_nf)]
         finished = finished_regs
+        def fold_enables(step, last, final, nf):
+            """The output register's enable and each collected fold's, for a result
+            taken (`step`) with these flags."""
+            return step & final, [step & last & ~final & (nf == f) for f in range(nfs - 1)]
+
         if self.ii >= 2:
             # A vector's result reaches the output register at most every `ii` >= 2
             # cycles, by which time a consumer that took the previous one at once has
@@ -430,17 +420,15 @@ class _FoldedMVU(wiring.Component):
             r_last_next, r_nf_next = Signal(), Signal.like(r_nf)
             m.d.comb += [r_last_next.eq(Mux(adv, s_last, r_last)),
                          r_nf_next.eq(Mux(adv, s_nf, r_nf))]
-            step_next = adv_next & r_valid_next
+            load_next, collect_next = fold_enables(adv_next & r_valid_next, r_last_next,
+                                                   r_final_next, r_nf_next)
             load_output = Signal()
-            m.d.sync += load_output.eq(step_next & r_final_next)
             collect_fold = [Signal(name=f"collect_fold{f}") for f in range(nfs - 1)]
-            m.d.sync += [en.eq(step_next & r_last_next & ~r_final_next & (r_nf_next == f))
-                         for f, en in enumerate(collect_fold)]
+            m.d.sync += load_output.eq(load_next)
+            m.d.sync += [en.eq(nxt) for en, nxt in zip(collect_fold, collect_next)]
         else:
             m.d.comb += adv.eq(~(r_valid & r_final & self.o.valid & ~self.o.ready))
-            step = adv & r_valid
-            load_output = step & r_final
-            collect_fold = [step & r_last & ~r_final & (r_nf == f) for f in range(nfs - 1)]
+            load_output, collect_fold = fold_enables(adv & r_valid, r_last, r_final, r_nf)
 
         # Channels of output folds 0..nfs-2 wait here for the vector's last fold.
         collect = [Signal(signed(self.acc_width), name=f"collect{c}")
