@@ -183,11 +183,23 @@ def fit_unit_model(samples, features_of, cells=CELLS):
     return model
 
 
-def fifo_features(width: int, depth: int) -> dict:
+def fifo_features(width: int, depth: int, distinct: int | None = None) -> dict:
     """Features of a :class:`~groupnet_hw.hw.fifo.StreamFIFO` of ``width`` x ``depth``
     (its memory has ``depth - 1`` rows beside the output register); what the memory
-    becomes depends on the family (:func:`fifo_memory`)."""
-    return {"one": 1, "width": width, "fifo_rows": depth - 1, "fifo_width": width}
+    becomes depends on the family (:func:`fifo_memory`). ``distinct``: how many of the
+    ``width`` bits are different wires (a time-shared block's input is its K bases'
+    one input repeated): the memory keeps every bit, but some families merge the
+    output registers of equal bits (``repeated_bits``)."""
+    distinct = width if distinct is None else distinct
+    return {"one": 1, "width": distinct, "repeated_bits": width - distinct,
+            "fifo_rows": depth - 1, "fifo_width": width}
+
+
+def stream_fifo_features(g, src, depth: int) -> dict:
+    """:func:`fifo_features` of a FIFO of ``depth`` on node ``src``'s output stream."""
+    from .ops import op_of
+    distinct = len(set(op_of(src).channel_sources(g, src))) * src.bit_width
+    return fifo_features(src.channels * src.bit_width, depth, distinct)
 
 
 #: iCE40: FIFO memories of this many rows or more go to SB_RAM40_4K (measured: 2-4 rows
@@ -251,7 +263,7 @@ def unit_features(sched):
             depth = sched.fifos.get(node.name, {}).get(ref)
             if depth:
                 out[(node.name, "fifo", slot)] = (
-                    "fifo", fifo_features(_stream_bits(g[Graph.source(ref)]), depth))
+                    "fifo", stream_fifo_features(g, g[Graph.source(ref)], depth))
     for ref, users in readers.items():
         if len(users) > 1:
             src, _, k = ref.partition(":")

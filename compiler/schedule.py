@@ -475,7 +475,7 @@ def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logi
     notes = []
 
     def plan(target):
-        from .resources import CELLS, estimate_unit, fifo_features, fork_features
+        from .resources import CELLS, estimate_unit, fork_features, stream_fifo_features
         units, cells = {}, dict.fromkeys(CELLS, 0)
         for node in g:
             op = op_of(node)
@@ -493,8 +493,7 @@ def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logi
         extra = []
         for consumer, refs in fifos.items():
             for ref, depth in refs.items():
-                src = g[Graph.source(ref)]
-                extra.append(estimate_unit(fifo_features(src.channels * src.bit_width, depth),
+                extra.append(estimate_unit(stream_fifo_features(g, g[Graph.source(ref)], depth),
                                            "fifo", family))
         readers = {}
         for node in g:

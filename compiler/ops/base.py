@@ -169,6 +169,13 @@ class Op:
         the hardware is wider (a matrix-vector unit's accumulator)."""
         return node.bit_width
 
+    def channel_sources(self, g, node):
+        """One key per channel of the unit's output stream; channels with equal keys
+        carry the same wires (a ``repeat`` is only wiring), and Yosys merges the logic
+        that reads them with the same constants (a time-shared block's K copies of
+        its input compare against equal thresholds once)."""
+        return [(node.name, c) for c in range(node.channels)]
+
     def resource_features(self, g, node, parent, unit):
         """Structural features of the unit (:mod:`..resources`): the calibrated
         model counts each cell type as a non-negative combination of these."""

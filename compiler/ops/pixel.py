@@ -177,7 +177,9 @@ class Threshold(Op):
         lo, hi = -(1 << (w - 1)), (1 << (w - 1)) - 1
         # `x >= t` only looks at the bits of x above t's trailing zeros; a channel's
         # equal thresholds (clipped levels) are one comparator after Yosys merges them.
-        in_range = [t for row in T.tolist() for t in set(row) if lo < t <= hi]
+        sources = op_of(parent).channel_sources(g, parent)
+        in_range = [t for _, t in {(sources[c], t) for c, row in enumerate(T.tolist())
+                                   for t in row} if lo < t <= hi]
         live = sum(w - min(w, (t & -t).bit_length() - 1 if t else w) for t in in_range)
         kind = "compare" if T.shape[1] == 1 else "multi_compare"
         # ECP5 and iCE40 keep only the live bits; Cyclone V builds every comparison as a
@@ -256,6 +258,12 @@ class Repeat(Op):
 
     def full_rate_latency(self, node):
         return 0
+
+    def channel_sources(self, g, node):
+        from . import op_of
+        parent = g.producer(node.inputs[0])
+        sources = op_of(parent).channel_sources(g, parent)
+        return [sources[c % parent.channels] for c in range(node.channels)]
 
     def resource_features(self, g, node, parent, unit):
         return {}
