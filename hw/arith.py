@@ -20,8 +20,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from amaranth.hdl import Const, Signal, Value
+from amaranth.hdl import signed as signed_shape
 
-__all__ = ["csd_digits", "MAX_SHIFT_ADD_DIGITS", "uses_dsp", "const_multiply", "const_sum",
+__all__ = ["at_least", "csd_digits", "MAX_SHIFT_ADD_DIGITS", "uses_dsp", "const_multiply", "const_sum",
            "Term", "const_terms", "reduce_levels", "registered_levels", "sum_tree",
            "multiplier_cost"]
 
@@ -152,3 +153,24 @@ def multiplier_cost(in_bits: int, k: int) -> dict:
         return dict(adders=0, adder_bits=0, dsp=0)
     width = in_bits + digits[-1][0] + 1
     return dict(adders=len(digits) - 1, adder_bits=(len(digits) - 1) * width, dsp=0)
+
+
+def at_least(x, t: int, width: int):
+    """``x >= t`` for a ``signed(width)`` value ``x`` and a Python int ``t``, one bit.
+
+    A threshold outside ``x``'s range is a constant bit. Otherwise only the bits of
+    ``x`` above ``t``'s trailing zeros are compared (``x >= t'*2**z`` exactly when
+    ``x >> z >= t'``), and ``x >= 0`` is the inverted sign bit: Yosys's ECP5 and iCE40
+    flows find this themselves, its Cyclone V flow builds every comparison as a
+    full-width subtraction on the carry chain (1.4 ALUTs per bit, measured).
+    """
+    lo, hi = -(1 << (width - 1)), (1 << (width - 1)) - 1
+    if t <= lo:
+        return Const(1, 1)
+    if t > hi:
+        return Const(0, 1)
+    x = Value.cast(x)
+    if t == 0:
+        return ~x[width - 1]
+    zeros = (t & -t).bit_length() - 1
+    return x[zeros:width].as_signed() >= Const(t >> zeros, signed_shape(width - zeros))

@@ -21,7 +21,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..compiler.cycles import POSTOP_LANE_LATENCY, postop_lane_latency
 from ..compiler.graph import signed_width
-from .arith import const_sum
+from .arith import at_least, const_sum
 from .lanes import build_lane_folded, folded_interval, folds_of, lane_rom
 
 __all__ = ["SignBits", "Threshold", "PostOp", "ResidualAdd", "signed_width", "signed_range"]
@@ -169,16 +169,9 @@ class Threshold(_PixelMap):
         })
 
     def _map(self, m, x):
-        lo, hi = signed_range(self.acc_width)
         bits = []
         for c, (t, inv) in enumerate(zip(self.thresholds, self.invert)):
-            if t <= lo:
-                bit = Const(1, 1)
-            elif t > hi:
-                bit = Const(0, 1)
-            else:
-                # In range, so the constant fits signed(acc_width): no widening needed.
-                bit = x[c] >= Const(t, signed(self.acc_width))
+            bit = at_least(x[c], t, self.acc_width)
             bits.append(~bit if inv else bit)
         return Cat(bits)
 

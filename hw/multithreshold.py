@@ -8,11 +8,12 @@ accumulator reaches, ``sum_j ((acc >= T_j) XOR invert)``.
 
 import operator
 
-from amaranth.hdl import Cat, Const, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream
 from amaranth.lib.wiring import In, Out
 
-from .elementwise import _PixelMap, _positive, signed_range
+from .arith import at_least
+from .elementwise import _PixelMap, _positive
 
 __all__ = ["MultiThreshold"]
 
@@ -94,18 +95,9 @@ class MultiThreshold(_PixelMap):
         })
 
     def _map(self, m, x):
-        lo, hi = signed_range(self.acc_width)
         outs = []
         for c in range(self.channels):
-            hits = []
-            for t in sorted(self.thresholds[c]):
-                if t <= lo:
-                    hits.append(Const(1, 1))
-                elif t > hi:
-                    hits.append(Const(0, 1))
-                else:
-                    # In range, so the constant fits signed(acc_width): no widening needed.
-                    hits.append(x[c] >= Const(t, signed(self.acc_width)))
+            hits = [at_least(x[c], t, self.acc_width) for t in sorted(self.thresholds[c])]
             # Named: each comparison feeds a multiplexer select or data input, and an
             # expression would be emitted again at every use in the Verilog.
             hit = Signal(len(hits), name=f"hit{c}")

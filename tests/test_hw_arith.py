@@ -7,7 +7,7 @@ from amaranth.hdl import Module, Signal, signed
 from amaranth.hdl._ast import Operator
 from amaranth.sim import Simulator
 
-from groupnet_hw.hw.arith import (Term, const_sum, const_terms, csd_digits, registered_levels,
+from groupnet_hw.hw.arith import (Term, at_least, const_sum, const_terms, csd_digits, registered_levels,
                                   sum_tree)
 
 
@@ -90,3 +90,32 @@ def test_all_negative_sum_is_negated_once():
     m.d.comb += out.eq(total)
     got = _evaluate(m, [x, y], [out], [[-32, -32], [31, -5], [0, 0]])
     assert [g[0] for g in got] == [64, -26, 0]
+
+
+@pytest.mark.parametrize("width", [1, 2, 5])
+def test_at_least_is_exact_for_every_value_and_threshold(width):
+    """Every input against every threshold of the range and beyond it: zero (the sign
+    bit), powers of two and their negatives (only the bits above the trailing zeros are
+    compared), odd thresholds (all bits) and constants outside the range."""
+    lo, hi = -(1 << (width - 1)), (1 << (width - 1)) - 1
+    thresholds = list(range(lo - 2, hi + 3))
+    x = Signal(signed(width), name="x")
+    m = Module()
+    outs = []
+    for t in thresholds:
+        o = Signal(name=f"ge_{t}".replace("-", "m"))
+        m.d.comb += o.eq(at_least(x, t, width))
+        outs.append(o)
+    values = [[v] for v in range(lo, hi + 1)]
+    got = _evaluate(m, [x], outs, values)
+    for (v,), row in zip(values, got):
+        assert list(row) == [int(v >= t) for t in thresholds], v
+
+
+def test_at_least_compares_only_the_live_bits():
+    """``x >= 0`` is the inverted sign bit; ``x >= 12`` (0b1100) reads ``x[2:]``."""
+    x = Signal(signed(8))
+    assert at_least(x, 0, 8).shape().width == 1
+    assert str(at_least(x, 0, 8)) == str(~x[7])
+    ge = at_least(x, 12, 8)
+    assert "(slice (sig x) 2:8)" in str(ge)

@@ -184,7 +184,7 @@ def test_units_reading_a_repeat_count_distinct_wires():
         # (source channel, level)
         levels = node.attrs["T"].shape[1]
         kind = "compare" if levels == 1 else "multi_compare"
-        assert feats[f"{kind}_full_bits"] <= src.channels * levels * width
+        assert feats[f"{kind}_bits"] <= src.channels * levels * width
     fifos = {key: f for key, (op, f) in R.unit_features(sched).items() if op == "fifo"}
     on_repeat = [f for (owner, _, slot), f in fifos.items()
                  if shared.producer(shared[owner].inputs[slot]).op == "repeat"]

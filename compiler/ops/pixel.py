@@ -182,10 +182,8 @@ class Threshold(Op):
                                    for t in row} if lo < t <= hi]
         live = sum(w - min(w, (t & -t).bit_length() - 1 if t else w) for t in in_range)
         kind = "compare" if T.shape[1] == 1 else "multi_compare"
-        # ECP5 and iCE40 keep only the live bits; Cyclone V builds every comparison as a
-        # full-width subtraction on its carry chain (x >= 0 included).
-        return {"one": 1, f"{kind}_bits": live, f"{kind}_full_bits": w * len(in_range),
-                "out_bits": node.channels * node.bit_width}
+        # the hardware compares only the live bits (hw.arith.at_least)
+        return {"one": 1, f"{kind}_bits": live, "out_bits": node.channels * node.bit_width}
 
     def build(self, ctx, node, unit):
         a = node.attrs
