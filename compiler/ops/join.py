@@ -95,11 +95,12 @@ def _mixer_features(g, node, unit, lambdas, gates, channels=None):
     f = {"one": 1, "adder_bits": lanes * per_lane,
          "out_bits": outs * channels * node.bit_width}
     if unit.pe:
-        # the held inputs, and with two steps or more the results of the steps before
-        # the last, kept apart from the output registers (hw.lanes)
+        # the held inputs (loaded or shifted by a step: a multiplexer per bit), and with
+        # two steps or more the results of the steps before the last, kept apart from
+        # the output registers (a shift register, no multiplexer) (hw.lanes)
         folds = cyc.lane_folds(channels, lanes)
-        kept = outs * (folds - 1) * lanes * node.bit_width if folds >= 2 else 0
-        f["held_bits"] = k * channels * in_w + kept
+        f["held_bits"] = k * channels * in_w
+        f["kept_bits"] = outs * (folds - 1) * lanes * node.bit_width if folds >= 2 else 0
         if cyc.mixer_lane_latency(folds, gates is not None) > cyc.MIXER_LANE_LATENCY:
             # the deep lane's operand registers (plain flip-flops)
             f["pipe_bits"] = lanes * k * in_w

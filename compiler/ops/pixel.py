@@ -124,7 +124,8 @@ class PostOp(Op):
             if cyc.postop_lane_latency(folds) > cyc.POSTOP_LANE_LATENCY:
                 # the deep lane's second operand and product registers (plain flip-flops)
                 f["pipe_bits"] = unit.pe * 2 * (in_w + 1 + coef + bias)
-            f.update(held_bits=folds * unit.pe * (in_w + node.bit_width) + kept, mults=unit.pe,
+            f.update(held_bits=folds * unit.pe * (in_w + node.bit_width), kept_bits=kept,
+                     mults=unit.pe,
                      shift_in_bits=(folds - 1) * unit.pe * in_w, lane_folded=1,
                      mult_bits=unit.pe * (in_w + coef),
                      rom_bits=unit.pe * -(-folds // 16) * (coef + bias) if folds > 2 else 0)
