@@ -101,11 +101,12 @@ def main(argv=None):
         "its fastest interval and its fully folded resources). Line buffers are in logic or, "
         "where the device's block RAM takes them, in block RAM (`build --line-buffers auto`: "
         "the number of windows in block RAM is shown); the DE10-Nano's M10K never takes the "
-        "digits network's 8-pixel rows. The CIFAR-size network fits only at K = 1, fully "
-        "folded, by the estimate (Yosys counts its LUTs 8 % above it); at K = 3 and 5, after "
-        "its line buffers, the per-pixel units' whole-pixel registers (K*C channels wide when "
-        "time-shared) and the MVU input buffers dominate, and streams narrower than a pixel "
-        "are the next step (docs/architecture.md section 9).\n\n" + table(rows) + "\n")
+        "digits network's 8-pixel rows. The CIFAR-size network fits only at K = 1, on the "
+        "DE10-Nano with its line buffers in M10K (Yosys counts its LUTs 7 % above the "
+        "estimate, 96 % of the device); at K = 3 and 5 the 8x8 stage's line buffers and tap "
+        "multiplexers in logic and the per-pixel units' whole-pixel registers (K*C channels "
+        "wide when time-shared) dominate, and streams narrower than a pixel are the next step "
+        "(docs/architecture.md section 9).\n\n" + table(rows) + "\n")
     print(table(rows))
 
 
