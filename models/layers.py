@@ -117,7 +117,11 @@ class NBitActivation(nn.Module):
         return self.beta / self.levels
 
     def forward(self, x):
-        y = torch.clamp(x, 0.0, self.beta)
+        # The clip's gradient is 1 on the closed range [0, beta] and 0 outside it, written
+        # out: torch's own clamp gradient at the bounds changed between releases (2.15
+        # gives 0 there).
+        inside = (x >= 0.0) & (x <= self.beta)
+        y = torch.where(inside, x, torch.clamp(x, 0.0, self.beta).detach())
         return _RoundSTE.apply(y / self.step) * self.step
 
     def thresholds(self, frac):
