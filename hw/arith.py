@@ -22,7 +22,7 @@ from typing import NamedTuple
 from amaranth.hdl import Const, Signal, Value
 from amaranth.hdl import signed as signed_shape
 
-__all__ = ["at_least", "csd_digits", "MAX_SHIFT_ADD_DIGITS", "uses_dsp", "const_multiply", "const_sum",
+__all__ = ["at_least", "compared_bits", "csd_digits", "MAX_SHIFT_ADD_DIGITS", "uses_dsp", "const_multiply", "const_sum",
            "Term", "const_terms", "reduce_levels", "registered_levels", "sum_tree",
            "multiplier_cost"]
 
@@ -164,13 +164,22 @@ def at_least(x, t: int, width: int):
     flows find this themselves, its Cyclone V flow builds every comparison as a
     full-width subtraction on the carry chain (1.4 ALUTs per bit, measured).
     """
-    lo, hi = -(1 << (width - 1)), (1 << (width - 1)) - 1
+    lo = -(1 << (width - 1))
     if t <= lo:
         return Const(1, 1)
-    if t > hi:
-        return Const(0, 1)
-    x = Value.cast(x)
-    if t == 0:
-        return ~x[width - 1]
-    zeros = (t & -t).bit_length() - 1
-    return x[zeros:width].as_signed() >= Const(t >> zeros, signed_shape(width - zeros))
+    bits = compared_bits(t, width)
+    if not bits:
+        # zero: the sign bit; above the range: never
+        return ~Value.cast(x)[width - 1] if t == 0 else Const(0, 1)
+    zeros = width - bits
+    return Value.cast(x)[zeros:width].as_signed() >= Const(t >> zeros, signed_shape(bits))
+
+
+def compared_bits(t: int, width: int) -> int:
+    """Bits of ``x`` that :func:`at_least` compares against ``t`` (the comparator's
+    width; 0 where it is a constant or the sign bit): the resource model's count of the
+    same decision, as :func:`multiplier_cost` is :func:`const_multiply`'s."""
+    lo, hi = -(1 << (width - 1)), (1 << (width - 1)) - 1
+    if t == 0 or not lo < t <= hi:
+        return 0
+    return width - ((t & -t).bit_length() - 1)

@@ -172,18 +172,17 @@ class Threshold(Op):
     def resource_features(self, g, node, parent, unit):
         # Thresholds outside the input's range become constant bits (no comparator);
         # a multi-threshold compares every level and counts them by binary search.
+        from ...hw.arith import compared_bits
         from . import op_of
         T = node.attrs["T"]
         w = op_of(parent).lane_width(g, parent)
-        lo, hi = -(1 << (w - 1)), (1 << (w - 1)) - 1
-        # `x >= t` only looks at the bits of x above t's trailing zeros; a channel's
-        # equal thresholds (clipped levels) are one comparator after Yosys merges them.
+        # `x >= t` compares only the bits of x above t's trailing zeros (hw.arith.at_least);
+        # a channel's equal thresholds (clipped levels), and equal thresholds on equal
+        # wires, are one comparator after Yosys merges them.
         sources = op_of(parent).channel_sources(g, parent)
-        in_range = [t for _, t in {(sources[c], t) for c, row in enumerate(T.tolist())
-                                   for t in row} if lo < t <= hi]
-        live = sum(w - min(w, (t & -t).bit_length() - 1 if t else w) for t in in_range)
+        live = sum(compared_bits(t, w) for _, t in
+                   {(sources[c], t) for c, row in enumerate(T.tolist()) for t in row})
         kind = "compare" if T.shape[1] == 1 else "multi_compare"
-        # the hardware compares only the live bits (hw.arith.at_least)
         return {"one": 1, f"{kind}_bits": live, "out_bits": node.channels * node.bit_width}
 
     def build(self, ctx, node, unit):
