@@ -86,7 +86,8 @@ class _FoldedMVU(wiring.Component):
       slice from it in the operand stage: two small multiplexers, not one across the
       buffer);
     - tree: the terms are registered, then summed ``TREE_LEVELS_PER_STAGE``
-      adder levels per pipeline stage (``compiler.cycles.tree_stages``);
+      adder levels per pipeline stage until the last stage registers at most
+      ``TREE_LAST_STAGE_TERMS`` (``compiler.cycles.tree_stages``);
     - accumulate: every PE adds its partial to its accumulator and the finished
       value is registered (the result stage);
     - collect: the last input fold of an output fold stores the finished
@@ -326,7 +327,8 @@ class _FoldedMVU(wiring.Component):
 
         # Compute: every PE's terms of the step (XNOR-popcount chunks, masked
         # activations, products) are summed by an adder tree cut into pipeline stages
-        # of TREE_LEVELS_PER_STAGE levels, all advancing on `adv` with the step's flags.
+        # of TREE_LEVELS_PER_STAGE levels, all advancing on `adv` with the step's flags;
+        # the last stage's few terms are summed on the way into the accumulator.
         w_width = simd * wl
         op_x, op_w = s1_x, rd.data
         flags = [s1_valid, s1_first, s1_last, s1_final, s1_nf]
@@ -348,7 +350,8 @@ class _FoldedMVU(wiring.Component):
                  for p in range(pe)]
         shared = self._shared_terms(m, op_x)
         groups = terms + ([shared] if shared is not None else [])
-        for depth in range(tree_stages(max(len(g) for g in groups))):
+        stages = tree_stages(max(len(g) for g in groups))
+        for depth in range(stages):
             regs = []
             for k, g in enumerate(groups):
                 regs.append([Signal(Value.cast(t).shape(), name=f"t{depth}_{k}_{j}")
@@ -357,7 +360,8 @@ class _FoldedMVU(wiring.Component):
             with m.If(adv):
                 m.d.sync += [r.eq(t) for rg, g in zip(regs, groups) for r, t in zip(rg, g)]
                 m.d.sync += [r.eq(f) for r, f in zip(fregs, flags)]
-            groups = [reduce_levels(rg, TREE_LEVELS_PER_STAGE) for rg in regs]
+            groups = (regs if depth == stages - 1 else
+                      [reduce_levels(rg, TREE_LEVELS_PER_STAGE) for rg in regs])
             flags = fregs
         s_valid, s_first, s_last, s_final, s_nf = flags
         shared_sum = sum_tree(groups[-1]) if shared is not None else None

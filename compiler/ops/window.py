@@ -147,7 +147,7 @@ def _mvu_tree_features(node, unit):
     A binary-weight MVU (``in_bits``) sums ``simd`` masked n-bit lanes per PE plus one
     shared sum of the lanes themselves."""
     from ...hw.mvu import POPCOUNT_CHUNK
-    from ..cycles import TREE_LEVELS_PER_STAGE
+    from ..cycles import TREE_LAST_STAGE_TERMS, TREE_LEVELS_PER_STAGE
     pe, simd, in_bits = unit.pe, unit.simd, node.attrs["in_bits"]
     f = {"pair_add_bits": 0, "tree_reg_bits": 0, "tree_sum_bits": 0, "tree_csa_bits": 0}
     if in_bits:
@@ -160,6 +160,10 @@ def _mvu_tree_features(node, unit):
     span = 1 << TREE_LEVELS_PER_STAGE
     while True:
         f["tree_reg_bits"] += sum(map(sum, trees))
+        if all(len(t) <= TREE_LAST_STAGE_TERMS for t in trees):
+            # the last stage's terms, summed into the accumulator's operand
+            f["tree_sum_bits"] += sum(max(t) + 1 for t in trees if len(t) == 2)
+            return f
         new = []
         for terms in trees:
             outs = []
@@ -173,8 +177,6 @@ def _mvu_tree_features(node, unit):
                 outs.append(ws[0])
             new.append(outs)
         trees = new
-        if all(len(t) <= 1 for t in trees):
-            return f
 
 
 class _Conv(Op):
