@@ -241,8 +241,10 @@ def synth(out_dir, flows, freq, no_pnr, no_dsp, timeout, seed):
     Fmax and frames/s at Fmax to OUT_DIR/report.json.
 
     LUTs are mapped with abc (Yosys's abc9 stops without output in the YoWASP build);
-    the netlists, logs and scripts stay in OUT_DIR/synth-<flow>/. Synthesis takes
-    seconds to minutes, place and route minutes.
+    on ECP5 the plain registers around each multiplier move into the MULT18X18D's own
+    registers before nextpnr (Yosys has no such pass for ECP5); the netlists, logs and
+    scripts stay in OUT_DIR/synth-<flow>/. Synthesis takes seconds to minutes, place
+    and route minutes.
 
     \b
     Example:
@@ -308,6 +310,10 @@ def _synthesis_lines(flow, r, freq, frame_cycles):
         lines.append(f"  nextpnr: Fmax {r['fmax_mhz']} MHz (target {freq:g}), "
                      f"{r.get('frames_per_second_at_fmax', 0):,.0f} frames/s at "
                      f"{frame_cycles} cycles/frame (place and route {r['pnr_seconds']} s)")
+        if r.get("dsp_registers", {}).get("flip_flops"):
+            d = r["dsp_registers"]
+            lines.append(f"  {d['flip_flops']:,} flip-flops placed inside {d['multipliers']} "
+                         f"MULT18X18D ({d['inputs']} operand, {d['outputs']} product registers)")
         if "critical_path" in r and "start" in r["critical_path"]:
             lines.append(f"  {critical_path_text(r['critical_path'])}")
         if "late_endpoints" in r:

@@ -287,7 +287,7 @@ class PostOp(_PixelMap):
         deep = self.lane_latency > POSTOP_LANE_LATENCY
 
         def delayed(m, value, name):
-            r = Signal.like(value, name=name)
+            r = Signal.like(value, name=name, reset_less=True)
             m.d.sync += r.eq(value)
             return r
 
@@ -295,20 +295,23 @@ class PostOp(_PixelMap):
             # Free-running register stages: the per-channel constants and the input
             # (ROM look-up), then the product, then the offset, shift and ReLU; in one
             # cycle they were 13.6 ns on ECP5. Deep, the product's operands and result
-            # are registered once more, with only the DSP block between them.
+            # are registered once more, with only the DSP block between them. The
+            # registers are data only (the lane's step flags say when they are valid), so
+            # they have no reset: plain flip-flops, which a flow can move into the DSP
+            # block's own input and output registers.
             x = xs[0]
             v = Mux(x[-1], 0, x) if self.pre_relu else x
-            v_r = Signal(signed(len(Value.cast(x)) + 1), name=f"v_lane{p}")
-            a_r = Signal(scale_shape, name=f"scale_lane{p}")
-            b_r = Signal(bias_shape, name=f"offset_lane{p}")
+            v_r = Signal(signed(len(Value.cast(x)) + 1), name=f"v_lane{p}", reset_less=True)
+            a_r = Signal(scale_shape, name=f"scale_lane{p}", reset_less=True)
+            b_r = Signal(bias_shape, name=f"offset_lane{p}", reset_less=True)
             m.d.sync += [v_r.eq(v),
                          a_r.eq(lane_rom(self.scale, self.lanes, p, fold, scale_shape)),
                          b_r.eq(lane_rom(offsets, self.lanes, p, fold, bias_shape))]
             if deep:
                 v_r, a_r = delayed(m, v_r, f"v_op_lane{p}"), delayed(m, a_r, f"scale_op_lane{p}")
                 b_r = delayed(m, b_r, f"offset_op_lane{p}")
-            prod = Signal(signed(len(v_r) + len(a_r)), name=f"prod_lane{p}")
-            b_r2 = Signal(bias_shape, name=f"offset2_lane{p}")
+            prod = Signal(signed(len(v_r) + len(a_r)), name=f"prod_lane{p}", reset_less=True)
+            b_r2 = Signal(bias_shape, name=f"offset2_lane{p}", reset_less=True)
             m.d.sync += [prod.eq(a_r * v_r), b_r2.eq(b_r)]
             if deep:
                 prod, b_r2 = delayed(m, prod, f"prod_d_lane{p}"), delayed(m, b_r2, f"offset3_lane{p}")

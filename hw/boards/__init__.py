@@ -56,12 +56,11 @@ class BoardSpec:
 
 from amaranth_boards.de10_nano import DE10NanoPlatform  # noqa: E402
 from amaranth_boards.icebreaker import ICEBreakerPlatform  # noqa: E402
-from amaranth_boards.ulx3s import ULX3S_85F_Platform  # noqa: E402
 
 from .de10nano import DE10NanoTop  # noqa: E402
 from .icebreaker import ICEBreakerTop  # noqa: E402
 from .project import BoardBuildError, write_board_project  # noqa: E402
-from .ulx3s import ULX3STop  # noqa: E402
+from .ulx3s import ULX3SPlatform, ULX3STop  # noqa: E402
 
 BOARDS = {
     "de10nano": BoardSpec(
@@ -78,7 +77,7 @@ BOARDS = {
     "ulx3s": BoardSpec(
         name="ulx3s",
         description="Radiona ULX3S, ECP5 LFE5U-85F, UART over the FTDI USB port (US1)",
-        platform=ULX3S_85F_Platform,
+        platform=ULX3SPlatform,
         top=ULX3STop,
         device="LFE5U-85F",
         clk_frequency=25e6,

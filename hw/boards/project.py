@@ -32,6 +32,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 from dataclasses import dataclass
 
 __all__ = ["PROJECT_NAME", "BoardBuildError", "write_board_project"]
@@ -103,6 +104,10 @@ def _find_tools(platform, toolchain, script_text):
     extra, missing = {}, []
     for tool in tools:
         var = _tool_env_var(tool)
+        if tool == "python3" and var not in os.environ:
+            # the netlist pass between Yosys and nextpnr is this package's
+            extra[var] = sys.executable
+            continue
         if shutil.which(os.environ.get(var, tool)):
             continue
         # a variable the user set is their choice even when it does not resolve

@@ -19,7 +19,25 @@ from amaranth_boards.ulx3s import ULX3S_85F_Platform
 
 from .top import BoardTop
 
-__all__ = ["ULX3STop"]
+__all__ = ["ULX3STop", "ULX3SPlatform"]
+
+
+class ULX3SPlatform(ULX3S_85F_Platform):
+    """amaranth-boards' ULX3S 85F, its Trellis build with one step between Yosys and
+    nextpnr: ``python3 -m groupnet_hw.hw.dsp_registers`` moves the plain registers
+    around each multiplier into the MULT18X18D (:mod:`groupnet_hw.hw.dsp_registers`),
+    as ``groupnet-hw synth --flow ecp5`` does before it measures Fmax."""
+
+    @property
+    def required_tools(self):
+        return [*super().required_tools, "python3"]
+
+    @property
+    def command_templates(self):
+        yosys, *rest = super().command_templates
+        return [yosys, r"""
+            {{invoke_tool("python3")}} -m groupnet_hw.hw.dsp_registers {{name}}.json
+        """, *rest]
 
 
 class ULX3STop(BoardTop):

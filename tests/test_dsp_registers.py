@@ -1,0 +1,110 @@
+"""The ECP5 flow moves plain flip-flops around a multiplier into the MULT18X18D
+(`hw.dsp_registers`), and only those."""
+
+import json
+
+import pytest
+from amaranth.back import verilog
+from amaranth.hdl import Module, Signal, signed
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from groupnet_hw.hw.dsp_registers import pack_mult_registers
+from groupnet_hw.hw.synth import have_tools, synthesize
+
+pytestmark = pytest.mark.skipif(not have_tools("ecp5"), reason="YoWASP tools not installed")
+
+
+class RegisteredMultiply(wiring.Component):
+    """Two operand registers and a product register around one multiplier; with
+    ``reset`` the operand registers have a reset, with ``enable`` an enable."""
+
+    a: In(signed(10))
+    b: In(signed(12))
+    en: In(1)
+    y: Out(signed(22))
+
+    def __init__(self, reset=False, enable=False):
+        self.reset, self.enable = reset, enable
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        a = Signal(signed(10), reset_less=not self.reset)
+        b = Signal(signed(12), reset_less=not self.reset)
+        p = Signal(signed(22), reset_less=True)
+        load = [a.eq(self.a), b.eq(self.b)]
+        if self.enable:
+            with m.If(self.en):
+                m.d.sync += load
+        else:
+            m.d.sync += load
+        m.d.sync += [p.eq(a * b), self.y.eq(p)]
+        return m
+
+
+def _netlist(tmp_path, design):
+    path = tmp_path / "m.v"
+    path.write_text(verilog.convert(design, name="top"))
+    synthesize(path, "top", "ecp5", tmp_path, place_and_route=False)
+    return json.loads((tmp_path / "synth-ecp5" / "netlist.json").read_text())
+
+
+def test_plain_registers_move_into_the_multiplier(tmp_path):
+    netlist = _netlist(tmp_path, RegisteredMultiply())
+    n_ffs = sum(c["type"] == "TRELLIS_FF" for c in _top(netlist)["cells"].values())
+    stats = pack_mult_registers(netlist)
+    assert stats == {"multipliers": 1, "inputs": 2, "outputs": 1, "flip_flops": 10 + 12 + 22}
+    top = _top(netlist)
+    cells = top["cells"]
+    dsp = next(c for c in cells.values() if c["type"] == "MULT18X18D")
+    assert all(dsp["parameters"][f"REG_{g}_CLK"] == "CLK0"
+               for g in ("INPUTA", "INPUTB", "OUTPUT"))
+    assert dsp["connections"]["CLK0"] == top["ports"]["clk"]["bits"]
+    ffs = [c for c in cells.values() if c["type"] == "TRELLIS_FF"]
+    assert len(ffs) == n_ffs - 44 == 22            # only the output port's register is left
+    # the operand pins read what the operand registers read: the input ports
+    operands = {dsp["connections"][f"{g}{i}"][0] for g in "AB" for i in range(18)} - {"0"}
+    assert operands == set(top["ports"]["a"]["bits"]) | set(top["ports"]["b"]["bits"])
+    # the port's register reads the product straight from the DSP's output register
+    products = {dsp["connections"][f"P{i}"][0] for i in range(36)}
+    assert {c["connections"]["DI"][0] for c in ffs} <= products
+
+
+def _top(netlist):
+    return next(m for m in netlist["modules"].values()
+                if str(m.get("attributes", {}).get("top", "0")).strip("0"))
+
+
+@pytest.mark.parametrize("kind", ["reset", "enable"])
+def test_registers_with_reset_or_enable_stay_outside(tmp_path, kind):
+    netlist = _netlist(tmp_path, RegisteredMultiply(**{kind: True}))
+    stats = pack_mult_registers(netlist)
+    # the operand registers keep their reset or enable in the fabric; the plain product
+    # register still moves in
+    assert stats["inputs"] == 0 and stats["outputs"] == 1
+
+
+def test_place_and_route_packs_and_the_multiplier_path_is_gone(tmp_path):
+    path = tmp_path / "m.v"
+    path.write_text(verilog.convert(RegisteredMultiply(), name="top"))
+    r = synthesize(path, "top", "ecp5", tmp_path, freq_mhz=200)
+    assert r["dsp_registers"]["flip_flops"] == 44
+    # register, routes and the 3.9 ns multiplier in one cycle before; now the DSP's own
+    assert r["fmax_mhz"] > 200, r.get("critical_path")
+
+
+def test_the_board_build_step_rewrites_the_file_or_says_why_not(tmp_path, capsys):
+    from groupnet_hw.hw.dsp_registers import main
+    netlist = _netlist(tmp_path, RegisteredMultiply())
+    path = tmp_path / "n.json"
+    path.write_text(json.dumps(netlist))
+    assert main([str(path)]) == 0
+    assert "44 flip-flops moved into 1 MULT18X18D" in capsys.readouterr().out
+    assert main([str(path)]) == 0          # once packed, nothing more moves
+    assert "0 flip-flops moved" in capsys.readouterr().out
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    assert main([str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
