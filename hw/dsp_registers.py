@@ -25,13 +25,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-__all__ = ["pack_mult_registers"]
+__all__ = ["pack_mult_registers", "top_module"]
 
 MULT = "MULT18X18D"
 FF = "TRELLIS_FF"
 
 
-def _top(netlist):
+def top_module(netlist):
+    """The top module of a Yosys JSON netlist."""
     for module in netlist["modules"].values():
         if str(module.get("attributes", {}).get("top", "0")).strip("0"):
             return module
@@ -60,13 +61,13 @@ def pack_mult_registers(netlist):
     cells, how many of their input groups and outputs were registered, and the
     flip-flops removed.
     """
-    top = _top(netlist)
+    top = top_module(netlist)
     cells = top["cells"]
     drivers, sinks = {}, defaultdict(list)
     for name, cell in cells.items():
         dirs = cell.get("port_directions", {})
         for port, bits in cell["connections"].items():
-            for i, bit in enumerate(bits):
+            for bit in bits:
                 if isinstance(bit, int):
                     if dirs.get(port) == "output":
                         drivers[bit] = (name, port)

@@ -9,7 +9,7 @@ from amaranth.hdl import Module, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from groupnet_hw.hw.dsp_registers import pack_mult_registers
+from groupnet_hw.hw.dsp_registers import pack_mult_registers, top_module as _top
 from groupnet_hw.hw.synth import have_tools, synthesize
 
 pytestmark = pytest.mark.skipif(not have_tools("ecp5"), reason="YoWASP tools not installed")
@@ -69,11 +69,6 @@ def test_plain_registers_move_into_the_multiplier(tmp_path):
     # the port's register reads the product straight from the DSP's output register
     products = {dsp["connections"][f"P{i}"][0] for i in range(36)}
     assert {c["connections"]["DI"][0] for c in ffs} <= products
-
-
-def _top(netlist):
-    return next(m for m in netlist["modules"].values()
-                if str(m.get("attributes", {}).get("top", "0")).strip("0"))
 
 
 @pytest.mark.parametrize("kind", ["reset", "enable"])

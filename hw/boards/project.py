@@ -32,7 +32,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 from dataclasses import dataclass
 
 __all__ = ["PROJECT_NAME", "BoardBuildError", "write_board_project"]
@@ -102,11 +101,11 @@ def _find_tools(platform, toolchain, script_text):
     if f"AMARANTH_ENV_{_tool_env_var(platform.toolchain)}" in os.environ:
         return {}, []
     extra, missing = {}, []
+    own = getattr(platform, "tool_paths", {})
     for tool in tools:
         var = _tool_env_var(tool)
-        if tool == "python3" and var not in os.environ:
-            # the netlist pass between Yosys and nextpnr is this package's
-            extra[var] = sys.executable
+        if tool in own and var not in os.environ:
+            extra[var] = own[tool]
             continue
         if shutil.which(os.environ.get(var, tool)):
             continue

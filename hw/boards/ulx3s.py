@@ -15,6 +15,8 @@ after the host lost a byte.
 
 from __future__ import annotations
 
+import sys
+
 from amaranth_boards.ulx3s import ULX3S_85F_Platform
 
 from .top import BoardTop
@@ -28,9 +30,13 @@ class ULX3SPlatform(ULX3S_85F_Platform):
     around each multiplier into the MULT18X18D (:mod:`groupnet_hw.hw.dsp_registers`),
     as ``groupnet-hw synth --flow ecp5`` does before it measures Fmax."""
 
+    #: Tools of the build script that this package provides: the environment variable's
+    #: default when the user sets none (the interpreter that has groupnet_hw installed).
+    tool_paths = {"python3": sys.executable}
+
     @property
     def required_tools(self):
-        return [*super().required_tools, "python3"]
+        return [*super().required_tools, *self.tool_paths]
 
     @property
     def command_templates(self):
