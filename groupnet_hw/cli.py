@@ -233,10 +233,15 @@ def zoo():
 @click.option("--timeout", default=3600, show_default=True, type=click.IntRange(60),
               help="Seconds each tool may run (a whole-network place and route on 2 busy "
                    "cores can take over an hour).")
-@click.option("--seed", default=1, show_default=True, type=click.IntRange(1),
-              help="nextpnr's placement seed: on a nearly full device Fmax varies from seed "
-                   "to seed, so compare designs on the same seed or over several.")
-def synth(out_dir, flows, freq, no_pnr, no_dsp, timeout, seed):
+@click.option("--seed", "seed_text", default="1", show_default=True, metavar="N|A-B|A,B,..",
+              help="nextpnr's placement seed, or several (1-4, 1,3,7): each is placed and "
+                   "routed and the fastest placement is kept and reported, with every seed's "
+                   "Fmax. On a nearly full device Fmax varies by a few percent from seed to "
+                   "seed; compare designs on the same seeds.")
+@click.option("--jobs", default=None, type=click.IntRange(1), metavar="N",
+              help="Place and routes at a time with several seeds (default: one per core; "
+                   "each takes one core and up to a few GB).")
+def synth(out_dir, flows, freq, no_pnr, no_dsp, timeout, seed_text, jobs):
     """Synthesize a build with the YoWASP tools (Yosys, nextpnr for ECP5) and add the counts,
     Fmax and frames/s at Fmax to OUT_DIR/report.json.
 
@@ -247,11 +252,16 @@ def synth(out_dir, flows, freq, no_pnr, no_dsp, timeout, seed):
     and route minutes.
 
     \b
-    Example:
+    Examples:
       groupnet-hw build model.pt -o out && groupnet-hw synth out --flow ecp5 --flow cyclonev
+      groupnet-hw synth out --flow ecp5 --seed 1-4    # four placements, keep the fastest
     """
     from .compiler.artifact import BuildError, read_manifest
-    from .hw.synth import SynthError, synthesize
+    from .hw.synth import SynthError, parse_seeds, synthesize
+    try:
+        seeds = parse_seeds(seed_text)
+    except ValueError as exc:
+        raise UserError(f"--seed {exc}") from None
     try:
         manifest = read_manifest(out_dir)
     except BuildError as exc:
@@ -265,7 +275,7 @@ def synth(out_dir, flows, freq, no_pnr, no_dsp, timeout, seed):
             try:
                 r = synthesize(Path(out_dir, manifest.verilog), manifest.toplevel, flow, out_dir,
                                freq_mhz=freq, place_and_route=not no_pnr, use_dsp=not no_dsp,
-                               timeout=timeout, seed=seed,
+                               timeout=timeout, seeds=seeds, jobs=jobs,
                                progress=lambda msg: status.update(f"{flow}: {msg}"))
             except SynthError as exc:
                 raise UserError(str(exc)) from None
@@ -301,7 +311,7 @@ _SYNTHESIS_HEADING = "synthesis (groupnet-hw synth; Yosys's counts, the estimate
 def _synthesis_lines(flow, r, freq, frame_cycles):
     """What ``synth`` found for one flow: counts beside the estimate, Fmax, the critical
     path when there was place and route."""
-    from .hw.synth import critical_path_text, late_endpoints_text
+    from .hw.synth import critical_path_text, late_endpoints_text, seeds_text
     estimate = r.get("estimate")
     cells = ", ".join(f"{k} {v:,}" + (f" (est. {estimate.get(k, 0):,})" if estimate else "")
                       for k, v in r["cells"].items() if k in (estimate or r["cells"]))
@@ -314,6 +324,8 @@ def _synthesis_lines(flow, r, freq, frame_cycles):
             d = r["dsp_registers"]
             lines.append(f"  {d['flip_flops']:,} flip-flops placed inside {d['multipliers']} "
                          f"MULT18X18D ({d['inputs']} operand, {d['outputs']} product registers)")
+        if len(r.get("seeds", [])) > 1:
+            lines.append(f"  kept seed {r['seed']} of {seeds_text(r['seeds'])}")
         if "critical_path" in r and "start" in r["critical_path"]:
             lines.append(f"  {critical_path_text(r['critical_path'])}")
         if "late_endpoints" in r:

@@ -17,6 +17,7 @@ around each multiplier move into the MULT18X18D (:mod:`.dsp_registers`).
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -28,7 +29,7 @@ from typing import Callable
 from .dsp_registers import pack_mult_registers
 
 __all__ = ["FLOWS", "SynthError", "synthesize", "have_tools", "critical_path_summary",
-           "critical_path_text"]
+           "critical_path_text", "parse_seeds", "seeds_text"]
 
 
 class SynthError(RuntimeError):
@@ -116,7 +117,8 @@ def _count(stat, cells):
 
 
 def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=True,
-               timeout=3600, progress=None, seed=1, use_dsp=True, per_module=False):
+               timeout=3600, progress=None, seed=1, seeds=None, jobs=None, use_dsp=True,
+               per_module=False):
     """Synthesize (and place and route) ``verilog``; returns the figures as a dict.
 
     Parameters
@@ -131,6 +133,13 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
         nextpnr's target (Fmax is reported whether or not it is met).
     place_and_route : bool
     progress : callable(str), optional
+    seed : int
+        nextpnr's placement seed.
+    seeds : sequence of int, optional
+        Place and route once per seed instead (``jobs`` at a time, default one per
+        core) and keep the fastest placement: on a nearly full device Fmax varies by
+        several percent from seed to seed, which is the margin a 100 MHz target has.
+    jobs : int, optional
     use_dsp : bool
         Let Yosys map multipliers to DSP blocks. When place and route then runs out of
         DSP sites, the flow is repeated with multipliers in logic and the result says so.
@@ -144,7 +153,8 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
     dict
         ``flow``, ``device``, ``cells`` (lut, carry, ff, bram, dsp, ...), ``yosys_seconds``
         and, after place and route, ``fmax_mhz``, ``utilization``, ``critical_path``,
-        ``pnr_seconds`` or ``pnr_error``; on ECP5 ``dsp_registers``, what
+        ``pnr_seconds``, ``seed`` (the kept one) or ``pnr_error``; with several
+        ``seeds`` also ``seeds``, each seed's Fmax, critical path and time; on ECP5 ``dsp_registers``, what
         :func:`~.dsp_registers.pack_mult_registers` moved into the DSP blocks (the
         ``cells`` are Yosys's, before that).
 
@@ -194,46 +204,141 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
                                "place-and-route)")
     if not (place_and_route and f.pnr):
         return result
-    if progress:
-        progress(f"nextpnr: placing and routing on {f.device}")
-    report = work / "pnr.json"
-    t0 = time.perf_counter()
     if f.pre_pnr and use_dsp:
         design = json.loads((work / netlist).read_text())
         result["dsp_registers"] = f.pre_pnr(design)
         netlist = "netlist_pnr.json"
         (work / netlist).write_text(json.dumps(design))
-    try:
-        _run([*f.pnr, "--json", netlist, "--freq", str(freq_mhz), "--out-of-context",
-              "--timing-allow-fail", "--seed", str(seed), "--report", "pnr.json",
-              "--detailed-timing-report", "-q", "-l", "nextpnr.log"],
-             work / "nextpnr.stdout", timeout, "nextpnr", work)
-    except SynthError as exc:
-        if use_dsp and "no BELs remaining" in str(exc) and any(
-                t in str(exc) for t in f.cells.get("dsp", [])):
+    seeds = list(seeds) if seeds else [seed]
+    runs = _place_and_route_seeds(f, work, netlist, freq_mhz, seeds, jobs, timeout, progress)
+    placed = [r for r in runs if "fmax_mhz" in r]
+    best = max(placed, key=lambda r: (r["fmax_mhz"] or 0, -r["seed"])) if placed else runs[0]
+    # the kept placement's report and log under the names a single run writes
+    for name in ("pnr", "nextpnr"):
+        kept = work / _seed_file(name, best["seed"])
+        if kept.is_file():
+            shutil.copyfile(kept, work / _SEED_FILES[name])
+    if len(seeds) > 1:
+        result["seeds"] = [{**{k: v for k, v in r.items() if k not in ("utilization", "late")},
+                            **({"late_count": r["late"]["count"]} if "late" in r else {})}
+                           for r in runs]
+    if not placed:
+        error = best["error"]
+        if use_dsp and "no BELs remaining" in error and any(
+                t in error for t in f.cells.get("dsp", [])):
             if progress:
                 progress("out of DSP sites: again with multipliers in logic")
             retry = synthesize(verilog, top, flow, work_dir, freq_mhz=freq_mhz,
                                place_and_route=True, timeout=timeout, progress=progress,
-                               seed=seed, use_dsp=False)
+                               seeds=seeds, jobs=jobs, use_dsp=False)
             retry["note"] = (f"{result['cells']['dsp']} DSP blocks inferred, more than the "
                              "device has; synthesized again with multipliers in logic")
             return retry
-        result["pnr_error"] = str(exc)
+        result["pnr_error"] = error
         return result
-    rep = json.loads(report.read_text())
-    result["pnr_seconds"] = round(time.perf_counter() - t0, 1)
-    fmax = [v["achieved"] for v in rep.get("fmax", {}).values()]
-    result["fmax_mhz"] = round(min(fmax), 2) if fmax else None
+    result["pnr_seconds"] = best["pnr_seconds"]
+    result["fmax_mhz"] = best["fmax_mhz"]
     result["target_mhz"] = freq_mhz
-    result["seed"] = seed
-    result["utilization"] = {k: v for k, v in rep.get("utilization", {}).items() if v["used"]}
+    result["seed"] = best["seed"]
+    result["utilization"] = best["utilization"]
+    if "critical_path" in best:
+        result["critical_path"] = best["critical_path"]
+    if "late" in best:
+        result["late_endpoints"] = best["late"]
+    return result
+
+
+#: What one nextpnr run writes, and the per-seed name it is written under.
+_SEED_FILES = {"pnr": "pnr.json", "nextpnr": "nextpnr.log"}
+
+
+def _seed_file(name, seed):
+    stem, _, ext = _SEED_FILES[name].rpartition(".")
+    return f"{stem}-seed{seed}.{ext}"
+
+
+def _place_and_route_seeds(f, work, netlist, freq_mhz, seeds, jobs, timeout, progress):
+    """Place and route ``netlist`` once per seed, ``jobs`` at a time (each nextpnr is
+    one single-threaded WebAssembly process); one dict per seed, in seed order:
+    ``seed`` and ``pnr_seconds`` with ``fmax_mhz``, ``utilization``, ``critical_path``,
+    ``late`` on success or ``error`` (one line) on failure."""
+    from concurrent.futures import ThreadPoolExecutor
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(seeds)))
+    done = []
+
+    def one(seed):
+        for name in _SEED_FILES:
+            (work / _seed_file(name, seed)).unlink(missing_ok=True)
+        t0 = time.perf_counter()
+        run = {"seed": seed}
+        try:
+            _run([*f.pnr, "--json", netlist, "--freq", str(freq_mhz), "--out-of-context",
+                  "--timing-allow-fail", "--seed", str(seed), "--report",
+                  _seed_file("pnr", seed), "--detailed-timing-report", "-q",
+                  "-l", _seed_file("nextpnr", seed)],
+                 work / f"nextpnr-seed{seed}.stdout", timeout, "nextpnr", work)
+        except SynthError as exc:
+            run["error"] = str(exc)
+        run["pnr_seconds"] = round(time.perf_counter() - t0, 1)
+        if "error" not in run:
+            run.update(_pnr_figures(json.loads((work / _seed_file("pnr", seed)).read_text()),
+                                    freq_mhz))
+        done.append(run)
+        if progress and len(seeds) > 1:
+            progress(f"nextpnr: {len(done)} of {len(seeds)} seeds placed and routed "
+                     f"({seeds_text(done)})")
+        return run
+
+    for name in _SEED_FILES.values():
+        (work / name).unlink(missing_ok=True)      # nothing of an earlier run is reported
+    if progress:
+        what = (f"seed {seeds[0]}" if len(seeds) == 1
+                else f"seeds {', '.join(map(str, seeds))}, {jobs} at a time")
+        progress(f"nextpnr: placing and routing on {f.device} ({what})")
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(one, seeds))
+
+
+def _pnr_figures(rep, freq_mhz):
+    """Fmax, utilization, critical path and late register inputs of one nextpnr report."""
+    fmax = [v["achieved"] for v in rep.get("fmax", {}).values()]
+    out = {"fmax_mhz": round(min(fmax), 2) if fmax else None,
+           "utilization": {k: v for k, v in rep.get("utilization", {}).items() if v["used"]}}
     paths = rep.get("critical_paths", [])
     if paths:
-        result["critical_path"] = critical_path_summary(paths[0])
+        out["critical_path"] = critical_path_summary(paths[0])
     if "detailed_net_timings" in rep:
-        result["late_endpoints"] = late_endpoints(rep, 1000.0 / freq_mhz)
-    return result
+        out["late"] = late_endpoints(rep, 1000.0 / freq_mhz)
+    return out
+
+
+def seeds_text(runs):
+    """``seed 1: 98.2 MHz, seed 2: failed, ...`` for the CLI and report.txt."""
+    return ", ".join(f"seed {r['seed']}: " + (f"{r['fmax_mhz']} MHz" if r.get("fmax_mhz")
+                                               else "failed")
+                     for r in sorted(runs, key=lambda r: r["seed"]))
+
+
+def parse_seeds(text):
+    """Seeds from ``"3"``, ``"1-4"`` or ``"1,3,7"`` (sorted, without repeats).
+
+    Raises
+    ------
+    ValueError
+        With a one-line explanation.
+    """
+    seeds = set()
+    for part in str(text).split(","):
+        lo, dash, hi = part.strip().partition("-")
+        try:
+            a, b = int(lo), int(hi) if dash else int(lo)
+        except ValueError:
+            raise ValueError(f"{text!r} is not a seed, a range like 1-4 or a list like "
+                             "1,3,7") from None
+        if a < 1 or b < a:
+            raise ValueError(f"{part.strip()!r}: seeds are positive and a range runs low-high")
+        seeds.update(range(a, b + 1))
+    return sorted(seeds)
 
 
 def late_endpoints(report, period_ns, top=6):

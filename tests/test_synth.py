@@ -7,8 +7,8 @@ from click.testing import CliRunner
 
 from groupnet_hw.cli import main
 from groupnet_hw.hw.synth import (FLOWS, SynthError, critical_path_summary, critical_path_text,
-                                   late_endpoints, late_endpoints_text,
-                                  synthesize)
+                                   late_endpoints, late_endpoints_text, parse_seeds,
+                                   synthesize)
 from groupnet_hw.models.checkpoint import save_checkpoint
 from conftest import random_model
 
@@ -129,3 +129,36 @@ def test_a_silent_tool_failure_is_explained_from_its_own_log(tmp_path):
         _run(cmd, tmp_path / "stdout.log", 60, "yosys", tmp_path, tool_log=tmp_path / "tool.log")
     with pytest.raises(SynthError, match="without a message"):
         _run(["sh", "-c", "exit 2"], tmp_path / "stdout.log", 60, "yosys", tmp_path)
+
+
+def test_seeds_parse_from_ranges_and_lists():
+    assert parse_seeds("3") == [3]
+    assert parse_seeds("1-4") == [1, 2, 3, 4]
+    assert parse_seeds("7,1-2,2") == [1, 2, 7]
+    for bad in ("0", "4-2", "x", "1-"):
+        with pytest.raises(ValueError):
+            parse_seeds(bad)
+
+
+def test_synth_refuses_a_bad_seed_in_one_line(tiny_build):
+    r = CliRunner().invoke(main, ["synth", str(tiny_build), "--seed", "4-2"])
+    assert r.exit_code == 2 and r.output.startswith("error: --seed ")
+    assert len(r.output.strip().splitlines()) == 1
+
+
+def test_several_seeds_keep_the_fastest_placement(tiny_build):
+    r = CliRunner().invoke(main, ["synth", str(tiny_build), "--flow", "ecp5", "--seed", "1,2",
+                                  "--jobs", "2"])
+    assert r.exit_code == 0, r.output
+    ecp5 = json.loads((tiny_build / "report.json").read_text())["synthesis"]["ecp5"]
+    runs = ecp5["seeds"]
+    assert [s["seed"] for s in runs] == [1, 2]
+    assert all(s["fmax_mhz"] > 10 and s["pnr_seconds"] > 0 and "late_count" in s for s in runs)
+    best = max(runs, key=lambda s: (s["fmax_mhz"], -s["seed"]))
+    assert ecp5["seed"] == best["seed"] and ecp5["fmax_mhz"] == best["fmax_mhz"]
+    assert ecp5["critical_path"] == best["critical_path"]
+    # the kept placement's report is the one under the single-run name
+    work = tiny_build / "synth-ecp5"
+    kept = json.loads((work / "pnr.json").read_text())
+    assert kept == json.loads((work / f"pnr-seed{best['seed']}.json").read_text())
+    assert f"kept seed {best['seed']} of seed 1: " in r.output
