@@ -95,6 +95,15 @@ class StreamRun:
     out_cycles: dict = field(default_factory=dict)
 
 
+async def _idle(ctx, cycles):
+    """Wait ``cycles`` clock edges. Not ``ctx.tick().repeat(n)``: a background process
+    still waiting in ``repeat`` when the simulation ends is closed mid-iteration, and
+    Amaranth's ``repeat`` then fails in its own cleanup (an unraisable
+    ``RuntimeError: aclose(): asynchronous generator is already running``)."""
+    for _ in range(cycles):
+        await ctx.tick()
+
+
 def run_streams(dut, inputs, outputs, *, stall=0.0, seed=0, max_cycles=1_000_000,
                 vcd=None, reset_at=None, pace=1):
     """Drive ``dut``'s input streams and collect its output streams.
@@ -157,7 +166,7 @@ def run_streams(dut, inputs, outputs, *, stall=0.0, seed=0, max_cycles=1_000_000
                     continue
                 if stall and rng.random() < stall:
                     ctx.set(stream.valid, 0)
-                    await ctx.tick().repeat(rng.randint(1, 4))
+                    await _idle(ctx, rng.randint(1, 4))
                     continue
                 ctx.set(stream.valid, 1)
                 ctx.set(stream.payload, beats[index])
@@ -180,7 +189,7 @@ def run_streams(dut, inputs, outputs, *, stall=0.0, seed=0, max_cycles=1_000_000
                     out_cycles[name].clear()
                 if stall and rng.random() < stall:
                     ctx.set(stream.ready, 0)
-                    await ctx.tick().repeat(rng.randint(1, 4))
+                    await _idle(ctx, rng.randint(1, 4))
                     continue
                 ctx.set(stream.ready, 1)
                 *_, valid, payload = await ctx.tick().sample(stream.valid, stream.payload)
@@ -189,7 +198,7 @@ def run_streams(dut, inputs, outputs, *, stall=0.0, seed=0, max_cycles=1_000_000
                     out_cycles[name].append(clock["cycle"])
                     if pace > 1:
                         ctx.set(stream.ready, 0)
-                        await ctx.tick().repeat(pace - 1)
+                        await _idle(ctx, pace - 1)
             ctx.set(stream.ready, 0)
             clock["done_at"] = max(clock["done_at"], clock["cycle"])
         return consumer
