@@ -48,20 +48,8 @@ SWEEP = [
     ("k2-c16-w32-bram", dict(bases=2, image_size=32, stem_channels=16,
                              stages=[[16, 1, 1], [32, 1, 2]]), 16),
     ("k5-c16-shared", dict(bases=5, stem_channels=16, stages=[[16, 1, 1], [16, 1, 2]]), 8),
-    # A max pool after the stem (ResNet's 3x3 stride-2 pool), at two sizes: the pool's
-    # window and comparison tree, which the CNV uses twice.
-    ("k2-c8-pool", dict(bases=2, image_size=16, stem_channels=8, stem_pool=True,
-                        stages=[[8, 1, 1], [12, 1, 2]]), 2),
-    ("k1-c16-pool", dict(bases=1, image_size=12, stem_channels=16, stem_pool=True,
-                         stages=[[16, 1, 1], [16, 1, 2]]), 4),
 ]
 
-#: Sweep designs synthesized for some flows only: on iCE40, Yosys builds the pool's
-#: logic line buffer in SB_RAM40_4K at one of the two sizes and in flip-flops at the
-#: other (its memory mapping's choice, not the schedule's), which no per-unit
-#: coefficient can follow; the UP5K holds no pooled network anyway, so iCE40 prices
-#: the max pool at nothing, as before these designs.
-FLOWS_OF = {"k2-c8-pool": ("ecp5", "cyclonev"), "k1-c16-pool": ("ecp5", "cyclonev")}
 #: Sweep designs scheduled with their line buffers in block RAM.
 BLOCK_LINE_BUFFERS = {"k2-c16-w32-bram"}
 #: Sweep designs scheduled with every block's bases time-shared (grouped MVUs, packed
@@ -145,7 +133,7 @@ def main(argv=None):
                 for name, fields, multiple in SWEEP if not args.only or name not in names}
         for flow in flows:
             for s in old["samples"][flow]:
-                if s["design"] not in kept or flow not in FLOWS_OF.get(s["design"], flows):
+                if s["design"] not in kept:
                     continue
                 owner, role, slot = s["unit"].split("/")
                 key = (owner, role, None if slot == "None" else int(slot))
@@ -157,8 +145,6 @@ def main(argv=None):
             vfile = Path(tmp, f"{name}.v")
             vfile.write_text(text)
             for flow in flows:
-                if flow not in FLOWS_OF.get(name, flows):
-                    continue
                 t0 = time.perf_counter()
                 result = synthesize(vfile, "groupnet_core", flow, Path(tmp, name),
                                     place_and_route=False, per_module=True)
