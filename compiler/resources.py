@@ -28,7 +28,7 @@ from pathlib import Path
 
 __all__ = ["FAMILIES", "CELLS", "MODEL_FILE", "load_model", "estimate_unit", "family_features",
            "rom_blocks", "LUT_ROM_MAX_DEPTH", "fifo_memory", "block_ram_blocks", "BRAM_MIN_FILL",
-           "COUNTED_CELLS",
+           "COUNTED_CELLS", "FIXED_COEFFICIENTS",
            "logic_sites", "fit_unit_model"]
 
 FAMILIES = ("ecp5", "ice40", "cyclonev")
@@ -146,6 +146,18 @@ def logic_sites(cells: dict, family: str) -> int:
     return cells.get("lut", 0)
 
 
+#: Coefficients known from the hardware rather than fitted, ``{(op, cell): {feature:
+#: coefficient}}``: an MVU's output and collect registers are one flip-flop per bit.
+#: Small sweep units cannot separate them from the unit's other registers (the fit put
+#: them on its constant and its tap registers), and a fully connected layer folded to
+#: one PE, whose collect and output registers are nearly all its flip-flops, then came
+#: out at half its count (FINN's CNV: 5,906 against Yosys's 11,386).
+FIXED_COEFFICIENTS = {
+    ("bin_conv", "ff"): {"out_bits": 1.0, "collect_bits": 1.0},
+    ("int_conv", "ff"): {"out_bits": 1.0, "collect_bits": 1.0},
+}
+
+
 def fit_unit_model(samples, features_of, cells=CELLS):
     """Non-negative least squares per (op, cell) over ``samples``.
 
@@ -176,10 +188,15 @@ def fit_unit_model(samples, features_of, cells=CELLS):
             y = np.array([r["cells"].get(cell, 0) for r in rows], dtype=float)
             if not y.any():
                 continue
+            fixed = FIXED_COEFFICIENTS.get((op, cell), {})
+            free = [i for i, n in enumerate(names) if n not in fixed]
+            known = np.array([sum(c * r["features"].get(n, 0.0) for n, c in fixed.items())
+                              for r in rows], dtype=float)
             # Relative errors matter, but a 10-LUT unit must not outweigh a 10,000-LUT one.
             w = 1.0 / np.sqrt(np.maximum(y, 8.0))
-            coef, _ = nnls(X * w[:, None], y * w)
-            model[op][cell] = {n: round(float(c), 5) for n, c in zip(names, coef) if c > 0}
+            coef, _ = nnls(X[:, free] * w[:, None], (y - known) * w)
+            fitted = {names[i]: round(float(c), 5) for i, c in zip(free, coef) if c > 0}
+            model[op][cell] = {**fitted, **fixed}
     return model
 
 

@@ -348,7 +348,8 @@ class BinConv(_Conv):
                  weight_bits=folds * unit.pe * unit.simd if folds > 1 else 0,
                  rom_depth=folds if folds > 1 else 0, rom_width=unit.pe * unit.simd,
                  buffer_bits=groups * unit.n_in * lane if folds > 1 else 0,
-                 out_bits=node.channels * node.bit_width)
+                 out_bits=node.channels * node.bit_width,
+                 collect_bits=_collect_bits(node, unit))
         if self.operand_stage(node, unit):
             # the step's input slice and weight word registered once more; a grouped
             # MVU registers its group's whole vector at issue and picks the slice after
@@ -394,8 +395,19 @@ class IntConv(_Conv):
                  mult_bits=unit.pe * unit.simd * (parent.bit_width + 8),
                  acc_bits=unit.pe * node.bit_width, weight_bits=folds * unit.pe * unit.simd * 8,
                  rom_depth=folds if folds > 1 else 0, rom_width=unit.pe * unit.simd * 8,
-                 out_bits=node.channels * node.bit_width)
+                 out_bits=node.channels * node.bit_width,
+                 collect_bits=_collect_bits(node, unit))
         return f
+
+def _collect_bits(node, unit):
+    """Bits of an MVU's collect registers (``hw.mvu``): every output fold but the last
+    waits there for the vector's last input fold, ``PE`` channels each. With one output
+    fold there are none; a fully connected layer folded to one PE holds nearly its whole
+    output twice (collect and output registers)."""
+    groups = node.attrs.get("groups", 1)
+    out_folds = groups * ceil(node.channels // groups / unit.pe)
+    return (out_folds - 1) * unit.pe * node.bit_width
+
 
 @register
 class MaxPoolOp(Op):
