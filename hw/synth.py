@@ -117,8 +117,7 @@ def _count(stat, cells):
 
 
 def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=True,
-               timeout=3600, progress=None, seed=1, seeds=None, jobs=None, use_dsp=True,
-               per_module=False):
+               timeout=3600, progress=None, seeds=(1,), jobs=None, use_dsp=True, per_module=False):
     """Synthesize (and place and route) ``verilog``; returns the figures as a dict.
 
     Parameters
@@ -133,12 +132,11 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
         nextpnr's target (Fmax is reported whether or not it is met).
     place_and_route : bool
     progress : callable(str), optional
-    seed : int
-        nextpnr's placement seed.
-    seeds : sequence of int, optional
-        Place and route once per seed instead (``jobs`` at a time, default one per
-        core) and keep the fastest placement: on a nearly full device Fmax varies by
-        several percent from seed to seed, which is the margin a 100 MHz target has.
+    seeds : sequence of int
+        nextpnr's placement seeds: one place and route per seed (``jobs`` at a time,
+        default one per core), the fastest placement kept. On a nearly full device Fmax
+        varies by several percent from seed to seed, which is the margin a 100 MHz
+        target has.
     jobs : int, optional
     use_dsp : bool
         Let Yosys map multipliers to DSP blocks. When place and route then runs out of
@@ -209,12 +207,12 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
         result["dsp_registers"] = f.pre_pnr(design)
         netlist = "netlist_pnr.json"
         (work / netlist).write_text(json.dumps(design))
-    seeds = list(seeds) if seeds else [seed]
+    seeds = list(seeds)
     runs = _place_and_route_seeds(f, work, netlist, freq_mhz, seeds, jobs, timeout, progress)
     placed = [r for r in runs if "fmax_mhz" in r]
     best = max(placed, key=lambda r: (r["fmax_mhz"] or 0, -r["seed"])) if placed else runs[0]
-    # the kept placement's report and log under the names a single run writes
-    for name in ("pnr", "nextpnr"):
+    # the kept placement's report and logs under the names a single run writes
+    for name in _SEED_FILES:
         kept = work / _seed_file(name, best["seed"])
         if kept.is_file():
             shutil.copyfile(kept, work / _SEED_FILES[name])
@@ -249,7 +247,7 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
 
 
 #: What one nextpnr run writes, and the per-seed name it is written under.
-_SEED_FILES = {"pnr": "pnr.json", "nextpnr": "nextpnr.log"}
+_SEED_FILES = {"pnr": "pnr.json", "nextpnr": "nextpnr.log", "stdout": "nextpnr.stdout"}
 
 
 def _seed_file(name, seed):
@@ -276,13 +274,13 @@ def _place_and_route_seeds(f, work, netlist, freq_mhz, seeds, jobs, timeout, pro
                   "--timing-allow-fail", "--seed", str(seed), "--report",
                   _seed_file("pnr", seed), "--detailed-timing-report", "-q",
                   "-l", _seed_file("nextpnr", seed)],
-                 work / f"nextpnr-seed{seed}.stdout", timeout, "nextpnr", work)
+                 work / _seed_file("stdout", seed), timeout, "nextpnr", work)
         except SynthError as exc:
             run["error"] = str(exc)
-        run["pnr_seconds"] = round(time.perf_counter() - t0, 1)
-        if "error" not in run:
+        else:
             run.update(_pnr_figures(json.loads((work / _seed_file("pnr", seed)).read_text()),
                                     freq_mhz))
+        run["pnr_seconds"] = round(time.perf_counter() - t0, 1)
         done.append(run)
         if progress and len(seeds) > 1:
             progress(f"nextpnr: {len(done)} of {len(seeds)} seeds placed and routed "

@@ -227,8 +227,7 @@ class _Conv(Op):
 
     def vector_steps(self, node, unit):
         """Cycles the MVU spends per output pixel (its initiation interval)."""
-        groups = node.attrs.get("groups", 1)
-        return groups * ceil(node.channels // groups / unit.pe) * ceil(unit.n_in / unit.simd)
+        return _out_folds(node, unit) * ceil(unit.n_in / unit.simd)
 
     def cycles(self, node, parent, unit):
         return max(node.height * node.width * self.vector_steps(node, unit),
@@ -399,14 +398,20 @@ class IntConv(_Conv):
                  collect_bits=_collect_bits(node, unit))
         return f
 
+
+def _out_folds(node, unit):
+    """An MVU's output folds per vector: ``ceil(C/groups/PE)`` per group
+    (``hw.mvu._FoldedMVU.out_folds``)."""
+    groups = node.attrs.get("groups", 1)
+    return groups * ceil(node.channels // groups / unit.pe)
+
+
 def _collect_bits(node, unit):
     """Bits of an MVU's collect registers (``hw.mvu``): every output fold but the last
     waits there for the vector's last input fold, ``PE`` channels each. With one output
     fold there are none; a fully connected layer folded to one PE holds nearly its whole
     output twice (collect and output registers)."""
-    groups = node.attrs.get("groups", 1)
-    out_folds = groups * ceil(node.channels // groups / unit.pe)
-    return (out_folds - 1) * unit.pe * node.bit_width
+    return (_out_folds(node, unit) - 1) * unit.pe * node.bit_width
 
 
 @register
