@@ -44,17 +44,28 @@ SWEEP = [
                           stages=[[6, 1, 1], [10, 1, 2]], dilations=[[1, 2], [1, 1]]), 2),
     ("k1-c16", dict(bases=1, stem_channels=16, stages=[[16, 1, 1], [16, 1, 2]]), 8),
     # Line buffers in block RAM: 32- and 16-pixel rows of 16 and 32 bits, which every
-    # family's block RAM takes (Cyclone V's M10K only from a 5 % fill).
+    # family's block RAM takes (Cyclone V's M10K only from a 5 % fill), as a memory per
+    # ring row and window column; then the same network at 8 cycles a pixel with serial
+    # line buffers: the 32x32 stage's still one memory per row and column (8 cycles are
+    # too few to read nine taps), the 16x16 stage's (32 cycles a pixel) one memory each.
     ("k2-c16-w32-bram", dict(bases=2, image_size=32, stem_channels=16,
                              stages=[[16, 1, 1], [32, 1, 2]]), 16),
+    ("k2-c16-w32-serial", dict(bases=2, image_size=32, stem_channels=16,
+                               stages=[[16, 1, 1], [32, 1, 2]]), 8),
     ("k5-c16-shared", dict(bases=5, stem_channels=16, stages=[[16, 1, 1], [16, 1, 2]]), 8),
+    # Serial line buffers of 8- and 4-pixel rows of 48 bits (time-shared K = 3), which
+    # M10K takes as one memory and not as one per row: 2,048 cycles/frame.
+    ("k3-c16-shared-serial", dict(bases=3, stem_channels=16, stages=[[16, 1, 1], [16, 1, 2]]),
+     32),
 ]
 
-#: Sweep designs scheduled with their line buffers in block RAM.
-BLOCK_LINE_BUFFERS = {"k2-c16-w32-bram"}
+#: Sweep designs scheduled with their line buffers in block RAM (``schedule``'s
+#: ``line_buffers``); the others in logic.
+LINE_BUFFERS = {"k2-c16-w32-bram": "block", "k2-c16-w32-serial": "serial",
+                "k3-c16-shared-serial": "serial"}
 #: Sweep designs scheduled with every block's bases time-shared (grouped MVUs, packed
 #: mixers): the default digits network at 512 cycles/frame.
-SHARED_BASES = {"k5-c16-shared"}
+SHARED_BASES = {"k5-c16-shared", "k3-c16-shared-serial"}
 
 
 def sweep_design(name, fields, multiple, seed=0):
@@ -66,7 +77,7 @@ def sweep_design(name, fields, multiple, seed=0):
     inp = g[g.input]
     sched = schedule(g, target_cycles=multiple * inp.height * inp.width,
                      bases="shared" if name in SHARED_BASES else "parallel",
-                     line_buffers="block" if name in BLOCK_LINE_BUFFERS else "logic")
+                     line_buffers=LINE_BUFFERS.get(name, "logic"))
     core = Accelerator(sched)
     text = verilog.convert(core, name="groupnet_core", emit_src=False)
     return sched, text, core

@@ -13,7 +13,7 @@ from __future__ import annotations
 from math import ceil
 
 __all__ = [
-    "conv_out_size", "window_latency", "window_cycles", "mvu_cycles", "elementwise_cycles",
+    "conv_out_size", "window_latency", "window_refill", "window_cycles", "mvu_cycles", "elementwise_cycles",
     "head_cycles", "HEAD_PIPELINE", "MIXER_LANE_LATENCY", "mixer_lane_latency",
     "POSTOP_LANE_LATENCY", "postop_lane_latency",
     "pipeline_cycles", "lane_folds",
@@ -29,11 +29,20 @@ def conv_out_size(size, kernel, stride, dilation, padding):
     return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
 
 
-def window_latency(line_ram="logic"):
+def window_latency(line_ram="logic", kernel=1):
     """Cycles from accepting the last pixel a window needs to the window on the output
     (:class:`groupnet_hw.hw.window.SlidingWindow`): see the pixel, read the line buffer,
-    register the window (``line_ram`` "logic" or "block": the same)."""
-    return 3
+    register the window (``line_ram`` "logic" or "block": 3, the same); "serial" reads
+    the ``kernel**2`` taps one per cycle and registers the last: ``kernel**2 + 2``."""
+    return kernel * kernel + 2 if line_ram == "serial" else 3
+
+
+def window_refill(line_ram="logic", kernel=1):
+    """Fewest cycles from the cycle a window is taken to the next window on the output:
+    1 (the next is read while the consumer holds this one), or with "serial" line
+    buffers ``kernel**2 + 2`` (the output register is refilled tap by tap once it is
+    empty). A consumer slower than this never waits for the window."""
+    return kernel * kernel + 2 if line_ram == "serial" else 1
 
 
 def window_cycles(height, width):

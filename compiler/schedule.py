@@ -128,11 +128,14 @@ class Schedule:
 
     def block_line_buffers(self):
         """Units whose line buffer is in block RAM."""
-        return [u.name for u in self.units.values() if u.line_ram == "block"]
+        return [u.name for u in self.units.values() if u.line_ram in ("block", "serial")]
 
     def line_buffers_text(self):
         n = len(self.block_line_buffers())
-        return f"block RAM ({n} windows)" if n else "logic"
+        serial = sum(u.line_ram == "serial" for u in self.units.values())
+        if not n:
+            return "logic"
+        return f"block RAM ({n} windows{f', {serial} serial' if serial else ''})"
 
     def mapping_text(self):
         """How the bases are mapped, in words."""
@@ -337,12 +340,15 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
         mix of shared and side-by-side blocks (the two uniform mappings beyond
         :data:`MAX_MIXED_GROUPS` blocks) scheduled and the best kept: the faster frame
         interval that fits, then the smaller design.
-    line_buffers : {"auto", "logic", "block"}
+    line_buffers : {"auto", "logic", "block", "serial"}
         Where the convolutions' line buffers go: ``logic`` (flip-flops or distributed
         RAM, as Yosys maps a many-port memory); ``block``, block RAM for every line
         buffer the device's block RAM takes (one memory per ring row and window column;
         Cyclone V's M10K takes one only when it fills 5 % of its blocks, an image row of
-        at least 512 bits); ``auto``, both scheduled and the better kept, as for
+        at least 512 bits); ``serial``, block RAM as one memory read a tap per cycle
+        wherever the MVU takes a window at most every ``kernel**2 + 2`` cycles, so that
+        it costs no cycle (fewer blocks, and M10K takes even 8-pixel rows that way),
+        elsewhere as ``block``; ``auto``, each scheduled and the best kept, as for
         ``bases``.
     """
     if bases not in BASE_MAPPINGS:
@@ -354,8 +360,8 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
         raise ValueError(f"unknown board {board!r}; known: {', '.join(BOARD_BUDGETS)}")
     modes = [line_buffers]
     if line_buffers == "auto":
-        modes = ["logic"] + (["block"] if _block_lines(g, BOARD_BUDGETS[board]["family"])
-                             else [])
+        modes = ["logic"] + (["block", "serial"]
+                             if _block_lines(g, BOARD_BUDGETS[board]["family"]) else [])
     errors, candidates = [], []
     for mode in modes:
         try:
@@ -375,20 +381,20 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
 
 
 #: Choices of :func:`schedule`'s ``line_buffers``.
-LINE_BUFFER_CHOICES = ("auto", "logic", "block")
-
-
-def _line_buffer_in_block_ram(node, parent, family):
-    """Whether ``node``'s line buffer, built for block RAM, is block RAM on ``family``."""
-    from .resources import block_ram_blocks
-    memory = op_of(node).line_memory(node, parent) if parent is not None else None
-    return bool(memory) and block_ram_blocks(memory[0], memory[1], family) is not None
+LINE_BUFFER_CHOICES = ("auto", "logic", "block", "serial")
 
 
 def _block_lines(g, family):
-    """Whether any convolution's line buffer would go to the family's block RAM."""
-    return any(_line_buffer_in_block_ram(node, g.producer(node.inputs[0]) if node.inputs
-                                         else None, family) for node in g)
+    """Whether any convolution's line buffer could go to the family's block RAM (as one
+    memory per ring row and window column, or as one serial memory)."""
+    from .resources import block_ram_blocks
+    for node in g:
+        parent = g.producer(node.inputs[0]) if node.inputs else None
+        for kind in ("block", "serial"):
+            memory = op_of(node).line_memory(node, parent, kind) if parent else None
+            if memory and block_ram_blocks(memory[0], memory[1], family) is not None:
+                return True
+    return False
 
 
 def _map_bases(g, board, target_cycles, fps, max_util, folding, bases, line_ram):
@@ -456,7 +462,8 @@ def _preference(sched):
 
 def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logic") -> Schedule:
     """:func:`schedule` of one graph as it is (bases already mapped), with line buffers
-    in block RAM (``line_ram="block"``) wherever the family's block RAM takes them."""
+    in block RAM (``line_ram`` "block" or "serial", :func:`schedule`'s ``line_buffers``)
+    wherever the family's block RAM takes them."""
     if board not in BOARD_BUDGETS:
         raise ValueError(f"unknown board {board!r}; known: {', '.join(BOARD_BUDGETS)}")
     if not 0 < max_util <= 1:
@@ -482,8 +489,9 @@ def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logi
             parent = g.producer(node.inputs[0]) if node.inputs else None
             pe, simd, n_in = override.get(node.name) or op.folding(node, parent, target)
             unit = Unit(node.name, node.op, 0, pe, simd, n_in, paced=op.paced(node, target))
-            if line_ram == "block" and _line_buffer_in_block_ram(node, parent, family):
-                unit.line_ram = "block"
+            if line_ram != "logic":
+                unit.line_ram = op.block_line_ram(node, parent, unit, family,
+                                                  serial=line_ram == "serial") or "logic"
             unit.cycles = op.cycles(node, parent, unit)
             unit.resources = estimate_unit(op.resource_features(g, node, parent, unit),
                                            node.op, family)

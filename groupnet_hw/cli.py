@@ -484,10 +484,13 @@ def _core_design(sched, name):
                    "time-shared on one set of units with the base index sequenced (shared), "
                    "or per block whichever mix is fastest within the budget (auto).")
 @click.option("--line-buffers", default="auto", show_default=True,
-              type=click.Choice(["auto", "logic", "block"]),
+              type=click.Choice(["auto", "logic", "block", "serial"]),
               help="Where the convolutions' line buffers go: logic (flip-flops or "
-                   "distributed RAM), block RAM wherever the device's block RAM takes them "
-                   "(block), or whichever fits faster (auto).")
+                   "distributed RAM); block RAM wherever the device's block RAM takes them, "
+                   "a memory per ring row and window column (block); block RAM as one "
+                   "memory read a tap per cycle wherever the folded MVU leaves the time, "
+                   "which costs no cycle and takes short rows too, else as block (serial); "
+                   "or whichever fits faster (auto).")
 @click.option("--baud", default=115200, show_default=True, type=click.IntRange(1200),
               help="UART host link speed.")
 @click.option("--bitstream/--no-bitstream", default=None,

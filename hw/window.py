@@ -14,8 +14,12 @@ __all__ = ["SlidingWindow", "LINE_RAM_KINDS"]
 #: duplicated distributed RAM (ECP5); ``"block"``, one memory per ring row and window
 #: column (one read port, whole-word writes), marked ``ram_style = "block"``, which
 #: Yosys maps to block RAM (its block RAM mappings take one read port, and Cyclone V's
-#: M10K no write lanes narrower than its data width).
-LINE_RAM_KINDS = ("logic", "block")
+#: M10K no write lanes narrower than its data width); ``"serial"``, the whole ring in one
+#: memory of pixel-wide words marked ``ram_style = "block"``, read one tap per cycle into
+#: the window register (for a consumer that takes a window at most every
+#: :func:`~groupnet_hw.compiler.cycles.window_refill` cycles: a folded MVU), which block
+#: RAM takes even for the short rows that ``"block"``'s one-row memories are too small for.
+LINE_RAM_KINDS = ("logic", "block", "serial")
 
 
 class SlidingWindow(wiring.Component):
@@ -58,10 +62,15 @@ class SlidingWindow(wiring.Component):
         Raw bits of the pad pixel (the whole pixel, not one lane); negative values are
         two's complement over the pixel width, so ``-1`` is all-ones (+1 for binary
         pixels) and ``0`` is the zero of a fixed-point layer.
-    line_ram : {"logic", "block"}
+    line_ram : {"logic", "block", "serial"}
         How the line buffer is built (:data:`LINE_RAM_KINDS`): one memory with
         ``kernel`` read ports, or ``kernel * ring_rows`` one-port memories of ``width``
-        pixels for block RAM. Same behaviour and timing.
+        pixels for block RAM, both with the same behaviour and timing; or ``"serial"``,
+        one block-RAM memory of ``ring_rows`` rows (each ``2**ceil(log2(width))`` words,
+        so that an address is the ring row and the column side by side) read one tap
+        per cycle: the same windows, ``kernel**2 + 2`` cycles after the last pixel a
+        window needs and at most one per ``kernel**2 + 2`` cycles (the register is filled
+        only once the consumer has taken the previous window).
     paced : bool
         The consumer takes at most one window every two cycles (a folded MVU,
         ``ii >= 2``). The next window is then read once the output register is
@@ -86,14 +95,17 @@ class SlidingWindow(wiring.Component):
         (found at construction by running the writer/reader counters at full rate).
         Without padding, at least the rows of the last output row plus those of the
         first (6 at 3x3), so a slow consumer finds the next frame's first window ready.
-        Memory: ``ring_rows * width`` pixels (``kernel`` times that with ``line_ram="block"``).
+        Memory: ``ring_rows * width`` pixels (``kernel`` times that with ``line_ram="block"``;
+        ``ring_rows * 2**ceil(log2(width))`` words with ``"serial"``).
 
     Latency
     -------
     A window is on ``o`` ``latency`` cycles after the last input pixel it uses is
     accepted, if the output side is idle: 3 (one cycle to see the pixel, one synchronous
     memory read, the output register: the taps picked from the read data with
-    ``line_ram="logic"``, the block RAM's data as it comes with ``"block"``). The
+    ``line_ram="logic"``, the block RAM's data as it comes with ``"block"``); with
+    ``"serial"``, ``kernel**2 + 2`` (one read per tap, the last tap's data registered).
+    The
     last window of every frame also waits for the frame's last pixel (the reader frees the
     frame's rows with it). Windows that only need rows below the last input row (bottom
     padding) leave one per cycle after the frame's last pixel: with ``padding`` = the usual
@@ -102,7 +114,8 @@ class SlidingWindow(wiring.Component):
 
     Throughput
     ----------
-    One input pixel per cycle and one window per cycle. In steady state over back-to-back
+    One input pixel per cycle and one window per cycle (``"serial"``: one window per
+    ``kernel**2 + 2`` cycles, counted from the cycle the previous one was taken). In steady state over back-to-back
     frames (input always valid, output always ready) a frame takes exactly
     ``window_cycles(height, width) = height*width`` cycles as long as there are no more
     windows than pixels (``out_height*out_width <= height*width``, true whenever
@@ -139,7 +152,7 @@ class SlidingWindow(wiring.Component):
                              f"not {line_ram!r}")
         self.line_ram = line_ram
         self.paced = bool(paced)
-        self.latency = window_latency(line_ram)
+        self.latency = window_latency(line_ram, kernel)
         self.ring_rows = self._ring_rows()
         super().__init__({
             "i": In(stream.Signature(pixel_shape)),
@@ -188,6 +201,11 @@ class SlidingWindow(wiring.Component):
             last_held = self._geometry(self.out_height - 1, self.out_width - 1)[2]
             first_rows = self._geometry(0, 0)[0] + 1
             rows = max(rows, last_held + first_rows)
+        if self.line_ram == "serial":
+            # A serial window frees rows after its last tap's read, up to two windows
+            # later than the others (which read a window while the consumer still holds
+            # the one before): one row more keeps the writer from waiting on that.
+            rows += 1
         if self.out_height * self.out_width > self.height * self.width:
             return rows     # output-bound: the writer has to wait anyway
         H, W = self.height, self.width
@@ -273,6 +291,15 @@ class SlidingWindow(wiring.Component):
             wr = lines.write_port(granularity=pw)
             columns = [[lines.read_port()] for _ in range(k)]
             row_writes = [(wr, None)]
+        elif self.line_ram == "serial":
+            # The ring in one memory: the address is the ring row above the column bits,
+            # so that no multiplier sits in front of the read address.
+            col_bits = max(1, (W - 1).bit_length())
+            m.submodules.lines = lines = Memory(shape=unsigned(pw), depth=R << col_bits,
+                                                init=[], attrs={"ram_style": "block"})
+            serial_read = lines.read_port()
+            columns = [[] for _ in range(k)]
+            row_writes = [(lines.write_port(), "serial")]
         else:
             # Block RAM takes one read port and no partial writes: one memory per ring
             # row and window column, written alike, so each needs only a write enable.
@@ -300,7 +327,10 @@ class SlidingWindow(wiring.Component):
         m.d.comb += self.i.ready.eq(complete < R)
         for wr, row in row_writes:
             m.d.comb += wr.addr.eq(wx)
-            if row is None:
+            if row == "serial":
+                m.d.comb += [wr.addr.eq((wslot << col_bits) | wx),
+                             wr.data.eq(Value.cast(self.i.payload)), wr.en.eq(accept)]
+            elif row is None:
                 m.d.comb += [wr.data.eq(Value.cast(self.i.payload).replicate(R)),
                              wr.en.eq(Mux(accept, Const(1, R) << wslot, 0))]
             else:
@@ -404,6 +434,11 @@ class SlidingWindow(wiring.Component):
                     taps.append(Mux(rows_ok[ky] & cols_ok[kx], pixel, pad))
             return Cat(*taps)
 
+        if self.line_ram == "serial":
+            self._serial_output(m, serial_read, col_bits, available, issue, base_slot,
+                                cur_row, cur_col, pad)
+            return m
+
         read_data = [Cat(p.data for p in columns[kx]) for kx in range(k)]
         # Room on the output: the register is empty or, unless paced, being taken.
         room = Signal()
@@ -444,3 +479,61 @@ class SlidingWindow(wiring.Component):
             m.d.comb += self.o.payload.eq(window_of(data_r, slot_r, row_ok_r, col_ok_r))
 
         return m
+
+    def _serial_output(self, m, port, col_bits, available, issue, base_slot, cur_row,
+                       cur_col, pad):
+        """``"serial"``: read the current window's taps one per cycle, in tap order,
+        into the output register, and issue (advance to the next window, free rows) with
+        the last read, so that no row is freed while it is still being read.
+
+        A window is read only while the output register is empty and no earlier read is
+        in flight: its enables depend on the window's own registers, never on
+        ``o.ready``."""
+        k, R, pw = self.kernel, self.ring_rows, self._pixel_width
+        taps = k * k
+        busy = Signal()                       # a window's taps are being read
+        tap = Signal(range(taps))             # the tap read this cycle (while reading)
+        ky = Signal(range(k))
+        kx = Signal(range(k))
+        reading = Signal()
+        last_data = Signal()                  # the window's last tap arrives this cycle
+        data_valid = Signal()
+        data_tap = Signal(range(taps))
+        data_ok = Signal()
+        m.d.comb += [
+            last_data.eq(data_valid & (data_tap == taps - 1)),
+            reading.eq(busy | (available & ~self.o.valid & ~last_data)),
+            issue.eq(reading & (tap == taps - 1)),
+        ]
+        slot = Signal(range(2 * R))
+        m.d.comb += slot.eq(base_slot + cur_row.offset[ky])
+        row = Signal(range(R))
+        m.d.comb += row.eq(Mux(slot >= R, slot - R, slot))
+        m.d.comb += [port.en.eq(reading),
+                     port.addr.eq((row << col_bits) | cur_col.addr[kx])]
+        with m.If(reading):
+            m.d.sync += busy.eq(~issue)
+            with m.If(issue):
+                m.d.sync += [tap.eq(0), ky.eq(0), kx.eq(0)]
+            with m.Else():
+                m.d.sync += tap.eq(tap + 1)
+                with m.If(kx == k - 1):
+                    m.d.sync += [kx.eq(0), ky.eq(ky + 1)]
+                with m.Else():
+                    m.d.sync += kx.eq(kx + 1)
+        m.d.sync += [data_valid.eq(reading), data_tap.eq(tap),
+                     data_ok.eq(cur_row.valid.bit_select(ky, 1)
+                                & cur_col.valid.bit_select(kx, 1))]
+
+        window_r = Signal(taps * pw, name="window_r")
+        tap_value = Signal(pw)
+        m.d.comb += tap_value.eq(Mux(data_ok, port.data, pad))
+        with m.If(data_valid):
+            for t in range(taps):
+                with m.If(data_tap == t):
+                    m.d.sync += window_r.word_select(t, pw).eq(tap_value)
+        with m.If(last_data):
+            m.d.sync += self.o.valid.eq(1)
+        with m.Elif(self.o.ready):
+            m.d.sync += self.o.valid.eq(0)
+        m.d.comb += self.o.payload.eq(window_r)

@@ -8,7 +8,8 @@ from amaranth.back import verilog
 from amaranth.hdl import signed, unsigned
 from amaranth.lib import data
 
-from groupnet_hw.compiler.cycles import conv_out_size, window_cycles
+from groupnet_hw.compiler.cycles import (conv_out_size, window_cycles, window_latency,
+                                         window_refill)
 from groupnet_hw.hw.window import SlidingWindow
 from groupnet_hw.sim.streams import run_streams
 
@@ -300,6 +301,51 @@ def test_paced_window_costs_no_cycle_at_a_folded_consumers_rate(name, line_ram):
     _, run, expected = run_config(name, frames=3, stall=0.3, seed=7, line_ram=line_ram,
                                   paced=True, reset_at=int(1.3 * height * width))
     assert run.outputs["o"] == expected
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_serial_line_ram_same_windows_under_stalls_and_reset(name):
+    """The ring in one memory read a tap per cycle: the same windows for every
+    geometry, under random input gaps and output stalls and a reset mid-frame."""
+    height, width = CONFIGS[name][:2]
+    _, run, expected = run_config(name, frames=3, stall=0.3, seed=11, line_ram="serial",
+                                  reset_at=int(1.3 * height * width))
+    assert run.outputs["o"] == expected
+
+
+@pytest.mark.parametrize("name", ["5x7-k3-pad1-bin", "8x5-k3-s2-d2-bin", "7x6-k3-s2-d3-fix",
+                                  "6x7-k3-s2-pad0-fix", "7x5-k3-rgb", "5x4-k2-pad1-bin",
+                                  "5x6-k1-bin"])
+def test_serial_line_ram_costs_only_its_latency_at_a_slow_consumers_pace(name):
+    """Consumed at most one window per ``window_refill`` cycles (a folded MVU), every
+    serial window leaves exactly ``kernel**2 - 1`` cycles after the logic line buffer's
+    (its latency, ``kernel**2 + 2`` against 3): the same frame rate. Faster, it refills
+    the register in ``kernel**2 + 2`` cycles after each take."""
+    k = CONFIGS[name][2]
+    refill = window_refill("serial", k)
+    assert window_latency("serial", k) - window_latency("logic", k) == k * k - 1
+    for pace in (refill, refill + 3):
+        _, logic, expected = run_config(name, frames=2, line_ram="logic", pace=pace)
+        dut, serial, _ = run_config(name, frames=2, line_ram="serial", pace=pace)
+        assert serial.outputs["o"] == expected
+        assert dut.latency == window_latency("serial", k)
+        assert [b - a for a, b in zip(logic.out_cycles["o"], serial.out_cycles["o"])] == \
+            [k * k - 1] * len(expected)
+    _, fast, expected = run_config(name, frames=2, line_ram="serial")
+    assert fast.outputs["o"] == expected
+    gaps = np.diff(fast.out_cycles["o"])
+    assert gaps.min() == refill
+
+
+def test_serial_line_ram_is_one_block_memory():
+    """One memory, marked for block RAM, ``ring_rows`` rows of ``2**ceil(log2(width))``
+    words (one row more than the logic line buffer's ring)."""
+    dut = SlidingWindow(unsigned(4), 6, 6, kernel=3, line_ram="serial")
+    logic = SlidingWindow(unsigned(4), 6, 6, kernel=3)
+    assert dut.ring_rows == logic.ring_rows + 1
+    text = verilog.convert(dut, name="win")
+    assert text.count('(* ram_style = "block" *)') == 1
+    assert f"reg [3:0] lines [{dut.ring_rows * 8 - 1}:0]" in text
 
 
 @pytest.mark.parametrize("name", [n for n in CONFIGS if output_bound(n)])

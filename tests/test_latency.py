@@ -158,14 +158,19 @@ def test_latency_of_a_folded_design_in_amaranth_simulator():
 
 @pytest.mark.parametrize("index", range(len(TINY)))
 def test_latency_with_block_ram_line_buffers_in_amaranth_simulator(index):
-    """Line buffers in block RAM register the window once more: the model's window
-    latency follows (compiler.cycles.window_latency), isolated, paced and folded."""
+    """Line buffers in block RAM register the window once more, and serial ones (at a
+    folding slow enough for them) read a tap per cycle: the model's window latency and
+    refill follow (compiler.cycles.window_latency, window_refill), isolated, paced and
+    folded."""
     model = random_model(30 + index, **TINY[index])
     g = compile_model(model)
-    for target in (None, 200):
-        sched = schedule(g, "ulx3s", target_cycles=target, line_buffers="block",
+    n = g[g.input].height * g[g.input].width
+    for target, mode in ((None, "block"), (200, "block"), (None, "serial"), (16 * n, "serial")):
+        sched = schedule(g, "ulx3s", target_cycles=target, line_buffers=mode,
                          bases="parallel")
         assert sched.block_line_buffers()
+        kinds = {u.line_ram for u in sched.units.values()}
+        assert ("serial" in kinds) == (target == 16 * n)
         lat = predicted_latency(sched)
         n = sched.graph[sched.graph.input].height * sched.graph[sched.graph.input].width
         assert amaranth_latencies(sched, 1) == [lat.isolated]

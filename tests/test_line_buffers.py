@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from groupnet_hw.compiler import resources as R
+from groupnet_hw.compiler.cycles import window_refill
 from groupnet_hw.compiler.ops import op_of
 from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.compiler.schedule import schedule
@@ -50,6 +51,33 @@ def test_block_line_buffers_bit_exact_at_the_same_cycles(index):
     assert logic_run.cycles_per_frame_measured == paced.cycles_per_frame_measured
 
 
+@pytest.mark.parametrize("index", range(len(CONFIGS)))
+def test_serial_line_buffers_bit_exact_at_the_predicted_cycles(index):
+    """Folded to 16 cycles a pixel, every window whose MVU leaves it the cycles to read
+    its taps one by one gets a serial line buffer (on ECP5 all; on Cyclone V those that
+    fill an M10K as one memory); bit-exact under input gaps and output stalls, at the
+    predicted frame interval."""
+    cfg = CONFIGS[index]
+    model = random_model(400 + index, **cfg)
+    g = compile_model(model)
+    c, size = cfg.get("in_channels", 1), cfg["image_size"]
+    gen = torch.Generator().manual_seed(70 + index)
+    images = torch.randint(0, 256, (3, c, size, size), generator=gen, dtype=torch.uint8)
+    target = 16 * size * size
+    for board in ("ulx3s", "de10nano"):
+        sched = schedule(g, board, line_buffers="serial", bases="parallel", target_cycles=target)
+        serial = [u for u in sched.units.values() if u.line_ram == "serial"]
+        assert serial or board == "de10nano"
+        for u in serial:
+            node = g[u.name]
+            assert op_of(node).vector_steps(node, u) >= window_refill("serial", node.attrs["kernel"])
+        result = verify(model, sched, images, simulator="amaranth", stall=0.3, seed=index)
+        assert result.exact == result.images, result.first_mismatch
+        paced = verify(model, sched, images, simulator="amaranth")
+        assert paced.exact == paced.images
+        assert paced.cycles_per_frame_measured == sched.frame_cycles <= target
+
+
 def test_cyclone_v_takes_only_line_buffers_that_fill_an_m10k():
     """M10K needs a 5 % fill: never an 8-pixel row; 32-pixel rows of 16 bits do."""
     digits = compile_model(random_model(410, bases=2, stages=[[16, 1, 1]], stem_channels=16))
@@ -72,14 +100,23 @@ def test_cyclone_v_takes_only_line_buffers_that_fill_an_m10k():
     assert wide["blocks_1_bases_0_layer2_conv"].name not in taken
 
 
-def test_block_line_buffer_estimate_counts_its_blocks():
+@pytest.mark.parametrize("mode, target, kinds", [("block", 1024, {"block"}),
+                                                 ("serial", 256, {"block", "serial"}),
+                                                 ("serial", 1024, {"serial"})])
+def test_block_line_buffer_estimate_counts_its_blocks(mode, target, kinds):
+    """A memory per ring row and window column, or (``serial``) one memory where the
+    MVU takes a window at most every 11 cycles (at 256 cycles/frame the 4x4 stage's,
+    16 cycles a pixel, not the 8x8 stage's, 4): either way its blocks are counted, and
+    it costs fewer LUT sites and less distributed RAM than the logic line buffer."""
     g = compile_model(random_model(412, bases=2, stages=[[16, 1, 1], [16, 1, 2]],
                                    stem_channels=16))
-    block = schedule(g, "ulx3s", line_buffers="block", bases="parallel", target_cycles=1024)
-    logic = schedule(g, "ulx3s", line_buffers="logic", bases="parallel", target_cycles=1024)
+    block = schedule(g, "ulx3s", line_buffers=mode, bases="parallel", target_cycles=target)
+    logic = schedule(g, "ulx3s", line_buffers="logic", bases="parallel", target_cycles=target)
+    assert {block.units[n].line_ram for n in block.block_line_buffers()} == kinds
     for name in block.block_line_buffers():
         node = g[name]
-        depth, width, copies = op_of(node).line_memory(node, g.producer(node.inputs[0]))
+        depth, width, copies = op_of(node).line_memory(node, g.producer(node.inputs[0]),
+                                                       block.units[name].line_ram)
         features = op_of(node).resource_features(g, node, g.producer(node.inputs[0]),
                                                  block.units[name])
         assert R.family_features(features, "ecp5")["line_blocks"] == \

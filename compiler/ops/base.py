@@ -99,9 +99,17 @@ class Op:
         cannot be time-shared (the default)."""
         return None
 
-    def line_memory(self, node, parent):
-        """``(depth, width, copies)`` of the unit's line buffer when built in block RAM;
-        ``None``: the unit has no line buffer that can be (the default)."""
+    def line_memory(self, node, parent, kind="block"):
+        """``(depth, width, copies)`` of the unit's line buffer when built in block RAM
+        as ``kind`` (:data:`groupnet_hw.hw.window.LINE_RAM_KINDS`); ``None``: the unit
+        has no line buffer that can be (the default)."""
+        return None
+
+    def block_line_ram(self, node, parent, unit, family, serial=False):
+        """How the unit's line buffer goes to ``family``'s block RAM at ``unit``'s
+        folding (a :data:`groupnet_hw.hw.window.LINE_RAM_KINDS` kind; ``serial``: as a
+        serial memory where that costs no cycle), or ``None`` where it does not (the
+        default: no line buffer)."""
         return None
 
     # -- cycle model ---------------------------------------------------------

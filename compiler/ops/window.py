@@ -89,32 +89,42 @@ def _window_shape(ctx, node, parent, unit, paced=False):
 
 
 @lru_cache(maxsize=None)
-def _ring_rows(height, width, kernel, stride, dilation, padding):
+def _ring_rows(height, width, kernel, stride, dilation, padding, line_ram="logic"):
     from amaranth.hdl import unsigned
 
     from ...hw.window import SlidingWindow
     window = SlidingWindow(unsigned(1), height, width, kernel=kernel, stride=stride,
-                           dilation=dilation, padding=padding)
+                           dilation=dilation, padding=padding, line_ram=line_ram)
     window._MustUse__silence = True      # asked for its geometry, never elaborated
     return window.ring_rows
 
 
-def _line_memory(node, parent):
-    """``(depth, width, copies)`` of a convolution's line buffer built in block RAM:
-    one memory of a row's pixels per ring row and window column."""
+def _line_memory(node, parent, kind="block"):
+    """``(depth, width, copies)`` of a convolution's line buffer built in block RAM
+    (:data:`groupnet_hw.hw.window.LINE_RAM_KINDS`): ``"block"``, one memory of a row's
+    pixels per ring row and window column; ``"serial"``, the whole ring in one memory,
+    ``2**ceil(log2(width))`` words per ring row."""
     a = node.attrs
     rows = _ring_rows(parent.height, parent.width, a["kernel"], a["stride"],
-                      a.get("dilation", 1), a["padding"])
-    return parent.width, parent.channels * parent.bit_width, a["kernel"] * rows
+                      a.get("dilation", 1), a["padding"], kind)
+    pixel = parent.channels * parent.bit_width
+    if kind == "serial":
+        return rows << max(1, (parent.width - 1).bit_length()), pixel, 1
+    return parent.width, pixel, a["kernel"] * rows
 
 
 def _window_features(node, parent, unit):
     """Line buffer bits, and the tap bits of the window register and its row multiplexers;
     in block RAM (``unit.line_ram``), the memory's geometry (counted in blocks by the
-    family, :func:`..resources.family_features`) and the row multiplexers."""
+    family, :func:`..resources.family_features`) and the row multiplexers, or for a
+    serial window the register filled tap by tap and the pad multiplexer in front of it."""
     a = node.attrs
     k = a["kernel"]
     pix_bits = parent.channels * parent.bit_width
+    if unit is not None and unit.line_ram == "serial":
+        depth, width, _ = _line_memory(node, parent, "serial")
+        return {"one": 1, "line_depth": depth, "line_width": width, "line_copies": 1,
+                "serial_tap_bits": k * k * width, "serial_pixel_bits": width}
     if unit is not None and unit.line_ram == "block":
         depth, width, copies = _line_memory(node, parent)
         rows = copies // k
@@ -190,10 +200,25 @@ class _Conv(Op):
         slices = node.attrs.get("groups", 1) * ceil(unit.n_in / unit.simd)
         return cyc.mvu_operand_stage(slices, self.integer)
 
-    def line_memory(self, node, parent):
-        """``(depth, width, copies)`` of the line buffer in block RAM (see
-        :data:`groupnet_hw.hw.window.LINE_RAM_KINDS`)."""
-        return _line_memory(node, parent)
+    def line_memory(self, node, parent, kind="block"):
+        """``(depth, width, copies)`` of the line buffer in block RAM, built as ``kind``
+        (``"block"`` or ``"serial"``, :data:`groupnet_hw.hw.window.LINE_RAM_KINDS`)."""
+        return _line_memory(node, parent, kind)
+
+    def block_line_ram(self, node, parent, unit, family, serial=False):
+        # "serial" (one memory, a tap per cycle) where the MVU leaves the window the
+        # cycles to read its taps one by one, so that it costs no cycle: fewer blocks,
+        # and block RAM takes the short rows one memory per row is too small for
+        from ..resources import block_ram_blocks
+
+        def in_block_ram(kind):
+            depth, width, _ = _line_memory(node, parent, kind)
+            return block_ram_blocks(depth, width, family) is not None
+
+        if (serial and self.vector_steps(node, unit) >= cyc.window_refill("serial", node.attrs["kernel"])
+                and in_block_ram("serial")):
+            return "serial"
+        return "block" if in_block_ram("block") else None
 
     def tree_terms(self, node, unit):
         """Terms the MVU's adder tree sums per step and PE (its pipeline depth)."""
@@ -229,23 +254,33 @@ class _Conv(Op):
         """Cycles the MVU spends per output pixel (its initiation interval)."""
         return _out_folds(node, unit) * ceil(unit.n_in / unit.simd)
 
+    def pixel_interval(self, node, unit):
+        """Fewest cycles between two output pixels of the window and MVU: the MVU's
+        steps, or a serial window's refill when that is longer
+        (:func:`~groupnet_hw.compiler.cycles.window_refill`)."""
+        return max(self.vector_steps(node, unit),
+                   cyc.window_refill(unit.line_ram, node.attrs["kernel"]))
+
     def cycles(self, node, parent, unit):
-        return max(node.height * node.width * self.vector_steps(node, unit),
+        return max(node.height * node.width * self.pixel_interval(node, unit),
                    cyc.window_cycles(parent.height, parent.width))
 
     def timing(self, node, parent, ins, unit):
-        # window: its latency after the last pixel it needs; MVU: its latency per vector
-        wait = cyc.window_latency(unit.line_ram)
+        # window: its latency after the last pixel it needs; MVU: its latency per vector.
+        # The MVU takes a window when it is there and the previous one is `interval`
+        # behind: a logic or block window has the next ready a cycle after a take, and
+        # an MVU step is at least a cycle, so only a serial window's refill can be longer.
+        wait = cyc.window_latency(unit.line_ram, node.attrs["kernel"])
         ii = self.vector_steps(node, unit)
+        interval = self.pixel_interval(node, unit)
         latency = cyc.mvu_latency(ii, self.tree_terms(node, unit), self.operand_stage(node, unit))
         n_out, n_par = node.height * node.width, parent.height * parent.width
-        out, win_prev, start_prev = [], float("-inf"), float("-inf")
+        out, start_prev = [], float("-inf")
         for q in range(TIMING_FRAMES * n_out):
             f, ql = divmod(q, n_out)
-            win = max(ins[0][f * n_par + _window_last_input(node, parent, ql)] + wait,
-                      win_prev + 1)
-            start = max(win, start_prev + ii)
-            win_prev, start_prev = win, start
+            start = max(ins[0][f * n_par + _window_last_input(node, parent, ql)] + wait,
+                        start_prev + interval)
+            start_prev = start
             out.append(start + latency)
         return out, None  # the window's line buffer accepts at arrival
 
