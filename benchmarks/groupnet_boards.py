@@ -54,6 +54,7 @@ def row(arch, bases, board, max_util):
             "smallest": smallest, "base_mapping": sched.base_mapping, "time_shared_blocks": len(sched.time_shared()),
             "blocks": sum(n.op == "mixer" for n in sched.graph),
             "block_ram_line_buffers": len(sched.block_line_buffers()),
+            "serial_line_buffers": sum(u.line_ram == "serial" for u in sched.units.values()),
             "other_mapping": [n for n in sched.notes if "instead" in n],
             "schedule_seconds": round(time.perf_counter() - t0, 1)}
 
@@ -68,8 +69,9 @@ def table(rows):
         if r["smallest"]:
             res = f"fully folded ({r['smallest']['frame_cycles']:,} cycles): {res}"
         shared = f"{r['time_shared_blocks']} of {r['blocks']}" if r["K"] > 1 else "-"
-        lines = (f"block RAM ({r['block_ram_line_buffers']})" if r["block_ram_line_buffers"]
-                 else "logic")
+        serial = f", {r['serial_line_buffers']} serial" if r["serial_line_buffers"] else ""
+        lines = (f"block RAM ({r['block_ram_line_buffers']}{serial})"
+                 if r["block_ram_line_buffers"] else "logic")
         out.append(f"| {r['arch']} | {r['K']} | {r['board']} | {r['frame_cycles']:,} | "
                    f"{r['frames_per_second']:,.0f} | {res} | {r['base_mapping']} | {shared} | "
                    f"{lines} | {'yes' if r['fits'] else 'no'} |")
@@ -99,14 +101,16 @@ def main(argv=None):
         "flip-flops, distributed-RAM cells (DPR16X4), EBR and multipliers. \"no\" means even "
         "the slowest folding of either mapping is over budget (shown: the mapping least over, "
         "its fastest interval and its fully folded resources). Line buffers are in logic or, "
-        "where the device's block RAM takes them, in block RAM (`build --line-buffers auto`: "
-        "the number of windows in block RAM is shown); the DE10-Nano's M10K never takes the "
-        "digits network's 8-pixel rows. The CIFAR-size network fits only at K = 1, on the "
-        "DE10-Nano with its line buffers in M10K (Yosys counts its LUTs 7 % above the "
-        "estimate, 96 % of the device); at K = 3 and 5 the 8x8 stage's line buffers and tap "
-        "multiplexers in logic and the per-pixel units' whole-pixel registers (K*C channels "
-        "wide when time-shared) dominate, and streams narrower than a pixel are the next step "
-        "(docs/architecture.md section 9).\n\n" + table(rows) + "\n")
+        "where the device's block RAM takes them, in block RAM: a memory per ring row and "
+        "window column, or one *serial* memory read a tap per cycle where the folded MVU "
+        "leaves the time (`build --line-buffers auto`: the number of windows in block RAM, "
+        "and how many of them serial, is shown); the DE10-Nano's M10K takes the digits "
+        "network's 8-pixel rows only as serial memories. The CIFAR-size network fits only at "
+        "K = 1, on the DE10-Nano with its line buffers in M10K; at K = 3 and 5 the "
+        "per-pixel units' whole-pixel registers (K*C channels wide when time-shared), the "
+        "skip FIFOs (as wide as a pixel, a few rows deep: M10K blocks filled by width) and "
+        "the MVUs' input buffers dominate, and streams narrower than a pixel are the next "
+        "step (docs/architecture.md section 9).\n\n" + table(rows) + "\n")
     print(table(rows))
 
 

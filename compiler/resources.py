@@ -151,12 +151,17 @@ def logic_sites(cells: dict, family: str) -> int:
 #: Small sweep units cannot separate them from the unit's other registers (the fit put
 #: them on its constant and its tap registers), and a fully connected layer folded to
 #: one PE, whose collect and output registers are nearly all its flip-flops, then came
-#: out at half its count (FINN's CNV: 5,906 against Yosys's 11,386). A serial window's
-#: register (``serial_tap_bits``) is one flip-flop per bit too: it has exactly as many
-#: bits as the MVU's input buffer behind it, so no sample can tell the two apart.
+#: out at half its count (FINN's CNV: 5,906 against Yosys's 11,386). So are the window
+#: registers and the MVU's input buffer: a window's taps (``tap_bits``, or a serial
+#: window's ``serial_tap_bits``), a logic line buffer's read registers (``read_bits``)
+#: and the buffer (``buffer_bits``) have the same number of bits, or a fixed multiple,
+#: in every sample, so no fit can tell them apart: fitted, ECP5 put 2.5 flip-flops on
+#: every buffer bit and a serial window's estimate paid for read registers it has not.
 FIXED_COEFFICIENTS = {
-    ("bin_conv", "ff"): {"out_bits": 1.0, "collect_bits": 1.0, "serial_tap_bits": 1.0},
-    ("int_conv", "ff"): {"out_bits": 1.0, "collect_bits": 1.0, "serial_tap_bits": 1.0},
+    ("bin_conv", "ff"): {"out_bits": 1.0, "collect_bits": 1.0, "serial_tap_bits": 1.0,
+                         "tap_bits": 1.0, "read_bits": 1.0, "buffer_bits": 1.0},
+    ("int_conv", "ff"): {"out_bits": 1.0, "collect_bits": 1.0, "serial_tap_bits": 1.0,
+                         "tap_bits": 1.0, "read_bits": 1.0},
 }
 
 

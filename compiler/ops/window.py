@@ -132,8 +132,10 @@ def _window_features(node, parent, unit):
         return {"one": 1, "line_depth": depth, "line_width": width, "line_copies": copies,
                 "block_mux_bits": k * k * rows * width, "block_tap_bits": copies * width}
     rows = (k - 1) * a.get("dilation", 1) + 2
+    # read_bits: the k read ports' data registers, a window column of every ring row each
     return {"one": 1, "line_bits": rows * parent.width * pix_bits,
-            "tap_bits": k * k * pix_bits, "tap_mux_bits": k * k * pix_bits * rows}
+            "tap_bits": k * k * pix_bits, "tap_mux_bits": k * k * pix_bits * rows,
+            "read_bits": k * rows * pix_bits}
 
 
 def _adder_level(widths):
