@@ -372,12 +372,21 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
     if not candidates:
         raise errors[0]
     best = min(candidates, key=_preference)
+    seen = [_line_rams(best)]
     for other in candidates:
-        if other is not best:
+        # a mode that put no line buffer where the others did not is the same design
+        if _line_rams(other) not in seen:
+            seen.append(_line_rams(other))
             best.notes.append(f"line buffers in {other.line_buffers_text()} instead: "
                               f"{other.frame_cycles} cycles/frame, {_usage_text(other)}"
                               f"{'' if other.fits() else ' (does not fit)'}")
     return best
+
+
+def _line_rams(sched):
+    """How each unit's line buffer is built, with the base mapping: what tells two
+    schedules of :func:`schedule`'s line-buffer modes apart."""
+    return sched.base_mapping, {u.name: u.line_ram for u in sched.units.values()}
 
 
 #: Choices of :func:`schedule`'s ``line_buffers``.

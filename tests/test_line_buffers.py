@@ -141,6 +141,17 @@ def test_auto_keeps_the_better_and_reports_the_other():
         schedule(g, "ulx3s", line_buffers="bram")
 
 
+def test_auto_reports_each_other_design_once():
+    """On Cyclone V the 8-pixel digits rows fit no M10K one per row: the ``block`` mode is
+    the logic design again, and is not reported as a second alternative."""
+    g = compile_model(random_model(414, bases=2, stages=[[16, 1, 1], [16, 1, 2]],
+                                   stem_channels=16))
+    assert schedule(g, "de10nano", line_buffers="block").block_line_buffers() == []
+    auto = schedule(g, "de10nano", target_cycles=1024)
+    others = [n.split(":")[0] for n in auto.notes if n.startswith("line buffers in ")]
+    assert len(others) == len(set(others)) == 1, auto.notes
+
+
 @pytest.mark.slow
 def test_cifar_size_k1_in_m10k_verifies_on_verilator(tmp_path):
     """The CIFAR-size network (K = 1) fits the DE10-Nano's 90 % only with its 32-pixel
