@@ -177,7 +177,7 @@ def test_windows_under_stalls(seed, name):
     assert run.outputs["o"] == expected
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", range(18))
 def test_random_configurations(seed):
     """Seeded random geometry, pixel type, pad pixel, stall rate and reset point."""
     rng = np.random.default_rng(1000 + seed)
@@ -196,7 +196,7 @@ def test_random_configurations(seed):
     images = random_frames(rng, kind, channels, frames, height, width)
     beats = [to_payload(kind, px) for px in images.reshape(-1, images.shape[-1])]
     reset_at = int(rng.integers(2, len(beats))) if seed % 2 and len(beats) > 2 else None
-    line_ram = ["logic", "block"][seed // 2 % 2]
+    line_ram = ["logic", "block", "serial"][seed // 2 % 3]
     dut = SlidingWindow(pixel_shape(kind, channels), height, width, kernel=k, stride=s,
                         dilation=d, padding=p, pad_value=pad_value, line_ram=line_ram)
     expected = [[to_payload(kind, px) for px in window]
