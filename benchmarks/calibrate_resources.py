@@ -57,15 +57,19 @@ SWEEP = [
     # M10K takes as one memory and not as one per row: 2,048 cycles/frame.
     ("k3-c16-shared-serial", dict(bases=3, stem_channels=16, stages=[[16, 1, 1], [16, 1, 2]]),
      32),
+    # The same folded to 1,024 cycles a pixel (65,152 cycles/frame): the MVUs behind the
+    # serial windows read the window's register in place, no input buffer.
+    ("k3-c16-shared-inplace", dict(bases=3, stem_channels=16,
+                                   stages=[[16, 1, 1], [16, 1, 2]]), 1024),
 ]
 
 #: Sweep designs scheduled with their line buffers in block RAM (``schedule``'s
 #: ``line_buffers``); the others in logic.
 LINE_BUFFERS = {"k2-c16-w32-bram": "block", "k2-c16-w32-serial": "serial",
-                "k3-c16-shared-serial": "serial"}
+                "k3-c16-shared-serial": "serial", "k3-c16-shared-inplace": "serial"}
 #: Sweep designs scheduled with every block's bases time-shared (grouped MVUs, packed
 #: mixers): the default digits network at 512 cycles/frame.
-SHARED_BASES = {"k5-c16-shared", "k3-c16-shared-serial"}
+SHARED_BASES = {"k5-c16-shared", "k3-c16-shared-serial", "k3-c16-shared-inplace"}
 
 
 def sweep_design(name, fields, multiple, seed=0):

@@ -29,7 +29,10 @@ def schedule_table(sched, title=None):
     bottleneck = sched.bottleneck()
     for u in sched.units.values():
         mark = " *" if u.name == bottleneck else ""
-        table.add_row(u.name + mark, u.op, str(u.pe or "-"), str(u.simd or "-"), str(u.cycles),
+        # how a convolution's line buffer is built, where it is not logic
+        kind = "" if u.line_ram == "logic" else \
+            f" ({u.line_ram}{', in place' if u.in_place else ''})"
+        table.add_row(u.name + mark, u.op + kind, str(u.pe or "-"), str(u.simd or "-"), str(u.cycles),
                       *_cells_text(u.resources, family))
     table.add_section()
     table.add_row("total (estimate, incl. FIFOs, forks)", "", "", "", str(sched.frame_cycles),

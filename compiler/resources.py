@@ -157,9 +157,12 @@ def logic_sites(cells: dict, family: str) -> int:
 #: and the buffer (``buffer_bits``) have the same number of bits, or a fixed multiple,
 #: in every sample, so no fit can tell them apart: fitted, ECP5 put 2.5 flip-flops on
 #: every buffer bit and a serial window's estimate paid for read registers it has not.
+#: An MVU that reads its serial window's register in place (``in_place_bits``: the issue
+#: multiplexer over the window's register) has no buffer: no flip-flop.
 FIXED_COEFFICIENTS = {
     ("bin_conv", "ff"): {"out_bits": 1.0, "collect_bits": 1.0, "serial_tap_bits": 1.0,
-                         "tap_bits": 1.0, "read_bits": 1.0, "buffer_bits": 1.0},
+                         "tap_bits": 1.0, "read_bits": 1.0, "buffer_bits": 1.0,
+                         "in_place_bits": 0.0},
     ("int_conv", "ff"): {"out_bits": 1.0, "collect_bits": 1.0, "serial_tap_bits": 1.0,
                          "tap_bits": 1.0, "read_bits": 1.0},
 }

@@ -88,6 +88,9 @@ class Unit:
     #: The unit takes at most one pixel every two cycles, so that its enables depend on
     #: its own registers only (:meth:`~.ops.base.Op.paced`).
     paced: bool = False
+    #: The MVU reads its serial window's register in place, without an input buffer
+    #: (:meth:`~.ops.base.Op.reads_in_place`).
+    in_place: bool = False
 
 
 @dataclass
@@ -165,7 +168,8 @@ class Schedule:
             "cells": self.cells,
             "units": [
                 {"name": u.name, "op": u.op, "pe": u.pe, "simd": u.simd, "cycles": u.cycles,
-                 "line_ram": u.line_ram, "paced": u.paced, "resources": u.resources}
+                 "line_ram": u.line_ram, "in_place": u.in_place, "paced": u.paced,
+                 "resources": u.resources}
                 for u in self.units.values()],
             "fifos": {k: v for k, v in self.fifos.items()},
             "notes": self.notes,
@@ -501,6 +505,7 @@ def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logi
             if line_ram != "logic":
                 unit.line_ram = op.block_line_ram(node, parent, unit, family,
                                                   serial=line_ram == "serial") or "logic"
+                unit.in_place = op.reads_in_place(node, unit, target)
             unit.cycles = op.cycles(node, parent, unit)
             unit.resources = estimate_unit(op.resource_features(g, node, parent, unit),
                                            node.op, family)

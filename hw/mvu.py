@@ -101,7 +101,7 @@ class _FoldedMVU(wiring.Component):
     register), never on ``o.ready``, at no cost in cycles.
     """
 
-    def __init__(self, n_in, c_out, pe, simd, in_shape, acc_width, groups=1):
+    def __init__(self, n_in, c_out, pe, simd, in_shape, acc_width, groups=1, in_place=False):
         if n_in < 1 or c_out < 1:
             raise ValueError(f"n_in and c_out must be positive, not {n_in}, {c_out}")
         if groups < 1 or c_out % groups:
@@ -117,6 +117,10 @@ class _FoldedMVU(wiring.Component):
         self.pe = pe
         self.simd = simd
         self.acc_width = acc_width
+        #: Read every step's slice from ``i.payload`` and take the vector with its last
+        #: step, instead of copying it into an input buffer with its first: for a
+        #: producer whose output register holds the vector anyway (a serial window).
+        self.in_place = bool(in_place)
         #: Output folds over all groups (a fold never spans two groups).
         self.out_folds = groups * ceil(c_group / pe)
         self.in_folds = ceil(n_in / simd)
@@ -248,18 +252,32 @@ class _FoldedMVU(wiring.Component):
             issue = accept
         else:
             busy = Signal()  # the buffered vector still has steps to issue
-            x_buf = Signal(len(x_in))
+            # In place, every step reads the payload the producer holds; `busy` is then
+            # constant 1, so that the issue multiplexers below always pick "the buffer".
+            x_buf = x_in if self.in_place else Signal(len(x_in))
             addr = Signal(range(steps))
             sf = Signal(range(sfs))
             nf = Signal(range(nfs))
             issue = Signal()
+            if self.in_place:
+                m.d.comb += [
+                    busy.eq(1),
+                    # the vector is taken with its last step: the producer may refill
+                    # its register only then
+                    self.i.ready.eq(adv & step_final),
+                    accept.eq(self.i.valid & self.i.ready),
+                    issue.eq(self.i.valid & adv),
+                ]
+            else:
+                m.d.comb += [
+                    # Step 0 is issued straight from the payload on the accepting
+                    # cycle, so the next vector is taken right after the previous
+                    # one's last step and the II stays exactly `steps`.
+                    self.i.ready.eq(adv & ~busy),
+                    accept.eq(self.i.valid & self.i.ready),
+                    issue.eq(accept | (busy & adv)),
+                ]
             m.d.comb += [
-                # Step 0 is issued straight from the payload on the accepting
-                # cycle, so the next vector is taken right after the previous
-                # one's last step and the II stays exactly `steps`.
-                self.i.ready.eq(adv & ~busy),
-                accept.eq(self.i.valid & self.i.ready),
-                issue.eq(accept | (busy & adv)),
                 rd.addr.eq(addr),
                 step_first.eq(sf == 0),
                 step_last.eq(sf == sfs - 1),
@@ -297,15 +315,20 @@ class _FoldedMVU(wiring.Component):
             # fan out across the input width from a register, not from `accept`, which
             # waits on the producer's `valid` (on ECP5 that was the critical path). An
             # idle cycle issues nothing, so what it selects does not matter.
-            with m.If(~busy):
-                m.d.sync += x_buf.eq(x_in)
+            if not self.in_place:
+                with m.If(~busy):
+                    m.d.sync += x_buf.eq(x_in)
             with m.If(issue):
                 # Counters rest at 0 between vectors, which is where the
                 # accepting cycle expects them.
                 with m.If(step_final):
-                    m.d.sync += [busy.eq(0), addr.eq(0), sf.eq(0), nf.eq(0)]
+                    m.d.sync += [addr.eq(0), sf.eq(0), nf.eq(0)]
+                    if not self.in_place:
+                        m.d.sync += busy.eq(0)
                 with m.Else():
-                    m.d.sync += [busy.eq(1), addr.eq(addr + 1)]
+                    m.d.sync += addr.eq(addr + 1)
+                    if not self.in_place:
+                        m.d.sync += busy.eq(1)
                     if sfs == 1:
                         m.d.sync += nf.eq(nf + 1)
                     else:
@@ -488,6 +511,14 @@ class BinaryMVU(_FoldedMVU):
         only. The output folds of each group (``ceil(c_out/groups/pe)``, PE
         ``1 <= pe <= c_out/groups``) run one group after the other, and the ROM
         holds every group's weights: ``ii = groups*ceil(c_out/groups/pe)*in_folds``.
+    in_place : bool
+        Read every step's input slice from ``i.payload`` and take the vector with its
+        last step (``i.ready`` only then), instead of copying it into an input buffer
+        when it is taken with its first: no buffer, for a producer that holds the
+        vector in its output register anyway (a serial sliding window,
+        :class:`~groupnet_hw.hw.window.SlidingWindow`). Same results and, with the input
+        always valid, the same cycles; the producer gets the vector back ``ii - 1``
+        cycles later.
 
     Members
     -------
@@ -509,8 +540,8 @@ class BinaryMVU(_FoldedMVU):
 
     Latency
     -------
-    ``latency`` cycles: a vector accepted in cycle ``t`` is valid on ``o`` from
-    cycle ``t + latency``. With the input always valid and the output always
+    ``latency`` cycles: a vector accepted in cycle ``t`` (in place: whose first step
+    is issued in cycle ``t``) is valid on ``o`` from cycle ``t + latency``. With the input always valid and the output always
     ready, vector ``k`` is accepted in cycle ``k*ii``: ``V`` vectors span
     ``(V-1)*ii + latency + 1`` cycles, first and last handshake included.
 
@@ -523,7 +554,7 @@ class BinaryMVU(_FoldedMVU):
     registers.
     """
 
-    def __init__(self, n_in, c_out, pe, simd, weights, groups=1):
+    def __init__(self, n_in, c_out, pe, simd, weights, groups=1, in_place=False):
         weights = np.asarray(weights)
         if weights.shape != (c_out, n_in):
             raise ValueError(f"weights must have shape {(c_out, n_in)}, not {weights.shape}")
@@ -540,7 +571,7 @@ class BinaryMVU(_FoldedMVU):
         self._acc_start = -((n_in + 1) // 2)
         self._acc_shape = signed(signed_width(self._acc_start, n_in // 2))
         super().__init__(n_in, c_out, pe, simd, unsigned(groups * n_in),
-                         acc_width=signed_width(-n_in, n_in), groups=groups)
+                         acc_width=signed_width(-n_in, n_in), groups=groups, in_place=in_place)
 
     def _tree_terms(self):
         return binary_tree_terms(self.simd)
@@ -595,6 +626,8 @@ class BinaryWeightMVU(_FoldedMVU):
         Width ``n`` of each unsigned input lane (levels ``0 .. 2**n - 1``).
     groups : int
         Time-shared groups, as in :class:`BinaryMVU`.
+    in_place : bool
+        Read the held input vector at every step, as in :class:`BinaryMVU`.
 
     Members
     -------
@@ -621,7 +654,7 @@ class BinaryWeightMVU(_FoldedMVU):
     (:func:`groupnet_hw.compiler.cycles.mvu_cycles`), as :class:`BinaryMVU`.
     """
 
-    def __init__(self, n_in, c_out, pe, simd, weights, in_bits, groups=1):
+    def __init__(self, n_in, c_out, pe, simd, weights, in_bits, groups=1, in_place=False):
         weights = np.asarray(weights)
         if weights.shape != (c_out, n_in):
             raise ValueError(f"weights must have shape {(c_out, n_in)}, not {weights.shape}")
@@ -640,7 +673,7 @@ class BinaryWeightMVU(_FoldedMVU):
         self._acc_shape = signed(acc_width)
         super().__init__(n_in, c_out, pe, simd,
                          data.ArrayLayout(unsigned(in_bits), groups * n_in),
-                         acc_width=acc_width, groups=groups)
+                         acc_width=acc_width, groups=groups, in_place=in_place)
 
     def _lanes(self, x_slice):
         b = self.in_bits
@@ -687,6 +720,8 @@ class IntegerMVU(_FoldedMVU):
         Width of each input lane.
     in_signed : bool
         Whether input lanes are two's complement.
+    in_place : bool
+        Read the held input vector at every step, as in :class:`BinaryMVU`.
 
     Members
     -------
@@ -721,7 +756,8 @@ class IntegerMVU(_FoldedMVU):
 
     _integer = True
 
-    def __init__(self, n_in, c_out, pe, simd, weights, in_width=8, in_signed=False):
+    def __init__(self, n_in, c_out, pe, simd, weights, in_width=8, in_signed=False,
+                 in_place=False):
         weights = np.asarray(weights)
         if weights.shape != (c_out, n_in):
             raise ValueError(f"weights must have shape {(c_out, n_in)}, not {weights.shape}")
@@ -744,7 +780,7 @@ class IntegerMVU(_FoldedMVU):
         acc_width = signed_width(-bound, bound)
         self._acc_shape = signed(acc_width)
         super().__init__(n_in, c_out, pe, simd, data.ArrayLayout(lane, n_in),
-                         acc_width=acc_width)
+                         acc_width=acc_width, in_place=in_place)
 
     def _tree_terms(self):
         return self.simd

@@ -45,8 +45,9 @@ def _signed_range(width):
     return -(1 << (width - 1)), (1 << (width - 1)) - 1
 
 
-def _case(name, n_vectors=16):
-    """Seeded DUT, input beats, expected output beats and weights for a configuration."""
+def _case(name, n_vectors=16, in_place=False):
+    """Seeded DUT, input beats, expected output beats and weights for a configuration
+    (``in_place``: the MVU reads the held payload at every step, no input buffer)."""
     kind, n_in, c_out, pe, simd, in_width, in_signed = CONFIGS[name]
     rng = np.random.default_rng(list(CONFIGS).index(name))
     if kind == "bin":
@@ -59,7 +60,7 @@ def _case(name, n_vectors=16):
         x[1, :] = 0
         expected = (2 * x - 1) @ (2 * w - 1).T
         beats = [int(sum(int(b) << j for j, b in enumerate(row))) for row in x]
-        dut = BinaryMVU(n_in, c_out, pe, simd, w)
+        dut = BinaryMVU(n_in, c_out, pe, simd, w, in_place=in_place)
     elif kind == "bw":
         w = rng.integers(0, 2, (c_out, n_in))
         w[0, :] = 1  # with x at its top on every lane: +-n_in*(2**in_bits - 1)
@@ -71,7 +72,7 @@ def _case(name, n_vectors=16):
         x[1, :] = 0
         expected = x @ (2 * w - 1).T
         beats = x.tolist()
-        dut = BinaryWeightMVU(n_in, c_out, pe, simd, w, in_bits=in_width)
+        dut = BinaryWeightMVU(n_in, c_out, pe, simd, w, in_bits=in_width, in_place=in_place)
     else:
         w = rng.integers(-7, 8, (c_out, n_in))
         w[0, :] = -7  # hits the accumulator bound with x at its extreme
@@ -84,7 +85,8 @@ def _case(name, n_vectors=16):
         x[1, :] = hi
         expected = x @ w.T
         beats = x.tolist()
-        dut = IntegerMVU(n_in, c_out, pe, simd, w, in_width=in_width, in_signed=in_signed)
+        dut = IntegerMVU(n_in, c_out, pe, simd, w, in_width=in_width, in_signed=in_signed,
+                         in_place=in_place)
     return dut, beats, expected.tolist(), w
 
 
@@ -93,17 +95,19 @@ def _ii(name):
     return mvu_cycles(1, c_out, n_in, pe, simd)
 
 
+@pytest.mark.parametrize("in_place", [False, True])
 @pytest.mark.parametrize("name", CONFIGS)
-def test_random_stalls(name):
-    dut, beats, expected, _ = _case(name)
+def test_random_stalls(name, in_place):
+    dut, beats, expected, _ = _case(name, in_place=in_place)
     run = run_streams(dut, {"i": beats}, {"o": len(expected)}, stall=0.3,
                       seed=len(name), max_cycles=20 * len(beats) * (_ii(name) + 4))
     assert run.outputs["o"] == expected
 
 
+@pytest.mark.parametrize("in_place", [False, True])
 @pytest.mark.parametrize("name", CONFIGS)
-def test_reset_mid_stream(name):
-    dut, beats, expected, _ = _case(name)
+def test_reset_mid_stream(name, in_place):
+    dut, beats, expected, _ = _case(name, in_place=in_place)
     # Mid-vector for folded units (half a vector past the 3rd beat).
     reset_at = 3 * _ii(name) + max(1, _ii(name) // 2)
     run = run_streams(dut, {"i": beats}, {"o": len(expected)}, stall=0.2, seed=7,
@@ -117,9 +121,12 @@ def test_reset_mid_stream(name):
 # the first and the last handshake.
 
 
+@pytest.mark.parametrize("in_place", [False, True])
 @pytest.mark.parametrize("name", CONFIGS)
-def test_full_throughput(name):
-    dut, beats, expected, _ = _case(name, n_vectors=10)
+def test_full_throughput(name, in_place):
+    """In place the vector is taken with its last step instead of its first: with the
+    input always valid that costs no cycle (the next vector is there the cycle after)."""
+    dut, beats, expected, _ = _case(name, n_vectors=10, in_place=in_place)
     _, n_in, c_out, pe, simd, *_ = CONFIGS[name]
     ii = _ii(name)
     assert dut.ii == ii
@@ -262,15 +269,17 @@ def _random_config(draw):
     in_width = draw(st.integers(1, 9))
     in_signed = draw(st.booleans())
     seed = draw(st.integers(0, 2**32 - 1))
-    return kind, n_in, c_out, pe, simd, in_width, in_signed, seed
+    in_place = draw(st.booleans())
+    return kind, n_in, c_out, pe, simd, in_width, in_signed, seed, in_place
 
 
 @settings(max_examples=45, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(_random_config(), st.sampled_from([None, "reset"]))
 def test_random_configurations(config, mode):
-    """Random shapes, weights and stall patterns, with or without a reset."""
-    kind, n_in, c_out, pe, simd, in_width, in_signed, seed = config
+    """Random shapes, weights and stall patterns, with or without a reset, the input
+    buffered or read in place."""
+    kind, n_in, c_out, pe, simd, in_width, in_signed, seed, in_place = config
     rng = np.random.default_rng(seed)
     n_vectors = 8
     if kind == "bin":
@@ -278,21 +287,22 @@ def test_random_configurations(config, mode):
         x = rng.integers(0, 2, (n_vectors, n_in))
         expected = (2 * x - 1) @ (2 * w - 1).T
         beats = [int(sum(int(b) << j for j, b in enumerate(row))) for row in x]
-        dut = BinaryMVU(n_in, c_out, pe, simd, w)
+        dut = BinaryMVU(n_in, c_out, pe, simd, w, in_place=in_place)
     elif kind == "bw":
         in_bits = min(in_width, 8)
         w = rng.integers(0, 2, (c_out, n_in))
         x = rng.integers(0, 1 << in_bits, (n_vectors, n_in))
         expected = x @ (2 * w - 1).T
         beats = x.tolist()
-        dut = BinaryWeightMVU(n_in, c_out, pe, simd, w, in_bits=in_bits)
+        dut = BinaryWeightMVU(n_in, c_out, pe, simd, w, in_bits=in_bits, in_place=in_place)
     else:
         w = rng.integers(-300, 301, (c_out, n_in)) >> rng.integers(0, 9)
         lo, hi = _signed_range(in_width) if in_signed else (0, (1 << in_width) - 1)
         x = rng.integers(lo, hi + 1, (n_vectors, n_in))
         expected = x @ w.T
         beats = x.tolist()
-        dut = IntegerMVU(n_in, c_out, pe, simd, w, in_width=in_width, in_signed=in_signed)
+        dut = IntegerMVU(n_in, c_out, pe, simd, w, in_width=in_width, in_signed=in_signed,
+                         in_place=in_place)
     ii = dut.ii
     reset_at = int(rng.integers(2, 3 * ii + 4)) if mode else None
     run = run_streams(dut, {"i": beats}, {"o": n_vectors}, stall=0.3, seed=seed,
@@ -309,19 +319,21 @@ def _grouped_config(draw):
     pe = draw(st.integers(1, c_group))
     simd = draw(st.integers(1, n_in))
     seed = draw(st.integers(0, 2**32 - 1))
-    return kind, groups, n_in, c_group, pe, simd, seed
+    in_place = draw(st.booleans())
+    return kind, groups, n_in, c_group, pe, simd, seed, in_place
 
 
 @settings(max_examples=25, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(_grouped_config(), st.sampled_from(["full-rate", "stalls", "reset"]))
-@example(("bin", 5, 18, 4, 2, 6, 11), "stalls")  # two-level issue: 5 groups of 3 slices
-@example(("bw", 3, 7, 2, 1, 3, 12), "full-rate")
+@example(("bin", 5, 18, 4, 2, 6, 11, False), "stalls")  # two-level issue: 5 groups of 3 slices
+@example(("bin", 5, 18, 4, 2, 6, 11, True), "stalls")
+@example(("bw", 3, 7, 2, 1, 3, 12, False), "full-rate")
 def test_grouped_time_shared_bases(config, mode):
     """Grouped MVU (K bases time-shared on one unit): group g's channels see only
     group g's lanes, at ``groups*ceil(c_group/pe)*ceil(n_in/simd)`` cycles per vector;
     under random stalls and after a reset mid-vector too."""
-    kind, groups, n_in, c_group, pe, simd, seed = config
+    kind, groups, n_in, c_group, pe, simd, seed, in_place = config
     rng = np.random.default_rng(seed)
     n_vectors = 6
     c_out = groups * c_group
@@ -331,13 +343,14 @@ def test_grouped_time_shared_bases(config, mode):
         expected = np.concatenate([(2 * x[:, g] - 1) @ (2 * w[g * c_group:(g + 1) * c_group] - 1).T
                                    for g in range(groups)], axis=1)
         beats = [int(sum(int(b) << j for j, b in enumerate(row.reshape(-1)))) for row in x]
-        dut = BinaryMVU(n_in, c_out, pe, simd, w, groups=groups)
+        dut = BinaryMVU(n_in, c_out, pe, simd, w, groups=groups, in_place=in_place)
     else:
         x = rng.integers(0, 4, (n_vectors, groups, n_in))
         expected = np.concatenate([x[:, g] @ (2 * w[g * c_group:(g + 1) * c_group] - 1).T
                                    for g in range(groups)], axis=1)
         beats = x.reshape(n_vectors, -1).tolist()
-        dut = BinaryWeightMVU(n_in, c_out, pe, simd, w, in_bits=2, groups=groups)
+        dut = BinaryWeightMVU(n_in, c_out, pe, simd, w, in_bits=2, groups=groups,
+                              in_place=in_place)
     assert dut.ii == mvu_cycles(groups, c_group, n_in, pe, simd)
     assert dut.operand_stage == (groups * -(-n_in // simd) > ISSUE_MUX_SLICES)
     reset_at = int(rng.integers(2, 3 * dut.ii + 4)) if mode == "reset" else None

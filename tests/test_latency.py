@@ -165,12 +165,17 @@ def test_latency_with_block_ram_line_buffers_in_amaranth_simulator(index):
     model = random_model(30 + index, **TINY[index])
     g = compile_model(model)
     n = g[g.input].height * g[g.input].width
-    for target, mode in ((None, "block"), (200, "block"), (None, "serial"), (16 * n, "serial")):
+    for target, mode in ((None, "block"), (200, "block"), (None, "serial"), (16 * n, "serial"),
+                         (64 * n, "serial")):
         sched = schedule(g, "ulx3s", target_cycles=target, line_buffers=mode,
                          bases="parallel")
         assert sched.block_line_buffers()
         kinds = {u.line_ram for u in sched.units.values()}
-        assert ("serial" in kinds) == (target == 16 * n)
+        assert ("serial" in kinds) == (target in (16 * n, 64 * n))
+        # at 64 cycles a pixel the MVUs read their serial windows in place (at 16 only
+        # the stride-2 stage's, a quarter of the pixels, have the cycles for it)
+        if target != 16 * n:
+            assert any(u.in_place for u in sched.units.values()) == (target == 64 * n)
         lat = predicted_latency(sched)
         n = sched.graph[sched.graph.input].height * sched.graph[sched.graph.input].width
         assert amaranth_latencies(sched, 1) == [lat.isolated]

@@ -52,6 +52,33 @@ def test_block_line_buffers_bit_exact_at_the_same_cycles(index):
 
 
 @pytest.mark.parametrize("index", range(len(CONFIGS)))
+def test_in_place_mvus_bit_exact_at_the_predicted_cycles(index):
+    """Folded to 64 cycles a pixel every serial window's MVU has the cycles to read the
+    window's register in place (taking it with its last step, no input buffer, the
+    window refilled after): bit-exact under stalls, at the predicted frame interval."""
+    cfg = CONFIGS[index]
+    model = random_model(400 + index, **cfg)
+    g = compile_model(model)
+    c, size = cfg.get("in_channels", 1), cfg["image_size"]
+    gen = torch.Generator().manual_seed(80 + index)
+    images = torch.randint(0, 256, (3, c, size, size), generator=gen, dtype=torch.uint8)
+    sched = schedule(g, "ulx3s", line_buffers="serial", bases="parallel",
+                     target_cycles=64 * size * size)
+    convs = [u for u in sched.units.values() if u.op in ("bin_conv", "int_conv")]
+    assert all(u.line_ram == "serial" and u.in_place for u in convs)
+    buffered = schedule(g, "ulx3s", line_buffers="serial", bases="parallel",
+                        target_cycles=16 * size * size)
+    for u in convs:
+        assert u.resources["ff"] < buffered.units[u.name].resources["ff"] or \
+            buffered.units[u.name].in_place
+    result = verify(model, sched, images, simulator="amaranth", stall=0.3, seed=index)
+    assert result.exact == result.images, result.first_mismatch
+    paced = verify(model, sched, images, simulator="amaranth")
+    assert paced.exact == paced.images
+    assert paced.cycles_per_frame_measured == sched.frame_cycles <= 64 * size * size
+
+
+@pytest.mark.parametrize("index", range(len(CONFIGS)))
 def test_serial_line_buffers_bit_exact_at_the_predicted_cycles(index):
     """Folded to 16 cycles a pixel, every window whose MVU leaves it the cycles to read
     its taps one by one gets a serial line buffer (on ECP5 all; on Cyclone V those that

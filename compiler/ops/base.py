@@ -105,6 +105,12 @@ class Op:
         has no line buffer that can be (the default)."""
         return None
 
+    def reads_in_place(self, node, unit, target):
+        """Whether the unit reads its input where its producer holds it instead of
+        copying it into a buffer, at ``unit``'s folding for a frame interval of
+        ``target`` cycles (the default: no)."""
+        return False
+
     def block_line_ram(self, node, parent, unit, family, serial=False):
         """How the unit's line buffer goes to ``family``'s block RAM at ``unit``'s
         folding (a :data:`groupnet_hw.hw.window.LINE_RAM_KINDS` kind; ``serial``: as a

@@ -259,9 +259,21 @@ class _Conv(Op):
     def pixel_interval(self, node, unit):
         """Fewest cycles between two output pixels of the window and MVU: the MVU's
         steps, or a serial window's refill when that is longer
-        (:func:`~groupnet_hw.compiler.cycles.window_refill`)."""
-        return max(self.vector_steps(node, unit),
-                   cyc.window_refill(unit.line_ram, node.attrs["kernel"]))
+        (:func:`~groupnet_hw.compiler.cycles.window_refill`); an MVU that reads the
+        serial window's register in place takes the window with its last step, and the
+        window refills only then: one cycle less than the two one after the other."""
+        ii = self.vector_steps(node, unit)
+        refill = cyc.window_refill(unit.line_ram, node.attrs["kernel"])
+        return ii + refill - 1 if unit.in_place else max(ii, refill)
+
+    def reads_in_place(self, node, unit, target):
+        # A serial window holds the vector in its register until it is taken: the MVU
+        # can read it there instead of copying it, where the frame interval leaves the
+        # refill's cycles after every vector
+        if unit.line_ram != "serial" or self.vector_steps(node, unit) < 2 or not target:
+            return False
+        steps = self.vector_steps(node, unit) + cyc.window_refill("serial", node.attrs["kernel"]) - 1
+        return node.height * node.width * steps <= target
 
     def cycles(self, node, parent, unit):
         return max(node.height * node.width * self.pixel_interval(node, unit),
@@ -359,9 +371,11 @@ class BinConv(_Conv):
         if node.attrs["in_bits"]:
             from ...hw.mvu import BinaryWeightMVU
             return BinaryWeightMVU(flat.shape[1], node.channels, unit.pe, unit.simd, flat,
-                                   in_bits=node.attrs["in_bits"], groups=groups)
+                                   in_bits=node.attrs["in_bits"], groups=groups,
+                                   in_place=unit.in_place)
         from ...hw.mvu import BinaryMVU
-        return BinaryMVU(flat.shape[1], node.channels, unit.pe, unit.simd, flat, groups=groups)
+        return BinaryMVU(flat.shape[1], node.channels, unit.pe, unit.simd, flat, groups=groups,
+                         in_place=unit.in_place)
 
     def stack(self, nodes):
         # K bases' convolutions become one grouped convolution (time-shared bases)
@@ -383,7 +397,8 @@ class BinConv(_Conv):
         f.update({kind: unit.pe * unit.simd * lane}, acc_bits=unit.pe * node.bit_width,
                  weight_bits=folds * unit.pe * unit.simd if folds > 1 else 0,
                  rom_depth=folds if folds > 1 else 0, rom_width=unit.pe * unit.simd,
-                 buffer_bits=groups * unit.n_in * lane if folds > 1 else 0,
+                 buffer_bits=groups * unit.n_in * lane if folds > 1 and not unit.in_place else 0,
+                 in_place_bits=groups * unit.n_in * lane if unit.in_place else 0,
                  out_bits=node.channels * node.bit_width,
                  collect_bits=_collect_bits(node, unit))
         if self.operand_stage(node, unit):
@@ -422,7 +437,8 @@ class IntConv(_Conv):
         from ...hw.mvu import IntegerMVU
         flat = flat_weight(node.attrs["weight"]).numpy().astype(np.int64)
         return IntegerMVU(flat.shape[1], node.channels, unit.pe, unit.simd, flat,
-                          in_width=parent.bit_width, in_signed=parent.kind == "fixed")
+                          in_width=parent.bit_width, in_signed=parent.kind == "fixed",
+                          in_place=unit.in_place)
 
     def resource_features(self, g, node, parent, unit):
         f = _window_features(node, parent, unit)
