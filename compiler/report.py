@@ -24,8 +24,12 @@ def schedule_table(sched, title=None):
     family = sched.budget["family"]
     table = Table(title=title or f"groupnet-hw schedule for {sched.board} "
                   f"({sched.budget['device']}, {sched.clock_mhz:g} MHz)")
+    # unit names in full: they are what --folding files name
+    longest = max(len(u.name) for u in sched.units.values()) + 2
     for col in ("unit", "op", "PE/lanes", "SIMD", "cycles/frame", "LUT", "FF", "BRAM", "DSP"):
-        table.add_column(col, justify="left" if col in ("unit", "op") else "right")
+        table.add_column(col, justify="left" if col in ("unit", "op") else "right",
+                         no_wrap=col in ("unit", "op"),
+                         min_width=longest if col == "unit" else None)
     bottleneck = sched.bottleneck()
     for u in sched.units.values():
         mark = " *" if u.name == bottleneck else ""
@@ -54,14 +58,16 @@ def budget_lines(sched):
 
 def render_text(sched):
     """Plain-text report (the table plus the pipeline summary)."""
-    console = Console(record=True, width=110, file=io.StringIO())
+    console = Console(record=True, width=150, file=io.StringIO())
     console.print(schedule_table(sched))
+    # one line per line of the summary (soft_wrap): a file is read by grep, not a terminal
     console.print(f"pipeline: {sched.frame_cycles} cycles/frame "
                   f"(bottleneck {sched.bottleneck()}), "
                   f"{sched.frames_per_second:,.0f} frames/s at {sched.clock_mhz:g} MHz; "
-                  f"{sched.mapping_text()}; line buffers in {sched.line_buffers_text()}")
+                  f"{sched.mapping_text()}; line buffers in {sched.line_buffers_text()}",
+                  soft_wrap=True)
     for line in budget_lines(sched):
-        console.print(line)
+        console.print(line, soft_wrap=True)
     for note in sched.notes:
-        console.print(f"note: {note}")
+        console.print(f"note: {note}", soft_wrap=True)
     return console.export_text()

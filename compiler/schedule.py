@@ -505,12 +505,19 @@ def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logi
             if line_ram != "logic":
                 unit.line_ram = op.block_line_ram(node, parent, unit, family,
                                                   serial=line_ram == "serial") or "logic"
-                unit.in_place = op.reads_in_place(node, unit, target)
             unit.cycles = op.cycles(node, parent, unit)
-            unit.resources = estimate_unit(op.resource_features(g, node, parent, unit),
-                                           node.op, family)
             units[node.name] = unit
         frame = cyc.pipeline_cycles([u.cycles for u in units.values()])
+        for node in g:
+            op, unit = op_of(node), units[node.name]
+            parent = g.producer(node.inputs[0]) if node.inputs else None
+            # in place only where it costs no cycle of the frame interval the other
+            # units set (not merely of the target: that would trade frames for flip-flops)
+            if op.reads_in_place(node, unit, frame):
+                unit.in_place = True
+                unit.cycles = op.cycles(node, parent, unit)
+            unit.resources = estimate_unit(op.resource_features(g, node, parent, unit),
+                                           node.op, family)
         fifos = fifo_depths(g, units, frame)
         extra = []
         for consumer, refs in fifos.items():

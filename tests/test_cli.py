@@ -121,8 +121,9 @@ def test_build_line_buffers_option_recorded_and_verified(tmp_path, tiny_ckpt):
 
 def test_build_serial_line_buffers_verified(tmp_path, tiny_ckpt):
     """--line-buffers serial at a folding slow enough for it: the windows read a tap per
-    cycle from one block-RAM memory each, report.txt says so, and the artifact verifies
-    bit-exact on Verilator at the predicted cycles and latency."""
+    cycle from one block-RAM memory each, some MVUs read them in place, report.txt says
+    so, and the artifact verifies bit-exact on Verilator at the predicted cycles and
+    latency."""
     out = tmp_path / "out"
     result = run("build", tiny_ckpt, "--board", "ulx3s", "--line-buffers", "serial",
                  "--target-cycles", "2048", "--no-bitstream", "-o", out)
@@ -130,6 +131,11 @@ def test_build_serial_line_buffers_verified(tmp_path, tiny_ckpt):
     report = json.loads((out / "report.json").read_text())
     serial = [u["name"] for u in report["units"] if u["line_ram"] == "serial"]
     assert serial and set(serial) <= set(report["block_line_buffers"])
+    # the 4x4 stage's (time-shared) MVUs have the cycles to read their windows in place,
+    # the 8x8 stage's copy them into their input buffers
+    in_place = {u["name"]: u["in_place"] for u in report["units"] if u["line_ram"] == "serial"}
+    assert True in in_place.values() and False in in_place.values()
+    assert "serial, in place" in (out / "report.txt").read_text()
     assert f"{len(serial)} serial" in (out / "report.txt").read_text()
     result = run("verify", out, "--images", 4, "--build-dir", tmp_path / "sim", "--json")
     assert result.exit_code == 0, result.output
