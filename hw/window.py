@@ -105,9 +105,8 @@ class SlidingWindow(wiring.Component):
     memory read, the output register: the taps picked from the read data with
     ``line_ram="logic"``, the block RAM's data as it comes with ``"block"``); with
     ``"serial"``, ``kernel**2 + 2`` (one read per tap, the last tap's data registered).
-    The
-    last window of every frame also waits for the frame's last pixel (the reader frees the
-    frame's rows with it). Windows that only need rows below the last input row (bottom
+    The last window of every frame also waits for the frame's last pixel (the reader frees
+    the frame's rows with it). Windows that only need rows below the last input row (bottom
     padding) leave one per cycle after the frame's last pixel: with ``padding`` = the usual
     ``(kernel-1)*dilation // 2`` and stride 1 the frame's tail is ``padding*out_width +
     padding + latency`` cycles.
@@ -115,8 +114,9 @@ class SlidingWindow(wiring.Component):
     Throughput
     ----------
     One input pixel per cycle and one window per cycle (``"serial"``: one window per
-    ``kernel**2 + 2`` cycles, counted from the cycle the previous one was taken). In steady state over back-to-back
-    frames (input always valid, output always ready) a frame takes exactly
+    ``kernel**2 + 2`` cycles, counted from the cycle the previous one was taken). In
+    steady state over back-to-back frames (input always valid, output always ready) a
+    frame takes exactly
     ``window_cycles(height, width) = height*width`` cycles as long as there are no more
     windows than pixels (``out_height*out_width <= height*width``, true whenever
     ``2*padding <= (kernel-1)*dilation``); otherwise ``out_height*out_width``.
