@@ -54,7 +54,7 @@ def row(arch, bases, board, max_util):
             "smallest": smallest, "base_mapping": sched.base_mapping, "time_shared_blocks": len(sched.time_shared()),
             "blocks": sum(n.op == "mixer" for n in sched.graph),
             "block_ram_line_buffers": len(sched.block_line_buffers()),
-            "serial_line_buffers": sum(u.line_ram == "serial" for u in sched.units.values()),
+            "serial_line_buffers": len(sched.serial_line_buffers()),
             "other_mapping": [n for n in sched.notes if "instead" in n],
             "schedule_seconds": round(time.perf_counter() - t0, 1)}
 

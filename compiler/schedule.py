@@ -133,9 +133,13 @@ class Schedule:
         """Units whose line buffer is in block RAM."""
         return [u.name for u in self.units.values() if u.line_ram in ("block", "serial")]
 
+    def serial_line_buffers(self):
+        """Units whose line buffer is one serial block-RAM memory (of those in block RAM)."""
+        return [u.name for u in self.units.values() if u.line_ram == "serial"]
+
     def line_buffers_text(self):
         n = len(self.block_line_buffers())
-        serial = sum(u.line_ram == "serial" for u in self.units.values())
+        serial = len(self.serial_line_buffers())
         if not n:
             return "logic"
         return f"block RAM ({n} windows{f', {serial} serial' if serial else ''})"
@@ -493,13 +497,14 @@ def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logi
             raise ValueError(f"fps must be positive, not {fps}")
         target_cycles = max(1, int(budget["clock_mhz"] * 1e6 // fps))
     notes = []
+    parents = {node.name: g.producer(node.inputs[0]) if node.inputs else None for node in g}
 
     def plan(target):
         from .resources import CELLS, estimate_unit, fork_features, stream_fifo_features
         units, cells = {}, dict.fromkeys(CELLS, 0)
         for node in g:
             op = op_of(node)
-            parent = g.producer(node.inputs[0]) if node.inputs else None
+            parent = parents[node.name]
             pe, simd, n_in = override.get(node.name) or op.folding(node, parent, target)
             unit = Unit(node.name, node.op, 0, pe, simd, n_in, paced=op.paced(node, target))
             if line_ram != "logic":
@@ -509,8 +514,7 @@ def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logi
             units[node.name] = unit
         frame = cyc.pipeline_cycles([u.cycles for u in units.values()])
         for node in g:
-            op, unit = op_of(node), units[node.name]
-            parent = g.producer(node.inputs[0]) if node.inputs else None
+            op, unit, parent = op_of(node), units[node.name], parents[node.name]
             # in place only where it costs no cycle of the frame interval the other
             # units set (not merely of the target: that would trade frames for flip-flops)
             if op.reads_in_place(node, unit, frame):

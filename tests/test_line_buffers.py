@@ -26,20 +26,26 @@ CONFIGS = [
 ]
 
 
-@pytest.mark.parametrize("index", range(len(CONFIGS)))
-def test_block_line_buffers_bit_exact_at_the_same_cycles(index):
+def _case(index, image_seed):
+    """Model, graph, image side and three random images (seeded ``image_seed``) of
+    ``CONFIGS[index]``."""
     cfg = CONFIGS[index]
     model = random_model(400 + index, **cfg)
-    g = compile_model(model)
+    c, size = cfg.get("in_channels", 1), cfg["image_size"]
+    gen = torch.Generator().manual_seed(image_seed)
+    images = torch.randint(0, 256, (3, c, size, size), generator=gen, dtype=torch.uint8)
+    return model, compile_model(model), size, images
+
+
+@pytest.mark.parametrize("index", range(len(CONFIGS)))
+def test_block_line_buffers_bit_exact_at_the_same_cycles(index):
+    model, g, _, images = _case(index, 60 + index)
     block = schedule(g, "ulx3s", line_buffers="block", bases="parallel")
     logic = schedule(g, "ulx3s", line_buffers="logic", bases="parallel",
                      target_cycles=block.frame_cycles)
     convs = [u.name for u in block.units.values() if u.op in ("bin_conv", "int_conv")]
     assert block.block_line_buffers() == convs         # ECP5 takes every one
     assert logic.block_line_buffers() == []
-    gen = torch.Generator().manual_seed(60 + index)
-    c, size = cfg.get("in_channels", 1), cfg["image_size"]
-    images = torch.randint(0, 256, (3, c, size, size), generator=gen, dtype=torch.uint8)
     result = verify(model, block, images, simulator="amaranth", stall=0.3, seed=index)
     assert result.graph_equals_model
     assert result.exact == result.images, result.first_mismatch
@@ -58,12 +64,7 @@ def test_in_place_mvus_bit_exact_at_the_predicted_cycles(index):
     buffer, the window refilled after) and the others copy it: no cycle lost against
     the same folding with one memory per row, fewer flip-flops, and bit-exact under
     stalls at the predicted frame interval."""
-    cfg = CONFIGS[index]
-    model = random_model(400 + index, **cfg)
-    g = compile_model(model)
-    c, size = cfg.get("in_channels", 1), cfg["image_size"]
-    gen = torch.Generator().manual_seed(80 + index)
-    images = torch.randint(0, 256, (3, c, size, size), generator=gen, dtype=torch.uint8)
+    model, g, size, images = _case(index, 80 + index)
     target = 64 * size * size
     sched = schedule(g, "ulx3s", line_buffers="serial", bases="parallel", target_cycles=target)
     block = schedule(g, "ulx3s", line_buffers="block", bases="parallel", target_cycles=target)
@@ -85,12 +86,7 @@ def test_serial_line_buffers_bit_exact_at_the_predicted_cycles(index):
     its taps one by one gets a serial line buffer (on ECP5 all; on Cyclone V those that
     fill an M10K as one memory); bit-exact under input gaps and output stalls, at the
     predicted frame interval."""
-    cfg = CONFIGS[index]
-    model = random_model(400 + index, **cfg)
-    g = compile_model(model)
-    c, size = cfg.get("in_channels", 1), cfg["image_size"]
-    gen = torch.Generator().manual_seed(70 + index)
-    images = torch.randint(0, 256, (3, c, size, size), generator=gen, dtype=torch.uint8)
+    model, g, size, images = _case(index, 70 + index)
     target = 16 * size * size
     for board in ("ulx3s", "de10nano"):
         sched = schedule(g, board, line_buffers="serial", bases="parallel", target_cycles=target)

@@ -7,6 +7,7 @@ matrix-vector unit: ``ceil(C_out/PE) * ceil(k*k*C_in/SIMD)`` cycles per output p
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 from math import ceil
 
@@ -272,7 +273,7 @@ class _Conv(Op):
         # refill's cycles after every vector
         if unit.line_ram != "serial" or self.vector_steps(node, unit) < 2 or not target:
             return False
-        steps = self.vector_steps(node, unit) + cyc.window_refill("serial", node.attrs["kernel"]) - 1
+        steps = self.pixel_interval(node, replace(unit, in_place=True))
         return node.height * node.width * steps <= target
 
     def cycles(self, node, parent, unit):
