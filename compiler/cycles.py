@@ -184,9 +184,10 @@ def mvu_operand_stage(slices, integer=False):
     return integer or slices > ISSUE_MUX_SLICES
 
 
-def mvu_latency(ii, terms, operand_stage=False):
+def mvu_latency(ii, terms, operand_stage=False, activation_stages=0):
     """Cycles from accepting an input vector to its result on the MVU's output: its
     ``ii`` steps, the weight ROM read, the multipliers' operand register
-    (``operand_stage``: the integer MVU's), the adder tree's pipeline stages and the
-    result register after the accumulator."""
-    return ii + 2 + int(operand_stage) + tree_stages(terms)
+    (``operand_stage``: the integer MVU's), the adder tree's pipeline stages, the
+    result register after the accumulator and an activation's registers (thresholds in
+    the MVU: 1, the level; a post-op: 2, the product and the value)."""
+    return ii + 2 + int(operand_stage) + tree_stages(terms) + activation_stages

@@ -93,6 +93,12 @@ def family_features(features: dict, family: str) -> dict:
     if depth > LUT_ROM_MAX_DEPTH[family]:
         f["weight_bits"] = 0
         f["rom_blocks"] = rom_blocks(depth, width, family)
+    # an MVU's threshold ROM (``act_rom_*``) is mapped by the same rule as its weights'
+    depth, width = f.pop("act_rom_depth", 0), f.pop("act_rom_width", 0)
+    if depth > LUT_ROM_MAX_DEPTH[family]:
+        f["rom_blocks"] = f.get("rom_blocks", 0) + rom_blocks(depth, width, family)
+    elif depth:
+        f["weight_bits"] = f.get("weight_bits", 0) + depth * width
     if "fifo_rows" in f:
         f.update(fifo_memory(f.pop("fifo_rows"), f.pop("fifo_width"), family))
         if f.get("block_fifo"):
@@ -158,13 +164,20 @@ def logic_sites(cells: dict, family: str) -> int:
 #: in every sample, so no fit can tell them apart: fitted, ECP5 put 2.5 flip-flops on
 #: every buffer bit and a serial window's estimate paid for read registers it has not.
 #: An MVU that reads its serial window's register in place (``in_place_bits``: the issue
-#: multiplexer over the window's register) has no buffer: no flip-flop.
+#: multiplexer over the window's register) has no buffer: no flip-flop. An MVU with an
+#: activation registers each PE's value once (``act_level_bits``), and a post-op in it
+#: multiplies in the DSP blocks its features count (``act_mults``).
 FIXED_COEFFICIENTS = {
     ("bin_conv", "ff"): {"out_bits": 1.0, "collect_bits": 1.0, "serial_tap_bits": 1.0,
                          "tap_bits": 1.0, "read_bits": 1.0, "buffer_bits": 1.0,
-                         "in_place_bits": 0.0},
+                         "in_place_bits": 0.0, "act_level_bits": 1.0},
     ("int_conv", "ff"): {"out_bits": 1.0, "collect_bits": 1.0, "serial_tap_bits": 1.0,
-                         "tap_bits": 1.0, "read_bits": 1.0},
+                         "tap_bits": 1.0, "read_bits": 1.0, "act_level_bits": 1.0},
+    ("bin_conv", "dsp"): {"act_mults": 1.0},
+    ("int_conv", "dsp"): {"act_mults": 1.0},
+    # no sweep design has a thresholded first layer (FINN's CNV has): a LUT per
+    # compared bit, what Cyclone V's comparators measure (ECP5's and iCE40's half that)
+    ("int_conv", "lut"): {"act_compare_bits": 1.0},
 }
 
 

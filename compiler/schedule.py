@@ -19,7 +19,7 @@ bases of a block are mapped side by side or time-shared on one set of units
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import cycles as cyc
 from .graph import Graph
@@ -91,6 +91,12 @@ class Unit:
     #: The MVU reads its serial window's register in place, without an input buffer
     #: (:meth:`~.ops.base.Op.reads_in_place`).
     in_place: bool = False
+    #: The MVU applies its consumer's work to its results (FINN's MVAU with an
+    #: activation: :meth:`~.ops.base.Op.activation`), in this many register stages
+    #: (0: it does not).
+    activation: int = 0
+    #: The unit's work is done in its producer's MVU: no unit of its own.
+    fused: bool = False
 
 
 @dataclass
@@ -173,6 +179,7 @@ class Schedule:
             "units": [
                 {"name": u.name, "op": u.op, "pe": u.pe, "simd": u.simd, "cycles": u.cycles,
                  "line_ram": u.line_ram, "in_place": u.in_place, "paced": u.paced,
+                 "activation": u.activation, "fused": u.fused,
                  "resources": u.resources}
                 for u in self.units.values()],
             "fifos": {k: v for k, v in self.fifos.items()},
@@ -322,7 +329,7 @@ BASE_MAPPINGS = ("auto", "parallel", "shared")
 
 def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
              max_util=DEFAULT_MAX_UTIL, folding=None, bases="auto",
-             line_buffers="auto") -> Schedule:
+             line_buffers="auto", fuse_activations=True) -> Schedule:
     """Fold, size FIFOs and estimate; see the module docstring.
 
     Parameters
@@ -358,6 +365,11 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
         it costs no cycle (fewer blocks, and M10K takes even 8-pixel rows that way),
         elsewhere as ``block``; ``auto``, each scheduled and the best kept, as for
         ``bases``.
+    fuse_activations : bool
+        Do a threshold's or a post-op's work in the MVU in front of it, where that MVU
+        feeds nothing else (FINN's MVAU with an activation): no unit of its own, and
+        the MVU holds its results instead of accumulators (``build
+        --no-fuse-activations`` turns it off, to measure it).
     """
     if bases not in BASE_MAPPINGS:
         raise ValueError(f"bases must be one of {', '.join(BASE_MAPPINGS)}, not {bases!r}")
@@ -374,7 +386,7 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
     for mode in modes:
         try:
             candidates.append(_map_bases(g, board, target_cycles, fps, max_util, folding,
-                                         bases, mode))
+                                         bases, mode, fuse_activations))
         except ValueError as e:      # --fps out of reach this way
             errors.append(e)
     if not candidates:
@@ -414,10 +426,48 @@ def _block_lines(g, family):
     return False
 
 
-def _map_bases(g, board, target_cycles, fps, max_util, folding, bases, line_ram):
+def _fuse_activations(g, units, parents, family):
+    """Mark every unit whose work its producer's MVU can do (thresholds, a post-op; the
+    MVU feeding nothing else) ``fused``, and that MVU's unit ``activation``: where the
+    fused MVU's estimate has no more DSP blocks, and no more LUTs and flip-flops
+    together, than the two units it replaces. (A post-op in an MVU multiplies ``PE``
+    channels at a time, where the unit on its own runs on as few lanes as its interval
+    allows: on a DSP-bound board that decides; at full rate the MVU's product register
+    can outweigh the unit's output register.)"""
+    from .resources import estimate_unit
+    readers = {}
+    for node in g:
+        for ref in node.inputs:
+            readers[ref] = readers.get(ref, 0) + 1
+
+    def cells(node, unit):
+        feats = op_of(node).resource_features(g, node, parents[node.name], unit)
+        c = estimate_unit(feats, node.op, family)
+        return c["dsp"], c["lut"] + c["carry"] + c["ff"]
+
+    for node in g:
+        parent = parents[node.name]
+        table = op_of(node).activation(node) if parent is not None else None
+        if (table is None or not op_of(parent).takes_activation
+                or readers.get(node.inputs[0]) != 1):
+            continue
+        mvu = units[parent.name]
+        fused = replace(mvu, activation=table.stages)
+        (dsp, logic), (dsp0, logic0), (dsp1, logic1) = (
+            cells(parent, fused), cells(parent, mvu), cells(node, units[node.name]))
+        if dsp > dsp0 + dsp1 or logic > logic0 + logic1:
+            continue
+        units[parent.name] = fused
+        units[node.name].fused = True
+        for name in (node.name, parent.name):
+            unit = units[name]
+            unit.cycles = op_of(g[name]).cycles(g[name], parents[name], unit)
+
+
+def _map_bases(g, board, target_cycles, fps, max_util, folding, bases, line_ram, fuse=True):
     """:func:`schedule` with one choice of line buffers."""
     if bases == "parallel" or (bases == "auto" and folding):
-        return _fold(g, board, target_cycles, fps, max_util, folding, line_ram)
+        return _fold(g, board, target_cycles, fps, max_util, folding, line_ram, fuse)
     from itertools import combinations
 
     from .sharing import base_groups, share_bases
@@ -426,9 +476,9 @@ def _map_bases(g, board, target_cycles, fps, max_util, folding, bases, line_ram)
         if bases == "shared":
             raise ValueError("this network has no blocks whose bases can be time-shared "
                              "(K = 1, or no mixer joins isomorphic bases)")
-        return _fold(g, board, target_cycles, fps, max_util, folding, line_ram)
+        return _fold(g, board, target_cycles, fps, max_util, folding, line_ram, fuse)
     if bases == "shared":
-        shared = _fold(share_bases(g), board, target_cycles, fps, max_util, folding, line_ram)
+        shared = _fold(share_bases(g), board, target_cycles, fps, max_util, folding, line_ram, fuse)
         shared.base_mapping = "shared"
         return shared
     # Every mix of shared and side-by-side blocks for a few blocks; beyond that the two
@@ -441,7 +491,7 @@ def _map_bases(g, board, target_cycles, fps, max_util, folding, bases, line_ram)
     for subset in subsets:
         graph = share_bases(g, subset) if subset else g
         try:
-            sched = _fold(graph, board, target_cycles, fps, max_util, folding, line_ram)
+            sched = _fold(graph, board, target_cycles, fps, max_util, folding, line_ram, fuse)
         except ValueError as e:      # --fps out of reach with this mapping
             errors.append(e)
             continue
@@ -477,7 +527,8 @@ def _preference(sched):
     return (False, sched.frame_cycles, sum(fractions))
 
 
-def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logic") -> Schedule:
+def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logic",
+          fuse=True) -> Schedule:
     """:func:`schedule` of one graph as it is (bases already mapped), with line buffers
     in block RAM (``line_ram`` "block" or "serial", :func:`schedule`'s ``line_buffers``)
     wherever the family's block RAM takes them."""
@@ -512,6 +563,8 @@ def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logi
                                                   serial=line_ram == "serial") or "logic"
             unit.cycles = op.cycles(node, parent, unit)
             units[node.name] = unit
+        if fuse:
+            _fuse_activations(g, units, parents, family)
         frame = cyc.pipeline_cycles([u.cycles for u in units.values()])
         for node in g:
             op, unit, parent = op_of(node), units[node.name], parents[node.name]

@@ -491,13 +491,17 @@ def _core_design(sched, name):
                    "memory read a tap per cycle wherever the folded MVU leaves the time, "
                    "which costs no cycle and takes short rows too, else as block (serial); "
                    "or whichever fits faster (auto).")
+@click.option("--fuse-activations/--no-fuse-activations", default=True, show_default=True,
+              help="Apply each threshold activation in the MVU in front of it, where that "
+                   "MVU feeds nothing else (FINN's MVAU with thresholds): no threshold "
+                   "unit, and the MVU holds n-bit levels instead of accumulators.")
 @click.option("--baud", default=115200, show_default=True, type=click.IntRange(1200),
               help="UART host link speed.")
 @click.option("--bitstream/--no-bitstream", default=None,
               help="Run the board's toolchain (default: when it is installed and the "
                    "estimate fits the board).")
 def build(checkpoint, board, out_dir, target_cycles, fps, max_util, folding_file, bases,
-          line_buffers, baud, bitstream):
+          line_buffers, fuse_activations, baud, bitstream):
     """Compile CHECKPOINT into Verilog, a board project and a report.
 
     \b
@@ -519,7 +523,8 @@ def build(checkpoint, board, out_dir, target_cycles, fps, max_util, folding_file
     model, payload = _load(checkpoint)
     checkpoint_sha = file_sha256(checkpoint)
     options = {"fps": fps, "max_util": max_util, "folding": _read_folding(folding_file),
-               "bases": bases, "line_buffers": line_buffers}
+               "bases": bases, "line_buffers": line_buffers,
+               "fuse_activations": fuse_activations}
     sched = _compile(model, board, target_cycles, **options)
 
     from .compiler.report import render_text

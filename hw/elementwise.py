@@ -17,6 +17,7 @@ import operator
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..compiler.cycles import POSTOP_LANE_LATENCY, postop_lane_latency
@@ -24,7 +25,8 @@ from ..compiler.graph import signed_width
 from .arith import at_least, const_sum
 from .lanes import build_lane_folded, folded_interval, folds_of, lane_rom
 
-__all__ = ["SignBits", "Threshold", "PostOp", "ResidualAdd", "signed_width", "signed_range"]
+__all__ = ["SignBits", "Threshold", "PostOp", "AffineTable", "ResidualAdd", "signed_width",
+           "signed_range"]
 
 
 def signed_range(width):
@@ -337,6 +339,98 @@ class PostOp(_PixelMap):
                 y = Mux(y[-1], 0, y)
             ys.append(y)
         return Cat(_fit(m, y, self.out_width, f"y{c}") for c, y in enumerate(ys))
+
+
+class AffineTable:
+    """A :class:`PostOp`'s work done in an MVU (:mod:`.mvu`, FINN's MVAU with an
+    activation): per channel ``y = round_shift(scale[c]*relu?(x) + bias[c], shift)``,
+    then ReLU if ``post_relu``, on the MVU's finished channels.
+
+    Parameters
+    ----------
+    scale, bias : sequence of int, length ``C``
+    shift : int
+    pre_relu, post_relu : bool
+    out_width : int
+        As :class:`PostOp`'s: the results are truncated to ``signed(out_width)``, which
+        is exact whenever the compiler's range analysis holds.
+
+    Attributes
+    ----------
+    channels : int
+    out_shape : Shape
+        ``signed(out_width)``.
+    stages : int
+        Registers it adds in the MVU: 2 (the product, then the value).
+    """
+
+    stages = 2
+
+    def __init__(self, scale, bias, shift, pre_relu, post_relu, out_width):
+        self.channels = len(scale)
+        self.scale = _ints(scale, self.channels, "scale")
+        self.bias = _ints(bias, self.channels, "bias")
+        self.shift = operator.index(shift)
+        if self.shift < 0:
+            raise ValueError(f"shift must be >= 0, not {self.shift}")
+        self.pre_relu, self.post_relu = bool(pre_relu), bool(post_relu)
+        self.out_shape = signed(_positive("out_width", out_width))
+
+    def elaborate(self, m, finished, channels, fold, adv, width):
+        """Each PE's value, combinational from the table's product register, in an MVU
+        whose PE ``p`` holds channel ``channels[f][p]`` (``None``: padding) of output
+        fold ``f`` in ``finished[p]`` (``signed(width)``, registered on ``adv`` from the
+        stage at fold ``fold``). The product is registered (on ``adv``) with nothing
+        but the multiplier in front: with one fold its constant's shift-and-add (or a
+        DSP block, :func:`~.arith.const_multiply`), with several a DSP block whose
+        operands are registers, the channel's constants being a ROM word per fold read
+        beside the result register. The rounding half is in the offset: one adder after
+        the product."""
+        half = (1 << (self.shift - 1)) if self.shift else 0
+        offsets = [b + half for b in self.bias]
+        pe = len(channels[0])
+        vs = [Mux(x[-1], 0, x) if self.pre_relu else x for x in finished]
+        prods, offs = [], []
+        if len(channels) == 1:
+            for p, c in enumerate(channels[0]):
+                k, off = (0, 0) if c is None else (self.scale[c], offsets[c])
+                prod = Signal(signed(width + 1 + signed_width(k, k)), name=f"prod{p}")
+                with m.If(adv):
+                    m.d.sync += prod.eq(const_sum([(k, vs[p])]))
+                prods.append(prod)
+                offs.append(Const(off, signed(signed_width(off, off))))
+        else:
+            sw = max(signed_width(v, v) for v in self.scale)
+            bw = max(signed_width(v, v) for v in offsets)
+            lane = sw + bw
+            words = []
+            for fold_channels in channels:
+                word = 0
+                for p, c in enumerate(fold_channels):
+                    if c is not None:
+                        word |= (self.scale[c] & ((1 << sw) - 1)) << (p * lane)
+                        word |= (offsets[c] & ((1 << bw) - 1)) << (p * lane + sw)
+                words.append(word)
+            m.submodules.postop_constants = rom = Memory(
+                shape=unsigned(pe * lane), depth=len(channels), init=words)
+            rd = rom.read_port()
+            m.d.comb += [rd.addr.eq(fold), rd.en.eq(adv)]
+            for p in range(pe):
+                word = rd.data[p * lane:(p + 1) * lane]
+                prod = Signal(signed(width + 1 + sw), name=f"prod{p}")
+                off = Signal(signed(bw), name=f"offset{p}")
+                with m.If(adv):
+                    m.d.sync += [prod.eq(word[:sw].as_signed() * vs[p]),
+                                 off.eq(word[sw:].as_signed())]
+                prods.append(prod)
+                offs.append(off)
+        values = []
+        for p, (prod, off) in enumerate(zip(prods, offs)):
+            t = Signal(signed(max(len(prod), len(off)) + 1), name=f"t{p}")
+            m.d.comb += t.eq(prod + off)
+            y = t >> self.shift
+            values.append(Mux(y[-1], 0, y) if self.post_relu else y)
+        return values
 
 
 class ResidualAdd(wiring.Component):

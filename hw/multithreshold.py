@@ -8,14 +8,114 @@ accumulator reaches, ``sum_j ((acc >= T_j) XOR invert)``.
 
 import operator
 
-from amaranth.hdl import Cat, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, Mux, Signal, signed, unsigned
+from amaranth.lib.memory import Memory
 from amaranth.lib import data, stream
 from amaranth.lib.wiring import In, Out
 
 from .arith import at_least
 from .elementwise import _PixelMap, _positive
 
-__all__ = ["MultiThreshold"]
+__all__ = ["MultiThreshold", "ThresholdTable", "thermometer_count"]
+
+
+class ThresholdTable:
+    """Per-channel thresholds of an n-bit activation: ``level[c] = sum_j ((x >= T[c][j])
+    XOR invert[c])``, the table a :class:`MultiThreshold` or an MVU with an activation
+    (:mod:`groupnet_hw.hw.mvu`) compares against.
+
+    Parameters
+    ----------
+    thresholds : sequence of sequences of int, ``C`` x ``2**n - 1``
+        Any integers, in any order.
+    invert : sequence of bool or int, length ``C``
+    channels, bits : int, optional
+        Expected ``C`` and ``n`` (checked); by default taken from ``thresholds``.
+
+    Attributes
+    ----------
+    channels, bits, levels : int
+        ``C``, ``n`` and ``2**n - 1``.
+    thresholds : list of list of int
+        As given (Python ints: numpy scalars would wrap, and RTL constants need ints).
+    sorted : list of list of int
+        Each channel's thresholds in ascending order: a level is a count, which does not
+        depend on their order, and sorted they form a thermometer code.
+    invert : list of bool
+    """
+
+    def __init__(self, thresholds, invert, channels=None, bits=None):
+        rows = [[operator.index(t) for t in row] for row in thresholds]
+        channels = len(rows) if channels is None else channels
+        if bits is None:
+            bits = (len(rows[0]) + 1).bit_length() - 1 if rows else 1
+        if not 1 <= bits <= 8:
+            raise ValueError(f"bits must be in 1..8, not {bits}")
+        levels = (1 << bits) - 1
+        if len(rows) != channels:
+            raise ValueError(f"thresholds has {len(rows)} rows, expected {channels}")
+        for c, row in enumerate(rows):
+            if len(row) != levels:
+                raise ValueError(f"thresholds[{c}] has {len(row)} entries, expected {levels}")
+        invert = [operator.index(v) for v in invert]
+        if len(invert) != channels:
+            raise ValueError(f"invert has {len(invert)} entries, expected {channels}")
+        self.channels, self.bits, self.levels = channels, bits, levels
+        self.thresholds = rows
+        self.sorted = [sorted(row) for row in rows]
+        self.invert = [bool(v) for v in invert]
+        self.out_shape = unsigned(bits)
+
+    #: Registers the table adds in an MVU (:mod:`groupnet_hw.hw.mvu`): the level's.
+    stages = 1
+
+    def elaborate(self, m, finished, channels, fold, adv, width):
+        """Each PE's level, combinational, in an MVU whose PE ``p`` holds channel
+        ``channels[f][p]`` (``None``: padding) of output fold ``f`` in ``finished[p]``
+        (``signed(width)``, registered on ``adv`` from the stage at fold ``fold``): the
+        count of the channel's thresholds reached, by binary search over the sorted
+        thresholds, inverted for the channels that count the complement. With one fold
+        the thresholds are constants, compared only on the bits they need; with several
+        they are a ROM word per fold, every PE's thresholds clipped into
+        ``[lo, hi + 1]`` (always / never reached) in ``width + 1`` bits and its invert
+        bit, read beside the result register so that the two are aligned."""
+        levels = []
+        if len(channels) == 1:
+            for p, c in enumerate(channels[0]):
+                if c is None:
+                    levels.append(Const(0, self.out_shape))
+                    continue
+                hit = Cat(at_least(finished[p], t, width) for t in self.sorted[c])
+                count = Cat(thermometer_count(hit, 0, self.bits))
+                levels.append(~count if self.invert[c] else count)
+            return levels
+        tw, n = width + 1, self.levels
+        lo, hi = -(1 << (width - 1)), (1 << (width - 1)) - 1
+        lane = n * tw + 1
+        words = []
+        for fold_channels in channels:
+            word = 0
+            for p, c in enumerate(fold_channels):
+                if c is None:
+                    continue
+                for j, t in enumerate(self.sorted[c]):
+                    word |= (min(max(t, lo), hi + 1) & ((1 << tw) - 1)) << (p * lane + j * tw)
+                word |= int(self.invert[c]) << (p * lane + n * tw)
+            words.append(word)
+        pe = len(channels[0])
+        m.submodules.thresholds = rom = Memory(shape=unsigned(pe * lane), depth=len(channels),
+                                               init=words)
+        rd = rom.read_port()
+        m.d.comb += [rd.addr.eq(fold), rd.en.eq(adv)]
+        for p in range(pe):
+            word = rd.data[p * lane:(p + 1) * lane]
+            hit = Signal(n, name=f"hit{p}")
+            m.d.comb += hit.eq(Cat(finished[p] >= word[j * tw:(j + 1) * tw].as_signed()
+                                   for j in range(n)))
+            count = Signal(self.bits, name=f"count{p}")
+            m.d.comb += count.eq(Cat(thermometer_count(hit, 0, self.bits)))
+            levels.append(Mux(word[n * tw], ~count, count))
+        return levels
 
 
 class MultiThreshold(_PixelMap):
@@ -76,19 +176,8 @@ class MultiThreshold(_PixelMap):
         self.bits = bits = _positive("bits", bits)
         if bits > 8:
             raise ValueError(f"bits must be at most 8, not {bits}")
-        levels = (1 << bits) - 1
-        rows = [list(row) for row in thresholds]
-        if len(rows) != channels:
-            raise ValueError(f"thresholds has {len(rows)} rows, expected {channels}")
-        for c, row in enumerate(rows):
-            if len(row) != levels:
-                raise ValueError(f"thresholds[{c}] has {len(row)} entries, expected {levels}")
-        # Python ints: numpy scalars would wrap, and the RTL constants need plain ints.
-        self.thresholds = [[operator.index(t) for t in row] for row in rows]
-        invert = [operator.index(v) for v in invert]
-        if len(invert) != channels:
-            raise ValueError(f"invert has {len(invert)} entries, expected {channels}")
-        self.invert = [bool(v) for v in invert]
+        table = ThresholdTable(thresholds, invert, channels=channels, bits=bits)
+        self.thresholds, self.invert = table.thresholds, table.invert
         super().__init__({
             "i": In(stream.Signature(data.ArrayLayout(signed(acc_width), channels))),
             "o": Out(stream.Signature(data.ArrayLayout(unsigned(bits), channels))),
@@ -103,12 +192,12 @@ class MultiThreshold(_PixelMap):
             hit = Signal(len(hits), name=f"hit{c}")
             m.d.comb += hit.eq(Cat(hits))
             count = Signal(unsigned(self.bits), name=f"count{c}")
-            m.d.comb += count.eq(Cat(_thermometer_count(hit, 0, self.bits)))
+            m.d.comb += count.eq(Cat(thermometer_count(hit, 0, self.bits)))
             outs.append(~count if self.invert[c] else count)
         return Cat(outs)
 
 
-def _thermometer_count(hit, start, bits):
+def thermometer_count(hit, start, bits):
     """Bits (LSB first) of the number of ones in ``hit[start : start + 2**bits - 1]``.
 
     ``hit`` is a thermometer code (ones, then zeros): its middle bit is the count's top
@@ -118,6 +207,6 @@ def _thermometer_count(hit, start, bits):
         return []
     half = 1 << (bits - 1)
     top = hit[start + half - 1]
-    lower = _thermometer_count(hit, start, bits - 1)
-    upper = _thermometer_count(hit, start + half, bits - 1)
+    lower = thermometer_count(hit, start, bits - 1)
+    upper = thermometer_count(hit, start + half, bits - 1)
     return [Mux(top, u, l) for u, l in zip(upper, lower)] + [top]

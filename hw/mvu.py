@@ -101,7 +101,8 @@ class _FoldedMVU(wiring.Component):
     register), never on ``o.ready``, at no cost in cycles.
     """
 
-    def __init__(self, n_in, c_out, pe, simd, in_shape, acc_width, groups=1, in_place=False):
+    def __init__(self, n_in, c_out, pe, simd, in_shape, acc_width, groups=1, in_place=False,
+                 activation=None):
         if n_in < 1 or c_out < 1:
             raise ValueError(f"n_in and c_out must be positive, not {n_in}, {c_out}")
         if groups < 1 or c_out % groups:
@@ -121,6 +122,14 @@ class _FoldedMVU(wiring.Component):
         #: step, instead of copying it into an input buffer with its first: for a
         #: producer whose output register holds the vector anyway (a serial window).
         self.in_place = bool(in_place)
+        #: What the MVU applies to its finished channels before it collects them (FINN's
+        #: MVAU with an activation), or ``None``: a per-channel table with ``channels``,
+        #: ``out_shape``, ``stages`` (registers it adds, the output register included)
+        #: and ``elaborate`` (:class:`~groupnet_hw.hw.multithreshold.ThresholdTable`,
+        #: :class:`~groupnet_hw.hw.elementwise.AffineTable`).
+        if activation is not None and activation.channels != c_out:
+            raise ValueError(f"activation has {activation.channels} channels, expected {c_out}")
+        self.activation = activation
         #: Output folds over all groups (a fold never spans two groups).
         self.out_folds = groups * ceil(c_group / pe)
         self.in_folds = ceil(n_in / simd)
@@ -130,10 +139,13 @@ class _FoldedMVU(wiring.Component):
         #: (``compiler.cycles.mvu_operand_stage``).
         self.operand_stage = mvu_operand_stage(groups * self.in_folds, self._integer)
         #: Cycles from the input handshake to the first cycle the output is valid.
-        self.latency = mvu_latency(self.ii, self._tree_terms(), self.operand_stage)
+        self.latency = mvu_latency(self.ii, self._tree_terms(), self.operand_stage,
+                                   activation.stages if activation is not None else 0)
+        #: One output lane: the accumulator, or the activation's value.
+        self.out_shape = signed(acc_width) if activation is None else activation.out_shape
         super().__init__({
             "i": In(stream.Signature(in_shape)),
-            "o": Out(stream.Signature(data.ArrayLayout(signed(acc_width), c_out))),
+            "o": Out(stream.Signature(data.ArrayLayout(self.out_shape, c_out))),
         })
 
     def _channel_of(self, fold, p):
@@ -418,6 +430,26 @@ class _FoldedMVU(wiring.Component):
             m.d.sync += [r_valid.eq(s_valid), r_last.eq(s_last), r_final.eq(s_final),
                          r_nf.eq(s_nf)]
         finished = finished_regs
+        if self.activation is not None:
+            # Activation stages: the finished channels through the activation's own
+            # registers (its constants are read beside the result register), then the
+            # output registered (the comparators or the offset's adder are as deep as an
+            # adder, and the result register fans out to them, not to the collect
+            # registers). The flags follow; the stages below see the last as the result.
+            channels = [[self._channel_of(f, p) for p in range(pe)] for f in range(nfs)]
+            values = self.activation.elaborate(m, finished, channels, s_nf, adv,
+                                               self.acc_width)
+            for k in range(self.activation.stages):
+                flags = (r_valid, r_last, r_final, r_nf)
+                nxt = [Signal.like(f, name=f"act{k}_f{i}") for i, f in enumerate(flags)]
+                with m.If(adv):
+                    m.d.sync += [n.eq(f) for n, f in zip(nxt, flags)]
+                (s_valid, s_last, s_final, s_nf) = flags
+                (r_valid, r_last, r_final, r_nf) = nxt
+            finished = [Signal(self.out_shape, name=f"level{p}") for p in range(pe)]
+            with m.If(adv):
+                m.d.sync += [r.eq(v) for r, v in zip(finished, values)]
+
         def fold_enables(step, last, final, nf):
             """The output register's enable and each collected fold's, for a result
             taken (`step`) with these flags."""
@@ -458,7 +490,7 @@ class _FoldedMVU(wiring.Component):
             load_output, collect_fold = fold_enables(adv & r_valid, r_last, r_final, r_nf)
 
         # Channels of output folds 0..nfs-2 wait here for the vector's last fold.
-        collect = [Signal(signed(self.acc_width), name=f"collect{c}")
+        collect = [Signal(self.out_shape, name=f"collect{c}")
                    for c in range((nfs - 1) * pe)]
         for f, enable in enumerate(collect_fold):
             with m.If(enable):
@@ -554,7 +586,8 @@ class BinaryMVU(_FoldedMVU):
     registers.
     """
 
-    def __init__(self, n_in, c_out, pe, simd, weights, groups=1, in_place=False):
+    def __init__(self, n_in, c_out, pe, simd, weights, groups=1, in_place=False,
+                 activation=None):
         weights = np.asarray(weights)
         if weights.shape != (c_out, n_in):
             raise ValueError(f"weights must have shape {(c_out, n_in)}, not {weights.shape}")
@@ -571,7 +604,8 @@ class BinaryMVU(_FoldedMVU):
         self._acc_start = -((n_in + 1) // 2)
         self._acc_shape = signed(signed_width(self._acc_start, n_in // 2))
         super().__init__(n_in, c_out, pe, simd, unsigned(groups * n_in),
-                         acc_width=signed_width(-n_in, n_in), groups=groups, in_place=in_place)
+                         acc_width=signed_width(-n_in, n_in), groups=groups, in_place=in_place,
+                         activation=activation)
 
     def _tree_terms(self):
         return binary_tree_terms(self.simd)
@@ -654,7 +688,8 @@ class BinaryWeightMVU(_FoldedMVU):
     (:func:`groupnet_hw.compiler.cycles.mvu_cycles`), as :class:`BinaryMVU`.
     """
 
-    def __init__(self, n_in, c_out, pe, simd, weights, in_bits, groups=1, in_place=False):
+    def __init__(self, n_in, c_out, pe, simd, weights, in_bits, groups=1, in_place=False,
+                 activation=None):
         weights = np.asarray(weights)
         if weights.shape != (c_out, n_in):
             raise ValueError(f"weights must have shape {(c_out, n_in)}, not {weights.shape}")
@@ -673,7 +708,8 @@ class BinaryWeightMVU(_FoldedMVU):
         self._acc_shape = signed(acc_width)
         super().__init__(n_in, c_out, pe, simd,
                          data.ArrayLayout(unsigned(in_bits), groups * n_in),
-                         acc_width=acc_width, groups=groups, in_place=in_place)
+                         acc_width=acc_width, groups=groups, in_place=in_place,
+                         activation=activation)
 
     def _lanes(self, x_slice):
         b = self.in_bits
@@ -757,7 +793,7 @@ class IntegerMVU(_FoldedMVU):
     _integer = True
 
     def __init__(self, n_in, c_out, pe, simd, weights, in_width=8, in_signed=False,
-                 in_place=False):
+                 in_place=False, activation=None):
         weights = np.asarray(weights)
         if weights.shape != (c_out, n_in):
             raise ValueError(f"weights must have shape {(c_out, n_in)}, not {weights.shape}")
@@ -780,7 +816,7 @@ class IntegerMVU(_FoldedMVU):
         acc_width = signed_width(-bound, bound)
         self._acc_shape = signed(acc_width)
         super().__init__(n_in, c_out, pe, simd, data.ArrayLayout(lane, n_in),
-                         acc_width=acc_width, in_place=in_place)
+                         acc_width=acc_width, in_place=in_place, activation=activation)
 
     def _tree_terms(self):
         return self.simd

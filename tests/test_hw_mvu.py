@@ -18,6 +18,9 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from groupnet_hw.compiler.cycles import ISSUE_MUX_SLICES, mvu_cycles, mvu_latency, tree_stages
 from groupnet_hw.hw.mvu import BinaryMVU, BinaryWeightMVU, IntegerMVU, binary_tree_terms
+from groupnet_hw.hw.multithreshold import ThresholdTable
+from groupnet_hw.hw.elementwise import AffineTable
+from groupnet_hw.compiler.graph import signed_width
 from groupnet_hw.sim.streams import run_streams, stream_put, take_probing_ready
 
 # (kind, n_in, c_out, pe, simd, in_width, in_signed): the corner cases of the
@@ -45,9 +48,47 @@ def _signed_range(width):
     return -(1 << (width - 1)), (1 << (width - 1)) - 1
 
 
-def _case(name, n_vectors=16, in_place=False):
+def _activation(rng, expected, kind, acc_width):
+    """A random activation for accumulators ``expected`` (vectors x channels) of
+    ``signed(acc_width)`` and the values it gives, by the definitions. ``kind`` 1 or
+    2: thresholds of an n-bit activation, some below and some above every
+    accumulator, some equal, channels inverted at random; "affine": a post-op with
+    scales of both signs and zero, ReLUs on either side."""
+    acc = np.asarray(expected)
+    if kind == "affine":
+        c = acc.shape[1]
+        scale = rng.integers(-300, 301, c)
+        scale[0] = 0
+        bias = rng.integers(-5000, 5001, c)
+        shift = int(rng.integers(0, 7))
+        pre_relu, post_relu = (bool(b) for b in rng.integers(0, 2, 2))
+        half = (1 << (shift - 1)) if shift else 0
+
+        def value(x):
+            v = np.maximum(x, 0) if pre_relu else x
+            y = (scale * v + bias + half) >> shift
+            return np.maximum(y, 0) if post_relu else y
+        lo, hi = -(1 << (acc_width - 1)), (1 << (acc_width - 1)) - 1
+        ends = np.concatenate([value(np.full(c, lo)), value(np.full(c, hi)),
+                               value(np.zeros(c, dtype=np.int64))])
+        out_width = signed_width(int(ends.min()), int(ends.max()))
+        table = AffineTable(scale.tolist(), bias.tolist(), shift, pre_relu, post_relu, out_width)
+        return table, value(acc).tolist()
+    levels = (1 << kind) - 1
+    T = rng.integers(acc.min() - 2, acc.max() + 3, (acc.shape[1], levels))
+    T[0, 0] = -(1 << 40)
+    T[-1, -1] = 1 << 40
+    if levels > 1:
+        T[:, 1] = T[:, 0]
+    invert = rng.integers(0, 2, acc.shape[1])
+    out = ((acc[:, :, None] >= T[None]) ^ invert[None, :, None].astype(bool)).sum(2)
+    return ThresholdTable(T.tolist(), invert.tolist()), out.tolist()
+
+
+def _case(name, n_vectors=16, in_place=False, activation_bits=None):
     """Seeded DUT, input beats, expected output beats and weights for a configuration
-    (``in_place``: the MVU reads the held payload at every step, no input buffer)."""
+    (``in_place``: the MVU reads the held payload at every step, no input buffer;
+    ``activation_bits``: with thresholds in the MVU, expecting the levels)."""
     kind, n_in, c_out, pe, simd, in_width, in_signed = CONFIGS[name]
     rng = np.random.default_rng(list(CONFIGS).index(name))
     if kind == "bin":
@@ -60,7 +101,7 @@ def _case(name, n_vectors=16, in_place=False):
         x[1, :] = 0
         expected = (2 * x - 1) @ (2 * w - 1).T
         beats = [int(sum(int(b) << j for j, b in enumerate(row))) for row in x]
-        dut = BinaryMVU(n_in, c_out, pe, simd, w, in_place=in_place)
+        make = lambda act: BinaryMVU(n_in, c_out, pe, simd, w, in_place=in_place, activation=act)
     elif kind == "bw":
         w = rng.integers(0, 2, (c_out, n_in))
         w[0, :] = 1  # with x at its top on every lane: +-n_in*(2**in_bits - 1)
@@ -72,7 +113,8 @@ def _case(name, n_vectors=16, in_place=False):
         x[1, :] = 0
         expected = x @ (2 * w - 1).T
         beats = x.tolist()
-        dut = BinaryWeightMVU(n_in, c_out, pe, simd, w, in_bits=in_width, in_place=in_place)
+        make = lambda act: BinaryWeightMVU(n_in, c_out, pe, simd, w, in_bits=in_width,
+                                           in_place=in_place, activation=act)
     else:
         w = rng.integers(-7, 8, (c_out, n_in))
         w[0, :] = -7  # hits the accumulator bound with x at its extreme
@@ -85,9 +127,13 @@ def _case(name, n_vectors=16, in_place=False):
         x[1, :] = hi
         expected = x @ w.T
         beats = x.tolist()
-        dut = IntegerMVU(n_in, c_out, pe, simd, w, in_width=in_width, in_signed=in_signed,
-                         in_place=in_place)
-    return dut, beats, expected.tolist(), w
+        make = lambda act: IntegerMVU(n_in, c_out, pe, simd, w, in_width=in_width,
+                                      in_signed=in_signed, in_place=in_place, activation=act)
+    expected = expected.tolist()
+    act = None
+    if activation_bits:
+        act, expected = _activation(rng, expected, activation_bits, make(None).acc_width)
+    return make(act), beats, expected, w
 
 
 def _ii(name):
@@ -95,19 +141,21 @@ def _ii(name):
     return mvu_cycles(1, c_out, n_in, pe, simd)
 
 
+@pytest.mark.parametrize("activation_bits", [None, 1, 2, "affine"])
 @pytest.mark.parametrize("in_place", [False, True])
 @pytest.mark.parametrize("name", CONFIGS)
-def test_random_stalls(name, in_place):
-    dut, beats, expected, _ = _case(name, in_place=in_place)
+def test_random_stalls(name, in_place, activation_bits):
+    dut, beats, expected, _ = _case(name, in_place=in_place, activation_bits=activation_bits)
     run = run_streams(dut, {"i": beats}, {"o": len(expected)}, stall=0.3,
                       seed=len(name), max_cycles=20 * len(beats) * (_ii(name) + 4))
     assert run.outputs["o"] == expected
 
 
+@pytest.mark.parametrize("activation_bits", [None, 1, "affine"])
 @pytest.mark.parametrize("in_place", [False, True])
 @pytest.mark.parametrize("name", CONFIGS)
-def test_reset_mid_stream(name, in_place):
-    dut, beats, expected, _ = _case(name, in_place=in_place)
+def test_reset_mid_stream(name, in_place, activation_bits):
+    dut, beats, expected, _ = _case(name, in_place=in_place, activation_bits=activation_bits)
     # Mid-vector for folded units (half a vector past the 3rd beat).
     reset_at = 3 * _ii(name) + max(1, _ii(name) // 2)
     run = run_streams(dut, {"i": beats}, {"o": len(expected)}, stall=0.2, seed=7,
@@ -121,12 +169,16 @@ def test_reset_mid_stream(name, in_place):
 # the first and the last handshake.
 
 
+@pytest.mark.parametrize("activation_bits", [None, 2, "affine"])
 @pytest.mark.parametrize("in_place", [False, True])
 @pytest.mark.parametrize("name", CONFIGS)
-def test_full_throughput(name, in_place):
+def test_full_throughput(name, in_place, activation_bits):
     """In place the vector is taken with its last step instead of its first: with the
-    input always valid that costs no cycle (the next vector is there the cycle after)."""
-    dut, beats, expected, _ = _case(name, n_vectors=10, in_place=in_place)
+    input always valid that costs no cycle (the next vector is there the cycle after).
+    An activation costs its stages in latency (thresholds 1, a post-op 2) and nothing
+    in throughput."""
+    dut, beats, expected, _ = _case(name, n_vectors=10, in_place=in_place,
+                                    activation_bits=activation_bits)
     _, n_in, c_out, pe, simd, *_ = CONFIGS[name]
     ii = _ii(name)
     assert dut.ii == ii
@@ -134,7 +186,9 @@ def test_full_throughput(name, in_place):
     # the integer MVU's DSP operands, or a binary one's issue multiplexer over > 4 slices
     operands = CONFIGS[name][0] == "int" or -(-n_in // simd) > ISSUE_MUX_SLICES
     assert dut.operand_stage == operands
-    assert dut.latency == mvu_latency(ii, terms, operands) == ii + 2 + operands + tree_stages(terms)
+    act = {None: 0, 2: 1, "affine": 2}[activation_bits]
+    assert dut.latency == mvu_latency(ii, terms, operands, act) == \
+        ii + 2 + operands + tree_stages(terms) + act
     run = run_streams(dut, {"i": beats}, {"o": len(expected)})
     assert run.outputs["o"] == expected
     assert run.cycles == (mvu_cycles(len(beats), c_out, n_in, pe, simd) - ii
@@ -270,7 +324,8 @@ def _random_config(draw):
     in_signed = draw(st.booleans())
     seed = draw(st.integers(0, 2**32 - 1))
     in_place = draw(st.booleans())
-    return kind, n_in, c_out, pe, simd, in_width, in_signed, seed, in_place
+    activation_bits = draw(st.sampled_from([None, None, 1, 2, "affine"]))
+    return kind, n_in, c_out, pe, simd, in_width, in_signed, seed, in_place, activation_bits
 
 
 @settings(max_examples=45, deadline=None, derandomize=True, database=None,
@@ -278,8 +333,8 @@ def _random_config(draw):
 @given(_random_config(), st.sampled_from([None, "reset"]))
 def test_random_configurations(config, mode):
     """Random shapes, weights and stall patterns, with or without a reset, the input
-    buffered or read in place."""
-    kind, n_in, c_out, pe, simd, in_width, in_signed, seed, in_place = config
+    buffered or read in place, with or without thresholds in the MVU."""
+    kind, n_in, c_out, pe, simd, in_width, in_signed, seed, in_place, activation_bits = config
     rng = np.random.default_rng(seed)
     n_vectors = 8
     if kind == "bin":
@@ -287,27 +342,32 @@ def test_random_configurations(config, mode):
         x = rng.integers(0, 2, (n_vectors, n_in))
         expected = (2 * x - 1) @ (2 * w - 1).T
         beats = [int(sum(int(b) << j for j, b in enumerate(row))) for row in x]
-        dut = BinaryMVU(n_in, c_out, pe, simd, w, in_place=in_place)
+        make = lambda act: BinaryMVU(n_in, c_out, pe, simd, w, in_place=in_place, activation=act)
     elif kind == "bw":
         in_bits = min(in_width, 8)
         w = rng.integers(0, 2, (c_out, n_in))
         x = rng.integers(0, 1 << in_bits, (n_vectors, n_in))
         expected = x @ (2 * w - 1).T
         beats = x.tolist()
-        dut = BinaryWeightMVU(n_in, c_out, pe, simd, w, in_bits=in_bits, in_place=in_place)
+        make = lambda act: BinaryWeightMVU(n_in, c_out, pe, simd, w, in_bits=in_bits,
+                                           in_place=in_place, activation=act)
     else:
         w = rng.integers(-300, 301, (c_out, n_in)) >> rng.integers(0, 9)
         lo, hi = _signed_range(in_width) if in_signed else (0, (1 << in_width) - 1)
         x = rng.integers(lo, hi + 1, (n_vectors, n_in))
         expected = x @ w.T
         beats = x.tolist()
-        dut = IntegerMVU(n_in, c_out, pe, simd, w, in_width=in_width, in_signed=in_signed,
-                         in_place=in_place)
+        make = lambda act: IntegerMVU(n_in, c_out, pe, simd, w, in_width=in_width,
+                                      in_signed=in_signed, in_place=in_place, activation=act)
+    expected, act = expected.tolist(), None
+    if activation_bits:
+        act, expected = _activation(rng, expected, activation_bits, make(None).acc_width)
+    dut = make(act)
     ii = dut.ii
     reset_at = int(rng.integers(2, 3 * ii + 4)) if mode else None
     run = run_streams(dut, {"i": beats}, {"o": n_vectors}, stall=0.3, seed=seed,
                       reset_at=reset_at, max_cycles=40 * n_vectors * (ii + 4))
-    assert run.outputs["o"] == expected.tolist()
+    assert run.outputs["o"] == expected
 
 
 @st.composite
@@ -320,20 +380,23 @@ def _grouped_config(draw):
     simd = draw(st.integers(1, n_in))
     seed = draw(st.integers(0, 2**32 - 1))
     in_place = draw(st.booleans())
-    return kind, groups, n_in, c_group, pe, simd, seed, in_place
+    activation = draw(st.sampled_from([None, 1, "affine"]))
+    return kind, groups, n_in, c_group, pe, simd, seed, in_place, activation
 
 
 @settings(max_examples=25, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(_grouped_config(), st.sampled_from(["full-rate", "stalls", "reset"]))
-@example(("bin", 5, 18, 4, 2, 6, 11, False), "stalls")  # two-level issue: 5 groups of 3 slices
-@example(("bin", 5, 18, 4, 2, 6, 11, True), "stalls")
-@example(("bw", 3, 7, 2, 1, 3, 12, False), "full-rate")
+@example(("bin", 5, 18, 4, 2, 6, 11, False, None), "stalls")  # two-level issue: 5 groups of 3 slices
+@example(("bin", 5, 18, 4, 2, 6, 11, True, 1), "stalls")
+@example(("bw", 3, 7, 2, 1, 3, 12, False, "affine"), "full-rate")
 def test_grouped_time_shared_bases(config, mode):
     """Grouped MVU (K bases time-shared on one unit): group g's channels see only
     group g's lanes, at ``groups*ceil(c_group/pe)*ceil(n_in/simd)`` cycles per vector;
-    under random stalls and after a reset mid-vector too."""
-    kind, groups, n_in, c_group, pe, simd, seed, in_place = config
+    under random stalls and after a reset mid-vector too; with an activation in the
+    MVU (a sign, or a post-op, of every channel, the grouped convolution's padding PEs
+    included), its values."""
+    kind, groups, n_in, c_group, pe, simd, seed, in_place, activation = config
     rng = np.random.default_rng(seed)
     n_vectors = 6
     c_out = groups * c_group
@@ -343,19 +406,24 @@ def test_grouped_time_shared_bases(config, mode):
         expected = np.concatenate([(2 * x[:, g] - 1) @ (2 * w[g * c_group:(g + 1) * c_group] - 1).T
                                    for g in range(groups)], axis=1)
         beats = [int(sum(int(b) << j for j, b in enumerate(row.reshape(-1)))) for row in x]
-        dut = BinaryMVU(n_in, c_out, pe, simd, w, groups=groups, in_place=in_place)
+        make = lambda act: BinaryMVU(n_in, c_out, pe, simd, w, groups=groups, in_place=in_place,
+                                     activation=act)
     else:
         x = rng.integers(0, 4, (n_vectors, groups, n_in))
         expected = np.concatenate([x[:, g] @ (2 * w[g * c_group:(g + 1) * c_group] - 1).T
                                    for g in range(groups)], axis=1)
         beats = x.reshape(n_vectors, -1).tolist()
-        dut = BinaryWeightMVU(n_in, c_out, pe, simd, w, in_bits=2, groups=groups,
-                              in_place=in_place)
+        make = lambda act: BinaryWeightMVU(n_in, c_out, pe, simd, w, in_bits=2, groups=groups,
+                                           in_place=in_place, activation=act)
+    expected, act = expected.tolist(), None
+    if activation:
+        act, expected = _activation(rng, expected, activation, make(None).acc_width)
+    dut = make(act)
     assert dut.ii == mvu_cycles(groups, c_group, n_in, pe, simd)
     assert dut.operand_stage == (groups * -(-n_in // simd) > ISSUE_MUX_SLICES)
     reset_at = int(rng.integers(2, 3 * dut.ii + 4)) if mode == "reset" else None
     run = run_streams(dut, {"i": beats}, {"o": n_vectors}, stall=0.0 if mode == "full-rate" else 0.3,
                       seed=seed, reset_at=reset_at, max_cycles=40 * n_vectors * (dut.ii + 4))
-    assert run.outputs["o"] == expected.tolist()
+    assert run.outputs["o"] == expected
     if mode == "full-rate":
         assert (np.diff(run.out_cycles["o"]) == dut.ii).all()

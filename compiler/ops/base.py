@@ -111,6 +111,23 @@ class Op:
         ``target`` cycles (the default: no)."""
         return False
 
+    #: An MVU that can apply its consumer's thresholds (:meth:`activation`) to its results.
+    takes_activation = False
+
+    def activation(self, node):
+        """The per-channel table an MVU in front of the unit can apply instead of it
+        (``Unit.fused``; :class:`~groupnet_hw.hw.multithreshold.ThresholdTable`,
+        :class:`~groupnet_hw.hw.elementwise.AffineTable`), or ``None`` where the unit's
+        work is not that (the default)."""
+        return None
+
+    def activation_features(self, node, acc_width, folds, pe):
+        """Resource features of the unit's work done in an MVU of ``pe`` PEs and
+        ``folds`` output folds on accumulators of ``acc_width`` bits (beside that MVU's,
+        :mod:`..resources`): an MVU's threshold or post-op ROM is ``act_rom_depth`` x
+        ``act_rom_width``."""
+        raise NotImplementedError(f"{self.name}: no activation in an MVU")
+
     def block_line_ram(self, node, parent, unit, family, serial=False):
         """How the unit's line buffer goes to ``family``'s block RAM at ``unit``'s
         folding (a :data:`groupnet_hw.hw.window.LINE_RAM_KINDS` kind; ``serial``: as a
@@ -139,7 +156,10 @@ class Op:
         return self.paceable and target >= 2 * node.height * node.width
 
     def interval(self, node, unit):
-        """Cycles between accepted pixels at full speed."""
+        """Cycles between accepted pixels at full speed (none for a unit fused into its
+        producer: it is wiring)."""
+        if unit is not None and unit.fused:
+            return 0
         if unit is not None and unit.paced:
             return 2
         if self.lane_foldable and unit is not None and unit.pe:
@@ -154,6 +174,8 @@ class Op:
 
     def latency(self, node, unit=None):
         """Cycles from accepting a beat to its result on the output."""
+        if unit is not None and unit.fused:
+            return 0
         if self.lane_foldable and unit is not None and unit.pe:
             folds = cyc.lane_folds(self.lane_channels(node), unit.pe)
             return folds + 1 + self.lane_latency_of(node, folds)

@@ -41,6 +41,13 @@ def _stack_per_channel(attrs, per_channel):
     return dict(rest, **{k: torch.cat([a[k] for a in attrs]) for k in per_channel})
 
 
+def _fused_wiring(ctx, node):
+    """A unit whose work its producer's MVU does (``Unit.fused``): the MVU outputs the
+    unit's values already, so the unit is a wire."""
+    s = ctx.stream(ctx.tensor_shape(node), f"{node.name}_fused")
+    return [s], [s]
+
+
 @register
 class Relu(Op):
     """max(x, 0)."""
@@ -103,7 +110,36 @@ class PostOp(Op):
                        B=n.attrs["B"] << (shift - n.attrs["shift"])) for n in nodes]
         return _stack_per_channel(scaled, ("A", "B"))
 
+    def activation(self, node):
+        from ...hw.elementwise import AffineTable
+        a = node.attrs
+        return AffineTable(a["A"].tolist(), a["B"].tolist(), a["shift"], a["pre_relu"],
+                           a["post_relu"], node.bit_width)
+
+    def activation_features(self, node, acc_width, folds, pe):
+        # The product register (``act_mult_bits``) and the offset's adder
+        # (``act_adder_bits``, with one fold also the constants' shift-and-add); with
+        # several folds a DSP block per PE and a ROM of every PE's scale and offset
+        from ...hw.arith import multiplier_cost
+        from ..graph import signed_width
+        a = node.attrs
+        half = (1 << (a["shift"] - 1)) if a["shift"] else 0
+        scales, offsets = a["A"].tolist(), [b + half for b in a["B"].tolist()]
+        sw = max(signed_width(v, v) for v in scales)
+        bw = max(signed_width(v, v) for v in offsets)
+        adder = pe * (acc_width + 1 + sw + 1)
+        if folds == 1:
+            costs = [multiplier_cost(acc_width + 1, k) for k in scales]
+            return {"act_mults": sum(c["dsp"] for c in costs),
+                    "act_adder_bits": adder + sum(c["adder_bits"] for c in costs),
+                    "act_mult_bits": pe * (acc_width + 1 + sw)}
+        return {"act_mults": pe, "act_adder_bits": adder,
+                "act_mult_bits": pe * (acc_width + 1 + sw),
+                "act_rom_depth": folds, "act_rom_width": pe * (sw + bw)}
+
     def resource_features(self, g, node, parent, unit):
+        if unit.fused:
+            return {}       # its producer's MVU does the work (``activation_features``)
         from ...hw.arith import multiplier_cost
         a = node.attrs
         in_w = parent.bit_width
@@ -136,6 +172,8 @@ class PostOp(Op):
         return f
 
     def build(self, ctx, node, unit):
+        if unit.fused:
+            return _fused_wiring(ctx, node)
         from ...hw.elementwise import PostOp as PostOpUnit
         a = node.attrs
         u = ctx.add(node, PostOpUnit(node.channels, ctx.width_of(ctx.parent(node)),
@@ -169,7 +207,24 @@ class Threshold(Op):
     def stack(self, nodes):
         return _stack_per_channel([n.attrs for n in nodes], ("T", "invert"))
 
+    def activation(self, node):
+        from ...hw.multithreshold import ThresholdTable
+        return ThresholdTable(node.attrs["T"].tolist(), node.attrs["invert"].tolist())
+
+    def activation_features(self, node, acc_width, folds, pe):
+        # one fold: constant thresholds, compared on the bits they need; several: every
+        # PE compares with ROM words of the accumulator's width and one more
+        from ...hw.arith import compared_bits
+        levels = node.attrs["T"].shape[1]
+        if folds == 1:
+            return {"act_compare_bits": sum(compared_bits(t, acc_width) for row in
+                                            node.attrs["T"].tolist() for t in set(row))}
+        return {"act_compare_bits": pe * levels * (acc_width + 1), "act_rom_depth": folds,
+                "act_rom_width": pe * (levels * (acc_width + 1) + 1)}
+
     def resource_features(self, g, node, parent, unit):
+        if unit.fused:
+            return {}       # its producer's MVU compares (``activation_features``)
         # Thresholds outside the input's range become constant bits (no comparator);
         # a multi-threshold compares every level and counts them by binary search.
         from ...hw.arith import compared_bits
@@ -186,6 +241,8 @@ class Threshold(Op):
         return {"one": 1, f"{kind}_bits": live, "out_bits": node.channels * node.bit_width}
 
     def build(self, ctx, node, unit):
+        if unit.fused:
+            return _fused_wiring(ctx, node)
         a = node.attrs
         parent = ctx.parent(node)
         invert = [bool(v) for v in a["invert"].tolist()]

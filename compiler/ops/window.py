@@ -197,6 +197,7 @@ class _Conv(Op):
 
     #: The MVU multiplies (DSP blocks), so it always registers its operands once more.
     integer = False
+    takes_activation = True
 
     def operand_stage(self, node, unit):
         """Whether the MVU registers its operands once more (``compiler.cycles.mvu_operand_stage``)."""
@@ -288,7 +289,8 @@ class _Conv(Op):
         wait = cyc.window_latency(unit.line_ram, node.attrs["kernel"])
         ii = self.vector_steps(node, unit)
         interval = self.pixel_interval(node, unit)
-        latency = cyc.mvu_latency(ii, self.tree_terms(node, unit), self.operand_stage(node, unit))
+        latency = cyc.mvu_latency(ii, self.tree_terms(node, unit), self.operand_stage(node, unit),
+                                  unit.activation)
         n_out, n_par = node.height * node.width, parent.height * parent.width
         out, start_prev = [], float("-inf")
         for q in range(TIMING_FRAMES * n_out):
@@ -301,7 +303,7 @@ class _Conv(Op):
 
     def build(self, ctx, node, unit):
         parent = ctx.parent(node)
-        mvu = self._mvu(node, parent, unit)
+        mvu = self._mvu(node, parent, unit, _activation_table(ctx.graph, node, unit))
         # an MVU that takes a window at most every other cycle lets the window read
         # the next one without looking at the MVU's `ready` (SlidingWindow.paced)
         window = ctx.add(node, _window_shape(ctx, node, parent, unit, paced=mvu.ii >= 2),
@@ -366,17 +368,17 @@ class BinConv(_Conv):
         top = ins[0].hi if node.attrs["in_bits"] else 1
         return -n * top, n * top
 
-    def _mvu(self, node, parent, unit):
+    def _mvu(self, node, parent, unit, activation=None):
         flat = flat_weight(node.attrs["bits"]).numpy()
         groups = node.attrs.get("groups", 1)
         if node.attrs["in_bits"]:
             from ...hw.mvu import BinaryWeightMVU
             return BinaryWeightMVU(flat.shape[1], node.channels, unit.pe, unit.simd, flat,
                                    in_bits=node.attrs["in_bits"], groups=groups,
-                                   in_place=unit.in_place)
+                                   in_place=unit.in_place, activation=activation)
         from ...hw.mvu import BinaryMVU
         return BinaryMVU(flat.shape[1], node.channels, unit.pe, unit.simd, flat, groups=groups,
-                         in_place=unit.in_place)
+                         in_place=unit.in_place, activation=activation)
 
     def stack(self, nodes):
         # K bases' convolutions become one grouped convolution (time-shared bases)
@@ -399,9 +401,8 @@ class BinConv(_Conv):
                  weight_bits=folds * unit.pe * unit.simd if folds > 1 else 0,
                  rom_depth=folds if folds > 1 else 0, rom_width=unit.pe * unit.simd,
                  buffer_bits=groups * unit.n_in * lane if folds > 1 and not unit.in_place else 0,
-                 in_place_bits=groups * unit.n_in * lane if unit.in_place else 0,
-                 out_bits=node.channels * node.bit_width,
-                 collect_bits=_collect_bits(node, unit))
+                 in_place_bits=groups * unit.n_in * lane if unit.in_place else 0)
+        f.update(_output_features(g, node, unit))
         if self.operand_stage(node, unit):
             # the step's input slice and weight word registered once more; a grouped
             # MVU registers its group's whole vector at issue and picks the slice after
@@ -434,12 +435,12 @@ class IntConv(_Conv):
         his = (torch.clamp(w, min=0) * x_hi + torch.clamp(w, max=0) * x_lo).sum(1)
         return int(los.min()), int(his.max())
 
-    def _mvu(self, node, parent, unit):
+    def _mvu(self, node, parent, unit, activation=None):
         from ...hw.mvu import IntegerMVU
         flat = flat_weight(node.attrs["weight"]).numpy().astype(np.int64)
         return IntegerMVU(flat.shape[1], node.channels, unit.pe, unit.simd, flat,
                           in_width=parent.bit_width, in_signed=parent.kind == "fixed",
-                          in_place=unit.in_place)
+                          in_place=unit.in_place, activation=activation)
 
     def resource_features(self, g, node, parent, unit):
         f = _window_features(node, parent, unit)
@@ -447,9 +448,8 @@ class IntConv(_Conv):
         f.update(mults=unit.pe * unit.simd,
                  mult_bits=unit.pe * unit.simd * (parent.bit_width + 8),
                  acc_bits=unit.pe * node.bit_width, weight_bits=folds * unit.pe * unit.simd * 8,
-                 rom_depth=folds if folds > 1 else 0, rom_width=unit.pe * unit.simd * 8,
-                 out_bits=node.channels * node.bit_width,
-                 collect_bits=_collect_bits(node, unit))
+                 rom_depth=folds if folds > 1 else 0, rom_width=unit.pe * unit.simd * 8)
+        f.update(_output_features(g, node, unit))
         return f
 
 
@@ -460,12 +460,45 @@ def _out_folds(node, unit):
     return groups * ceil(node.channels // groups / unit.pe)
 
 
-def _collect_bits(node, unit):
+def _collect_bits(node, unit, width):
     """Bits of an MVU's collect registers (``hw.mvu``): every output fold but the last
-    waits there for the vector's last input fold, ``PE`` channels each. With one output
-    fold there are none; a fully connected layer folded to one PE holds nearly its whole
-    output twice (collect and output registers)."""
-    return (_out_folds(node, unit) - 1) * unit.pe * node.bit_width
+    waits there for the vector's last input fold, ``PE`` channels of ``width`` bits each.
+    With one output fold there are none; a fully connected layer folded to one PE holds
+    nearly its whole output twice (collect and output registers)."""
+    return (_out_folds(node, unit) - 1) * unit.pe * width
+
+
+def _activation_of(g, node):
+    """``(consumer, table)``: the node whose work the MVU of ``node`` does
+    (``Unit.activation``) and the table it applies."""
+    from . import op_of
+    (consumer,) = g.consumers(node.name)
+    return consumer, op_of(consumer).activation(consumer)
+
+
+def _activation_table(g, node, unit):
+    """The table the MVU of ``node`` applies, or ``None``."""
+    return _activation_of(g, node)[1] if unit.activation else None
+
+
+def _output_features(g, node, unit):
+    """The MVU's output and collect registers, and with an activation
+    (``Unit.activation``) its own features as the op whose work it does counts them
+    (:meth:`~.base.Op.activation_features`): the activation's values, not the
+    accumulator's, are what the collect and output registers hold."""
+    if not unit.activation:
+        return {"out_bits": node.channels * node.bit_width,
+                "collect_bits": _collect_bits(node, unit, node.bit_width)}
+    from amaranth.hdl import Shape
+
+    from . import op_of
+    consumer, table = _activation_of(g, node)
+    width = Shape.cast(table.out_shape).width
+    f = {"out_bits": node.channels * width, "collect_bits": _collect_bits(node, unit, width),
+         "act_level_bits": unit.pe * width}
+    f.update(op_of(consumer).activation_features(consumer, op_of(node).lane_width(g, node),
+                                                  _out_folds(node, unit), unit.pe))
+    return f
 
 
 @register
