@@ -147,6 +147,28 @@ def test_build_serial_line_buffers_verified(tmp_path, tiny_ckpt):
     assert got["latency_steady_measured"] == got["latency_steady_predicted"]
 
 
+def test_build_fuse_activations_option_recorded_and_verified(tmp_path, tiny_ckpt):
+    """By default thresholds (and post-ops where it pays) run in the MVU in front of
+    them, and report.txt says where each went; --no-fuse-activations keeps every unit,
+    is recorded in build.json, and that artifact verifies with the option it was built
+    with."""
+    out, plain = tmp_path / "out", tmp_path / "plain"
+    assert run("build", tiny_ckpt, "--no-bitstream", "-o", out).exit_code == 0
+    report = json.loads((out / "report.json").read_text())
+    fused = [u["name"] for u in report["units"] if u["fused"]]
+    # one MVU with an activation for every unit fused into one
+    assert fused and sum(u["activation"] > 0 for u in report["units"]) == len(fused)
+    text = (out / "report.txt").read_text()
+    assert text.count("in the MVU") == len(fused) and "+ threshold" in text
+    result = run("build", tiny_ckpt, "--no-fuse-activations", "--no-bitstream", "-o", plain)
+    assert result.exit_code == 0, result.output
+    report = json.loads((plain / "report.json").read_text())
+    assert not any(u["fused"] or u["activation"] for u in report["units"])
+    assert json.loads((plain / "build.json").read_text())["options"]["fuse_activations"] is False
+    result = run("verify", plain, "--sim", "amaranth", "--images", 2)
+    assert result.exit_code == 0, result.output
+
+
 def test_verify_amaranth_with_user_images_and_json(tmp_path, tiny_ckpt):
     import numpy as np
     images = np.random.default_rng(0).integers(0, 256, (2, 8, 8), dtype=np.uint8)
