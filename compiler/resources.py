@@ -100,7 +100,8 @@ def family_features(features: dict, family: str) -> dict:
     elif depth:
         f["weight_bits"] = f.get("weight_bits", 0) + depth * width
     if "fifo_rows" in f:
-        f.update(fifo_memory(f.pop("fifo_rows"), f.pop("fifo_width"), family))
+        f.update(fifo_memory(f.pop("fifo_rows"), f.pop("fifo_width"), family,
+                             bool(f.pop("fifo_marked", 0))))
         if f.get("block_fifo"):
             # a block-RAM FIFO's data path (the block's read data and the output
             # register, with its bypass) is not a register FIFO's output register
@@ -223,23 +224,28 @@ def fit_unit_model(samples, features_of, cells=CELLS):
     return model
 
 
-def fifo_features(width: int, depth: int, distinct: int | None = None) -> dict:
+def fifo_features(width: int, depth: int, distinct: int | None = None, ram: str = "auto") -> dict:
     """Features of a :class:`~groupnet_hw.hw.fifo.StreamFIFO` of ``width`` x ``depth``
     (its memory has ``depth - 1`` rows beside the output register); what the memory
     becomes depends on the family (:func:`fifo_memory`). ``distinct``: how many of the
     ``width`` bits are different wires (a time-shared block's input is its K bases'
     one input repeated): the memory keeps every bit, but some families merge the
-    output registers of equal bits (``repeated_bits``)."""
+    output registers of equal bits (``repeated_bits``). ``ram``: as
+    :class:`~groupnet_hw.hw.fifo.StreamFIFO`'s (``"block"``: the memory marked for block
+    RAM)."""
     distinct = width if distinct is None else distinct
-    return {"one": 1, "width": distinct, "repeated_bits": width - distinct,
-            "fifo_rows": depth - 1, "fifo_width": width}
+    f = {"one": 1, "width": distinct, "repeated_bits": width - distinct,
+         "fifo_rows": depth - 1, "fifo_width": width}
+    if ram == "block":
+        f["fifo_marked"] = 1
+    return f
 
 
-def stream_fifo_features(g, src, depth: int) -> dict:
+def stream_fifo_features(g, src, depth: int, ram: str = "auto") -> dict:
     """:func:`fifo_features` of a FIFO of ``depth`` on node ``src``'s output stream."""
     from .ops import op_of
     distinct = len(set(op_of(src).channel_sources(g, src))) * src.bit_width
-    return fifo_features(src.channels * src.bit_width, depth, distinct)
+    return fifo_features(src.channels * src.bit_width, depth, distinct, ram)
 
 
 #: iCE40: FIFO memories of this many rows or more go to SB_RAM40_4K (measured: 2-4 rows
@@ -247,8 +253,12 @@ def stream_fifo_features(g, src, depth: int) -> dict:
 ICE40_FIFO_BRAM_ROWS = 8
 
 
-def fifo_memory(rows: int, width: int, family: str) -> dict:
+def fifo_memory(rows: int, width: int, family: str, marked: bool = False) -> dict:
     """What Yosys makes of a FIFO's ``rows`` x ``width`` memory, as features.
+
+    ``marked`` (``ram_style = "block"``): block RAM wherever the family's block RAM takes
+    a marked memory (:func:`block_ram_blocks`: ECP5 and iCE40 always, Cyclone V from a
+    5 % fill); otherwise, and unmarked:
 
     Measured on the calibration sweep (every FIFO of 2-71 rows, 28-448 bits):
 
@@ -262,6 +272,8 @@ def fifo_memory(rows: int, width: int, family: str) -> dict:
     of the memory's logic (``shallow_bits``: registers; ``lutram_mux_bits``; ``block_fifo``).
     """
     blocks = rom_blocks(rows, width, family)
+    if marked and block_ram_blocks(rows, width, family) is not None:
+        return {"fifo_blocks": blocks, "block_fifo": 1}
     if family == "ecp5":
         groups = -(-rows // 16)
         cells = -(-width // 4) * groups
@@ -303,7 +315,8 @@ def unit_features(sched):
             depth = sched.fifos.get(node.name, {}).get(ref)
             if depth:
                 out[(node.name, "fifo", slot)] = (
-                    "fifo", stream_fifo_features(g, g[Graph.source(ref)], depth))
+                    "fifo", stream_fifo_features(g, g[Graph.source(ref)], depth,
+                                                 sched.fifo_ram(node.name, ref)))
     for ref, users in readers.items():
         if len(users) > 1:
             src, _, k = ref.partition(":")

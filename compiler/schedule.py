@@ -112,6 +112,13 @@ class Schedule:
     notes: list = field(default_factory=list)
     cells: dict = field(default_factory=dict)
     max_util: float = DEFAULT_MAX_UTIL
+    #: consumer node name -> {input ref: "block"}: FIFOs whose memory is marked for block
+    #: RAM (:data:`groupnet_hw.hw.fifo.FIFO_RAM_KINDS`); every other is "auto".
+    fifo_rams: dict = field(default_factory=dict)
+
+    def fifo_ram(self, consumer, ref):
+        """How the FIFO in front of ``consumer``'s input ``ref`` builds its memory."""
+        return self.fifo_rams.get(consumer, {}).get(ref, "auto")
 
     @property
     def clock_mhz(self):
@@ -183,6 +190,7 @@ class Schedule:
                  "resources": u.resources}
                 for u in self.units.values()],
             "fifos": {k: v for k, v in self.fifos.items()},
+            "fifo_rams": {k: v for k, v in self.fifo_rams.items()},
             "notes": self.notes,
         }
 
@@ -329,7 +337,7 @@ BASE_MAPPINGS = ("auto", "parallel", "shared")
 
 def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
              max_util=DEFAULT_MAX_UTIL, folding=None, bases="auto",
-             line_buffers="auto", fuse_activations=True) -> Schedule:
+             line_buffers="auto", fuse_activations=True, fifos="auto") -> Schedule:
     """Fold, size FIFOs and estimate; see the module docstring.
 
     Parameters
@@ -365,6 +373,12 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
         it costs no cycle (fewer blocks, and M10K takes even 8-pixel rows that way),
         elsewhere as ``block``; ``auto``, each scheduled and the best kept, as for
         ``bases``.
+    fifos : {"auto", "block"}
+        How the join FIFOs' memories are built: ``auto``, as the flow maps them, except
+        that where the family's distributed RAM is over budget (ECP5's DPR16X4) FIFOs are
+        marked for block RAM, those that free the most distributed RAM per block first,
+        until it fits or the block RAM does not; ``block``, every FIFO marked for block RAM
+        (where the family's block RAM takes it).
     fuse_activations : bool
         Do a threshold's or a post-op's work in the MVU in front of it, where that MVU
         feeds nothing else (FINN's MVAU with an activation): no unit of its own, and
@@ -378,6 +392,8 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
                          f"not {line_buffers!r}")
     if board not in BOARD_BUDGETS:
         raise ValueError(f"unknown board {board!r}; known: {', '.join(BOARD_BUDGETS)}")
+    if fifos not in FIFO_CHOICES:
+        raise ValueError(f"fifos must be one of {', '.join(FIFO_CHOICES)}, not {fifos!r}")
     modes = [line_buffers]
     if line_buffers == "auto":
         modes = ["logic"] + (["block", "serial"]
@@ -386,7 +402,7 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
     for mode in modes:
         try:
             candidates.append(_map_bases(g, board, target_cycles, fps, max_util, folding,
-                                         bases, mode, fuse_activations))
+                                         bases, mode, (fuse_activations, fifos)))
         except ValueError as e:      # --fps out of reach this way
             errors.append(e)
     if not candidates:
@@ -424,6 +440,52 @@ def _block_lines(g, family):
             if memory and block_ram_blocks(memory[0], memory[1], family) is not None:
                 return True
     return False
+
+
+#: Choices of :func:`schedule`'s ``fifos``.
+FIFO_CHOICES = ("auto", "block")
+
+
+def _fifo_rams(g, fifos, family, mode, units, limits):
+    """``{consumer: {ref: "block"}}``: the FIFOs to mark for block RAM (:func:`schedule`'s
+    ``fifos``). In ``auto``, only where the family's distributed RAM is over its budget:
+    FIFOs move to block RAM, the most distributed RAM freed per block first, while the
+    block RAM stays within its budget (the other units' and the FIFOs' own counted)."""
+    from .resources import estimate_unit, stream_fifo_features
+    refs = [(c, r) for c, rs in fifos.items() for r in rs]
+
+    def cells(consumer, ref, ram):
+        feats = stream_fifo_features(g, g[Graph.source(ref)], fifos[consumer][ref], ram)
+        return estimate_unit(feats, "fifo", family)
+
+    if mode == "block":
+        chosen = refs
+    elif "lutram" not in limits:
+        chosen = []
+    else:
+        auto = {k: cells(*k, "auto") for k in refs}
+        lutram = sum(u.resources.get("lutram", 0) for u in units.values()) + \
+            sum(c["lutram"] for c in auto.values())
+        bram = sum(u.resources.get("bram", 0) for u in units.values()) + \
+            sum(c["bram"] for c in auto.values())
+        moves = []
+        for k in refs:
+            block = cells(*k, "block")
+            freed, cost = auto[k]["lutram"] - block["lutram"], block["bram"] - auto[k]["bram"]
+            if freed > 0:
+                moves.append((freed / max(cost, 1), freed, cost, k))
+        chosen = []
+        for _, freed, cost, k in sorted(moves, reverse=True):
+            if lutram <= limits["lutram"]:
+                break
+            if bram + cost > limits["ebr"]:
+                continue
+            chosen.append(k)
+            lutram, bram = lutram - freed, bram + cost
+    out = {}
+    for consumer, ref in chosen:
+        out.setdefault(consumer, {})[ref] = "block"
+    return out
 
 
 def _fuse_activations(g, units, parents, family):
@@ -464,10 +526,11 @@ def _fuse_activations(g, units, parents, family):
             unit.cycles = op_of(g[name]).cycles(g[name], parents[name], unit)
 
 
-def _map_bases(g, board, target_cycles, fps, max_util, folding, bases, line_ram, fuse=True):
+def _map_bases(g, board, target_cycles, fps, max_util, folding, bases, line_ram,
+               options=(True, "auto")):
     """:func:`schedule` with one choice of line buffers."""
     if bases == "parallel" or (bases == "auto" and folding):
-        return _fold(g, board, target_cycles, fps, max_util, folding, line_ram, fuse)
+        return _fold(g, board, target_cycles, fps, max_util, folding, line_ram, options)
     from itertools import combinations
 
     from .sharing import base_groups, share_bases
@@ -476,9 +539,9 @@ def _map_bases(g, board, target_cycles, fps, max_util, folding, bases, line_ram,
         if bases == "shared":
             raise ValueError("this network has no blocks whose bases can be time-shared "
                              "(K = 1, or no mixer joins isomorphic bases)")
-        return _fold(g, board, target_cycles, fps, max_util, folding, line_ram, fuse)
+        return _fold(g, board, target_cycles, fps, max_util, folding, line_ram, options)
     if bases == "shared":
-        shared = _fold(share_bases(g), board, target_cycles, fps, max_util, folding, line_ram, fuse)
+        shared = _fold(share_bases(g), board, target_cycles, fps, max_util, folding, line_ram, options)
         shared.base_mapping = "shared"
         return shared
     # Every mix of shared and side-by-side blocks for a few blocks; beyond that the two
@@ -491,7 +554,7 @@ def _map_bases(g, board, target_cycles, fps, max_util, folding, bases, line_ram,
     for subset in subsets:
         graph = share_bases(g, subset) if subset else g
         try:
-            sched = _fold(graph, board, target_cycles, fps, max_util, folding, line_ram, fuse)
+            sched = _fold(graph, board, target_cycles, fps, max_util, folding, line_ram, options)
         except ValueError as e:      # --fps out of reach with this mapping
             errors.append(e)
             continue
@@ -528,10 +591,12 @@ def _preference(sched):
 
 
 def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logic",
-          fuse=True) -> Schedule:
+          options=(True, "auto")) -> Schedule:
     """:func:`schedule` of one graph as it is (bases already mapped), with line buffers
     in block RAM (``line_ram`` "block" or "serial", :func:`schedule`'s ``line_buffers``)
-    wherever the family's block RAM takes them."""
+    wherever the family's block RAM takes them; ``options``: :func:`schedule`'s
+    ``(fuse_activations, fifos)``."""
+    fuse, fifo_mode = options
     if board not in BOARD_BUDGETS:
         raise ValueError(f"unknown board {board!r}; known: {', '.join(BOARD_BUDGETS)}")
     if not 0 < max_util <= 1:
@@ -576,11 +641,13 @@ def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logi
             unit.resources = estimate_unit(op.resource_features(g, node, parent, unit),
                                            node.op, family)
         fifos = fifo_depths(g, units, frame)
+        rams = _fifo_rams(g, fifos, family, fifo_mode, units, limits)
         extra = []
         for consumer, refs in fifos.items():
             for ref, depth in refs.items():
-                extra.append(estimate_unit(stream_fifo_features(g, g[Graph.source(ref)], depth),
-                                           "fifo", family))
+                ram = rams.get(consumer, {}).get(ref, "auto")
+                extra.append(estimate_unit(stream_fifo_features(g, g[Graph.source(ref)], depth,
+                                                                ram), "fifo", family))
         readers = {}
         for node in g:
             for ref in node.inputs:
@@ -593,7 +660,7 @@ def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logi
         for r in [u.resources for u in units.values()] + extra:
             for k in CELLS:
                 cells[k] += r.get(k, 0)
-        return units, fifos, frame, cells, board_usage(cells, family)
+        return units, (fifos, rams), frame, cells, board_usage(cells, family)
 
     def fits(usage):
         return all(usage[k] <= limits[k] for k in limits)
@@ -643,6 +710,6 @@ def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logi
             notes.append(f"folded to {chosen[2]} cycles/frame, the fastest that fits {board} "
                          f"at {max_util:.0%} utilization ({first} would need: "
                          f"{over(at_first)})")
-    units, fifos, frame, cells, usage = chosen
+    units, (fifos, rams), frame, cells, usage = chosen
     return Schedule(g, board, units, fifos, frame, usage, budget, notes=notes, cells=cells,
-                    max_util=max_util)
+                    max_util=max_util, fifo_rams=rams)

@@ -491,6 +491,10 @@ def _core_design(sched, name):
                    "memory read a tap per cycle wherever the folded MVU leaves the time, "
                    "which costs no cycle and takes short rows too, else as block (serial); "
                    "or whichever fits faster (auto).")
+@click.option("--fifos", default="auto", show_default=True, type=click.Choice(["auto", "block"]),
+              help="How the FIFOs in front of joins build their memories: as the flow maps "
+                   "them, or in block RAM where the board's distributed RAM runs out (auto); "
+                   "every one marked for block RAM (block).")
 @click.option("--fuse-activations/--no-fuse-activations", default=True, show_default=True,
               help="Apply each threshold activation in the MVU in front of it, where that "
                    "MVU feeds nothing else (FINN's MVAU with thresholds): no threshold "
@@ -501,7 +505,7 @@ def _core_design(sched, name):
               help="Run the board's toolchain (default: when it is installed and the "
                    "estimate fits the board).")
 def build(checkpoint, board, out_dir, target_cycles, fps, max_util, folding_file, bases,
-          line_buffers, fuse_activations, baud, bitstream):
+          line_buffers, fifos, fuse_activations, baud, bitstream):
     """Compile CHECKPOINT into Verilog, a board project and a report.
 
     \b
@@ -524,7 +528,7 @@ def build(checkpoint, board, out_dir, target_cycles, fps, max_util, folding_file
     checkpoint_sha = file_sha256(checkpoint)
     options = {"fps": fps, "max_util": max_util, "folding": _read_folding(folding_file),
                "bases": bases, "line_buffers": line_buffers,
-               "fuse_activations": fuse_activations}
+               "fifos": fifos, "fuse_activations": fuse_activations}
     sched = _compile(model, board, target_cycles, **options)
 
     from .compiler.report import render_text

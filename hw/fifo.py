@@ -5,7 +5,28 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["StreamFIFO"]
+__all__ = ["StreamFIFO", "FIFO_RAM_KINDS"]
+
+#: How a FIFO's memory is built: ``auto``, as the synthesis flow maps it (registers,
+#: distributed RAM or block RAM by its own rules); ``block``, marked
+#: ``ram_style = "block"``, so that a family that honours the mark (ECP5, iCE40) puts it
+#: in block RAM whatever its size.
+FIFO_RAM_KINDS = ("auto", "block")
+
+
+class _MarkedFIFO(SyncFIFOBuffered):
+    """:class:`~amaranth.lib.fifo.SyncFIFOBuffered` whose storage memory carries
+    ``attrs`` (its behaviour and cycles unchanged)."""
+
+    def __init__(self, *, attrs, **kwargs):
+        super().__init__(**kwargs)
+        self._attrs = dict(attrs)
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        if self.depth >= 2:         # depth 1 is a register, no memory
+            m.submodules.storage.attrs.update(self._attrs)
+        return m
 
 
 class StreamFIFO(wiring.Component):
@@ -23,6 +44,10 @@ class StreamFIFO(wiring.Component):
     depth : int
         Number of beats held. ``0`` makes the FIFO a plain wire (``o`` is ``i``), so the
         compiler can size every fork branch uniformly.
+    ram : {"auto", "block"}
+        How its memory is built (:data:`FIFO_RAM_KINDS`): where the flow maps it, or
+        marked for block RAM (on ECP5 a DP16KD instead of distributed RAM, which a
+        board runs out of first). Same behaviour and cycles.
 
     Attributes
     ----------
@@ -45,10 +70,13 @@ class StreamFIFO(wiring.Component):
     where the rate matters.
     """
 
-    def __init__(self, shape, depth):
+    def __init__(self, shape, depth, ram="auto"):
         if not isinstance(depth, int) or depth < 0:
             raise ValueError(f"depth must be a non-negative integer, not {depth!r}")
+        if ram not in FIFO_RAM_KINDS:
+            raise ValueError(f"ram must be one of {', '.join(FIFO_RAM_KINDS)}, not {ram!r}")
         self.depth = depth
+        self.ram = ram
         self._width = Shape.cast(shape).width
         super().__init__({
             "i": In(stream.Signature(shape)),
@@ -66,7 +94,12 @@ class StreamFIFO(wiring.Component):
             ]
             return m
 
-        m.submodules.fifo = fifo = SyncFIFOBuffered(width=self._width, depth=self.depth)
+        if self.ram == "block":
+            fifo = _MarkedFIFO(width=self._width, depth=self.depth,
+                               attrs={"ram_style": "block"})
+        else:
+            fifo = SyncFIFOBuffered(width=self._width, depth=self.depth)
+        m.submodules.fifo = fifo
         m.d.comb += [
             fifo.w_data.eq(Value.cast(self.i.payload)),
             fifo.w_en.eq(self.i.valid),

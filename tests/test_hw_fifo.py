@@ -40,29 +40,33 @@ def fix_pixels(rng, n):
 
 # ---- StreamFIFO ------------------------------------------------------------------------
 
+@pytest.mark.parametrize("ram", ["auto", "block"])
 @pytest.mark.parametrize("seed, depth", list(enumerate([0, 1, 2, 3, 5, 16])))
-def test_fifo_keeps_order_under_stalls(seed, depth):
+def test_fifo_keeps_order_under_stalls(seed, depth, ram):
     rng = np.random.default_rng(seed)
     beats = fix_pixels(rng, 80)
-    result = run_streams(Clocked(StreamFIFO(FIX, depth)), {"i": beats}, {"o": len(beats)},
+    result = run_streams(Clocked(StreamFIFO(FIX, depth, ram)), {"i": beats}, {"o": len(beats)},
                          stall=0.3, seed=seed, max_cycles=5000)
     assert result.outputs["o"] == beats
 
 
+@pytest.mark.parametrize("ram", ["auto", "block"])
 @pytest.mark.parametrize("depth, reset_at", [(4, 23), (16, 40)])
-def test_fifo_reset_mid_stream(depth, reset_at):
+def test_fifo_reset_mid_stream(depth, reset_at, ram):
     beats = list(range(100, 160))
-    result = run_streams(StreamFIFO(unsigned(8), depth), {"i": beats}, {"o": len(beats)},
+    result = run_streams(StreamFIFO(unsigned(8), depth, ram), {"i": beats}, {"o": len(beats)},
                          stall=0.3, seed=3, reset_at=reset_at, max_cycles=5000)
     assert result.outputs["o"] == beats
 
 
+@pytest.mark.parametrize("ram", ["auto", "block"])
 @pytest.mark.parametrize("depth, cycles", [(0, 60), (1, 120), (2, 121), (3, 62), (4, 62),
                                            (32, 62)])
-def test_fifo_rate_and_latency(depth, cycles):
-    """depth >= 3: II 1 and latency 2; depth 1, 2: II 2; depth 0: a wire."""
+def test_fifo_rate_and_latency(depth, cycles, ram):
+    """depth >= 3: II 1 and latency 2; depth 1, 2: II 2; depth 0: a wire. The same
+    with the memory marked for block RAM."""
     beats = list(range(60))
-    result = run_streams(Clocked(StreamFIFO(unsigned(8), depth)), {"i": beats}, {"o": 60})
+    result = run_streams(Clocked(StreamFIFO(unsigned(8), depth, ram)), {"i": beats}, {"o": 60})
     assert result.outputs["o"] == beats
     assert result.cycles == cycles
 
@@ -177,6 +181,12 @@ def test_subsample_drops_without_waiting_for_ready():
 def test_convert_to_verilog():
     for dut in (StreamFIFO(FIX, 0), StreamFIFO(FIX, 8), Subsample(FIX, 5, 7, 2)):
         assert "module top" in verilog.convert(dut, name="top")
+    # ram="block" marks the one memory for block RAM; "auto" leaves it to the flow
+    marked = verilog.convert(StreamFIFO(FIX, 8, "block"), name="top")
+    assert marked.count('ram_style = "block"') == 1
+    assert "ram_style" not in verilog.convert(StreamFIFO(FIX, 8), name="top")
+    with pytest.raises(ValueError):
+        StreamFIFO(unsigned(1), 4, "bram")
     with pytest.raises(ValueError):
         StreamFIFO(unsigned(1), -1)
     with pytest.raises(ValueError):
