@@ -105,12 +105,15 @@ def main(argv=None):
         "window column, or one *serial* memory read a tap per cycle where the folded MVU "
         "leaves the time (`build --line-buffers auto`: the number of windows in block RAM, "
         "and how many of them serial, is shown); the DE10-Nano's M10K takes the digits "
-        "network's 8-pixel rows only as serial memories. The CIFAR-size network fits only at "
-        "K = 1, on the DE10-Nano with its line buffers in M10K; at K = 3 and 5 the "
-        "per-pixel units' whole-pixel registers (K*C channels wide when time-shared), the "
-        "skip FIFOs (as wide as a pixel, a few rows deep: M10K blocks filled by width) and "
-        "the MVUs' input buffers dominate, and streams narrower than a pixel are the next "
-        "step (docs/architecture.md section 9).\n\n" + table(rows) + "\n")
+        "network's 8-pixel rows only as serial memories. Thresholds and post-ops run in the "
+        "MVU in front of them where that costs no DSP block and no logic more "
+        "(`build --fuse-activations`), and on the ULX3S join FIFOs move to block RAM where "
+        "the distributed RAM runs out (`build --fifos auto`). The CIFAR-size network fits "
+        "only at K = 1, on both boards; at K = 3 and 5 the base mixers' and residual adds' "
+        "whole-pixel registers (K*C channels wide when time-shared) and the skip FIFOs (as "
+        "wide as a pixel, a few rows deep: M10K blocks filled by width) dominate, and "
+        "streams narrower than a pixel are the next step (docs/architecture.md section 9)."
+        "\n\n" + table(rows) + "\n")
     print(table(rows))
 
 
