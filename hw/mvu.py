@@ -551,13 +551,21 @@ class BinaryMVU(_FoldedMVU):
         :class:`~groupnet_hw.hw.window.SlidingWindow`). Same results and, with the input
         always valid, the same cycles; the producer gets the vector back ``ii - 1``
         cycles later.
+    activation : ThresholdTable or AffineTable, optional
+        A per-channel table of ``c_out`` channels applied to every finished channel
+        before it is collected (FINN's MVAU with thresholds): the levels of a
+        :class:`~groupnet_hw.hw.multithreshold.ThresholdTable` or the post-op values of
+        an :class:`~groupnet_hw.hw.elementwise.AffineTable`, in the table's ``stages``
+        registers more of latency and no cycle more per vector. With one output fold its
+        constants are constants; with several, a ROM word per output fold.
 
     Members
     -------
     i : ``In(stream.Signature(unsigned(groups*n_in)))``
         One input vector per beat.
-    o : ``Out(stream.Signature(data.ArrayLayout(signed(acc_width), c_out)))``
-        One beat per input vector, all ``c_out`` dot products.
+    o : ``Out(stream.Signature(data.ArrayLayout(out_shape, c_out)))``
+        One beat per input vector, all ``c_out`` dot products (``out_shape``:
+        ``signed(acc_width)``), or with an activation their values (its ``out_shape``).
 
     Attributes
     ----------
@@ -568,7 +576,8 @@ class BinaryMVU(_FoldedMVU):
     ii : int
         Initiation interval, ``out_folds*in_folds``.
     latency : int
-        ``ii + 2 + tree_stages`` (``compiler.cycles.mvu_latency``).
+        ``ii + 2 + tree_stages`` and the activation's stages
+        (``compiler.cycles.mvu_latency``).
 
     Latency
     -------
@@ -662,13 +671,15 @@ class BinaryWeightMVU(_FoldedMVU):
         Time-shared groups, as in :class:`BinaryMVU`.
     in_place : bool
         Read the held input vector at every step, as in :class:`BinaryMVU`.
+    activation : ThresholdTable or AffineTable, optional
+        Applied to every finished channel, as in :class:`BinaryMVU`.
 
     Members
     -------
     i : ``In(stream.Signature(data.ArrayLayout(unsigned(in_bits), groups*n_in)))``
         One input vector per beat.
-    o : ``Out(stream.Signature(data.ArrayLayout(signed(acc_width), c_out)))``
-        One beat per input vector, all ``c_out`` sums.
+    o : ``Out(stream.Signature(data.ArrayLayout(out_shape, c_out)))``
+        One beat per input vector, all ``c_out`` sums, or their activation values.
 
     Attributes
     ----------
@@ -758,13 +769,15 @@ class IntegerMVU(_FoldedMVU):
         Whether input lanes are two's complement.
     in_place : bool
         Read the held input vector at every step, as in :class:`BinaryMVU`.
+    activation : ThresholdTable or AffineTable, optional
+        Applied to every finished channel, as in :class:`BinaryMVU`.
 
     Members
     -------
     i : ``In(stream.Signature(data.ArrayLayout(unsigned(in_width) or signed(in_width), n_in)))``
         One input vector per beat.
-    o : ``Out(stream.Signature(data.ArrayLayout(signed(acc_width), c_out)))``
-        One beat per input vector, all ``c_out`` dot products.
+    o : ``Out(stream.Signature(data.ArrayLayout(out_shape, c_out)))``
+        One beat per input vector, all ``c_out`` dot products, or their activation values.
 
     Attributes
     ----------
