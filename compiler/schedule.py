@@ -392,8 +392,9 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
                          f"not {line_buffers!r}")
     if board not in BOARD_BUDGETS:
         raise ValueError(f"unknown board {board!r}; known: {', '.join(BOARD_BUDGETS)}")
-    if fifos not in FIFO_CHOICES:
-        raise ValueError(f"fifos must be one of {', '.join(FIFO_CHOICES)}, not {fifos!r}")
+    from ..hw.fifo import FIFO_RAM_KINDS
+    if fifos not in FIFO_RAM_KINDS:
+        raise ValueError(f"fifos must be one of {', '.join(FIFO_RAM_KINDS)}, not {fifos!r}")
     modes = [line_buffers]
     if line_buffers == "auto":
         modes = ["logic"] + (["block", "serial"]
@@ -442,10 +443,6 @@ def _block_lines(g, family):
     return False
 
 
-#: Choices of :func:`schedule`'s ``fifos``.
-FIFO_CHOICES = ("auto", "block")
-
-
 def _fifo_rams(g, fifos, family, mode, units, limits):
     """``{consumer: {ref: "block"}}``: the FIFOs to mark for block RAM (:func:`schedule`'s
     ``fifos``). In ``auto``, only where the family's distributed RAM is over its budget:
@@ -488,7 +485,7 @@ def _fifo_rams(g, fifos, family, mode, units, limits):
     return out
 
 
-def _fuse_activations(g, units, parents, family):
+def _fuse_activations(g, units, parents, readers, family):
     """Mark every unit whose work its producer's MVU can do (thresholds, a post-op; the
     MVU feeding nothing else) ``fused``, and that MVU's unit ``activation``: where the
     fused MVU's estimate has no more DSP blocks, and no more LUTs and flip-flops
@@ -497,10 +494,6 @@ def _fuse_activations(g, units, parents, family):
     allows: on a DSP-bound board that decides; at full rate the MVU's product register
     can outweigh the unit's output register.)"""
     from .resources import estimate_unit
-    readers = {}
-    for node in g:
-        for ref in node.inputs:
-            readers[ref] = readers.get(ref, 0) + 1
 
     def cells(node, unit):
         feats = op_of(node).resource_features(g, node, parents[node.name], unit)
@@ -519,11 +512,10 @@ def _fuse_activations(g, units, parents, family):
             cells(parent, fused), cells(parent, mvu), cells(node, units[node.name]))
         if dsp > dsp0 + dsp1 or logic > logic0 + logic1:
             continue
-        units[parent.name] = fused
-        units[node.name].fused = True
-        for name in (node.name, parent.name):
-            unit = units[name]
-            unit.cycles = op_of(g[name]).cycles(g[name], parents[name], unit)
+        units[parent.name] = fused          # same cycles: the stages add latency only
+        unit = units[node.name]
+        unit.fused = True
+        unit.cycles = op_of(node).cycles(node, parent, unit)
 
 
 def _map_bases(g, board, target_cycles, fps, max_util, folding, bases, line_ram,
@@ -614,6 +606,10 @@ def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logi
         target_cycles = max(1, int(budget["clock_mhz"] * 1e6 // fps))
     notes = []
     parents = {node.name: g.producer(node.inputs[0]) if node.inputs else None for node in g}
+    readers = {}        # tensor ref -> inputs reading it
+    for node in g:
+        for ref in node.inputs:
+            readers[ref] = readers.get(ref, 0) + 1
 
     def plan(target):
         from .resources import CELLS, estimate_unit, fork_features, stream_fifo_features
@@ -629,7 +625,7 @@ def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logi
             unit.cycles = op.cycles(node, parent, unit)
             units[node.name] = unit
         if fuse:
-            _fuse_activations(g, units, parents, family)
+            _fuse_activations(g, units, parents, readers, family)
         frame = cyc.pipeline_cycles([u.cycles for u in units.values()])
         for node in g:
             op, unit, parent = op_of(node), units[node.name], parents[node.name]
@@ -648,10 +644,6 @@ def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logi
                 ram = rams.get(consumer, {}).get(ref, "auto")
                 extra.append(estimate_unit(stream_fifo_features(g, g[Graph.source(ref)], depth,
                                                                 ram), "fifo", family))
-        readers = {}
-        for node in g:
-            for ref in node.inputs:
-                readers[ref] = readers.get(ref, 0) + 1
         for ref, n in readers.items():
             if n > 1:
                 src = g[Graph.source(ref)]

@@ -17,13 +17,12 @@ import operator
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..compiler.cycles import POSTOP_LANE_LATENCY, postop_lane_latency
 from ..compiler.graph import signed_width
 from .arith import at_least, const_sum
-from .lanes import build_lane_folded, folded_interval, folds_of, lane_rom
+from .lanes import build_lane_folded, fold_rom, folded_interval, folds_of, lane_rom
 
 __all__ = ["SignBits", "Threshold", "PostOp", "AffineTable", "ResidualAdd", "signed_width",
            "signed_range"]
@@ -388,7 +387,6 @@ class AffineTable:
         the product."""
         half = (1 << (self.shift - 1)) if self.shift else 0
         offsets = [b + half for b in self.bias]
-        pe = len(channels[0])
         vs = [Mux(x[-1], 0, x) if self.pre_relu else x for x in finished]
         prods, offs = [], []
         if len(channels) == 1:
@@ -402,26 +400,13 @@ class AffineTable:
         else:
             sw = max(signed_width(v, v) for v in self.scale)
             bw = max(signed_width(v, v) for v in offsets)
-            lane = sw + bw
-            words = []
-            for fold_channels in channels:
-                word = 0
-                for p, c in enumerate(fold_channels):
-                    if c is not None:
-                        word |= (self.scale[c] & ((1 << sw) - 1)) << (p * lane)
-                        word |= (offsets[c] & ((1 << bw) - 1)) << (p * lane + sw)
-                words.append(word)
-            m.submodules.postop_constants = rom = Memory(
-                shape=unsigned(pe * lane), depth=len(channels), init=words)
-            rd = rom.read_port()
-            m.d.comb += [rd.addr.eq(fold), rd.en.eq(adv)]
-            for p in range(pe):
-                word = rd.data[p * lane:(p + 1) * lane]
+            lanes = fold_rom(m, "postop_constants", channels, [sw, bw],
+                             lambda c: [self.scale[c], offsets[c]], fold, adv)
+            for p, (scale, offset) in enumerate(lanes):
                 prod = Signal(signed(width + 1 + sw), name=f"prod{p}")
                 off = Signal(signed(bw), name=f"offset{p}")
                 with m.If(adv):
-                    m.d.sync += [prod.eq(word[:sw].as_signed() * vs[p]),
-                                 off.eq(word[sw:].as_signed())]
+                    m.d.sync += [prod.eq(scale.as_signed() * vs[p]), off.eq(offset.as_signed())]
                 prods.append(prod)
                 offs.append(off)
         values = []

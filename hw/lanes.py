@@ -25,12 +25,13 @@ the lanes' pipeline; its last step waits for the output register), ``L + 1`` wit
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Mux, Signal, Value
+from amaranth.hdl import Array, Cat, Const, Mux, Signal, Value, unsigned
 from amaranth.lib import data
+from amaranth.lib.memory import Memory
 
 from ..compiler.cycles import folded_interval, lane_folds as folds_of
 
-__all__ = ["folds_of", "folded_interval", "lane_rom", "build_lane_folded"]
+__all__ = ["folds_of", "folded_interval", "lane_rom", "fold_rom", "build_lane_folded"]
 
 
 def lane_rom(values, lanes, lane, fold, shape):
@@ -42,6 +43,35 @@ def lane_rom(values, lanes, lane, fold, shape):
     if len(set(table)) == 1:
         return Const(table[0], shape)
     return Array(Const(v, shape) for v in table)[fold]
+
+
+def fold_rom(m, name, channels, widths, values_of, fold, en):
+    """Per-channel constants of an MVU's output folds (its activation's thresholds, or
+    scales and offsets, :mod:`.mvu`): a ROM word per fold, every PE's fields side by
+    side, read synchronously at ``fold`` when ``en``.
+
+    ``channels[f][p]`` is the channel PE ``p`` holds in fold ``f`` (``None``: padding,
+    zeros); ``values_of(c)`` are channel ``c``'s fields, of ``widths`` bits each (two's
+    complement, least significant field first). Returns, per PE, its fields as unsigned
+    slices of the read data (valid the cycle after the read)."""
+    lane = sum(widths)
+    offsets = [sum(widths[:j]) for j in range(len(widths))]
+    words = []
+    for fold_channels in channels:
+        word = 0
+        for p, c in enumerate(fold_channels):
+            if c is None:
+                continue
+            for v, w, o in zip(values_of(c), widths, offsets):
+                word |= (int(v) & ((1 << w) - 1)) << (p * lane + o)
+        words.append(word)
+    pe = len(channels[0])
+    m.submodules[name] = rom = Memory(shape=unsigned(pe * lane), depth=len(channels),
+                                      init=words)
+    rd = rom.read_port()
+    m.d.comb += [rd.addr.eq(fold), rd.en.eq(en)]
+    return [[rd.data[p * lane + o:p * lane + o + w] for w, o in zip(widths, offsets)]
+            for p in range(pe)]
 
 
 def build_lane_folded(m, inputs, outputs, channels, lanes, lane_fn, lane_latency=0):

@@ -9,12 +9,12 @@ accumulator reaches, ``sum_j ((acc >= T_j) XOR invert)``.
 import operator
 
 from amaranth.hdl import Cat, Const, Mux, Signal, signed, unsigned
-from amaranth.lib.memory import Memory
 from amaranth.lib import data, stream
 from amaranth.lib.wiring import In, Out
 
 from .arith import at_least
 from .elementwise import _PixelMap, _positive
+from .lanes import fold_rom
 
 __all__ = ["MultiThreshold", "ThresholdTable", "thermometer_count"]
 
@@ -91,30 +91,15 @@ class ThresholdTable:
             return levels
         tw, n = width + 1, self.levels
         lo, hi = -(1 << (width - 1)), (1 << (width - 1)) - 1
-        lane = n * tw + 1
-        words = []
-        for fold_channels in channels:
-            word = 0
-            for p, c in enumerate(fold_channels):
-                if c is None:
-                    continue
-                for j, t in enumerate(self.sorted[c]):
-                    word |= (min(max(t, lo), hi + 1) & ((1 << tw) - 1)) << (p * lane + j * tw)
-                word |= int(self.invert[c]) << (p * lane + n * tw)
-            words.append(word)
-        pe = len(channels[0])
-        m.submodules.thresholds = rom = Memory(shape=unsigned(pe * lane), depth=len(channels),
-                                               init=words)
-        rd = rom.read_port()
-        m.d.comb += [rd.addr.eq(fold), rd.en.eq(adv)]
-        for p in range(pe):
-            word = rd.data[p * lane:(p + 1) * lane]
+        lanes = fold_rom(m, "thresholds", channels, [tw] * n + [1],
+                         lambda c: [min(max(t, lo), hi + 1) for t in self.sorted[c]]
+                         + [self.invert[c]], fold, adv)
+        for p, fields in enumerate(lanes):
             hit = Signal(n, name=f"hit{p}")
-            m.d.comb += hit.eq(Cat(finished[p] >= word[j * tw:(j + 1) * tw].as_signed()
-                                   for j in range(n)))
+            m.d.comb += hit.eq(Cat(finished[p] >= t.as_signed() for t in fields[:n]))
             count = Signal(self.bits, name=f"count{p}")
             m.d.comb += count.eq(Cat(thermometer_count(hit, 0, self.bits)))
-            levels.append(Mux(word[n * tw], ~count, count))
+            levels.append(Mux(fields[n], ~count, count))
         return levels
 
 

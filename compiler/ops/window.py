@@ -468,17 +468,14 @@ def _collect_bits(node, unit, width):
     return (_out_folds(node, unit) - 1) * unit.pe * width
 
 
-def _activation_of(g, node):
-    """``(consumer, table)``: the node whose work the MVU of ``node`` does
-    (``Unit.activation``) and the table it applies."""
+def _activation_table(g, node, unit):
+    """The table the MVU of ``node`` applies (its one consumer's, ``Unit.activation``),
+    or ``None``."""
+    if not unit.activation:
+        return None
     from . import op_of
     (consumer,) = g.consumers(node.name)
-    return consumer, op_of(consumer).activation(consumer)
-
-
-def _activation_table(g, node, unit):
-    """The table the MVU of ``node`` applies, or ``None``."""
-    return _activation_of(g, node)[1] if unit.activation else None
+    return op_of(consumer).activation(consumer)
 
 
 def _output_features(g, node, unit):
@@ -489,11 +486,9 @@ def _output_features(g, node, unit):
     if not unit.activation:
         return {"out_bits": node.channels * node.bit_width,
                 "collect_bits": _collect_bits(node, unit, node.bit_width)}
-    from amaranth.hdl import Shape
-
     from . import op_of
-    consumer, table = _activation_of(g, node)
-    width = Shape.cast(table.out_shape).width
+    (consumer,) = g.consumers(node.name)
+    width = consumer.bit_width       # its table's values: levels, or post-op values
     f = {"out_bits": node.channels * width, "collect_bits": _collect_bits(node, unit, width),
          "act_level_bits": unit.pe * width}
     f.update(op_of(consumer).activation_features(consumer, op_of(node).lane_width(g, node),
