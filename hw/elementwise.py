@@ -21,7 +21,8 @@ from amaranth.lib.wiring import In, Out
 
 from ..compiler.cycles import POSTOP_LANE_LATENCY, postop_lane_latency
 from ..compiler.graph import signed_width
-from .arith import at_least, const_sum
+from .arith import const_sum
+from .beats import beat_at_least, beat_counter, beat_select, check_order
 from .lanes import build_lane_folded, fold_rom, folded_interval, folds_of, lane_rom
 
 __all__ = ["SignBits", "Threshold", "PostOp", "AffineTable", "ResidualAdd", "signed_width",
@@ -132,6 +133,12 @@ class Threshold(_PixelMap):
     (e.g. ``-n-1`` or ``n+1``, from ``gamma = 0``) are folded to constant bits, so
     every comparison stays exact.
 
+    In a beat stream (:mod:`.beats`, ``beats > 1``) the ports carry one beat of
+    ``C/beats`` lanes, lane ``i`` of beat ``j`` being channel ``order[j][i]``. A beat
+    counter selects each lane's threshold and inversion; a lane with the same one in
+    every beat keeps a constant (no multiplexer), the others compare against the beat's
+    threshold clipped into the range's ends (:func:`.beats.beat_at_least`).
+
     Parameters
     ----------
     channels : int
@@ -142,13 +149,17 @@ class Threshold(_PixelMap):
         Any integers, also outside the ``signed(acc_width)`` range.
     invert : sequence of bool or int, length ``C``
         Per channel output inversion.
+    beats : int
+        Beats per pixel, ``B``; it divides ``C``.
+    order : sequence of ``B`` sequences of ``C/B`` ints, optional
+        Channel of each lane of each beat (default ``beats.beat_order(C, 1, B)``).
 
     Members
     -------
-    i : ``In(stream.Signature(data.ArrayLayout(signed(acc_width), channels)))``
-        Accumulator pixels.
-    o : ``Out(stream.Signature(unsigned(channels)))``
-        Binary pixels, bit ``c`` = channel ``c``.
+    i : ``In(stream.Signature(data.ArrayLayout(signed(acc_width), C // B)))``
+        Accumulator beats.
+    o : ``Out(stream.Signature(unsigned(C // B)))``
+        Binary beats, bit ``i`` = lane ``i``.
 
     Latency
     -------
@@ -156,24 +167,35 @@ class Threshold(_PixelMap):
 
     Throughput
     ----------
-    1 pixel per cycle: ``compiler.cycles.elementwise_cycles(H, W)`` per frame.
+    1 beat per cycle: ``compiler.cycles.elementwise_cycles(H, W)`` per frame with one
+    beat per pixel, ``B`` times that with ``B``.
     """
 
-    def __init__(self, channels, acc_width, thresholds, invert):
+    def __init__(self, channels, acc_width, thresholds, invert, *, beats=1, order=None):
         self.channels = channels = _positive("channels", channels)
         self.acc_width = acc_width = _positive("acc_width", acc_width)
         self.thresholds = _ints(thresholds, channels, "thresholds")
         self.invert = [bool(v) for v in _ints(invert, channels, "invert")]
+        self.beats = beats = _positive("beats", beats)
+        self.order = check_order(channels, beats, order)
+        lanes = channels // beats
         super().__init__({
-            "i": In(stream.Signature(data.ArrayLayout(signed(acc_width), channels))),
-            "o": Out(stream.Signature(unsigned(channels))),
+            "i": In(stream.Signature(data.ArrayLayout(signed(acc_width), lanes))),
+            "o": Out(stream.Signature(unsigned(lanes))),
         })
 
     def _map(self, m, x):
+        beat = beat_counter(m, self.i, self.beats)
         bits = []
-        for c, (t, inv) in enumerate(zip(self.thresholds, self.invert)):
-            bit = at_least(x[c], t, self.acc_width)
-            bits.append(~bit if inv else bit)
+        for i in range(len(self.order[0])):
+            channels = [row[i] for row in self.order]
+            bit = beat_at_least(x[i], [self.thresholds[c] for c in channels],
+                                self.acc_width, beat)
+            inv = [self.invert[c] for c in channels]
+            if len(set(inv)) == 1:
+                bits.append(~bit if inv[0] else bit)
+            else:
+                bits.append(bit ^ beat_select(inv, beat, 1))
         return Cat(bits)
 
 

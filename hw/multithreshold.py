@@ -13,6 +13,7 @@ from amaranth.lib import data, stream
 from amaranth.lib.wiring import In, Out
 
 from .arith import at_least
+from .beats import beat_at_least, beat_counter, beat_select, check_order
 from .elementwise import _PixelMap, _positive
 from .lanes import fold_rom
 
@@ -111,6 +112,13 @@ class MultiThreshold(_PixelMap):
     accumulator's range (``gamma = 0``, or levels the range never reaches) become constant
     comparisons, so every level stays exact. A channel's thresholds need not be sorted.
 
+    In a beat stream (:mod:`.beats`, ``beats > 1``) the ports carry one beat of
+    ``C/beats`` lanes, lane ``i`` of beat ``j`` being channel ``order[j][i]``. A beat
+    counter selects each lane's sorted thresholds and inversion: the ``k``-th smallest
+    threshold of a lane is a constant where it is the same in every beat (after clipping
+    into the range's ends, :func:`.beats.beat_at_least`), a small ROM otherwise, and
+    each beat's list being sorted, the comparisons stay a thermometer code.
+
     Implementation: the level is a count, which does not depend on the order of the
     thresholds, so they are sorted at construction. Sorted, the comparisons form a
     thermometer code, and its count is read by binary search: bit ``n-1`` is the
@@ -132,13 +140,18 @@ class MultiThreshold(_PixelMap):
         Any integers, also outside the ``signed(acc_width)`` range, in any order.
     invert : sequence of bool or int, length ``C``
         Per channel inversion of every comparison.
+    beats : int
+        Beats per pixel, ``B``; it divides ``C``.
+    order : sequence of ``B`` sequences of ``C/B`` ints, optional
+        Channel of each lane of each beat (default ``beats.beat_order(C, 1, B)``).
 
     Members
     -------
-    i : ``In(stream.Signature(data.ArrayLayout(signed(acc_width), channels)))``
-        Accumulator pixels.
-    o : ``Out(stream.Signature(data.ArrayLayout(unsigned(bits), channels)))``
-        Activation levels, lane ``c`` = channel ``c``.
+    i : ``In(stream.Signature(data.ArrayLayout(signed(acc_width), C // B)))``
+        Accumulator beats.
+    o : ``Out(stream.Signature(data.ArrayLayout(unsigned(bits), C // B)))``
+        Activation levels, lane ``i`` of beat ``j`` = channel ``order[j][i]`` (channel
+        ``i`` with one beat).
 
     Latency
     -------
@@ -146,16 +159,20 @@ class MultiThreshold(_PixelMap):
 
     Throughput
     ----------
-    1 pixel per cycle: ``compiler.cycles.elementwise_cycles(H, W)`` per frame.
+    1 beat per cycle: ``compiler.cycles.elementwise_cycles(H, W)`` per frame with one
+    beat per pixel, ``B`` times that with ``B``.
 
     Notes
     -----
     Resources per channel: one ``acc_width``-bit comparator per in-range threshold (none
     for the constant ones), ``2**n - n - 1`` one-bit multiplexers and, if inverted, ``n``
-    inverters; plus the ``C*n``-bit output register.
+    inverters; plus the ``C*n``-bit output register. With beats, per lane: the same, but
+    a comparator (``acc_width + 1`` bits at most) and a ``B``-way constant multiplexer
+    for each threshold that differs between beats, and a beat counter per unit.
     """
 
-    def __init__(self, channels, acc_width, bits, thresholds, invert):
+    def __init__(self, channels, acc_width, bits, thresholds, invert, *, beats=1,
+                 order=None):
         self.channels = channels = _positive("channels", channels)
         self.acc_width = acc_width = _positive("acc_width", acc_width)
         self.bits = bits = _positive("bits", bits)
@@ -163,22 +180,33 @@ class MultiThreshold(_PixelMap):
             raise ValueError(f"bits must be at most 8, not {bits}")
         table = ThresholdTable(thresholds, invert, channels=channels, bits=bits)
         self.thresholds, self.invert = table.thresholds, table.invert
+        self.beats = beats = _positive("beats", beats)
+        self.order = check_order(channels, beats, order)
+        lanes = channels // beats
         super().__init__({
-            "i": In(stream.Signature(data.ArrayLayout(signed(acc_width), channels))),
-            "o": Out(stream.Signature(data.ArrayLayout(unsigned(bits), channels))),
+            "i": In(stream.Signature(data.ArrayLayout(signed(acc_width), lanes))),
+            "o": Out(stream.Signature(data.ArrayLayout(unsigned(bits), lanes))),
         })
 
     def _map(self, m, x):
+        beat = beat_counter(m, self.i, self.beats)
         outs = []
-        for c in range(self.channels):
-            hits = [at_least(x[c], t, self.acc_width) for t in sorted(self.thresholds[c])]
+        for i in range(len(self.order[0])):
+            channels = [row[i] for row in self.order]
+            rows = [sorted(self.thresholds[c]) for c in channels]
+            hits = [beat_at_least(x[i], [row[k] for row in rows], self.acc_width, beat)
+                    for k in range(len(rows[0]))]
             # Named: each comparison feeds a multiplexer select or data input, and an
             # expression would be emitted again at every use in the Verilog.
-            hit = Signal(len(hits), name=f"hit{c}")
+            hit = Signal(len(hits), name=f"hit{i}")
             m.d.comb += hit.eq(Cat(hits))
-            count = Signal(unsigned(self.bits), name=f"count{c}")
+            count = Signal(unsigned(self.bits), name=f"count{i}")
             m.d.comb += count.eq(Cat(thermometer_count(hit, 0, self.bits)))
-            outs.append(~count if self.invert[c] else count)
+            inv = [self.invert[c] for c in channels]
+            if len(set(inv)) == 1:
+                outs.append(~count if inv[0] else count)
+            else:
+                outs.append(Mux(beat_select(inv, beat, 1), ~count, count))
         return Cat(outs)
 
 

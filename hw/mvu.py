@@ -102,14 +102,20 @@ class _FoldedMVU(wiring.Component):
     """
 
     def __init__(self, n_in, c_out, pe, simd, in_shape, acc_width, groups=1, in_place=False,
-                 activation=None):
+                 activation=None, beats=1):
         if n_in < 1 or c_out < 1:
             raise ValueError(f"n_in and c_out must be positive, not {n_in}, {c_out}")
         if groups < 1 or c_out % groups:
             raise ValueError(f"groups must divide c_out={c_out}, not {groups}")
         c_group = c_out // groups
-        if not 1 <= pe <= c_group:
-            raise ValueError(f"pe must be in [1, c_out/groups={c_group}], not {pe}")
+        if beats < 1 or c_group % beats:
+            raise ValueError(f"beats must divide c_out/groups={c_group}, not {beats}")
+        #: Beats per output vector (``hw.beats.beat_order(c_out, groups, beats)``).
+        self.beats = beats
+        #: Channels of each group in one beat.
+        self.beat_lanes = c_group // beats
+        if not 1 <= pe <= self.beat_lanes:
+            raise ValueError(f"pe must be in [1, c_out/groups/beats={self.beat_lanes}], not {pe}")
         if not 1 <= simd <= n_in:
             raise ValueError(f"simd must be in [1, n_in={n_in}], not {simd}")
         self.n_in = n_in
@@ -130,32 +136,49 @@ class _FoldedMVU(wiring.Component):
         if activation is not None and activation.channels != c_out:
             raise ValueError(f"activation has {activation.channels} channels, expected {c_out}")
         self.activation = activation
-        #: Output folds over all groups (a fold never spans two groups).
-        self.out_folds = groups * ceil(c_group / pe)
+        #: Output folds of one group in one beat (a fold never spans two groups or beats).
+        self.sub_folds = ceil(self.beat_lanes / pe)
+        #: Output folds of one beat: every group's, one group after the other.
+        self.beat_folds = groups * self.sub_folds
+        #: Output folds over all groups and beats.
+        self.out_folds = beats * self.beat_folds
         self.in_folds = ceil(n_in / simd)
         #: Initiation interval: cycles per input vector in steady state.
         self.ii = self.out_folds * self.in_folds
+        #: Cycles per output beat in steady state.
+        self.beat_steps = self.beat_folds * self.in_folds
         #: A register stage between the read registers and the terms
         #: (``compiler.cycles.mvu_operand_stage``).
         self.operand_stage = mvu_operand_stage(groups * self.in_folds, self._integer)
-        #: Cycles from the input handshake to the first cycle the output is valid.
-        self.latency = mvu_latency(self.ii, self._tree_terms(), self.operand_stage,
+        #: Cycles from the input handshake to the first cycle the output (its first beat)
+        #: is valid; beat ``j`` follows ``j * beat_steps`` cycles later at full rate.
+        self.latency = mvu_latency(self.beat_steps, self._tree_terms(), self.operand_stage,
                                    activation.stages if activation is not None else 0)
         #: One output lane: the accumulator, or the activation's value.
         self.out_shape = signed(acc_width) if activation is None else activation.out_shape
         super().__init__({
             "i": In(stream.Signature(in_shape)),
-            "o": Out(stream.Signature(data.ArrayLayout(self.out_shape, c_out))),
+            "o": Out(stream.Signature(data.ArrayLayout(self.out_shape, c_out // beats))),
         })
+
+    def _lane_of(self, fold, p):
+        """``(beat, lane)`` PE ``p`` computes in output fold ``fold``, or ``None`` for a
+        padding PE (beyond its group's channels in the beat). Folds run beat by beat,
+        within a beat group by group (``hw.beats.beat_order``)."""
+        beat, rest = divmod(fold, self.beat_folds)
+        g, s = divmod(rest, self.sub_folds)
+        lane = s * self.pe + p
+        return (beat, g * self.beat_lanes + lane) if lane < self.beat_lanes else None
 
     def _channel_of(self, fold, p):
         """Output channel computed by PE ``p`` in output fold ``fold``, or ``None`` for a
         padding PE (beyond its group's channels)."""
-        c_group = self.c_out // self.groups
-        folds_per_group = self.out_folds // self.groups
-        g, nf = divmod(fold, folds_per_group)
-        c = nf * self.pe + p
-        return g * c_group + c if c < c_group else None
+        at = self._lane_of(fold, p)
+        if at is None:
+            return None
+        beat, lane = at
+        g, l = divmod(lane, self.beat_lanes)
+        return g * (self.c_out // self.groups) + beat * self.beat_lanes + l
 
     # -- weight ROM ---------------------------------------------------------
 
@@ -213,6 +236,12 @@ class _FoldedMVU(wiring.Component):
         pe, simd = self.pe, self.simd
         nfs, sfs, steps = self.out_folds, self.in_folds, self.ii
         x_slice_width = simd * xl
+        # Beats: the output register loads at the last step of each beat (`end`) and the
+        # collect registers by the fold's position in its beat (`pos`); with one beat
+        # these are the vector's final step and its output fold.
+        bfs = self.beat_folds
+        if self.beats > 1:
+            step_pos, step_end = Signal(range(bfs)), Signal()
 
         m.submodules.weights = rom = Memory(
             shape=unsigned(pe * simd * wl), depth=steps, init=self._rom_words(self._weights))
@@ -236,7 +265,8 @@ class _FoldedMVU(wiring.Component):
         s1_first = Signal()  # first input fold: start a fresh accumulation
         s1_last = Signal()   # last input fold: the PE channels are finished
         s1_nf = Signal(range(nfs))
-        s1_final = Signal()  # last step of the vector
+        s1_final = Signal()  # last step of the vector (with beats: of the beat)
+        s1_pos = Signal(range(bfs)) if self.beats > 1 else None
 
         adv = Signal(init=1)
         # (driven below from the last pipeline stage: the pipeline stalls only when a
@@ -299,22 +329,24 @@ class _FoldedMVU(wiring.Component):
             ]
             if self.groups > 1:
                 # The input slice of a step is its group's: `group` moves on after the
-                # group's last output fold. With an operand stage the group is picked
-                # here (a `groups`-way multiplexer into a register of the group's whole
-                # vector) and the slice in the operand stage (`sfs`-way): on ECP5 one
-                # 15-way multiplexer across the buffer was the critical path, its select
-                # fanned out beside 720 buffer bits.
-                folds_per_group = nfs // self.groups
+                # group's last output fold in the beat. With an operand stage the group
+                # is picked here (a `groups`-way multiplexer into a register of the
+                # group's whole vector) and the slice in the operand stage (`sfs`-way):
+                # on ECP5 one 15-way multiplexer across the buffer was the critical path,
+                # its select fanned out beside 720 buffer bits.
                 group = Signal(range(self.groups))
-                gnf = Signal(range(folds_per_group))
+                gnf = Signal(range(self.sub_folds))
                 offset = group if two_level else group * sfs + sf
                 m.d.comb += issue_x.eq(Mux(busy, x_buf.word_select(offset, issue_width),
                                            x_in[:issue_width]))
                 with m.If(issue & step_last):
                     with m.If(step_final):
                         m.d.sync += [group.eq(0), gnf.eq(0)]
-                    with m.Elif(gnf == folds_per_group - 1):
-                        m.d.sync += [gnf.eq(0), group.eq(group + 1)]
+                    with m.Elif(gnf == self.sub_folds - 1):
+                        # with beats the groups come round again in the next beat
+                        m.d.sync += [gnf.eq(0),
+                                     group.eq(Mux(group == self.groups - 1, 0, group + 1))
+                                     if self.beats > 1 else group.eq(group + 1)]
                     with m.Else():
                         m.d.sync += gnf.eq(gnf + 1)
             elif sfs == 1:
@@ -322,6 +354,14 @@ class _FoldedMVU(wiring.Component):
             else:
                 m.d.comb += issue_x.eq(Mux(busy, x_buf.word_select(sf, x_slice_width),
                                            x_in[:x_slice_width]))
+            if self.beats > 1:
+                # position of the output fold in its beat, and the beat's last step
+                with m.If(issue & step_last):
+                    with m.If(step_final | (step_pos == bfs - 1)):
+                        m.d.sync += step_pos.eq(0)
+                    with m.Else():
+                        m.d.sync += step_pos.eq(step_pos + 1)
+                m.d.comb += step_end.eq(step_last & (step_pos == bfs - 1))
             # The buffer loads whenever the unit is idle (the vector taken is the one
             # there when `accept`), and the issue multiplexer selects on `busy`: both
             # fan out across the input width from a register, not from `accept`, which
@@ -355,10 +395,12 @@ class _FoldedMVU(wiring.Component):
                 s1_x.eq(issue_x),
                 s1_first.eq(step_first),
                 s1_last.eq(step_last),
-                s1_final.eq(step_final),
+                s1_final.eq(step_end if self.beats > 1 else step_final),
                 s1_nf.eq(step_nf),
                 s1_sf.eq(step_sf),
             ]
+            if self.beats > 1:
+                m.d.sync += s1_pos.eq(step_pos)
 
         # Compute: every PE's terms of the step (XNOR-popcount chunks, masked
         # activations, products) are summed by an adder tree cut into pipeline stages
@@ -366,7 +408,7 @@ class _FoldedMVU(wiring.Component):
         # the last stage's few terms are summed on the way into the accumulator.
         w_width = simd * wl
         op_x, op_w = s1_x, rd.data
-        flags = [s1_valid, s1_first, s1_last, s1_final, s1_nf]
+        flags = [s1_valid, s1_first, s1_last, s1_final, s1_nf] + ([s1_pos] if self.beats > 1 else [])
         if self.operand_stage:
             # Operands registered once more, with nothing but wire after them: the
             # placer can put the step's registers by the issue multiplexer and these
@@ -398,7 +440,8 @@ class _FoldedMVU(wiring.Component):
             groups = (regs if depth == stages - 1 else
                       [reduce_levels(rg, TREE_LEVELS_PER_STAGE) for rg in regs])
             flags = fregs
-        s_valid, s_first, s_last, s_final, s_nf = flags
+        s_valid, s_first, s_last, s_final, s_nf, *s_pos = flags
+        s_pos = s_pos[0] if s_pos else s_nf
         shared_sum = sum_tree(groups[-1]) if shared is not None else None
 
         totals = []
@@ -425,10 +468,13 @@ class _FoldedMVU(wiring.Component):
         finished_regs = [Signal(signed(self.acc_width), name=f"result{p}") for p in range(pe)]
         r_valid, r_last, r_final = Signal(), Signal(), Signal()
         r_nf = Signal.like(s_nf, name="r_nf")
+        r_pos = Signal.like(s_pos, name="r_pos") if self.beats > 1 else r_nf
         with m.If(adv):
             m.d.sync += [r.eq(d) for r, d in zip(finished_regs, finished)]
             m.d.sync += [r_valid.eq(s_valid), r_last.eq(s_last), r_final.eq(s_final),
                          r_nf.eq(s_nf)]
+            if self.beats > 1:
+                m.d.sync += r_pos.eq(s_pos)
         finished = finished_regs
         if self.activation is not None:
             # Activation stages: the finished channels through the activation's own
@@ -440,23 +486,26 @@ class _FoldedMVU(wiring.Component):
             values = self.activation.elaborate(m, finished, channels, s_nf, adv,
                                                self.acc_width)
             for k in range(self.activation.stages):
-                flags = (r_valid, r_last, r_final, r_nf)
+                flags = (r_valid, r_last, r_final, r_nf) + ((r_pos,) if self.beats > 1 else ())
                 nxt = [Signal.like(f, name=f"act{k}_f{i}") for i, f in enumerate(flags)]
                 with m.If(adv):
                     m.d.sync += [n.eq(f) for n, f in zip(nxt, flags)]
-                (s_valid, s_last, s_final, s_nf) = flags
-                (r_valid, r_last, r_final, r_nf) = nxt
+                (s_valid, s_last, s_final, s_nf, *s_pos) = flags
+                (r_valid, r_last, r_final, r_nf, *r_pos) = nxt
+                s_pos = s_pos[0] if s_pos else s_nf
+                r_pos = r_pos[0] if r_pos else r_nf
             finished = [Signal(self.out_shape, name=f"level{p}") for p in range(pe)]
             with m.If(adv):
                 m.d.sync += [r.eq(v) for r, v in zip(finished, values)]
 
-        def fold_enables(step, last, final, nf):
+        def fold_enables(step, last, end, pos):
             """The output register's enable and each collected fold's, for a result
-            taken (`step`) with these flags."""
-            return step & final, [step & last & ~final & (nf == f) for f in range(nfs - 1)]
+            taken (`step`) with these flags (`end`: the beat's last, `pos`: the fold's
+            position in its beat)."""
+            return step & end, [step & last & ~end & (pos == f) for f in range(bfs - 1)]
 
-        if self.ii >= 2:
-            # A vector's result reaches the output register at most every `ii` >= 2
+        if self.beat_steps >= 2:
+            # A beat's result reaches the output register at most every `beat_steps` >= 2
             # cycles, by which time a consumer that took the previous one at once has
             # emptied the register: waiting for it to be empty, not for `o.ready`, costs
             # no cycle and keeps the far consumer's `ready` off `adv`, which enables
@@ -476,34 +525,34 @@ class _FoldedMVU(wiring.Component):
             # The collect registers' and the output register's enables, likewise one
             # register each: from `adv` through the fold decoder they were the critical
             # path (10.1 ns, 9.1 of it routing to the collect registers).
-            r_last_next, r_nf_next = Signal(), Signal.like(r_nf)
+            r_last_next, r_pos_next = Signal(), Signal.like(r_pos)
             m.d.comb += [r_last_next.eq(Mux(adv, s_last, r_last)),
-                         r_nf_next.eq(Mux(adv, s_nf, r_nf))]
+                         r_pos_next.eq(Mux(adv, s_pos, r_pos))]
             load_next, collect_next = fold_enables(adv_next & r_valid_next, r_last_next,
-                                                   r_final_next, r_nf_next)
+                                                   r_final_next, r_pos_next)
             load_output = Signal()
-            collect_fold = [Signal(name=f"collect_fold{f}") for f in range(nfs - 1)]
+            collect_fold = [Signal(name=f"collect_fold{f}") for f in range(bfs - 1)]
             m.d.sync += load_output.eq(load_next)
             m.d.sync += [en.eq(nxt) for en, nxt in zip(collect_fold, collect_next)]
         else:
             m.d.comb += adv.eq(~(r_valid & r_final & self.o.valid & ~self.o.ready))
-            load_output, collect_fold = fold_enables(adv & r_valid, r_last, r_final, r_nf)
+            load_output, collect_fold = fold_enables(adv & r_valid, r_last, r_final, r_pos)
 
-        # Channels of output folds 0..nfs-2 wait here for the vector's last fold.
+        # Channels of a beat's output folds but its last wait here for the last.
         collect = [Signal(self.out_shape, name=f"collect{c}")
-                   for c in range((nfs - 1) * pe)]
+                   for c in range((bfs - 1) * pe)]
         for f, enable in enumerate(collect_fold):
             with m.If(enable):
                 m.d.sync += [collect[f * pe + p].eq(finished[p]) for p in range(pe)]
 
         with m.If(load_output):
             m.d.sync += self.o.valid.eq(1)
-            for f in range(nfs):
+            for f in range(bfs):
                 for p in range(pe):
-                    c = self._channel_of(f, p)
-                    if c is not None:
-                        src = collect[f * pe + p] if f < nfs - 1 else finished[p]
-                        m.d.sync += self.o.payload[c].eq(src)
+                    at = self._lane_of(f, p)     # folds 0..bfs-1: beat 0's lanes
+                    if at is not None:
+                        src = collect[f * pe + p] if f < bfs - 1 else finished[p]
+                        m.d.sync += self.o.payload[at[1]].eq(src)
         with m.Elif(self.o.ready):
             m.d.sync += self.o.valid.eq(0)
 
@@ -558,14 +607,22 @@ class BinaryMVU(_FoldedMVU):
         an :class:`~groupnet_hw.hw.elementwise.AffineTable`, in the table's ``stages``
         registers more of latency and no cycle more per vector. With one output fold its
         constants are constants; with several, a ROM word per output fold.
+    beats : int
+        Beats per output vector (a divisor of ``c_out/groups``; PE then at most
+        ``c_out/groups/beats``): the output stream carries each vector as ``beats``
+        beats of ``c_out/beats`` channels in the layout of
+        :func:`groupnet_hw.hw.beats.beat_order` (beat ``j``: channels ``j*L .. j*L+L-1``
+        of every group, ``L = c_out/groups/beats``), each sent as soon as its output folds
+        are done, so that the unit holds a beat, not a vector. The folds run beat by
+        beat, within a beat group by group; the cycles per vector do not change.
 
     Members
     -------
     i : ``In(stream.Signature(unsigned(groups*n_in)))``
         One input vector per beat.
-    o : ``Out(stream.Signature(data.ArrayLayout(out_shape, c_out)))``
-        One beat per input vector, all ``c_out`` dot products (``out_shape``:
-        ``signed(acc_width)``), or with an activation their values (its ``out_shape``).
+    o : ``Out(stream.Signature(data.ArrayLayout(out_shape, c_out // beats)))``
+        ``beats`` beats per input vector (one by default: all ``c_out`` dot products);
+        ``out_shape`` is ``signed(acc_width)``, or with an activation its ``out_shape``.
 
     Attributes
     ----------
@@ -596,7 +653,7 @@ class BinaryMVU(_FoldedMVU):
     """
 
     def __init__(self, n_in, c_out, pe, simd, weights, groups=1, in_place=False,
-                 activation=None):
+                 activation=None, beats=1):
         weights = np.asarray(weights)
         if weights.shape != (c_out, n_in):
             raise ValueError(f"weights must have shape {(c_out, n_in)}, not {weights.shape}")
@@ -614,7 +671,7 @@ class BinaryMVU(_FoldedMVU):
         self._acc_shape = signed(signed_width(self._acc_start, n_in // 2))
         super().__init__(n_in, c_out, pe, simd, unsigned(groups * n_in),
                          acc_width=signed_width(-n_in, n_in), groups=groups, in_place=in_place,
-                         activation=activation)
+                         activation=activation, beats=beats)
 
     def _tree_terms(self):
         return binary_tree_terms(self.simd)
@@ -700,7 +757,7 @@ class BinaryWeightMVU(_FoldedMVU):
     """
 
     def __init__(self, n_in, c_out, pe, simd, weights, in_bits, groups=1, in_place=False,
-                 activation=None):
+                 activation=None, beats=1):
         weights = np.asarray(weights)
         if weights.shape != (c_out, n_in):
             raise ValueError(f"weights must have shape {(c_out, n_in)}, not {weights.shape}")
@@ -720,7 +777,7 @@ class BinaryWeightMVU(_FoldedMVU):
         super().__init__(n_in, c_out, pe, simd,
                          data.ArrayLayout(unsigned(in_bits), groups * n_in),
                          acc_width=acc_width, groups=groups, in_place=in_place,
-                         activation=activation)
+                         activation=activation, beats=beats)
 
     def _lanes(self, x_slice):
         b = self.in_bits
@@ -806,7 +863,7 @@ class IntegerMVU(_FoldedMVU):
     _integer = True
 
     def __init__(self, n_in, c_out, pe, simd, weights, in_width=8, in_signed=False,
-                 in_place=False, activation=None):
+                 in_place=False, activation=None, beats=1):
         weights = np.asarray(weights)
         if weights.shape != (c_out, n_in):
             raise ValueError(f"weights must have shape {(c_out, n_in)}, not {weights.shape}")
@@ -829,7 +886,8 @@ class IntegerMVU(_FoldedMVU):
         acc_width = signed_width(-bound, bound)
         self._acc_shape = signed(acc_width)
         super().__init__(n_in, c_out, pe, simd, data.ArrayLayout(lane, n_in),
-                         acc_width=acc_width, in_place=in_place, activation=activation)
+                         acc_width=acc_width, in_place=in_place, activation=activation,
+                         beats=beats)
 
     def _tree_terms(self):
         return self.simd

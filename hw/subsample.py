@@ -4,6 +4,8 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .beats import beat_counter
+
 __all__ = ["Subsample"]
 
 
@@ -15,21 +17,27 @@ class Subsample(wiring.Component):
     once (``i.ready`` high whatever ``o.ready``). Output pixel ``(r, c)`` is input pixel
     ``(r*stride, c*stride)``, as ``x[:, :, ::stride, ::stride]`` in PyTorch.
 
+    In a beat stream (:mod:`.beats`) a pixel is ``beats`` consecutive beats: all of them
+    are kept or dropped together, and the row and column advance after the last one.
+
     Parameters
     ----------
     pixel_shape : shape-like
-        Pixel (payload) shape.
+        Beat (payload) shape: a whole pixel's with one beat per pixel.
     height, width : int
         Input image size.
     stride : int
         Subsampling step (1 passes everything).
+    beats : int
+        Beats per pixel (1: a beat is a whole pixel).
 
     Attributes
     ----------
     i : ``In(stream.Signature(pixel_shape))``
-        Input pixels.
+        Input beats.
     o : ``Out(stream.Signature(pixel_shape))``
-        Kept pixels; ``o.valid`` depends on ``i.valid`` and the counters only.
+        Beats of the kept pixels; ``o.valid`` depends on ``i.valid`` and the counters
+        only.
     out_height, out_width : int
         ``ceil(height / stride)``, ``ceil(width / stride)``.
 
@@ -39,16 +47,19 @@ class Subsample(wiring.Component):
 
     Throughput
     ----------
-    One input pixel per cycle: ``elementwise_cycles(height, width)`` cycles per frame.
+    One input beat per cycle: ``height*width*beats`` cycles per frame
+    (``elementwise_cycles(height, width)`` with one beat per pixel).
     """
 
-    def __init__(self, pixel_shape, height, width, stride):
-        for name, value in (("height", height), ("width", width), ("stride", stride)):
+    def __init__(self, pixel_shape, height, width, stride, *, beats=1):
+        for name, value in (("height", height), ("width", width), ("stride", stride),
+                            ("beats", beats)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, not {value!r}")
         self.height = height
         self.width = width
         self.stride = stride
+        self.beats = beats
         self.out_height = -(-height // stride)
         self.out_width = -(-width // stride)
         super().__init__({
@@ -73,7 +84,10 @@ class Subsample(wiring.Component):
             self.i.ready.eq(self.o.ready | ~keep),
         ]
 
-        with m.If(self.i.valid & self.i.ready):
+        advance = self.i.valid & self.i.ready
+        if self.beats > 1:
+            advance &= beat_counter(m, self.i, self.beats) == self.beats - 1
+        with m.If(advance):
             with m.If(x == W - 1):
                 m.d.sync += [x.eq(0), x_phase.eq(0)]
                 with m.If(y == H - 1):

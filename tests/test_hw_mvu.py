@@ -427,3 +427,96 @@ def test_grouped_time_shared_bases(config, mode):
     assert run.outputs["o"] == expected
     if mode == "full-rate":
         assert (np.diff(run.out_cycles["o"]) == dut.ii).all()
+
+
+def _beat_lanes(c_out, groups, beats):
+    """Channels of each output beat (reference layout: beat j carries channels
+    j*L .. j*L+L-1 of every group, group-major, L = c_out/groups/beats)."""
+    c_group = c_out // groups
+    lanes = c_group // beats
+    return [[g * c_group + j * lanes + l for g in range(groups) for l in range(lanes)]
+            for j in range(beats)]
+
+
+@st.composite
+def _beats_config(draw):
+    kind = draw(st.sampled_from(["bin", "bw", "int"]))
+    groups = 1 if kind == "int" else draw(st.integers(1, 3))
+    beats = draw(st.integers(2, 4))
+    lanes = draw(st.integers(1, 3))
+    pe = draw(st.integers(1, lanes))
+    n_in = draw(st.integers(1, 20))
+    simd = draw(st.integers(1, n_in))
+    seed = draw(st.integers(0, 2**32 - 1))
+    in_place = draw(st.booleans())
+    activation = draw(st.sampled_from([None, 1, "affine"]))
+    return kind, groups, beats, lanes, pe, n_in, simd, seed, in_place, activation
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(_beats_config(), st.sampled_from(["full-rate", "stalls", "reset"]))
+@example(("bin", 3, 2, 2, 1, 6, 1, 5, False, 1), "full-rate")   # three groups' folds per beat
+@example(("bin", 1, 4, 1, 1, 3, 3, 6, False, None), "full-rate")  # a beat every cycle
+@example(("int", 1, 3, 2, 2, 4, 4, 7, True, "affine"), "stalls")
+def test_beat_output(config, mode):
+    """An MVU with ``beats`` sends each vector as beats of every group's next channels
+    (beat j: channels j*L.. of each group), a beat as soon as its folds are done: every
+    ``beat_steps`` cycles at full rate, the first ``latency`` after the vector; under
+    random stalls, after a reset, with an activation, with padding PEs (PE not dividing
+    the beat's lanes) and at one beat per cycle."""
+    kind, groups, beats, lanes, pe, n_in, simd, seed, in_place, activation = config
+    rng = np.random.default_rng(seed)
+    n_vectors = 5
+    c_group = beats * lanes
+    c_out = groups * c_group
+    if kind == "int":
+        w = rng.integers(-7, 8, (c_out, n_in))
+        x = rng.integers(0, 256, (n_vectors, n_in))
+        expected = x @ w.T
+        vectors = x.tolist()
+        make = lambda act: IntegerMVU(n_in, c_out, pe, simd, w, in_width=8, in_place=in_place,
+                                      activation=act, beats=beats)
+    else:
+        w = rng.integers(0, 2, (c_out, n_in))
+        top = 1 if kind == "bin" else 3
+        x = rng.integers(0, top + 1, (n_vectors, groups, n_in))
+        xs = 2 * x - 1 if kind == "bin" else x
+        expected = np.concatenate([xs[:, g] @ (2 * w[g * c_group:(g + 1) * c_group] - 1).T
+                                   for g in range(groups)], axis=1)
+        if kind == "bin":
+            vectors = [int(sum(int(b) << j for j, b in enumerate(row.reshape(-1)))) for row in x]
+            make = lambda act: BinaryMVU(n_in, c_out, pe, simd, w, groups=groups,
+                                         in_place=in_place, activation=act, beats=beats)
+        else:
+            vectors = x.reshape(n_vectors, -1).tolist()
+            make = lambda act: BinaryWeightMVU(n_in, c_out, pe, simd, w, in_bits=2,
+                                               groups=groups, in_place=in_place,
+                                               activation=act, beats=beats)
+    expected, act = expected.tolist(), None
+    if activation:
+        act, expected = _activation(rng, expected, activation, make(None).acc_width)
+    dut = make(act)
+    assert dut.ii == groups * beats * -(-lanes // pe) * -(-n_in // simd)
+    assert dut.beat_steps * beats == dut.ii
+    order = _beat_lanes(c_out, groups, beats)
+    out_beats = [[vec[c] for c in order[j]] for vec in expected for j in range(beats)]
+    reset_at = int(rng.integers(2, 3 * dut.ii + 4)) if mode == "reset" else None
+    run = run_streams(dut, {"i": vectors}, {"o": len(out_beats)},
+                      stall=0.0 if mode == "full-rate" else 0.3, seed=seed, reset_at=reset_at,
+                      max_cycles=40 * n_vectors * (dut.ii + 4))
+    assert run.outputs["o"] == out_beats
+    if mode == "full-rate":
+        assert (np.diff(run.out_cycles["o"]) == dut.beat_steps).all()
+        # the first beat `latency` after the first vector, the last beat of the last
+        # vector (beats-1)*beat_steps after its first
+        assert run.cycles == ((n_vectors - 1) * dut.ii + (beats - 1) * dut.beat_steps
+                              + dut.latency + 1)
+
+
+def test_beats_reject_bad_parameters():
+    w = np.zeros((12, 4), dtype=int)
+    with pytest.raises(ValueError, match="beats must divide"):
+        BinaryMVU(4, 12, 1, 1, w, groups=2, beats=4)
+    with pytest.raises(ValueError, match="pe must be in"):
+        BinaryMVU(4, 12, 3, 1, w, groups=2, beats=3)
