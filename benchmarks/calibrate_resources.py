@@ -61,6 +61,13 @@ SWEEP = [
     # serial windows read the window's register in place, no input buffer.
     ("k3-c16-shared-inplace", dict(bases=3, stem_channels=16,
                                    stages=[[16, 1, 1], [16, 1, 2]]), 1024),
+    # Beat streams: time-shared K = 3 at 512 cycles a pixel, and side by side K = 2 with
+    # 2-bit activations whose stride-2 shortcut (8 channels a base) is padded to the
+    # add's 12 at 32.
+    ("k3-c16-shared-beats", dict(bases=3, stem_channels=16, stages=[[16, 1, 1], [16, 1, 2]]),
+     512),
+    ("k2-c8-a2-beats", dict(bases=2, act_bits=2, stem_channels=8,
+                            stages=[[8, 1, 1], [12, 1, 2]]), 32),
 ]
 
 #: Sweep designs scheduled with their line buffers in block RAM (``schedule``'s
@@ -69,7 +76,10 @@ LINE_BUFFERS = {"k2-c16-w32-bram": "block", "k2-c16-w32-serial": "serial",
                 "k3-c16-shared-serial": "serial", "k3-c16-shared-inplace": "serial"}
 #: Sweep designs scheduled with every block's bases time-shared (grouped MVUs, packed
 #: mixers): the default digits network at 512 cycles/frame.
-SHARED_BASES = {"k5-c16-shared", "k3-c16-shared-serial", "k3-c16-shared-inplace"}
+SHARED_BASES = {"k5-c16-shared", "k3-c16-shared-serial", "k3-c16-shared-inplace",
+                "k3-c16-shared-beats"}
+#: Sweep designs scheduled with tensors as beats (``schedule``'s ``streams``).
+BEATS = {"k3-c16-shared-beats", "k2-c8-a2-beats"}
 
 
 def sweep_design(name, fields, multiple, seed=0):
@@ -81,7 +91,8 @@ def sweep_design(name, fields, multiple, seed=0):
     inp = g[g.input]
     sched = schedule(g, target_cycles=multiple * inp.height * inp.width,
                      bases="shared" if name in SHARED_BASES else "parallel",
-                     line_buffers=LINE_BUFFERS.get(name, "logic"))
+                     line_buffers=LINE_BUFFERS.get(name, "logic"),
+                     streams="beats" if name in BEATS else "pixels")
     core = Accelerator(sched)
     text = verilog.convert(core, name="groupnet_core", emit_src=False)
     return sched, text, core

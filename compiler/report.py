@@ -37,7 +37,8 @@ def schedule_table(sched, title=None):
         notes = ([u.line_ram] if u.line_ram != "logic" else []) + \
             (["in place"] if u.in_place else []) + \
             ([f"+ {sched.graph.consumers(u.name)[0].op}"] if u.activation else []) + \
-            (["in the MVU"] if u.fused else [])
+            (["in the MVU"] if u.fused else []) + \
+            ([f"{u.beats} beats"] if u.beats > 1 else [])
         kind = f" ({', '.join(notes)})" if notes else ""
         table.add_row(u.name + mark, u.op + kind, str(u.pe or "-"), str(u.simd or "-"), str(u.cycles),
                       *_cells_text(u.resources, family))

@@ -174,6 +174,8 @@ FIXED_COEFFICIENTS = {
                          "in_place_bits": 0.0, "act_level_bits": 1.0},
     ("int_conv", "ff"): {"out_bits": 1.0, "collect_bits": 1.0, "serial_tap_bits": 1.0,
                          "tap_bits": 1.0, "read_bits": 1.0, "act_level_bits": 1.0},
+    # the beat pack in front of the head (a window's counts as its MVU's collect bits)
+    ("head", "ff"): {"pack_bits": 1.0},
     ("bin_conv", "dsp"): {"act_mults": 1.0},
     ("int_conv", "dsp"): {"act_mults": 1.0},
     # no sweep design has a thresholded first layer (FINN's CNV has): a LUT per
@@ -241,11 +243,13 @@ def fifo_features(width: int, depth: int, distinct: int | None = None, ram: str 
     return f
 
 
-def stream_fifo_features(g, src, depth: int, ram: str = "auto") -> dict:
-    """:func:`fifo_features` of a FIFO of ``depth`` on node ``src``'s output stream."""
+def stream_fifo_features(g, src, depth: int, ram: str = "auto", beats: int = 1) -> dict:
+    """:func:`fifo_features` of a FIFO of ``depth`` on node ``src``'s output stream (of
+    ``beats`` beats per pixel)."""
     from .ops import op_of
     distinct = len(set(op_of(src).channel_sources(g, src))) * src.bit_width
-    return fifo_features(src.channels * src.bit_width, depth, distinct, ram)
+    return fifo_features(src.channels // beats * src.bit_width, depth,
+                         -(-distinct // beats), ram)
 
 
 #: iCE40: FIFO memories of this many rows or more go to SB_RAM40_4K (measured: 2-4 rows
@@ -314,13 +318,15 @@ def unit_features(sched):
             readers.setdefault(ref, []).append(node.name)
             depth = sched.fifos.get(node.name, {}).get(ref)
             if depth:
+                src = Graph.source(ref)
                 out[(node.name, "fifo", slot)] = (
-                    "fifo", stream_fifo_features(g, g[Graph.source(ref)], depth,
-                                                 sched.fifo_ram(node.name, ref)))
+                    "fifo", stream_fifo_features(g, g[src], depth, sched.fifo_ram(node.name, ref),
+                                                 sched.units[src].beats))
     for ref, users in readers.items():
         if len(users) > 1:
             src, _, k = ref.partition(":")
-            out[(src, "fork", int(k) if k else 0)] = ("fork", fork_features(_stream_bits(g[src]), len(users)))
+            bits = _stream_bits(g[src]) // sched.units[src].beats
+            out[(src, "fork", int(k) if k else 0)] = ("fork", fork_features(bits, len(users)))
     return out
 
 

@@ -22,6 +22,7 @@ import json
 from dataclasses import dataclass, field, replace
 
 from . import cycles as cyc
+from .beats import assign_beats
 from .graph import Graph
 from .ops import TIMING_FRAMES, op_of
 from .ops.window import choose_folding
@@ -97,6 +98,16 @@ class Unit:
     activation: int = 0
     #: The unit's work is done in its producer's MVU: no unit of its own.
     fused: bool = False
+    #: Beats per pixel of the unit's output stream (:mod:`.beats`; 1: whole pixels), and
+    #: the groups of their layout (``groupnet_hw.hw.beats.beat_order``).
+    beats: int = 1
+    beat_groups: int = 1
+    #: Beats per pixel of each input's stream (its producer's ``beats``; empty: all 1).
+    in_beats: tuple = ()
+
+    def input_beats(self, slot=0):
+        """Beats per pixel of input ``slot``'s stream."""
+        return self.in_beats[slot] if slot < len(self.in_beats) else 1
 
 
 @dataclass
@@ -258,9 +269,12 @@ def fifo_depths(g: Graph, units, frame_cycles):
     for node in g:
         if not op_of(node).join or len(node.inputs) < 2:
             continue
-        for ref in node.inputs:
+        for slot, ref in enumerate(node.inputs):
             pushed = produced[Graph.source(ref)]
+            # one list for all inputs, or (an op whose inputs differ in beats) one each
             taken = accepted[node.name]
+            if isinstance(taken, tuple):
+                taken = taken[slot]
             ahead, j = 0, 0
             for k, t in enumerate(taken):
                 while j < len(pushed) and pushed[j] <= t:
@@ -334,10 +348,14 @@ def _folding_override(g: Graph, folding):
 #: How a block's K bases map to hardware (``schedule(..., bases=)``, ``build --bases``).
 BASE_MAPPINGS = ("auto", "parallel", "shared")
 
+#: :func:`schedule`'s ``streams``.
+STREAM_CHOICES = ("pixels", "beats", "auto")
+
 
 def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
              max_util=DEFAULT_MAX_UTIL, folding=None, bases="auto",
-             line_buffers="auto", fuse_activations=True, fifos="auto") -> Schedule:
+             line_buffers="auto", fuse_activations=True, fifos="auto",
+             streams="pixels") -> Schedule:
     """Fold, size FIFOs and estimate; see the module docstring.
 
     Parameters
@@ -384,6 +402,13 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
         feeds nothing else (FINN's MVAU with an activation): no unit of its own, and
         the MVU holds its results instead of accumulators (``build
         --no-fuse-activations`` turns it off, to measure it).
+    streams : {"pixels", "beats", "auto"}
+        How tensors travel between units: ``pixels``, a whole pixel per beat;
+        ``beats``, as beats of a few channels of every base wherever the producer and
+        every reader can (:mod:`.beats`: the MVUs send beats, the adds, mixers and
+        thresholds work beat by beat, FIFOs are deeper and narrower, windows and the
+        head collect pixels); ``auto``, at every frame interval tried, both and the
+        better kept (fitting, then faster, then smaller).
     """
     if bases not in BASE_MAPPINGS:
         raise ValueError(f"bases must be one of {', '.join(BASE_MAPPINGS)}, not {bases!r}")
@@ -392,6 +417,8 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
                          f"not {line_buffers!r}")
     if board not in BOARD_BUDGETS:
         raise ValueError(f"unknown board {board!r}; known: {', '.join(BOARD_BUDGETS)}")
+    if streams not in STREAM_CHOICES:
+        raise ValueError(f"streams must be one of {', '.join(STREAM_CHOICES)}, not {streams!r}")
     from ..hw.fifo import FIFO_RAM_KINDS
     if fifos not in FIFO_RAM_KINDS:
         raise ValueError(f"fifos must be one of {', '.join(FIFO_RAM_KINDS)}, not {fifos!r}")
@@ -403,7 +430,7 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
     for mode in modes:
         try:
             candidates.append(_map_bases(g, board, target_cycles, fps, max_util, folding,
-                                         bases, mode, (fuse_activations, fifos)))
+                                         bases, mode, (fuse_activations, fifos, streams)))
         except ValueError as e:      # --fps out of reach this way
             errors.append(e)
     if not candidates:
@@ -452,7 +479,8 @@ def _fifo_rams(g, fifos, family, mode, units, limits):
     refs = [(c, r) for c, rs in fifos.items() for r in rs]
 
     def cells(consumer, ref, ram):
-        feats = stream_fifo_features(g, g[Graph.source(ref)], fifos[consumer][ref], ram)
+        src = Graph.source(ref)
+        feats = stream_fifo_features(g, g[src], fifos[consumer][ref], ram, units[src].beats)
         return estimate_unit(feats, "fifo", family)
 
     if mode == "block":
@@ -485,14 +513,16 @@ def _fifo_rams(g, fifos, family, mode, units, limits):
     return out
 
 
-def _fuse_activations(g, units, parents, readers, family):
+def _fuse_activations(g, units, parents, readers, family, always=False):
     """Mark every unit whose work its producer's MVU can do (thresholds, a post-op; the
     MVU feeding nothing else) ``fused``, and that MVU's unit ``activation``: where the
     fused MVU's estimate has no more DSP blocks, and no more LUTs and flip-flops
     together, than the two units it replaces. (A post-op in an MVU multiplies ``PE``
     channels at a time, where the unit on its own runs on as few lanes as its interval
     allows: on a DSP-bound board that decides; at full rate the MVU's product register
-    can outweigh the unit's output register.)"""
+    can outweigh the unit's output register.) ``always``: wherever it can (with beat
+    streams, :mod:`.beats`, a post-op unit of its own would keep its MVU's output, and
+    every tensor joined to it, in whole pixels)."""
     from .resources import estimate_unit
 
     def cells(node, unit):
@@ -504,13 +534,13 @@ def _fuse_activations(g, units, parents, readers, family):
         parent = parents[node.name]
         table = op_of(node).activation(node) if parent is not None else None
         if (table is None or not op_of(parent).takes_activation
-                or readers.get(node.inputs[0]) != 1):
+                or readers.get(node.inputs[0]) != 1 or units[node.name].fused):
             continue
         mvu = units[parent.name]
         fused = replace(mvu, activation=table.stages)
         (dsp, logic), (dsp0, logic0), (dsp1, logic1) = (
             cells(parent, fused), cells(parent, mvu), cells(node, units[node.name]))
-        if dsp > dsp0 + dsp1 or logic > logic0 + logic1:
+        if not always and (dsp > dsp0 + dsp1 or logic > logic0 + logic1):
             continue
         units[parent.name] = fused          # same cycles: the stages add latency only
         unit = units[node.name]
@@ -519,7 +549,7 @@ def _fuse_activations(g, units, parents, readers, family):
 
 
 def _map_bases(g, board, target_cycles, fps, max_util, folding, bases, line_ram,
-               options=(True, "auto")):
+               options=(True, "auto", "pixels")):
     """:func:`schedule` with one choice of line buffers."""
     if bases == "parallel" or (bases == "auto" and folding):
         return _fold(g, board, target_cycles, fps, max_util, folding, line_ram, options)
@@ -583,12 +613,12 @@ def _preference(sched):
 
 
 def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logic",
-          options=(True, "auto")) -> Schedule:
+          options=(True, "auto", "pixels")) -> Schedule:
     """:func:`schedule` of one graph as it is (bases already mapped), with line buffers
     in block RAM (``line_ram`` "block" or "serial", :func:`schedule`'s ``line_buffers``)
     wherever the family's block RAM takes them; ``options``: :func:`schedule`'s
     ``(fuse_activations, fifos)``."""
-    fuse, fifo_mode = options
+    fuse, fifo_mode, streams = options
     if board not in BOARD_BUDGETS:
         raise ValueError(f"unknown board {board!r}; known: {', '.join(BOARD_BUDGETS)}")
     if not 0 < max_util <= 1:
@@ -611,9 +641,8 @@ def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logi
         for ref in node.inputs:
             readers[ref] = readers.get(ref, 0) + 1
 
-    def plan(target):
-        from .resources import CELLS, estimate_unit, fork_features, stream_fifo_features
-        units, cells = {}, dict.fromkeys(CELLS, 0)
+    def fold_units(target):
+        units = {}
         for node in g:
             op = op_of(node)
             parent = parents[node.name]
@@ -626,6 +655,44 @@ def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logi
             units[node.name] = unit
         if fuse:
             _fuse_activations(g, units, parents, readers, family)
+        return units
+
+    def beat_units(units, target):
+        """Send what can go as beats as beats (:mod:`.beats`); False where nothing can."""
+        if not assign_beats(g, units):
+            return False
+        for node in g:
+            op, unit, parent = op_of(node), units[node.name], parents[node.name]
+            if unit.beats > 1 and op.beat_input(node, unit) == "through":
+                # a per-pixel unit now folds the channels of a beat
+                if op.lane_foldable and not unit.fused and node.name not in override:
+                    unit.pe = op.folding(node, parent, target, beats=unit.beats)[0]
+                unit.paced = op.paced(node, target, unit.beats)
+            unit.cycles = op.cycles(node, parent, unit)
+        return True
+
+    def rank(planned):
+        usage = planned[4]
+        fractions = [usage[k] / limits[k] for k in limits]
+        if not fits(usage):
+            return (True, max(fractions), planned[2])
+        return (False, planned[2], sum(fractions))
+
+    def plan(target):
+        pixels = estimate(fold_units(target))
+        if streams == "pixels":
+            return pixels
+        units = fold_units(target)
+        if fuse:
+            _fuse_activations(g, units, parents, readers, family, always=True)
+        if not beat_units(units, target):
+            return pixels
+        beats = estimate(units)
+        return beats if streams == "beats" else min(pixels, beats, key=rank)
+
+    def estimate(units):
+        from .resources import CELLS, estimate_unit, fork_features, stream_fifo_features
+        cells = dict.fromkeys(CELLS, 0)
         frame = cyc.pipeline_cycles([u.cycles for u in units.values()])
         for node in g:
             op, unit, parent = op_of(node), units[node.name], parents[node.name]
@@ -642,13 +709,15 @@ def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logi
         for consumer, refs in fifos.items():
             for ref, depth in refs.items():
                 ram = rams.get(consumer, {}).get(ref, "auto")
-                extra.append(estimate_unit(stream_fifo_features(g, g[Graph.source(ref)], depth,
-                                                                ram), "fifo", family))
+                src = Graph.source(ref)
+                extra.append(estimate_unit(stream_fifo_features(g, g[src], depth, ram,
+                                                                units[src].beats),
+                                           "fifo", family))
         for ref, n in readers.items():
             if n > 1:
                 src = g[Graph.source(ref)]
-                extra.append(estimate_unit(fork_features(src.channels * src.bit_width, n),
-                                           "fork", family))
+                bits = src.channels * src.bit_width // units[src.name].beats
+                extra.append(estimate_unit(fork_features(bits, n), "fork", family))
         for r in [u.resources for u in units.values()] + extra:
             for k in CELLS:
                 cells[k] += r.get(k, 0)

@@ -495,6 +495,13 @@ def _core_design(sched, name):
               help="How the FIFOs in front of joins build their memories: as the flow maps "
                    "them, or in block RAM where the board's distributed RAM runs out (auto); "
                    "every one marked for block RAM (block).")
+@click.option("--streams", default="auto", show_default=True,
+              type=click.Choice(["auto", "pixels", "beats"]),
+              help="How tensors travel between units: a whole pixel per transfer (pixels); "
+                   "as beats of a few channels of every base, so that adds, mixers, "
+                   "thresholds and skip FIFOs hold a beat instead of a pixel and the windows "
+                   "collect pixels (beats: FINN's narrow streams); or at every frame "
+                   "interval tried whichever is better (auto).")
 @click.option("--fuse-activations/--no-fuse-activations", default=True, show_default=True,
               help="Apply each threshold activation in the MVU in front of it, where that "
                    "MVU feeds nothing else (FINN's MVAU with thresholds): no threshold "
@@ -505,7 +512,7 @@ def _core_design(sched, name):
               help="Run the board's toolchain (default: when it is installed and the "
                    "estimate fits the board).")
 def build(checkpoint, board, out_dir, target_cycles, fps, max_util, folding_file, bases,
-          line_buffers, fifos, fuse_activations, baud, bitstream):
+          line_buffers, fifos, streams, fuse_activations, baud, bitstream):
     """Compile CHECKPOINT into Verilog, a board project and a report.
 
     \b
@@ -528,7 +535,7 @@ def build(checkpoint, board, out_dir, target_cycles, fps, max_util, folding_file
     checkpoint_sha = file_sha256(checkpoint)
     options = {"fps": fps, "max_util": max_util, "folding": _read_folding(folding_file),
                "bases": bases, "line_buffers": line_buffers,
-               "fifos": fifos, "fuse_activations": fuse_activations}
+               "fifos": fifos, "streams": streams, "fuse_activations": fuse_activations}
     sched = _compile(model, board, target_cycles, **options)
 
     from .compiler.report import render_text

@@ -29,15 +29,17 @@ def output_layout(n_classes, logit_width):
     })
 
 
-def tensor_shape(node):
-    """Stream payload shape of one pixel of ``node``'s tensor."""
+def tensor_shape(node, beats=1):
+    """Stream payload shape of one pixel of ``node``'s tensor, or of one of its ``beats``
+    beats (``node.channels // beats`` lanes, :mod:`groupnet_hw.compiler.beats`)."""
+    lanes = node.channels // beats
     if node.kind == "bits":
-        return unsigned(node.channels)
+        return unsigned(lanes)
     if node.kind == "uint":
         if node.channels == 1 and node.op == "input":
             return unsigned(node.bits)  # grey pixels: the host link's byte stream
-        return data.ArrayLayout(unsigned(node.bits), node.channels)
-    return data.ArrayLayout(signed(node.bit_width), node.channels)
+        return data.ArrayLayout(unsigned(node.bits), lanes)
+    return data.ArrayLayout(signed(node.bit_width), lanes)
 
 
 class BuildContext:
@@ -47,6 +49,8 @@ class BuildContext:
     def __init__(self, m, sched, input_stream, head):
         self.m = m
         self.graph = sched.graph
+        #: node name -> its Unit (folding, beats)
+        self.units = sched.units
         self.input_stream = input_stream
         self.head = head
         #: node name -> accumulator width its MVU chose (wider than range analysis)
@@ -68,7 +72,30 @@ class BuildContext:
         return self.acc_width.get(node.name, node.bit_width)
 
     def tensor_shape(self, node):
+        """Payload shape of ``node``'s output stream: a pixel, or a beat where the
+        schedule sends it as beats (``Unit.beats``)."""
+        return tensor_shape(node, self.units[node.name].beats)
+
+    def pixel_shape(self, node):
+        """Payload shape of one whole pixel of ``node``'s tensor."""
         return tensor_shape(node)
+
+    def packed(self, src, consumer):
+        """Whole pixels of ``src``'s tensor for ``consumer``: where the schedule sends
+        them as beats (``Unit.beats``), a :class:`~.beats.BeatPack` collecting them (one
+        register of latency; counted as ``consumer``'s). Returns ``(sink, pixels)``: the
+        stream ``src``'s output connects to, and the pixel stream (``None`` and ``None``
+        for a tensor in pixels: connect it straight)."""
+        unit = self.units[src.name]
+        if unit.beats == 1:
+            return None, None
+        from .beats import BeatPack, beat_order
+        pack = self.add(consumer, BeatPack(self.lane_width(src), src.channels, unit.beats,
+                                           beat_order(src.channels, unit.beat_groups,
+                                                      unit.beats)), "_pack")
+        pixels = self.stream(tensor_shape(src), f"{consumer.name}_pixels")
+        self.connect_raw(pack.o, pixels)
+        return pack.i, pixels
 
     def connect_raw(self, src, dst):
         """Hand-shake and a raw bit copy (same lane order on both sides)."""
@@ -199,7 +226,7 @@ class Accelerator(wiring.Component):
                 readers.setdefault(ref, []).append((node.name, slot))
         for ref, users in readers.items():
             src_name, _, k = ref.partition(":")
-            shape = tensor_shape(g[src_name])
+            shape = tensor_shape(g[src_name], self.sched.units[src_name].beats)
             producer = sources[src_name][int(k) if k else 0]
             if len(users) == 1:
                 outs = [producer]

@@ -29,3 +29,24 @@ def trained_digits(tmp_path_factory):
     path = tmp_path_factory.mktemp("ckpt") / "digits.pt"
     save_checkpoint(path, model, metrics=metrics)
     return path, model.eval(), metrics
+
+
+def verify_on_verilator(model, sched, images, tmp_path, stalled):
+    """Build ``sched``'s accelerator with Verilator and check it bit-exact on ``images``
+    at the predicted cycles per frame, then on the first ``stalled`` of them under random
+    input gaps and output stalls."""
+    from amaranth.back import verilog
+
+    from groupnet_hw.hw.accelerator import Accelerator
+    from groupnet_hw.sim.verify import RTLDesign, port_widths, verify
+    acc = Accelerator(sched)
+    path = tmp_path / "top.v"
+    path.write_text(verilog.convert(acc, name="top"))
+    design = RTLDesign(path, "top", *port_widths(acc))
+    result = verify(model, sched, images, simulator="verilator", design=design,
+                    build_dir=str(tmp_path / "build"))
+    assert result.exact == len(images), result.first_mismatch
+    assert result.cycles_per_frame_measured == sched.frame_cycles
+    stalls = verify(model, sched, images[:stalled], simulator="verilator", design=design,
+                    build_dir=str(tmp_path / "build"), stall=0.3, seed=1)
+    assert stalls.exact == stalled, stalls.first_mismatch

@@ -8,13 +8,10 @@ read beside the result register."""
 
 import pytest
 
-from groupnet_hw.compiler.latency import predicted_latency
-from groupnet_hw.compiler.ops import TIMING_FRAMES, op_of
+from groupnet_hw.compiler.ops import op_of
 from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.compiler.schedule import schedule
-from groupnet_hw.sim.verify import verify
-from conftest import random_model
-from test_latency import amaranth_latencies
+from test_latency import assert_exact_and_timed
 from test_line_buffers import CONFIGS, _case
 
 
@@ -57,16 +54,7 @@ def test_fused_activations_bit_exact_at_the_same_cycles(index, multiple):
     assert fused.resources["dsp"] <= plain.resources["dsp"]
     assert fused.resources["lut"] + fused.resources["ff"] < \
         plain.resources["lut"] + plain.resources["ff"]
-    result = verify(model, fused, images, simulator="amaranth", stall=0.3, seed=index)
-    assert result.graph_equals_model
-    assert result.exact == result.images, result.first_mismatch
-    paced = verify(model, fused, images, simulator="amaranth")
-    assert paced.exact == paced.images
-    assert paced.cycles_per_frame_measured == fused.frame_cycles
-    lat = predicted_latency(fused)
-    n = size * size
-    assert amaranth_latencies(fused, 1) == [lat.isolated]
-    assert amaranth_latencies(fused, TIMING_FRAMES, pace=(fused.frame_cycles, n)) == lat.paced
+    assert_exact_and_timed(model, fused, images, index)
 
 
 def test_post_ops_in_mvus_at_several_folds_are_fused():

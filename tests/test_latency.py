@@ -49,6 +49,26 @@ def _images(sched, n, seed=0):
     return torch.randint(0, 256, shape, generator=gen, dtype=torch.uint8)
 
 
+def assert_exact_and_timed(model, sched, images, seed):
+    """The Amaranth model of ``sched`` is bit-exact on ``images`` with random input gaps
+    and output stalls and without, at the predicted cycles per frame, and its latency
+    (isolated and paced) is the predicted one."""
+    from groupnet_hw.compiler.latency import predicted_latency
+    from groupnet_hw.compiler.ops import TIMING_FRAMES
+    from groupnet_hw.sim.verify import verify
+    result = verify(model, sched, images, simulator="amaranth", stall=0.3, seed=seed)
+    assert result.graph_equals_model
+    assert result.exact == result.images, result.first_mismatch
+    paced = verify(model, sched, images, simulator="amaranth")
+    assert paced.exact == paced.images
+    assert paced.cycles_per_frame_measured == sched.frame_cycles
+    lat = predicted_latency(sched)
+    inp = sched.graph[sched.graph.input]
+    assert amaranth_latencies(sched, 1) == [lat.isolated]
+    assert amaranth_latencies(sched, TIMING_FRAMES,
+                              pace=(sched.frame_cycles, inp.height * inp.width)) == lat.paced
+
+
 def amaranth_latencies(sched, frames, pace=None):
     """Run ``frames`` frames through the Amaranth model of the accelerator, output always
     ready, input offered back to back (or ``pace = (cycles, beats)`` as the fast path's

@@ -13,7 +13,7 @@ from groupnet_hw.compiler.ops import op_of
 from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.compiler.schedule import schedule
 from groupnet_hw.sim.verify import verify
-from conftest import random_model
+from conftest import random_model, verify_on_verilator
 
 # Odd sizes: K = 2 with dilation 2, stride 2, channels not a power of two; K = 1 with
 # 4-bit activations (n-bit line buffers); a conv shortcut with RGB input.
@@ -182,12 +182,8 @@ def test_cifar_size_k1_in_m10k_verifies_on_verilator(tmp_path):
     buffers in M10K (6,656 cycles per frame, serial windows and MVUs reading them in
     place where the folding leaves the cycles); in that mapping it is bit-exact on
     Verilator, with and without stalls, at the predicted cycles per frame."""
-    from amaranth.back import verilog
-
-    from groupnet_hw.hw.accelerator import Accelerator
     from groupnet_hw.models.groupnet import GroupNet, randomize_eval_state
     from groupnet_hw.models.zoo import arch_config
-    from groupnet_hw.sim.verify import RTLDesign, port_widths
     gen = torch.Generator().manual_seed(1)
     torch.manual_seed(1)
     model = randomize_eval_state(GroupNet(arch_config("cifar", bases=1)), gen).eval()
@@ -196,15 +192,5 @@ def test_cifar_size_k1_in_m10k_verifies_on_verilator(tmp_path):
     assert sched.fits() and sched.block_line_buffers()
     assert any(u.line_ram == "serial" for u in sched.units.values())
     assert not schedule(g, "de10nano", line_buffers="logic").fits()
-    acc = Accelerator(sched)
-    path = tmp_path / "top.v"
-    path.write_text(verilog.convert(acc, name="top"))
-    design = RTLDesign(path, "top", *port_widths(acc))
     images = torch.randint(0, 256, (6, 3, 32, 32), generator=gen, dtype=torch.uint8)
-    result = verify(model, sched, images, simulator="verilator", design=design,
-                    build_dir=str(tmp_path / "build"))
-    assert result.exact == len(images), result.first_mismatch
-    assert result.cycles_per_frame_measured == sched.frame_cycles
-    stalled = verify(model, sched, images[:3], simulator="verilator", design=design,
-                     build_dir=str(tmp_path / "build"), stall=0.3, seed=1)
-    assert stalled.exact == 3, stalled.first_mismatch
+    verify_on_verilator(model, sched, images, tmp_path, stalled=3)

@@ -82,6 +82,25 @@ class Op:
         """Pipeline registers in a lane of the unit folded to ``folds`` steps."""
         return self.lane_latency
 
+    # -- beat streams (:mod:`..beats`) --------------------------------------------
+    def beat_source(self, node, unit):
+        """Whether the unit can send its output as beats (an MVU: a beat as soon as its
+        folds are done, :class:`groupnet_hw.hw.mvu.BinaryMVU` ``beats``). Default: no."""
+        return False
+
+    def beat_input(self, node, unit):
+        """How the unit takes inputs that travel as beats: ``"through"`` (a per-pixel
+        unit working beat by beat; its output has its inputs' beats), ``"pack"`` (it
+        collects them into pixels first: a window, the head) or ``None``: only whole
+        pixels (the default)."""
+        return None
+
+    def beat_groups(self, node, in_groups):
+        """Groups of the output tensor's beat layout (:func:`groupnet_hw.hw.beats.beat_order`)
+        given the inputs': the K bases of a time-shared chain side by side. Default: the
+        first input's."""
+        return in_groups[0] if in_groups else 1
+
     # -- integer semantics ---------------------------------------------------
     def execute(self, node, ins):
         """Value of ``node`` (int64 NCHW tensor, or a list for several outputs)."""
@@ -140,20 +159,21 @@ class Op:
         """Channels a lane-folded unit sequences (its output's, by default)."""
         return node.channels
 
-    def folding(self, node, parent, target):
+    def folding(self, node, parent, target, beats=1):
         """``(pe, simd, n_in)`` of a matrix-vector unit meeting ``target`` cycles per
-        frame, ``(lanes, None, None)`` for a lane-foldable unit, or ``(None, None,
-        None)`` for units without folding."""
+        frame, ``(lanes, None, None)`` for a lane-foldable unit (taking ``beats`` beats
+        per pixel), or ``(None, None, None)`` for units without folding."""
         if self.lane_foldable:
-            return (cyc.choose_lanes(self.lane_channels(node), node.height * node.width, target,
+            return (cyc.choose_lanes(self.lane_channels(node) // beats,
+                                     node.height * node.width * beats, target,
                                      lambda folds: self.lane_latency_of(node, folds)),
                     None, None)
         return None, None, None
 
-    def paced(self, node, target):
+    def paced(self, node, target, beats=1):
         """Whether the unit runs paced (``Unit.paced``) in a schedule of ``target``
-        cycles per frame: where it can, and two cycles per pixel meet the target."""
-        return self.paceable and target >= 2 * node.height * node.width
+        cycles per frame: where it can, and two cycles per beat meet the target."""
+        return self.paceable and target >= 2 * node.height * node.width * beats
 
     def interval(self, node, unit):
         """Cycles between accepted pixels at full speed (none for a unit fused into its
@@ -163,21 +183,21 @@ class Op:
         if unit is not None and unit.paced:
             return 2
         if self.lane_foldable and unit is not None and unit.pe:
-            folds = cyc.lane_folds(self.lane_channels(node), unit.pe)
-            return cyc.folded_interval(self.lane_channels(node), unit.pe,
-                                       self.lane_latency_of(node, folds))
+            channels = self.lane_channels(node) // unit.beats
+            folds = cyc.lane_folds(channels, unit.pe)
+            return cyc.folded_interval(channels, unit.pe, self.lane_latency_of(node, folds))
         return 1
 
     def cycles(self, node, parent, unit):
         """Cycles per frame with inputs always valid and outputs always ready."""
-        return node.height * node.width * self.interval(node, unit)
+        return node.height * node.width * unit.beats * self.interval(node, unit)
 
     def latency(self, node, unit=None):
         """Cycles from accepting a beat to its result on the output."""
         if unit is not None and unit.fused:
             return 0
         if self.lane_foldable and unit is not None and unit.pe:
-            folds = cyc.lane_folds(self.lane_channels(node), unit.pe)
+            folds = cyc.lane_folds(self.lane_channels(node) // unit.beats, unit.pe)
             return folds + 1 + self.lane_latency_of(node, folds)
         return self.full_rate_latency(node)
 
@@ -192,7 +212,7 @@ class Op:
         ``ins`` are the producers' output times."""
         latency, interval = self.latency(node, unit), self.interval(node, unit)
         out, acc, prev = [], [], float("-inf")
-        for q in range(TIMING_FRAMES * node.height * node.width):
+        for q in range(TIMING_FRAMES * node.height * node.width * unit.beats):
             t = max(max(x[q] for x in ins), prev + interval)
             acc.append(t)
             out.append(t + latency)
@@ -215,7 +235,7 @@ class Op:
     def resource_features(self, g, node, parent, unit):
         """Structural features of the unit (:mod:`..resources`): the calibrated
         model counts each cell type as a non-negative combination of these."""
-        return {"one": 1, "out_bits": node.channels * node.bit_width}
+        return {"one": 1, "out_bits": node.channels // unit.beats * node.bit_width}
 
     def build(self, ctx, node, unit):
         """Instantiate the hardware in ``ctx`` (:class:`groupnet_hw.hw.accelerator.BuildContext`);

@@ -70,21 +70,34 @@ class Head(Op):
                 return lanes, None, None
         return C, None, None
 
+    def beat_input(self, node, unit):
+        return "pack"       # the pool takes whole pixels
+
     def cycles(self, node, parent, unit):
-        return cyc.head_cycles(parent.height, parent.width, node.channels,
-                               cyc.lane_folds(parent.channels, unit.pe))
+        # input beats are collected at one a cycle
+        return max(cyc.head_cycles(parent.height, parent.width, node.channels,
+                                   cyc.lane_folds(parent.channels, unit.pe)),
+                   parent.height * parent.width * unit.input_beats(0))
 
     def timing(self, node, parent, ins, unit):
+        from .window import _packed_times
+        pixels = _packed_times(ins[0], unit.input_beats(0))
         n_par = parent.height * parent.width
         latency = node.channels * cyc.lane_folds(parent.channels, unit.pe) + cyc.HEAD_PIPELINE
-        return [ins[0][(f + 1) * n_par - 1] + latency for f in range(TIMING_FRAMES)], None
+        return [pixels[(f + 1) * n_par - 1] + latency for f in range(TIMING_FRAMES)], None
 
     def resource_features(self, g, node, parent, unit):
         s_lo, s_hi = node.attrs["sum_range"]
         sum_w = max(abs(s_lo), abs(s_hi)).bit_length() + 1
+        from .window import _pack_bits
         return {"one": 1, "sum_bits": parent.channels * sum_w, "mults": unit.pe,
-                "mult_bits": unit.pe * sum_w, "out_bits": node.channels * node.bit_width}
+                "mult_bits": unit.pe * sum_w, "out_bits": node.channels * node.bit_width,
+                "pack_bits": _pack_bits(g, parent, unit)}
 
     def build(self, ctx, node, unit):
         head = ctx.add(node, ctx.head)  # built early: the port widths follow from it
-        return [head.i], [head.o]
+        sink, pixels = ctx.packed(ctx.parent(node), node)
+        if sink is None:
+            return [head.i], [head.o]
+        ctx.connect_raw(pixels, head.i)
+        return [sink], [head.o]

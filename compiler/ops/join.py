@@ -29,6 +29,28 @@ class AddOp(Op):
     join = True
     paceable = True
 
+    def beat_input(self, node, unit):
+        return "through"
+
+    def timing(self, node, parent, ins, unit):
+        b_beats = unit.input_beats(1)
+        if b_beats == unit.beats:
+            return super().timing(node, parent, ins, unit)
+        # An option-A shortcut in beats has fewer per pixel: a BeatPad passes them, then
+        # zero beats that wait for nothing. Accepted: every beat of `a`; of `b`, its own.
+        latency, interval = self.latency(node, unit), self.interval(node, unit)
+        out, acc, acc_b, prev = [], [], [], float("-inf")
+        for q in range(len(ins[0])):
+            p, j = divmod(q, unit.beats)
+            t = max(ins[0][q], prev + interval)
+            if j < b_beats:
+                t = max(t, ins[1][p * b_beats + j])
+                acc_b.append(t)
+            acc.append(t)
+            out.append(t + latency)
+            prev = t
+        return out, (acc, acc_b)
+
     def execute(self, node, ins):
         a, b = ins
         order = _pad_order(a.shape[1], b.shape[1], node.attrs.get("groups", 1))
@@ -55,6 +77,13 @@ class AddOp(Op):
     def resource_features(self, g, node, parent, unit):
         # channels of a shortcut narrower than the output (option A) pass without adder
         b = g.producer(node.inputs[1])
+        if unit.beats > 1:
+            # beats: a shortcut's missing beats are zeros the adder adds (BeatPad's
+            # multiplexer in front of it)
+            lanes = node.channels // unit.beats
+            padded = unit.input_beats(1) < unit.beats
+            return {"one": 1, "add_bits": lanes * node.bit_width,
+                    "pass_bits": lanes * b.bit_width if padded else 0}
         return {"one": 1, "add_bits": b.channels * node.bit_width,
                 "pass_bits": (node.channels - b.channels) * node.bit_width}
 
@@ -62,6 +91,18 @@ class AddOp(Op):
         from ...hw.elementwise import ResidualAdd
         a, b = (ctx.graph.producer(r) for r in node.inputs)
         groups = node.attrs.get("groups", 1)
+        if unit.beats > 1:
+            # every beat of `b` has `a`'s lanes; beats past its own are zeros
+            lanes = node.channels // unit.beats
+            u = ctx.add(node, ResidualAdd(lanes, a.bit_width, lanes, b.bit_width,
+                                          node.bit_width, paced=unit.paced))
+            if unit.input_beats(1) == unit.beats:
+                return [u.a, u.b], [u.o]
+            from ...hw.beats import BeatPad
+            pad = ctx.add(node, BeatPad(ctx.tensor_shape(b), unit.input_beats(1), unit.beats),
+                          "_pad")
+            ctx.connect_raw(pad.o, u.b)
+            return [u.a, pad.i], [u.o]
         if groups == 1 or b.channels == node.channels:
             u = ctx.add(node, ResidualAdd(node.channels, a.bit_width, b.channels, b.bit_width,
                                           node.bit_width, paced=unit.paced))
@@ -138,6 +179,12 @@ class Mixer(Op):
     join = True
     lane_foldable = True
 
+    def beat_input(self, node, unit):
+        return "through"    # its lanes are channels of every base: beats are pixels
+
+    def beat_groups(self, node, in_groups):
+        return len(node.attrs["lambdas"]) if node.attrs.get("packed_out") else 1
+
     def lane_latency_of(self, node, folds):
         return cyc.mixer_lane_latency(folds, gated=node.attrs["gates"] is not None)
 
@@ -185,14 +232,14 @@ class Mixer(Op):
 
     def resource_features(self, g, node, parent, unit):
         return _mixer_features(g, node, unit, node.attrs["lambdas"].tolist(),
-                               node.attrs["gates"], self.lane_channels(node))
+                               node.attrs["gates"], self.lane_channels(node) // unit.beats)
 
     def build(self, ctx, node, unit):
         from ...hw.mixer import BaseMixer
         a = node.attrs
         ins = [ctx.graph.producer(r) for r in node.inputs]
         gated = a["gates"] is not None
-        k, channels = len(a["lambdas"]), self.lane_channels(node)
+        k, channels = len(a["lambdas"]), self.lane_channels(node) // unit.beats
         u = ctx.add(node, BaseMixer(k, channels, max(x.bit_width for x in ins),
                                     a["lambdas"].tolist(), a["lambda_frac"],
                                     gates=a["gates"].tolist() if gated else None,

@@ -81,6 +81,10 @@ class PostOp(Op):
     name = "postop"
     lane_foldable = True
 
+    def beat_input(self, node, unit):
+        # in its MVU it is wiring; on its own its per-channel constants follow pixels
+        return "through" if unit.fused else None
+
     def lane_latency_of(self, node, folds):
         return cyc.postop_lane_latency(folds)
 
@@ -194,6 +198,9 @@ class Threshold(Op):
 
     name = "threshold"
 
+    def beat_input(self, node, unit):
+        return "through"
+
     def execute(self, node, ins):
         a = node.attrs
         x = ins[0].unsqueeze(2)                                   # N, C, 1, H, W
@@ -238,7 +245,19 @@ class Threshold(Op):
         live = sum(compared_bits(t, w) for _, t in
                    {(sources[c], t) for c, row in enumerate(T.tolist()) for t in row})
         kind = "compare" if T.shape[1] == 1 else "multi_compare"
-        return {"one": 1, f"{kind}_bits": live, "out_bits": node.channels * node.bit_width}
+        if unit.beats > 1:
+            # a lane compares with its channel's thresholds in every beat: with one
+            # constant for all, as one channel; else against the beat's (a multiplexer
+            # of constants, counted as the full compare)
+            from ...hw.beats import beat_order
+            order = beat_order(node.channels, unit.beat_groups, unit.beats)
+            live = 0
+            for lane in range(node.channels // unit.beats):
+                rows = {tuple(T[order[j][lane]].tolist()) for j in range(unit.beats)}
+                live += (sum(compared_bits(t, w) for t in set(next(iter(rows))))
+                         if len(rows) == 1 else T.shape[1] * (w + 1))
+        return {"one": 1, f"{kind}_bits": live,
+                "out_bits": node.channels // unit.beats * node.bit_width}
 
     def build(self, ctx, node, unit):
         if unit.fused:
@@ -246,14 +265,17 @@ class Threshold(Op):
         a = node.attrs
         parent = ctx.parent(node)
         invert = [bool(v) for v in a["invert"].tolist()]
+        from ...hw.beats import beat_order
+        beats = {"beats": unit.beats,
+                 "order": beat_order(node.channels, unit.beat_groups, unit.beats)}
         if a["T"].shape[1] == 1:
             from ...hw.elementwise import Threshold as ThresholdUnit
             u = ctx.add(node, ThresholdUnit(node.channels, ctx.width_of(parent),
-                                            a["T"][:, 0].tolist(), invert))
+                                            a["T"][:, 0].tolist(), invert, **beats))
         else:
             from ...hw.multithreshold import MultiThreshold
             u = ctx.add(node, MultiThreshold(node.channels, ctx.width_of(parent), node.bits,
-                                             a["T"].tolist(), invert))
+                                             a["T"].tolist(), invert, **beats))
         return [u.i], [u.o]
 
 
@@ -273,24 +295,31 @@ class Subsample(Op):
     def stack(self, nodes):
         return same_attrs([n.attrs for n in nodes])
 
+    def beat_input(self, node, unit):
+        return "through"
+
     def cycles(self, node, parent, unit):
-        return cyc.elementwise_cycles(parent.height, parent.width)
+        return cyc.elementwise_cycles(parent.height, parent.width) * unit.beats
+
+    def resource_features(self, g, node, parent, unit):
+        return {"one": 1, "out_bits": node.channels // unit.beats * node.bit_width}
 
     def timing(self, node, parent, ins, unit):
-        st = node.attrs["stride"]
+        st, beats = node.attrs["stride"], unit.beats
         n_out, n_par = node.height * node.width, parent.height * parent.width
         out = []
         for q in range(TIMING_FRAMES * n_out):
             f, ql = divmod(q, n_out)
             r, c = divmod(ql, node.width)
-            out.append(ins[0][f * n_par + r * st * parent.width + c * st])
+            p = f * n_par + r * st * parent.width + c * st
+            out.extend(ins[0][p * beats + j] for j in range(beats))
         return out, None
 
     def build(self, ctx, node, unit):
         from ...hw.subsample import Subsample as SubsampleUnit
         parent = ctx.parent(node)
         u = ctx.add(node, SubsampleUnit(ctx.tensor_shape(parent), parent.height, parent.width,
-                                        node.attrs["stride"]))
+                                        node.attrs["stride"], beats=unit.beats))
         return [u.i], [u.o]
 
 
@@ -314,6 +343,12 @@ class Repeat(Op):
     def full_rate_latency(self, node):
         return 0
 
+    def beat_input(self, node, unit):
+        return "through"
+
+    def beat_groups(self, node, in_groups):
+        return node.attrs["times"] * in_groups[0]
+
     def channel_sources(self, g, node):
         from . import op_of
         parent = g.producer(node.inputs[0])
@@ -327,6 +362,13 @@ class Repeat(Op):
         parent = ctx.parent(node)
         sink = ctx.stream(ctx.tensor_shape(parent), f"{node.name}_i")
         source = ctx.stream(ctx.tensor_shape(node), f"{node.name}_o")
-        order = [c % parent.channels for c in range(node.channels)]
+        if unit.beats > 1:
+            # beat j of the copies carries beat j of the input in every group
+            in_groups = ctx.units[parent.name].beat_groups
+            lanes = node.channels // unit.beat_groups // unit.beats
+            order = [(g % in_groups) * lanes + l
+                     for g in range(unit.beat_groups) for l in range(lanes)]
+        else:
+            order = [c % parent.channels for c in range(node.channels)]
         ctx.connect_lanes(sink, source, order, ctx.lane_width(parent))
         return [sink], [source]

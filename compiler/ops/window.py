@@ -83,7 +83,7 @@ def _window_shape(ctx, node, parent, unit, paced=False):
     a = node.attrs
     # binary activations pad with +1 (every bit 1); n-bit levels and integers with 0
     binary = node.op == "bin_conv" and not a["in_bits"]
-    return SlidingWindow(ctx.tensor_shape(parent), parent.height, parent.width,
+    return SlidingWindow(ctx.pixel_shape(parent), parent.height, parent.width,
                          kernel=a["kernel"], stride=a["stride"], dilation=a.get("dilation", 1),
                          padding=a["padding"], pad_value=(1 << parent.channels) - 1 if binary else 0,
                          line_ram=unit.line_ram, paced=paced)
@@ -199,6 +199,15 @@ class _Conv(Op):
     integer = False
     takes_activation = True
 
+    def beat_source(self, node, unit):
+        return True         # hw.mvu's `beats`
+
+    def beat_input(self, node, unit):
+        return "pack"       # the window reads whole pixels
+
+    def beat_groups(self, node, in_groups):
+        return node.attrs.get("groups", 1)
+
     def operand_stage(self, node, unit):
         """Whether the MVU registers its operands once more (``compiler.cycles.mvu_operand_stage``)."""
         slices = node.attrs.get("groups", 1) * ceil(unit.n_in / unit.simd)
@@ -278,8 +287,9 @@ class _Conv(Op):
         return node.height * node.width * steps <= target
 
     def cycles(self, node, parent, unit):
+        # input beats are collected at one a cycle
         return max(node.height * node.width * self.pixel_interval(node, unit),
-                   cyc.window_cycles(parent.height, parent.width))
+                   cyc.window_cycles(parent.height, parent.width) * unit.input_beats(0))
 
     def timing(self, node, parent, ins, unit):
         # window: its latency after the last pixel it needs; MVU: its latency per vector.
@@ -289,16 +299,20 @@ class _Conv(Op):
         wait = cyc.window_latency(unit.line_ram, node.attrs["kernel"])
         ii = self.vector_steps(node, unit)
         interval = self.pixel_interval(node, unit)
-        latency = cyc.mvu_latency(ii, self.tree_terms(node, unit), self.operand_stage(node, unit),
-                                  unit.activation)
+        # with beats out, beat j of a vector `beat_steps` after beat j - 1
+        beats = unit.beats
+        beat_steps = ii // beats
+        latency = cyc.mvu_latency(beat_steps, self.tree_terms(node, unit),
+                                  self.operand_stage(node, unit), unit.activation)
+        pixels = _packed_times(ins[0], unit.input_beats(0))
         n_out, n_par = node.height * node.width, parent.height * parent.width
         out, start_prev = [], float("-inf")
         for q in range(TIMING_FRAMES * n_out):
             f, ql = divmod(q, n_out)
-            start = max(ins[0][f * n_par + _window_last_input(node, parent, ql)] + wait,
+            start = max(pixels[f * n_par + _window_last_input(node, parent, ql)] + wait,
                         start_prev + interval)
             start_prev = start
-            out.append(start + latency)
+            out.extend(start + latency + j * beat_steps for j in range(beats))
         return out, None  # the window's line buffer accepts at arrival
 
     def build(self, ctx, node, unit):
@@ -308,6 +322,9 @@ class _Conv(Op):
         # the next one without looking at the MVU's `ready` (SlidingWindow.paced)
         window = ctx.add(node, _window_shape(ctx, node, parent, unit, paced=mvu.ii >= 2),
                          "_window")
+        sink, pixels = ctx.packed(parent, node)
+        if sink is not None:
+            ctx.connect_raw(pixels, window.i)
         mvu = ctx.add(node, mvu, "_mvu")
         groups = node.attrs.get("groups", 1)
         if groups == 1:
@@ -321,7 +338,7 @@ class _Conv(Op):
                      for g in range(groups) for t in range(taps) for c in range(per)]
             ctx.connect_lanes(window.o, mvu.i, order, ctx.lane_width(parent))
         ctx.acc_width[node.name] = mvu.acc_width
-        return [window.i], [mvu.o]
+        return [sink if sink is not None else window.i], [mvu.o]
 
 
 @register
@@ -375,10 +392,11 @@ class BinConv(_Conv):
             from ...hw.mvu import BinaryWeightMVU
             return BinaryWeightMVU(flat.shape[1], node.channels, unit.pe, unit.simd, flat,
                                    in_bits=node.attrs["in_bits"], groups=groups,
-                                   in_place=unit.in_place, activation=activation)
+                                   in_place=unit.in_place, activation=activation,
+                                   beats=unit.beats)
         from ...hw.mvu import BinaryMVU
         return BinaryMVU(flat.shape[1], node.channels, unit.pe, unit.simd, flat, groups=groups,
-                         in_place=unit.in_place, activation=activation)
+                         in_place=unit.in_place, activation=activation, beats=unit.beats)
 
     def stack(self, nodes):
         # K bases' convolutions become one grouped convolution (time-shared bases)
@@ -403,6 +421,7 @@ class BinConv(_Conv):
                  buffer_bits=groups * unit.n_in * lane if folds > 1 and not unit.in_place else 0,
                  in_place_bits=groups * unit.n_in * lane if unit.in_place else 0)
         f.update(_output_features(g, node, unit))
+        f["collect_bits"] += _pack_bits(g, parent, unit)
         if self.operand_stage(node, unit):
             # the step's input slice and weight word registered once more; a grouped
             # MVU registers its group's whole vector at issue and picks the slice after
@@ -440,7 +459,7 @@ class IntConv(_Conv):
         flat = flat_weight(node.attrs["weight"]).numpy().astype(np.int64)
         return IntegerMVU(flat.shape[1], node.channels, unit.pe, unit.simd, flat,
                           in_width=parent.bit_width, in_signed=parent.kind == "fixed",
-                          in_place=unit.in_place, activation=activation)
+                          in_place=unit.in_place, activation=activation, beats=unit.beats)
 
     def resource_features(self, g, node, parent, unit):
         f = _window_features(node, parent, unit)
@@ -450,22 +469,40 @@ class IntConv(_Conv):
                  acc_bits=unit.pe * node.bit_width, weight_bits=folds * unit.pe * unit.simd * 8,
                  rom_depth=folds if folds > 1 else 0, rom_width=unit.pe * unit.simd * 8)
         f.update(_output_features(g, node, unit))
+        f["collect_bits"] += _pack_bits(g, parent, unit)
         return f
 
 
 def _out_folds(node, unit):
-    """An MVU's output folds per vector: ``ceil(C/groups/PE)`` per group
+    """An MVU's output folds per vector: ``ceil(C/groups/beats/PE)`` per group and beat
     (``hw.mvu._FoldedMVU.out_folds``)."""
     groups = node.attrs.get("groups", 1)
-    return groups * ceil(node.channels // groups / unit.pe)
+    return groups * unit.beats * ceil(node.channels // groups // unit.beats / unit.pe)
 
 
 def _collect_bits(node, unit, width):
-    """Bits of an MVU's collect registers (``hw.mvu``): every output fold but the last
-    waits there for the vector's last input fold, ``PE`` channels of ``width`` bits each.
-    With one output fold there are none; a fully connected layer folded to one PE holds
-    nearly its whole output twice (collect and output registers)."""
-    return (_out_folds(node, unit) - 1) * unit.pe * width
+    """Bits of an MVU's collect registers (``hw.mvu``): every output fold of a beat but
+    the last waits there for the beat's last input fold, ``PE`` channels of ``width``
+    bits each. With one output fold there are none; a fully connected layer folded to
+    one PE holds nearly its whole output twice (collect and output registers)."""
+    return (_out_folds(node, unit) // unit.beats - 1) * unit.pe * width
+
+
+def _packed_times(times, beats):
+    """Times of the pixels a :class:`~groupnet_hw.hw.beats.BeatPack` collects from beats
+    arriving at ``times``: a register after each pixel's last beat."""
+    if beats == 1:
+        return times
+    return [times[p + beats - 1] + 1 for p in range(0, len(times), beats)]
+
+
+def _pack_bits(g, parent, unit):
+    """Flip-flops of the :class:`~groupnet_hw.hw.beats.BeatPack` in front of the unit
+    (its collect and output registers: a pixel), 0 where the input is whole pixels."""
+    if unit.input_beats(0) == 1:
+        return 0
+    from . import op_of
+    return parent.channels * op_of(parent).lane_width(g, parent)
 
 
 def _activation_table(g, node, unit):
@@ -483,13 +520,14 @@ def _output_features(g, node, unit):
     (``Unit.activation``) its own features as the op whose work it does counts them
     (:meth:`~.base.Op.activation_features`): the activation's values, not the
     accumulator's, are what the collect and output registers hold."""
+    lanes = node.channels // unit.beats
     if not unit.activation:
-        return {"out_bits": node.channels * node.bit_width,
+        return {"out_bits": lanes * node.bit_width,
                 "collect_bits": _collect_bits(node, unit, node.bit_width)}
     from . import op_of
     (consumer,) = g.consumers(node.name)
     width = consumer.bit_width       # its table's values: levels, or post-op values
-    f = {"out_bits": node.channels * width, "collect_bits": _collect_bits(node, unit, width),
+    f = {"out_bits": lanes * width, "collect_bits": _collect_bits(node, unit, width),
          "act_level_bits": unit.pe * width}
     f.update(op_of(consumer).activation_features(consumer, op_of(node).lane_width(g, node),
                                                   _out_folds(node, unit), unit.pe))
