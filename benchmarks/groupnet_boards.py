@@ -3,7 +3,7 @@
 For the digits network and the CIFAR-size network (`cifar`, ResNet-20 style) at
 K = 1, 3, 5, the schedule maps each block's bases side by side or time-shared and folds
 every unit to the fastest frame interval whose calibrated estimate fits the board within
-``--max-util`` (``schedule(..., bases="auto")``); this writes its frames per second,
+``--max-util`` (``schedule(..., bases="auto", streams="auto")``); this writes its frames per second,
 budgeted resources, base mapping and the other mapping's figures to
 ``benchmarks/results/groupnet_boards.json`` and a table to ``docs/boards.md``.
 Weights and statistics are random (the structure, not the accuracy, sets the size);
@@ -38,14 +38,14 @@ def row(arch, bases, board, max_util):
     model = randomize_eval_state(GroupNet(arch_config(arch, bases=bases)), gen).eval()
     t0 = time.perf_counter()
     graph = compile_model(model)
-    sched = schedule(graph, board=board, max_util=max_util)
+    sched = schedule(graph, board=board, max_util=max_util, streams="auto")
     limits = BOARD_BUDGETS[board]["limits"]
     fits = sched.fits()
     smallest = None
     if not fits:
         # what the board would need: the slowest folding of the same mapping
         slowest = schedule(graph, board=board, max_util=max_util, bases=sched.base_mapping,
-                           target_cycles=FULLY_FOLDED)
+                           target_cycles=FULLY_FOLDED, streams="auto")
         smallest = {"frame_cycles": slowest.frame_cycles, "resources": slowest.resources}
     return {"arch": arch, "K": bases, "board": board, "fits": fits,
             "frame_cycles": sched.frame_cycles,
@@ -55,14 +55,16 @@ def row(arch, bases, board, max_util):
             "blocks": sum(n.op == "mixer" for n in sched.graph),
             "block_ram_line_buffers": len(sched.block_line_buffers()),
             "serial_line_buffers": len(sched.serial_line_buffers()),
+            "beat_units": sum(u.beats > 1 for u in sched.units.values()),
+            "units": len(sched.units),
             "other_mapping": [n for n in sched.notes if "instead" in n],
             "schedule_seconds": round(time.perf_counter() - t0, 1)}
 
 
 def table(rows):
     out = ["| network | K | board | cycles/frame | frames/s | resources (estimate / budget) "
-           "| bases | time-shared blocks | line buffers | fits |",
-           "|---|---:|---|---:|---:|---|---|---|---|---|"]
+           "| bases | time-shared blocks | line buffers | outputs as beats | fits |",
+           "|---|---:|---|---:|---:|---|---|---|---|---|---|"]
     for r in rows:
         shown = r["smallest"] or r
         res = ", ".join(f"{k} {shown['resources'][k]:,}/{v:,}" for k, v in r["budget"].items())
@@ -74,7 +76,8 @@ def table(rows):
                  if r["block_ram_line_buffers"] else "logic")
         out.append(f"| {r['arch']} | {r['K']} | {r['board']} | {r['frame_cycles']:,} | "
                    f"{r['frames_per_second']:,.0f} | {res} | {r['base_mapping']} | {shared} | "
-                   f"{lines} | {'yes' if r['fits'] else 'no'} |")
+                   f"{lines} | {r['beat_units']} of {r['units']} | "
+                   f"{'yes' if r['fits'] else 'no'} |")
     return "\n".join(out)
 
 
@@ -108,11 +111,12 @@ def main(argv=None):
         "network's 8-pixel rows only as serial memories. Thresholds and post-ops run in the "
         "MVU in front of them where that costs no DSP block and no logic more "
         "(`build --fuse-activations`), and on the ULX3S join FIFOs move to block RAM where "
-        "the distributed RAM runs out (`build --fifos auto`). The CIFAR-size network fits "
-        "only at K = 1, on both boards; at K = 3 and 5 the base mixers' and residual adds' "
-        "whole-pixel registers (K*C channels wide when time-shared) and the skip FIFOs (as "
-        "wide as a pixel, a few rows deep: M10K blocks filled by width) dominate, and "
-        "streams narrower than a pixel are the next step (docs/architecture.md section 9)."
+        "the distributed RAM runs out (`build --fifos auto`). Tensors between the "
+        "convolutions travel as whole pixels or as beats of a few channels of every base, "
+        "whichever is better at each interval tried (`build --streams auto`; shown: how "
+        "many units' outputs go as beats): with whole pixels the CIFAR-size network fit "
+        "only at K = 1, the base mixers', residual adds' and skip FIFOs' K*C-channel "
+        "pixels dominating at K = 3 and 5 (docs/architecture.md section 9)."
         "\n\n" + table(rows) + "\n")
     print(table(rows))
 

@@ -68,7 +68,8 @@ def render_text(sched):
     console.print(f"pipeline: {sched.frame_cycles} cycles/frame "
                   f"(bottleneck {sched.bottleneck()}), "
                   f"{sched.frames_per_second:,.0f} frames/s at {sched.clock_mhz:g} MHz; "
-                  f"{sched.mapping_text()}; line buffers in {sched.line_buffers_text()}",
+                  f"{sched.mapping_text()}; line buffers in {sched.line_buffers_text()}; "
+                  f"{sched.streams_text()}",
                   soft_wrap=True)
     for line in budget_lines(sched):
         console.print(line, soft_wrap=True)

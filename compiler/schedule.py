@@ -178,6 +178,13 @@ class Schedule:
         return (f"bases time-shared in {len(shared)} of {blocks} blocks (K = "
                 f"{', '.join(map(str, ks))} on one set of units each)")
 
+    def streams_text(self):
+        """How tensors travel between units, in words."""
+        beats = [u for u in self.units.values() if u.beats > 1]
+        if not beats:
+            return "whole pixels between units"
+        return f"{len(beats)} of {len(self.units)} units' outputs as beats"
+
     def to_dict(self):
         return {
             "board": self.board,
@@ -197,7 +204,7 @@ class Schedule:
             "units": [
                 {"name": u.name, "op": u.op, "pe": u.pe, "simd": u.simd, "cycles": u.cycles,
                  "line_ram": u.line_ram, "in_place": u.in_place, "paced": u.paced,
-                 "activation": u.activation, "fused": u.fused,
+                 "activation": u.activation, "fused": u.fused, "beats": u.beats,
                  "resources": u.resources}
                 for u in self.units.values()],
             "fifos": {k: v for k, v in self.fifos.items()},

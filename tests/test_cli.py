@@ -169,6 +169,25 @@ def test_build_fuse_activations_option_recorded_and_verified(tmp_path, tiny_ckpt
     assert result.exit_code == 0, result.output
 
 
+def test_build_streams_beats_recorded_and_verified(tmp_path, tiny_ckpt):
+    """--streams beats at a slow frame interval sends the tensors between convolutions
+    as beats (report.txt: "N beats"), is recorded in build.json, and that artifact
+    verifies bit-exact with it; a bad choice is one line."""
+    out = tmp_path / "out"
+    result = run("build", tiny_ckpt, "--streams", "beats", "--target-cycles", 8192,
+                 "--no-bitstream", "-o", out)
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    beats = [u for u in report["units"] if u["beats"] > 1]
+    assert beats and {u["op"] for u in beats} >= {"bin_conv", "add"}
+    assert " beats)" in (out / "report.txt").read_text()
+    assert json.loads((out / "build.json").read_text())["options"]["streams"] == "beats"
+    result = run("verify", out, "--sim", "amaranth", "--images", 2)
+    assert result.exit_code == 0, result.output
+    bad = run("build", tiny_ckpt, "--streams", "bits", "-o", tmp_path / "bad")
+    assert bad.exit_code == 2 and "--streams" in bad.output
+
+
 def test_verify_amaranth_with_user_images_and_json(tmp_path, tiny_ckpt):
     import numpy as np
     images = np.random.default_rng(0).integers(0, 256, (2, 8, 8), dtype=np.uint8)
