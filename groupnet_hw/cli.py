@@ -40,8 +40,12 @@ def _compile(model, board, target_cycles, **options):
     from .compiler.passes import compile_model
     from .compiler.schedule import schedule
     try:
-        return schedule(compile_model(model), board=board, target_cycles=target_cycles,
-                        **options)
+        # every base mapping, line-buffer kind and stream kind is planned at each frame
+        # interval tried: minutes on a CIFAR-size network
+        with _console().status(f"scheduling for {board} (base mappings, line buffers, "
+                               "streams; minutes on a large network)"):
+            return schedule(compile_model(model), board=board, target_cycles=target_cycles,
+                            **options)
     except ValueError as exc:
         raise UserError(str(exc)) from None
 
