@@ -206,8 +206,13 @@ def run_hardware(acc: Accelerator, images, simulator="verilator", design: RTLDes
         raise ValueError("paced input is a feature of the fast path (--sim verilator)")
     if simulator == "verilator":
         from .fast_rtl import run_fast_rtl
+        # the driver's default limit counts beats; a deeply folded design spends
+        # thousands of cycles on each (the CIFAR-size K = 5 network on the DE10-Nano:
+        # millions per frame), so allow each frame four of its scheduled intervals more
+        timeout = 1_000_000 + 1000 * (len(beats) + n) + 4 * (n + 1) * acc.sched.frame_cycles
         run = run_fast_rtl(design.verilog, design.toplevel, beats, n, design.out_width,
                            in_width=design.in_width, stall=stall, seed=seed,
+                           timeout_cycles=timeout,
                            frame_beats=frame_beats, jobs=jobs, waves=waves,
                            waves_frame=waves_frame, drain_cycles=4 * frame_beats + 64,
                            pace=pace, build_dir=build_dir, progress=progress)
