@@ -355,6 +355,14 @@ def _folding_override(g: Graph, folding):
 #: How a block's K bases map to hardware (``schedule(..., bases=)``, ``build --bases``).
 BASE_MAPPINGS = ("auto", "parallel", "shared")
 
+#: An MVU reads its serial window in place (no input buffer) where that lengthens the
+#: frame interval by at most this fraction of it: the window refills only after the
+#: vector's last step, ``kernel**2 + 1`` cycles more per vector, which on a design whose
+#: MVUs all take the same thousands of cycles a vector (the CIFAR-size network's
+#: stages, fully folded) no MVU could otherwise afford, while the buffers are a whole
+#: window of K*C channels each.
+IN_PLACE_SLACK = 256
+
 #: :func:`schedule`'s ``streams``.
 STREAM_CHOICES = ("pixels", "beats", "auto")
 
@@ -703,13 +711,16 @@ def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logi
         frame = cyc.pipeline_cycles([u.cycles for u in units.values()])
         for node in g:
             op, unit, parent = op_of(node), units[node.name], parents[node.name]
-            # in place only where it costs no cycle of the frame interval the other
-            # units set (not merely of the target: that would trade frames for flip-flops)
-            if op.reads_in_place(node, unit, frame):
+            # in place only where it costs at most 1/IN_PLACE_SLACK of the frame interval
+            # the other units set (not merely of the target: that would trade frames for
+            # flip-flops), and never beyond a target the caller gave (--fps is a promise)
+            slack = frame + frame // IN_PLACE_SLACK
+            if op.reads_in_place(node, unit, max(frame, min(slack, target_cycles or slack))):
                 unit.in_place = True
                 unit.cycles = op.cycles(node, parent, unit)
             unit.resources = estimate_unit(op.resource_features(g, node, parent, unit),
                                            node.op, family)
+        frame = cyc.pipeline_cycles([u.cycles for u in units.values()])
         fifos = fifo_depths(g, units, frame)
         rams = _fifo_rams(g, fifos, family, fifo_mode, units, limits)
         extra = []

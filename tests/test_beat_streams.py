@@ -127,6 +127,29 @@ def test_cifar_size_k5_fits_the_de10nano_only_with_beats():
     assert beats.resources["m10k"] * 2 < pixels.resources["m10k"]
 
 
+def test_in_place_where_it_costs_at_most_a_256th_of_the_frame():
+    """Fully folded, the CIFAR-size network's MVUs all take thousands of cycles a vector
+    and are all the bottleneck: reading the window in place (the window refilled after
+    the last step) costs each ``kernel**2 + 1`` cycles a vector, which the schedule
+    accepts up to 1/256 of the frame interval (an input buffer is a whole window of K*C
+    channels), but never beyond a --target-cycles / --fps it was given."""
+    from dataclasses import replace
+
+    from groupnet_hw.compiler.ops import op_of
+    _, g, _ = _cifar(5)
+    kw = dict(bases="shared", line_buffers="serial", streams="beats")
+    sched = schedule(g, "de10nano", target_cycles=1 << 24, **kw)
+    sg = sched.graph
+    plain = max(op_of(sg[u.name]).cycles(sg[u.name], sg.producer(sg[u.name].inputs[0]),
+                                          replace(u, in_place=False))
+                for u in sched.units.values() if sg[u.name].inputs)
+    in_place = [u for u in sched.units.values() if u.in_place]
+    assert sum(u.cycles > plain for u in in_place) >= 9     # the bottlenecks went in place
+    assert plain < sched.frame_cycles <= plain + plain // 256
+    capped = schedule(g, "de10nano", target_cycles=plain, **kw)
+    assert capped.frame_cycles == plain
+
+
 @pytest.mark.slow
 def test_cifar_size_k5_verifies_on_verilator_in_its_de10nano_mapping(tmp_path):
     """The CIFAR-size network at K = 5 folded to the DE10-Nano (the fastest design that
