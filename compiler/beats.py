@@ -50,8 +50,8 @@ def assign_beats(g, units):
     multiple of and no MVU's PE exceeds (an MVU's folds never span two beats)."""
     groups = _groups(g)
     role = {n.name: op_of(n).beat_input(n, units[n.name]) for n in g}
-    beat = {n.name: op_of(n).beat_source(n, units[n.name]) or role[n.name] == "through"
-            for n in g}
+    source = {n.name: op_of(n).beat_source(n, units[n.name]) for n in g}
+    beat = {name: source[name] or role[name] == "through" for name in role}
     # A unit passing beats through needs all its inputs and its output in beats; a unit
     # that takes only pixels needs its inputs in pixels. Clearing only ever clears, so
     # this ends.
@@ -89,11 +89,11 @@ def assign_beats(g, units):
     for names in members.values():
         common, need = 0, 1
         for name in names:
-            node, unit = g[name], units[name]
+            node = g[name]
             common = gcd(common, node.channels // groups[name]
                          if node.channels % groups[name] == 0 else 0)
-            if op_of(node).beat_source(node, unit):
-                need = max(need, unit.pe)
+            if source[name]:
+                need = max(need, units[name].pe)
         lanes = next((d for d in range(need, common + 1) if common % d == 0), None)
         for name in names:
             lanes_of[name] = lanes

@@ -694,10 +694,13 @@ def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logi
         return (False, planned[2], sum(fractions))
 
     def plan(target):
-        pixels = estimate(fold_units(target))
+        units = fold_units(target)
+        # the beat variant starts from the same folding (estimate changes its units)
+        copies = {name: replace(u) for name, u in units.items()}
+        pixels = estimate(units)
         if streams == "pixels":
             return pixels
-        units = fold_units(target)
+        units = copies
         if fuse:
             _fuse_activations(g, units, parents, readers, family, always=True)
         if not beat_units(units, target):

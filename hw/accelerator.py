@@ -80,22 +80,20 @@ class BuildContext:
         """Payload shape of one whole pixel of ``node``'s tensor."""
         return tensor_shape(node)
 
-    def packed(self, src, consumer):
-        """Whole pixels of ``src``'s tensor for ``consumer``: where the schedule sends
-        them as beats (``Unit.beats``), a :class:`~.beats.BeatPack` collecting them (one
-        register of latency; counted as ``consumer``'s). Returns ``(sink, pixels)``: the
-        stream ``src``'s output connects to, and the pixel stream (``None`` and ``None``
-        for a tensor in pixels: connect it straight)."""
+    def packed(self, src, consumer, sink):
+        """The stream ``src``'s output connects to for ``consumer``'s input ``sink``,
+        which takes whole pixels: ``sink`` itself, or where the schedule sends ``src``'s
+        tensor as beats (``Unit.beats``), a :class:`~.beats.BeatPack` in front of it
+        collecting them (one register of latency; counted as ``consumer``'s)."""
         unit = self.units[src.name]
         if unit.beats == 1:
-            return None, None
+            return sink
         from .beats import BeatPack, beat_order
         pack = self.add(consumer, BeatPack(self.lane_width(src), src.channels, unit.beats,
                                            beat_order(src.channels, unit.beat_groups,
                                                       unit.beats)), "_pack")
-        pixels = self.stream(tensor_shape(src), f"{consumer.name}_pixels")
-        self.connect_raw(pack.o, pixels)
-        return pack.i, pixels
+        self.connect_raw(pack.o, sink)
+        return pack.i
 
     def connect_raw(self, src, dst):
         """Hand-shake and a raw bit copy (same lane order on both sides)."""

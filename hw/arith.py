@@ -17,6 +17,7 @@ and the hardware never disagree about which one was built.
 
 from __future__ import annotations
 
+import operator
 from typing import NamedTuple
 
 from amaranth.hdl import Const, Signal, Value
@@ -183,3 +184,15 @@ def compared_bits(t: int, width: int) -> int:
     if t == 0 or not lo < t <= hi:
         return 0
     return width - ((t & -t).bit_length() - 1)
+
+
+def positive_int(name, value):
+    """A positive integer parameter as a Python int (numpy scalars welcome); one line of
+    ``TypeError`` or ``ValueError`` otherwise."""
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, not {value!r}") from None
+    if value < 1:
+        raise ValueError(f"{name} must be positive, not {value}")
+    return value

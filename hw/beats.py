@@ -24,20 +24,10 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed, 
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .arith import at_least
+from .arith import at_least, positive_int as _positive
 
 __all__ = ["beat_order", "check_order", "beat_counter", "beat_select", "beat_at_least",
            "BeatPack", "BeatPad"]
-
-
-def _positive(name, value):
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer, not {value!r}") from None
-    if value < 1:
-        raise ValueError(f"{name} must be positive, not {value}")
-    return value
 
 
 def beat_order(channels, groups, beats):

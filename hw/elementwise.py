@@ -21,7 +21,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..compiler.cycles import POSTOP_LANE_LATENCY, postop_lane_latency
 from ..compiler.graph import signed_width
-from .arith import const_sum
+from .arith import const_sum, positive_int as _positive
 from .beats import beat_at_least, beat_counter, beat_select, check_order
 from .lanes import build_lane_folded, fold_rom, folded_interval, folds_of, lane_rom
 
@@ -50,17 +50,6 @@ def _fit(m, value, width, name):
     fitted = Signal(signed(width), name=name)
     m.d.comb += fitted.eq(value)
     return fitted
-
-
-def _positive(name, value):
-    """A positive integer parameter as a Python int (numpy scalars welcome)."""
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer, not {value!r}") from None
-    if value < 1:
-        raise ValueError(f"{name} must be positive, not {value}")
-    return value
 
 
 class _PixelMap(wiring.Component):

@@ -16,6 +16,7 @@ from groupnet_hw.hw.elementwise import Threshold
 from groupnet_hw.hw.multithreshold import MultiThreshold
 from groupnet_hw.hw.subsample import Subsample
 from groupnet_hw.sim.streams import run_streams
+from test_hw_multithreshold import accumulators, ref_multithreshold
 
 
 # ---- references (independent of the RTL) ---------------------------------------------
@@ -37,21 +38,6 @@ def random_order(rng, channels, beats):
 
 def ref_threshold(acc, thresholds, invert):
     return (acc >= np.asarray(thresholds)) ^ np.asarray(invert, dtype=bool)
-
-
-def ref_multithreshold(acc, thresholds, invert):
-    """A plain count, no sorting (as tests/test_hw_multithreshold.py)."""
-    hits = acc[:, :, None] >= np.asarray(thresholds)[None]
-    hits ^= np.asarray(invert, dtype=bool)[None, :, None]
-    return hits.sum(axis=2)
-
-
-def accumulators(rng, n, channels, width):
-    """Random signed pixels with both range ends (and -1, 0) in every channel."""
-    lo, hi = -(1 << (width - 1)), (1 << (width - 1)) - 1
-    x = rng.integers(lo, hi + 1, size=(n, channels), dtype=np.int64)
-    x[0], x[1], x[2], x[3] = lo, hi, 0, -1
-    return x
 
 
 # ---- beat_order ----------------------------------------------------------------------

@@ -96,8 +96,4 @@ class Head(Op):
 
     def build(self, ctx, node, unit):
         head = ctx.add(node, ctx.head)  # built early: the port widths follow from it
-        sink, pixels = ctx.packed(ctx.parent(node), node)
-        if sink is None:
-            return [head.i], [head.o]
-        ctx.connect_raw(pixels, head.i)
-        return [sink], [head.o]
+        return [ctx.packed(ctx.parent(node), node, head.i)], [head.o]

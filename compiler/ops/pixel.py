@@ -301,9 +301,6 @@ class Subsample(Op):
     def cycles(self, node, parent, unit):
         return cyc.elementwise_cycles(parent.height, parent.width) * unit.beats
 
-    def resource_features(self, g, node, parent, unit):
-        return {"one": 1, "out_bits": node.channels // unit.beats * node.bit_width}
-
     def timing(self, node, parent, ins, unit):
         st, beats = node.attrs["stride"], unit.beats
         n_out, n_par = node.height * node.width, parent.height * parent.width

@@ -322,9 +322,6 @@ class _Conv(Op):
         # the next one without looking at the MVU's `ready` (SlidingWindow.paced)
         window = ctx.add(node, _window_shape(ctx, node, parent, unit, paced=mvu.ii >= 2),
                          "_window")
-        sink, pixels = ctx.packed(parent, node)
-        if sink is not None:
-            ctx.connect_raw(pixels, window.i)
         mvu = ctx.add(node, mvu, "_mvu")
         groups = node.attrs.get("groups", 1)
         if groups == 1:
@@ -338,7 +335,7 @@ class _Conv(Op):
                      for g in range(groups) for t in range(taps) for c in range(per)]
             ctx.connect_lanes(window.o, mvu.i, order, ctx.lane_width(parent))
         ctx.acc_width[node.name] = mvu.acc_width
-        return [sink if sink is not None else window.i], [mvu.o]
+        return [ctx.packed(parent, node, window.i)], [mvu.o]
 
 
 @register
