@@ -14,7 +14,7 @@ from math import ceil
 
 __all__ = [
     "conv_out_size", "window_latency", "window_refill", "window_cycles", "mvu_cycles", "elementwise_cycles",
-    "head_cycles", "HEAD_PIPELINE", "MIXER_LANE_LATENCY", "mixer_lane_latency",
+    "head_cycles", "HEAD_PIPELINE", "MIXER_LANE_LATENCY", "mixer_latency", "mixer_lane_latency",
     "POSTOP_LANE_LATENCY", "postop_lane_latency",
     "pipeline_cycles", "lane_folds",
     "folded_interval", "choose_lanes",
@@ -64,6 +64,13 @@ def elementwise_cycles(height, width):
 #: products, their sum, the accumulator, the argmax step and the output register
 #: (:class:`groupnet_hw.hw.head.ClassifierHead`).
 HEAD_PIPELINE = 6
+
+def mixer_latency(gated):
+    """Cycles from the full-rate base mixer taking a pixel to its output
+    (:class:`groupnet_hw.hw.mixer.BaseMixer`): the constant products, the aggregate, and
+    with gates the gated sums, each registered."""
+    return 3 if gated else 2
+
 
 #: Pipeline registers in a lane of the channel-serial base mixer
 #: (:class:`groupnet_hw.hw.mixer.BaseMixer`) with few steps: the K constant products,
@@ -174,14 +181,18 @@ def tree_stages(terms):
 ISSUE_MUX_SLICES = 4
 
 
-def mvu_operand_stage(slices, integer=False):
+def mvu_operand_stage(slices, integer=False, registered_rom=False):
     """Whether an MVU registers its operands once more before the terms: the integer MVU
     always (its multipliers are DSP blocks, with registers on both sides), a binary one
     whose issue multiplexer picks the step's slice from more than
     :data:`ISSUE_MUX_SLICES` (``groups * ceil(n_in/simd)``): the multiplexer sits by
     the input buffer, the XNORs by the weights, and on ECP5 the route between them
-    (9 ns of 10.4 for a 15-way multiplexer) was the critical path."""
-    return integer or slices > ISSUE_MUX_SLICES
+    (9 ns of 10.4 for a 15-way multiplexer) was the critical path; and one whose weight
+    ROM is block RAM where its read is late (``registered_rom``,
+    ``compiler.resources.rom_read_register``): on ECP5 a DP16KD's read data into the
+    XNORs and popcount was the critical path (13.2 ns, 5.6 of it the block's
+    clock-to-output)."""
+    return integer or slices > ISSUE_MUX_SLICES or bool(registered_rom)
 
 
 def mvu_latency(ii, terms, operand_stage=False, activation_stages=0):

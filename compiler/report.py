@@ -36,6 +36,9 @@ def schedule_table(sched, title=None):
         # how a convolution's line buffer is built, where it is not logic
         notes = ([u.line_ram] if u.line_ram != "logic" else []) + \
             (["in place"] if u.in_place else []) + \
+            (["ROM registered"] if u.registered_rom else []) + \
+            ([f"{len(u.registered_fifos)} FIFO read{'s' * (len(u.registered_fifos) > 1)} registered"]
+             if u.registered_fifos else []) + \
             ([f"+ {sched.graph.consumers(u.name)[0].op}"] if u.activation else []) + \
             (["in the MVU"] if u.fused else []) + \
             ([f"{u.beats} beats"] if u.beats > 1 else [])

@@ -27,7 +27,8 @@ from functools import lru_cache
 from pathlib import Path
 
 __all__ = ["FAMILIES", "CELLS", "MODEL_FILE", "load_model", "estimate_unit", "family_features",
-           "rom_blocks", "LUT_ROM_MAX_DEPTH", "fifo_memory", "block_ram_blocks", "BRAM_MIN_FILL",
+           "rom_blocks", "rom_in_block_ram", "rom_read_register", "LUT_ROM_MAX_DEPTH",
+           "BRAM_ROM_COST", "LATE_BLOCK_READ", "fifo_memory", "fifo_in_block_ram", "block_ram_blocks", "BRAM_MIN_FILL",
            "COUNTED_CELLS", "FIXED_COEFFICIENTS",
            "logic_sites", "fit_unit_model"]
 
@@ -42,10 +43,24 @@ def load_model(path=MODEL_FILE):
     return json.loads(Path(path).read_text())["coefficients"]
 
 
-#: Deepest weight ROM (an MVU's, ``rom_depth`` words) Yosys keeps in LUTs; a deeper
-#: one becomes block RAM. Measured on single MVUs with 32-bit words: ECP5 and iCE40 keep
-#: 64 words in LUTs and put 128 in DP16KD / SB_RAM40_4K; Cyclone V takes an M10K from 16.
-LUT_ROM_MAX_DEPTH = {"ecp5": 64, "ice40": 64, "cyclonev": 8}
+#: Cyclone V: deepest weight ROM (an MVU's, ``rom_depth`` words) Yosys keeps in logic;
+#: a deeper one takes an M10K (measured on single MVUs: M10K from 16 words).
+LUT_ROM_MAX_DEPTH = {"cyclonev": 8}
+
+#: ECP5 and iCE40: Yosys's ``memory_libmap`` puts a ROM in block RAM when that is
+#: cheaper than logic, at 1/16 per bit of logic (its ``-logic-cost-rom``) against this
+#: cost per block (``cost`` in its ``brams_16kd.txt``, ``brams.txt``). Measured on
+#: single ROMs: ECP5 keeps 64x32, 32x72, 16x144 and 256x8 in logic and puts 64x36,
+#: 128x17 and 256x9 in a DP16KD; iCE40 keeps 64x32 and 64x36, puts 128x16 in an
+#: SB_RAM40_4K.
+BRAM_ROM_COST = {"ecp5": 128, "ice40": 64}
+
+#: Families whose block RAM read data arrives too late to meet the XNORs and popcount in
+#: the same cycle: an MVU whose weight ROM is block RAM there registers the word once
+#: more (:func:`rom_read_register`). ECP5: a DP16KD's clock-to-output is 5.6 ns of the
+#: 10 ns period (nextpnr); Cyclone V and iCE40 have no place and route timing in our
+#: flows, so their ROM reads stay as they were.
+LATE_BLOCK_READ = ("ecp5",)
 
 #: Block RAM aspect ratios per family: (width, depth) of one block.
 BRAM_MODES = {
@@ -82,20 +97,34 @@ def block_ram_blocks(depth: int, width: int, family: str) -> int | None:
     return blocks
 
 
+def rom_in_block_ram(depth: int, width: int, family: str) -> bool:
+    """Whether Yosys builds a ``depth`` x ``width`` ROM in the family's block RAM
+    (:data:`BRAM_ROM_COST`, :data:`LUT_ROM_MAX_DEPTH`)."""
+    if family in BRAM_ROM_COST:
+        return depth * width > 16 * BRAM_ROM_COST[family] * rom_blocks(depth, width, family)
+    return depth > LUT_ROM_MAX_DEPTH[family]
+
+
+def rom_read_register(depth: int, width: int, family: str) -> bool:
+    """Whether an MVU's ``depth`` x ``width`` weight ROM gets a register after its read
+    on this family (:data:`LATE_BLOCK_READ`; ``hw.mvu``'s ``registered_rom``)."""
+    return family in LATE_BLOCK_READ and depth > 1 and rom_in_block_ram(depth, width, family)
+
+
 def family_features(features: dict, family: str) -> dict:
     """The features the family's model counts: a weight ROM (``rom_depth`` x
-    ``rom_width``) deeper than :data:`LUT_ROM_MAX_DEPTH` is ``rom_blocks`` block RAMs
+    ``rom_width``) that Yosys puts in block RAM (:func:`rom_in_block_ram`) is ``rom_blocks`` block RAMs
     instead of ``weight_bits`` of LUT ROM; a block-RAM line buffer (``line_copies``
     memories of ``line_depth`` x ``line_width``) is ``line_blocks`` block RAMs; a FIFO's
     memory is block RAM or registers as the family maps it."""
     f = dict(features)
     depth, width = f.pop("rom_depth", 0), f.pop("rom_width", 0)
-    if depth > LUT_ROM_MAX_DEPTH[family]:
+    if depth and rom_in_block_ram(depth, width, family):
         f["weight_bits"] = 0
         f["rom_blocks"] = rom_blocks(depth, width, family)
     # an MVU's threshold ROM (``act_rom_*``) is mapped by the same rule as its weights'
     depth, width = f.pop("act_rom_depth", 0), f.pop("act_rom_width", 0)
-    if depth > LUT_ROM_MAX_DEPTH[family]:
+    if depth and rom_in_block_ram(depth, width, family):
         f["rom_blocks"] = f.get("rom_blocks", 0) + rom_blocks(depth, width, family)
     elif depth:
         f["weight_bits"] = f.get("weight_bits", 0) + depth * width
@@ -130,7 +159,8 @@ def estimate_unit(features: dict, op: str, family: str, model=None) -> dict:
     counted = {name: features.pop(name) for name in COUNTED_CELLS if name in features}
     out = {}
     for cell in CELLS:
-        coefs = per_cell.get(cell, {})
+        # a fixed coefficient holds until a calibration writes it into the model
+        coefs = {**FIXED_COEFFICIENTS.get((op, cell), {}), **per_cell.get(cell, {})}
         value = sum(coefs.get(name, 0.0) * v for name, v in features.items())
         out[cell] = int(round(value)) if value > 0 else 0
     for name, n in counted.items():
@@ -176,6 +206,8 @@ FIXED_COEFFICIENTS = {
                          "tap_bits": 1.0, "read_bits": 1.0, "act_level_bits": 1.0},
     # the beat pack in front of the head (a window's counts as its MVU's collect bits)
     ("head", "ff"): {"pack_bits": 1.0},
+    # the register after a late block RAM read (hw.fifo's out_register)
+    ("fifo", "ff"): {"out_register_bits": 1.0},
     ("bin_conv", "dsp"): {"act_mults": 1.0},
     ("int_conv", "dsp"): {"act_mults": 1.0},
     # no sweep design has a thresholded first layer (FINN's CNV has): a LUT per
@@ -243,13 +275,25 @@ def fifo_features(width: int, depth: int, distinct: int | None = None, ram: str 
     return f
 
 
-def stream_fifo_features(g, src, depth: int, ram: str = "auto", beats: int = 1) -> dict:
+def stream_fifo_features(g, src, depth: int, ram: str = "auto", beats: int = 1,
+                         out_register: bool = False) -> dict:
     """:func:`fifo_features` of a FIFO of ``depth`` on node ``src``'s output stream (of
-    ``beats`` beats per pixel)."""
+    ``beats`` beats per pixel); ``out_register``: with
+    :class:`~groupnet_hw.hw.fifo.StreamFIFO`'s register after the memory
+    (``out_register_bits``)."""
     from .ops import op_of
     distinct = len(set(op_of(src).channel_sources(g, src))) * src.bit_width
-    return fifo_features(src.channels // beats * src.bit_width, depth,
-                         -(-distinct // beats), ram)
+    width = src.channels // beats * src.bit_width
+    f = fifo_features(width, depth, -(-distinct // beats), ram)
+    if out_register:
+        f["out_register_bits"] = width
+    return f
+
+
+def fifo_in_block_ram(features: dict, family: str) -> bool:
+    """Whether the FIFO of :func:`fifo_features` ``features`` has its memory in the
+    family's block RAM (:func:`fifo_memory`)."""
+    return "block_fifo" in family_features(features, family)
 
 
 #: iCE40: FIFO memories of this many rows or more go to SB_RAM40_4K (measured: 2-4 rows

@@ -92,6 +92,9 @@ class Unit:
     #: The MVU reads its serial window's register in place, without an input buffer
     #: (:meth:`~.ops.base.Op.reads_in_place`).
     in_place: bool = False
+    #: The MVU's weight ROM is block RAM whose read it registers once more, on the
+    #: board's family (:meth:`~.ops.base.Op.registers_rom`).
+    registered_rom: bool = False
     #: The MVU applies its consumer's work to its results (FINN's MVAU with an
     #: activation: :meth:`~.ops.base.Op.activation`), in this many register stages
     #: (0: it does not).
@@ -102,6 +105,9 @@ class Unit:
     #: the groups of their layout (``groupnet_hw.hw.beats.beat_order``).
     beats: int = 1
     beat_groups: int = 1
+    #: A join's input slots whose FIFO registers its block RAM's read data once more
+    #: (``groupnet_hw.hw.fifo.StreamFIFO``'s ``out_register``; one cycle more of latency).
+    registered_fifos: tuple = ()
     #: Beats per pixel of each input's stream (its producer's ``beats``; empty: all 1).
     in_beats: tuple = ()
 
@@ -204,6 +210,8 @@ class Schedule:
             "units": [
                 {"name": u.name, "op": u.op, "pe": u.pe, "simd": u.simd, "cycles": u.cycles,
                  "line_ram": u.line_ram, "in_place": u.in_place, "paced": u.paced,
+                 "registered_rom": u.registered_rom,
+                 "registered_fifos": list(u.registered_fifos),
                  "activation": u.activation, "fused": u.fused, "beats": u.beats,
                  "resources": u.resources}
                 for u in self.units.values()],
@@ -245,7 +253,8 @@ def ideal_times(g: Graph, units, frame_cycles=None, *, inputs=None, fifo_latency
     inputs : sequence, optional
         Arrival times of the input pixels of :data:`TIMING_FRAMES` frames instead.
     fifo_latency : int
-        Latency of the FIFOs in front of the joins (0: left out).
+        Latency of the FIFOs in front of the joins (0: left out), one more where the
+        join's unit registers the FIFO's output (``Unit.registered_fifos``).
 
     Returns ``(produced, accepted)``: node name -> output times, and node name ->
     times at which it accepts each input beat (for joins, all inputs together).
@@ -260,7 +269,9 @@ def ideal_times(g: Graph, units, frame_cycles=None, *, inputs=None, fifo_latency
             continue
         ins = [produced[Graph.source(r)] for r in node.inputs]
         if op_of(node).join and len(node.inputs) >= 2 and fifo_latency:
-            ins = [through_fifo(x, fifo_latency) for x in ins]
+            registered = units[node.name].registered_fifos
+            ins = [through_fifo(x, fifo_latency + (slot in registered))
+                   for slot, x in enumerate(ins)]
         parent = g.producer(node.inputs[0])
         produced[node.name], accepted[node.name] = op_of(node).timing(
             node, parent, ins, units[node.name])
@@ -485,6 +496,27 @@ def _block_lines(g, family):
     return False
 
 
+def _register_block_fifos(g, units, fifos, rams, family):
+    """Set every join's ``registered_fifos``: the input slots whose FIFO memory the family
+    builds in block RAM with a late read (:data:`..resources.LATE_BLOCK_READ`). True
+    where that changed anything."""
+    from .resources import LATE_BLOCK_READ, fifo_in_block_ram, stream_fifo_features
+    changed = False
+    for consumer, refs in fifos.items():
+        slots = ()
+        if family in LATE_BLOCK_READ:
+            ram = rams.get(consumer, {})
+            slots = tuple(
+                slot for slot, ref in enumerate(g[consumer].inputs) if ref in refs and
+                fifo_in_block_ram(stream_fifo_features(
+                    g, g[Graph.source(ref)], refs[ref], ram.get(ref, "auto"),
+                    units[Graph.source(ref)].beats), family))
+        unit = units[consumer]
+        changed |= slots != unit.registered_fifos
+        unit.registered_fifos = slots
+    return changed
+
+
 def _fifo_rams(g, fifos, family, mode, units, limits):
     """``{consumer: {ref: "block"}}``: the FIFOs to mark for block RAM (:func:`schedule`'s
     ``fifos``). In ``auto``, only where the family's distributed RAM is over its budget:
@@ -663,6 +695,7 @@ def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logi
             parent = parents[node.name]
             pe, simd, n_in = override.get(node.name) or op.folding(node, parent, target)
             unit = Unit(node.name, node.op, 0, pe, simd, n_in, paced=op.paced(node, target))
+            unit.registered_rom = op.registers_rom(node, unit, family)
             if line_ram != "logic":
                 unit.line_ram = op.block_line_ram(node, parent, unit, family,
                                                   serial=line_ram == "serial") or "logic"
@@ -726,13 +759,22 @@ def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logi
         frame = cyc.pipeline_cycles([u.cycles for u in units.values()])
         fifos = fifo_depths(g, units, frame)
         rams = _fifo_rams(g, fifos, family, fifo_mode, units, limits)
+        for _ in range(3):
+            # a FIFO in block RAM whose read is late registers it, one cycle later: the
+            # depths are sized again with that latency (deeper only, so still block RAM)
+            if not _register_block_fifos(g, units, fifos, rams, family):
+                break
+            fifos = fifo_depths(g, units, frame)
+            rams = _fifo_rams(g, fifos, family, fifo_mode, units, limits)
         extra = []
         for consumer, refs in fifos.items():
             for ref, depth in refs.items():
                 ram = rams.get(consumer, {}).get(ref, "auto")
                 src = Graph.source(ref)
+                registered = any(g[consumer].inputs[slot] == ref
+                                 for slot in units[consumer].registered_fifos)
                 extra.append(estimate_unit(stream_fifo_features(g, g[src], depth, ram,
-                                                                units[src].beats),
+                                                                units[src].beats, registered),
                                            "fifo", family))
         for ref, n in readers.items():
             if n > 1:

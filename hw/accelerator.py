@@ -238,7 +238,8 @@ class Accelerator(wiring.Component):
             for (user, slot), out in zip(users, outs):
                 depth = self.sched.fifos.get(user, {}).get(ref)
                 if depth:
-                    fifo = StreamFIFO(shape, depth, self.sched.fifo_ram(user, ref))
+                    fifo = StreamFIFO(shape, depth, self.sched.fifo_ram(user, ref),
+                                      out_register=slot in self.sched.units[user].registered_fifos)
                     fifo_name = f"fifo_{user}_{slot}".replace(".", "_")
                     m.submodules[fifo_name] = fifo
                     owners[fifo_name] = (user, "fifo", slot)

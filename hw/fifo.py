@@ -1,6 +1,6 @@
 """Stream FIFO: the buffer the compiler puts on fork branches."""
 
-from amaranth.hdl import Module, Shape, Value
+from amaranth.hdl import Module, Shape, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -48,6 +48,12 @@ class StreamFIFO(wiring.Component):
         How its memory is built (:data:`FIFO_RAM_KINDS`): where the flow maps it, or
         marked for block RAM (on ECP5 a DP16KD instead of distributed RAM, which a
         board runs out of first). Same behaviour and cycles.
+    out_register : bool
+        One more register after the memory's read port, so that the read data leaves the
+        FIFO from a flip-flop: for a memory in block RAM whose read is late (ECP5: a
+        DP16KD's clock-to-output is 5.6 ns of a 10 ns period, and the join behind the FIFO
+        adds on it). One cycle more of latency; holds ``depth + 1`` beats; same
+        throughput.
 
     Attributes
     ----------
@@ -58,10 +64,12 @@ class StreamFIFO(wiring.Component):
     depth : int
         The ``depth`` parameter.
 
+    latency : int
+        Cycles from a beat accepted into an empty FIFO to it being valid on ``o``.
+
     Latency
     -------
-    2 cycles from a beat accepted into an empty FIFO to it being valid on ``o`` (0 for
-    ``depth=0``).
+    2 cycles (3 with ``out_register``; 0 for ``depth=0``).
 
     Throughput
     ----------
@@ -70,13 +78,15 @@ class StreamFIFO(wiring.Component):
     where the rate matters.
     """
 
-    def __init__(self, shape, depth, ram="auto"):
+    def __init__(self, shape, depth, ram="auto", out_register=False):
         if not isinstance(depth, int) or depth < 0:
             raise ValueError(f"depth must be a non-negative integer, not {depth!r}")
         if ram not in FIFO_RAM_KINDS:
             raise ValueError(f"ram must be one of {', '.join(FIFO_RAM_KINDS)}, not {ram!r}")
         self.depth = depth
         self.ram = ram
+        self.out_register = bool(out_register) and depth > 0
+        self.latency = 0 if depth == 0 else 2 + self.out_register
         self._width = Shape.cast(shape).width
         super().__init__({
             "i": In(stream.Signature(shape)),
@@ -104,8 +114,17 @@ class StreamFIFO(wiring.Component):
             fifo.w_data.eq(Value.cast(self.i.payload)),
             fifo.w_en.eq(self.i.valid),
             self.i.ready.eq(fifo.w_rdy),
-            self.o.payload.eq(fifo.r_data),
-            self.o.valid.eq(fifo.r_rdy),
-            fifo.r_en.eq(self.o.ready),
         ]
+        if not self.out_register:
+            m.d.comb += [
+                self.o.payload.eq(fifo.r_data),
+                self.o.valid.eq(fifo.r_rdy),
+                fifo.r_en.eq(self.o.ready),
+            ]
+            return m
+        # a pipeline register: loads whenever it is empty or being emptied
+        load = Signal()
+        m.d.comb += [load.eq(~self.o.valid | self.o.ready), fifo.r_en.eq(load)]
+        with m.If(load):
+            m.d.sync += [self.o.valid.eq(fifo.r_rdy), Value.cast(self.o.payload).eq(fifo.r_data)]
         return m

@@ -16,7 +16,7 @@ from amaranth.hdl import Cat, Module, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..compiler.cycles import MIXER_LANE_LATENCY, mixer_lane_latency
+from ..compiler.cycles import MIXER_LANE_LATENCY, mixer_latency, mixer_lane_latency
 from .arith import const_sum, const_terms, registered_levels, sum_tree
 from .lanes import build_lane_folded, folded_interval, folds_of
 from .elementwise import _fit, _ints, _positive, signed_range, signed_width
@@ -83,8 +83,9 @@ class BaseMixer(wiring.Component):
     out_width : int
         Element width of the output stream(s).
     latency : int
-        1 without gates (one output register), 2 with gates (aggregate register, then
-        gated output registers); ``ceil(C/lanes) + 1 + lane_latency`` with ``lanes``
+        2 without gates (the constant products, then the aggregate in the output
+        register), 3 with gates (products, aggregate, gated output registers;
+        ``compiler.cycles.mixer_latency``); ``ceil(C/lanes) + 1 + lane_latency`` with ``lanes``
         (the lanes register the products, then the aggregate, before the gates).
     lane_latency : int
         With ``lanes``: pipeline registers in a lane,
@@ -128,11 +129,10 @@ class BaseMixer(wiring.Component):
         self.agg_range = (s_lo >> lambda_shift, s_hi >> lambda_shift)
         self.agg_width = signed_width(*self.agg_range)
 
+        self.latency = mixer_latency(self.gates is not None)
         if self.gates is None:
-            self.latency = 1
             exact = self.agg_width
         else:
-            self.latency = 2
             one = 1 << gate_shift
             g_half = (1 << (gate_shift - 1)) if gate_shift else 0
             a_lo, a_hi = self.agg_range
@@ -159,30 +159,6 @@ class BaseMixer(wiring.Component):
             "i": In(in_sig).array(bases),
             "o": Out(out_sig) if self.gates is None else Out(out_sig).array(bases),
         })
-
-    def _aggregate(self, m, pixels):
-        """``agg`` for the views ``pixels[k]``, as a list of exact-width signals."""
-        return [self._aggregate_channel(m, [p[c] for p in pixels], c)
-                for c in range(self.channels)]
-
-    def _aggregate_channel(self, m, values, c):
-        """``agg`` of one channel from its K base values."""
-        half = (1 << (self.lambda_shift - 1)) if self.lambda_shift else 0
-        total = Signal(signed(self._sum_width), name=f"sum{c}")
-        m.d.comb += total.eq(const_sum([(lam, values[k])
-                                        for k, lam in enumerate(self.lambdas)], half))
-        agg = Signal(signed(self.agg_width), name=f"agg{c}")
-        m.d.comb += agg.eq(total >> self.lambda_shift)
-        return agg
-
-    def _gate_channel(self, m, k, base, agg, name):
-        """``x_k`` of one channel (before fitting to ``out_width``)."""
-        one = 1 << self.gate_shift
-        g = self.gates[k]
-        g_half = (1 << (self.gate_shift - 1)) if self.gate_shift else 0
-        t = Signal(signed(self._x_widths[k]), name=name)
-        m.d.comb += t.eq(const_sum([(g, base), (one - g, agg)], g_half))
-        return t >> self.gate_shift
 
     def _elaborate_folded(self, m):
         gated = self.gates is not None
@@ -266,55 +242,88 @@ class BaseMixer(wiring.Component):
         if self.lanes is not None:
             return self._elaborate_folded(m)
         inputs = list(self.i)
-        all_valid = Signal()
-        m.d.comb += all_valid.eq(Cat(s.valid for s in inputs).all())
-        aggs = self._aggregate(m, [s.payload for s in inputs])
+        gated = self.gates is not None
+        outputs = list(self.o) if gated else [self.o]
+        lo, hi = signed_range(self.in_width)
+        half = (1 << (self.lambda_shift - 1)) if self.lambda_shift else 0
 
-        if self.gates is None:
-            # Join straight into the output register.
-            take = Signal()
-            m.d.comb += take.eq(all_valid & (~self.o.valid | self.o.ready))
-            m.d.comb += [s.ready.eq(take) for s in inputs]
+        # Stage P registers every constant product of the pixel (lambda_j * G_j and, with
+        # gates, C_k * G_k), stage A the aggregate (and the own products, delayed), and
+        # the output registers the gated sums (without gates, the aggregate). The K
+        # inputs come from K FIFOs spread over the device; products and aggregate in the
+        # cycle that takes them were the ECP5 critical path of a beat design (11.5 ns,
+        # 7.2 of it routing).
+        def product(v, coefficient, name):
+            r = Signal(signed(signed_width(min(coefficient * lo, coefficient * hi),
+                                           max(coefficient * lo, coefficient * hi))), name=name)
+            return r, const_sum([(coefficient, v)])
+
+        p_valid, a_valid = Signal(), Signal()
+        # the output stage is a fork: each output keeps its beat until taken; it is free
+        # once every output is empty or being taken this cycle
+        o_free, adv_a, adv_p, take = Signal(), Signal(), Signal(), Signal()
+        m.d.comb += o_free.eq(Cat(~o.valid | o.ready for o in outputs).all())
+        if gated:
+            m.d.comb += [adv_a.eq(a_valid & o_free),
+                         adv_p.eq(p_valid & (~a_valid | adv_a))]
+        else:
+            m.d.comb += adv_p.eq(p_valid & o_free)
+        m.d.comb += take.eq(Cat(s.valid for s in inputs).all() & (~p_valid | adv_p))
+        m.d.comb += [s.ready.eq(take) for s in inputs]
+
+        aggs, owns = [], []
+        with m.If(take):
+            m.d.sync += p_valid.eq(1)
+        with m.Elif(adv_p):
+            m.d.sync += p_valid.eq(0)
+        for c in range(self.channels):
+            prods = []
+            for k, (lam, s) in enumerate(zip(self.lambdas, inputs)):
+                r, value = product(s.payload[c], lam, f"prod{c}_{k}")
+                with m.If(take):
+                    m.d.sync += r.eq(value)
+                prods.append(r)
+            total = Signal(signed(self._sum_width), name=f"sum{c}")
+            m.d.comb += total.eq(const_sum([(1, r) for r in prods], half))
+            agg = Signal(signed(self.agg_width), name=f"agg{c}")
+            m.d.comb += agg.eq(total >> self.lambda_shift)
+            aggs.append(agg)
+            if gated:
+                own_c = []
+                for k, (g, s) in enumerate(zip(self.gates, inputs)):
+                    r, value = product(s.payload[c], g, f"own{c}_{k}")
+                    with m.If(take):
+                        m.d.sync += r.eq(value)
+                    own_c.append(r)
+                owns.append(own_c)
+
+        if not gated:
             ys = [_fit(m, a, self.out_width, f"y{c}") for c, a in enumerate(aggs)]
-            with m.If(take):
-                m.d.sync += [self.o.payload.eq(Cat(ys)),
-                             self.o.valid.eq(1)]
+            with m.If(adv_p):
+                m.d.sync += [self.o.payload.eq(Cat(ys)), self.o.valid.eq(1)]
             with m.Elif(self.o.ready):
                 m.d.sync += self.o.valid.eq(0)
             return m
 
-        outputs = list(self.o)
-        layout = data.ArrayLayout(signed(self.in_width), self.channels)
-        # Stage 1 registers the aggregate (and the bases it came from) so that the two
-        # constant-multiply/add layers of eq. 7 sit in different cycles.
-        s1_valid = Signal()
-        s1_bases = [Signal(layout, name=f"s1_base{k}") for k in range(self.bases)]
-        s1_agg = [Signal(signed(self.agg_width), name=f"s1_agg{c}")
-                  for c in range(self.channels)]
-
-        # Stage 2 is a fork: each output keeps its beat until taken; the stage is
-        # free once every output is empty or being taken this cycle.
-        s2_free = Signal()
-        m.d.comb += s2_free.eq(Cat(~o.valid | o.ready for o in outputs).all())
-        advance = Signal()
-        m.d.comb += advance.eq(s1_valid & s2_free)
-        take = Signal()
-        m.d.comb += take.eq(all_valid & (~s1_valid | advance))
-        m.d.comb += [s.ready.eq(take) for s in inputs]
-
-        with m.If(take):
-            m.d.sync += [s1_valid.eq(1),
-                         *(r.eq(s.payload) for r, s in zip(s1_bases, inputs)),
-                         *(r.eq(a) for r, a in zip(s1_agg, aggs))]
-        with m.Elif(advance):
-            m.d.sync += s1_valid.eq(0)
-
+        a_agg = [Signal(signed(self.agg_width), name=f"s1_agg{c}") for c in range(self.channels)]
+        a_own = [[Signal.like(r, name=f"s1_own{c}_{k}") for k, r in enumerate(own_c)]
+                 for c, own_c in enumerate(owns)]
+        with m.If(adv_p):
+            m.d.sync += [a_valid.eq(1), *(r.eq(a) for r, a in zip(a_agg, aggs)),
+                         *(r.eq(o) for rs, os in zip(a_own, owns) for r, o in zip(rs, os))]
+        with m.Elif(adv_a):
+            m.d.sync += a_valid.eq(0)
+        one = 1 << self.gate_shift
+        g_half = (1 << (self.gate_shift - 1)) if self.gate_shift else 0
         for k, o in enumerate(outputs):
-            xs = [_fit(m, self._gate_channel(m, k, s1_bases[k][c], s1_agg[c], f"gate{k}_t{c}"),
-                       self.out_width, f"x{k}_{c}") for c in range(self.channels)]
-            with m.If(advance):
-                m.d.sync += [o.payload.eq(Cat(xs)),
-                             o.valid.eq(1)]
+            xs = []
+            for c in range(self.channels):
+                t = Signal(signed(self._x_widths[k]), name=f"gate{k}_t{c}")
+                m.d.comb += t.eq(const_sum([(1, a_own[c][k]), (one - self.gates[k], a_agg[c])],
+                                           g_half))
+                xs.append(_fit(m, t >> self.gate_shift, self.out_width, f"x{k}_{c}"))
+            with m.If(adv_a):
+                m.d.sync += [o.payload.eq(Cat(xs)), o.valid.eq(1)]
             with m.Elif(o.ready):
                 m.d.sync += o.valid.eq(0)
         return m

@@ -102,7 +102,7 @@ class _FoldedMVU(wiring.Component):
     """
 
     def __init__(self, n_in, c_out, pe, simd, in_shape, acc_width, groups=1, in_place=False,
-                 activation=None, beats=1):
+                 activation=None, beats=1, registered_rom=False):
         if n_in < 1 or c_out < 1:
             raise ValueError(f"n_in and c_out must be positive, not {n_in}, {c_out}")
         if groups < 1 or c_out % groups:
@@ -149,7 +149,8 @@ class _FoldedMVU(wiring.Component):
         self.beat_steps = self.beat_folds * self.in_folds
         #: A register stage between the read registers and the terms
         #: (``compiler.cycles.mvu_operand_stage``).
-        self.operand_stage = mvu_operand_stage(groups * self.in_folds, self._integer)
+        self.operand_stage = mvu_operand_stage(groups * self.in_folds, self._integer,
+                                               registered_rom and self.ii > 1)
         #: Cycles from the input handshake to the first cycle the output (its first beat)
         #: is valid; beat ``j`` follows ``j * beat_steps`` cycles later at full rate.
         self.latency = mvu_latency(self.beat_steps, self._tree_terms(), self.operand_stage,
@@ -615,6 +616,12 @@ class BinaryMVU(_FoldedMVU):
         of every group, ``L = c_out/groups/beats``), each sent as soon as its output folds
         are done, so that the unit holds a beat, not a vector. The folds run beat by
         beat, within a beat group by group; the cycles per vector do not change.
+    registered_rom : bool
+        Register the weight ROM's word and the step's input slice once more before the
+        XNORs (the operand stage, one cycle more of latency), for a ROM the flow puts in
+        block RAM: its read data leaves the block late (ECP5 DP16KD: 5.6 ns of a 10 ns
+        period) and must not meet the popcount in the same cycle. Set by the compiler
+        (``compiler.resources.rom_read_register``); no effect with one step per vector.
 
     Members
     -------
@@ -653,7 +660,7 @@ class BinaryMVU(_FoldedMVU):
     """
 
     def __init__(self, n_in, c_out, pe, simd, weights, groups=1, in_place=False,
-                 activation=None, beats=1):
+                 activation=None, beats=1, registered_rom=False):
         weights = np.asarray(weights)
         if weights.shape != (c_out, n_in):
             raise ValueError(f"weights must have shape {(c_out, n_in)}, not {weights.shape}")
@@ -671,7 +678,7 @@ class BinaryMVU(_FoldedMVU):
         self._acc_shape = signed(signed_width(self._acc_start, n_in // 2))
         super().__init__(n_in, c_out, pe, simd, unsigned(groups * n_in),
                          acc_width=signed_width(-n_in, n_in), groups=groups, in_place=in_place,
-                         activation=activation, beats=beats)
+                         activation=activation, beats=beats, registered_rom=registered_rom)
 
     def _tree_terms(self):
         return binary_tree_terms(self.simd)
@@ -757,7 +764,7 @@ class BinaryWeightMVU(_FoldedMVU):
     """
 
     def __init__(self, n_in, c_out, pe, simd, weights, in_bits, groups=1, in_place=False,
-                 activation=None, beats=1):
+                 activation=None, beats=1, registered_rom=False):
         weights = np.asarray(weights)
         if weights.shape != (c_out, n_in):
             raise ValueError(f"weights must have shape {(c_out, n_in)}, not {weights.shape}")
@@ -777,7 +784,7 @@ class BinaryWeightMVU(_FoldedMVU):
         super().__init__(n_in, c_out, pe, simd,
                          data.ArrayLayout(unsigned(in_bits), groups * n_in),
                          acc_width=acc_width, groups=groups, in_place=in_place,
-                         activation=activation, beats=beats)
+                         activation=activation, beats=beats, registered_rom=registered_rom)
 
     def _lanes(self, x_slice):
         b = self.in_bits
@@ -863,7 +870,7 @@ class IntegerMVU(_FoldedMVU):
     _integer = True
 
     def __init__(self, n_in, c_out, pe, simd, weights, in_width=8, in_signed=False,
-                 in_place=False, activation=None, beats=1):
+                 in_place=False, activation=None, beats=1, registered_rom=False):
         weights = np.asarray(weights)
         if weights.shape != (c_out, n_in):
             raise ValueError(f"weights must have shape {(c_out, n_in)}, not {weights.shape}")
@@ -887,7 +894,7 @@ class IntegerMVU(_FoldedMVU):
         self._acc_shape = signed(acc_width)
         super().__init__(n_in, c_out, pe, simd, data.ArrayLayout(lane, n_in),
                          acc_width=acc_width, in_place=in_place, activation=activation,
-                         beats=beats)
+                         beats=beats, registered_rom=registered_rom)
 
     def _tree_terms(self):
         return self.simd

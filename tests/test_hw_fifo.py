@@ -40,21 +40,25 @@ def fix_pixels(rng, n):
 
 # ---- StreamFIFO ------------------------------------------------------------------------
 
+@pytest.mark.parametrize("out_register", [False, True])
 @pytest.mark.parametrize("ram", ["auto", "block"])
 @pytest.mark.parametrize("seed, depth", list(enumerate([0, 1, 2, 3, 5, 16])))
-def test_fifo_keeps_order_under_stalls(seed, depth, ram):
+def test_fifo_keeps_order_under_stalls(seed, depth, ram, out_register):
     rng = np.random.default_rng(seed)
     beats = fix_pixels(rng, 80)
-    result = run_streams(Clocked(StreamFIFO(FIX, depth, ram)), {"i": beats}, {"o": len(beats)},
+    result = run_streams(Clocked(StreamFIFO(FIX, depth, ram, out_register)), {"i": beats},
+                         {"o": len(beats)},
                          stall=0.3, seed=seed, max_cycles=5000)
     assert result.outputs["o"] == beats
 
 
+@pytest.mark.parametrize("out_register", [False, True])
 @pytest.mark.parametrize("ram", ["auto", "block"])
 @pytest.mark.parametrize("depth, reset_at", [(4, 23), (16, 40)])
-def test_fifo_reset_mid_stream(depth, reset_at, ram):
+def test_fifo_reset_mid_stream(depth, reset_at, ram, out_register):
     beats = list(range(100, 160))
-    result = run_streams(StreamFIFO(unsigned(8), depth, ram), {"i": beats}, {"o": len(beats)},
+    result = run_streams(StreamFIFO(unsigned(8), depth, ram, out_register), {"i": beats},
+                         {"o": len(beats)},
                          stall=0.3, seed=3, reset_at=reset_at, max_cycles=5000)
     assert result.outputs["o"] == beats
 
@@ -71,9 +75,26 @@ def test_fifo_rate_and_latency(depth, cycles, ram):
     assert result.cycles == cycles
 
 
+@pytest.mark.parametrize("ram", ["auto", "block"])
+@pytest.mark.parametrize("depth, cycles", [(0, 60), (3, 63), (4, 63), (32, 63)])
+def test_fifo_out_register_rate_and_latency(depth, cycles, ram):
+    """With the output register: latency 3 (``latency``), still one beat per cycle from
+    depth 3; depth 0 stays a wire."""
+    beats = list(range(60))
+    dut = StreamFIFO(unsigned(8), depth, ram, out_register=True)
+    assert dut.latency == (3 if depth else 0)
+    result = run_streams(Clocked(dut), {"i": beats}, {"o": 60})
+    assert result.outputs["o"] == beats
+    assert result.cycles == cycles
+    assert np.all(np.diff(result.out_cycles["o"]) == 1)
+
+
+@pytest.mark.parametrize("out_register", [False, True])
 @pytest.mark.parametrize("depth", [1, 3, 7])
-def test_fifo_holds_exactly_depth(depth):
-    dut = StreamFIFO(unsigned(8), depth)
+def test_fifo_holds_exactly_depth(depth, out_register):
+    """``depth`` beats, and one more in the output register."""
+    dut = StreamFIFO(unsigned(8), depth, out_register=out_register)
+    depth += out_register
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     log = {}

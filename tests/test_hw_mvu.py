@@ -85,10 +85,11 @@ def _activation(rng, expected, kind, acc_width):
     return ThresholdTable(T.tolist(), invert.tolist()), out.tolist()
 
 
-def _case(name, n_vectors=16, in_place=False, activation_bits=None):
+def _case(name, n_vectors=16, in_place=False, activation_bits=None, registered_rom=False):
     """Seeded DUT, input beats, expected output beats and weights for a configuration
     (``in_place``: the MVU reads the held payload at every step, no input buffer;
-    ``activation_bits``: with thresholds in the MVU, expecting the levels)."""
+    ``activation_bits``: with thresholds in the MVU, expecting the levels;
+    ``registered_rom``: the weight ROM's read registered once more)."""
     kind, n_in, c_out, pe, simd, in_width, in_signed = CONFIGS[name]
     rng = np.random.default_rng(list(CONFIGS).index(name))
     if kind == "bin":
@@ -101,7 +102,8 @@ def _case(name, n_vectors=16, in_place=False, activation_bits=None):
         x[1, :] = 0
         expected = (2 * x - 1) @ (2 * w - 1).T
         beats = [int(sum(int(b) << j for j, b in enumerate(row))) for row in x]
-        make = lambda act: BinaryMVU(n_in, c_out, pe, simd, w, in_place=in_place, activation=act)
+        make = lambda act: BinaryMVU(n_in, c_out, pe, simd, w, in_place=in_place, activation=act,
+                                     registered_rom=registered_rom)
     elif kind == "bw":
         w = rng.integers(0, 2, (c_out, n_in))
         w[0, :] = 1  # with x at its top on every lane: +-n_in*(2**in_bits - 1)
@@ -114,7 +116,8 @@ def _case(name, n_vectors=16, in_place=False, activation_bits=None):
         expected = x @ (2 * w - 1).T
         beats = x.tolist()
         make = lambda act: BinaryWeightMVU(n_in, c_out, pe, simd, w, in_bits=in_width,
-                                           in_place=in_place, activation=act)
+                                           in_place=in_place, activation=act,
+                                           registered_rom=registered_rom)
     else:
         w = rng.integers(-7, 8, (c_out, n_in))
         w[0, :] = -7  # hits the accumulator bound with x at its extreme
@@ -128,7 +131,8 @@ def _case(name, n_vectors=16, in_place=False, activation_bits=None):
         expected = x @ w.T
         beats = x.tolist()
         make = lambda act: IntegerMVU(n_in, c_out, pe, simd, w, in_width=in_width,
-                                      in_signed=in_signed, in_place=in_place, activation=act)
+                                      in_signed=in_signed, in_place=in_place, activation=act,
+                                      registered_rom=registered_rom)
     expected = expected.tolist()
     act = None
     if activation_bits:
@@ -167,6 +171,29 @@ def test_reset_mid_stream(name, in_place, activation_bits):
 # cycle k*ii and its result in cycle k*ii + latency (latency = ii + 2 + the adder
 # tree's pipeline stages), so V vectors span (V-1)*ii + latency + 1 cycles counting
 # the first and the last handshake.
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+@pytest.mark.parametrize("name", CONFIGS)
+def test_registered_rom(name, in_place):
+    """A weight ROM in block RAM (``registered_rom``, ECP5): its word and the input
+    slice are registered once more where the issue rule had no operand stage, for one
+    cycle more of latency; same results, one vector every ``ii`` cycles, and exact under
+    stalls and through a reset. One step per vector has no ROM: nothing changes."""
+    plain, beats, expected, _ = _case(name, n_vectors=10, in_place=in_place)
+    dut = _case(name, n_vectors=10, in_place=in_place, registered_rom=True)[0]
+    ii = _ii(name)
+    assert dut.operand_stage == (plain.operand_stage or ii > 1)
+    assert dut.latency == plain.latency + (dut.operand_stage and not plain.operand_stage)
+    run = run_streams(dut, {"i": beats}, {"o": len(expected)})
+    base = run_streams(plain, {"i": beats}, {"o": len(expected)})
+    assert run.outputs["o"] == expected
+    assert run.out_cycles["o"][0] - base.out_cycles["o"][0] == dut.latency - plain.latency
+    assert (np.diff(run.out_cycles["o"]) == ii).all()
+    dut = _case(name, n_vectors=10, in_place=in_place, registered_rom=True)[0]
+    run = run_streams(dut, {"i": beats}, {"o": len(expected)}, stall=0.3, seed=3,
+                      reset_at=2 * ii + 1, max_cycles=40 * len(beats) * (ii + 4))
+    assert run.outputs["o"] == expected
 
 
 @pytest.mark.parametrize("activation_bits", [None, 2, "affine"])

@@ -130,6 +130,12 @@ class Op:
         ``target`` cycles (the default: no)."""
         return False
 
+    def registers_rom(self, node, unit, family):
+        """Whether the unit's weight ROM, at ``unit``'s folding, is block RAM whose read
+        ``family`` registers once more before it is used (``Unit.registered_rom``;
+        :func:`..resources.rom_read_register`; the default: no ROM)."""
+        return False
+
     #: An MVU that can apply its consumer's thresholds (:meth:`activation`) to its results.
     takes_activation = False
 

@@ -4,6 +4,7 @@ stand-alone soft gate. Their inputs get compiler-sized FIFOs."""
 from __future__ import annotations
 
 from .. import cycles as cyc
+from ..graph import signed_width
 from .base import Op, register, same_attrs
 from .pixel import round_shift
 
@@ -146,8 +147,18 @@ def _mixer_features(g, node, unit, lambdas, gates, channels=None):
             # the deep lane's operand registers (plain flip-flops)
             f["pipe_bits"] = lanes * k * in_w
     else:
-        f["stage_bits"] = (k + 1) * channels * in_w if gates is not None else 0
+        # the full-rate pipeline's registers: every constant product, then with gates
+        # the aggregate and the own products again (hw.mixer)
+        coefficients = list(lambdas) + (2 * gates.tolist() if gates is not None else [])
+        f["stage_bits"] = channels * (sum(_product_width(in_w, int(c)) for c in coefficients)
+                                      + (in_w + 2 if gates is not None else 0))
     return f
+
+
+def _product_width(width, coefficient):
+    """Signed width of ``coefficient * x`` over ``signed(width)``."""
+    lo, hi = -(1 << (width - 1)), (1 << (width - 1)) - 1
+    return signed_width(min(coefficient * lo, coefficient * hi), max(coefficient * lo, coefficient * hi))
 
 
 def _gated_range(node, gates, gate_frac, ins, agg_lo, agg_hi):
@@ -228,7 +239,7 @@ class Mixer(Op):
         return _gated_range(node, a["gates"].tolist(), a["gate_frac"], ins, agg_lo, agg_hi)
 
     def full_rate_latency(self, node):
-        return 2 if node.attrs["gates"] is not None else 1
+        return cyc.mixer_latency(node.attrs["gates"] is not None)
 
     def resource_features(self, g, node, parent, unit):
         return _mixer_features(g, node, unit, node.attrs["lambdas"].tolist(),
@@ -289,7 +300,7 @@ class Gate(Op):
                             agg.lo, agg.hi)
 
     def full_rate_latency(self, node):
-        return 2
+        return cyc.mixer_latency(gated=True)
 
     def resource_features(self, g, node, parent, unit):
         k = len(node.inputs) - 1

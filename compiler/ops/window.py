@@ -208,10 +208,23 @@ class _Conv(Op):
     def beat_groups(self, node, in_groups):
         return node.attrs.get("groups", 1)
 
+    #: Bits per weight in the MVU's ROM.
+    rom_lane_bits = 1
+
+    def weight_rom(self, node, unit):
+        """``(depth, width)`` of the MVU's weight ROM (depth 0: fully parallel, its
+        weights are constants)."""
+        folds = self.vector_steps(node, unit)
+        return (folds if folds > 1 else 0), unit.pe * unit.simd * self.rom_lane_bits
+
+    def registers_rom(self, node, unit, family):
+        from ..resources import rom_read_register
+        return rom_read_register(*self.weight_rom(node, unit), family)
+
     def operand_stage(self, node, unit):
         """Whether the MVU registers its operands once more (``compiler.cycles.mvu_operand_stage``)."""
         slices = node.attrs.get("groups", 1) * ceil(unit.n_in / unit.simd)
-        return cyc.mvu_operand_stage(slices, self.integer)
+        return cyc.mvu_operand_stage(slices, self.integer, unit.registered_rom)
 
     def line_memory(self, node, parent, kind="block"):
         """``(depth, width, copies)`` of the line buffer in block RAM, built as ``kind``
@@ -390,10 +403,11 @@ class BinConv(_Conv):
             return BinaryWeightMVU(flat.shape[1], node.channels, unit.pe, unit.simd, flat,
                                    in_bits=node.attrs["in_bits"], groups=groups,
                                    in_place=unit.in_place, activation=activation,
-                                   beats=unit.beats)
+                                   beats=unit.beats, registered_rom=unit.registered_rom)
         from ...hw.mvu import BinaryMVU
         return BinaryMVU(flat.shape[1], node.channels, unit.pe, unit.simd, flat, groups=groups,
-                         in_place=unit.in_place, activation=activation, beats=unit.beats)
+                         in_place=unit.in_place, activation=activation, beats=unit.beats,
+                         registered_rom=unit.registered_rom)
 
     def stack(self, nodes):
         # K bases' convolutions become one grouped convolution (time-shared bases)
@@ -414,9 +428,9 @@ class BinConv(_Conv):
         kind = "xnor_bits" if folds > 1 else "const_xnor_bits"
         f.update({kind: unit.pe * unit.simd * lane}, acc_bits=unit.pe * node.bit_width,
                  weight_bits=folds * unit.pe * unit.simd if folds > 1 else 0,
-                 rom_depth=folds if folds > 1 else 0, rom_width=unit.pe * unit.simd,
                  buffer_bits=groups * unit.n_in * lane if folds > 1 and not unit.in_place else 0,
                  in_place_bits=groups * unit.n_in * lane if unit.in_place else 0)
+        f["rom_depth"], f["rom_width"] = self.weight_rom(node, unit)
         f.update(_output_features(g, node, unit))
         f["collect_bits"] += _pack_bits(g, parent, unit)
         if self.operand_stage(node, unit):
@@ -438,6 +452,7 @@ class IntConv(_Conv):
 
     name = "int_conv"
     integer = True
+    rom_lane_bits = 8   # (what the resource model counts per weight)
 
     def execute(self, node, ins):
         a = node.attrs
@@ -456,15 +471,17 @@ class IntConv(_Conv):
         flat = flat_weight(node.attrs["weight"]).numpy().astype(np.int64)
         return IntegerMVU(flat.shape[1], node.channels, unit.pe, unit.simd, flat,
                           in_width=parent.bit_width, in_signed=parent.kind == "fixed",
-                          in_place=unit.in_place, activation=activation, beats=unit.beats)
+                          in_place=unit.in_place, activation=activation, beats=unit.beats,
+                          registered_rom=unit.registered_rom)
 
     def resource_features(self, g, node, parent, unit):
         f = _window_features(node, parent, unit)
         folds = self.vector_steps(node, unit)
         f.update(mults=unit.pe * unit.simd,
                  mult_bits=unit.pe * unit.simd * (parent.bit_width + 8),
-                 acc_bits=unit.pe * node.bit_width, weight_bits=folds * unit.pe * unit.simd * 8,
-                 rom_depth=folds if folds > 1 else 0, rom_width=unit.pe * unit.simd * 8)
+                 acc_bits=unit.pe * node.bit_width,
+                 weight_bits=folds * unit.pe * unit.simd * self.rom_lane_bits)
+        f["rom_depth"], f["rom_width"] = self.weight_rom(node, unit)
         f.update(_output_features(g, node, unit))
         f["collect_bits"] += _pack_bits(g, parent, unit)
         return f
