@@ -143,6 +143,13 @@ def registered_levels(m, terms, levels, name):
 
 
 
+def const_product_width(width: int, k: int) -> int:
+    """Signed width of ``k * x`` over every ``signed(width)`` ``x``."""
+    from ..compiler.graph import signed_width
+    lo, hi = -(1 << (width - 1)), (1 << (width - 1)) - 1
+    return signed_width(min(k * lo, k * hi), max(k * lo, k * hi))
+
+
 def multiplier_cost(in_bits: int, k: int) -> dict:
     """Resources of ``k * x`` for an ``in_bits``-wide ``x``, as built by
     :func:`const_multiply`: ``dict(adders=, adder_bits=, dsp=)`` where

@@ -17,7 +17,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..compiler.cycles import MIXER_LANE_LATENCY, mixer_latency, mixer_lane_latency
-from .arith import const_sum, const_terms, registered_levels, sum_tree
+from .arith import const_product_width, const_sum, const_terms, registered_levels, sum_tree
 from .lanes import build_lane_folded, folded_interval, folds_of
 from .elementwise import _fit, _ints, _positive, signed_range, signed_width
 
@@ -163,7 +163,6 @@ class BaseMixer(wiring.Component):
     def _elaborate_folded(self, m):
         gated = self.gates is not None
         half = (1 << (self.lambda_shift - 1)) if self.lambda_shift else 0
-        lo, hi = signed_range(self.in_width)
 
         # With enough steps the lane's sums are cut after two adder levels as well
         # (no cycle lost: compiler.cycles.mixer_lane_latency); the whole gate sum after
@@ -200,8 +199,7 @@ class BaseMixer(wiring.Component):
                 values = operands
             products = []
             for k, (lam, v) in enumerate(zip(self.lambdas, values)):
-                prod = Signal(signed(signed_width(min(lam * lo, lam * hi), max(lam * lo, lam * hi))),
-                              name=f"prod_r{p}_{k}")
+                prod = Signal(signed(const_product_width(self.in_width, lam)), name=f"prod_r{p}_{k}")
                 load(prod, const_sum([(lam, v)]))
                 products.append(prod)
             total = Signal(signed(self._sum_width), name=f"sum_lane{p}")
@@ -218,7 +216,7 @@ class BaseMixer(wiring.Component):
             outs = []
             for k, (g, v) in enumerate(zip(self.gates, values)):
                 # C_k * G_k, then delayed to meet the aggregate of the same channel
-                own = Signal(signed(signed_width(g * lo, g * hi)), name=f"own_r{p}_{k}")
+                own = Signal(signed(const_product_width(self.in_width, g)), name=f"own_r{p}_{k}")
                 load(own, const_sum([(g, v)]))
                 for d in range(2 if deep else 1):
                     delayed = Signal.like(own, name=f"own_d{d}_{p}_{k}")
@@ -244,7 +242,6 @@ class BaseMixer(wiring.Component):
         inputs = list(self.i)
         gated = self.gates is not None
         outputs = list(self.o) if gated else [self.o]
-        lo, hi = signed_range(self.in_width)
         half = (1 << (self.lambda_shift - 1)) if self.lambda_shift else 0
 
         # Stage P registers every constant product of the pixel (lambda_j * G_j and, with
@@ -253,10 +250,16 @@ class BaseMixer(wiring.Component):
         # inputs come from K FIFOs spread over the device; products and aggregate in the
         # cycle that takes them were the ECP5 critical path of a beat design (11.5 ns,
         # 7.2 of it routing).
-        def product(v, coefficient, name):
-            r = Signal(signed(signed_width(min(coefficient * lo, coefficient * hi),
-                                           max(coefficient * lo, coefficient * hi))), name=name)
-            return r, const_sum([(coefficient, v)])
+        def registered_products(c, coefficients, name):
+            """``coefficient * G_k[c]`` of every base, each registered as the pixel is taken."""
+            regs = []
+            for k, (coefficient, s) in enumerate(zip(coefficients, inputs)):
+                r = Signal(signed(const_product_width(self.in_width, coefficient)),
+                           name=f"{name}{c}_{k}")
+                with m.If(take):
+                    m.d.sync += r.eq(const_sum([(coefficient, s.payload[c])]))
+                regs.append(r)
+            return regs
 
         p_valid, a_valid = Signal(), Signal()
         # the output stage is a fork: each output keeps its beat until taken; it is free
@@ -277,25 +280,14 @@ class BaseMixer(wiring.Component):
         with m.Elif(adv_p):
             m.d.sync += p_valid.eq(0)
         for c in range(self.channels):
-            prods = []
-            for k, (lam, s) in enumerate(zip(self.lambdas, inputs)):
-                r, value = product(s.payload[c], lam, f"prod{c}_{k}")
-                with m.If(take):
-                    m.d.sync += r.eq(value)
-                prods.append(r)
+            prods = registered_products(c, self.lambdas, "prod")
             total = Signal(signed(self._sum_width), name=f"sum{c}")
             m.d.comb += total.eq(const_sum([(1, r) for r in prods], half))
             agg = Signal(signed(self.agg_width), name=f"agg{c}")
             m.d.comb += agg.eq(total >> self.lambda_shift)
             aggs.append(agg)
             if gated:
-                own_c = []
-                for k, (g, s) in enumerate(zip(self.gates, inputs)):
-                    r, value = product(s.payload[c], g, f"own{c}_{k}")
-                    with m.If(take):
-                        m.d.sync += r.eq(value)
-                    own_c.append(r)
-                owns.append(own_c)
+                owns.append(registered_products(c, self.gates, "own"))
 
         if not gated:
             ys = [_fit(m, a, self.out_width, f"y{c}") for c, a in enumerate(aggs)]

@@ -4,7 +4,6 @@ stand-alone soft gate. Their inputs get compiler-sized FIFOs."""
 from __future__ import annotations
 
 from .. import cycles as cyc
-from ..graph import signed_width
 from .base import Op, register, same_attrs
 from .pixel import round_shift
 
@@ -120,7 +119,7 @@ class AddOp(Op):
 def _mixer_features(g, node, unit, lambdas, gates, channels=None):
     """Features of a :class:`~groupnet_hw.hw.mixer.BaseMixer`: its shift-add adder bits
     (per lane), the held inputs and the output registers."""
-    from ...hw.arith import multiplier_cost
+    from ...hw.arith import const_product_width, multiplier_cost
     a = node.attrs
     in_w = max(g.producer(i).bit_width for i in node.inputs)
     k = len(lambdas)
@@ -150,15 +149,10 @@ def _mixer_features(g, node, unit, lambdas, gates, channels=None):
         # the full-rate pipeline's registers: every constant product, then with gates
         # the aggregate and the own products again (hw.mixer)
         coefficients = list(lambdas) + (2 * gates.tolist() if gates is not None else [])
-        f["stage_bits"] = channels * (sum(_product_width(in_w, int(c)) for c in coefficients)
+        f["stage_bits"] = channels * (sum(const_product_width(in_w, int(c)) for c in coefficients)
                                       + (in_w + 2 if gates is not None else 0))
     return f
 
-
-def _product_width(width, coefficient):
-    """Signed width of ``coefficient * x`` over ``signed(width)``."""
-    lo, hi = -(1 << (width - 1)), (1 << (width - 1)) - 1
-    return signed_width(min(coefficient * lo, coefficient * hi), max(coefficient * lo, coefficient * hi))
 
 
 def _gated_range(node, gates, gate_frac, ins, agg_lo, agg_hi):
