@@ -197,13 +197,17 @@ def logic_sites(cells: dict, family: str) -> int:
 #: An MVU that reads its serial window's register in place (``in_place_bits``: the issue
 #: multiplexer over the window's register) has no buffer: no flip-flop. An MVU with an
 #: activation registers each PE's value once (``act_level_bits``), and a post-op in it
-#: multiplies in the DSP blocks its features count (``act_mults``).
+#: multiplies in the DSP blocks its features count (``act_mults``). The skid beside an
+#: output register that takes a beat every cycle (``skid_bits``, ``hw.skid``) is a
+#: flip-flop per bit too.
 FIXED_COEFFICIENTS = {
     ("bin_conv", "ff"): {"out_bits": 1.0, "collect_bits": 1.0, "serial_tap_bits": 1.0,
                          "tap_bits": 1.0, "read_bits": 1.0, "buffer_bits": 1.0,
-                         "in_place_bits": 0.0, "act_level_bits": 1.0},
+                         "in_place_bits": 0.0, "act_level_bits": 1.0, "skid_bits": 1.0},
     ("int_conv", "ff"): {"out_bits": 1.0, "collect_bits": 1.0, "serial_tap_bits": 1.0,
-                         "tap_bits": 1.0, "read_bits": 1.0, "act_level_bits": 1.0},
+                         "tap_bits": 1.0, "read_bits": 1.0, "act_level_bits": 1.0,
+                         "skid_bits": 1.0},
+    ("mixer", "ff"): {"skid_bits": 1.0},
     # the beat pack in front of the head (a window's counts as its MVU's collect bits)
     ("head", "ff"): {"pack_bits": 1.0},
     # the register after a late block RAM read (hw.fifo's out_register)

@@ -20,6 +20,7 @@ from ..compiler.cycles import MIXER_LANE_LATENCY, mixer_latency, mixer_lane_late
 from .arith import const_product_width, const_sum, const_terms, registered_levels, sum_tree
 from .lanes import build_lane_folded, folded_interval, folds_of
 from .elementwise import _fit, _ints, _positive, signed_range, signed_width
+from .skid import skid_outputs
 
 __all__ = ["BaseMixer"]
 
@@ -71,8 +72,11 @@ class BaseMixer(wiring.Component):
         Without gates: the aggregate.
     o : ``Out(stream.Signature(data.ArrayLayout(signed(out_width), channels))).array(bases)``
         With gates: ``x_k`` on ``o[k]``. Forked: each output holds its beat until
-        taken, independently of the others; the next pixel moves to the outputs once
-        all K have taken the current one.
+        taken, independently of the others. At full rate (no ``lanes``) each output
+        has a one-beat skid (``hw.skid``): the next pixel moves on while an output
+        still holds the current one, and the stages stop once a skid is full; with
+        ``lanes`` the next pixel moves to the outputs once all K have taken the
+        current one.
 
     Attributes
     ----------
@@ -99,9 +103,10 @@ class BaseMixer(wiring.Component):
     Throughput
     ----------
     1 pixel per cycle with all outputs ready:
-    ``compiler.cycles.elementwise_cycles(H, W)`` per frame; with ``lanes``, one pixel per
-    ``compiler.cycles.folded_interval(C, lanes, lane_latency)`` cycles, and every
-    ``i[k].ready`` is a register.
+    ``compiler.cycles.elementwise_cycles(H, W)`` per frame, and every ``i[k].ready`` is
+    the inputs' valids and a register, never an output's ``ready``; with ``lanes``, one
+    pixel per ``compiler.cycles.folded_interval(C, lanes, lane_latency)`` cycles, and
+    every ``i[k].ready`` is a register.
     """
 
     def __init__(self, bases, channels, in_width, lambdas, lambda_shift, gates=None,
@@ -249,36 +254,28 @@ class BaseMixer(wiring.Component):
         # the output registers the gated sums (without gates, the aggregate). The K
         # inputs come from K FIFOs spread over the device; products and aggregate in the
         # cycle that takes them were the ECP5 critical path of a beat design (11.5 ns,
-        # 7.2 of it routing).
+        # 7.2 of it routing). The stages advance together on `adv`, a register (the
+        # outputs' skids are empty, `hw.skid`): neither the inputs' valids nor the
+        # outputs' readies reach the enables of the product registers, which on the
+        # whole-board ECP5 design were 1,273 late clock enables.
+        adv, take, p_valid = Signal(), Signal(), Signal()
+        m.d.comb += take.eq(Cat(s.valid for s in inputs).all() & adv)
+        m.d.comb += [s.ready.eq(take) for s in inputs]
+
         def registered_products(c, coefficients, name):
-            """``coefficient * G_k[c]`` of every base, each registered as the pixel is taken."""
+            """``coefficient * G_k[c]`` of every base, each registered as the stages advance."""
             regs = []
             for k, (coefficient, s) in enumerate(zip(coefficients, inputs)):
                 r = Signal(signed(const_product_width(self.in_width, coefficient)),
                            name=f"{name}{c}_{k}")
-                with m.If(take):
+                with m.If(adv):
                     m.d.sync += r.eq(const_sum([(coefficient, s.payload[c])]))
                 regs.append(r)
             return regs
 
-        p_valid, a_valid = Signal(), Signal()
-        # the output stage is a fork: each output keeps its beat until taken; it is free
-        # once every output is empty or being taken this cycle
-        o_free, adv_a, adv_p, take = Signal(), Signal(), Signal(), Signal()
-        m.d.comb += o_free.eq(Cat(~o.valid | o.ready for o in outputs).all())
-        if gated:
-            m.d.comb += [adv_a.eq(a_valid & o_free),
-                         adv_p.eq(p_valid & (~a_valid | adv_a))]
-        else:
-            m.d.comb += adv_p.eq(p_valid & o_free)
-        m.d.comb += take.eq(Cat(s.valid for s in inputs).all() & (~p_valid | adv_p))
-        m.d.comb += [s.ready.eq(take) for s in inputs]
-
+        with m.If(adv):
+            m.d.sync += p_valid.eq(take)
         aggs, owns = [], []
-        with m.If(take):
-            m.d.sync += p_valid.eq(1)
-        with m.Elif(adv_p):
-            m.d.sync += p_valid.eq(0)
         for c in range(self.channels):
             prods = registered_products(c, self.lambdas, "prod")
             total = Signal(signed(self._sum_width), name=f"sum{c}")
@@ -291,31 +288,26 @@ class BaseMixer(wiring.Component):
 
         if not gated:
             ys = [_fit(m, a, self.out_width, f"y{c}") for c, a in enumerate(aggs)]
-            with m.If(adv_p):
-                m.d.sync += [self.o.payload.eq(Cat(ys)), self.o.valid.eq(1)]
-            with m.Elif(self.o.ready):
-                m.d.sync += self.o.valid.eq(0)
+            m.d.comb += adv.eq(skid_outputs(m, outputs, [ys], adv & p_valid))
             return m
 
+        a_valid = Signal()
         a_agg = [Signal(signed(self.agg_width), name=f"s1_agg{c}") for c in range(self.channels)]
         a_own = [[Signal.like(r, name=f"s1_own{c}_{k}") for k, r in enumerate(own_c)]
                  for c, own_c in enumerate(owns)]
-        with m.If(adv_p):
-            m.d.sync += [a_valid.eq(1), *(r.eq(a) for r, a in zip(a_agg, aggs)),
+        with m.If(adv):
+            m.d.sync += [a_valid.eq(p_valid), *(r.eq(a) for r, a in zip(a_agg, aggs)),
                          *(r.eq(o) for rs, os in zip(a_own, owns) for r, o in zip(rs, os))]
-        with m.Elif(adv_a):
-            m.d.sync += a_valid.eq(0)
         one = 1 << self.gate_shift
         g_half = (1 << (self.gate_shift - 1)) if self.gate_shift else 0
-        for k, o in enumerate(outputs):
+        values = []
+        for k in range(self.bases):
             xs = []
             for c in range(self.channels):
                 t = Signal(signed(self._x_widths[k]), name=f"gate{k}_t{c}")
                 m.d.comb += t.eq(const_sum([(1, a_own[c][k]), (one - self.gates[k], a_agg[c])],
                                            g_half))
                 xs.append(_fit(m, t >> self.gate_shift, self.out_width, f"x{k}_{c}"))
-            with m.If(adv_a):
-                m.d.sync += [o.payload.eq(Cat(xs)), o.valid.eq(1)]
-            with m.Elif(o.ready):
-                m.d.sync += o.valid.eq(0)
+            values.append(xs)
+        m.d.comb += adv.eq(skid_outputs(m, outputs, values, adv & a_valid))
         return m

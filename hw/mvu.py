@@ -27,6 +27,7 @@ from amaranth.lib.wiring import In, Out
 from ..compiler.cycles import TREE_LEVELS_PER_STAGE, mvu_latency, mvu_operand_stage, tree_stages
 from ..compiler.graph import signed_width
 from .arith import reduce_levels, sum_tree
+from .skid import skid_outputs
 
 __all__ = ["BinaryMVU", "BinaryWeightMVU", "IntegerMVU"]
 
@@ -95,10 +96,10 @@ class _FoldedMVU(wiring.Component):
       all ``c_out`` channels (for ``ii >= 2`` both enables are registers, computed a
       cycle ahead like ``adv``).
 
-    The pipeline stalls only when a vector's final step meets an output
-    register that is still full and, for ``ii == 1``, not being accepted; with
-    ``ii >= 2`` the stall depends on registers of the unit only (its output
-    register), never on ``o.ready``, at no cost in cycles.
+    The pipeline stalls only when a beat's final step meets an output register
+    that is still full. The stall depends on registers of the unit only, never on
+    ``o.ready``, at no cost in cycles: with two steps or more per beat, on the output
+    register; with one, on a one-beat skid beside it (``hw.skid``).
     """
 
     def __init__(self, n_in, c_out, pe, simd, in_shape, acc_width, groups=1, in_place=False,
@@ -536,8 +537,18 @@ class _FoldedMVU(wiring.Component):
             m.d.sync += load_output.eq(load_next)
             m.d.sync += [en.eq(nxt) for en, nxt in zip(collect_fold, collect_next)]
         else:
-            m.d.comb += adv.eq(~(r_valid & r_final & self.o.valid & ~self.o.ready))
-            load_output, collect_fold = fold_enables(adv & r_valid, r_last, r_final, r_pos)
+            # A beat every cycle: the output register has a skid (`hw.skid`), and the
+            # pipeline advances while the skid is empty, a register, instead of on the
+            # consumer's `ready` (on ECP5 a FIFO's level through `ready` to every enable
+            # of the unit was the whole-board design's critical path, 12.8 ns).
+            values = [[None] * (self.c_out // self.beats)]
+            for p in range(pe):
+                at = self._lane_of(0, p)      # one fold per beat: PE p is lane p
+                if at is not None:
+                    values[0][at[1]] = finished[p]
+            room = skid_outputs(m, [self.o], values, adv & r_valid & r_final)
+            m.d.comb += adv.eq(room)
+            return m
 
         # Channels of a beat's output folds but its last wait here for the last.
         collect = [Signal(self.out_shape, name=f"collect{c}")
@@ -654,9 +665,10 @@ class BinaryMVU(_FoldedMVU):
     ----------
     One vector every ``ii = ceil(c_out/pe)*ceil(n_in/simd)`` cycles
     (:func:`groupnet_hw.compiler.cycles.mvu_cycles`), including ``ii = 1``.
-    ``o.valid`` is a register. ``i.ready`` depends on ``o.ready`` combinationally
-    only for ``ii = 1``; for ``ii >= 2`` it is a function of the unit's own
-    registers.
+    ``o.valid`` is a register. ``i.ready`` is a function of the unit's own registers,
+    never of ``o.ready``: with one
+    step per beat the output register has a one-beat skid (``hw.skid``), so the unit
+    holds one beat more.
     """
 
     def __init__(self, n_in, c_out, pe, simd, weights, groups=1, in_place=False,

@@ -286,11 +286,11 @@ def test_output_holds_under_backpressure():
 
 
 @pytest.mark.parametrize("name", CONFIGS)
-def test_input_ready_ignores_output_ready_when_folded(name):
-    """With ``ii >= 2`` the stall (and so ``i.ready``, and the enable of every pipeline
-    register) is a function of the unit's own registers: flipping ``o.ready`` within a
-    cycle never changes ``i.ready``. With ``ii = 1`` it must, or the unit would lose
-    half its rate; the test sees that happen under back-pressure."""
+def test_input_ready_ignores_output_ready(name):
+    """The stall (and so ``i.ready``, and the enable of every pipeline register) is a
+    function of the unit's own registers: flipping ``o.ready`` within a cycle never
+    changes ``i.ready``, also with ``ii = 1``, where the output register's skid keeps the
+    rate (``hw.skid``); the rate itself is held by the tests of full throughput."""
     dut, beats, expected, _ = _case(name, n_vectors=8)
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -308,7 +308,7 @@ def test_input_ready_ignores_output_ready_when_folded(name):
     sim.run_until(1e-8 * 200 * (_ii(name) + 8))
     received, reacted = result["o"]
     assert received == expected
-    assert reacted == (dut.ii == 1)
+    assert not reacted
 
 
 @pytest.mark.parametrize("name", ["bin-ragged-both", "bin-fully-parallel", "int-signed-ragged",

@@ -151,6 +151,8 @@ def _mixer_features(g, node, unit, lambdas, gates, channels=None):
         coefficients = list(lambdas) + (2 * gates.tolist() if gates is not None else [])
         f["stage_bits"] = channels * (sum(const_product_width(in_w, int(c)) for c in coefficients)
                                       + (in_w + 2 if gates is not None else 0))
+        # and a skid beside every output register (hw.skid)
+        f["skid_bits"] = f["out_bits"]
     return f
 
 

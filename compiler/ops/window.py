@@ -530,19 +530,22 @@ def _activation_table(g, node, unit):
 
 
 def _output_features(g, node, unit):
-    """The MVU's output and collect registers, and with an activation
-    (``Unit.activation``) its own features as the op whose work it does counts them
+    """The MVU's output and collect registers (with one step per beat, the output
+    register's skid, ``hw.skid``, as well), and with an activation (``Unit.activation``)
+    its own features as the op whose work it does counts them
     (:meth:`~.base.Op.activation_features`): the activation's values, not the
     accumulator's, are what the collect and output registers hold."""
-    lanes = node.channels // unit.beats
-    if not unit.activation:
-        return {"out_bits": lanes * node.bit_width,
-                "collect_bits": _collect_bits(node, unit, node.bit_width)}
     from . import op_of
+    lanes = node.channels // unit.beats
+    one_step = op_of(node).vector_steps(node, unit) == unit.beats
+    if not unit.activation:
+        out_bits = lanes * node.bit_width
+        return {"out_bits": out_bits, "skid_bits": out_bits if one_step else 0,
+                "collect_bits": _collect_bits(node, unit, node.bit_width)}
     (consumer,) = g.consumers(node.name)
     width = consumer.bit_width       # its table's values: levels, or post-op values
-    f = {"out_bits": lanes * width, "collect_bits": _collect_bits(node, unit, width),
-         "act_level_bits": unit.pe * width}
+    f = {"out_bits": lanes * width, "skid_bits": lanes * width if one_step else 0,
+         "collect_bits": _collect_bits(node, unit, width), "act_level_bits": unit.pe * width}
     f.update(op_of(consumer).activation_features(consumer, op_of(node).lane_width(g, node),
                                                   _out_folds(node, unit), unit.pe))
     return f
