@@ -403,7 +403,8 @@ class AffineTable:
         if len(channels) == 1:
             for p, c in enumerate(channels[0]):
                 k, off = (0, 0) if c is None else (self.scale[c], offsets[c])
-                prod = Signal(signed(width + 1 + signed_width(k, k)), name=f"prod{p}")
+                prod = Signal(signed(width + 1 + signed_width(k, k)), name=f"prod{p}",
+                              reset_less=True)
                 with m.If(adv):
                     m.d.sync += prod.eq(const_sum([(k, vs[p])]))
                 prods.append(prod)
@@ -414,8 +415,9 @@ class AffineTable:
             lanes = fold_rom(m, "postop_constants", channels, [sw, bw],
                              lambda c: [self.scale[c], offsets[c]], fold, adv)
             for p, (scale, offset) in enumerate(lanes):
-                prod = Signal(signed(width + 1 + sw), name=f"prod{p}")
-                off = Signal(signed(bw), name=f"offset{p}")
+                # data without a reset, as a DSP block's registers (hw.dsp_registers)
+                prod = Signal(signed(width + 1 + sw), name=f"prod{p}", reset_less=True)
+                off = Signal(signed(bw), name=f"offset{p}", reset_less=True)
                 with m.If(adv):
                     m.d.sync += [prod.eq(scale.as_signed() * vs[p]), off.eq(offset.as_signed())]
                 prods.append(prod)

@@ -417,8 +417,11 @@ class _FoldedMVU(wiring.Component):
             # by the terms. On ECP5 the routes from the read registers to a MULT18X18D
             # (6.2 ns of 10.7) and from a 15-way issue multiplexer to the XNORs (9 ns
             # of 10.4) were critical paths.
-            op_x = Signal(x_slice_width, name="operand_x")
-            op_w = Signal(len(rd.data), name="operand_w")
+            # Data only (the flags say what is valid), without a reset: on ECP5 such
+            # registers move into the multipliers' DSP blocks with their enable
+            # (hw.dsp_registers), as do the first tree stage's below.
+            op_x = Signal(x_slice_width, name="operand_x", reset_less=True)
+            op_w = Signal(len(rd.data), name="operand_w", reset_less=True)
             fregs = [Signal.like(f, name=f"operand_f{i}") for i, f in enumerate(flags)]
             x_step = s1_x.word_select(s1_sf, x_slice_width) if two_level else s1_x
             with m.If(adv):
@@ -433,8 +436,8 @@ class _FoldedMVU(wiring.Component):
         for depth in range(stages):
             regs = []
             for k, g in enumerate(groups):
-                regs.append([Signal(Value.cast(t).shape(), name=f"t{depth}_{k}_{j}")
-                             for j, t in enumerate(g)])
+                regs.append([Signal(Value.cast(t).shape(), name=f"t{depth}_{k}_{j}",
+                                    reset_less=True) for j, t in enumerate(g)])
             fregs = [Signal.like(f, name=f"f{depth}_{i}") for i, f in enumerate(flags)]
             with m.If(adv):
                 m.d.sync += [r.eq(t) for rg, g in zip(regs, groups) for r, t in zip(rg, g)]
@@ -467,7 +470,8 @@ class _FoldedMVU(wiring.Component):
         # Result stage: the finished channels are registered next to the adders before
         # they fan out to the collect and output registers, which spread over the
         # device (on ECP5 that route was most of the critical path).
-        finished_regs = [Signal(signed(self.acc_width), name=f"result{p}") for p in range(pe)]
+        finished_regs = [Signal(signed(self.acc_width), name=f"result{p}", reset_less=True)
+                         for p in range(pe)]
         r_valid, r_last, r_final = Signal(), Signal(), Signal()
         r_nf = Signal.like(s_nf, name="r_nf")
         r_pos = Signal.like(s_pos, name="r_pos") if self.beats > 1 else r_nf

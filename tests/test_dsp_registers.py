@@ -17,15 +17,16 @@ pytestmark = pytest.mark.skipif(not have_tools("ecp5"), reason="YoWASP tools not
 
 class RegisteredMultiply(wiring.Component):
     """Two operand registers and a product register around one multiplier; with
-    ``reset`` the operand registers have a reset, with ``enable`` an enable."""
+    ``reset`` the operand registers have a reset, with ``enable`` an enable (``en``, or
+    with ``inverted`` ``~en``)."""
 
     a: In(signed(10))
     b: In(signed(12))
     en: In(1)
     y: Out(signed(22))
 
-    def __init__(self, reset=False, enable=False):
-        self.reset, self.enable = reset, enable
+    def __init__(self, reset=False, enable=False, inverted=False):
+        self.reset, self.enable, self.inverted = reset, enable, inverted
         super().__init__()
 
     def elaborate(self, platform):
@@ -35,7 +36,7 @@ class RegisteredMultiply(wiring.Component):
         p = Signal(signed(22), reset_less=True)
         load = [a.eq(self.a), b.eq(self.b)]
         if self.enable:
-            with m.If(self.en):
+            with m.If(~self.en if self.inverted else self.en):
                 m.d.sync += load
         else:
             m.d.sync += load
@@ -71,13 +72,47 @@ def test_plain_registers_move_into_the_multiplier(tmp_path):
     assert {c["connections"]["DI"][0] for c in ffs} <= products
 
 
-@pytest.mark.parametrize("kind", ["reset", "enable"])
-def test_registers_with_reset_or_enable_stay_outside(tmp_path, kind):
-    netlist = _netlist(tmp_path, RegisteredMultiply(**{kind: True}))
+def test_registers_with_reset_stay_outside(tmp_path):
+    netlist = _netlist(tmp_path, RegisteredMultiply(reset=True))
     stats = pack_mult_registers(netlist)
-    # the operand registers keep their reset or enable in the fabric; the plain product
-    # register still moves in
+    # the operand registers keep their reset in the fabric; the plain product register
+    # still moves in
     assert stats["inputs"] == 0 and stats["outputs"] == 1
+
+
+@pytest.mark.parametrize("inverted", [False, True])
+def test_registers_with_an_enable_move_in_with_it(tmp_path, inverted):
+    """Operand registers on an enable move into the DSP block with the enable on their
+    groups' clock-enable pins; an enable Yosys inverted into the flip-flops (an enable
+    on ``~en``) reaches both pins through one inverter."""
+    netlist = _netlist(tmp_path, RegisteredMultiply(enable=True, inverted=inverted))
+    top = _top(netlist)
+    cells = top["cells"]
+    # the operand registers' enable before the move: (CEMUX, net)
+    enables = {(c["parameters"]["CEMUX"], c["connections"]["CE"][0]) for c in cells.values()
+               if c["type"] == "TRELLIS_FF" and c["connections"].get("CE", ["1"]) != ["1"]}
+    assert len(enables) == 1
+    ((mux, net),) = enables
+    assert pack_mult_registers(netlist) == {"multipliers": 1, "inputs": 2, "outputs": 1,
+                                            "flip_flops": 10 + 12 + 22}
+    dsp = next(c for c in cells.values() if c["type"] == "MULT18X18D")
+    assert (dsp["parameters"]["REG_INPUTA_CE"], dsp["parameters"]["REG_INPUTB_CE"],
+            dsp["parameters"]["REG_OUTPUT_CE"]) == ("CE0", "CE1", "CE2")
+    assert dsp["connections"]["CE2"] == ["1"]          # the product register: no enable
+    ce0, ce1 = dsp["connections"]["CE0"], dsp["connections"]["CE1"]
+    assert ce0 == ce1
+    if mux == "CE":
+        assert ce0 == [net]
+    else:
+        assert mux == "INV"     # the flip-flops loaded while `net` was 0
+        (inverter,) = [c for c in cells.values()
+                       if c["type"] == "LUT4" and c["connections"]["Z"] == ce0]
+        assert inverter["parameters"]["INIT"] == "0101010101010101"   # Z = ~A
+        assert inverter["connections"]["A"] == [net]
+        # a net of its own: nothing else drives it
+        drivers = [c for c in cells.values() for port, bits in c["connections"].items()
+                   if c["port_directions"].get(port) == "output" and ce0[0] in bits]
+        assert drivers == [inverter]
 
 
 def test_place_and_route_packs_and_the_multiplier_path_is_gone(tmp_path):
