@@ -12,11 +12,12 @@ multiplier are such flip-flops: ``reset_less`` in the RTL), with or without a cl
 enable. A register moved into the DSP block is the same D flip-flop, so the netlist's
 behaviour is unchanged:
 
-- an input group (``A0``-``A17`` or ``B0``-``B17``) is registered when every pin is a
-  constant 0 or the output of such a flip-flop on the one clock, all with the same
-  enable; the pins are reconnected to those flip-flops' inputs, and a flip-flop that
-  drives nothing else is removed (one that also drives other logic stays, its copy is
-  in the DSP);
+- the input groups (``A0``-``A17`` and ``B0``-``B17``) are registered when every pin of
+  both is a constant 0 or the output of such a flip-flop on the one clock, each group's
+  with one enable (one group alone is not moved: nextpnr would time the multiplier as
+  unregistered); the pins are reconnected to those flip-flops' inputs, and a flip-flop
+  that drives nothing else is removed (one that also drives other logic stays, its copy
+  is in the DSP);
 - the output (``P0``-``P35``) is registered when every used pin drives exactly one such
   flip-flop on the same clock and nothing else, all with the same enable; the pins take
   over the flip-flops' outputs and the flip-flops are removed.
@@ -175,6 +176,12 @@ def pack_mult_registers(netlist):
             out[pin] = ff
         if out and len(enables) == 1:
             plans["OUTPUT"] = (out, enables.pop())
+        if len({"INPUTA", "INPUTB"} & set(plans)) == 1:
+            # nextpnr times a MULT18X18D with one operand registered as if neither were
+            # (its timing classes are none, inputs, output, all): the path through the
+            # register would be reported and placed as combinational
+            plans.pop("INPUTA", None)
+            plans.pop("INPUTB", None)
         if len(clocks) != 1 or not plans:
             continue
         clk = clocks.pop()

@@ -18,21 +18,22 @@ pytestmark = pytest.mark.skipif(not have_tools("ecp5"), reason="YoWASP tools not
 class RegisteredMultiply(wiring.Component):
     """Two operand registers and a product register around one multiplier; with
     ``reset`` the operand registers have a reset, with ``enable`` an enable (``en``, or
-    with ``inverted`` ``~en``)."""
+    with ``inverted`` ``~en``); with ``reset_b`` only ``b`` has a reset."""
 
     a: In(signed(10))
     b: In(signed(12))
     en: In(1)
     y: Out(signed(22))
 
-    def __init__(self, reset=False, enable=False, inverted=False):
+    def __init__(self, reset=False, enable=False, inverted=False, reset_b=False):
         self.reset, self.enable, self.inverted = reset, enable, inverted
+        self.reset_b = reset_b
         super().__init__()
 
     def elaborate(self, platform):
         m = Module()
         a = Signal(signed(10), reset_less=not self.reset)
-        b = Signal(signed(12), reset_less=not self.reset)
+        b = Signal(signed(12), reset_less=not (self.reset or self.reset_b))
         p = Signal(signed(22), reset_less=True)
         load = [a.eq(self.a), b.eq(self.b)]
         if self.enable:
@@ -78,6 +79,17 @@ def test_registers_with_reset_stay_outside(tmp_path):
     # the operand registers keep their reset in the fabric; the plain product register
     # still moves in
     assert stats["inputs"] == 0 and stats["outputs"] == 1
+
+
+def test_one_movable_operand_alone_stays_outside(tmp_path):
+    """With one operand register movable and the other not (it has a reset), neither
+    moves: nextpnr times a MULT18X18D with one input register as unregistered, so the
+    moved register's path would be reported through the multiplier."""
+    netlist = _netlist(tmp_path, RegisteredMultiply(reset_b=True))
+    stats = pack_mult_registers(netlist)
+    assert stats["inputs"] == 0 and stats["outputs"] == 1
+    dsp = next(c for c in _top(netlist)["cells"].values() if c["type"] == "MULT18X18D")
+    assert "REG_INPUTA_CLK" not in dsp["parameters"]
 
 
 @pytest.mark.parametrize("inverted", [False, True])
