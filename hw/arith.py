@@ -25,7 +25,7 @@ from amaranth.hdl import signed as signed_shape
 
 __all__ = ["at_least", "compared_bits", "csd_digits", "MAX_SHIFT_ADD_DIGITS", "uses_dsp", "const_multiply", "const_sum",
            "Term", "const_terms", "reduce_levels", "registered_levels", "sum_tree",
-           "multiplier_cost"]
+           "multiplier_cost", "MULT_PIECE", "multiplier_pieces", "registered_pieces"]
 
 #: Above this many non-zero CSD digits one DSP block is cheaper than the adders
 #: (each adder costs one LUT per result bit on ECP5 and iCE40; 4 adders of ~25 bits
@@ -161,6 +161,50 @@ def multiplier_cost(in_bits: int, k: int) -> dict:
         return dict(adders=0, adder_bits=0, dsp=0)
     width = in_bits + digits[-1][0] + 1
     return dict(adders=len(digits) - 1, adder_bits=(len(digits) - 1) * width, dsp=0)
+
+
+#: Bits of a wide operand each partial product takes: 17 unsigned bits (or the signed
+#: top piece) times an operand of at most 18 bits fit one 18x18 signed multiplier (ECP5
+#: MULT18X18D, the smallest DSP of the three families).
+MULT_PIECE = 17
+
+
+def multiplier_pieces(width: int) -> list[tuple[int, int]]:
+    """``[(lo, hi), ...]``: the bit ranges of a signed ``width``-bit operand that
+    :func:`registered_pieces` multiplies one by one (one range if it fits a multiplier)."""
+    if width <= MULT_PIECE + 1:
+        return [(0, width)]
+    return [(lo, min(lo + MULT_PIECE, width)) for lo in range(0, width, MULT_PIECE)]
+
+
+def registered_pieces(m, x, y, enable, name):
+    """``x * y`` as partial products of one hardware multiplier each, every one
+    registered (data registers without reset, loaded while ``enable``, every cycle if
+    it is ``None``): ``[(register,
+    shift), ...]`` whose shifted sum is the product a cycle later.
+
+    ``y`` is the narrow operand (at most 18 bits); the signed ``x`` is cut by
+    :func:`multiplier_pieces`, the low pieces unsigned, the top one signed. A product
+    wider than one multiplier otherwise made Yosys add the multipliers' outputs behind
+    the DSP blocks in the same cycle: DSP, route, carry chain, register was a critical
+    path on ECP5 (the head's, 14 ns; the CIFAR-size stem's post-op, 13.5 ns), and a
+    register straight after each multiplier can be its DSP block's own
+    (``hw.dsp_registers``)."""
+    x = Value.cast(x)
+    pieces = multiplier_pieces(len(x))
+    out = []
+    for i, (lo, hi) in enumerate(pieces):
+        part = x[lo:hi].as_signed() if hi == len(x) else x[lo:hi]
+        width = len(Value.cast(y)) + (hi - lo) + 1
+        r = Signal(signed_shape(width), name=f"{name}_{i}" if len(pieces) > 1 else name,
+                   reset_less=True)
+        if enable is None:
+            m.d.sync += r.eq(y * part)
+        else:
+            with m.If(enable):
+                m.d.sync += r.eq(y * part)
+        out.append((r, lo))
+    return out
 
 
 def at_least(x, t: int, width: int):

@@ -21,7 +21,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..compiler.cycles import POSTOP_LANE_LATENCY, postop_lane_latency
 from ..compiler.graph import signed_width
-from .arith import const_sum, positive_int as _positive
+from .arith import const_sum, positive_int as _positive, registered_pieces
 from .beats import beat_at_least, beat_counter, beat_select, check_order
 from .lanes import build_lane_folded, fold_rom, folded_interval, folds_of, lane_rom
 
@@ -322,9 +322,12 @@ class PostOp(_PixelMap):
             if deep:
                 v_r, a_r = delayed(m, v_r, f"v_op_lane{p}"), delayed(m, a_r, f"scale_op_lane{p}")
                 b_r = delayed(m, b_r, f"offset_op_lane{p}")
-            prod = Signal(signed(len(v_r) + len(a_r)), name=f"prod_lane{p}", reset_less=True)
+            # in pieces of one multiplier each, every piece registered straight after it
+            prod = Signal(signed(len(v_r) + len(a_r)), name=f"prod_lane{p}")
+            m.d.comb += prod.eq(sum(r << lo for r, lo in
+                                    registered_pieces(m, v_r, a_r, None, f"prod_lane{p}")))
             b_r2 = Signal(bias_shape, name=f"offset2_lane{p}", reset_less=True)
-            m.d.sync += [prod.eq(a_r * v_r), b_r2.eq(b_r)]
+            m.d.sync += b_r2.eq(b_r)
             if deep:
                 prod, b_r2 = delayed(m, prod, f"prod_d_lane{p}"), delayed(m, b_r2, f"offset3_lane{p}")
             t = Signal(inner, name=f"t_lane{p}")
@@ -392,9 +395,10 @@ class AffineTable:
         fold ``f`` in ``finished[p]`` (``signed(width)``, registered on ``adv`` from the
         stage at fold ``fold``). The product is registered (on ``adv``) with nothing
         but the multiplier in front: with one fold its constant's shift-and-add (or a
-        DSP block, :func:`~.arith.const_multiply`), with several a DSP block whose
-        operands are registers, the channel's constants being a ROM word per fold read
-        beside the result register. The rounding half is in the offset: one adder after
+        DSP block, :func:`~.arith.const_multiply`), with several DSP blocks whose
+        operands are registers (one per piece of a wide value,
+        :func:`~.arith.registered_pieces`), the channel's constants being a ROM word per
+        fold read beside the result register. The rounding half is in the offset: one adder after
         the product."""
         half = (1 << (self.shift - 1)) if self.shift else 0
         offsets = [b + half for b in self.bias]
@@ -415,11 +419,14 @@ class AffineTable:
             lanes = fold_rom(m, "postop_constants", channels, [sw, bw],
                              lambda c: [self.scale[c], offsets[c]], fold, adv)
             for p, (scale, offset) in enumerate(lanes):
-                # data without a reset, as a DSP block's registers (hw.dsp_registers)
-                prod = Signal(signed(width + 1 + sw), name=f"prod{p}", reset_less=True)
+                # in pieces of one multiplier each, registered straight after it, as
+                # data without a reset: a DSP block's own registers (hw.dsp_registers)
+                pieces = registered_pieces(m, vs[p], scale.as_signed(), adv, f"prod{p}")
+                prod = Signal(signed(width + 1 + sw), name=f"prod{p}_sum")
+                m.d.comb += prod.eq(sum(r << lo for r, lo in pieces))
                 off = Signal(signed(bw), name=f"offset{p}", reset_less=True)
                 with m.If(adv):
-                    m.d.sync += [prod.eq(scale.as_signed() * vs[p]), off.eq(offset.as_signed())]
+                    m.d.sync += off.eq(offset.as_signed())
                 prods.append(prod)
                 offs.append(off)
         values = []

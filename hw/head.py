@@ -6,15 +6,10 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..compiler.cycles import HEAD_PIPELINE
+from .arith import MULT_PIECE
 from .elementwise import _ints, _positive, signed_range, signed_width
 
 __all__ = ["ClassifierHead", "head_latency"]
-
-
-#: Bits of the sum each partial product takes: 17 unsigned bits (or the signed top
-#: piece) times the weight fit one 18x18 signed multiplier (ECP5 MULT18X18D, the
-#: smallest DSP of the three families).
-MULT_PIECE = 17
 
 
 def head_latency(n_classes, folds):

@@ -7,7 +7,8 @@ from amaranth.hdl import Module, Signal, signed
 from amaranth.hdl._ast import Operator
 from amaranth.sim import Simulator
 
-from groupnet_hw.hw.arith import (Term, at_least, const_sum, const_terms, csd_digits, registered_levels,
+from groupnet_hw.hw.arith import (Term, at_least, const_sum, const_terms, csd_digits,
+                                  multiplier_pieces, registered_levels, registered_pieces,
                                   sum_tree)
 
 
@@ -119,3 +120,28 @@ def test_at_least_compares_only_the_live_bits():
     assert str(at_least(x, 0, 8)) == str(~x[7])
     ge = at_least(x, 12, 8)
     assert "(slice (sig x) 2:8)" in str(ge)
+
+
+@pytest.mark.parametrize("x_width,y_width", [(8, 8), (18, 12), (19, 12), (21, 12), (35, 18),
+                                             (40, 5)])
+def test_registered_pieces_multiply_exactly(x_width, y_width):
+    """A wide operand in pieces of at most 18 signed bits (17 unsigned low pieces, the
+    signed top one), each times the narrow operand in its own register: their shifted
+    sum is the product a cycle later, at the operands' extremes too."""
+    pieces = multiplier_pieces(x_width)
+    assert pieces[0][0] == 0 and pieces[-1][1] == x_width
+    assert all(hi - lo <= 18 for lo, hi in pieces)
+    assert len(pieces) == (1 if x_width <= 18 else -(-x_width // 17))
+    x, y = Signal(signed(x_width), name="x"), Signal(signed(y_width), name="y")
+    m = Module()
+    product = Signal(signed(x_width + y_width))
+    regs = registered_pieces(m, x, y, None, "p")
+    assert len(regs) == len(pieces)
+    m.d.comb += product.eq(sum(r << lo for r, lo in regs))
+    rng = np.random.default_rng(x_width)
+    xl, xh = -(1 << (x_width - 1)), (1 << (x_width - 1)) - 1
+    yl, yh = -(1 << (y_width - 1)), (1 << (y_width - 1)) - 1
+    values = [[int(rng.integers(xl, xh + 1)), int(rng.integers(yl, yh + 1))] for _ in range(30)]
+    values += [[xl, yl], [xl, yh], [xh, yl], [xh, yh], [0, yl], [-1, -1]]
+    got = _evaluate(m, [x, y], [product], values, clocked=True)
+    assert [g[0] for g in got] == [a * b for a, b in values]

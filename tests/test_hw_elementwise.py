@@ -230,9 +230,11 @@ def test_converts_to_verilog(index):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_folded_postop_equals_reference(seed):
     """Odd channel counts and lanes that do not divide them (padding lanes), lanes = 1
-    and lanes = C (one step), under stalls and a mid-stream reset."""
+    and lanes = C (one step), under stalls and a mid-stream reset; from seed 3 values
+    wider than one multiplier (the product in pieces, ``hw.arith.registered_pieces``)."""
     rng = np.random.default_rng(seed + 50)
-    channels, acc_width = int(rng.integers(3, 11)), int(rng.integers(3, 12))
+    channels = int(rng.integers(3, 11))
+    acc_width = int(rng.integers(3, 12)) if seed < 3 else int(rng.integers(19, 36))
     lanes = [1, channels, 2, 3, channels - 1][seed]
     scale = rng.integers(-600, 601, size=channels)
     scale[0], scale[1] = 0, -int(rng.integers(1, 600))

@@ -123,8 +123,9 @@ class PostOp(Op):
     def activation_features(self, node, acc_width, folds, pe):
         # The product register (``act_mult_bits``) and the offset's adder
         # (``act_adder_bits``, with one fold also the constants' shift-and-add); with
-        # several folds a DSP block per PE and a ROM of every PE's scale and offset
-        from ...hw.arith import multiplier_cost
+        # several folds a DSP block per PE (per piece of a wide value) and a ROM of every
+        # PE's scale and offset
+        from ...hw.arith import multiplier_cost, multiplier_pieces
         from ..graph import signed_width
         a = node.attrs
         half = (1 << (a["shift"] - 1)) if a["shift"] else 0
@@ -137,8 +138,12 @@ class PostOp(Op):
             return {"act_mults": sum(c["dsp"] for c in costs),
                     "act_adder_bits": adder + sum(c["adder_bits"] for c in costs),
                     "act_mult_bits": pe * (acc_width + 1 + sw)}
-        return {"act_mults": pe, "act_adder_bits": adder,
-                "act_mult_bits": pe * (acc_width + 1 + sw),
+        # a value wider than one multiplier is multiplied in pieces, each registered,
+        # and the pieces are summed with the offset (hw.arith.registered_pieces)
+        pieces = multiplier_pieces(acc_width)
+        return {"act_mults": pe * len(pieces),
+                "act_adder_bits": adder + pe * (len(pieces) - 1) * (acc_width + 1 + sw),
+                "act_mult_bits": pe * sum(hi - lo + 1 + sw for lo, hi in pieces),
                 "act_rom_depth": folds, "act_rom_width": pe * (sw + bw)}
 
     def resource_features(self, g, node, parent, unit):
