@@ -545,12 +545,8 @@ class _FoldedMVU(wiring.Component):
             # pipeline advances while the skid is empty, a register, instead of on the
             # consumer's `ready` (on ECP5 a FIFO's level through `ready` to every enable
             # of the unit was the whole-board design's critical path, 12.8 ns).
-            values = [[None] * (self.c_out // self.beats)]
-            for p in range(pe):
-                at = self._lane_of(0, p)      # one fold per beat: PE p is lane p
-                if at is not None:
-                    values[0][at[1]] = finished[p]
-            room = skid_outputs(m, [self.o], values, adv & r_valid & r_final)
+            # One fold per beat and one group: PE p computes lane p, and PE = lanes.
+            room = skid_outputs(m, [self.o], [finished], adv & r_valid & r_final)
             m.d.comb += adv.eq(room)
             return m
 
@@ -670,9 +666,8 @@ class BinaryMVU(_FoldedMVU):
     One vector every ``ii = ceil(c_out/pe)*ceil(n_in/simd)`` cycles
     (:func:`groupnet_hw.compiler.cycles.mvu_cycles`), including ``ii = 1``.
     ``o.valid`` is a register. ``i.ready`` is a function of the unit's own registers,
-    never of ``o.ready``: with one
-    step per beat the output register has a one-beat skid (``hw.skid``), so the unit
-    holds one beat more.
+    never of ``o.ready``: with one step per beat the output register has a one-beat
+    skid (``hw.skid``), so the unit holds one beat more.
     """
 
     def __init__(self, n_in, c_out, pe, simd, weights, groups=1, in_place=False,
