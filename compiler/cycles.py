@@ -68,8 +68,8 @@ HEAD_PIPELINE = 6
 def mixer_latency(gated):
     """Cycles from the full-rate base mixer taking a pixel to its output
     (:class:`groupnet_hw.hw.mixer.BaseMixer`): the constant products, the aggregate, and
-    with gates the gated sums, each registered."""
-    return 3 if gated else 2
+    with gates the aggregate's share of each gate and the gated sums, each registered."""
+    return 4 if gated else 2
 
 
 #: Pipeline registers in a lane of the channel-serial base mixer

@@ -88,8 +88,8 @@ class BaseMixer(wiring.Component):
         Element width of the output stream(s).
     latency : int
         2 without gates (the constant products, then the aggregate in the output
-        register), 3 with gates (products, aggregate, gated output registers;
-        ``compiler.cycles.mixer_latency``); ``ceil(C/lanes) + 1 + lane_latency`` with ``lanes``
+        register), 4 with gates (products, aggregate, the aggregate's share of each
+        gate, gated output registers; ``compiler.cycles.mixer_latency``); ``ceil(C/lanes) + 1 + lane_latency`` with ``lanes``
         (the lanes register the products, then the aggregate, before the gates).
     lane_latency : int
         With ``lanes``: pipeline registers in a lane,
@@ -250,8 +250,9 @@ class BaseMixer(wiring.Component):
         half = (1 << (self.lambda_shift - 1)) if self.lambda_shift else 0
 
         # Stage P registers every constant product of the pixel (lambda_j * G_j and, with
-        # gates, C_k * G_k), stage A the aggregate (and the own products, delayed), and
-        # the output registers the gated sums (without gates, the aggregate). The K
+        # gates, C_k * G_k), stage A the aggregate (and the own products, delayed), with
+        # gates stage G the aggregate's share of each gate, and the output registers the
+        # gated sums (without gates, the aggregate). The K
         # inputs come from K FIFOs spread over the device; products and aggregate in the
         # cycle that takes them were the ECP5 critical path of a beat design (11.5 ns,
         # 7.2 of it routing). The stages advance together on `adv`, a register (the
@@ -298,16 +299,29 @@ class BaseMixer(wiring.Component):
         with m.If(adv):
             m.d.sync += [a_valid.eq(p_valid), *(r.eq(a) for r, a in zip(a_agg, aggs)),
                          *(r.eq(o) for rs, os in zip(a_own, owns) for r, o in zip(rs, os))]
+        # Stage G registers the aggregate's share of each gate, (1 - C_k) * agg plus the
+        # rounding half, and the own products once more; the output registers take one
+        # adder per element. Share and sum in one cycle were the whole-board ECP5
+        # critical path once the skids had taken the enables off it (10.94 ns).
         one = 1 << self.gate_shift
         g_half = (1 << (self.gate_shift - 1)) if self.gate_shift else 0
+        a_lo, a_hi = self.agg_range
+        g_valid = Signal()
+        with m.If(adv):
+            m.d.sync += g_valid.eq(a_valid)
         values = []
-        for k in range(self.bases):
+        for k, gate in enumerate(self.gates):
+            share_width = signed_width((one - gate) * a_lo + g_half, (one - gate) * a_hi + g_half)
             xs = []
             for c in range(self.channels):
+                share = Signal(signed(share_width), name=f"s2_share{c}_{k}")
+                own = Signal.like(a_own[c][k], name=f"s2_own{c}_{k}")
+                with m.If(adv):
+                    m.d.sync += [share.eq(const_sum([(one - gate, a_agg[c])], g_half)),
+                                 own.eq(a_own[c][k])]
                 t = Signal(signed(self._x_widths[k]), name=f"gate{k}_t{c}")
-                m.d.comb += t.eq(const_sum([(1, a_own[c][k]), (one - self.gates[k], a_agg[c])],
-                                           g_half))
+                m.d.comb += t.eq(own + share)
                 xs.append(_fit(m, t >> self.gate_shift, self.out_width, f"x{k}_{c}"))
             values.append(xs)
-        m.d.comb += adv.eq(skid_outputs(m, outputs, values, adv & a_valid))
+        m.d.comb += adv.eq(skid_outputs(m, outputs, values, adv & g_valid))
         return m

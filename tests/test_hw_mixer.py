@@ -155,7 +155,7 @@ def test_narrow_out_width_from_compiler():
 @pytest.mark.parametrize("index", [0, 1])
 def test_full_throughput(index):
     """F frames take F*elementwise_cycles(H, W) + latency (2 without gates: products,
-    aggregate; 3 with: products, aggregate, gates)."""
+    aggregate; 4 with: products, aggregate, the aggregate's share of each gate, gates)."""
     cfg = config(index)
     frames, height, width = 3, 4, 5
     n = frames * height * width
@@ -163,7 +163,7 @@ def test_full_throughput(index):
                  cfg["in_width"])
     expected = expected_outputs(G, cfg)
     dut = flat_ports(BaseMixer(**cfg))
-    assert dut.latency == (2 if cfg["gates"] is None else 3)
+    assert dut.latency == (2 if cfg["gates"] is None else 4)
     run = run_streams(dut, {f"i{k}": as_lists(G[:, k]) for k in range(cfg["bases"])},
                       {name: n for name in expected}, max_cycles=10 * n)
     assert run.outputs == expected

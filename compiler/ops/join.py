@@ -147,10 +147,14 @@ def _mixer_features(g, node, unit, lambdas, gates, channels=None):
             f["pipe_bits"] = lanes * k * in_w
     else:
         # the full-rate pipeline's registers: every constant product, then with gates
-        # the aggregate and the own products again (hw.mixer)
-        coefficients = list(lambdas) + (2 * gates.tolist() if gates is not None else [])
-        f["stage_bits"] = channels * (sum(const_product_width(in_w, int(c)) for c in coefficients)
-                                      + (in_w + 2 if gates is not None else 0))
+        # the aggregate and the own products again, then the aggregate's share of each
+        # gate and the own products once more (hw.mixer)
+        bits = sum(const_product_width(in_w, int(c)) for c in lambdas)
+        if gates is not None:
+            one = 1 << a["gate_frac"]
+            bits += in_w + 2 + sum(3 * const_product_width(in_w, gv)
+                                   + const_product_width(in_w + 2, one - gv) for gv in gates.tolist())
+        f["stage_bits"] = channels * bits
         # and a skid beside every output register (hw.skid)
         f["skid_bits"] = f["out_bits"]
     return f
