@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..compiler.cycles import conv_out_size, window_latency
 
-__all__ = ["SlidingWindow", "LINE_RAM_KINDS"]
+__all__ = ["SlidingWindow", "LINE_RAM_KINDS", "BLOCK_LINE_ATTRS"]
 
 #: How the line buffer is built: ``"logic"``, one memory with ``kernel`` read ports and
 #: a write lane per ring row, which Yosys maps to flip-flops (Cyclone V, iCE40) or
@@ -20,6 +20,15 @@ __all__ = ["SlidingWindow", "LINE_RAM_KINDS"]
 #: :func:`~groupnet_hw.compiler.cycles.window_refill` cycles: a folded MVU), which block
 #: RAM takes even for the short rows that ``"block"``'s one-row memories are too small for.
 LINE_RAM_KINDS = ("logic", "block", "serial")
+
+#: Attributes of a line memory meant for block RAM. ``no_rw_check``: Yosys otherwise
+#: keeps the simulation's read-before-write result for a read of the word written in
+#: the same cycle, by delaying the write a cycle and adding a compare and a
+#: multiplexer behind the block RAM's data, which on ECP5 put that data past the
+#: 10 ns period. A window never reads a word in the cycle it is written: it reads
+#: complete rows, and columns of the row being written left of the writer's column;
+#: a pad tap's read, whatever its address, is replaced by the pad pixel.
+BLOCK_LINE_ATTRS = {"ram_style": "block", "no_rw_check": 1}
 
 
 class SlidingWindow(wiring.Component):
@@ -296,7 +305,7 @@ class SlidingWindow(wiring.Component):
             # so that no multiplier sits in front of the read address.
             col_bits = max(1, (W - 1).bit_length())
             m.submodules.lines = lines = Memory(shape=unsigned(pw), depth=R << col_bits,
-                                                init=[], attrs={"ram_style": "block"})
+                                                init=[], attrs=BLOCK_LINE_ATTRS)
             serial_read = lines.read_port()
             columns = [[] for _ in range(k)]
             row_writes = [(lines.write_port(), "serial")]
@@ -307,8 +316,7 @@ class SlidingWindow(wiring.Component):
             for kx in range(k):
                 ports = []
                 for row in range(R):
-                    mem = Memory(shape=unsigned(pw), depth=W, init=[],
-                                 attrs={"ram_style": "block"})
+                    mem = Memory(shape=unsigned(pw), depth=W, init=[], attrs=BLOCK_LINE_ATTRS)
                     m.submodules[f"lines{kx}_{row}"] = mem
                     row_writes.append((mem.write_port(), row))
                     ports.append(mem.read_port())
@@ -398,8 +406,19 @@ class SlidingWindow(wiring.Component):
                     & (~last_col | (complete >= row.release)))
 
         available = Signal(init=0)     # nothing is available from reset: no row is written
-        m.d.sync += available.eq(available_in(cur_row_next, cur_col_next, complete_next,
-                                              wx_next, ocol_next == W_out - 1))
+        if self.line_ram == "serial":
+            # A serial window reads nothing for two cycles after it issues (the last tap's
+            # data, then the full output register), so the reader's side of the decision
+            # may be a cycle old: its registers rather than their next state. That takes
+            # the next window's table lookup (`ocol` + 1, the column table, the compare)
+            # off the path into `available`, the ECP5 critical path of the CIFAR-size
+            # network (11.3 ns). The writer's side stays current, and so does the latency;
+            # a release a cycle old only matters in those two cycles.
+            m.d.sync += available.eq(available_in(cur_row, cur_col, complete + row_done,
+                                                  wx_next, last_col))
+        else:
+            m.d.sync += available.eq(available_in(cur_row_next, cur_col_next, complete_next,
+                                                  wx_next, ocol_next == W_out - 1))
 
         col_ok = Signal(k)
         row_ok = Signal(k)
