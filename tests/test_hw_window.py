@@ -1,11 +1,14 @@
 # amaranth: UnusedElaboratable=no
 """Sliding window (hw/window.py) against a numpy reference, under stalls, reset and at full rate."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
 from amaranth.back import verilog
-from amaranth.hdl import signed, unsigned
+from amaranth.hdl import Array, Cat, Elaboratable, Module, Mux, Shape, Signal, signed, unsigned
+from amaranth.lib.memory import Memory
 from amaranth.lib import data
 
 from groupnet_hw.compiler.cycles import (conv_out_size, window_cycles, window_latency,
@@ -363,6 +366,65 @@ def test_converts_to_verilog(name):
     dut = SlidingWindow(pixel_shape(kind, channels), height, width, k, s, d, p, pad_value)
     text = verilog.convert(dut, name="window")
     assert "module window" in text
+
+
+class CollidingMemory(Elaboratable):
+    """A stand-in for a block-RAM line memory whose read of a word written in the same
+    cycle returns that word inverted: what ``no_rw_check`` lets the synthesized block
+    RAM return (anything), made visible to the simulation."""
+
+    collisions = 0      # reads that met a write of their word, over all instances
+
+    def __init__(self, *, shape, depth, init, attrs):
+        assert attrs.get("no_rw_check")
+        self.width, self.depth = Shape.cast(shape).width, depth
+        self.writes, self.reads = [], []
+
+    def _port(self, ports):
+        port = SimpleNamespace(addr=Signal(range(self.depth)), data=Signal(self.width),
+                               en=Signal())
+        ports.append(port)
+        return port
+
+    def write_port(self):
+        return self._port(self.writes)
+
+    def read_port(self):
+        return self._port(self.reads)
+
+    def elaborate(self, platform):
+        m = Module()
+        words = Array(Signal(self.width, name=f"word{a}") for a in range(self.depth))
+        for w in self.writes:
+            with m.If(w.en):
+                m.d.sync += words[w.addr].eq(w.data)
+        for r in self.reads:
+            collide = Signal(name="collide")
+            m.d.comb += collide.eq(r.en & Cat(w.en & (w.addr == r.addr) for w in self.writes).any())
+            with m.If(r.en):
+                m.d.sync += r.data.eq(Mux(collide, ~words[r.addr], words[r.addr]))
+        return m
+
+
+@pytest.mark.parametrize("line_ram", ["block", "serial"])
+@pytest.mark.parametrize("name", ["5x7-k3-pad1-bin", "8x5-k3-s2-d2-bin", "6x7-k3-s2-pad0-fix",
+                                  "5x4-k2-pad1-bin", "5x6-k1-bin"])
+def test_block_line_ram_never_uses_a_read_of_the_word_being_written(name, line_ram, monkeypatch):
+    """The line memories in block RAM carry ``no_rw_check`` (Yosys then adds no logic
+    behind the block RAM for a same-cycle read and write of one word): with memories
+    that return garbage for such a read, every window is still right, at full rate and
+    under stalls and reset."""
+    import groupnet_hw.hw.window as window_module
+    text = verilog.convert(SlidingWindow(unsigned(4), 6, 6, kernel=3, line_ram=line_ram), name="w")
+    assert text.count("(* no_rw_check") == text.count('(* ram_style = "block" *)') > 0
+    monkeypatch.setattr(window_module, "Memory",
+                        lambda **kw: CollidingMemory(**kw) if kw["attrs"].get("no_rw_check")
+                        else Memory(**kw))
+    height, width = CONFIGS[name][:2]
+    for stall, reset_at in ((0.0, None), (0.3, int(1.3 * height * width))):
+        _, run, expected = run_config(name, frames=3, stall=stall, seed=5, line_ram=line_ram,
+                                      reset_at=reset_at)
+        assert run.outputs["o"] == expected
 
 
 def test_block_line_ram_is_marked_for_block_ram():
