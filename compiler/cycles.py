@@ -33,16 +33,17 @@ def window_latency(line_ram="logic", kernel=1):
     """Cycles from accepting the last pixel a window needs to the window on the output
     (:class:`groupnet_hw.hw.window.SlidingWindow`): see the pixel, read the line buffer,
     register the window (``line_ram`` "logic" or "block": 3, the same); "serial" reads
-    the ``kernel**2`` taps one per cycle and registers the last: ``kernel**2 + 2``."""
-    return kernel * kernel + 2 if line_ram == "serial" else 3
+    the ``kernel**2`` taps one per cycle, registers each as it leaves the block RAM and
+    then in the window register: ``kernel**2 + 3``."""
+    return kernel * kernel + 3 if line_ram == "serial" else 3
 
 
 def window_refill(line_ram="logic", kernel=1):
     """Fewest cycles from the cycle a window is taken to the next window on the output:
     1 (the next is read while the consumer holds this one), or with "serial" line
-    buffers ``kernel**2 + 2`` (the output register is refilled tap by tap once it is
+    buffers ``kernel**2 + 3`` (the output register is refilled tap by tap once it is
     empty). A consumer slower than this never waits for the window."""
-    return kernel * kernel + 2 if line_ram == "serial" else 1
+    return kernel * kernel + 3 if line_ram == "serial" else 1
 
 
 def window_cycles(height, width):

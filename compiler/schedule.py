@@ -413,7 +413,7 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
         buffer the device's block RAM takes (one memory per ring row and window column;
         Cyclone V's M10K takes one only when it fills 5 % of its blocks, an image row of
         at least 512 bits); ``serial``, block RAM as one memory read a tap per cycle
-        wherever the MVU takes a window at most every ``kernel**2 + 2`` cycles, so that
+        wherever the MVU takes a window at most every ``kernel**2 + 3`` cycles, so that
         it costs no cycle (fewer blocks, and M10K takes even 8-pixel rows that way),
         elsewhere as ``block``; ``auto``, each scheduled and the best kept, as for
         ``bases``.

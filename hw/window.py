@@ -77,8 +77,8 @@ class SlidingWindow(wiring.Component):
         pixels for block RAM, both with the same behaviour and timing; or ``"serial"``,
         one block-RAM memory of ``ring_rows`` rows (each ``2**ceil(log2(width))`` words,
         so that an address is the ring row and the column side by side) read one tap
-        per cycle: the same windows, ``kernel**2 + 2`` cycles after the last pixel a
-        window needs and at most one per ``kernel**2 + 2`` cycles (the register is filled
+        per cycle: the same windows, ``kernel**2 + 3`` cycles after the last pixel a
+        window needs and at most one per ``kernel**2 + 3`` cycles (the register is filled
         only once the consumer has taken the previous window).
     paced : bool
         The consumer takes at most one window every two cycles (a folded MVU,
@@ -113,7 +113,8 @@ class SlidingWindow(wiring.Component):
     accepted, if the output side is idle: 3 (one cycle to see the pixel, one synchronous
     memory read, the output register: the taps picked from the read data with
     ``line_ram="logic"``, the block RAM's data as it comes with ``"block"``); with
-    ``"serial"``, ``kernel**2 + 2`` (one read per tap, the last tap's data registered).
+    ``"serial"``, ``kernel**2 + 3`` (one read per tap, the last tap's data registered
+    twice: as it leaves the block RAM, then in the output register).
     The last window of every frame also waits for the frame's last pixel (the reader frees
     the frame's rows with it). Windows that only need rows below the last input row (bottom
     padding) leave one per cycle after the frame's last pixel: with ``padding`` = the usual
@@ -123,7 +124,7 @@ class SlidingWindow(wiring.Component):
     Throughput
     ----------
     One input pixel per cycle and one window per cycle (``"serial"``: one window per
-    ``kernel**2 + 2`` cycles, counted from the cycle the previous one was taken). In
+    ``kernel**2 + 3`` cycles, counted from the cycle the previous one was taken). In
     steady state over back-to-back frames (input always valid, output always ready) a
     frame takes exactly
     ``window_cycles(height, width) = height*width`` cycles as long as there are no more
@@ -406,14 +407,15 @@ class SlidingWindow(wiring.Component):
                     & (~last_col | (complete >= row.release)))
 
         available = Signal(init=0)     # nothing is available from reset: no row is written
-        if self.line_ram == "serial":
-            # A serial window reads nothing for two cycles after it issues (the last tap's
-            # data, then the full output register), so the reader's side of the decision
-            # may be a cycle old: its registers rather than their next state. That takes
-            # the next window's table lookup (`ocol` + 1, the column table, the compare)
-            # off the path into `available`, the ECP5 critical path of the CIFAR-size
-            # network (11.3 ns). The writer's side stays current, and so does the latency;
-            # a release a cycle old only matters in those two cycles.
+        # A serial window issues nothing in the three cycles after an issue (its last
+        # taps' data, then the full output register), a paced one nothing in the cycle
+        # after (its read is not registered yet), so the reader's side of the decision
+        # may be a cycle old: its registers rather than their next state. That takes the
+        # next window's table lookup (`ocol` + 1, the column table, the compare) off the
+        # path into `available`, the ECP5 critical path of the CIFAR-size network
+        # (11.3 ns). The writer's side stays current, and so does the latency; a release
+        # a cycle old only matters in the cycle after the issue.
+        if self.line_ram == "serial" or self.paced:
             m.d.sync += available.eq(available_in(cur_row, cur_col, complete + row_done,
                                                   wx_next, last_col))
         else:
@@ -466,8 +468,10 @@ class SlidingWindow(wiring.Component):
         # while it waits) and an output register, loaded on `move`.
         read = Signal()              # the read ports hold a window not yet registered
         move = Signal()
+        # Paced, the next read waits until this one is registered (at most one window
+        # every two cycles, the consumer's rate anyway): `available` may be a cycle old.
         m.d.comb += [move.eq(read & room),
-                     issue.eq(available & (~read | move))]
+                     issue.eq(available & (~read if self.paced else ~read | move))]
         with m.If(issue):
             m.d.sync += read.eq(1)
         with m.Elif(move):
@@ -515,13 +519,20 @@ class SlidingWindow(wiring.Component):
         ky = Signal(range(k))
         kx = Signal(range(k))
         reading = Signal()
-        last_data = Signal()                  # the window's last tap arrives this cycle
-        data_valid = Signal()
-        data_tap = Signal(range(taps))
-        data_ok = Signal()
+        # A read's data comes out of the block RAM the next cycle (stage D) and is
+        # registered as it comes, with nothing in front (stage E), before the pad
+        # multiplexer and the tap registers: from the block RAM (5.6 ns clock-to-output
+        # on ECP5) through the multiplexer to the nine tap registers was the CIFAR-size
+        # network's most common late path.
+        data_valid, e_valid = Signal(), Signal()
+        data_tap, e_tap = Signal(range(taps)), Signal(range(taps))
+        data_ok, e_ok = Signal(), Signal()
+        e_data = Signal(pw)
+        last_in_flight = Signal()             # a window's last tap is in stage D or E
         m.d.comb += [
-            last_data.eq(data_valid & (data_tap == taps - 1)),
-            reading.eq(busy | (available & ~self.o.valid & ~last_data)),
+            last_in_flight.eq((data_valid & (data_tap == taps - 1))
+                              | (e_valid & (e_tap == taps - 1))),
+            reading.eq(busy | (available & ~self.o.valid & ~last_in_flight)),
             issue.eq(reading & (tap == taps - 1)),
         ]
         slot = Signal(range(2 * R))
@@ -542,16 +553,18 @@ class SlidingWindow(wiring.Component):
                     m.d.sync += kx.eq(kx + 1)
         m.d.sync += [data_valid.eq(reading), data_tap.eq(tap),
                      data_ok.eq(cur_row.valid.bit_select(ky, 1)
-                                & cur_col.valid.bit_select(kx, 1))]
+                                & cur_col.valid.bit_select(kx, 1)),
+                     e_valid.eq(data_valid), e_tap.eq(data_tap), e_ok.eq(data_ok),
+                     e_data.eq(port.data)]
 
         window_r = Signal(taps * pw, name="window_r")
         tap_value = Signal(pw)
-        m.d.comb += tap_value.eq(Mux(data_ok, port.data, pad))
-        with m.If(data_valid):
+        m.d.comb += tap_value.eq(Mux(e_ok, e_data, pad))
+        with m.If(e_valid):
             for t in range(taps):
-                with m.If(data_tap == t):
+                with m.If(e_tap == t):
                     m.d.sync += window_r.word_select(t, pw).eq(tap_value)
-        with m.If(last_data):
+        with m.If(e_valid & (e_tap == taps - 1)):
             m.d.sync += self.o.valid.eq(1)
         with m.Elif(self.o.ready):
             m.d.sync += self.o.valid.eq(0)

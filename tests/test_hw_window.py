@@ -321,19 +321,19 @@ def test_serial_line_ram_same_windows_under_stalls_and_reset(name):
                                   "5x6-k1-bin"])
 def test_serial_line_ram_costs_only_its_latency_at_a_slow_consumers_pace(name):
     """Consumed at most one window per ``window_refill`` cycles (a folded MVU), every
-    serial window leaves exactly ``kernel**2 - 1`` cycles after the logic line buffer's
-    (its latency, ``kernel**2 + 2`` against 3): the same frame rate. Faster, it refills
-    the register in ``kernel**2 + 2`` cycles after each take."""
+    serial window leaves exactly ``kernel**2`` cycles after the logic line buffer's
+    (its latency, ``kernel**2 + 3`` against 3): the same frame rate. Faster, it refills
+    the register in ``kernel**2 + 3`` cycles after each take."""
     k = CONFIGS[name][2]
     refill = window_refill("serial", k)
-    assert window_latency("serial", k) - window_latency("logic", k) == k * k - 1
+    assert window_latency("serial", k) - window_latency("logic", k) == k * k
     for pace in (refill, refill + 3):
         _, logic, expected = run_config(name, frames=2, line_ram="logic", pace=pace)
         dut, serial, _ = run_config(name, frames=2, line_ram="serial", pace=pace)
         assert serial.outputs["o"] == expected
         assert dut.latency == window_latency("serial", k)
         assert [b - a for a, b in zip(logic.out_cycles["o"], serial.out_cycles["o"])] == \
-            [k * k - 1] * len(expected)
+            [k * k] * len(expected)
     _, fast, expected = run_config(name, frames=2, line_ram="serial")
     assert fast.outputs["o"] == expected
     gaps = np.diff(fast.out_cycles["o"])
