@@ -85,7 +85,9 @@ class SlidingWindow(wiring.Component):
         ``ii >= 2``). The next window is then read once the output register is
         empty rather than in the cycle it is taken: the read enables, which fan out
         to the whole line buffer's read registers, depend on the window's own
-        registers only, never on ``o.ready``. At such a consumer's rate this costs no
+        registers only, never on ``o.ready``; and the next read waits until the one
+        before is registered, so the decision to read may be a cycle old (no lookup of
+        the next window in front of it). At such a consumer's rate this costs no
         cycle; at one window per cycle it would halve the rate.
 
     Attributes
