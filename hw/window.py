@@ -530,11 +530,11 @@ class SlidingWindow(wiring.Component):
         data_tap, e_tap = Signal(range(taps)), Signal(range(taps))
         data_ok, e_ok = Signal(), Signal()
         e_data = Signal(pw)
-        last_in_flight = Signal()             # a window's last tap is in stage D or E
+        last_d, last_e = Signal(), Signal()   # a window's last tap is in stage D / E
         m.d.comb += [
-            last_in_flight.eq((data_valid & (data_tap == taps - 1))
-                              | (e_valid & (e_tap == taps - 1))),
-            reading.eq(busy | (available & ~self.o.valid & ~last_in_flight)),
+            last_d.eq(data_valid & (data_tap == taps - 1)),
+            last_e.eq(e_valid & (e_tap == taps - 1)),
+            reading.eq(busy | (available & ~self.o.valid & ~last_d & ~last_e)),
             issue.eq(reading & (tap == taps - 1)),
         ]
         slot = Signal(range(2 * R))
@@ -566,7 +566,7 @@ class SlidingWindow(wiring.Component):
             for t in range(taps):
                 with m.If(e_tap == t):
                     m.d.sync += window_r.word_select(t, pw).eq(tap_value)
-        with m.If(e_valid & (e_tap == taps - 1)):
+        with m.If(last_e):
             m.d.sync += self.o.valid.eq(1)
         with m.Elif(self.o.ready):
             m.d.sync += self.o.valid.eq(0)

@@ -373,8 +373,6 @@ class CollidingMemory(Elaboratable):
     cycle returns that word inverted: what ``no_rw_check`` lets the synthesized block
     RAM return (anything), made visible to the simulation."""
 
-    collisions = 0      # reads that met a write of their word, over all instances
-
     def __init__(self, *, shape, depth, init, attrs):
         assert attrs.get("no_rw_check")
         self.width, self.depth = Shape.cast(shape).width, depth
