@@ -406,7 +406,8 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
         outer fold (:mod:`.sharing`; every block whose bases can be); ``auto``, every
         mix of shared and side-by-side blocks (the two uniform mappings beyond
         :data:`MAX_MIXED_GROUPS` blocks) scheduled and the best kept: the faster frame
-        interval that fits, then the smaller design.
+        interval that fits, then the smaller design, where two intervals differ by at
+        most 1/:data:`IN_PLACE_SLACK` the smaller design (:func:`_best`).
     line_buffers : {"auto", "logic", "block", "serial"}
         Where the convolutions' line buffers go: ``logic`` (flip-flops or distributed
         RAM, as Yosys maps a many-port memory); ``block``, block RAM for every line
@@ -461,7 +462,7 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
             errors.append(e)
     if not candidates:
         raise errors[0]
-    best = min(candidates, key=_preference)
+    best = _best(candidates)
     seen = [_line_rams(best)]
     for other in candidates:
         # a mode that put no line buffer where the others did not is the same design
@@ -632,7 +633,7 @@ def _map_bases(g, board, target_cycles, fps, max_util, folding, bases, line_ram,
         candidates.append(sched)
     if not candidates:
         raise errors[0]
-    best = min(candidates, key=_preference)
+    best = _best(candidates)
     runner_up = sorted((c for c in candidates if c is not best), key=_preference)
     if runner_up:
         o = runner_up[0]
@@ -653,10 +654,29 @@ def _preference(sched):
     """Sort key of two mappings of one network: fitting first, then the shorter frame
     interval, then the smaller design (sum of the budgeted resources' fractions); of
     two that do not fit, the one least over its tightest budget."""
-    fractions = [sched.resources[k] / v for k, v in sched.budget["limits"].items()]
     if not sched.fits():
-        return (True, max(fractions), sched.frame_cycles)
-    return (False, sched.frame_cycles, sum(fractions))
+        return (True, max(_fractions(sched)), sched.frame_cycles)
+    return (False, sched.frame_cycles, sum(_fractions(sched)))
+
+
+def _fractions(sched):
+    return [sched.resources[k] / v for k, v in sched.budget["limits"].items()]
+
+
+def _best(candidates):
+    """The mapping :func:`schedule` keeps of several of one network: of those that fit,
+    the smallest (sum of the budgeted resources' fractions) of those within
+    1/:data:`IN_PLACE_SLACK` of the shortest frame interval, the slack an in-place MVU
+    may already cost (a mapping whose MVUs read their serial windows in place is as
+    fast, not slower, for those few cycles: FINN's CNV folding is 32,771 cycles with
+    serial line buffers at half the LUTs of 32,768 in logic); where none fits,
+    :func:`_preference`'s least over budget."""
+    fitting = [c for c in candidates if c.fits()]
+    if not fitting:
+        return min(candidates, key=_preference)
+    fastest = min(c.frame_cycles for c in fitting)
+    as_fast = [c for c in fitting if c.frame_cycles <= fastest + fastest // IN_PLACE_SLACK]
+    return min(as_fast, key=lambda c: (sum(_fractions(c)), c.frame_cycles))
 
 
 def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logic",

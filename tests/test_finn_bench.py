@@ -43,6 +43,39 @@ def test_published_folding_maps_onto_full_cnv_unchanged():
     assert sum(s * p for s, p in fc.FINN["simd_pe"]) == 2272
 
 
+def test_finn_folding_keeps_the_smaller_of_two_as_fast_line_buffer_mappings():
+    """With FINN's folding, serial line buffers read in place cost 3 cycles of 32,768
+    (within the in-place slack) at about half the LUTs of line buffers in logic: the
+    schedule keeps the smaller design and names the other in a note."""
+    from groupnet_hw.compiler.schedule import IN_PLACE_SLACK, schedule
+    graph = compile_model(fc.make_model("cnv", seed=1, calibration=4))
+    folding = fc.finn_folding(graph)
+    chosen = schedule(graph, fc.BOARD, folding=folding)
+    logic = schedule(graph, fc.BOARD, folding=folding, line_buffers="logic")
+    assert logic.frame_cycles == 32_768
+    assert 32_768 < chosen.frame_cycles <= 32_768 + 32_768 // IN_PLACE_SLACK
+    assert {u.line_ram for u in chosen.units.values()} >= {"serial"}
+    assert (logic_sites(chosen.resources, "ecp5")
+            < 0.6 * logic_sites(logic.resources, "ecp5"))
+    assert any(n.startswith("line buffers in logic instead: 32768 cycles/frame")
+               for n in chosen.notes)
+
+
+def test_a_faster_mapping_beyond_the_slack_still_wins():
+    from types import SimpleNamespace
+
+    from groupnet_hw.compiler.schedule import IN_PLACE_SLACK, _best
+
+    def cand(cycles, lut, fits=True):
+        return SimpleNamespace(frame_cycles=cycles, resources={"lut": lut},
+                               budget={"limits": {"lut": 1000}}, fits=lambda: fits)
+    fast, near, slow, over = (cand(2560, 900), cand(2560 + 2560 // IN_PLACE_SLACK, 500),
+                              cand(2571, 100), cand(256, 10, fits=False))
+    assert _best([fast, near, over]) is near
+    assert _best([fast, slow, over]) is fast
+    assert _best([over, cand(300, 2000, fits=False)]) is over
+
+
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("finn")
