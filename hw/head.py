@@ -176,9 +176,14 @@ class ClassifierHead(wiring.Component):
         # stage 0: the ROM word and the lanes, registered (an ECP5 block RAM's output
         # alone takes ~4 ns; it fed the multipliers directly at 79 MHz)
         s0_valid, s0_first, s0_last = Signal(), Signal(), Signal()
-        s0_w = Signal.like(rd.data.w, name="s0_w")
+        # Data registers without a reset (the valid flags say what they hold): on ECP5
+        # the operand and product registers then move into the MULT18X18D
+        # (hw.dsp_registers); outside it, an operand register through the multiplier
+        # into its product register was a 10.48 ns path of the whole-board design.
+        s0_w = Signal.like(rd.data.w, name="s0_w", reset_less=True)
         s0_b = Signal(signed(self.bias_width), name="s0_b")
-        s0_x = [Signal(signed(self.sum_width), name=f"s0_x{p}") for p in range(P)]
+        s0_x = [Signal(signed(self.sum_width), name=f"s0_x{p}", reset_less=True)
+                for p in range(P)]
         m.d.sync += [s0_valid.eq(busy), s0_w.eq(rd.data.w), s0_b.eq(rd.data.b),
                      s0_first.eq(fold == 0), s0_last.eq(fold == F - 1),
                      *(r.eq(x) for r, x in zip(s0_x, lanes_in))]
@@ -190,8 +195,8 @@ class ClassifierHead(wiring.Component):
         pieces = [(lo, min(lo + MULT_PIECE, self.sum_width))
                   for lo in range(0, self.sum_width, MULT_PIECE)]
         prod_width = self.sum_width + self.weight_width
-        partials = [[Signal(signed(prod_width), name=f"part{p}_{i}") for i in range(len(pieces))]
-                    for p in range(P)]
+        partials = [[Signal(signed(prod_width), name=f"part{p}_{i}", reset_less=True)
+                     for i in range(len(pieces))] for p in range(P)]
         s1a_valid, s1a_first, s1a_last = Signal(), Signal(), Signal()
         s1a_bias = Signal(signed(self.bias_width), name="s1a_bias")
         m.d.sync += [s1a_valid.eq(s0_valid), s1a_first.eq(s0_first), s1a_last.eq(s0_last),
