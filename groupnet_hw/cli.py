@@ -328,6 +328,10 @@ def _synthesis_lines(flow, r, freq, frame_cycles):
             d = r["dsp_registers"]
             lines.append(f"  {d['flip_flops']:,} flip-flops placed inside {d['multipliers']} "
                          f"MULT18X18D ({d['inputs']} operand, {d['outputs']} product registers)")
+        if r.get("bram_registers", {}).get("flip_flops"):
+            b = r["bram_registers"]
+            lines.append(f"  {b['flip_flops']:,} flip-flops placed inside the output registers of "
+                         f"{b['ports']} DP16KD read ports")
         if len(r.get("seeds", [])) > 1:
             lines.append(f"  kept seed {r['seed']} of {seeds_text(r['seeds'])}")
         if "critical_path" in r and "start" in r["critical_path"]:

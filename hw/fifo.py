@@ -104,15 +104,16 @@ class StreamFIFO(wiring.Component):
             ]
             return m
 
+        # no_rw_check: the FIFO reads a word only while it holds it, and writes one only
+        # while it has room, so a read never meets a write of its word; without the mark
+        # Yosys adds a delayed write, a compare and a multiplexer behind a block RAM's
+        # data (the CIFAR-size network's slowest paths on ECP5: 11.63 ns, and the skip
+        # FIFOs that Yosys put in block RAM unmarked, 10.29 ns). Every memory gets it,
+        # whichever RAM the flow picks.
+        attrs = {"no_rw_check": 1}
         if self.ram == "block":
-            # no_rw_check: the FIFO reads a word only while it holds it, and writes one
-            # only while it has room, so a read never meets a write of its word; without
-            # the mark Yosys adds a delayed write, a compare and a multiplexer behind the
-            # block RAM's data (the CIFAR-size network's slowest path on ECP5, 11.63 ns)
-            fifo = _MarkedFIFO(width=self._width, depth=self.depth,
-                               attrs={"ram_style": "block", "no_rw_check": 1})
-        else:
-            fifo = SyncFIFOBuffered(width=self._width, depth=self.depth)
+            attrs["ram_style"] = "block"
+        fifo = _MarkedFIFO(width=self._width, depth=self.depth, attrs=attrs)
         m.submodules.fifo = fifo
         m.d.comb += [
             fifo.w_data.eq(Value.cast(self.i.payload)),
@@ -126,9 +127,13 @@ class StreamFIFO(wiring.Component):
                 fifo.r_en.eq(self.o.ready),
             ]
             return m
-        # a pipeline register: loads whenever it is empty or being emptied
+        # a pipeline register: loads whenever it is empty or being emptied. The payload has
+        # no reset (``valid`` says what it holds), so that on ECP5 it is the DP16KD's own
+        # output register (hw.bram_registers), not a flip-flop a route away.
+        payload = Signal(self._width, reset_less=True)
         load = Signal()
         m.d.comb += [load.eq(~self.o.valid | self.o.ready), fifo.r_en.eq(load)]
         with m.If(load):
-            m.d.sync += [self.o.valid.eq(fifo.r_rdy), Value.cast(self.o.payload).eq(fifo.r_data)]
+            m.d.sync += [self.o.valid.eq(fifo.r_rdy), payload.eq(fifo.r_data)]
+        m.d.comb += Value.cast(self.o.payload).eq(payload)
         return m

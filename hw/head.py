@@ -178,10 +178,11 @@ class ClassifierHead(wiring.Component):
         s0_valid, s0_first, s0_last = Signal(), Signal(), Signal()
         # Data registers without a reset (the valid flags say what they hold): on ECP5
         # the operand and product registers then move into the MULT18X18D
-        # (hw.dsp_registers); outside it, an operand register through the multiplier
+        # (hw.dsp_registers) and the bias into the ROM's output register
+        # (hw.bram_registers); outside the DSP block, an operand register through the multiplier
         # into its product register was a 10.48 ns path of the whole-board design.
         s0_w = Signal.like(rd.data.w, name="s0_w", reset_less=True)
-        s0_b = Signal(signed(self.bias_width), name="s0_b")
+        s0_b = Signal(signed(self.bias_width), name="s0_b", reset_less=True)
         s0_x = [Signal(signed(self.sum_width), name=f"s0_x{p}", reset_less=True)
                 for p in range(P)]
         m.d.sync += [s0_valid.eq(busy), s0_w.eq(rd.data.w), s0_b.eq(rd.data.b),

