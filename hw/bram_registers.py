@@ -17,7 +17,8 @@ behaviour exactly. A port's data moves when every used read-data pin drives exac
 flip-flop without a reset, on the port's own clock edge, and nothing else, all with one
 enable; that enable goes on the port's ``OCE`` pin (an inverted one through one LUT4
 inverter). A flip-flop with a reset stays outside: the DP16KD's ``RST`` also resets the
-latch, so it is not the same register. The designs give their block RAM data registers
+latch, so it is not the same register; for the same reason a port whose ``RST`` is
+used keeps its register outside. The designs give their block RAM data registers
 no reset for that reason (``hw.window``, ``hw.fifo``, the MVUs' weight operands).
 
 In 36-bit mode (``DATA_WIDTH_A = 36``, Yosys's pseudo-dual-port mapping) all 36 data
@@ -43,13 +44,13 @@ def _int_param(value):
 
 
 def _read_ports(cell):
-    """``[(REGMODE parameters, clock pin, OCE pin, data pins)]`` of a DP16KD's read
-    ports."""
+    """``[(REGMODE parameters, reset pins, clock pin, OCE pin, data pins)]`` of a
+    DP16KD's read ports."""
     if _int_param(cell.get("parameters", {}).get("DATA_WIDTH_A", 18)) == 36:
         pins = [f"DOA{i}" for i in range(18)] + [f"DOB{i}" for i in range(18)]
-        return [(("REGMODE_A", "REGMODE_B"), "CLKB", "OCEB", pins)]
-    return [((f"REGMODE_{p}",), f"CLK{p}", f"OCE{p}", [f"DO{p}{i}" for i in range(18)])
-            for p in "AB"]
+        return [(("REGMODE_A", "REGMODE_B"), ("RSTA", "RSTB"), "CLKB", "OCEB", pins)]
+    return [((f"REGMODE_{p}",), (f"RST{p}",), f"CLK{p}", f"OCE{p}",
+             [f"DO{p}{i}" for i in range(18)]) for p in "AB"]
 
 
 def pack_bram_output_registers(netlist):
@@ -67,9 +68,11 @@ def pack_bram_output_registers(netlist):
             continue
         stats["block_rams"] += 1
         params, con = cell.setdefault("parameters", {}), cell["connections"]
-        for modes, clock_pin, oce_pin, pins in _read_ports(cell):
+        for modes, resets, clock_pin, oce_pin, pins in _read_ports(cell):
             if any(params.get(mode, "NOREG") != "NOREG" for mode in modes):
                 continue
+            if any(con.get(pin, ["0"]) != ["0"] for pin in resets):
+                continue        # a port reset would reset the moved register as well
             clock = con.get(clock_pin, [None])[0]
             inverted_clock = params.get(f"{clock_pin}MUX", clock_pin) == "INV"
             moves, enables = {}, set()

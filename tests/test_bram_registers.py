@@ -177,3 +177,17 @@ def test_the_board_build_step_rewrites_the_file_or_says_why_not(tmp_path, capsys
     assert main([str(bad)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_port_with_its_reset_used_keeps_its_register_outside(tmp_path):
+    """A DP16KD's RST resets its output register too, which the fabric register had no
+    reset for: such a port is left as it is."""
+    netlist = _netlist(tmp_path, RegisteredRead())
+    (bram,) = _brams(netlist)
+    q = set(top_module(netlist)["ports"]["q"]["bits"])
+    some_net = next(iter(top_module(netlist)["ports"]["en"]["bits"]))
+    for port in "AB":
+        bram["connections"][f"RST{port}"] = [some_net]
+    assert pack_bram_output_registers(netlist)["ports"] == 0
+    assert bram["parameters"]["REGMODE_A"] == bram["parameters"]["REGMODE_B"] == "NOREG"
+    assert len(_ffs(netlist)) == len(q) == 16
