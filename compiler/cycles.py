@@ -196,10 +196,13 @@ def mvu_operand_stage(slices, integer=False, registered_rom=False):
     return integer or slices > ISSUE_MUX_SLICES or bool(registered_rom)
 
 
-def mvu_latency(ii, terms, operand_stage=False, activation_stages=0):
+def mvu_latency(ii, terms, operand_stage=False, activation_stages=0, product_stage=False):
     """Cycles from accepting an input vector to its result on the MVU's output: its
     ``ii`` steps, the weight ROM read, the multipliers' operand register
-    (``operand_stage``: the integer MVU's), the adder tree's pipeline stages, the
-    result register after the accumulator and an activation's registers (thresholds in
-    the MVU: 1, the level; a post-op: 2, the product and the value)."""
-    return ii + 2 + int(operand_stage) + tree_stages(terms) + activation_stages
+    (``operand_stage``: the integer MVU's), the adder tree's pipeline stages, with
+    ``product_stage`` one more for the products (registered in the DSP block, then
+    again in the fabric), the result register after the accumulator and an
+    activation's registers (thresholds in the MVU: 1, the level; a post-op: 2, the
+    product and the value)."""
+    return (ii + 2 + int(operand_stage) + int(product_stage) + tree_stages(terms)
+            + activation_stages)

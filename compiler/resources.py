@@ -62,6 +62,13 @@ BRAM_ROM_COST = {"ecp5": 128, "ice40": 64}
 #: flows, so their ROM reads stay as they were.
 LATE_BLOCK_READ = ("ecp5",)
 
+#: Families whose integer MVUs register their products once more in the fabric after
+#: the DSP block's own output register (``hw.mvu``'s ``registered_products``). ECP5: the
+#: first layer's multipliers spread along the DSP rows, and the route from a product
+#: register to the adder tree took 5.7 of the CIFAR-size network's 10.4 ns critical
+#: path (nextpnr); the other families have no place and route timing in our flows.
+LATE_DSP_OUTPUT = ("ecp5",)
+
 #: Block RAM aspect ratios per family: (width, depth) of one block.
 BRAM_MODES = {
     "ecp5": [(36, 512), (18, 1024), (9, 2048), (4, 4096), (2, 8192), (1, 16384)],
@@ -199,14 +206,15 @@ def logic_sites(cells: dict, family: str) -> int:
 #: activation registers each PE's value once (``act_level_bits``), and a post-op in it
 #: multiplies in the DSP blocks its features count (``act_mults``). The skid beside an
 #: output register that takes a beat every cycle (``skid_bits``, ``hw.skid``) is a
-#: flip-flop per bit too.
+#: flip-flop per bit too, as is the fabric copy of an integer MVU's products
+#: (``product_copy_bits``, :data:`LATE_DSP_OUTPUT`).
 FIXED_COEFFICIENTS = {
     ("bin_conv", "ff"): {"out_bits": 1.0, "collect_bits": 1.0, "serial_tap_bits": 1.0,
                          "tap_bits": 1.0, "read_bits": 1.0, "buffer_bits": 1.0,
                          "in_place_bits": 0.0, "act_level_bits": 1.0, "skid_bits": 1.0},
     ("int_conv", "ff"): {"out_bits": 1.0, "collect_bits": 1.0, "serial_tap_bits": 1.0,
                          "tap_bits": 1.0, "read_bits": 1.0, "act_level_bits": 1.0,
-                         "skid_bits": 1.0},
+                         "skid_bits": 1.0, "product_copy_bits": 1.0},
     ("mixer", "ff"): {"skid_bits": 1.0},
     # the beat pack in front of the head (a window's counts as its MVU's collect bits)
     ("head", "ff"): {"pack_bits": 1.0},

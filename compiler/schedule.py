@@ -95,6 +95,9 @@ class Unit:
     #: The MVU's weight ROM is block RAM whose read it registers once more, on the
     #: board's family (:meth:`~.ops.base.Op.registers_rom`).
     registered_rom: bool = False
+    #: The MVU registers its multipliers' products once more in the fabric, on the
+    #: board's family (:meth:`~.ops.base.Op.registers_products`).
+    registered_products: bool = False
     #: The MVU applies its consumer's work to its results (FINN's MVAU with an
     #: activation: :meth:`~.ops.base.Op.activation`), in this many register stages
     #: (0: it does not).
@@ -211,6 +214,7 @@ class Schedule:
                 {"name": u.name, "op": u.op, "pe": u.pe, "simd": u.simd, "cycles": u.cycles,
                  "line_ram": u.line_ram, "in_place": u.in_place, "paced": u.paced,
                  "registered_rom": u.registered_rom,
+                 "registered_products": u.registered_products,
                  "registered_fifos": list(u.registered_fifos),
                  "activation": u.activation, "fused": u.fused, "beats": u.beats,
                  "resources": u.resources}
@@ -716,6 +720,7 @@ def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logi
             pe, simd, n_in = override.get(node.name) or op.folding(node, parent, target)
             unit = Unit(node.name, node.op, 0, pe, simd, n_in, paced=op.paced(node, target))
             unit.registered_rom = op.registers_rom(node, unit, family)
+            unit.registered_products = op.registers_products(node, unit, family)
             if line_ram != "logic":
                 unit.line_ram = op.block_line_ram(node, parent, unit, family,
                                                   serial=line_ram == "serial") or "logic"

@@ -103,7 +103,7 @@ class _FoldedMVU(wiring.Component):
     """
 
     def __init__(self, n_in, c_out, pe, simd, in_shape, acc_width, groups=1, in_place=False,
-                 activation=None, beats=1, registered_rom=False):
+                 activation=None, beats=1, registered_rom=False, registered_products=False):
         if n_in < 1 or c_out < 1:
             raise ValueError(f"n_in and c_out must be positive, not {n_in}, {c_out}")
         if groups < 1 or c_out % groups:
@@ -154,8 +154,12 @@ class _FoldedMVU(wiring.Component):
                                                registered_rom and self.ii > 1)
         #: Cycles from the input handshake to the first cycle the output (its first beat)
         #: is valid; beat ``j`` follows ``j * beat_steps`` cycles later at full rate.
+        #: The terms (products) registered twice before the tree: in the DSP block,
+        #: then in the fabric (``compiler.resources.LATE_DSP_OUTPUT``).
+        self.product_stage = bool(registered_products)
         self.latency = mvu_latency(self.beat_steps, self._tree_terms(), self.operand_stage,
-                                   activation.stages if activation is not None else 0)
+                                   activation.stages if activation is not None else 0,
+                                   self.product_stage)
         #: One output lane: the accumulator, or the activation's value.
         self.out_shape = signed(acc_width) if activation is None else activation.out_shape
         super().__init__({
@@ -432,6 +436,19 @@ class _FoldedMVU(wiring.Component):
                  for p in range(pe)]
         shared = self._shared_terms(m, op_x)
         groups = terms + ([shared] if shared is not None else [])
+        if self.product_stage:
+            # The products once more, as they are: the first register (the DSP block's
+            # own, hw.dsp_registers) sits in a DSP row, this one where the placer puts
+            # it, by the tree. On ECP5 the CIFAR-size stem's 54 multipliers spread along
+            # the DSP rows, and a product register's route to the first adders was 5.7
+            # ns of a 10.4 ns critical path.
+            regs = [[Signal(Value.cast(t).shape(), name=f"product{k}_{j}", reset_less=True)
+                     for j, t in enumerate(g)] for k, g in enumerate(groups)]
+            fregs = [Signal.like(f, name=f"product_f{i}") for i, f in enumerate(flags)]
+            with m.If(adv):
+                m.d.sync += [r.eq(t) for rg, g in zip(regs, groups) for r, t in zip(rg, g)]
+                m.d.sync += [r.eq(f) for r, f in zip(fregs, flags)]
+            groups, flags = regs, fregs
         stages = tree_stages(max(len(g) for g in groups))
         for depth in range(stages):
             regs = []
@@ -846,6 +863,11 @@ class IntegerMVU(_FoldedMVU):
         Read the held input vector at every step, as in :class:`BinaryMVU`.
     activation : ThresholdTable or AffineTable, optional
         Applied to every finished channel, as in :class:`BinaryMVU`.
+    registered_products : bool
+        Register the products once more before the adder tree: the first register is
+        the DSP block's own (on ECP5 ``hw.dsp_registers`` moves it in), this one the
+        placer puts by the tree. One cycle more of latency, none per vector. Set by the
+        compiler (``compiler.resources.LATE_DSP_OUTPUT``).
 
     Members
     -------
@@ -865,12 +887,14 @@ class IntegerMVU(_FoldedMVU):
     out_folds, in_folds, ii : int
         As in :class:`BinaryMVU`.
     latency : int
-        ``ii + 3 + tree_stages`` (``compiler.cycles.mvu_latency`` with the operand stage).
+        ``ii + 3 + tree_stages`` (``compiler.cycles.mvu_latency`` with the operand
+        stage), one more with ``registered_products``.
 
     Latency
     -------
     ``latency`` cycles, ``ii + 3 + tree_stages``: one more than :class:`BinaryMVU`, for
-    the register in front of the multipliers.
+    the register in front of the multipliers; with ``registered_products`` one more
+    again.
 
     Throughput
     ----------
@@ -881,7 +905,8 @@ class IntegerMVU(_FoldedMVU):
     _integer = True
 
     def __init__(self, n_in, c_out, pe, simd, weights, in_width=8, in_signed=False,
-                 in_place=False, activation=None, beats=1, registered_rom=False):
+                 in_place=False, activation=None, beats=1, registered_rom=False,
+                 registered_products=False):
         weights = np.asarray(weights)
         if weights.shape != (c_out, n_in):
             raise ValueError(f"weights must have shape {(c_out, n_in)}, not {weights.shape}")
@@ -905,7 +930,16 @@ class IntegerMVU(_FoldedMVU):
         self._acc_shape = signed(acc_width)
         super().__init__(n_in, c_out, pe, simd, data.ArrayLayout(lane, n_in),
                          acc_width=acc_width, in_place=in_place, activation=activation,
-                         beats=beats, registered_rom=registered_rom)
+                         beats=beats, registered_rom=registered_rom,
+                         registered_products=registered_products)
+
+    @staticmethod
+    def product_width_of(w_min, w_max, in_width, in_signed):
+        """Bits of one product term: an ``in_width``-bit input lane times a weight of
+        the minimal signed width holding ``[w_min, w_max]`` (what the resource model
+        counts for the products' fabric copy)."""
+        lane = signed(in_width) if in_signed else unsigned(in_width)
+        return (Signal(lane) * Signal(signed(signed_width(w_min, w_max)))).shape().width
 
     def _tree_terms(self):
         return self.simd

@@ -85,11 +85,13 @@ def _activation(rng, expected, kind, acc_width):
     return ThresholdTable(T.tolist(), invert.tolist()), out.tolist()
 
 
-def _case(name, n_vectors=16, in_place=False, activation_bits=None, registered_rom=False):
+def _case(name, n_vectors=16, in_place=False, activation_bits=None, registered_rom=False,
+          registered_products=False):
     """Seeded DUT, input beats, expected output beats and weights for a configuration
     (``in_place``: the MVU reads the held payload at every step, no input buffer;
     ``activation_bits``: with thresholds in the MVU, expecting the levels;
-    ``registered_rom``: the weight ROM's read registered once more)."""
+    ``registered_rom``: the weight ROM's read registered once more;
+    ``registered_products``: an integer MVU's products registered once more)."""
     kind, n_in, c_out, pe, simd, in_width, in_signed = CONFIGS[name]
     rng = np.random.default_rng(list(CONFIGS).index(name))
     if kind == "bin":
@@ -132,7 +134,8 @@ def _case(name, n_vectors=16, in_place=False, activation_bits=None, registered_r
         beats = x.tolist()
         make = lambda act: IntegerMVU(n_in, c_out, pe, simd, w, in_width=in_width,
                                       in_signed=in_signed, in_place=in_place, activation=act,
-                                      registered_rom=registered_rom)
+                                      registered_rom=registered_rom,
+                                      registered_products=registered_products)
     expected = expected.tolist()
     act = None
     if activation_bits:
@@ -192,6 +195,33 @@ def test_registered_rom(name, in_place):
     assert (np.diff(run.out_cycles["o"]) == ii).all()
     dut = _case(name, n_vectors=10, in_place=in_place, registered_rom=True)[0]
     run = run_streams(dut, {"i": beats}, {"o": len(expected)}, stall=0.3, seed=3,
+                      reset_at=2 * ii + 1, max_cycles=40 * len(beats) * (ii + 4))
+    assert run.outputs["o"] == expected
+
+
+@pytest.mark.parametrize("activation_bits", [None, "affine"])
+@pytest.mark.parametrize("in_place", [False, True])
+@pytest.mark.parametrize("name", [n for n in CONFIGS if CONFIGS[n][0] == "int"])
+def test_registered_products(name, in_place, activation_bits):
+    """An integer MVU's products registered twice (``registered_products``, ECP5: in the
+    DSP block, then by the adder tree): one cycle more of latency, the same results,
+    one vector every ``ii`` cycles, exact under stalls and through a reset."""
+    plain, beats, expected, _ = _case(name, n_vectors=10, in_place=in_place,
+                                      activation_bits=activation_bits)
+    dut = _case(name, n_vectors=10, in_place=in_place, activation_bits=activation_bits,
+                registered_products=True)[0]
+    ii = _ii(name)
+    assert dut.latency == plain.latency + 1
+    act = {None: 0, "affine": 2}[activation_bits]
+    assert dut.latency == mvu_latency(ii, CONFIGS[name][4], True, act, product_stage=True)
+    run = run_streams(dut, {"i": beats}, {"o": len(expected)})
+    base = run_streams(plain, {"i": beats}, {"o": len(expected)})
+    assert run.outputs["o"] == expected
+    assert run.out_cycles["o"][0] - base.out_cycles["o"][0] == 1
+    assert (np.diff(run.out_cycles["o"]) == ii).all()
+    dut = _case(name, n_vectors=10, in_place=in_place, activation_bits=activation_bits,
+                registered_products=True)[0]
+    run = run_streams(dut, {"i": beats}, {"o": len(expected)}, stall=0.3, seed=5,
                       reset_at=2 * ii + 1, max_cycles=40 * len(beats) * (ii + 4))
     assert run.outputs["o"] == expected
 

@@ -136,6 +136,11 @@ class Op:
         :func:`..resources.rom_read_register`; the default: no ROM)."""
         return False
 
+    def registers_products(self, node, unit, family):
+        """Whether the unit registers its multipliers' products once more in the fabric
+        on ``family`` (``Unit.registered_products``; the default: no multipliers)."""
+        return False
+
     #: An MVU that can apply its consumer's thresholds (:meth:`activation`) to its results.
     takes_activation = False
 

@@ -316,7 +316,8 @@ class _Conv(Op):
         beats = unit.beats
         beat_steps = ii // beats
         latency = cyc.mvu_latency(beat_steps, self.tree_terms(node, unit),
-                                  self.operand_stage(node, unit), unit.activation)
+                                  self.operand_stage(node, unit), unit.activation,
+                                  unit.registered_products)
         pixels = _packed_times(ins[0], unit.input_beats(0))
         n_out, n_par = node.height * node.width, parent.height * parent.width
         out, start_prev = [], float("-inf")
@@ -472,15 +473,25 @@ class IntConv(_Conv):
         return IntegerMVU(flat.shape[1], node.channels, unit.pe, unit.simd, flat,
                           in_width=parent.bit_width, in_signed=parent.kind == "fixed",
                           in_place=unit.in_place, activation=activation, beats=unit.beats,
-                          registered_rom=unit.registered_rom)
+                          registered_rom=unit.registered_rom,
+                          registered_products=unit.registered_products)
+
+    def registers_products(self, node, unit, family):
+        from ..resources import LATE_DSP_OUTPUT
+        return family in LATE_DSP_OUTPUT
 
     def resource_features(self, g, node, parent, unit):
+        from ...hw.mvu import IntegerMVU
         f = _window_features(node, parent, unit)
         folds = self.vector_steps(node, unit)
         f.update(mults=unit.pe * unit.simd,
                  mult_bits=unit.pe * unit.simd * (parent.bit_width + 8),
                  acc_bits=unit.pe * node.bit_width,
                  weight_bits=folds * unit.pe * unit.simd * self.rom_lane_bits)
+        if unit.registered_products:
+            w = node.attrs["weight"]
+            f["product_copy_bits"] = unit.pe * unit.simd * IntegerMVU.product_width_of(
+                int(w.min()), int(w.max()), parent.bit_width, parent.kind == "fixed")
         f["rom_depth"], f["rom_width"] = self.weight_rom(node, unit)
         f.update(_output_features(g, node, unit))
         f["collect_bits"] += _pack_bits(g, parent, unit)
