@@ -73,8 +73,9 @@ def pack_bram_output_registers(netlist):
                 continue
             if any(con.get(pin, ["0"]) != ["0"] for pin in resets):
                 continue        # a port reset would reset the moved register as well
+            if params.get(f"{clock_pin}MUX", clock_pin) == "INV":
+                continue        # the flip-flops it could take are on the rising edge
             clock = con.get(clock_pin, [None])[0]
-            inverted_clock = params.get(f"{clock_pin}MUX", clock_pin) == "INV"
             moves, enables = {}, set()
             for pin in pins:
                 found = index.only_reader_ff(con.get(pin, [None])[0])
@@ -85,7 +86,7 @@ def pack_bram_output_registers(netlist):
                     break
                 moves[pin] = found[0]
                 enables.add(found[1][1])
-            if not moves or inverted_clock or len(enables) != 1:
+            if not moves or len(enables) != 1:
                 continue
             for pin, ff in moves.items():
                 q = cells[ff]["connections"]["Q"][0]

@@ -67,6 +67,19 @@ def popcount(m, bits, name="pc"):
     return sum_tree(chunk_counts(m, bits, name))
 
 
+def _register_stage(m, adv, groups, flags, name, flag_name):
+    """One pipeline stage of an MVU's terms: every term of every group and every step
+    flag registered on ``adv``; the data without a reset (the flags say what is
+    valid). Returns the registers, shaped as ``groups`` and ``flags``."""
+    regs = [[Signal(Value.cast(t).shape(), name=f"{name}{k}_{j}", reset_less=True)
+             for j, t in enumerate(g)] for k, g in enumerate(groups)]
+    fregs = [Signal.like(f, name=f"{flag_name}{i}") for i, f in enumerate(flags)]
+    with m.If(adv):
+        m.d.sync += [r.eq(t) for rg, g in zip(regs, groups) for r, t in zip(rg, g)]
+        m.d.sync += [r.eq(f) for r, f in zip(fregs, flags)]
+    return regs, fregs
+
+
 class _FoldedMVU(wiring.Component):
     """Fold sequencer and pipeline shared by the MVUs.
 
@@ -152,11 +165,11 @@ class _FoldedMVU(wiring.Component):
         #: (``compiler.cycles.mvu_operand_stage``).
         self.operand_stage = mvu_operand_stage(groups * self.in_folds, self._integer,
                                                registered_rom and self.ii > 1)
-        #: Cycles from the input handshake to the first cycle the output (its first beat)
-        #: is valid; beat ``j`` follows ``j * beat_steps`` cycles later at full rate.
         #: The terms (products) registered twice before the tree: in the DSP block,
         #: then in the fabric (``compiler.resources.LATE_DSP_OUTPUT``).
         self.product_stage = bool(registered_products)
+        #: Cycles from the input handshake to the first cycle the output (its first beat)
+        #: is valid; beat ``j`` follows ``j * beat_steps`` cycles later at full rate.
         self.latency = mvu_latency(self.beat_steps, self._tree_terms(), self.operand_stage,
                                    activation.stages if activation is not None else 0,
                                    self.product_stage)
@@ -442,26 +455,12 @@ class _FoldedMVU(wiring.Component):
             # it, by the tree. On ECP5 the CIFAR-size stem's 54 multipliers spread along
             # the DSP rows, and a product register's route to the first adders was 5.7
             # ns of a 10.4 ns critical path.
-            regs = [[Signal(Value.cast(t).shape(), name=f"product{k}_{j}", reset_less=True)
-                     for j, t in enumerate(g)] for k, g in enumerate(groups)]
-            fregs = [Signal.like(f, name=f"product_f{i}") for i, f in enumerate(flags)]
-            with m.If(adv):
-                m.d.sync += [r.eq(t) for rg, g in zip(regs, groups) for r, t in zip(rg, g)]
-                m.d.sync += [r.eq(f) for r, f in zip(fregs, flags)]
-            groups, flags = regs, fregs
+            groups, flags = _register_stage(m, adv, groups, flags, "product", "product_f")
         stages = tree_stages(max(len(g) for g in groups))
         for depth in range(stages):
-            regs = []
-            for k, g in enumerate(groups):
-                regs.append([Signal(Value.cast(t).shape(), name=f"t{depth}_{k}_{j}",
-                                    reset_less=True) for j, t in enumerate(g)])
-            fregs = [Signal.like(f, name=f"f{depth}_{i}") for i, f in enumerate(flags)]
-            with m.If(adv):
-                m.d.sync += [r.eq(t) for rg, g in zip(regs, groups) for r, t in zip(rg, g)]
-                m.d.sync += [r.eq(f) for r, f in zip(fregs, flags)]
+            regs, flags = _register_stage(m, adv, groups, flags, f"t{depth}_", f"f{depth}_")
             groups = (regs if depth == stages - 1 else
                       [reduce_levels(rg, TREE_LEVELS_PER_STAGE) for rg in regs])
-            flags = fregs
         s_valid, s_first, s_last, s_final, s_nf, *s_pos = flags
         s_pos = s_pos[0] if s_pos else s_nf
         shared_sum = sum_tree(groups[-1]) if shared is not None else None

@@ -15,6 +15,7 @@ from groupnet_hw.hw.bram_registers import pack_bram_output_registers
 from groupnet_hw.hw.fifo import StreamFIFO
 from groupnet_hw.hw.netlist import top_module
 from groupnet_hw.hw.synth import have_tools, synthesize
+from test_dsp_registers import RegisteredMultiply, _netlist
 
 pytestmark = pytest.mark.skipif(not have_tools("ecp5"), reason="YoWASP tools not installed")
 
@@ -51,13 +52,6 @@ class RegisteredRead(wiring.Component):
         if self.tap_:
             m.d.comb += self.tap.eq(rd.data.xor())
         return m
-
-
-def _netlist(tmp_path, design):
-    path = tmp_path / "m.v"
-    path.write_text(verilog.convert(design, name="top"))
-    synthesize(path, "top", "ecp5", tmp_path, place_and_route=False)
-    return json.loads((tmp_path / "synth-ecp5" / "netlist.json").read_text())
 
 
 def _brams(netlist):
@@ -164,7 +158,6 @@ def test_place_and_route_times_the_block_rams_own_register(tmp_path):
 
 def test_the_board_build_step_rewrites_the_file_or_says_why_not(tmp_path, capsys):
     from groupnet_hw.hw.hard_registers import main
-    from test_dsp_registers import RegisteredMultiply
     netlist = _netlist(tmp_path, RegisteredMultiply())
     path = tmp_path / "n.json"
     path.write_text(json.dumps(netlist))
