@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
+from importlib.resources import files
 from pathlib import Path
 
 __all__ = ["FAMILIES", "CELLS", "MODEL_FILE", "load_model", "estimate_unit", "family_features",
@@ -34,7 +35,8 @@ __all__ = ["FAMILIES", "CELLS", "MODEL_FILE", "load_model", "estimate_unit", "fa
 
 FAMILIES = ("ecp5", "ice40", "cyclonev")
 CELLS = ("lut", "carry", "ff", "lutram", "bram", "dsp")
-MODEL_FILE = Path(__file__).with_name("resource_model.json")
+#: Package data (pyproject.toml ``package-data``): installed beside this module.
+MODEL_FILE = files(__package__) / "resource_model.json"
 
 
 @lru_cache(maxsize=None)

@@ -49,6 +49,7 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
+from importlib.resources import files
 from pathlib import Path
 
 import numpy as np
@@ -60,8 +61,9 @@ from .cocotb_runner import (DEFAULT_PORTS, RTLBuildError, RTLError, RTLRun, RTLT
 __all__ = ["DRIVER_SOURCE", "OUTPUT_SLICE_CYCLES", "VERILATOR_ARGS", "FastRTLRun",
            "build_fast_rtl", "run_fast_rtl", "wrapper_verilog"]
 
-#: The C++ stream driver compiled with every fast-path model.
-DRIVER_SOURCE = Path(__file__).with_name("stream_driver.cpp")
+#: The C++ stream driver compiled with every fast-path model (package data, see
+#: pyproject.toml ``package-data``).
+DRIVER_SOURCE = files(__package__) / "stream_driver.cpp"
 
 #: Verilator options of the fast path (build time first: see the module docstring).
 VERILATOR_ARGS = (

@@ -55,6 +55,7 @@ import re
 import shutil
 import subprocess
 import sys
+from importlib.resources import files
 from pathlib import Path
 
 __all__ = [
@@ -73,8 +74,9 @@ __all__ = [
 #: Oldest Verilator that cocotb 2.x supports.
 MIN_VERILATOR = (5, 36)
 
-#: Verilator control file with the lint waivers for Amaranth-generated Verilog.
-LINT_WAIVERS = Path(__file__).with_name("lint_waivers.vlt")
+#: Verilator control file with the lint waivers for Amaranth-generated Verilog (package
+#: data, see pyproject.toml ``package-data``).
+LINT_WAIVERS = files(__package__) / "lint_waivers.vlt"
 
 
 class ToolchainError(RuntimeError):
