@@ -53,9 +53,12 @@ from pathlib import Path
 
 import torch
 
+from groupnet_hw.devices import get_board
+
 ROOT = Path(__file__).resolve().parent.parent
 BOARD = "ulx3s"
-FAMILY = "ecp5"
+#: The board's family: its resource model and its ``groupnet-hw synth --flow``.
+FAMILY = get_board(BOARD).family
 
 #: BNN-PYNQ's CNV-W1A1 as published: (SIMD, PE) of the six convolutions and the three
 #: fully connected layers in network order, its bottleneck and its LUTs on a Zynq-7020.
@@ -828,8 +831,8 @@ def main(argv=None):
         if syn and syn.get("status") == "ok" and not syn.get("pnr_utilisation"):
             # a results file written before this field existed: read it from the run's log
             syn["pnr_utilisation"] = pnr_utilisation(work)
-        from groupnet_hw.compiler.schedule import BOARD_BUDGETS
-        res.setdefault("lut_budget_device", BOARD_BUDGETS[res["board"]]["limits"]["lut"])
+        from groupnet_hw.devices import get_board
+        res.setdefault("lut_budget_device", get_board(res["board"]).device.limits["lut"])
         res["notes"] = derive_notes(res)
         Path(args.from_json).write_text(json.dumps(res, indent=1) + "\n")
         Path(args.docs, "finn.md").write_text(markdown(res))

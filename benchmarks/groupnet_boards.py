@@ -23,7 +23,8 @@ from pathlib import Path
 import torch
 
 from groupnet_hw.compiler.passes import compile_model
-from groupnet_hw.compiler.schedule import BOARD_BUDGETS, DEFAULT_MAX_UTIL, schedule
+from groupnet_hw.compiler.schedule import DEFAULT_MAX_UTIL, schedule
+from groupnet_hw.devices import get_board
 from groupnet_hw.models.groupnet import GroupNet, randomize_eval_state
 from groupnet_hw.models.zoo import arch_config
 
@@ -39,7 +40,7 @@ def row(arch, bases, board, max_util):
     t0 = time.perf_counter()
     graph = compile_model(model)
     sched = schedule(graph, board=board, max_util=max_util, streams="auto")
-    limits = BOARD_BUDGETS[board]["limits"]
+    limits = dict(get_board(board).device.limits)
     fits = sched.fits()
     smallest = None
     if not fits:

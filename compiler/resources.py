@@ -27,13 +27,16 @@ from functools import lru_cache
 from importlib.resources import files
 from pathlib import Path
 
+from ..devices import FAMILIES as DEVICE_FAMILIES
+
 __all__ = ["FAMILIES", "CELLS", "MODEL_FILE", "load_model", "estimate_unit", "family_features",
            "rom_blocks", "rom_in_block_ram", "rom_read_register", "LUT_ROM_MAX_DEPTH",
            "BRAM_ROM_COST", "LATE_BLOCK_READ", "fifo_memory", "fifo_in_block_ram", "block_ram_blocks", "BRAM_MIN_FILL",
            "COUNTED_CELLS", "FIXED_COEFFICIENTS",
            "logic_sites", "fit_unit_model"]
 
-FAMILIES = ("ecp5", "ice40", "cyclonev")
+#: The families the model is calibrated for (:data:`groupnet_hw.devices.FAMILIES`).
+FAMILIES = tuple(DEVICE_FAMILIES)
 CELLS = ("lut", "carry", "ff", "lutram", "bram", "dsp")
 #: Package data (pyproject.toml ``package-data``): installed beside this module.
 MODEL_FILE = files(__package__) / "resource_model.json"
@@ -71,12 +74,9 @@ LATE_BLOCK_READ = ("ecp5",)
 #: path (nextpnr); the other families have no place and route timing in our flows.
 LATE_DSP_OUTPUT = ("ecp5",)
 
-#: Block RAM aspect ratios per family: (width, depth) of one block.
-BRAM_MODES = {
-    "ecp5": [(36, 512), (18, 1024), (9, 2048), (4, 4096), (2, 8192), (1, 16384)],
-    "ice40": [(16, 256), (8, 512), (4, 1024), (2, 2048)],
-    "cyclonev": [(40, 256), (20, 512), (10, 1024), (5, 2048), (2, 4096), (1, 8192)],
-}
+#: Block RAM aspect ratios per family: (width, depth) of one block
+#: (:attr:`groupnet_hw.devices.Family.bram_modes`).
+BRAM_MODES = {name: list(f.bram_modes) for name, f in DEVICE_FAMILIES.items()}
 
 
 def rom_blocks(depth: int, width: int, family: str) -> int:

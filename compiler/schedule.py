@@ -21,46 +21,29 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 
+from ..devices import get_board, get_family
 from . import cycles as cyc
 from .beats import assign_beats
 from .graph import Graph
 from .ops import TIMING_FRAMES, op_of
 from .ops.window import choose_folding
 
-__all__ = ["BOARD_BUDGETS", "Schedule", "schedule", "choose_folding", "fifo_depths", "ideal_times",
+__all__ = ["Schedule", "schedule", "choose_folding", "fifo_depths", "ideal_times",
            "check_fits", "memory_floor"]
-
-#: Device facts used as the schedule's budget: the family the resource model is
-#: calibrated for, the board clock, and the limit of each budgeted resource.
-BOARD_BUDGETS = {
-    # Cyclone V: four registers per ALM.
-    "de10nano": dict(device="5CSEBA6U23I7 (Cyclone V SE)", family="cyclonev", clock_mhz=50.0,
-                     limits=dict(alm=41_910, ff=4 * 41_910, m10k=553, dsp=112),
-                     ram_bits=553 * 10_240),
-    # ECP5: only a quarter of the slices can be distributed RAM: 83,640 / 8 RAM LUTs,
-    # four per TRELLIS_DPR16X4 (nextpnr refuses to place beyond it).
-    "ulx3s": dict(device="LFE5U-85F (ECP5)", family="ecp5", clock_mhz=25.0,
-                  limits=dict(lut=83_640, ff=83_640, lutram=83_640 // 8 // 4, ebr=208, dsp=156),
-                  ram_bits=208 * 18_432),
-    "icebreaker": dict(device="iCE40UP5K (iCE40 UltraPlus)", family="ice40", clock_mhz=12.0,
-                       limits=dict(lut=5_280, ff=5_280, ebr=30, dsp=8),
-                       ram_bits=30 * 4_096 + 4 * 262_144),
-}
 
 #: Fraction of each resource the schedule may fill (``--max-util``): place and route
 #: needs headroom, and the host link is not in the estimate.
 DEFAULT_MAX_UTIL = 0.9
 
-#: Cyclone V ALUTs per ALM that Quartus packs on average (two fit an ALM; not every
-#: pair shares inputs). Yosys counts ALUTs; there is no Quartus here to count ALMs.
-ALUTS_PER_ALM = 1.6
-
 
 def board_usage(cells: dict, family: str) -> dict:
-    """Budgeted resources (the keys of a board's ``limits``) from estimated cells."""
+    """Budgeted resources (the keys of a device's ``limits``,
+    :class:`groupnet_hw.devices.Device`) from estimated cells."""
     from .resources import logic_sites
-    if family == "cyclonev":
-        return dict(alm=-(-cells["lut"] * 10 // int(ALUTS_PER_ALM * 10)) + 10 * cells["lutram"],
+    aluts_per_alm = get_family(family).aluts_per_alm
+    if aluts_per_alm:
+        # Cyclone V: ALMs, of ALUTs and MLABs (ten ALMs each)
+        return dict(alm=-(-cells["lut"] * 10 // int(aluts_per_alm * 10)) + 10 * cells["lutram"],
                     ff=cells["ff"], m10k=cells["bram"], dsp=cells["dsp"])
     usage = dict(lut=logic_sites(cells, family), ff=cells["ff"], ebr=cells["bram"],
                  dsp=cells["dsp"])
@@ -334,9 +317,8 @@ def check_fits(g: Graph, board="de10nano"):
     ValueError
         one line: what the network needs and what the board has.
     """
-    budget = BOARD_BUDGETS[board]
     need = memory_floor(g)
-    have = budget["ram_bits"]
+    have = get_board(board).device.ram_bits
     if need > have:
         raise ValueError(
             f"the network needs at least {need / 8 / 2**20:.1f} MiB of on-chip weights and line "
@@ -391,7 +373,7 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
     Parameters
     ----------
     board : str
-        A key of :data:`BOARD_BUDGETS`.
+        A key of :data:`groupnet_hw.devices.BOARDS`.
     target_cycles : int, optional
         Frame interval to fold for. Default: the fastest that fits the board, starting
         from the input rate (one pixel per cycle).
@@ -446,8 +428,7 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
     if line_buffers not in LINE_BUFFER_CHOICES:
         raise ValueError(f"line_buffers must be one of {', '.join(LINE_BUFFER_CHOICES)}, "
                          f"not {line_buffers!r}")
-    if board not in BOARD_BUDGETS:
-        raise ValueError(f"unknown board {board!r}; known: {', '.join(BOARD_BUDGETS)}")
+    family = get_board(board).family       # rejects an unknown board in one line
     if streams not in STREAM_CHOICES:
         raise ValueError(f"streams must be one of {', '.join(STREAM_CHOICES)}, not {streams!r}")
     from ..hw.fifo import FIFO_RAM_KINDS
@@ -456,7 +437,7 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
     modes = [line_buffers]
     if line_buffers == "auto":
         modes = ["logic"] + (["block", "serial"]
-                             if _block_lines(g, BOARD_BUDGETS[board]["family"]) else [])
+                             if _block_lines(g, family) else [])
     errors, candidates = [], []
     for mode in modes:
         try:
@@ -690,12 +671,10 @@ def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logi
     wherever the family's block RAM takes them; ``options``: :func:`schedule`'s
     ``(fuse_activations, fifos)``."""
     fuse, fifo_mode, streams = options
-    if board not in BOARD_BUDGETS:
-        raise ValueError(f"unknown board {board!r}; known: {', '.join(BOARD_BUDGETS)}")
+    budget = get_board(board).budget()      # rejects an unknown board in one line
     if not 0 < max_util <= 1:
         raise ValueError(f"max_util must be in (0, 1], not {max_util}")
     check_fits(g, board)
-    budget = BOARD_BUDGETS[board]
     family = budget["family"]
     limits = {k: int(v * max_util) for k, v in budget["limits"].items()}
     override = _folding_override(g, folding)

@@ -13,7 +13,8 @@ import pytest
 
 from groupnet_hw.compiler import resources as R
 from groupnet_hw.compiler.passes import compile_model
-from groupnet_hw.compiler.schedule import BOARD_BUDGETS, schedule
+from groupnet_hw.compiler.schedule import schedule
+from groupnet_hw.devices import BOARDS
 from groupnet_hw.hw.synth import have_tools
 from groupnet_hw.models.groupnet import GroupNet, GroupNetConfig
 from conftest import random_model
@@ -89,12 +90,12 @@ def test_relative_error_forgives_only_small_counts():
     assert R.relative_error(2000, 1000) > 0.9
 
 
-@pytest.mark.parametrize("board", list(BOARD_BUDGETS))
+@pytest.mark.parametrize("board", list(BOARDS))
 def test_schedule_fits_each_board_within_max_util(board):
     g = compile_model(GroupNet(GroupNetConfig(bases=1, stem_channels=4,
                                               stages=[[4, 1, 1], [4, 1, 2]])).eval())
     sched = schedule(g, board=board, max_util=0.8)
-    limits = BOARD_BUDGETS[board]["limits"]
+    limits = BOARDS[board].device.limits
     assert set(sched.resources) == set(limits)
     fits = all(sched.resources[k] <= 0.8 * limits[k] for k in limits)
     assert fits or any("does not fit" in n for n in sched.notes)
