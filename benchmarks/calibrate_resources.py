@@ -30,7 +30,7 @@ from groupnet_hw.compiler import resources as R
 from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.compiler.schedule import schedule
 from groupnet_hw.hw.accelerator import Accelerator
-from groupnet_hw.hw.synth import synthesize
+from groupnet_hw.toolchain.synth import synthesize
 from groupnet_hw.models.groupnet import GroupNet, GroupNetConfig, randomize_eval_state
 
 ROOT = Path(__file__).resolve().parent.parent

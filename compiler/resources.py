@@ -10,7 +10,7 @@ coefficients live in ``resource_model.json`` beside this module; they are fitted
 sweep of generated designs, and the test suite holds every unit's estimate of that
 sweep within 15 % of Yosys's count (docs/architecture.md section 6).
 
-Cell types per family (what :mod:`groupnet_hw.hw.synth` counts):
+Cell types per family (what :mod:`groupnet_hw.toolchain.synth` counts):
 
 - ``ecp5``: ``lut`` (LUT4), ``carry`` (CCU2C, two LUT4 sites each), ``ff``, ``lutram``
   (TRELLIS_DPR16X4), ``bram`` (DP16KD), ``dsp`` (MULT18X18D);
@@ -389,7 +389,7 @@ def unit_features(sched):
 
 
 def per_unit_cells(module_owners, modules, top="groupnet_core"):
-    """Sum per-module synthesis counts (``hw.synth`` with ``per_module``) by the unit
+    """Sum per-module synthesis counts (``toolchain.synth`` with ``per_module``) by the unit
     that owns each module: ``{(owner, role, slot): {cell: count}}``."""
     cells = {}
     for name, counts in modules.items():

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-BOARD_CHOICES = ("de10nano", "ulx3s", "icebreaker")
+from .devices import BOARD_NAMES as BOARD_CHOICES
 
 
 class UserError(click.ClickException):
@@ -261,7 +261,7 @@ def synth(out_dir, flows, freq, no_pnr, no_dsp, timeout, seed_text, jobs):
       groupnet-hw synth out --flow ecp5 --seed 1-4    # four placements, keep the fastest
     """
     from .compiler.artifact import BuildError, read_manifest
-    from .hw.synth import SynthError, parse_seeds, synthesize
+    from .toolchain.synth import SynthError, parse_seeds, synthesize
     try:
         seeds = parse_seeds(seed_text)
     except ValueError as exc:
@@ -315,7 +315,7 @@ _SYNTHESIS_HEADING = "synthesis (groupnet-hw synth; Yosys's counts, the estimate
 def _synthesis_lines(flow, r, freq, frame_cycles):
     """What ``synth`` found for one flow: counts beside the estimate, Fmax, the critical
     path when there was place and route."""
-    from .hw.synth import critical_path_text, late_endpoints_text, seeds_text
+    from .toolchain.synth import critical_path_text, late_endpoints_text, seeds_text
     estimate = r.get("estimate")
     cells = ", ".join(f"{k} {v:,}" + (f" (est. {estimate.get(k, 0):,})" if estimate else "")
                       for k, v in r["cells"].items() if k in (estimate or r["cells"]))
@@ -548,8 +548,7 @@ def build(checkpoint, board, out_dir, target_cycles, fps, max_util, folding_file
 
     from .compiler.report import render_text
     from .hw.accelerator import Accelerator
-    from .hw.boards import write_board_project
-    from .hw.boards.project import BoardBuildError
+    from .toolchain.board_project import BoardBuildError, write_board_project
 
     out = Path(out_dir)
     if out.exists() and not out.is_dir():

@@ -129,7 +129,7 @@ class StreamFIFO(wiring.Component):
             return m
         # a pipeline register: loads whenever it is empty or being emptied. The payload has
         # no reset (``valid`` says what it holds), so that on ECP5 it is the DP16KD's own
-        # output register (hw.bram_registers), not a flip-flop a route away.
+        # output register (toolchain.bram_registers), not a flip-flop a route away.
         payload = Signal(self._width, reset_less=True)
         load = Signal()
         m.d.comb += [load.eq(~self.o.valid | self.o.ready), fifo.r_en.eq(load)]

@@ -18,13 +18,13 @@ from amaranth.hdl import Fragment
 from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.compiler.schedule import schedule
 from groupnet_hw.hw.accelerator import Accelerator
-from groupnet_hw.hw.boards import (BOARDS, BoardBuildError, BoardSpec, get_board,
-                                    write_board_project)
+from groupnet_hw.hw.boards import BOARDS, BoardSpec, get_board
 from groupnet_hw.hw.boards.de10nano import DE10NanoTop
 from groupnet_hw.hw.boards.icebreaker import ICEBreakerTop
-from groupnet_hw.hw.boards.project import PROJECT_NAME
 from groupnet_hw.hw.boards.top import BoardTop
 from groupnet_hw.hw.boards.ulx3s import ULX3STop
+from groupnet_hw.toolchain.board_project import (PROJECT_NAME, BoardBuildError,
+                                                 write_board_project)
 from conftest import random_model
 from test_hw_boards import FakeCore
 
@@ -90,10 +90,21 @@ def test_registry_lists_the_three_boards():
         assert "\n" not in spec.description
 
 
-def test_write_board_project_importable_as_before():
-    from groupnet_hw.hw.boards import de10nano, project
-    assert de10nano.write_board_project is project.write_board_project is write_board_project
-    assert de10nano.PROJECT_NAME == PROJECT_NAME == "groupnet_top"
+def test_registry_reads_the_board_facts():
+    # the facts are groupnet_hw.devices' (written once); the registry adds the classes
+    from groupnet_hw import devices
+    assert list(BOARDS) == list(devices.BOARDS)
+    for name, spec in BOARDS.items():
+        board = devices.get_board(name)
+        assert spec.board is board and spec.device == board.device.part
+        # the platform the facts name is the class the build uses or its base, and the
+        # class the top computes its clock from
+        named = {f"{c.__module__}.{c.__qualname__}" for c in spec.platform.__mro__}
+        assert board.platform in named
+        top_platform = spec.top.platform_class
+        assert f"{top_platform.__module__}.{top_platform.__qualname__}" == board.platform
+        assert spec.platform().toolchain == board.toolchain
+    assert PROJECT_NAME == "groupnet_top"
 
 
 # --------------------------------------------------------------------------- tops
@@ -165,7 +176,7 @@ def test_project_for_tiny_accelerator(board, tmp_path):
         # the multipliers' registers move into the DSP blocks between Yosys and nextpnr
         steps = [line.split()[0] for line in script.splitlines() if line.startswith('"$')]
         assert steps == ['"$YOSYS"', '"$PYTHON3"', '"$NEXTPNR_ECP5"', '"$ECPPACK"']
-        assert '"$PYTHON3" -m groupnet_hw.hw.hard_registers groupnet_top.json' in script
+        assert '"$PYTHON3" -m groupnet_hw.toolchain.hard_registers groupnet_top.json' in script
     else:
         assert f"set_frequency {clock} 12.0" in result["pcf"].read_text()
         assert "--up5k --package sg48" in result["script"].read_text()
@@ -180,7 +191,7 @@ def test_project_for_tiny_accelerator(board, tmp_path):
 
 
 def test_message_without_tools(tmp_path, monkeypatch):
-    monkeypatch.setattr("groupnet_hw.hw.boards.project.shutil.which", lambda name: None)
+    monkeypatch.setattr("groupnet_hw.toolchain.board_project.shutil.which", lambda name: None)
     result = write_board_project(FakeCore(n_pixels=6), tmp_path, board="icebreaker")
     assert result["built"] is False
     assert result["message"] == (
@@ -193,7 +204,7 @@ def test_message_without_tools(tmp_path, monkeypatch):
                     reason="YoWASP iCE40 tools not installed (pip install groupnet-hw[synth])")
 def test_message_names_yowasp_tools(tmp_path, monkeypatch):
     # only the YoWASP builds are there: the message says how to run the script with them
-    monkeypatch.setattr("groupnet_hw.hw.boards.project.shutil.which",
+    monkeypatch.setattr("groupnet_hw.toolchain.board_project.shutil.which",
                         lambda name: name if name.startswith("yowasp-") else None)
     for var in ("YOSYS", "NEXTPNR_ICE40", "ICEPACK", "AMARANTH_ENV_ICESTORM"):
         monkeypatch.delenv(var, raising=False)

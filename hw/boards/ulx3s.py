@@ -26,10 +26,11 @@ __all__ = ["ULX3STop", "ULX3SPlatform"]
 
 class ULX3SPlatform(ULX3S_85F_Platform):
     """amaranth-boards' ULX3S 85F, its Trellis build with one step between Yosys and
-    nextpnr: ``python3 -m groupnet_hw.hw.hard_registers`` moves the plain registers
-    around each multiplier into the MULT18X18D and those behind block RAM read data into
-    the DP16KD's output register (:mod:`groupnet_hw.hw.hard_registers`), as
-    ``groupnet-hw synth --flow ecp5`` does before it measures Fmax."""
+    nextpnr: ``python3 -m groupnet_hw.toolchain.hard_registers`` moves the plain
+    registers around each multiplier into the MULT18X18D and those behind block RAM read
+    data into the DP16KD's output register (:mod:`groupnet_hw.toolchain.hard_registers`),
+    as ``groupnet-hw synth --flow ecp5`` does before it measures Fmax. Only the module's
+    name is written into the script: the hardware imports nothing of the toolchain."""
 
     #: Tools of the build script that this package provides: the environment variable's
     #: default when the user sets none (the interpreter that has groupnet_hw installed).
@@ -43,7 +44,7 @@ class ULX3SPlatform(ULX3S_85F_Platform):
     def command_templates(self):
         yosys, *rest = super().command_templates
         return [yosys, r"""
-            {{invoke_tool("python3")}} -m groupnet_hw.hw.hard_registers {{name}}.json
+            {{invoke_tool("python3")}} -m groupnet_hw.toolchain.hard_registers {{name}}.json
         """, *rest]
 
 

