@@ -16,14 +16,34 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Node", "Graph", "signed_width"]
+from ..models.quantize import INT64_SAFE_BITS
+from ..numerics import signed_width
+
+__all__ = ["Node", "Graph", "signed_width", "fits_int64"]
 
 
-def signed_width(lo: int, hi: int) -> int:
-    """Bits of the smallest signed two's-complement type holding [lo, hi]."""
-    def bits(v):
-        return (v if v >= 0 else ~v).bit_length() + 1
-    return max(bits(int(lo)), bits(int(hi)))
+def fits_int64(node, bound, what="value"):
+    """Refuse a node whose worst case would not fit the int64 arithmetic of the
+    executor and the fixed-point forward (a wrap would pass silently).
+
+    Parameters
+    ----------
+    node : Node
+        Named in the message.
+    bound : int
+        The largest magnitude the node's ``what`` can reach.
+    what : str
+        What ``bound`` bounds, for the message.
+
+    Raises
+    ------
+    ValueError
+        ``|bound|`` reaches ``2**INT64_SAFE_BITS``.
+    """
+    if abs(int(bound)) >= 1 << INT64_SAFE_BITS:
+        raise ValueError(f"{node.name}: its {what} can reach 2**{abs(int(bound)).bit_length() - 1}, "
+                         f"beyond int64 arithmetic (allowed 2**{INT64_SAFE_BITS}); weights, BN "
+                         "statistics or quantization settings are too extreme")
 
 
 @dataclass

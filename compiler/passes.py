@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import torch
 
-from ..models.quantize import INT64_SAFE_BITS
-from .graph import Graph, Node
+from .graph import Graph, Node, fits_int64
 from .ops import op_of
 from .ops.pixel import postop_value
 
 __all__ = ["fold_relu", "fuse_gates", "fold_thresholds", "analyze_ranges", "compile_model",
+           "PASSES", "run_passes",
            "postop_value", "fits_int64", "threshold_for"]
 
 
@@ -103,15 +103,6 @@ def fold_thresholds(g: Graph) -> Graph:
     return g
 
 
-def fits_int64(node, bound, what="value"):
-    """Refuse a node whose worst case would not fit the int64 arithmetic of the
-    executor and the fixed-point forward (a wrap would pass silently)."""
-    if abs(int(bound)) >= 1 << INT64_SAFE_BITS:
-        raise ValueError(f"{node.name}: its {what} can reach 2**{abs(int(bound)).bit_length() - 1}, "
-                         f"beyond int64 arithmetic (allowed 2**{INT64_SAFE_BITS}); weights, BN "
-                         "statistics or quantization settings are too extreme")
-
-
 def analyze_ranges(g: Graph) -> Graph:
     """Fill ``lo``/``hi`` of every tensor with bounds that cannot be exceeded (each op's
     range rule).
@@ -129,8 +120,20 @@ def analyze_ranges(g: Graph) -> Graph:
     return g
 
 
+#: The graph passes, in the order :func:`run_passes` applies them: the lowered graph
+#: becomes the integer graph (ReLU folded, gates fused, thresholds folded, every
+#: width proven). Thresholds need ranges, and their own ranges follow from them.
+PASSES = (fold_relu, fuse_gates, analyze_ranges, fold_thresholds, analyze_ranges)
+
+
+def run_passes(g: Graph) -> Graph:
+    """Apply :data:`PASSES` in order to a lowered graph."""
+    for graph_pass in PASSES:
+        g = graph_pass(g)
+    return g
+
+
 def compile_model(model, input_shape=None) -> Graph:
-    """lower -> fold_relu -> fuse_gates -> analyze_ranges -> fold_thresholds -> analyze_ranges."""
+    """:func:`~.frontend.lower`, then :func:`run_passes`."""
     from .frontend import lower
-    g = fuse_gates(fold_relu(lower(model, input_shape)))
-    return analyze_ranges(fold_thresholds(analyze_ranges(g)))
+    return run_passes(lower(model, input_shape))

@@ -23,6 +23,8 @@ from typing import NamedTuple
 from amaranth.hdl import Const, Signal, Value
 from amaranth.hdl import signed as signed_shape
 
+from ..numerics import signed_width
+
 __all__ = ["at_least", "compared_bits", "csd_digits", "MAX_SHIFT_ADD_DIGITS", "uses_dsp", "const_multiply", "const_sum",
            "Term", "const_terms", "reduce_levels", "registered_levels", "sum_tree",
            "multiplier_cost", "MULT_PIECE", "multiplier_pieces", "registered_pieces"]
@@ -145,7 +147,6 @@ def registered_levels(m, terms, levels, name):
 
 def const_product_width(width: int, k: int) -> int:
     """Signed width of ``k * x`` over every ``signed(width)`` ``x``."""
-    from ..compiler.graph import signed_width
     lo, hi = -(1 << (width - 1)), (1 << (width - 1)) - 1
     return signed_width(min(k * lo, k * hi), max(k * lo, k * hi))
 

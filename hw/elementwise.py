@@ -19,14 +19,27 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigne
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..compiler.cycles import POSTOP_LANE_LATENCY, postop_lane_latency
-from ..compiler.graph import signed_width
+from ..numerics import signed_width
 from .arith import const_sum, positive_int as _positive, registered_pieces
 from .beats import beat_at_least, beat_counter, beat_select, check_order
-from .lanes import build_lane_folded, fold_rom, folded_interval, folds_of, lane_rom
+from .lanes import build_lane_folded, fold_rom, folded_interval, lane_folds, lane_rom
 
 __all__ = ["SignBits", "Threshold", "PostOp", "AffineTable", "ResidualAdd", "signed_width",
-           "signed_range"]
+           "signed_range", "POSTOP_LANE_LATENCY", "postop_lane_latency"]
+
+
+#: Pipeline registers in a lane of the channel-serial post-op (:class:`PostOp`) with few
+#: steps: the per-channel constants with the input, then the product.
+POSTOP_LANE_LATENCY = 2
+
+
+def postop_lane_latency(folds):
+    """Pipeline registers in a post-op's lane with ``folds`` steps. With enough steps
+    (no cycle lost: :func:`~.lanes.folded_interval`) the multiplier's operands and its
+    product are registered once more, so that registers can sit beside the DSP block: on
+    ECP5 the route to and from a MULT18X18D was the critical path (7.0 ns of 11.4)."""
+    deep = POSTOP_LANE_LATENCY + 2
+    return deep if folds >= deep + 1 else POSTOP_LANE_LATENCY
 
 
 def signed_range(width):
@@ -237,13 +250,13 @@ class PostOp(_PixelMap):
     Latency
     -------
     1 cycle; with ``lanes``, ``ceil(C/lanes) + 1 + L`` cycles, ``L`` the lane's
-    registers (``compiler.cycles.postop_lane_latency``: 2, or 4 from 5 steps).
+    registers (:func:`postop_lane_latency`: 2, or 4 from 5 steps).
 
     Throughput
     ----------
     1 pixel per cycle: ``compiler.cycles.elementwise_cycles(H, W)`` per frame; with
     ``lanes``, one pixel per ``max(ceil(C/lanes) + 1, L + 2)`` cycles (3 with one step:
-    ``compiler.cycles.folded_interval``) and ``i.ready`` is a register.
+    :func:`~.lanes.folded_interval`) and ``i.ready`` is a register.
     """
 
     def __init__(self, channels, acc_width, scale, bias, shift, pre_relu, post_relu,
@@ -261,8 +274,8 @@ class PostOp(_PixelMap):
         self.post_relu = bool(post_relu)
         self.lanes = None if lanes is None else min(_positive("lanes", lanes), channels)
         if self.lanes is not None:
-            folds = folds_of(channels, self.lanes)
-            #: Pipeline registers in a lane (``compiler.cycles.postop_lane_latency``).
+            folds = lane_folds(channels, self.lanes)
+            #: Pipeline registers in a lane (:func:`postop_lane_latency`).
             self.lane_latency = postop_lane_latency(folds)
             self.latency = folds + 1 + self.lane_latency
             self.interval = folded_interval(channels, self.lanes, self.lane_latency)

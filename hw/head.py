@@ -5,11 +5,15 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..compiler.cycles import HEAD_PIPELINE
 from .arith import MULT_PIECE
 from .elementwise import _ints, _positive, signed_range, signed_width
 
-__all__ = ["ClassifierHead", "head_latency"]
+__all__ = ["ClassifierHead", "head_latency", "HEAD_PIPELINE"]
+
+#: Cycles of the classifier head beyond its MAC steps: the ROM word, the split
+#: products, their sum, the accumulator, the argmax step and the output register
+#: (:class:`ClassifierHead`).
+HEAD_PIPELINE = 6
 
 
 def head_latency(n_classes, folds):
@@ -106,12 +110,8 @@ class ClassifierHead(wiring.Component):
         self.bias = _ints(bias, n, "bias")
 
         lo, hi = signed_range(in_width)
-        s_lo, s_hi = self.pixels * lo, self.pixels * hi
-        self.sum_width = signed_width(s_lo, s_hi)
-        self.logit_width = max(
-            signed_width(sum(min(w * s_lo, w * s_hi) for w in row) + b,
-                         sum(max(w * s_lo, w * s_hi) for w in row) + b)
-            for row, b in zip(self.weights, self.bias))
+        self.sum_width = signed_width(self.pixels * lo, self.pixels * hi)
+        self.logit_width = self.logit_width_for(in_width, self.pixels, self.weights, self.bias)
         self.cls_width = max(1, (n - 1).bit_length())
         self.lanes = channels if lanes is None else min(_positive("lanes", lanes), channels)
         self.folds = -(-channels // self.lanes)
@@ -131,6 +131,32 @@ class ClassifierHead(wiring.Component):
                 "cls": unsigned(self.cls_width),
             }))),
         })
+
+    @staticmethod
+    def logit_width_for(in_width, pixels, weights, bias):
+        """The ``logit_width`` of a head with these parameters, without building one (an
+        accelerator's output port is this wide).
+
+        Parameters
+        ----------
+        in_width : int
+            Element width of the input pixels.
+        pixels : int
+            Pixels per frame, ``height * width``.
+        weights : array of int, shape ``[n_cls, C]``
+        bias : array of int, shape ``[n_cls]``
+
+        Returns
+        -------
+        int
+            The width of the widest logit's exact range.
+        """
+        lo, hi = signed_range(in_width)
+        s_lo, s_hi = pixels * lo, pixels * hi
+        return max(
+            signed_width(sum(min(int(w) * s_lo, int(w) * s_hi) for w in row) + int(b),
+                         sum(max(int(w) * s_lo, int(w) * s_hi) for w in row) + int(b))
+            for row, b in zip(weights, bias))
 
     def elaborate(self, platform):
         m = Module()

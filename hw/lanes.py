@@ -29,15 +29,31 @@ from amaranth.hdl import Array, Cat, Const, Mux, Signal, Value, unsigned
 from amaranth.lib import data
 from amaranth.lib.memory import Memory
 
-from ..compiler.cycles import folded_interval, lane_folds as folds_of
+__all__ = ["lane_folds", "folded_interval", "lane_rom", "fold_rom", "build_lane_folded"]
 
-__all__ = ["folds_of", "folded_interval", "lane_rom", "fold_rom", "build_lane_folded"]
+
+def lane_folds(channels, lanes):
+    """Steps of a channel-serial per-pixel unit: ``ceil(channels / lanes)``."""
+    return -(-channels // lanes)
+
+
+def folded_interval(channels, lanes, lane_latency=0):
+    """Cycles per pixel of a channel-serial per-pixel unit with ``lane_latency``
+    registers in its lanes: one cycle to take the pixel and one per step; the last step
+    waits for the previous pixel's results to have passed the lanes' pipeline and left
+    the output register (``lane_latency + 2`` cycles after its own last step). With one
+    step that wait is every step's: ``lane_latency + 1``. Its latency is
+    ``lane_folds + 1 + lane_latency``."""
+    folds = lane_folds(channels, lanes)
+    if folds == 1:
+        return 1 + 1 + max(0, lane_latency - 1)
+    return max(folds + 1, lane_latency + 2)
 
 
 def lane_rom(values, lanes, lane, fold, shape):
     """Per-channel constant for ``lane`` at step ``fold``: ``values[fold*lanes + lane]``
     (0 for the padding channels past the end), as a small ROM indexed by ``fold``."""
-    folds = folds_of(len(values), lanes)
+    folds = lane_folds(len(values), lanes)
     table = [values[f * lanes + lane] if f * lanes + lane < len(values) else 0
              for f in range(folds)]
     if len(set(table)) == 1:
@@ -96,7 +112,7 @@ def build_lane_folded(m, inputs, outputs, channels, lanes, lane_fn, lane_latency
         more it adds to the interval only beyond ``ceil(channels/lanes) - 1``
         (:func:`folded_interval`).
     """
-    folds = folds_of(channels, lanes)
+    folds = lane_folds(channels, lanes)
     padded = folds * lanes
     # With two steps or more ("paced") the output register is apart from the steps'
     # results and only the last step needs it empty (and no earlier last step still in

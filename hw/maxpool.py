@@ -7,7 +7,7 @@ from amaranth.hdl import Cat, Module, Mux, Shape, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..compiler.cycles import conv_out_size
+from ..numerics import conv_out_size
 from .elementwise import _PixelMap
 from .window import SlidingWindow
 

@@ -16,13 +16,36 @@ from amaranth.hdl import Cat, Module, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..compiler.cycles import MIXER_LANE_LATENCY, mixer_latency, mixer_lane_latency
 from .arith import const_product_width, const_sum, const_terms, registered_levels, sum_tree
-from .lanes import build_lane_folded, folded_interval, folds_of
+from .lanes import build_lane_folded, folded_interval, lane_folds
 from .elementwise import _fit, _ints, _positive, signed_range, signed_width
 from .skid import skid_outputs
 
-__all__ = ["BaseMixer"]
+__all__ = ["BaseMixer", "MIXER_LANE_LATENCY", "mixer_latency", "mixer_lane_latency"]
+
+
+def mixer_latency(gated):
+    """Cycles from the full-rate base mixer taking a pixel to its output
+    (:class:`BaseMixer`): the constant products, the aggregate, and with gates the
+    aggregate's share of each gate and the gated sums, each registered."""
+    return 4 if gated else 2
+
+
+#: Pipeline registers in a lane of the channel-serial base mixer (:class:`BaseMixer`)
+#: with few steps: the K constant products, their sum (the aggregate), then the gates
+#: into the output register. Products and sum in one cycle were the ECP5 critical path
+#: of the time-shared K=5 design (11.9 ns).
+MIXER_LANE_LATENCY = 2
+
+
+def mixer_lane_latency(folds, gated):
+    """Pipeline registers in a base mixer's lane with ``folds`` steps. With enough steps
+    a deeper pipeline costs no cycle (:func:`~.lanes.folded_interval`), no adder chain
+    is more than two levels deep and a product's DSP block has registers on both sides
+    with nothing else: the operands, the products, half the sum, the aggregate (4), then
+    half of each gate's sum (5 with gates); below that, :data:`MIXER_LANE_LATENCY`."""
+    deep = 5 if gated else 4
+    return deep if folds >= deep + 1 else MIXER_LANE_LATENCY
 
 
 class BaseMixer(wiring.Component):
@@ -89,11 +112,11 @@ class BaseMixer(wiring.Component):
     latency : int
         2 without gates (the constant products, then the aggregate in the output
         register), 4 with gates (products, aggregate, the aggregate's share of each
-        gate, gated output registers; ``compiler.cycles.mixer_latency``); ``ceil(C/lanes) + 1 + lane_latency`` with ``lanes``
+        gate, gated output registers; :func:`mixer_latency`); ``ceil(C/lanes) + 1 + lane_latency`` with ``lanes``
         (the lanes register the products, then the aggregate, before the gates).
     lane_latency : int
         With ``lanes``: pipeline registers in a lane,
-        ``compiler.cycles.mixer_lane_latency(ceil(C/lanes), gated)``.
+        :func:`mixer_lane_latency` ``(ceil(C/lanes), gated)``.
 
     Latency
     -------
@@ -105,7 +128,7 @@ class BaseMixer(wiring.Component):
     1 pixel per cycle with all outputs ready:
     ``compiler.cycles.elementwise_cycles(H, W)`` per frame, and every ``i[k].ready`` is
     the inputs' valids and a register, never an output's ``ready``; with ``lanes``, one
-    pixel per ``compiler.cycles.folded_interval(C, lanes, lane_latency)`` cycles, and
+    pixel per ``folded_interval(C, lanes, lane_latency)`` (:mod:`.lanes`) cycles, and
     every ``i[k].ready`` is a register.
     """
 
@@ -152,8 +175,8 @@ class BaseMixer(wiring.Component):
         self.out_width = exact if out_width is None else _positive("out_width", out_width)
         self.lanes = None if lanes is None else min(_positive("lanes", lanes), channels)
         if self.lanes is not None:
-            folds = folds_of(channels, self.lanes)
-            #: Pipeline registers in a lane (``compiler.cycles.mixer_lane_latency``).
+            folds = lane_folds(channels, self.lanes)
+            #: Pipeline registers in a lane (:func:`mixer_lane_latency`).
             self.lane_latency = mixer_lane_latency(folds, self.gates is not None)
             self.latency = folds + 1 + self.lane_latency
             self.interval = folded_interval(channels, self.lanes, self.lane_latency)
@@ -170,7 +193,7 @@ class BaseMixer(wiring.Component):
         half = (1 << (self.lambda_shift - 1)) if self.lambda_shift else 0
 
         # With enough steps the lane's sums are cut after two adder levels as well
-        # (no cycle lost: compiler.cycles.mixer_lane_latency); the whole gate sum after
+        # (no cycle lost: mixer_lane_latency); the whole gate sum after
         # the aggregate was the ECP5 critical path of the time-shared K=5 design.
         deep = self.lane_latency > MIXER_LANE_LATENCY
 

@@ -24,12 +24,68 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..compiler.cycles import TREE_LEVELS_PER_STAGE, mvu_latency, mvu_operand_stage, tree_stages
-from ..compiler.graph import signed_width
+from ..numerics import signed_width
 from .arith import reduce_levels, sum_tree
 from .skid import skid_outputs
 
-__all__ = ["BinaryMVU", "BinaryWeightMVU", "IntegerMVU"]
+__all__ = ["BinaryMVU", "BinaryWeightMVU", "IntegerMVU", "POPCOUNT_CHUNK", "binary_tree_terms",
+           "TREE_LEVELS_PER_STAGE", "TREE_LAST_STAGE_TERMS", "tree_stages", "ISSUE_MUX_SLICES",
+           "mvu_operand_stage", "mvu_latency"]
+
+
+#: Adder-tree levels between two pipeline registers in a matrix-vector unit: two
+#: levels of small adders plus routing stay under 10 ns on ECP5.
+TREE_LEVELS_PER_STAGE = 2
+
+
+#: Terms the adder tree's last register stage may hold: their sum and the accumulator's
+#: add are the only adders after it.
+TREE_LAST_STAGE_TERMS = 2
+
+
+def tree_stages(terms):
+    """Pipeline stages of a matrix-vector unit's adder tree over ``terms`` terms: one
+    register for the terms themselves, then one per :data:`TREE_LEVELS_PER_STAGE`
+    levels until at most :data:`TREE_LAST_STAGE_TERMS` are left; their sum feeds the
+    accumulator. (When the last stage summed four terms and the accumulator added a
+    third carry chain, that was the ECP5 critical path: 10.5 ns, 7.5 of it routing.)"""
+    stages, n = 1, terms
+    while n > TREE_LAST_STAGE_TERMS:
+        for _ in range(TREE_LEVELS_PER_STAGE):
+            n = -(-n // 2) if n > 1 else n
+        stages += 1
+    return stages
+
+
+#: A binary MVU whose issue multiplexer picks from more input slices than this registers
+#: its operands once more (:func:`mvu_operand_stage`).
+ISSUE_MUX_SLICES = 4
+
+
+def mvu_operand_stage(slices, integer=False, registered_rom=False):
+    """Whether an MVU registers its operands once more before the terms: the integer MVU
+    always (its multipliers are DSP blocks, with registers on both sides), a binary one
+    whose issue multiplexer picks the step's slice from more than
+    :data:`ISSUE_MUX_SLICES` (``groups * ceil(n_in/simd)``): the multiplexer sits by
+    the input buffer, the XNORs by the weights, and on ECP5 the route between them
+    (9 ns of 10.4 for a 15-way multiplexer) was the critical path; and one whose weight
+    ROM is block RAM where its read is late (``registered_rom``,
+    ``compiler.resources.rom_read_register``): on ECP5 a DP16KD's read data into the
+    XNORs and popcount was the critical path (13.2 ns, 5.6 of it the block's
+    clock-to-output)."""
+    return integer or slices > ISSUE_MUX_SLICES or bool(registered_rom)
+
+
+def mvu_latency(ii, terms, operand_stage=False, activation_stages=0, product_stage=False):
+    """Cycles from accepting an input vector to its result on the MVU's output: its
+    ``ii`` steps, the weight ROM read, the multipliers' operand register
+    (``operand_stage``: the integer MVU's), the adder tree's pipeline stages, with
+    ``product_stage`` one more for the products (registered in the DSP block, then
+    again in the fabric), the result register after the accumulator and an
+    activation's registers (thresholds in the MVU: 1, the level; a post-op: 2, the
+    product and the value)."""
+    return (ii + 2 + int(operand_stage) + int(product_stage) + tree_stages(terms)
+            + activation_stages)
 
 
 #: Bits per popcount chunk: one 6-input lookup per result bit (an FPGA LUT6).
@@ -101,7 +157,7 @@ class _FoldedMVU(wiring.Component):
       buffer);
     - tree: the terms are registered, then summed ``TREE_LEVELS_PER_STAGE``
       adder levels per pipeline stage until the last stage registers at most
-      ``TREE_LAST_STAGE_TERMS`` (``compiler.cycles.tree_stages``);
+      ``TREE_LAST_STAGE_TERMS`` (:func:`tree_stages`);
     - accumulate: every PE adds its partial to its accumulator and the finished
       value is registered (the result stage);
     - collect: the last input fold of an output fold stores the finished
@@ -162,7 +218,7 @@ class _FoldedMVU(wiring.Component):
         #: Cycles per output beat in steady state.
         self.beat_steps = self.beat_folds * self.in_folds
         #: A register stage between the read registers and the terms
-        #: (``compiler.cycles.mvu_operand_stage``).
+        #: (:func:`mvu_operand_stage`).
         self.operand_stage = mvu_operand_stage(groups * self.in_folds, self._integer,
                                                registered_rom and self.ii > 1)
         #: The terms (products) registered twice before the tree: in the DSP block,
@@ -668,7 +724,7 @@ class BinaryMVU(_FoldedMVU):
         Initiation interval, ``out_folds*in_folds``.
     latency : int
         ``ii + 2 + tree_stages`` and the activation's stages
-        (``compiler.cycles.mvu_latency``).
+        (:func:`mvu_latency`).
 
     Latency
     -------
@@ -886,7 +942,7 @@ class IntegerMVU(_FoldedMVU):
     out_folds, in_folds, ii : int
         As in :class:`BinaryMVU`.
     latency : int
-        ``ii + 3 + tree_stages`` (``compiler.cycles.mvu_latency`` with the operand
+        ``ii + 3 + tree_stages`` (:func:`mvu_latency` with the operand
         stage), one more with ``registered_products``.
 
     Latency

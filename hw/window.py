@@ -1,13 +1,16 @@
 """Sliding-window generator: turns a raster pixel stream into convolution windows."""
 
+from typing import NamedTuple
+
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Shape, Signal, Value, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..compiler.cycles import conv_out_size, window_latency
+from ..numerics import conv_out_size
 
-__all__ = ["SlidingWindow", "LINE_RAM_KINDS", "BLOCK_LINE_ATTRS"]
+__all__ = ["SlidingWindow", "WindowGeometry", "LINE_RAM_KINDS", "BLOCK_LINE_ATTRS",
+           "window_latency", "window_refill"]
 
 #: How the line buffer is built: ``"logic"``, one memory with ``kernel`` read ports and
 #: a write lane per ring row, which Yosys maps to flip-flops (Cyclone V, iCE40) or
@@ -17,7 +20,7 @@ __all__ = ["SlidingWindow", "LINE_RAM_KINDS", "BLOCK_LINE_ATTRS"]
 #: M10K no write lanes narrower than its data width); ``"serial"``, the whole ring in one
 #: memory of pixel-wide words marked ``ram_style = "block"``, read one tap per cycle into
 #: the window register (for a consumer that takes a window at most every
-#: :func:`~groupnet_hw.compiler.cycles.window_refill` cycles: a folded MVU), which block
+#: :func:`window_refill` cycles: a folded MVU), which block
 #: RAM takes even for the short rows that ``"block"``'s one-row memories are too small for.
 LINE_RAM_KINDS = ("logic", "block", "serial")
 
@@ -29,6 +32,116 @@ LINE_RAM_KINDS = ("logic", "block", "serial")
 #: complete rows, and columns of the row being written left of the writer's column;
 #: a pad tap's read, whatever its address, is replaced by the pad pixel.
 BLOCK_LINE_ATTRS = {"ram_style": "block", "no_rw_check": 1}
+
+
+def window_latency(line_ram="logic", kernel=1):
+    """Cycles from accepting the last pixel a window needs to the window on the output
+    (:class:`SlidingWindow`): see the pixel, read the line buffer, register the window
+    (``line_ram`` "logic" or "block": 3, the same); "serial" reads the ``kernel**2``
+    taps one per cycle, registers each as it leaves the block RAM and then in the
+    window register: ``kernel**2 + 3``."""
+    return kernel * kernel + 3 if line_ram == "serial" else 3
+
+
+def window_refill(line_ram="logic", kernel=1):
+    """Fewest cycles from the cycle a window is taken to the next window on the output:
+    1 (the next is read while the consumer holds this one), or with "serial" line
+    buffers ``kernel**2 + 3`` (the output register is refilled tap by tap once it is
+    empty). A consumer slower than this never waits for the window."""
+    return kernel * kernel + 3 if line_ram == "serial" else 1
+
+
+class WindowGeometry(NamedTuple):
+    """Which input pixels each window of a :class:`SlidingWindow` reaches and how many
+    image rows its line buffer holds, without building the window (the compiler sizes
+    line buffers from :meth:`ring_rows`). Parameters as :class:`SlidingWindow`'s."""
+
+    height: int
+    width: int
+    kernel: int
+    stride: int
+    dilation: int
+    padding: int
+
+    @property
+    def out_height(self):
+        return conv_out_size(self.height, self.kernel, self.stride, self.dilation, self.padding)
+
+    @property
+    def out_width(self):
+        return conv_out_size(self.width, self.kernel, self.stride, self.dilation, self.padding)
+
+    def reach(self, r, c):
+        """Row offset from the base, column, and rows freed for window ``(r, c)``."""
+        span = (self.kernel - 1) * self.dilation + 1
+        top = r * self.stride - self.padding
+        left = c * self.stride - self.padding
+        base = min(max(top, 0), self.height)
+        need_row = min(top + span - 1, self.height - 1) - base
+        need_col = min(left + span - 1, self.width - 1)
+        if c != self.out_width - 1:
+            release = 0
+        elif r == self.out_height - 1:
+            release = self.height - base
+        else:
+            release = min(max(top + self.stride, 0), self.height) - base
+        return need_row, need_col, release
+
+    def ring_rows(self, line_ram="logic"):
+        """Image rows the line buffer of a window built as ``line_ram``
+        (:data:`LINE_RAM_KINDS`) holds: :attr:`SlidingWindow.ring_rows`."""
+        # Correctness: before a window the reader needs `need_row + 1` complete rows from
+        # its base, and before it frees rows at the end of an output row it needs them all
+        # written (with stride > span, or unused rows at the bottom, it frees rows no
+        # window reads). One row more lets the writer fill a row while the reader catches
+        # up. That is not always enough for full throughput: after a frame's last row the
+        # reader still holds the frame's bottom rows while it emits the bottom-padding
+        # windows, and the writer is already filling the next frame. The peak row count is
+        # found by running the writer/reader counters at full rate over a few frames with
+        # an unbounded ring (the same rules as the hardware below).
+        need = 1
+        for r in range(self.out_height):
+            for c in range(self.out_width):
+                need_row, _, release = self.reach(r, c)
+                need = max(need, need_row + 1, release)
+        rows = need + 1
+        # A consumer slower than one window per cycle (a folded MVU) is still reading the
+        # frame's last output row when the next frame arrives. For the next frame's first
+        # window to be ready when the last one is taken, the ring holds both the rows the
+        # last output row reads and those the first output row needs. With "same"
+        # padding that is within the count above; a valid (padding 0) window needs more
+        # (6 rows instead of 4 at 3x3), else its MVU idles at every frame boundary.
+        if self.padding == 0:
+            last_held = self.reach(self.out_height - 1, self.out_width - 1)[2]
+            first_rows = self.reach(0, 0)[0] + 1
+            rows = max(rows, last_held + first_rows)
+        if line_ram == "serial":
+            # A serial window frees rows after its last tap's read, up to two windows
+            # later than the others (which read a window while the consumer still holds
+            # the one before): one row more keeps the writer from waiting on that.
+            rows += 1
+        if self.out_height * self.out_width > self.height * self.width:
+            return rows     # output-bound: the writer has to wait anyway
+        H, W = self.height, self.width
+        geometry = [self.reach(r, c) for r in range(self.out_height)
+                    for c in range(self.out_width)]
+        frames = 4
+        fed = wx = complete = out = 0
+        while out < frames * len(geometry):
+            accept = fed < frames * H * W
+            if accept:
+                rows = max(rows, complete + 1)
+            need_row, need_col, release = geometry[out % len(geometry)]
+            issue = ((need_row < complete or (need_row == complete and wx > need_col))
+                     and complete >= release)
+            row_done = accept and wx == W - 1
+            if accept:
+                fed += 1
+                wx = 0 if wx == W - 1 else wx + 1
+            if issue:
+                out += 1
+            complete += row_done - (release if issue else 0)
+        return rows
 
 
 class SlidingWindow(wiring.Component):
@@ -98,6 +211,8 @@ class SlidingWindow(wiring.Component):
         Windows, raster order over output positions.
     out_height, out_width : int
         Output size, ``conv_out_size(size, kernel, stride, dilation, padding)``.
+    geometry : WindowGeometry
+        The pixels each window reaches, from which ``ring_rows`` follows.
     ring_rows : int
         Image rows the line buffer holds: the rows one window reaches (the span
         ``(kernel-1)*dilation + 1``, less any rows outside the image), plus one so the
@@ -165,89 +280,20 @@ class SlidingWindow(wiring.Component):
         self.line_ram = line_ram
         self.paced = bool(paced)
         self.latency = window_latency(line_ram, kernel)
-        self.ring_rows = self._ring_rows()
+        self.geometry = WindowGeometry(height, width, kernel, stride, dilation, padding)
+        self.ring_rows = self.geometry.ring_rows(line_ram)
         super().__init__({
             "i": In(stream.Signature(pixel_shape)),
             "o": Out(stream.Signature(data.ArrayLayout(pixel_shape, kernel * kernel))),
         })
-
-    def _geometry(self, r, c):
-        """Row offset from the base, column, and rows freed for window (r, c)."""
-        span = (self.kernel - 1) * self.dilation + 1
-        top = r * self.stride - self.padding
-        left = c * self.stride - self.padding
-        base = min(max(top, 0), self.height)
-        need_row = min(top + span - 1, self.height - 1) - base
-        need_col = min(left + span - 1, self.width - 1)
-        if c != self.out_width - 1:
-            release = 0
-        elif r == self.out_height - 1:
-            release = self.height - base
-        else:
-            release = min(max(top + self.stride, 0), self.height) - base
-        return need_row, need_col, release
-
-    def _ring_rows(self):
-        # Correctness: before a window the reader needs `need_row + 1` complete rows from
-        # its base, and before it frees rows at the end of an output row it needs them all
-        # written (with stride > span, or unused rows at the bottom, it frees rows no
-        # window reads). One row more lets the writer fill a row while the reader catches
-        # up. That is not always enough for full throughput: after a frame's last row the
-        # reader still holds the frame's bottom rows while it emits the bottom-padding
-        # windows, and the writer is already filling the next frame. The peak row count is
-        # found by running the writer/reader counters at full rate over a few frames with
-        # an unbounded ring (the same rules as the hardware below).
-        need = 1
-        for r in range(self.out_height):
-            for c in range(self.out_width):
-                need_row, _, release = self._geometry(r, c)
-                need = max(need, need_row + 1, release)
-        rows = need + 1
-        # A consumer slower than one window per cycle (a folded MVU) is still reading the
-        # frame's last output row when the next frame arrives. For the next frame's first
-        # window to be ready when the last one is taken, the ring holds both the rows the
-        # last output row reads and those the first output row needs. With "same"
-        # padding that is within the count above; a valid (padding 0) window needs more
-        # (6 rows instead of 4 at 3x3), else its MVU idles at every frame boundary.
-        if self.padding == 0:
-            last_held = self._geometry(self.out_height - 1, self.out_width - 1)[2]
-            first_rows = self._geometry(0, 0)[0] + 1
-            rows = max(rows, last_held + first_rows)
-        if self.line_ram == "serial":
-            # A serial window frees rows after its last tap's read, up to two windows
-            # later than the others (which read a window while the consumer still holds
-            # the one before): one row more keeps the writer from waiting on that.
-            rows += 1
-        if self.out_height * self.out_width > self.height * self.width:
-            return rows     # output-bound: the writer has to wait anyway
-        H, W = self.height, self.width
-        geometry = [self._geometry(r, c) for r in range(self.out_height)
-                    for c in range(self.out_width)]
-        frames = 4
-        fed = wx = complete = out = 0
-        while out < frames * len(geometry):
-            accept = fed < frames * H * W
-            if accept:
-                rows = max(rows, complete + 1)
-            need_row, need_col, release = geometry[out % len(geometry)]
-            issue = ((need_row < complete or (need_row == complete and wx > need_col))
-                     and complete >= release)
-            row_done = accept and wx == W - 1
-            if accept:
-                fed += 1
-                wx = 0 if wx == W - 1 else wx + 1
-            if issue:
-                out += 1
-            complete += row_done - (release if issue else 0)
-        return rows
 
     def _row_entry(self, r):
         """Per output row: the last row it needs and the rows freed after its last
         window (both counted from the oldest held row), and per tap row whether it is
         inside the image and its offset from the oldest held row."""
         k, d, H = self.kernel, self.dilation, self.height
-        need_row, _, _ = self._geometry(r, 0)
-        _, _, release = self._geometry(r, self.out_width - 1)
+        need_row, _, _ = self.geometry.reach(r, 0)
+        _, _, release = self.geometry.reach(r, self.out_width - 1)
         top = r * self.stride - self.padding
         base = min(max(top, 0), H)
         valid = [0 <= top + ky * d < H for ky in range(k)]
@@ -258,7 +304,7 @@ class SlidingWindow(wiring.Component):
         """Per output column: the last column it needs, and per tap column whether it
         is inside the image and its line-buffer address."""
         k, d, W = self.kernel, self.dilation, self.width
-        _, need_col, _ = self._geometry(0, c)
+        _, need_col, _ = self.geometry.reach(0, c)
         left = c * self.stride - self.padding
         valid = [0 <= left + kx * d < W for kx in range(k)]
         addr = [left + kx * d if v else 0 for kx, v in enumerate(valid)]

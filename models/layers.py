@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..compiler.cycles import conv_out_size  # one definition, shared with the hardware
+from ..numerics import conv_out_size  # one definition, shared with the compiler and hardware
 from .binary import BinarizeWeight, SignActivation, sign
 from .fixed import Fixed
 from .quantize import quantize_affine, quantize_scalar, quantize_weights_pow2, round_shift
