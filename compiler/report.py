@@ -7,12 +7,13 @@ import io
 from rich.console import Console
 from rich.table import Table
 
+from .resources import logic_sites
+
 __all__ = ["schedule_table", "render_text", "budget_lines"]
 
 
 def _cells_text(cells, family):
     """One unit's estimated cells in the board's terms (LUT sites, FFs, RAM, DSP)."""
-    from .resources import logic_sites
     ram = cells.get("bram", 0)
     return [str(logic_sites(cells, family)), str(cells.get("ff", 0)), str(ram),
             str(cells.get("dsp", 0))]

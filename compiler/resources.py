@@ -28,6 +28,12 @@ from importlib.resources import files
 from pathlib import Path
 
 from ..devices import FAMILIES as DEVICE_FAMILIES
+from .graph import Graph
+# the family's block RAM and DSP rules, re-exported: the model counts cells by them
+from .hard_blocks import (BRAM_MIN_FILL, BRAM_MODES, BRAM_ROM_COST, LATE_BLOCK_READ,
+                          LATE_DSP_OUTPUT, LUT_ROM_MAX_DEPTH, block_ram_blocks, rom_blocks,
+                          rom_in_block_ram, rom_read_register)
+from .ops import op_of
 
 __all__ = ["FAMILIES", "CELLS", "MODEL_FILE", "load_model", "estimate_unit", "family_features",
            "rom_blocks", "rom_in_block_ram", "rom_read_register", "LUT_ROM_MAX_DEPTH",
@@ -48,76 +54,10 @@ def load_model(path=MODEL_FILE):
     return json.loads(Path(path).read_text())["coefficients"]
 
 
-#: Cyclone V: deepest weight ROM (an MVU's, ``rom_depth`` words) Yosys keeps in logic;
-#: a deeper one takes an M10K (measured on single MVUs: M10K from 16 words).
-LUT_ROM_MAX_DEPTH = {"cyclonev": 8}
-
-#: ECP5 and iCE40: Yosys's ``memory_libmap`` puts a ROM in block RAM when that is
-#: cheaper than logic, at 1/16 per bit of logic (its ``-logic-cost-rom``) against this
-#: cost per block (``cost`` in its ``brams_16kd.txt``, ``brams.txt``). Measured on
-#: single ROMs: ECP5 keeps 64x32, 32x72, 16x144 and 256x8 in logic and puts 64x36,
-#: 128x17 and 256x9 in a DP16KD; iCE40 keeps 64x32 and 64x36, puts 128x16 in an
-#: SB_RAM40_4K.
-BRAM_ROM_COST = {"ecp5": 128, "ice40": 64}
-
-#: Families whose block RAM read data arrives too late to meet the XNORs and popcount in
-#: the same cycle: an MVU whose weight ROM is block RAM there registers the word once
-#: more (:func:`rom_read_register`). ECP5: a DP16KD's clock-to-output is 5.6 ns of the
-#: 10 ns period (nextpnr); Cyclone V and iCE40 have no place and route timing in our
-#: flows, so their ROM reads stay as they were.
-LATE_BLOCK_READ = ("ecp5",)
-
-#: Families whose integer MVUs register their products once more in the fabric after
-#: the DSP block's own output register (``hw.mvu``'s ``registered_products``). ECP5: the
-#: first layer's multipliers spread along the DSP rows, and the route from a product
-#: register to the adder tree took 5.7 of the CIFAR-size network's 10.4 ns critical
-#: path (nextpnr); the other families have no place and route timing in our flows.
-LATE_DSP_OUTPUT = ("ecp5",)
-
-#: Block RAM aspect ratios per family: (width, depth) of one block
-#: (:attr:`groupnet_hw.devices.Family.bram_modes`).
-BRAM_MODES = {name: list(f.bram_modes) for name, f in DEVICE_FAMILIES.items()}
-
-
-def rom_blocks(depth: int, width: int, family: str) -> int:
-    """Block RAMs of a ``depth`` x ``width`` ROM in the family's best aspect ratio."""
-    return min(-(-width // w) * -(-depth // d) for w, d in BRAM_MODES[family])
-
-
-#: Least fill of its blocks (memory bits / block bits) at which Yosys puts a memory in
-#: block RAM: Cyclone V's M10K rule has ``min efficiency 5`` (per cent); ECP5 and iCE40
-#: map a memory marked ``ram_style = "block"`` whatever its fill.
-BRAM_MIN_FILL = {"ecp5": 0.0, "ice40": 0.0, "cyclonev": 0.05}
-
 #: Features that are cell counts themselves, not fitted (:func:`family_features`):
 #: feature -> the cell type it counts.
 COUNTED_CELLS = {"rom_blocks": "bram", "line_blocks": "bram", "fifo_blocks": "bram",
                  "fifo_lutram": "lutram"}
-
-
-def block_ram_blocks(depth: int, width: int, family: str) -> int | None:
-    """Block RAMs of a ``depth`` x ``width`` memory with one read port (a line-buffer
-    memory marked for block RAM, a FIFO), or ``None`` where Yosys would build it in
-    logic instead (:data:`BRAM_MIN_FILL`)."""
-    blocks = rom_blocks(depth, width, family)
-    w, d = BRAM_MODES[family][0]
-    if depth * width < BRAM_MIN_FILL[family] * blocks * w * d:
-        return None
-    return blocks
-
-
-def rom_in_block_ram(depth: int, width: int, family: str) -> bool:
-    """Whether Yosys builds a ``depth`` x ``width`` ROM in the family's block RAM
-    (:data:`BRAM_ROM_COST`, :data:`LUT_ROM_MAX_DEPTH`)."""
-    if family in BRAM_ROM_COST:
-        return depth * width > 16 * BRAM_ROM_COST[family] * rom_blocks(depth, width, family)
-    return depth > LUT_ROM_MAX_DEPTH[family]
-
-
-def rom_read_register(depth: int, width: int, family: str) -> bool:
-    """Whether an MVU's ``depth`` x ``width`` weight ROM gets a register after its read
-    on this family (:data:`LATE_BLOCK_READ`; ``hw.mvu``'s ``registered_rom``)."""
-    return family in LATE_BLOCK_READ and depth > 1 and rom_in_block_ram(depth, width, family)
 
 
 def family_features(features: dict, family: str) -> dict:
@@ -295,7 +235,6 @@ def stream_fifo_features(g, src, depth: int, ram: str = "auto", beats: int = 1,
     ``beats`` beats per pixel); ``out_register``: with
     :class:`~groupnet_hw.hw.fifo.StreamFIFO`'s register after the memory
     (``out_register_bits``)."""
-    from .ops import op_of
     distinct = len(set(op_of(src).channel_sources(g, src))) * src.bit_width
     width = src.channels // beats * src.bit_width
     f = fifo_features(width, depth, -(-distinct // beats), ram)
@@ -363,8 +302,6 @@ def _stream_bits(node):
 def unit_features(sched):
     """``{(owner, role, slot): (op name, features)}`` for every unit the accelerator
     builds from ``sched``: each node's unit(s), each fork, each FIFO."""
-    from .graph import Graph
-    from .ops import op_of
     g = sched.graph
     out = {}
     readers = {}

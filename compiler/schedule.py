@@ -20,13 +20,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
+from itertools import combinations
 
 from ..devices import get_board, get_family
+from ..hw.fifo import FIFO_RAM_KINDS
 from . import cycles as cyc
 from .beats import assign_beats
 from .graph import Graph
 from .ops import TIMING_FRAMES, op_of
 from .ops.window import choose_folding
+from .resources import (CELLS, LATE_BLOCK_READ, block_ram_blocks, estimate_unit,
+                        fifo_in_block_ram, fork_features, logic_sites, stream_fifo_features)
+from .sharing import base_groups, share_bases
 
 __all__ = ["Schedule", "schedule", "choose_folding", "fifo_depths", "ideal_times",
            "check_fits", "memory_floor"]
@@ -39,7 +44,6 @@ DEFAULT_MAX_UTIL = 0.9
 def board_usage(cells: dict, family: str) -> dict:
     """Budgeted resources (the keys of a device's ``limits``,
     :class:`groupnet_hw.devices.Device`) from estimated cells."""
-    from .resources import logic_sites
     aluts_per_alm = get_family(family).aluts_per_alm
     if aluts_per_alm:
         # Cyclone V: ALMs, of ALUTs and MLABs (ten ALMs each)
@@ -122,6 +126,26 @@ class Schedule:
     def fifo_ram(self, consumer, ref):
         """How the FIFO in front of ``consumer``'s input ``ref`` builds its memory."""
         return self.fifo_rams.get(consumer, {}).get(ref, "auto")
+
+    def build_node(self, ctx, node):
+        """Build ``node``'s hardware unit(s) into an accelerator under construction (its
+        op's ``build`` with the node's :class:`Unit`): how
+        :class:`groupnet_hw.hw.accelerator.Accelerator`, which knows no IR op, builds
+        each node.
+
+        Parameters
+        ----------
+        ctx : groupnet_hw.hw.accelerator.BuildContext
+        node : Node
+            A node of :attr:`graph`.
+
+        Returns
+        -------
+        tuple of list
+            ``(sinks, sources)``: the unit's input streams, one per input of ``node``,
+            and its output streams, one per output.
+        """
+        return op_of(node).build(ctx, node, self.units[node.name])
 
     @property
     def clock_mhz(self):
@@ -367,7 +391,7 @@ STREAM_CHOICES = ("pixels", "beats", "auto")
 def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
              max_util=DEFAULT_MAX_UTIL, folding=None, bases="auto",
              line_buffers="auto", fuse_activations=True, fifos="auto",
-             streams="pixels") -> Schedule:
+             streams="auto") -> Schedule:
     """Fold, size FIFOs and estimate; see the module docstring.
 
     Parameters
@@ -431,7 +455,6 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
     family = get_board(board).family       # rejects an unknown board in one line
     if streams not in STREAM_CHOICES:
         raise ValueError(f"streams must be one of {', '.join(STREAM_CHOICES)}, not {streams!r}")
-    from ..hw.fifo import FIFO_RAM_KINDS
     if fifos not in FIFO_RAM_KINDS:
         raise ValueError(f"fifos must be one of {', '.join(FIFO_RAM_KINDS)}, not {fifos!r}")
     modes = [line_buffers]
@@ -472,7 +495,6 @@ LINE_BUFFER_CHOICES = ("auto", "logic", "block", "serial")
 def _block_lines(g, family):
     """Whether any convolution's line buffer could go to the family's block RAM (as one
     memory per ring row and window column, or as one serial memory)."""
-    from .resources import block_ram_blocks
     for node in g:
         parent = g.producer(node.inputs[0]) if node.inputs else None
         for kind in ("block", "serial"):
@@ -486,7 +508,6 @@ def _register_block_fifos(g, units, fifos, rams, family):
     """Set every join's ``registered_fifos``: the input slots whose FIFO memory the family
     builds in block RAM with a late read (:data:`..resources.LATE_BLOCK_READ`). True
     where that changed anything."""
-    from .resources import LATE_BLOCK_READ, fifo_in_block_ram, stream_fifo_features
     changed = False
     for consumer, refs in fifos.items():
         slots = ()
@@ -508,7 +529,6 @@ def _fifo_rams(g, fifos, family, mode, units, limits):
     ``fifos``). In ``auto``, only where the family's distributed RAM is over its budget:
     FIFOs move to block RAM, the most distributed RAM freed per block first, while the
     block RAM stays within its budget (the other units' and the FIFOs' own counted)."""
-    from .resources import estimate_unit, stream_fifo_features
     refs = [(c, r) for c, rs in fifos.items() for r in rs]
 
     def cells(consumer, ref, ram):
@@ -556,7 +576,6 @@ def _fuse_activations(g, units, parents, readers, family, always=False):
     can outweigh the unit's output register.) ``always``: wherever it can (with beat
     streams, :mod:`.beats`, a post-op unit of its own would keep its MVU's output, and
     every tensor joined to it, in whole pixels)."""
-    from .resources import estimate_unit
 
     def cells(node, unit):
         feats = op_of(node).resource_features(g, node, parents[node.name], unit)
@@ -586,9 +605,6 @@ def _map_bases(g, board, target_cycles, fps, max_util, folding, bases, line_ram,
     """:func:`schedule` with one choice of line buffers."""
     if bases == "parallel" or (bases == "auto" and folding):
         return _fold(g, board, target_cycles, fps, max_util, folding, line_ram, options)
-    from itertools import combinations
-
-    from .sharing import base_groups, share_bases
     groups = [grp.mixer for grp in base_groups(g)]
     if not groups:
         if bases == "shared":
@@ -746,7 +762,6 @@ def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logi
         return beats if streams == "beats" else min(pixels, beats, key=rank)
 
     def estimate(units):
-        from .resources import CELLS, estimate_unit, fork_features, stream_fifo_features
         cells = dict.fromkeys(CELLS, 0)
         frame = cyc.pipeline_cycles([u.cycles for u in units.values()])
         for node in g:

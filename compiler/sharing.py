@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from .graph import Graph, Node
 from .ops import op_of
+from .passes import analyze_ranges
 
 __all__ = ["BaseGroup", "base_groups", "share_bases"]
 
@@ -212,7 +213,6 @@ def share_bases(g: Graph, mixers=None) -> Graph:
     ValueError
         One of ``mixers`` does not join a shareable base group.
     """
-    from .passes import analyze_ranges
     g = copy.deepcopy(g)
     wanted = None if mixers is None else set(mixers)
     done = set()

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-
 import torch
 
 from .. import cycles as cyc
 from .base import TIMING_FRAMES, Op, register
+from .window import _pack_bits, _packed_times
 
 __all__ = ["Input", "Head"]
 
@@ -80,7 +80,6 @@ class Head(Op):
                    parent.height * parent.width * unit.input_beats(0))
 
     def timing(self, node, parent, ins, unit):
-        from .window import _packed_times
         pixels = _packed_times(ins[0], unit.input_beats(0))
         n_par = parent.height * parent.width
         latency = node.channels * cyc.lane_folds(parent.channels, unit.pe) + cyc.HEAD_PIPELINE
@@ -89,11 +88,10 @@ class Head(Op):
     def resource_features(self, g, node, parent, unit):
         s_lo, s_hi = node.attrs["sum_range"]
         sum_w = max(abs(s_lo), abs(s_hi)).bit_length() + 1
-        from .window import _pack_bits
         return {"one": 1, "sum_bits": parent.channels * sum_w, "mults": unit.pe,
                 "mult_bits": unit.pe * sum_w, "out_bits": node.channels * node.bit_width,
                 "pack_bits": _pack_bits(g, parent, unit)}
 
     def build(self, ctx, node, unit):
-        head = ctx.add(node, ctx.head)  # built early: the port widths follow from it
+        head = ctx.add(node, ctx.head)  # the accelerator's: its logits are the output port
         return [ctx.packed(ctx.parent(node), node, head.i)], [head.o]

@@ -3,7 +3,14 @@ stand-alone soft gate. Their inputs get compiler-sized FIFOs."""
 
 from __future__ import annotations
 
+import torch
+
+from ...hw.arith import const_product_width, multiplier_cost
+from ...hw.beats import BeatPad
+from ...hw.elementwise import ResidualAdd
+from ...hw.mixer import BaseMixer
 from .. import cycles as cyc
+from ..graph import fits_int64
 from .base import Op, register, same_attrs
 from .pixel import round_shift
 
@@ -88,7 +95,6 @@ class AddOp(Op):
                 "pass_bits": (node.channels - b.channels) * node.bit_width}
 
     def build(self, ctx, node, unit):
-        from ...hw.elementwise import ResidualAdd
         a, b = (ctx.graph.producer(r) for r in node.inputs)
         groups = node.attrs.get("groups", 1)
         if unit.beats > 1:
@@ -98,7 +104,6 @@ class AddOp(Op):
                                           node.bit_width, paced=unit.paced))
             if unit.input_beats(1) == unit.beats:
                 return [u.a, u.b], [u.o]
-            from ...hw.beats import BeatPad
             pad = ctx.add(node, BeatPad(ctx.tensor_shape(b), unit.input_beats(1), unit.beats),
                           "_pad")
             ctx.connect_raw(pad.o, u.b)
@@ -119,7 +124,6 @@ class AddOp(Op):
 def _mixer_features(g, node, unit, lambdas, gates, channels=None):
     """Features of a :class:`~groupnet_hw.hw.mixer.BaseMixer`: its shift-add adder bits
     (per lane), the held inputs and the output registers."""
-    from ...hw.arith import const_product_width, multiplier_cost
     a = node.attrs
     in_w = max(g.producer(i).bit_width for i in node.inputs)
     k = len(lambdas)
@@ -162,7 +166,6 @@ def _mixer_features(g, node, unit, lambdas, gates, channels=None):
 
 
 def _gated_range(node, gates, gate_frac, ins, agg_lo, agg_hi):
-    from ..passes import fits_int64
     one = 1 << gate_frac
     # C*g + (one - C)*agg with 0 <= C <= one
     fits_int64(node, one * (max(max(-x.lo, x.hi) for x in ins) + max(-agg_lo, agg_hi)),
@@ -212,7 +215,6 @@ class Mixer(Op):
             else node.channels
 
     def execute(self, node, ins):
-        import torch
         a = node.attrs
         ins = self._bases(node, ins)
         agg = round_shift(sum(int(l) * x for l, x in zip(a["lambdas"], ins)), a["lambda_frac"])
@@ -224,7 +226,6 @@ class Mixer(Op):
         return torch.cat(outs, dim=1) if a.get("packed_out") else outs
 
     def value_range(self, node, ins):
-        from ..passes import fits_int64
         a = node.attrs
         if a.get("packed_in"):
             ins = list(ins) * len(a["lambdas"])     # the packed tensor's range, per base
@@ -246,7 +247,6 @@ class Mixer(Op):
                                node.attrs["gates"], self.lane_channels(node) // unit.beats)
 
     def build(self, ctx, node, unit):
-        from ...hw.mixer import BaseMixer
         a = node.attrs
         ins = [ctx.graph.producer(r) for r in node.inputs]
         gated = a["gates"] is not None
@@ -309,7 +309,6 @@ class Gate(Op):
     def build(self, ctx, node, unit):
         # A gated mixer whose lambdas pick the last input unchanged (agg = agg << f >> f)
         # is exactly a stand-alone gate; its extra output is left unread.
-        from ...hw.mixer import BaseMixer
         a = node.attrs
         ins = [ctx.graph.producer(r) for r in node.inputs]
         k = len(ins) - 1

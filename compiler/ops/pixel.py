@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import torch
 
+from ...hw.arith import compared_bits, multiplier_cost, multiplier_pieces
+from ...hw.beats import beat_order
+# the hardware units, named apart from the ops of the same name defined here
+from ...hw.elementwise import AffineTable, PostOp as PostOpUnit, Threshold as ThresholdUnit
+from ...hw.multithreshold import MultiThreshold, ThresholdTable
+from ...hw.subsample import Subsample as SubsampleUnit
+from ...numerics import signed_width
 from .. import cycles as cyc
-from .base import TIMING_FRAMES, Op, register, same_attrs
+from ..graph import fits_int64
+from .base import TIMING_FRAMES, Op, op_of, register, same_attrs
 
 __all__ = ["round_shift", "postop_value", "Relu", "PostOp", "Threshold", "Subsample", "Repeat"]
 
@@ -64,7 +72,6 @@ class Relu(Op):
         return same_attrs([n.attrs for n in nodes])
 
     def build(self, ctx, node, unit):
-        from ...hw.elementwise import PostOp as PostOpUnit
         parent = ctx.parent(node)
         u = ctx.add(node, PostOpUnit(node.channels, ctx.width_of(parent), [1] * node.channels,
                                      [0] * node.channels, 0, True, False, node.bit_width))
@@ -95,7 +102,6 @@ class PostOp(Op):
         return out.clamp(min=0) if a["post_relu"] else out
 
     def value_range(self, node, ins):
-        from ..passes import fits_int64
         a = node.attrs
         lo, hi = ins[0].lo, ins[0].hi
         if a["pre_relu"]:
@@ -115,7 +121,6 @@ class PostOp(Op):
         return _stack_per_channel(scaled, ("A", "B"))
 
     def activation(self, node):
-        from ...hw.elementwise import AffineTable
         a = node.attrs
         return AffineTable(a["A"].tolist(), a["B"].tolist(), a["shift"], a["pre_relu"],
                            a["post_relu"], node.bit_width)
@@ -125,8 +130,6 @@ class PostOp(Op):
         # (``act_adder_bits``, with one fold also the constants' shift-and-add); with
         # several folds a DSP block per PE (per piece of a wide value) and a ROM of every
         # PE's scale and offset
-        from ...hw.arith import multiplier_cost, multiplier_pieces
-        from ..graph import signed_width
         a = node.attrs
         half = (1 << (a["shift"] - 1)) if a["shift"] else 0
         scales, offsets = a["A"].tolist(), [b + half for b in a["B"].tolist()]
@@ -149,12 +152,10 @@ class PostOp(Op):
     def resource_features(self, g, node, parent, unit):
         if unit.fused:
             return {}       # its producer's MVU does the work (``activation_features``)
-        from ...hw.arith import multiplier_cost
         a = node.attrs
         in_w = parent.bit_width
         f = {"one": 1, "out_bits": node.channels * node.bit_width}
         if unit.pe:
-            from ..graph import signed_width
             coef = max(signed_width(v, v) for v in a["A"].tolist())
             bias = max(signed_width(v, v) for v in a["B"].tolist())
             folds = cyc.lane_folds(node.channels, unit.pe)
@@ -183,7 +184,6 @@ class PostOp(Op):
     def build(self, ctx, node, unit):
         if unit.fused:
             return _fused_wiring(ctx, node)
-        from ...hw.elementwise import PostOp as PostOpUnit
         a = node.attrs
         u = ctx.add(node, PostOpUnit(node.channels, ctx.width_of(ctx.parent(node)),
                                      a["A"].tolist(), a["B"].tolist(), a["shift"],
@@ -220,13 +220,11 @@ class Threshold(Op):
         return _stack_per_channel([n.attrs for n in nodes], ("T", "invert"))
 
     def activation(self, node):
-        from ...hw.multithreshold import ThresholdTable
         return ThresholdTable(node.attrs["T"].tolist(), node.attrs["invert"].tolist())
 
     def activation_features(self, node, acc_width, folds, pe):
         # one fold: constant thresholds, compared on the bits they need; several: every
         # PE compares with ROM words of the accumulator's width and one more
-        from ...hw.arith import compared_bits
         levels = node.attrs["T"].shape[1]
         if folds == 1:
             return {"act_compare_bits": sum(compared_bits(t, acc_width) for row in
@@ -239,8 +237,6 @@ class Threshold(Op):
             return {}       # its producer's MVU compares (``activation_features``)
         # Thresholds outside the input's range become constant bits (no comparator);
         # a multi-threshold compares every level and counts them by binary search.
-        from ...hw.arith import compared_bits
-        from . import op_of
         T = node.attrs["T"]
         w = op_of(parent).lane_width(g, parent)
         # `x >= t` compares only the bits of x above t's trailing zeros (hw.arith.at_least);
@@ -254,7 +250,6 @@ class Threshold(Op):
             # a lane compares with its channel's thresholds in every beat: with one
             # constant for all, as one channel; else against the beat's (a multiplexer
             # of constants, counted as the full compare)
-            from ...hw.beats import beat_order
             order = beat_order(node.channels, unit.beat_groups, unit.beats)
             live = 0
             for lane in range(node.channels // unit.beats):
@@ -270,15 +265,12 @@ class Threshold(Op):
         a = node.attrs
         parent = ctx.parent(node)
         invert = [bool(v) for v in a["invert"].tolist()]
-        from ...hw.beats import beat_order
         beats = {"beats": unit.beats,
                  "order": beat_order(node.channels, unit.beat_groups, unit.beats)}
         if a["T"].shape[1] == 1:
-            from ...hw.elementwise import Threshold as ThresholdUnit
             u = ctx.add(node, ThresholdUnit(node.channels, ctx.width_of(parent),
                                             a["T"][:, 0].tolist(), invert, **beats))
         else:
-            from ...hw.multithreshold import MultiThreshold
             u = ctx.add(node, MultiThreshold(node.channels, ctx.width_of(parent), node.bits,
                                              a["T"].tolist(), invert, **beats))
         return [u.i], [u.o]
@@ -318,7 +310,6 @@ class Subsample(Op):
         return out, None
 
     def build(self, ctx, node, unit):
-        from ...hw.subsample import Subsample as SubsampleUnit
         parent = ctx.parent(node)
         u = ctx.add(node, SubsampleUnit(ctx.tensor_shape(parent), parent.height, parent.width,
                                         node.attrs["stride"], beats=unit.beats))
@@ -352,7 +343,6 @@ class Repeat(Op):
         return node.attrs["times"] * in_groups[0]
 
     def channel_sources(self, g, node):
-        from . import op_of
         parent = g.producer(node.inputs[0])
         sources = op_of(parent).channel_sources(g, parent)
         return [sources[c % parent.channels] for c in range(node.channels)]

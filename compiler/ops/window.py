@@ -14,8 +14,14 @@ from math import ceil
 import numpy as np
 import torch
 
+from ...hw.maxpool import MaxPool
+from ...hw.mvu import (POPCOUNT_CHUNK, TREE_LAST_STAGE_TERMS, TREE_LEVELS_PER_STAGE, BinaryMVU,
+                       BinaryWeightMVU, IntegerMVU, binary_tree_terms)
+from ...hw.window import SlidingWindow, WindowGeometry
+from ...numerics import signed_width
 from .. import cycles as cyc
-from .base import TIMING_FRAMES, Op, register, same_attrs
+from ..hard_blocks import LATE_DSP_OUTPUT, block_ram_blocks, rom_read_register
+from .base import TIMING_FRAMES, Op, op_of, register, same_attrs
 
 __all__ = ["window_patches", "flat_weight", "choose_folding", "BinConv", "IntConv", "MaxPoolOp"]
 
@@ -79,7 +85,6 @@ def _window_last_input(node, parent, q_local):
 
 
 def _window_shape(ctx, node, parent, unit, paced=False):
-    from ...hw.window import SlidingWindow
     a = node.attrs
     # binary activations pad with +1 (every bit 1); n-bit levels and integers with 0
     binary = node.op == "bin_conv" and not a["in_bits"]
@@ -91,13 +96,8 @@ def _window_shape(ctx, node, parent, unit, paced=False):
 
 @lru_cache(maxsize=None)
 def _ring_rows(height, width, kernel, stride, dilation, padding, line_ram="logic"):
-    from amaranth.hdl import unsigned
-
-    from ...hw.window import SlidingWindow
-    window = SlidingWindow(unsigned(1), height, width, kernel=kernel, stride=stride,
-                           dilation=dilation, padding=padding, line_ram=line_ram)
-    window._MustUse__silence = True      # asked for its geometry, never elaborated
-    return window.ring_rows
+    # cached: the schedule asks for the same windows' line buffers many times over
+    return WindowGeometry(height, width, kernel, stride, dilation, padding).ring_rows(line_ram)
 
 
 def _line_memory(node, parent, kind="block"):
@@ -159,8 +159,6 @@ def _mvu_tree_features(node, unit):
 
     A binary-weight MVU (``in_bits``) sums ``simd`` masked n-bit lanes per PE plus one
     shared sum of the lanes themselves."""
-    from ...hw.mvu import POPCOUNT_CHUNK
-    from ..cycles import TREE_LAST_STAGE_TERMS, TREE_LEVELS_PER_STAGE
     pe, simd, in_bits = unit.pe, unit.simd, node.attrs["in_bits"]
     f = {"pair_add_bits": 0, "tree_reg_bits": 0, "tree_sum_bits": 0, "tree_csa_bits": 0}
     if in_bits:
@@ -218,7 +216,6 @@ class _Conv(Op):
         return (folds if folds > 1 else 0), unit.pe * unit.simd * self.rom_lane_bits
 
     def registers_rom(self, node, unit, family):
-        from ..resources import rom_read_register
         return rom_read_register(*self.weight_rom(node, unit), family)
 
     def operand_stage(self, node, unit):
@@ -235,7 +232,6 @@ class _Conv(Op):
         # "serial" (one memory, a tap per cycle) where the MVU leaves the window the
         # cycles to read its taps one by one, so that it costs no cycle: fewer blocks,
         # and block RAM takes the short rows one memory per row is too small for
-        from ..resources import block_ram_blocks
 
         def in_block_ram(kind):
             depth, width, _ = _line_memory(node, parent, kind)
@@ -252,7 +248,6 @@ class _Conv(Op):
 
     def lane_width(self, g, node):
         # the MVU's accumulator: the bound of any input, not the range of these weights
-        from ..graph import signed_width
         parent = g.producer(node.inputs[0])
         n_in = node.attrs["kernel"] ** 2 * parent.channels // node.attrs.get("groups", 1)
         if self.name == "bin_conv":
@@ -366,7 +361,6 @@ class BinConv(_Conv):
     name = "bin_conv"
 
     def tree_terms(self, node, unit):
-        from ...hw.mvu import binary_tree_terms
         return unit.simd if node.attrs["in_bits"] else binary_tree_terms(unit.simd)
 
     def execute(self, node, ins):
@@ -400,12 +394,10 @@ class BinConv(_Conv):
         flat = flat_weight(node.attrs["bits"]).numpy()
         groups = node.attrs.get("groups", 1)
         if node.attrs["in_bits"]:
-            from ...hw.mvu import BinaryWeightMVU
             return BinaryWeightMVU(flat.shape[1], node.channels, unit.pe, unit.simd, flat,
                                    in_bits=node.attrs["in_bits"], groups=groups,
                                    in_place=unit.in_place, activation=activation,
                                    beats=unit.beats, registered_rom=unit.registered_rom)
-        from ...hw.mvu import BinaryMVU
         return BinaryMVU(flat.shape[1], node.channels, unit.pe, unit.simd, flat, groups=groups,
                          in_place=unit.in_place, activation=activation, beats=unit.beats,
                          registered_rom=unit.registered_rom)
@@ -468,7 +460,6 @@ class IntConv(_Conv):
         return int(los.min()), int(his.max())
 
     def _mvu(self, node, parent, unit, activation=None):
-        from ...hw.mvu import IntegerMVU
         flat = flat_weight(node.attrs["weight"]).numpy().astype(np.int64)
         return IntegerMVU(flat.shape[1], node.channels, unit.pe, unit.simd, flat,
                           in_width=parent.bit_width, in_signed=parent.kind == "fixed",
@@ -477,11 +468,9 @@ class IntConv(_Conv):
                           registered_products=unit.registered_products)
 
     def registers_products(self, node, unit, family):
-        from ..resources import LATE_DSP_OUTPUT
         return family in LATE_DSP_OUTPUT
 
     def resource_features(self, g, node, parent, unit):
-        from ...hw.mvu import IntegerMVU
         f = _window_features(node, parent, unit)
         folds = self.vector_steps(node, unit)
         f.update(mults=unit.pe * unit.simd,
@@ -526,7 +515,6 @@ def _pack_bits(g, parent, unit):
     (its collect and output registers: a pixel), 0 where the input is whole pixels."""
     if unit.input_beats(0) == 1:
         return 0
-    from . import op_of
     return parent.channels * op_of(parent).lane_width(g, parent)
 
 
@@ -535,7 +523,6 @@ def _activation_table(g, node, unit):
     or ``None``."""
     if not unit.activation:
         return None
-    from . import op_of
     (consumer,) = g.consumers(node.name)
     return op_of(consumer).activation(consumer)
 
@@ -546,7 +533,6 @@ def _output_features(g, node, unit):
     its own features as the op whose work it does counts them
     (:meth:`~.base.Op.activation_features`): the activation's values, not the
     accumulator's, are what the collect and output registers hold."""
-    from . import op_of
     lanes = node.channels // unit.beats
     one_step = op_of(node).vector_steps(node, unit) == unit.beats
     if not unit.activation:
@@ -610,7 +596,6 @@ class MaxPoolOp(Op):
         return f
 
     def build(self, ctx, node, unit):
-        from ...hw.maxpool import MaxPool
         parent = ctx.parent(node)
         a = node.attrs
         u = ctx.add(node, MaxPool(ctx.tensor_shape(parent), parent.height, parent.width,
