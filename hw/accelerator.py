@@ -1,11 +1,15 @@
-"""The accelerator: the dataflow graph of a :class:`~groupnet_hw.compiler.schedule.Schedule`
-assembled from stream units.
+"""The accelerator: the dataflow graph of a schedule
+(:class:`~groupnet_hw.compiler.schedule.Schedule`) assembled from stream units.
 
 Each graph node becomes one unit (a binary or integer convolution becomes a
 sliding window feeding a matrix-vector unit); a tensor read by several nodes
 goes through a :class:`~.fork.Broadcast`; the schedule's FIFOs sit on the fork
 branches that rejoin later (residual skips, base outputs before the mixer), so
 no back-pressure pattern can deadlock the pipeline.
+
+The hardware side knows no IR op: the schedule builds each node's units
+(:class:`Accelerator` lists what it reads of a schedule), so that ``hw`` imports nothing
+from ``compiler``.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from amaranth.hdl import Cat, Const, Module, Shape, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..compiler.ops import op_of
+from .beats import BeatPack, beat_order
 from .fifo import StreamFIFO
 from .fork import Broadcast
 from .head import ClassifierHead
@@ -88,7 +92,6 @@ class BuildContext:
         unit = self.units[src.name]
         if unit.beats == 1:
             return sink
-        from .beats import BeatPack, beat_order
         pack = self.add(consumer, BeatPack(self.lane_width(src), src.channels, unit.beats,
                                            beat_order(src.channels, unit.beat_groups,
                                                       unit.beats)), "_pack")
@@ -164,6 +167,21 @@ class Accelerator(wiring.Component):
     ----------
     sched : Schedule
         Folded, FIFO-sized integer graph (:func:`groupnet_hw.compiler.schedule.schedule`).
+        What is read of it:
+
+        - ``graph``: the nodes in topological order, with ``input``, ``output``,
+          ``producer(ref)`` and per node ``name``, ``op``, ``inputs`` (references ``"node"`` or
+          ``"node:k"``) and the tensor's ``channels``, ``height``, ``width``, ``kind``,
+          ``bits``, ``bit_width``; the output node's ``attrs`` ``weight``, ``bias`` and
+          ``frac`` (the classifier head);
+        - ``units``: node name -> its unit's folding (``pe``, ``beats``,
+          ``beat_groups``, ``registered_fifos``);
+        - ``fifos``: consumer node name -> ``{input reference: depth}``;
+        - ``fifo_ram(consumer, ref)``: how that FIFO builds its memory
+          (:class:`~.fifo.StreamFIFO`'s ``ram``);
+        - ``build_node(ctx, node)``: builds the node's unit(s) into the
+          :class:`BuildContext` ``ctx`` and returns ``(sinks, sources)``, its input
+          streams (one per input) and output streams (one per output).
 
     Attributes
     ----------
@@ -192,13 +210,9 @@ class Accelerator(wiring.Component):
         pooled = g.producer(head.inputs[0])
         self._head_in_width = pooled.bit_width
         # the head's own bound (from its input width) sets the port width
-        probe = ClassifierHead(pooled.channels, pooled.bit_width, pooled.height, pooled.width,
-                               head.attrs["weight"].tolist(), head.attrs["bias"].tolist(),
-                               lanes=sched.units[head.name].pe)
-        self.logit_width = probe.logit_width
-        self._head = probe  # used as the head unit in elaborate()
-        # Its use is the Accelerator's own elaboration, which warns if it never happens.
-        probe._MustUse__silence = True
+        self.logit_width = ClassifierHead.logit_width_for(
+            pooled.bit_width, pooled.height * pooled.width, head.attrs["weight"].tolist(),
+            head.attrs["bias"].tolist())
         super().__init__({
             "i": In(stream.Signature(tensor_shape(inp))),
             "o": Out(stream.Signature(output_layout(self.n_classes, self.logit_width))),
@@ -207,15 +221,14 @@ class Accelerator(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         g = self.sched.graph
-        ctx = BuildContext(m, self.sched, self.i, self._head)
+        ctx = BuildContext(m, self.sched, self.i, self._classifier_head())
         #: submodule name -> ``(node name, role)``, role "unit", "fork" (of the node's
         #: output) or "fifo" (in front of the node): what per-module synthesis
         #: counts are attributed to when the resource model is calibrated.
         self.module_owners = owners = {}
         sinks, sources = {}, {}
         for node in g:
-            sinks[node.name], sources[node.name] = op_of(node).build(ctx, node,
-                                                                     self.sched.units[node.name])
+            sinks[node.name], sources[node.name] = self.sched.build_node(ctx, node)
 
         # fan-out: one Broadcast per tensor read by several inputs
         readers = {}
@@ -249,3 +262,14 @@ class Accelerator(wiring.Component):
         _connect(m, sources[g.output][0], self.o)
         owners.update({name: (node, "unit", None) for name, node in ctx.owners.items()})
         return m
+
+    def _classifier_head(self):
+        """The head unit of the output node, whose output is this accelerator's ``o``."""
+        g = self.sched.graph
+        head = g[g.output]
+        pooled = g.producer(head.inputs[0])
+        unit = ClassifierHead(pooled.channels, pooled.bit_width, pooled.height, pooled.width,
+                              head.attrs["weight"].tolist(), head.attrs["bias"].tolist(),
+                              lanes=self.sched.units[head.name].pe)
+        assert unit.logit_width == self.logit_width     # one rule: logit_width_for
+        return unit

@@ -1,3 +1,4 @@
+# amaranth: UnusedElaboratable=no
 """Latency: predicted by the cycle model (compiler.latency) == measured in the RTL.
 
 Latency is the cycles from the acceptance of a frame's first pixel to its result on
@@ -265,8 +266,7 @@ def test_fast_path_latency_with_and_without_stalls(tmp_path_factory, cfg, seed, 
     assert stalled.ok and stalled.latency_measured is None
     assert stalled.latency_predicted == lat.isolated
     # under random gaps and stalls a frame only ever takes longer than the ideal latency
-    acc = Accelerator(sched)
-    acc._MustUse__silence = True   # only its port facts are used; the RTL is the Verilog
+    acc = Accelerator(sched)     # only its port facts are used; the RTL is the Verilog
     _, _, run = run_hardware(acc, data, design=design, build_dir=build, stall=0.3, seed=seed,
                              jobs=1)
     first = run.out_cycles[0] - 1 - run.in_cycles[0]

@@ -1,3 +1,4 @@
+# amaranth: UnusedElaboratable=no
 """Board top shared by every board: the accelerator behind the UART host link.
 
 A board's top is a subclass of :class:`BoardTop` that names its amaranth-boards
@@ -72,34 +73,29 @@ class BoardTop(Elaboratable):
     #: Resource whose #0 resets the design (``None``: the platform's reset, if any).
     reset_resource = "button"
 
-    def __init__(self, core, baud=115200):
-        try:
-            if self.platform_class is None:
-                raise TypeError(f"{type(self).__name__} names no platform_class; use a board's "
-                                f"top (see groupnet_hw.hw.boards.BOARDS)")
-            self.clk_frequency = self.platform_class().default_clk_frequency
-            self.baud = baud
-            self.divisor = baud_divisor(self.clk_frequency, baud)
-            self.link = HostLink(core, self.divisor)
-        except Exception:
-            self._discard()
-            raise
-
-    def _discard(self):
-        # A top that fails to build is never elaborated; amaranth's "created but
-        # never used" warnings would only bury the error.
-        for obj in (self, getattr(self, "link", None)):
-            if obj is not None:
-                obj._MustUse__silence = True
+    def __new__(cls, core, baud=115200):
+        # Everything that can refuse a top runs before the top exists: amaranth warns
+        # about every elaboratable created and never elaborated, and a top that failed
+        # to build would be reported so under its error. The host link is made here
+        # and elaborated only by its top, so that this file's first line (amaranth's
+        # linter option) silences only the link of a top that failed; the top's own
+        # warning stays its creator's (``src_loc_at``: the caller's source location).
+        if cls.platform_class is None:
+            raise TypeError(f"{cls.__name__} names no platform_class; use a board's "
+                            f"top (see groupnet_hw.hw.boards.BOARDS)")
+        clk_frequency = cls.platform_class().default_clk_frequency
+        divisor = baud_divisor(clk_frequency, baud)
+        link = HostLink(core, divisor)
+        self = super().__new__(cls, src_loc_at=1)
+        self.clk_frequency, self.baud, self.divisor, self.link = clk_frequency, baud, divisor, link
+        return self
 
     def elaborate(self, platform):
         name = type(self).__name__
         if platform is None or not hasattr(platform, "request"):
-            self._discard()
             raise TypeError(f"{name} needs the board platform (build it with "
                             f"{self.platform_class.__name__}); simulate HostLink instead")
         if platform.default_clk_frequency != self.clk_frequency:
-            self._discard()
             raise ValueError(f"{name} computed its UART divisor for "
                              f"{self.clk_frequency / 1e6:g} MHz, but the platform's default "
                              f"clock runs at {platform.default_clk_frequency / 1e6:g} MHz")
