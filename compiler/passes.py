@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from .frontend import lower
 from .graph import Graph, Node, fits_int64
 from .ops import op_of
 from .ops.pixel import postop_value
@@ -135,5 +136,4 @@ def run_passes(g: Graph) -> Graph:
 
 def compile_model(model, input_shape=None) -> Graph:
     """:func:`~.frontend.lower`, then :func:`run_passes`."""
-    from .frontend import lower
     return run_passes(lower(model, input_shape))
