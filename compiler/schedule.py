@@ -1,4 +1,4 @@
-"""Dataflow schedule: folding, FIFO depths, cycle and resource model.
+"""Dataflow schedule: the search over implementation choices, and its result.
 
 Every graph node becomes one streaming unit (binary and integer convolutions
 become a sliding window plus a matrix-vector unit). The schedule
@@ -11,9 +11,15 @@ become a sliding window plus a matrix-vector unit). The schedule
 - predicts cycles per frame per node and for the pipeline (its slowest node),
   and estimates resources (Cyclone V ALMs, M10K blocks, DSP blocks).
 
-Each op's cycle, timing and resource model is its definition's (:mod:`.ops`). The K
-bases of a block are mapped side by side or time-shared on one set of units
-(:mod:`.sharing`), whichever is faster within the budget; the report states it.
+Each of those implementation decisions is one pass of :mod:`.decisions`, run in the
+order :data:`.decisions.DECISIONS` lists over a candidate: one graph folded for one
+frame interval with one choice of line buffers and of streams. This module is the
+search: it tries candidates (base mappings x line-buffer modes x stream kinds x frame
+intervals) and keeps the best; each candidate is decided once (:class:`GraphSearch`
+memoises them across the line-buffer modes). Each op's cycle, timing and resource
+model is its definition's (:mod:`.ops`). The K bases of a block are mapped side by
+side or time-shared on one set of units (:mod:`.sharing`), whichever is faster within
+the budget; the report states it.
 """
 
 from __future__ import annotations
@@ -22,88 +28,27 @@ import json
 from dataclasses import dataclass, field, replace
 from itertools import combinations
 
-from ..devices import get_board, get_family
+from ..devices import get_board
 from ..hw.fifo import FIFO_RAM_KINDS
 from . import cycles as cyc
-from .beats import assign_beats
+from .decisions import (DECISIONS, FIFO_LATENCY, FIFO_MARGIN, FIFO_MIN_DEPTH, FRONT,
+                        IN_PLACE_SLACK, Candidate, GraphContext, Unit, board_usage, decide,
+                        fifo_depths, ideal_times, through_fifo)
 from .graph import Graph
-from .ops import TIMING_FRAMES, op_of
+from .ops import op_of
 from .ops.window import choose_folding
-from .resources import (CELLS, LATE_BLOCK_READ, block_ram_blocks, estimate_unit,
-                        fifo_in_block_ram, fork_features, logic_sites, stream_fifo_features)
+from .resources import block_ram_blocks
 from .sharing import base_groups, share_bases
 
-__all__ = ["Schedule", "schedule", "choose_folding", "fifo_depths", "ideal_times",
-           "check_fits", "memory_floor"]
+# Unit, the FIFO sizing and board_usage live with the decisions that set them
+# (:mod:`.decisions`); they are re-exported here, where their users import them.
+__all__ = ["Schedule", "ScheduleOptions", "schedule", "choose_folding", "fifo_depths",
+           "ideal_times", "check_fits", "memory_floor", "Unit", "board_usage",
+           "through_fifo", "FIFO_LATENCY", "FIFO_MARGIN", "FIFO_MIN_DEPTH", "IN_PLACE_SLACK"]
 
 #: Fraction of each resource the schedule may fill (``--max-util``): place and route
 #: needs headroom, and the host link is not in the estimate.
 DEFAULT_MAX_UTIL = 0.9
-
-
-def board_usage(cells: dict, family: str) -> dict:
-    """Budgeted resources (the keys of a device's ``limits``,
-    :class:`groupnet_hw.devices.Device`) from estimated cells."""
-    aluts_per_alm = get_family(family).aluts_per_alm
-    if aluts_per_alm:
-        # Cyclone V: ALMs, of ALUTs and MLABs (ten ALMs each)
-        return dict(alm=-(-cells["lut"] * 10 // int(aluts_per_alm * 10)) + 10 * cells["lutram"],
-                    ff=cells["ff"], m10k=cells["bram"], dsp=cells["dsp"])
-    usage = dict(lut=logic_sites(cells, family), ff=cells["ff"], ebr=cells["bram"],
-                 dsp=cells["dsp"])
-    if family == "ecp5":
-        usage["lutram"] = cells["lutram"]
-    return usage
-
-FIFO_MARGIN = 2
-#: StreamFIFO (SyncFIFOBuffered) passes one beat per cycle only from depth 3 on.
-FIFO_MIN_DEPTH = 3
-
-
-@dataclass
-class Unit:
-    """One node's hardware mapping."""
-
-    name: str
-    op: str
-    cycles: int
-    pe: int | None = None
-    simd: int | None = None
-    n_in: int | None = None
-    resources: dict = field(default_factory=dict)
-    #: How a convolution's line buffer is built (``groupnet_hw.hw.window.LINE_RAM_KINDS``).
-    line_ram: str = "logic"
-    #: The unit takes at most one pixel every two cycles, so that its enables depend on
-    #: its own registers only (:meth:`~.ops.base.Op.paced`).
-    paced: bool = False
-    #: The MVU reads its serial window's register in place, without an input buffer
-    #: (:meth:`~.ops.base.Op.reads_in_place`).
-    in_place: bool = False
-    #: The MVU's weight ROM is block RAM whose read it registers once more, on the
-    #: board's family (:meth:`~.ops.base.Op.registers_rom`).
-    registered_rom: bool = False
-    #: The MVU registers its multipliers' products once more in the fabric, on the
-    #: board's family (:meth:`~.ops.base.Op.registers_products`).
-    registered_products: bool = False
-    #: The MVU applies its consumer's work to its results (FINN's MVAU with an
-    #: activation: :meth:`~.ops.base.Op.activation`), in this many register stages
-    #: (0: it does not).
-    activation: int = 0
-    #: The unit's work is done in its producer's MVU: no unit of its own.
-    fused: bool = False
-    #: Beats per pixel of the unit's output stream (:mod:`.beats`; 1: whole pixels), and
-    #: the groups of their layout (``groupnet_hw.hw.beats.beat_order``).
-    beats: int = 1
-    beat_groups: int = 1
-    #: A join's input slots whose FIFO registers its block RAM's read data once more
-    #: (``groupnet_hw.hw.fifo.StreamFIFO``'s ``out_register``; one cycle more of latency).
-    registered_fifos: tuple = ()
-    #: Beats per pixel of each input's stream (its producer's ``beats``; empty: all 1).
-    in_beats: tuple = ()
-
-    def input_beats(self, slot=0):
-        """Beats per pixel of input ``slot``'s stream."""
-        return self.in_beats[slot] if slot < len(self.in_beats) else 1
 
 
 @dataclass
@@ -235,84 +180,6 @@ class Schedule:
         return json.dumps(self.to_dict(), indent=2)
 
 
-# ---------------------------------------------------------------- FIFO sizing
-#: Cycles from a beat written into an empty :class:`~groupnet_hw.hw.fifo.StreamFIFO` to
-#: the beat being valid on its output (its docstring's latency).
-FIFO_LATENCY = 2
-
-
-def through_fifo(times, latency=FIFO_LATENCY):
-    """Output times of a FIFO written at ``times``: ``latency`` after the write, at most
-    one beat per cycle (the join's own ``timing`` then decides when it is taken)."""
-    out, prev = [], float("-inf")
-    for t in times:
-        prev = max(t + latency, prev + 1)
-        out.append(prev)
-    return out
-
-
-def ideal_times(g: Graph, units, frame_cycles=None, *, inputs=None, fifo_latency=FIFO_LATENCY):
-    """Cycle at which every output beat of every node appears when no FIFO is ever
-    full, with input pixels arriving at the pipeline's steady rate (each op's
-    ``timing``, from the latencies of the components' docstrings), and every input of
-    a join (which has a FIFO, :func:`fifo_depths`) passing through its FIFO's latency.
-
-    Parameters
-    ----------
-    frame_cycles : float
-        The frame interval: input pixel ``p`` arrives at ``p * frame_cycles / pixels``.
-    inputs : sequence, optional
-        Arrival times of the input pixels of :data:`TIMING_FRAMES` frames instead.
-    fifo_latency : int
-        Latency of the FIFOs in front of the joins (0: left out), one more where the
-        join's unit registers the FIFO's output (``Unit.registered_fifos``).
-
-    Returns ``(produced, accepted)``: node name -> output times, and node name ->
-    times at which it accepts each input beat (for joins, all inputs together).
-    """
-    inp = g[g.input]
-    n_in = inp.height * inp.width
-    produced, accepted = {}, {}
-    for node in g:
-        if node.name == g.input:
-            produced[node.name] = list(inputs) if inputs is not None else \
-                [p * frame_cycles / n_in for p in range(TIMING_FRAMES * n_in)]
-            continue
-        ins = [produced[Graph.source(r)] for r in node.inputs]
-        if op_of(node).join and len(node.inputs) >= 2 and fifo_latency:
-            registered = units[node.name].registered_fifos
-            ins = [through_fifo(x, fifo_latency + (slot in registered))
-                   for slot, x in enumerate(ins)]
-        parent = g.producer(node.inputs[0])
-        produced[node.name], accepted[node.name] = op_of(node).timing(
-            node, parent, ins, units[node.name])
-    return produced, accepted
-
-
-def fifo_depths(g: Graph, units, frame_cycles):
-    """FIFO depth for each input of every join (residual add, base mixer, gate): the
-    most beats its producer runs ahead of the join in the ideal timing, plus the
-    FIFO's own latency, so that at the scheduled rate no fork ever waits."""
-    produced, accepted = ideal_times(g, units, frame_cycles)
-    fifos = {}
-    for node in g:
-        if not op_of(node).join or len(node.inputs) < 2:
-            continue
-        for slot, ref in enumerate(node.inputs):
-            pushed = produced[Graph.source(ref)]
-            # one list for all inputs, or (an op whose inputs differ in beats) one each
-            taken = accepted[node.name]
-            if isinstance(taken, tuple):
-                taken = taken[slot]
-            ahead, j = 0, 0
-            for k, t in enumerate(taken):
-                while j < len(pushed) and pushed[j] <= t:
-                    j += 1
-                ahead = max(ahead, j - k)
-            fifos.setdefault(node.name, {})[ref] = max(FIFO_MIN_DEPTH, ahead + FIFO_MARGIN)
-    return fifos
-
-
 M10K_BITS = 10_240
 
 
@@ -376,16 +243,70 @@ def _folding_override(g: Graph, folding):
 #: How a block's K bases map to hardware (``schedule(..., bases=)``, ``build --bases``).
 BASE_MAPPINGS = ("auto", "parallel", "shared")
 
-#: An MVU reads its serial window in place (no input buffer) where that lengthens the
-#: frame interval by at most this fraction of it: the window refills only after the
-#: vector's last step, ``kernel**2 + 1`` cycles more per vector, which on a design whose
-#: MVUs all take the same thousands of cycles a vector (the CIFAR-size network's
-#: stages, fully folded) no MVU could otherwise afford, while the buffers are a whole
-#: window of K*C channels each.
-IN_PLACE_SLACK = 256
-
 #: :func:`schedule`'s ``streams``.
 STREAM_CHOICES = ("pixels", "beats", "auto")
+
+#: Choices of :func:`schedule`'s ``line_buffers``.
+LINE_BUFFER_CHOICES = ("auto", "logic", "block", "serial")
+
+
+@dataclass(frozen=True)
+class ScheduleOptions:
+    """Every option of :func:`schedule` (see its parameters), checked once; the search
+    and the passes (:mod:`.decisions`) read them from here.
+
+    ``folding`` is kept as ``((node name, (pe, simd)), ...)`` in the order given, so
+    that the record cannot change while the search runs.
+
+    Raises
+    ------
+    ValueError
+        An option out of its choices or range, or an unknown board: one line.
+    """
+
+    board: str = "de10nano"
+    target_cycles: int | None = None
+    fps: float | None = None
+    max_util: float = DEFAULT_MAX_UTIL
+    folding: tuple | None = None
+    bases: str = "auto"
+    line_buffers: str = "auto"
+    fuse_activations: bool = True
+    fifos: str = "auto"
+    streams: str = "auto"
+
+    def __post_init__(self):
+        if self.bases not in BASE_MAPPINGS:
+            raise ValueError(f"bases must be one of {', '.join(BASE_MAPPINGS)}, "
+                             f"not {self.bases!r}")
+        if self.line_buffers not in LINE_BUFFER_CHOICES:
+            raise ValueError(f"line_buffers must be one of {', '.join(LINE_BUFFER_CHOICES)}, "
+                             f"not {self.line_buffers!r}")
+        get_board(self.board)               # rejects an unknown board in one line
+        if self.streams not in STREAM_CHOICES:
+            raise ValueError(f"streams must be one of {', '.join(STREAM_CHOICES)}, "
+                             f"not {self.streams!r}")
+        if self.fifos not in FIFO_RAM_KINDS:
+            raise ValueError(f"fifos must be one of {', '.join(FIFO_RAM_KINDS)}, "
+                             f"not {self.fifos!r}")
+        if not 0 < self.max_util <= 1:
+            raise ValueError(f"max_util must be in (0, 1], not {self.max_util}")
+        if self.fps is not None and self.fps <= 0:
+            raise ValueError(f"fps must be positive, not {self.fps}")
+        if self.folding:
+            items = self.folding.items() if isinstance(self.folding, dict) else self.folding
+            object.__setattr__(self, "folding", tuple(
+                (name, tuple(value) if isinstance(value, list) else value)
+                for name, value in items))
+        else:
+            object.__setattr__(self, "folding", None)
+
+    def frame_target(self, clock_mhz):
+        """The frame interval asked for: ``target_cycles``, or the one of ``fps`` at
+        ``clock_mhz``; ``None`` (or 0): the fastest that fits."""
+        if self.fps is not None:
+            return max(1, int(clock_mhz * 1e6 // self.fps))
+        return self.target_cycles
 
 
 def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
@@ -447,25 +368,26 @@ def schedule(g: Graph, board="de10nano", target_cycles=None, *, fps=None,
         head collect pixels); ``auto``, at every frame interval tried, both and the
         better kept (fitting, then faster, then smaller).
     """
-    if bases not in BASE_MAPPINGS:
-        raise ValueError(f"bases must be one of {', '.join(BASE_MAPPINGS)}, not {bases!r}")
-    if line_buffers not in LINE_BUFFER_CHOICES:
-        raise ValueError(f"line_buffers must be one of {', '.join(LINE_BUFFER_CHOICES)}, "
-                         f"not {line_buffers!r}")
-    family = get_board(board).family       # rejects an unknown board in one line
-    if streams not in STREAM_CHOICES:
-        raise ValueError(f"streams must be one of {', '.join(STREAM_CHOICES)}, not {streams!r}")
-    if fifos not in FIFO_RAM_KINDS:
-        raise ValueError(f"fifos must be one of {', '.join(FIFO_RAM_KINDS)}, not {fifos!r}")
-    modes = [line_buffers]
-    if line_buffers == "auto":
-        modes = ["logic"] + (["block", "serial"]
-                             if _block_lines(g, family) else [])
+    options = ScheduleOptions(board=board, target_cycles=target_cycles, fps=fps,
+                              max_util=max_util, folding=folding, bases=bases,
+                              line_buffers=line_buffers, fuse_activations=fuse_activations,
+                              fifos=fifos, streams=streams)
+    return search(g, options)
+
+
+def search(g: Graph, options: ScheduleOptions) -> Schedule:
+    """:func:`schedule` with its options checked: each line-buffer mode with the best
+    base mapping (:class:`BaseMappings`), the best of those kept and the others that
+    differ in its notes."""
+    family = get_board(options.board).family
+    modes = [options.line_buffers]
+    if options.line_buffers == "auto":
+        modes = ["logic"] + (["block", "serial"] if _block_lines(g, family) else [])
+    mappings = BaseMappings(g, options)
     errors, candidates = [], []
     for mode in modes:
         try:
-            candidates.append(_map_bases(g, board, target_cycles, fps, max_util, folding,
-                                         bases, mode, (fuse_activations, fifos, streams)))
+            candidates.append(mappings.best(mode))
         except ValueError as e:      # --fps out of reach this way
             errors.append(e)
     if not candidates:
@@ -488,10 +410,6 @@ def _line_rams(sched):
     return sched.base_mapping, {u.name: u.line_ram for u in sched.units.values()}
 
 
-#: Choices of :func:`schedule`'s ``line_buffers``.
-LINE_BUFFER_CHOICES = ("auto", "logic", "block", "serial")
-
-
 def _block_lines(g, family):
     """Whether any convolution's line buffer could go to the family's block RAM (as one
     memory per ring row and window column, or as one serial memory)."""
@@ -504,147 +422,204 @@ def _block_lines(g, family):
     return False
 
 
-def _register_block_fifos(g, units, fifos, rams, family):
-    """Set every join's ``registered_fifos``: the input slots whose FIFO memory the family
-    builds in block RAM with a late read (:data:`..resources.LATE_BLOCK_READ`). True
-    where that changed anything."""
-    changed = False
-    for consumer, refs in fifos.items():
-        slots = ()
-        if family in LATE_BLOCK_READ:
-            ram = rams.get(consumer, {})
-            slots = tuple(
-                slot for slot, ref in enumerate(g[consumer].inputs) if ref in refs and
-                fifo_in_block_ram(stream_fifo_features(
-                    g, g[Graph.source(ref)], refs[ref], ram.get(ref, "auto"),
-                    units[Graph.source(ref)].beats), family))
-        unit = units[consumer]
-        changed |= slots != unit.registered_fifos
-        unit.registered_fifos = slots
-    return changed
-
-
-def _fifo_rams(g, fifos, family, mode, units, limits):
-    """``{consumer: {ref: "block"}}``: the FIFOs to mark for block RAM (:func:`schedule`'s
-    ``fifos``). In ``auto``, only where the family's distributed RAM is over its budget:
-    FIFOs move to block RAM, the most distributed RAM freed per block first, while the
-    block RAM stays within its budget (the other units' and the FIFOs' own counted)."""
-    refs = [(c, r) for c, rs in fifos.items() for r in rs]
-
-    def cells(consumer, ref, ram):
-        src = Graph.source(ref)
-        feats = stream_fifo_features(g, g[src], fifos[consumer][ref], ram, units[src].beats)
-        return estimate_unit(feats, "fifo", family)
-
-    if mode == "block":
-        chosen = refs
-    elif "lutram" not in limits:
-        chosen = []
-    else:
-        auto = {k: cells(*k, "auto") for k in refs}
-        lutram = sum(u.resources.get("lutram", 0) for u in units.values()) + \
-            sum(c["lutram"] for c in auto.values())
-        bram = sum(u.resources.get("bram", 0) for u in units.values()) + \
-            sum(c["bram"] for c in auto.values())
-        moves = []
-        for k in refs:
-            block = cells(*k, "block")
-            freed, cost = auto[k]["lutram"] - block["lutram"], block["bram"] - auto[k]["bram"]
-            if freed > 0:
-                moves.append((freed / max(cost, 1), freed, cost, k))
-        chosen = []
-        for _, freed, cost, k in sorted(moves, reverse=True):
-            if lutram <= limits["lutram"]:
-                break
-            if bram + cost > limits["ebr"]:
-                continue
-            chosen.append(k)
-            lutram, bram = lutram - freed, bram + cost
-    out = {}
-    for consumer, ref in chosen:
-        out.setdefault(consumer, {})[ref] = "block"
-    return out
-
-
-def _fuse_activations(g, units, parents, readers, family, always=False):
-    """Mark every unit whose work its producer's MVU can do (thresholds, a post-op; the
-    MVU feeding nothing else) ``fused``, and that MVU's unit ``activation``: where the
-    fused MVU's estimate has no more DSP blocks, and no more LUTs and flip-flops
-    together, than the two units it replaces. (A post-op in an MVU multiplies ``PE``
-    channels at a time, where the unit on its own runs on as few lanes as its interval
-    allows: on a DSP-bound board that decides; at full rate the MVU's product register
-    can outweigh the unit's output register.) ``always``: wherever it can (with beat
-    streams, :mod:`.beats`, a post-op unit of its own would keep its MVU's output, and
-    every tensor joined to it, in whole pixels)."""
-
-    def cells(node, unit):
-        feats = op_of(node).resource_features(g, node, parents[node.name], unit)
-        c = estimate_unit(feats, node.op, family)
-        return c["dsp"], c["lut"] + c["carry"] + c["ff"]
-
-    for node in g:
-        parent = parents[node.name]
-        table = op_of(node).activation(node) if parent is not None else None
-        if (table is None or not op_of(parent).takes_activation
-                or readers.get(node.inputs[0]) != 1 or units[node.name].fused):
-            continue
-        mvu = units[parent.name]
-        fused = replace(mvu, activation=table.stages)
-        (dsp, logic), (dsp0, logic0), (dsp1, logic1) = (
-            cells(parent, fused), cells(parent, mvu), cells(node, units[node.name]))
-        if not always and (dsp > dsp0 + dsp1 or logic > logic0 + logic1):
-            continue
-        units[parent.name] = fused          # same cycles: the stages add latency only
-        unit = units[node.name]
-        unit.fused = True
-        unit.cycles = op_of(node).cycles(node, parent, unit)
-
-
-def _map_bases(g, board, target_cycles, fps, max_util, folding, bases, line_ram,
-               options=(True, "auto", "pixels")):
-    """:func:`schedule` with one choice of line buffers."""
-    if bases == "parallel" or (bases == "auto" and folding):
-        return _fold(g, board, target_cycles, fps, max_util, folding, line_ram, options)
-    groups = [grp.mixer for grp in base_groups(g)]
-    if not groups:
-        if bases == "shared":
-            raise ValueError("this network has no blocks whose bases can be time-shared "
-                             "(K = 1, or no mixer joins isomorphic bases)")
-        return _fold(g, board, target_cycles, fps, max_util, folding, line_ram, options)
-    if bases == "shared":
-        shared = _fold(share_bases(g), board, target_cycles, fps, max_util, folding, line_ram, options)
-        shared.base_mapping = "shared"
-        return shared
-    # Every mix of shared and side-by-side blocks for a few blocks; beyond that the two
-    # uniform mappings (each trial is a whole folding search).
-    if len(groups) <= MAX_MIXED_GROUPS:
-        subsets = [c for n in range(len(groups) + 1) for c in combinations(groups, n)]
-    else:
-        subsets = [(), tuple(groups)]
-    errors, candidates = [], []
-    for subset in subsets:
-        graph = share_bases(g, subset) if subset else g
-        try:
-            sched = _fold(graph, board, target_cycles, fps, max_util, folding, line_ram, options)
-        except ValueError as e:      # --fps out of reach with this mapping
-            errors.append(e)
-            continue
-        sched.base_mapping = ("parallel" if not subset else
-                              "shared" if len(subset) == len(groups) else "mixed")
-        candidates.append(sched)
-    if not candidates:
-        raise errors[0]
-    best = _best(candidates)
-    runner_up = sorted((c for c in candidates if c is not best), key=_preference)
-    if runner_up:
-        o = runner_up[0]
-        best.notes.append(f"{o.mapping_text()} instead: {o.frame_cycles} cycles/frame, "
-                          f"{_usage_text(o)}{'' if o.fits() else ' (does not fit)'}")
-    return best
-
-
 #: Up to this many blocks with shareable bases, ``bases="auto"`` tries every mix.
 MAX_MIXED_GROUPS = 3
+
+
+class BaseMappings:
+    """The mappings of one network's bases :func:`schedule` tries (``bases``,
+    :mod:`.sharing`): each mapped graph is built, and searched (:class:`GraphSearch`),
+    once for every line-buffer mode.
+
+    Parameters
+    ----------
+    g : Graph
+        The network, its bases side by side.
+    options : ScheduleOptions
+    """
+
+    def __init__(self, g: Graph, options: ScheduleOptions):
+        self.graph, self.options = g, options
+        self._graphs, self._searches, self._groups = {(): g}, {}, None
+
+    def groups(self):
+        """The mixers of the blocks whose bases can be time-shared."""
+        if self._groups is None:
+            self._groups = [grp.mixer for grp in base_groups(self.graph)]
+        return self._groups
+
+    def graph_of(self, mixers):
+        """The network with the blocks of ``mixers`` time-shared (``()``: none;
+        ``None``: every block whose bases can be)."""
+        if mixers not in self._graphs:
+            self._graphs[mixers] = share_bases(self.graph, mixers)
+        return self._graphs[mixers]
+
+    def search_of(self, mixers) -> GraphSearch:
+        """The :class:`GraphSearch` of :meth:`graph_of` ``mixers`` (raises its
+        ``ValueError`` each time it is asked for, as a mode's error)."""
+        if mixers not in self._searches:
+            self._searches[mixers] = GraphSearch(self.graph_of(mixers), self.options)
+        return self._searches[mixers]
+
+    def best(self, line_buffers) -> Schedule:
+        """:func:`schedule` with one choice of line buffers: the base mapping the
+        ``bases`` option asks for, or (``auto``) the best of every mix of shared and
+        side-by-side blocks for a few blocks, beyond that of the two uniform mappings
+        (each trial is a whole folding search)."""
+        bases = self.options.bases
+        if bases == "parallel" or (bases == "auto" and self.options.folding):
+            return self.search_of(()).fold(line_buffers)
+        groups = self.groups()
+        if not groups:
+            if bases == "shared":
+                raise ValueError("this network has no blocks whose bases can be time-shared "
+                                 "(K = 1, or no mixer joins isomorphic bases)")
+            return self.search_of(()).fold(line_buffers)
+        if bases == "shared":
+            shared = self.search_of(None).fold(line_buffers)
+            shared.base_mapping = "shared"
+            return shared
+        if len(groups) <= MAX_MIXED_GROUPS:
+            subsets = [c for n in range(len(groups) + 1) for c in combinations(groups, n)]
+        else:
+            subsets = [(), tuple(groups)]
+        errors, candidates = [], []
+        for subset in subsets:
+            self.graph_of(subset)           # a graph that cannot be built fails the mode
+            try:
+                sched = self.search_of(subset).fold(line_buffers)
+            except ValueError as e:      # --fps out of reach with this mapping
+                errors.append(e)
+                continue
+            sched.base_mapping = ("parallel" if not subset else
+                                  "shared" if len(subset) == len(groups) else "mixed")
+            candidates.append(sched)
+        if not candidates:
+            raise errors[0]
+        best = _best(candidates)
+        runner_up = sorted((c for c in candidates if c is not best), key=_preference)
+        if runner_up:
+            o = runner_up[0]
+            best.notes.append(f"{o.mapping_text()} instead: {o.frame_cycles} cycles/frame, "
+                              f"{_usage_text(o)}{'' if o.fits() else ' (does not fit)'}")
+        return best
+
+
+class GraphSearch:
+    """The folding search of one graph as it is (bases already mapped): the frame
+    interval to fold for, each candidate decided by :data:`.decisions.DECISIONS`.
+
+    A candidate of a frame interval is decided once (:meth:`plan`): the search asks for
+    an interval again (the fastest, after a search that found nothing fits), and two
+    line-buffer modes ask for the same candidate wherever neither put a line buffer
+    where the other did not.
+
+    Parameters
+    ----------
+    g : Graph
+    options : ScheduleOptions
+
+    Raises
+    ------
+    ValueError
+        The graph's weights and line buffers alone exceed the board's RAM
+        (:func:`check_fits`), or the ``folding`` option does not fit the graph.
+    """
+
+    def __init__(self, g: Graph, options: ScheduleOptions):
+        budget = get_board(options.board).budget()
+        check_fits(g, options.board)
+        override = _folding_override(g, dict(options.folding or ()))
+        self.context = GraphContext(g, options, budget, override,
+                                    options.frame_target(budget["clock_mhz"]))
+        #: (target, every unit's line_ram) -> the decided candidate kept at that target
+        self._decided = {}
+
+    def plan(self, line_buffers, target) -> Candidate:
+        """The candidate kept at frame interval ``target`` with ``line_buffers``: in
+        pixels, in beats, or (``streams="auto"``) the better of the two
+        (:meth:`.decisions.Candidate.rank`)."""
+        front = decide(Candidate(self.context, target, line_buffers=line_buffers), FRONT)
+        key = (target, front.line_rams())
+        if key not in self._decided:
+            self._decided[key] = self._decide(front)
+        return self._decided[key]
+
+    def _decide(self, front):
+        """The rest of the decisions, from ``front`` (:data:`.decisions.FRONT` run),
+        for the stream kinds the ``streams`` option asks for."""
+        rest = DECISIONS[len(FRONT):]
+        streams = self.context.options.streams
+        # the beat variant starts from the same folding (its passes change its units)
+        beats = decide(front.fork(streams="beats"), rest) if streams != "pixels" else None
+        if beats is not None and streams == "beats":
+            return beats
+        pixels = decide(front, rest)
+        return pixels if beats is None else min(pixels, beats, key=Candidate.rank)
+
+    def fold(self, line_buffers) -> Schedule:
+        """:func:`schedule` of the graph with line buffers in block RAM (``line_buffers``
+        "block" or "serial", :func:`schedule`'s ``line_buffers``) wherever the family's
+        block RAM takes them: at the frame interval asked for, else the fastest that
+        fits the board."""
+        ctx, options = self.context, self.context.options
+        g, board, max_util, budget = ctx.graph, options.board, options.max_util, ctx.budget
+        target_cycles = ctx.target_cycles
+
+        def plan(target):
+            return self.plan(line_buffers, target)
+
+        notes = []
+        inp = g[g.input]
+        first = cyc.window_cycles(inp.height, inp.width)
+        if target_cycles:
+            chosen = plan(target_cycles)
+            if not chosen.fits():
+                msg = (f"{target_cycles} cycles/frame ({budget['clock_mhz'] * 1e6 / target_cycles:,.0f}"
+                       f" frames/s at {budget['clock_mhz']:g} MHz) does not fit {board} at "
+                       f"{max_util:.0%} utilization: {chosen.over()}")
+                if options.fps is not None:
+                    raise ValueError(msg + "; lower --fps, raise --max-util or use a larger board")
+                notes.append(msg)
+        else:
+            # The fastest design that fits: double the interval until it fits, then bisect
+            # between the last that did not and the first that did. Every unit is folded to
+            # just meet the interval, so nothing is spent on units that are not the bottleneck.
+            lo, hi, chosen = None, first, plan(first)
+            if chosen.frame > first:
+                # time-shared bases cannot reach the input rate: start from the fastest the
+                # design can do, every other unit folded to it
+                first = hi = chosen.frame
+                chosen = plan(first)
+            at_first = chosen
+            while not chosen.fits() and hi < 1 << 22:
+                lo, hi = hi, hi * 2
+                chosen = plan(hi)
+            if not chosen.fits():
+                folded = ("with every other unit fully folded and the --folding units as given"
+                          if ctx.override else "even fully folded")
+                notes.append(f"does not fit {board} at {max_util:.0%} utilization {folded} "
+                             f"({chosen.over()}); scheduled at its fastest, {first} cycles/frame, "
+                             "instead: it needs a larger device")
+                chosen = plan(first)
+            elif lo is not None:
+                while hi - lo > max(1, lo // 16):
+                    mid = (lo + hi) // 2
+                    trial = plan(mid)
+                    if trial.fits():
+                        hi, chosen = mid, trial
+                    else:
+                        lo = mid
+                notes.append(f"folded to {chosen.frame} cycles/frame, the fastest that fits "
+                             f"{board} at {max_util:.0%} utilization ({first} would need: "
+                             f"{at_first.over()})")
+        # copies: the candidate is memoised, and another mode's schedule may hold it too
+        return Schedule(g, board, {name: replace(u) for name, u in chosen.units.items()},
+                        {k: dict(v) for k, v in chosen.fifos.items()}, chosen.frame,
+                        dict(chosen.usage), budget, notes=notes, cells=dict(chosen.cells),
+                        max_util=max_util,
+                        fifo_rams={k: dict(v) for k, v in chosen.fifo_rams.items()})
 
 
 def _usage_text(sched):
@@ -678,181 +653,3 @@ def _best(candidates):
     fastest = min(c.frame_cycles for c in fitting)
     as_fast = [c for c in fitting if c.frame_cycles <= fastest + fastest // IN_PLACE_SLACK]
     return min(as_fast, key=lambda c: (sum(_fractions(c)), c.frame_cycles))
-
-
-def _fold(g: Graph, board, target_cycles, fps, max_util, folding, line_ram="logic",
-          options=(True, "auto", "pixels")) -> Schedule:
-    """:func:`schedule` of one graph as it is (bases already mapped), with line buffers
-    in block RAM (``line_ram`` "block" or "serial", :func:`schedule`'s ``line_buffers``)
-    wherever the family's block RAM takes them; ``options``: :func:`schedule`'s
-    ``(fuse_activations, fifos)``."""
-    fuse, fifo_mode, streams = options
-    budget = get_board(board).budget()      # rejects an unknown board in one line
-    if not 0 < max_util <= 1:
-        raise ValueError(f"max_util must be in (0, 1], not {max_util}")
-    check_fits(g, board)
-    family = budget["family"]
-    limits = {k: int(v * max_util) for k, v in budget["limits"].items()}
-    override = _folding_override(g, folding)
-    inp = g[g.input]
-    first = cyc.window_cycles(inp.height, inp.width)
-    if fps is not None:
-        if fps <= 0:
-            raise ValueError(f"fps must be positive, not {fps}")
-        target_cycles = max(1, int(budget["clock_mhz"] * 1e6 // fps))
-    notes = []
-    parents = {node.name: g.producer(node.inputs[0]) if node.inputs else None for node in g}
-    readers = {}        # tensor ref -> inputs reading it
-    for node in g:
-        for ref in node.inputs:
-            readers[ref] = readers.get(ref, 0) + 1
-
-    def fold_units(target):
-        units = {}
-        for node in g:
-            op = op_of(node)
-            parent = parents[node.name]
-            pe, simd, n_in = override.get(node.name) or op.folding(node, parent, target)
-            unit = Unit(node.name, node.op, 0, pe, simd, n_in, paced=op.paced(node, target))
-            unit.registered_rom = op.registers_rom(node, unit, family)
-            unit.registered_products = op.registers_products(node, unit, family)
-            if line_ram != "logic":
-                unit.line_ram = op.block_line_ram(node, parent, unit, family,
-                                                  serial=line_ram == "serial") or "logic"
-            unit.cycles = op.cycles(node, parent, unit)
-            units[node.name] = unit
-        if fuse:
-            _fuse_activations(g, units, parents, readers, family)
-        return units
-
-    def beat_units(units, target):
-        """Send what can go as beats as beats (:mod:`.beats`); False where nothing can."""
-        if not assign_beats(g, units):
-            return False
-        for node in g:
-            op, unit, parent = op_of(node), units[node.name], parents[node.name]
-            if unit.beats > 1 and op.beat_input(node, unit) == "through":
-                # a per-pixel unit now folds the channels of a beat
-                if op.lane_foldable and not unit.fused and node.name not in override:
-                    unit.pe = op.folding(node, parent, target, beats=unit.beats)[0]
-                unit.paced = op.paced(node, target, unit.beats)
-            unit.cycles = op.cycles(node, parent, unit)
-        return True
-
-    def rank(planned):
-        usage = planned[4]
-        fractions = [usage[k] / limits[k] for k in limits]
-        if not fits(usage):
-            return (True, max(fractions), planned[2])
-        return (False, planned[2], sum(fractions))
-
-    def plan(target):
-        units = fold_units(target)
-        # the beat variant starts from the same folding (estimate changes its units)
-        copies = {name: replace(u) for name, u in units.items()}
-        pixels = estimate(units)
-        if streams == "pixels":
-            return pixels
-        units = copies
-        if fuse:
-            _fuse_activations(g, units, parents, readers, family, always=True)
-        if not beat_units(units, target):
-            return pixels
-        beats = estimate(units)
-        return beats if streams == "beats" else min(pixels, beats, key=rank)
-
-    def estimate(units):
-        cells = dict.fromkeys(CELLS, 0)
-        frame = cyc.pipeline_cycles([u.cycles for u in units.values()])
-        for node in g:
-            op, unit, parent = op_of(node), units[node.name], parents[node.name]
-            # in place only where it costs at most 1/IN_PLACE_SLACK of the frame interval
-            # the other units set (not merely of the target: that would trade frames for
-            # flip-flops), and never beyond a target the caller gave (--fps is a promise)
-            slack = frame + frame // IN_PLACE_SLACK
-            if op.reads_in_place(node, unit, max(frame, min(slack, target_cycles or slack))):
-                unit.in_place = True
-                unit.cycles = op.cycles(node, parent, unit)
-            unit.resources = estimate_unit(op.resource_features(g, node, parent, unit),
-                                           node.op, family)
-        frame = cyc.pipeline_cycles([u.cycles for u in units.values()])
-        fifos = fifo_depths(g, units, frame)
-        rams = _fifo_rams(g, fifos, family, fifo_mode, units, limits)
-        for _ in range(3):
-            # a FIFO in block RAM whose read is late registers it, one cycle later: the
-            # depths are sized again with that latency (deeper only, so still block RAM)
-            if not _register_block_fifos(g, units, fifos, rams, family):
-                break
-            fifos = fifo_depths(g, units, frame)
-            rams = _fifo_rams(g, fifos, family, fifo_mode, units, limits)
-        extra = []
-        for consumer, refs in fifos.items():
-            for ref, depth in refs.items():
-                ram = rams.get(consumer, {}).get(ref, "auto")
-                src = Graph.source(ref)
-                registered = any(g[consumer].inputs[slot] == ref
-                                 for slot in units[consumer].registered_fifos)
-                extra.append(estimate_unit(stream_fifo_features(g, g[src], depth, ram,
-                                                                units[src].beats, registered),
-                                           "fifo", family))
-        for ref, n in readers.items():
-            if n > 1:
-                src = g[Graph.source(ref)]
-                bits = src.channels * src.bit_width // units[src.name].beats
-                extra.append(estimate_unit(fork_features(bits, n), "fork", family))
-        for r in [u.resources for u in units.values()] + extra:
-            for k in CELLS:
-                cells[k] += r.get(k, 0)
-        return units, (fifos, rams), frame, cells, board_usage(cells, family)
-
-    def fits(usage):
-        return all(usage[k] <= limits[k] for k in limits)
-
-    def over(usage):
-        return ", ".join(f"{k} {usage[k]:,} > {limits[k]:,}" for k in limits
-                         if usage[k] > limits[k])
-
-    if target_cycles:
-        chosen = plan(target_cycles)
-        if not fits(chosen[4]):
-            msg = (f"{target_cycles} cycles/frame ({budget['clock_mhz'] * 1e6 / target_cycles:,.0f}"
-                   f" frames/s at {budget['clock_mhz']:g} MHz) does not fit {board} at "
-                   f"{max_util:.0%} utilization: {over(chosen[4])}")
-            if fps is not None:
-                raise ValueError(msg + "; lower --fps, raise --max-util or use a larger board")
-            notes.append(msg)
-    else:
-        # The fastest design that fits: double the interval until it fits, then bisect
-        # between the last that did not and the first that did. Every unit is folded to
-        # just meet the interval, so nothing is spent on units that are not the bottleneck.
-        lo, hi, chosen = None, first, plan(first)
-        if chosen[2] > first:
-            # time-shared bases cannot reach the input rate: start from the fastest the
-            # design can do, every other unit folded to it
-            first = hi = chosen[2]
-            chosen = plan(first)
-        at_first = chosen[4]
-        while not fits(chosen[4]) and hi < 1 << 22:
-            lo, hi = hi, hi * 2
-            chosen = plan(hi)
-        if not fits(chosen[4]):
-            folded = ("with every other unit fully folded and the --folding units as given"
-                      if override else "even fully folded")
-            notes.append(f"does not fit {board} at {max_util:.0%} utilization {folded} "
-                         f"({over(chosen[4])}); scheduled at its fastest, {first} cycles/frame, "
-                         "instead: it needs a larger device")
-            chosen = plan(first)
-        elif lo is not None:
-            while hi - lo > max(1, lo // 16):
-                mid = (lo + hi) // 2
-                trial = plan(mid)
-                if fits(trial[4]):
-                    hi, chosen = mid, trial
-                else:
-                    lo = mid
-            notes.append(f"folded to {chosen[2]} cycles/frame, the fastest that fits {board} "
-                         f"at {max_util:.0%} utilization ({first} would need: "
-                         f"{over(at_first)})")
-    units, (fifos, rams), frame, cells, usage = chosen
-    return Schedule(g, board, units, fifos, frame, usage, budget, notes=notes, cells=cells,
-                    max_util=max_util, fifo_rams=rams)
