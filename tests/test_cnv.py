@@ -324,7 +324,7 @@ def test_valid_window_holds_the_next_frames_first_rows():
 # -- RTL ----------------------------------------------------------------------------
 
 def test_cnv_small_bit_exact_on_the_amaranth_model(small):
-    sched = schedule(compile_model(small))
+    sched = schedule(compile_model(small), streams="pixels")
     result = verify(small, sched, images(21, 2), simulator="amaranth", stall=0.2, seed=3)
     assert result.graph_equals_model
     assert result.exact == result.images == 2, result.first_mismatch

@@ -123,7 +123,7 @@ def test_no_node_name_carries_meaning():
                           n.height, n.width, n.kind, n.bits, n.frac, n.outputs, n.lo, n.hi)
                      for n in graph], input=rename[graph.input], output=rename[graph.output])
     assert torch.equal(execute(renamed, images)[renamed.output], want)
-    schedule(renamed)
+    schedule(renamed, streams="pixels")
 
 
 def test_range_analysis_holds_on_extreme_inputs():
@@ -149,7 +149,7 @@ def test_folding_meets_target_with_least_parallelism(pixels, c_out, n_in, target
 
 def test_default_network_fits_de10nano_and_reports():
     from groupnet_hw.models.groupnet import GroupNet, GroupNetConfig
-    sched = schedule(compile_model(GroupNet(GroupNetConfig()).eval()), bases="parallel")
+    sched = schedule(compile_model(GroupNet(GroupNetConfig()).eval()), bases="parallel", streams="pixels")
     d = sched.to_dict()
     assert all(d["resources"][k] <= d["budget"][k] * d["max_util"] for k in d["budget"])
     assert d["frame_cycles"] == max(u["cycles"] for u in d["units"])
@@ -166,7 +166,7 @@ def test_default_network_fits_de10nano_and_reports():
 
 def test_unknown_board_is_rejected():
     with pytest.raises(ValueError, match="unknown board"):
-        schedule(compile_model(random_model(0, **CONFIGS[1])), board="nope")
+        schedule(compile_model(random_model(0, **CONFIGS[1])), board="nope", streams="pixels")
 
 
 def test_range_analysis_refuses_what_int64_cannot_hold():

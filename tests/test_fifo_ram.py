@@ -24,8 +24,8 @@ def test_block_ram_fifos_bit_exact_at_the_same_cycles(index):
     registered, and the accelerator is bit-exact under stalls at the cycles of the
     unmarked one and at the predicted latency."""
     model, g, size, images = _case(index, 70 + index)
-    marked = schedule(g, "ulx3s", fifos="block", bases="parallel")
-    plain = schedule(g, "ulx3s", bases="parallel", target_cycles=marked.frame_cycles)
+    marked = schedule(g, "ulx3s", fifos="block", bases="parallel", streams="pixels")
+    plain = schedule(g, "ulx3s", bases="parallel", target_cycles=marked.frame_cycles, streams="pixels")
     refs = [(c, r) for c, rs in marked.fifos.items() for r in rs]
     assert refs and all(marked.fifo_ram(c, r) == "block" for c, r in refs)
     assert not plain.fifo_rams
@@ -51,14 +51,14 @@ def test_cifar_k1_fits_the_ulx3s_with_a_skip_fifo_in_block_ram():
     torch.manual_seed(1)
     model = randomize_eval_state(GroupNet(arch_config("cifar", bases=1)), gen).eval()
     g = compile_model(model)
-    sched = schedule(g, "ulx3s", line_buffers="serial")
+    sched = schedule(g, "ulx3s", line_buffers="serial", streams="pixels")
     assert sched.fits() and sched.fifo_rams
     limits = sched.budget["limits"]
     assert sched.resources["lutram"] <= int(limits["lutram"] * sched.max_util)
     kept = schedule(g, "ulx3s", line_buffers="serial", target_cycles=sched.frame_cycles,
-                    fifos="auto")
+                    fifos="auto", streams="pixels")
     assert kept.fifo_rams == sched.fifo_rams
     # every FIFO in block RAM is more than the board has
     every = schedule(g, "ulx3s", line_buffers="serial", target_cycles=sched.frame_cycles,
-                     fifos="block")
+                     fifos="block", streams="pixels")
     assert every.resources["ebr"] > int(limits["ebr"] * sched.max_util)

@@ -50,8 +50,8 @@ def test_finn_folding_keeps_the_smaller_of_two_as_fast_line_buffer_mappings():
     from groupnet_hw.compiler.schedule import IN_PLACE_SLACK, schedule
     graph = compile_model(fc.make_model("cnv", seed=1, calibration=4))
     folding = fc.finn_folding(graph)
-    chosen = schedule(graph, fc.BOARD, folding=folding)
-    logic = schedule(graph, fc.BOARD, folding=folding, line_buffers="logic")
+    chosen = schedule(graph, fc.BOARD, folding=folding, streams="pixels")
+    logic = schedule(graph, fc.BOARD, folding=folding, line_buffers="logic", streams="pixels")
     assert logic.frame_cycles == 32_768
     assert 32_768 < chosen.frame_cycles <= 32_768 + 32_768 // IN_PLACE_SLACK
     assert {u.line_ram for u in chosen.units.values()} >= {"serial"}

@@ -36,9 +36,9 @@ def test_fused_activations_bit_exact_at_the_same_cycles(index, multiple):
     2, 4-bit and 2-bit activations (multi-thresholds), a conv shortcut."""
     model, g, size, images = _case(index, 90 + index)
     target = multiple * size * size
-    fused = schedule(g, "ulx3s", target_cycles=target, bases="parallel")
+    fused = schedule(g, "ulx3s", target_cycles=target, bases="parallel", streams="pixels")
     plain = schedule(g, "ulx3s", target_cycles=target, bases="parallel",
-                     fuse_activations=False)
+                     fuse_activations=False, streams="pixels")
     names = [n for n, u in fused.units.items() if u.fused]
     fusable = _fusable(fused)
     # every threshold is fused (its comparators replace a unit's), post-ops where the
@@ -64,7 +64,7 @@ def test_post_ops_in_mvus_at_several_folds_are_fused():
     folds = set()
     for index, multiple in ((0, 8), (2, 8)):
         _, g, size, _ = _case(index, 0)
-        sched = schedule(g, "ulx3s", target_cycles=multiple * size * size, bases="parallel")
+        sched = schedule(g, "ulx3s", target_cycles=multiple * size * size, bases="parallel", streams="pixels")
         for name, unit in sched.units.items():
             if unit.fused and g[name].op == "postop":
                 mvu = g.producer(g[name].inputs[0])
@@ -80,7 +80,7 @@ def test_every_cnv_threshold_is_fused_and_reported():
     from groupnet_hw.compiler.report import render_text
     from test_cnv import cnv_model
     g = compile_model(cnv_model("cnv-small"))
-    sched = schedule(g, "ulx3s")
+    sched = schedule(g, "ulx3s", streams="pixels")
     fused = [n for n, u in sched.units.items() if u.fused]
     assert fused == _fusable(sched) and len(fused) == 8
     first = g.producer(g[fused[0]].inputs[0])
@@ -88,6 +88,6 @@ def test_every_cnv_threshold_is_fused_and_reported():
     text = render_text(sched)
     assert text.count("in the MVU") == 8 and text.count("+ threshold") == 8
     plain = schedule(g, "ulx3s", fuse_activations=False,
-                     target_cycles=sched.frame_cycles)
+                     target_cycles=sched.frame_cycles, streams="pixels")
     assert plain.frame_cycles == sched.frame_cycles
     assert sched.resources["ff"] < plain.resources["ff"]

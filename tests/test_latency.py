@@ -114,7 +114,7 @@ def test_the_join_fifos_latency_is_in_the_model():
     first join are unmoved, the result is later by whole FIFO latencies, and
     frame_times is ideal_times on the paced integer input times."""
     model = random_model(100, **SAMPLED[6])
-    sched = schedule(compile_model(model), target_cycles=700)
+    sched = schedule(compile_model(model), target_cycles=700, streams="pixels")
     g = sched.graph
     with_fifos, _ = ideal_times(g, sched.units, sched.frame_cycles)
     without, _ = ideal_times(g, sched.units, sched.frame_cycles, fifo_latency=0)
@@ -130,7 +130,7 @@ def test_the_join_fifos_latency_is_in_the_model():
 
 def test_paced_input_times_are_integer_ceilings_of_the_rate():
     model = random_model(100, **SAMPLED[6])
-    sched = schedule(compile_model(model), target_cycles=700)
+    sched = schedule(compile_model(model), target_cycles=700, streams="pixels")
     n = sched.graph[sched.graph.input].height ** 2
     times = input_times(sched, paced=True)
     assert len(times) == TIMING_FRAMES * n and times[n] == sched.frame_cycles
@@ -146,7 +146,7 @@ CASES = [("tiny", i, cfg, 20 + i) for i, cfg in enumerate(TINY)] + \
 
 @pytest.mark.parametrize("kind,index,cfg,seed", CASES, ids=[f"{k}{i}" for k, i, _, _ in CASES])
 def test_latency_equals_prediction_in_amaranth_simulator(kind, index, cfg, seed):
-    sched = schedule(compile_model(random_model(seed, **cfg)))
+    sched = schedule(compile_model(random_model(seed, **cfg)), streams="pixels")
     lat = predicted_latency(sched)
     n = sched.graph[sched.graph.input].height * sched.graph[sched.graph.input].width
     assert amaranth_latencies(sched, 1) == [lat.isolated]
@@ -157,7 +157,7 @@ def test_latency_of_a_folded_design_in_amaranth_simulator():
     """Folded to twice the input rate's interval: back-pressure on the input from reset
     does not move the first result, and paced frames match the model."""
     model = random_model(20, **TINY[0])
-    sched = schedule(compile_model(model), target_cycles=200)
+    sched = schedule(compile_model(model), target_cycles=200, streams="pixels")
     n = sched.graph[sched.graph.input].height ** 2
     assert sched.frame_cycles > n
     # its residual adds have two cycles per pixel, so they run paced (Unit.paced); at
@@ -167,7 +167,7 @@ def test_latency_of_a_folded_design_in_amaranth_simulator():
 
     adds = [u for u in sched.units.values() if u.op == "add"]
     assert adds and all(u.paced and u.cycles == 2 * pixels(u) for u in adds)
-    at_input_rate = schedule(compile_model(model))
+    at_input_rate = schedule(compile_model(model), streams="pixels")
     assert at_input_rate.frame_cycles == n
     paced = {u.name: u.paced for u in at_input_rate.units.values() if u.op == "add"}
     assert paced == {name: 2 * pixels(sched.units[name]) <= n for name in paced}
@@ -189,7 +189,7 @@ def test_latency_with_block_ram_line_buffers_in_amaranth_simulator(index):
     for target, mode in ((None, "block"), (200, "block"), (None, "serial"), (16 * n, "serial"),
                          (64 * n, "serial")):
         sched = schedule(g, "ulx3s", target_cycles=target, line_buffers=mode,
-                         bases="parallel")
+                         bases="parallel", streams="pixels")
         assert sched.block_line_buffers()
         kinds = {u.line_ram for u in sched.units.values()}
         assert ("serial" in kinds) == (target in (16 * n, 64 * n))
@@ -249,7 +249,7 @@ def _design(sched, path):
 def test_fast_path_latency_with_and_without_stalls(tmp_path_factory, cfg, seed, images):
     tmp = tmp_path_factory.mktemp("lat_fast")
     model = random_model(seed, **cfg)
-    sched = schedule(compile_model(model))
+    sched = schedule(compile_model(model), streams="pixels")
     design = _design(sched, tmp / "top.v")
     data = _images(sched, images, seed)
     build = str(tmp / "build")

@@ -40,9 +40,9 @@ def _case(index, image_seed):
 @pytest.mark.parametrize("index", range(len(CONFIGS)))
 def test_block_line_buffers_bit_exact_at_the_same_cycles(index):
     model, g, _, images = _case(index, 60 + index)
-    block = schedule(g, "ulx3s", line_buffers="block", bases="parallel")
+    block = schedule(g, "ulx3s", line_buffers="block", bases="parallel", streams="pixels")
     logic = schedule(g, "ulx3s", line_buffers="logic", bases="parallel",
-                     target_cycles=block.frame_cycles)
+                     target_cycles=block.frame_cycles, streams="pixels")
     convs = [u.name for u in block.units.values() if u.op in ("bin_conv", "int_conv")]
     assert block.block_line_buffers() == convs         # ECP5 takes every one
     assert logic.block_line_buffers() == []
@@ -66,8 +66,8 @@ def test_in_place_mvus_bit_exact_at_the_predicted_cycles(index):
     stalls at the predicted frame interval."""
     model, g, size, images = _case(index, 80 + index)
     target = 64 * size * size
-    sched = schedule(g, "ulx3s", line_buffers="serial", bases="parallel", target_cycles=target)
-    block = schedule(g, "ulx3s", line_buffers="block", bases="parallel", target_cycles=target)
+    sched = schedule(g, "ulx3s", line_buffers="serial", bases="parallel", target_cycles=target, streams="pixels")
+    block = schedule(g, "ulx3s", line_buffers="block", bases="parallel", target_cycles=target, streams="pixels")
     in_place = [u for u in sched.units.values() if u.in_place]
     assert in_place and all(u.line_ram == "serial" for u in in_place)
     assert sched.frame_cycles == block.frame_cycles
@@ -89,7 +89,7 @@ def test_serial_line_buffers_bit_exact_at_the_predicted_cycles(index):
     model, g, size, images = _case(index, 70 + index)
     target = 16 * size * size
     for board in ("ulx3s", "de10nano"):
-        sched = schedule(g, board, line_buffers="serial", bases="parallel", target_cycles=target)
+        sched = schedule(g, board, line_buffers="serial", bases="parallel", target_cycles=target, streams="pixels")
         serial = [u for u in sched.units.values() if u.line_ram == "serial"]
         assert serial or board == "de10nano"
         for u in serial:
@@ -105,10 +105,10 @@ def test_serial_line_buffers_bit_exact_at_the_predicted_cycles(index):
 def test_cyclone_v_takes_only_line_buffers_that_fill_an_m10k():
     """M10K needs a 5 % fill: never an 8-pixel row; 32-pixel rows of 16 bits do."""
     digits = compile_model(random_model(410, bases=2, stages=[[16, 1, 1]], stem_channels=16))
-    assert schedule(digits, "de10nano", line_buffers="block").block_line_buffers() == []
+    assert schedule(digits, "de10nano", line_buffers="block", streams="pixels").block_line_buffers() == []
     wide = compile_model(random_model(411, bases=1, image_size=32, stem_channels=16,
                                       stages=[[16, 1, 1], [16, 1, 2]]))
-    sched = schedule(wide, "de10nano", line_buffers="block", bases="parallel")
+    sched = schedule(wide, "de10nano", line_buffers="block", bases="parallel", streams="pixels")
     chosen = set(sched.block_line_buffers())
     taken = set()
     for node in wide:
@@ -138,8 +138,8 @@ def test_block_line_buffer_estimate_counts_its_blocks(mode, target, kinds):
     DPR16X4 sites)."""
     g = compile_model(random_model(412, bases=2, stages=[[16, 1, 1], [16, 1, 2]],
                                    stem_channels=16))
-    block = schedule(g, "ulx3s", line_buffers=mode, bases="parallel", target_cycles=target)
-    logic = schedule(g, "ulx3s", line_buffers="logic", bases="parallel", target_cycles=target)
+    block = schedule(g, "ulx3s", line_buffers=mode, bases="parallel", target_cycles=target, streams="pixels")
+    logic = schedule(g, "ulx3s", line_buffers="logic", bases="parallel", target_cycles=target, streams="pixels")
     assert {block.units[n].line_ram for n in block.block_line_buffers()} == kinds
     for name in block.block_line_buffers():
         node = g[name]
@@ -168,12 +168,12 @@ def test_block_line_buffer_estimate_counts_its_blocks(mode, target, kinds):
 def test_auto_keeps_the_better_and_reports_the_other():
     g = compile_model(random_model(413, bases=2, stages=[[16, 1, 1], [16, 1, 2]],
                                    stem_channels=16))
-    auto = schedule(g, "ulx3s")
-    both = [schedule(g, "ulx3s", line_buffers=m) for m in ("logic", "block")]
+    auto = schedule(g, "ulx3s", streams="pixels")
+    both = [schedule(g, "ulx3s", line_buffers=m, streams="pixels") for m in ("logic", "block")]
     assert auto.frame_cycles == min(s.frame_cycles for s in both if s.fits())
     assert any(n.startswith("line buffers in ") for n in auto.notes)
     with pytest.raises(ValueError, match="line_buffers must be one of"):
-        schedule(g, "ulx3s", line_buffers="bram")
+        schedule(g, "ulx3s", line_buffers="bram", streams="pixels")
 
 
 def test_auto_reports_each_other_design_once():
@@ -181,8 +181,8 @@ def test_auto_reports_each_other_design_once():
     the logic design again, and is not reported as a second alternative."""
     g = compile_model(random_model(414, bases=2, stages=[[16, 1, 1], [16, 1, 2]],
                                    stem_channels=16))
-    assert schedule(g, "de10nano", line_buffers="block").block_line_buffers() == []
-    auto = schedule(g, "de10nano", target_cycles=1024)
+    assert schedule(g, "de10nano", line_buffers="block", streams="pixels").block_line_buffers() == []
+    auto = schedule(g, "de10nano", target_cycles=1024, streams="pixels")
     others = [n.split(":")[0] for n in auto.notes if n.startswith("line buffers in ")]
     assert len(others) == len(set(others)) == 1, auto.notes
 
@@ -199,9 +199,9 @@ def test_cifar_size_k1_in_m10k_verifies_on_verilator(tmp_path):
     torch.manual_seed(1)
     model = randomize_eval_state(GroupNet(arch_config("cifar", bases=1)), gen).eval()
     g = compile_model(model)
-    sched = schedule(g, "de10nano")
+    sched = schedule(g, "de10nano", streams="pixels")
     assert sched.fits() and sched.block_line_buffers()
     assert any(u.line_ram == "serial" for u in sched.units.values())
-    assert not schedule(g, "de10nano", line_buffers="logic").fits()
+    assert not schedule(g, "de10nano", line_buffers="logic", streams="pixels").fits()
     images = torch.randint(0, 256, (6, 3, 32, 32), generator=gen, dtype=torch.uint8)
     verify_on_verilator(model, sched, images, tmp_path, stalled=3)

@@ -21,8 +21,8 @@ STEM = "stem_0"
 def test_products_are_registered_again_on_ecp5_only_and_counted():
     g = compile_model(random_model(3, **CONFIG))
     folding = {STEM: (4, 9)}
-    ecp5 = schedule(g, "ulx3s", folding=folding, bases="parallel")
-    de10 = schedule(g, "de10nano", folding=folding, bases="parallel")
+    ecp5 = schedule(g, "ulx3s", folding=folding, bases="parallel", streams="pixels")
+    de10 = schedule(g, "de10nano", folding=folding, bases="parallel", streams="pixels")
     assert ecp5.units[STEM].registered_products
     assert not any(u.registered_products for u in de10.units.values())
     # only the integer MVU multiplies
@@ -40,7 +40,7 @@ def test_products_are_registered_again_on_ecp5_only_and_counted():
 def test_registered_products_bit_exact_at_the_predicted_cycles_and_latency():
     model = random_model(3, **CONFIG)
     g = compile_model(model)
-    sched = schedule(g, "ulx3s", folding={STEM: (4, 9)}, bases="parallel")
+    sched = schedule(g, "ulx3s", folding={STEM: (4, 9)}, bases="parallel", streams="pixels")
     assert sched.units[STEM].registered_products
     gen = torch.Generator().manual_seed(5)
     images = torch.randint(0, 256, (3, 1, 4, 4), generator=gen, dtype=torch.uint8)

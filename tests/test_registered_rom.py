@@ -67,8 +67,8 @@ def test_rom_mapping_matches_yosys_now(family, tmp_path):
 def test_a_block_ram_rom_is_registered_on_ecp5_only():
     g = compile_model(random_model(7, **CONFIG))
     folding = {CONV: (1, 36)}
-    ecp5 = schedule(g, "ulx3s", folding=folding, bases="parallel")
-    de10 = schedule(g, "de10nano", folding=folding, bases="parallel")
+    ecp5 = schedule(g, "ulx3s", folding=folding, bases="parallel", streams="pixels")
+    de10 = schedule(g, "de10nano", folding=folding, bases="parallel", streams="pixels")
     assert ecp5.units[CONV].registered_rom and not de10.units[CONV].registered_rom
     assert not any(u.registered_rom for u in de10.units.values())
     assert ecp5.units[CONV].resources["bram"] >= 1

@@ -94,7 +94,7 @@ def test_relative_error_forgives_only_small_counts():
 def test_schedule_fits_each_board_within_max_util(board):
     g = compile_model(GroupNet(GroupNetConfig(bases=1, stem_channels=4,
                                               stages=[[4, 1, 1], [4, 1, 2]])).eval())
-    sched = schedule(g, board=board, max_util=0.8)
+    sched = schedule(g, board=board, max_util=0.8, streams="pixels")
     limits = BOARDS[board].device.limits
     assert set(sched.resources) == set(limits)
     fits = all(sched.resources[k] <= 0.8 * limits[k] for k in limits)
@@ -103,27 +103,27 @@ def test_schedule_fits_each_board_within_max_util(board):
 
 def test_fps_picks_the_interval_and_refuses_the_impossible():
     g = compile_model(random_model(3, bases=2, stem_channels=4, stages=[[4, 1, 1], [6, 1, 2]]))
-    sched = schedule(g, fps=50e6 / 256)
+    sched = schedule(g, fps=50e6 / 256, streams="pixels")
     assert sched.frame_cycles <= 256
     assert sched.frames_per_second >= 50e6 / 256
-    slow = schedule(g, fps=50e6 / 2048)
+    slow = schedule(g, fps=50e6 / 2048, streams="pixels")
     assert sched.frame_cycles <= slow.frame_cycles <= 2048
     # fewer lanes and PEs for a slower target: nothing is spent beyond the bottleneck
     assert slow.cells["lut"] <= sched.cells["lut"]
     with pytest.raises(ValueError, match="does not fit icebreaker.*lower --fps"):
-        schedule(g, board="icebreaker", fps=1e9)
+        schedule(g, board="icebreaker", fps=1e9, streams="pixels")
 
 
 def test_folding_override_sets_pe_and_simd():
     g = compile_model(random_model(4, bases=1, stem_channels=4, stages=[[4, 1, 1]]))
     conv = next(n.name for n in g if n.op == "bin_conv")
-    sched = schedule(g, target_cycles=2048, folding={conv: (1, 3)})
+    sched = schedule(g, target_cycles=2048, folding={conv: (1, 3)}, streams="pixels")
     assert (sched.units[conv].pe, sched.units[conv].simd) == (1, 3)
     assert sched.units[conv].cycles == 64 * 4 * 12
     with pytest.raises(ValueError, match="not a convolution"):
-        schedule(g, folding={"nope": (1, 1)})
+        schedule(g, folding={"nope": (1, 1)}, streams="pixels")
     with pytest.raises(ValueError, match="PE must be"):
-        schedule(g, folding={conv: (9, 1)})
+        schedule(g, folding={conv: (9, 1)}, streams="pixels")
 
 
 @pytest.mark.slow
@@ -170,7 +170,7 @@ def test_units_reading_a_repeat_count_distinct_wires():
     k = 3
     g = compile_model(random_model(7, bases=k, stages=[[4, 1, 1], [6, 1, 2]],
                                    stem_channels=4, image_size=6, num_classes=3))
-    sched = schedule(share_bases(g), "de10nano", bases="parallel")
+    sched = schedule(share_bases(g), "de10nano", bases="parallel", streams="pixels")
     shared = sched.graph
     repeats = [n for n in shared if n.op == "repeat"]
     assert repeats

@@ -72,7 +72,7 @@ def test_sharing_needs_isomorphic_bases():
                                    image_size=5, num_classes=2))
     assert base_groups(g) == []
     with pytest.raises(ValueError, match="no blocks whose bases can be time-shared"):
-        schedule(g, bases="shared")
+        schedule(g, bases="shared", streams="pixels")
     with pytest.raises(ValueError, match="no time-shareable bases"):
         share_bases(g, mixers=["nonexistent"])
 
@@ -83,7 +83,7 @@ def test_time_shared_bit_exact_in_hardware(index):
     input and stalls on the output (FIFOs on the packed forks and joins)."""
     cfg = CONFIGS[index]
     model = random_model(300 + index, **cfg)
-    sched = schedule(compile_model(model), bases="shared")
+    sched = schedule(compile_model(model), bases="shared", streams="pixels")
     assert sched.base_mapping == "shared"
     result = verify(model, sched, _images(index, cfg, 3), simulator="amaranth", stall=0.3,
                     seed=index)
@@ -95,8 +95,8 @@ def test_time_shared_cycles_measured_equal_predicted():
     cfg = CONFIGS[1]
     model = random_model(301, **cfg)
     g = compile_model(model)
-    shared = schedule(g, bases="shared")
-    parallel = schedule(g, bases="parallel", target_cycles=shared.frame_cycles)
+    shared = schedule(g, bases="shared", streams="pixels")
+    parallel = schedule(g, bases="parallel", target_cycles=shared.frame_cycles, streams="pixels")
     result = verify(model, shared, _images(1, cfg, 4), simulator="amaranth")
     assert result.exact == result.images
     assert result.cycles_per_frame_measured == shared.frame_cycles
@@ -116,9 +116,9 @@ def test_auto_picks_the_best_mix_of_mappings(board):
     mappings) and keeps the fastest that fits, or, if none fits, the least over."""
     from itertools import combinations
     g = compile_model(random_model(302, **CONFIGS[0]))
-    auto = schedule(g, board)
+    auto = schedule(g, board, streams="pixels")
     groups = [grp.mixer for grp in base_groups(g)]
-    mixes = [schedule(share_bases(g, c) if c else g, board, bases="parallel")
+    mixes = [schedule(share_bases(g, c) if c else g, board, bases="parallel", streams="pixels")
              for n in range(len(groups) + 1) for c in combinations(groups, n)]
     assert len(mixes) == 4
     fitting = [s for s in mixes if _fits(s)]

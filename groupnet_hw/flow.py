@@ -1,0 +1,500 @@
+"""The build flow: checkpoint -> accelerator, as one listed sequence of named steps.
+
+Everything ``groupnet-hw build`` and ``verify`` do happens here; the command line only
+parses options into a :class:`BuildConfig` and presents a :class:`Build`. Tests and
+benchmarks call the same functions.
+
+    load       read and validate the checkpoint (untrusted input: weights only)
+    lower      trace the network (library layers as leaves) into the graph IR
+    passes     fold ReLU, BN and gates; thresholds; prove every width (integer graph)
+    schedule   folding, base mapping, line buffers, streams, FIFOs; cycles, resources
+    elaborate  the Amaranth accelerator and its Verilog (elaborated once per build)
+    write      Verilog, board project, schedule, report and manifest, atomically
+
+>>> from groupnet_hw.flow import BuildConfig, build, verify   # doctest: +SKIP
+>>> b = build("model.pt", BuildConfig(board="ulx3s"), out_dir="out")
+>>> verify("out", images=50).ok
+
+``build(..., stop_after="schedule")`` stops after a step (no file is written unless
+``write`` runs); ``Build.timings`` holds every step's seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Callable
+
+from .compiler.artifact import BuildError, BuildManifest, file_sha256, read_manifest, write_manifest
+from .compiler.frontend import lower
+from .compiler.passes import run_passes
+from .compiler.report import render_text
+from .compiler.resources import FAMILIES, design_cells
+from .compiler.schedule import (BASE_MAPPINGS, DEFAULT_MAX_UTIL, LINE_BUFFER_CHOICES,
+                                STREAM_CHOICES, schedule)
+from .devices import BOARD_NAMES
+from .hw.accelerator import Accelerator
+from .hw.boards.core_instance import CoreInstance
+from .hw.fifo import FIFO_RAM_KINDS
+from .models.checkpoint import CheckpointError, load_checkpoint
+from .toolchain.board_project import BoardBuildError, write_board_project
+
+__all__ = ["BuildConfig", "Build", "Step", "STEPS", "FlowError", "build", "verify",
+           "load_build", "CORE_NAME"]
+
+#: Module name of the accelerator core in the Verilog a build writes.
+CORE_NAME = "groupnet_core"
+
+
+class FlowError(ValueError):
+    """A build or verification that cannot proceed; the message is one line that says
+    what is wrong and what to do."""
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """Every choice of a build, with the one set of defaults the library and the command
+    line share.
+
+    Parameters
+    ----------
+    board : str
+        Target board (``de10nano``, ``ulx3s``, ``icebreaker``).
+    target_cycles : int, optional
+        Frame interval to fold for; default: the fastest that fits the board.
+    fps : float, optional
+        Frames per second to reach at the board clock (sets ``target_cycles``).
+    max_util : float
+        Fraction of each budgeted board resource the design may use.
+    folding : tuple of (str, (int, int)), optional
+        ``(conv node, (PE, SIMD))`` overrides of the chosen folding.
+    bases : {"auto", "parallel", "shared"}
+        How each block's K bases map to hardware.
+    line_buffers : {"auto", "logic", "block", "serial"}
+        Where the convolutions' line buffers go.
+    fifos : {"auto", "block"}
+        How the join FIFOs' memories are built.
+    streams : {"auto", "pixels", "beats"}
+        How tensors travel between units.
+    fuse_activations : bool
+        Apply a threshold's or post-op's work in the MVU in front of it.
+    baud : int
+        UART host link speed of the board top.
+    bitstream : bool, optional
+        Run the board's toolchain; ``None``: when it is installed and the estimate fits.
+    """
+
+    board: str = "de10nano"
+    target_cycles: int | None = None
+    fps: float | None = None
+    max_util: float = DEFAULT_MAX_UTIL
+    folding: tuple | None = None
+    bases: str = "auto"
+    line_buffers: str = "auto"
+    fifos: str = "auto"
+    streams: str = "auto"
+    fuse_activations: bool = True
+    baud: int = 115200
+    bitstream: bool | None = None
+
+    def __post_init__(self):
+        if self.board not in BOARD_NAMES:
+            raise FlowError(f"unknown board {self.board!r}; known boards: "
+                            f"{', '.join(BOARD_NAMES)}")
+        for name, allowed in (("bases", BASE_MAPPINGS), ("line_buffers", LINE_BUFFER_CHOICES),
+                              ("fifos", FIFO_RAM_KINDS), ("streams", STREAM_CHOICES)):
+            if getattr(self, name) not in allowed:
+                raise FlowError(f"{name} must be one of {', '.join(allowed)}, "
+                                f"not {getattr(self, name)!r}")
+        if self.target_cycles is not None and self.target_cycles < 1:
+            raise FlowError(f"target_cycles must be at least 1, not {self.target_cycles}")
+        if self.fps is not None and not self.fps > 0:
+            raise FlowError(f"fps must be positive, not {self.fps}")
+        if not 0 < self.max_util <= 1:
+            raise FlowError(f"max_util must be in (0, 1], not {self.max_util}")
+        if self.folding is not None:
+            # a dict is accepted and frozen, so that the configuration stays hashable
+            items = self.folding.items() if isinstance(self.folding, dict) else self.folding
+            try:
+                frozen = tuple(sorted((str(k), (int(v[0]), int(v[1]))) for k, v in items))
+            except (TypeError, ValueError, IndexError):
+                raise FlowError('folding must map conv node names to [PE, SIMD], '
+                                'e.g. {"conv1": [4, 9]}') from None
+            object.__setattr__(self, "folding", frozen)
+
+    def schedule_options(self) -> dict:
+        """Keyword arguments of :func:`~groupnet_hw.compiler.schedule.schedule`."""
+        return dict(board=self.board, target_cycles=self.target_cycles, fps=self.fps,
+                    max_util=self.max_util,
+                    folding={k: list(v) for k, v in self.folding} if self.folding else None,
+                    bases=self.bases, line_buffers=self.line_buffers, fifos=self.fifos,
+                    streams=self.streams, fuse_activations=self.fuse_activations)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["folding"] = {k: list(v) for k, v in self.folding} if self.folding else None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "BuildConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise FlowError(f"unknown build options {sorted(unknown)}; known: {sorted(known)}")
+        return cls(**d)
+
+
+@dataclass
+class Build:
+    """What a build made, step by step; fields are ``None`` until their step ran.
+
+    Attributes
+    ----------
+    config : BuildConfig
+    checkpoint : str or None
+        Absolute path of the checkpoint (``None`` when built from a model object).
+    checkpoint_sha256 : str or None
+    model : torch.nn.Module
+        The network (eval mode; its fixed-point forward is the reference).
+    payload : dict
+        The checkpoint's metadata (metrics, dataset, training configuration).
+    graph : Graph
+        After ``lower``: the IR; after ``passes``: the integer graph.
+    schedule : Schedule
+    accelerator : Accelerator
+    verilog : str
+        The core's Verilog text (module :data:`CORE_NAME`).
+    port_widths : (int, int)
+        Payload widths of the core's ``i`` and ``o`` streams.
+    out_dir : pathlib.Path or None
+        Where ``write`` put the build.
+    manifest : BuildManifest or None
+    board_plan : dict or None
+        What the board-project writer returned (its ``message`` says how to build).
+    timings : dict
+        Seconds per step that ran, in order.
+    """
+
+    config: BuildConfig
+    checkpoint: str | None = None
+    checkpoint_sha256: str | None = None
+    model: object = None
+    payload: dict = field(default_factory=dict)
+    graph: object = None
+    schedule: object = None
+    accelerator: object = None
+    verilog: str | None = None
+    port_widths: tuple | None = None
+    out_dir: Path | None = None
+    manifest: BuildManifest | None = None
+    board_plan: dict | None = None
+    timings: dict = field(default_factory=dict)
+
+    def report(self) -> dict:
+        """The build's report: the schedule, estimated cells per family, metrics."""
+        report = self.schedule.to_dict()
+        report["estimate_cells"] = {f: design_cells(self.schedule, f) for f in FAMILIES}
+        report["checkpoint"] = self.checkpoint
+        report["metrics"] = self.payload.get("metrics", {})
+        return report
+
+    def report_text(self) -> str:
+        return render_text(self.schedule)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One named step of the flow: ``run(build, out_dir)`` fills fields of ``build``."""
+
+    name: str
+    description: str
+    run: Callable
+
+
+# ------------------------------------------------------------------------- the steps
+def _load(b: Build, source, out_dir):
+    if isinstance(source, (str, os.PathLike)):
+        try:
+            b.model, b.payload = load_checkpoint(source)
+        except CheckpointError as exc:
+            raise FlowError(str(exc)) from None
+        b.checkpoint = os.path.abspath(source)
+        b.checkpoint_sha256 = file_sha256(source)
+    else:
+        b.model = source.eval()
+
+
+def _lower(b: Build, source, out_dir):
+    try:
+        b.graph = lower(b.model)
+    except ValueError as exc:
+        raise FlowError(str(exc)) from None
+
+
+def _passes(b: Build, source, out_dir):
+    try:
+        b.graph = run_passes(b.graph)
+    except ValueError as exc:
+        raise FlowError(str(exc)) from None
+
+
+def _schedule(b: Build, source, out_dir):
+    try:
+        b.schedule = schedule(b.graph, **b.config.schedule_options())
+    except ValueError as exc:
+        raise FlowError(str(exc)) from None
+
+
+def _elaborate(b: Build, source, out_dir):
+    from amaranth.back import verilog
+    b.accelerator = Accelerator(b.schedule)
+    # No source-location attributes: they double the file and no tool needs them.
+    b.verilog = verilog.convert(b.accelerator, name=CORE_NAME, emit_src=False)
+    b.port_widths = core_port_widths(b.accelerator)
+
+
+def _write(b: Build, source, out_dir):
+    if out_dir is None:
+        return
+    from .toolchain.board_project import BoardBuildError, write_board_project
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise FlowError(f"{out}: exists and is not a directory; choose another -o")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # everything goes to a staging folder first: a failed build leaves no half-written
+    # directory behind, and a directory's files are always of one build
+    staging = Path(tempfile.mkdtemp(prefix=".groupnet-build-", dir=out.parent))
+    try:
+        (staging / f"{CORE_NAME}.v").write_text(b.verilog)
+        config = b.config
+        run = config.bitstream if config.bitstream is not None else (
+            None if b.schedule.fits() else False)
+        try:
+            # the board top instantiates the core's module: no second elaboration
+            core = CoreInstance(b.accelerator, CORE_NAME)
+            b.board_plan = write_board_project(core, staging, board=config.board,
+                                               baud=config.baud, run_toolchain=run,
+                                               sources={f"{CORE_NAME}.v": b.verilog})
+        except BoardBuildError as exc:
+            failed = out / f"{config.board}-failed"
+            shutil.rmtree(failed, ignore_errors=True)
+            out.mkdir(exist_ok=True)
+            shutil.move(str(staging), failed)
+            raise FlowError(str(exc).replace(str(staging), str(failed))) from None
+        (staging / "schedule.json").write_text(b.schedule.to_json())
+        (staging / "report.json").write_text(json.dumps(b.report(), indent=2))
+        (staging / "report.txt").write_text(b.report_text())
+        in_width, out_width = b.port_widths
+        b.manifest = BuildManifest(
+            checkpoint=b.checkpoint, checkpoint_sha256=b.checkpoint_sha256,
+            board=config.board, options=_manifest_options(config),
+            verilog=f"{CORE_NAME}.v", toplevel=CORE_NAME,
+            verilog_sha256=file_sha256(staging / f"{CORE_NAME}.v"),
+            in_width=in_width, out_width=out_width, frame_cycles=b.schedule.frame_cycles)
+        write_manifest(staging, b.manifest)
+        out.mkdir(exist_ok=True)
+        for item in staging.iterdir():
+            target = out / item.name
+            if target.is_dir():
+                shutil.rmtree(target)
+            elif target.exists():
+                target.unlink()
+            shutil.move(str(item), target)
+        b.out_dir = out
+        plan = b.board_plan
+        plan["message"] = plan["message"].replace(str(staging), str(out))
+        plan["project_dir"] = out / Path(plan["project_dir"]).name
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+#: The flow, in order. ``build(..., stop_after=name)`` stops after the named step.
+STEPS = (
+    Step("load", "reading the checkpoint", _load),
+    Step("lower", "tracing the network into the graph IR", _lower),
+    Step("passes", "folding BN, ReLU and gates into the integer graph", _passes),
+    Step("schedule", "scheduling (folding, base mappings, line buffers, streams; minutes on "
+                     "a large network)", _schedule),
+    Step("elaborate", "elaborating the accelerator and writing its Verilog", _elaborate),
+    Step("write", "writing the board project, reports and manifest", _write),
+)
+
+
+def build(source, config: BuildConfig | None = None, out_dir=None, *, stop_after=None,
+          progress: Callable | None = None) -> Build:
+    """Run the flow's :data:`STEPS` on ``source``.
+
+    Parameters
+    ----------
+    source : path-like or torch.nn.Module
+        A checkpoint (loaded safely and validated) or a model of the layer library.
+    config : BuildConfig, optional
+        Default: ``BuildConfig()``.
+    out_dir : path-like, optional
+        Where ``write`` puts the build; ``None``: nothing is written.
+    stop_after : str, optional
+        Name of the last step to run.
+    progress : callable, optional
+        ``progress(step)`` is called with each :class:`Step` before it runs.
+
+    Returns
+    -------
+    Build
+
+    Raises
+    ------
+    FlowError
+        One line saying what is wrong: an unreadable checkpoint, a network the compiler
+        cannot lower, a board the network does not fit at the requested rate, a failed
+        toolchain run.
+    """
+    config = config or BuildConfig()
+    names = [s.name for s in STEPS]
+    if stop_after is not None and stop_after not in names:
+        raise FlowError(f"unknown step {stop_after!r}; the steps are {', '.join(names)}")
+    b = Build(config=config)
+    for step in STEPS:
+        if progress:
+            progress(step)
+        t0 = time.perf_counter()
+        step.run(b, source, out_dir)
+        b.timings[step.name] = round(time.perf_counter() - t0, 3)
+        if step.name == stop_after:
+            break
+    return b
+
+
+def core_port_widths(acc) -> tuple[int, int]:
+    """Payload widths of an accelerator's ``i`` and ``o`` streams."""
+    from amaranth.hdl import Shape
+    return (Shape.cast(acc.i.payload.shape()).width, Shape.cast(acc.o.payload.shape()).width)
+
+
+def _manifest_options(config: BuildConfig) -> dict:
+    d = config.to_dict()
+    del d["board"]
+    return d
+
+
+# ---------------------------------------------------------------------- verification
+def load_build(directory, progress: Callable | None = None) -> Build:
+    """A :class:`Build` for a directory ``build`` wrote, ready for :func:`verify`.
+
+    The checkpoint must be unchanged (its SHA-256), and the schedule recomputed from it
+    with the recorded configuration must equal the recorded ``schedule.json``: what the
+    report claims is what is simulated. The Verilog is not regenerated; the file on
+    disk is what ``verify`` simulates.
+
+    Raises
+    ------
+    FlowError
+        Not a build directory, a changed or missing checkpoint, or a schedule that
+        differs from the recorded one.
+    """
+    directory = Path(directory)
+    try:
+        manifest = read_manifest(directory)
+    except BuildError as exc:
+        raise FlowError(str(exc)) from None
+    options = dict(manifest.options)
+    try:
+        config = BuildConfig.from_dict({"board": manifest.board, **options})
+    except (FlowError, TypeError) as exc:
+        raise FlowError(f"{directory}/build.json: {exc}; rebuild the directory") from None
+    b = build(manifest.checkpoint, config, stop_after="schedule", progress=progress)
+    recorded = directory / "schedule.json"
+    if (not recorded.is_file()
+            or json.loads(recorded.read_text()) != json.loads(b.schedule.to_json())):
+        raise FlowError(f"{directory}/schedule.json differs from the schedule this "
+                        f"groupnet-hw computes for {manifest.checkpoint}; rebuild the "
+                        "directory")
+    b.port_widths = (manifest.in_width, manifest.out_width)
+    b.manifest, b.out_dir = manifest, directory
+    return b
+
+
+def rtl_design(b: Build, cache_dir=None):
+    """The :class:`~groupnet_hw.sim.verify.RTLDesign` of a build: the Verilog it wrote,
+    or (a build that wrote nothing) its Verilog saved under ``cache_dir`` by content."""
+    from .sim.verify import RTLDesign
+    if b.manifest is not None and b.out_dir is not None:
+        return RTLDesign(Path(b.out_dir, b.manifest.verilog), b.manifest.toplevel,
+                         *b.port_widths)
+    if b.verilog is None:
+        _elaborate(b, None, None)
+    cache = Path(cache_dir or Path.home() / ".cache" / "groupnet-hw" / "sim") / "designs"
+    cache.mkdir(parents=True, exist_ok=True)
+    path = cache / f"{CORE_NAME}-{hashlib.sha256(b.verilog.encode()).hexdigest()[:16]}.v"
+    if not path.exists():
+        tmp = path.with_suffix(f".partial{os.getpid()}")
+        tmp.write_text(b.verilog)
+        os.replace(tmp, path)
+    return RTLDesign(path, CORE_NAME, *b.port_widths)
+
+
+def verify(target, images=None, *, simulator="verilator", stall=0.0, seed=0, jobs=None,
+           waves=None, build_dir=None, progress: Callable | None = None):
+    """Prove a build bit-exact: its RTL against the model's fixed-point forward and the
+    integer graph, on ``images``.
+
+    Parameters
+    ----------
+    target : Build, path-like
+        A :class:`Build`, a build directory (:func:`load_build`) or a checkpoint (its
+        default build, in memory).
+    images : uint8 tensor or int, optional
+        The images, or the first N held-out test images of the model's built-in dataset
+        (default: all of them).
+    simulator : {"verilator", "cocotb", "icarus", "amaranth"}
+    stall : float
+        Probability of random input gaps and output ready-stalls.
+    seed : int
+    jobs : int, optional
+        Simulator processes for the fast path.
+    waves : path-like, optional
+        VCD of the first mismatching frame.
+    build_dir : path-like, optional
+        Where simulator builds are cached (default ``~/.cache/groupnet-hw/sim``).
+    progress : callable, optional
+        ``progress(text)`` with what is being done.
+
+    Returns
+    -------
+    VerifyResult
+        ``ok`` only if every output of every image is equal.
+    """
+    from .sim.verify import verify as run_verify
+    if isinstance(target, Build):
+        b = target
+    elif os.path.isdir(target):
+        b = load_build(target)
+    else:
+        b = build(target, BuildConfig(), stop_after="schedule")
+    if images is None or isinstance(images, int):
+        images = test_images(b.model.config, images)
+    root = Path(build_dir or Path.home() / ".cache" / "groupnet-hw" / "sim")
+    design = None
+    if simulator != "amaranth":
+        root.mkdir(parents=True, exist_ok=True)
+        design = rtl_design(b, root)
+    return run_verify(b.model, b.schedule, images, simulator=simulator, design=design,
+                      build_dir=str(root / simulator), stall=stall, seed=seed, jobs=jobs,
+                      waves=waves, progress=progress, accelerator=b.accelerator)
+
+
+def test_images(config, n=None):
+    """The first ``n`` held-out test images (all when ``None``) of the built-in dataset
+    of a model with ``config``."""
+    from .models.data import load_dataset
+    from .models.train import dataset_for
+    try:
+        test = load_dataset(dataset_for(config))[2]
+    except ValueError as exc:
+        raise FlowError(f"{exc}; pass your own images") from None
+    return test if n is None else test[:n]
