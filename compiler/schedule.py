@@ -42,9 +42,10 @@ from .sharing import base_groups, share_bases
 
 # Unit, the FIFO sizing and board_usage live with the decisions that set them
 # (:mod:`.decisions`); they are re-exported here, where their users import them.
-__all__ = ["Schedule", "ScheduleOptions", "schedule", "choose_folding", "fifo_depths",
-           "ideal_times", "check_fits", "memory_floor", "Unit", "board_usage",
-           "through_fifo", "FIFO_LATENCY", "FIFO_MARGIN", "FIFO_MIN_DEPTH", "IN_PLACE_SLACK"]
+__all__ = ["Schedule", "ScheduleOptions", "schedule", "search", "GraphSearch",
+           "choose_folding", "fifo_depths", "ideal_times", "check_fits", "memory_floor",
+           "Unit", "board_usage", "through_fifo", "FIFO_LATENCY", "FIFO_MARGIN",
+           "FIFO_MIN_DEPTH", "IN_PLACE_SLACK"]
 
 #: Fraction of each resource the schedule may fill (``--max-util``): place and route
 #: needs headroom, and the host link is not in the estimate.
@@ -576,8 +577,9 @@ class GraphSearch:
         if target_cycles:
             chosen = plan(target_cycles)
             if not chosen.fits():
-                msg = (f"{target_cycles} cycles/frame ({budget['clock_mhz'] * 1e6 / target_cycles:,.0f}"
-                       f" frames/s at {budget['clock_mhz']:g} MHz) does not fit {board} at "
+                clock = budget["clock_mhz"]
+                msg = (f"{target_cycles} cycles/frame ({clock * 1e6 / target_cycles:,.0f}"
+                       f" frames/s at {clock:g} MHz) does not fit {board} at "
                        f"{max_util:.0%} utilization: {chosen.over()}")
                 if options.fps is not None:
                     raise ValueError(msg + "; lower --fps, raise --max-util or use a larger board")
