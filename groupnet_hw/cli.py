@@ -601,7 +601,8 @@ def _read_images(input_path, config, images):
               help="Simulator processes for --sim verilator (default: one per core).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--build-dir", type=click.Path(file_okay=False), default=None,
-              help="Where simulator builds are cached (default: ~/.cache/groupnet-hw/sim).")
+              help="Where simulator builds are cached (default: $GROUPNET_HW_RTL_CACHE or "
+                   "~/.cache/groupnet-hw/sim).")
 def verify(target, simulator, images, input_path, stall, seed, waves, jobs, as_json, build_dir):
     """Prove the RTL bit-exact against PyTorch on test images.
 
@@ -629,7 +630,7 @@ def verify(target, simulator, images, input_path, stall, seed, waves, jobs, as_j
         raise UserError(f"{target}: no such file or directory")
     if waves and not os.path.isdir(os.path.dirname(os.path.abspath(waves))):
         raise UserError(f"{waves}: its directory does not exist")
-    build_root = Path(build_dir or Path.home() / ".cache" / "groupnet-hw" / "sim")
+    build_root = Path(build_dir) if build_dir else None
     if simulator != "amaranth":
         from .sim.toolchain import have_icarus, have_verilator
         if simulator in ("verilator", "cocotb") and not have_verilator():

@@ -43,6 +43,7 @@ from .hw.accelerator import Accelerator
 from .hw.boards.core_instance import CoreInstance
 from .hw.fifo import FIFO_RAM_KINDS
 from .models.checkpoint import CheckpointError, load_checkpoint
+from .sim.cocotb_runner import default_build_dir
 from .toolchain.board_project import BoardBuildError, write_board_project
 
 __all__ = ["BuildConfig", "Build", "Step", "STEPS", "FlowError", "build", "verify",
@@ -262,7 +263,6 @@ def _elaborate(b: Build, source, out_dir):
 def _write(b: Build, source, out_dir):
     if out_dir is None:
         return
-    from .toolchain.board_project import BoardBuildError, write_board_project
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise FlowError(f"{out}: exists and is not a directory; choose another -o")
@@ -428,7 +428,7 @@ def rtl_design(b: Build, cache_dir=None):
                          *b.port_widths)
     if b.verilog is None:
         _elaborate(b, None, None)
-    cache = Path(cache_dir or Path.home() / ".cache" / "groupnet-hw" / "sim") / "designs"
+    cache = Path(cache_dir or default_build_dir()) / "designs"
     cache.mkdir(parents=True, exist_ok=True)
     path = cache / f"{CORE_NAME}-{hashlib.sha256(b.verilog.encode()).hexdigest()[:16]}.v"
     if not path.exists():
@@ -460,7 +460,8 @@ def verify(target, images=None, *, simulator="verilator", stall=0.0, seed=0, job
     waves : path-like, optional
         VCD of the first mismatching frame.
     build_dir : path-like, optional
-        Where simulator builds are cached (default ``~/.cache/groupnet-hw/sim``).
+        Where simulator builds are cached (default
+        :func:`~groupnet_hw.sim.cocotb_runner.default_build_dir`).
     progress : callable, optional
         ``progress(text)`` with what is being done.
 
@@ -478,7 +479,7 @@ def verify(target, images=None, *, simulator="verilator", stall=0.0, seed=0, job
         b = build(target, BuildConfig(), stop_after="schedule")
     if images is None or isinstance(images, int):
         images = test_images(b.model.config, images)
-    root = Path(build_dir or Path.home() / ".cache" / "groupnet-hw" / "sim")
+    root = Path(build_dir or default_build_dir())
     design = None
     if simulator != "amaranth":
         root.mkdir(parents=True, exist_ok=True)

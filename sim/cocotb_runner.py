@@ -183,9 +183,10 @@ class RTLRun:
 
 
 def default_build_dir() -> Path:
-    """``$GROUPNET_HW_RTL_CACHE`` or ``<tmp>/groupnet_hw_rtl_cache``."""
+    """The one cache of compiled RTL, keyed by content: ``$GROUPNET_HW_RTL_CACHE`` or
+    ``~/.cache/groupnet-hw/sim`` (what ``groupnet-hw verify --build-dir`` defaults to)."""
     env = os.environ.get("GROUPNET_HW_RTL_CACHE")
-    return Path(env) if env else Path(tempfile.gettempdir()) / "groupnet_hw_rtl_cache"
+    return Path(env) if env else Path.home() / ".cache" / "groupnet-hw" / "sim"
 
 
 def _cocotb_version() -> str:

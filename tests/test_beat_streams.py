@@ -23,7 +23,9 @@ from test_line_buffers import CONFIGS, _case
     (1, 64, "parallel"),    # K = 1, 4-bit activations (multi-thresholds on beats)
     (2, 64, "shared"),      # K = 2 time-shared: repeat, grouped MVUs, packed mixers, a
                             # conv shortcut, 2-bit activations
-    (2, 16, "shared"),      # faster: only the second stage's tensors go as beats
+    # faster: only the second stage's tensors go as beats (slow tier: the same units as
+    # the case before, fewer of them as beats)
+    pytest.param(2, 16, "shared", marks=pytest.mark.slow),
 ])
 def test_beats_bit_exact_at_the_predicted_cycles(index, multiple, bases):
     model, g, size, images = _case(index, 120 + index)

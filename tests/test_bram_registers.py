@@ -137,6 +137,7 @@ def test_a_skip_fifos_block_ram_read_leaves_from_its_output_register(tmp_path):
     assert out <= driven
 
 
+@pytest.mark.toolchain
 def test_place_and_route_times_the_block_rams_own_register(tmp_path):
     """nextpnr times an OUTREG DP16KD from its output register: the read data into a
     fabric register was 5.6 ns of clock-to-output plus the route; now it leaves a

@@ -119,6 +119,7 @@ def test_build_line_buffers_option_recorded_and_verified(tmp_path, tiny_ckpt):
     assert not (tmp_path / "bad").exists()
 
 
+@pytest.mark.slow      # the recording of every option: test_build_line_buffers_option_...
 def test_build_serial_line_buffers_verified(tmp_path, tiny_ckpt):
     """--line-buffers serial at a folding slow enough for it: the windows read a tap per
     cycle from one block-RAM memory each, some MVUs read them in place, report.txt says
@@ -137,7 +138,7 @@ def test_build_serial_line_buffers_verified(tmp_path, tiny_ckpt):
     assert True in in_place.values() and False in in_place.values()
     assert "serial, in place" in (out / "report.txt").read_text()
     assert f"{len(serial)} serial" in (out / "report.txt").read_text()
-    result = run("verify", out, "--images", 4, "--build-dir", tmp_path / "sim", "--json")
+    result = run("verify", out, "--images", 4, "--json")
     assert result.exit_code == 0, result.output
     got = json.loads(result.output[result.output.index("{"):])
     assert got["simulator"] == "verilator"
@@ -169,6 +170,7 @@ def test_build_fuse_activations_option_recorded_and_verified(tmp_path, tiny_ckpt
     assert result.exit_code == 0, result.output
 
 
+@pytest.mark.slow
 def test_build_streams_beats_recorded_and_verified(tmp_path, tiny_ckpt):
     """--streams beats at a slow frame interval sends the tensors between convolutions
     as beats (report.txt: "N beats"), is recorded in build.json, and that artifact

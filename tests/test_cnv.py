@@ -354,8 +354,7 @@ def test_cnv_small_trained_built_and_verified_on_verilator(tmp_path):
     assert r.exit_code == 0, r.output
     r = runner.invoke(main, ["build", str(ckpt), "-o", str(out)])
     assert r.exit_code == 0, r.output
-    r = runner.invoke(main, ["verify", str(out), "--images", "20", "--json",
-                             "--build-dir", str(tmp_path / "sim")])
+    r = runner.invoke(main, ["verify", str(out), "--images", "20", "--json"])
     assert r.exit_code == 0, r.output
     result = json.loads(r.output[r.output.index("{"):])
     assert result["exact"] == result["images"] == 20 and result["graph_equals_model"]

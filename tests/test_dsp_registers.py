@@ -143,6 +143,7 @@ def test_the_classifier_heads_multipliers_take_all_their_registers(tmp_path):
     assert stats["outputs"] == stats["multipliers"]
 
 
+@pytest.mark.toolchain
 def test_place_and_route_packs_and_the_multiplier_path_is_gone(tmp_path):
     path = tmp_path / "m.v"
     path.write_text(verilog.convert(RegisteredMultiply(), name="top"))

