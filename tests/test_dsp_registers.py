@@ -1,7 +1,6 @@
 """The ECP5 flow moves plain flip-flops around a multiplier into the MULT18X18D
 (`toolchain.dsp_registers`), and only those."""
 
-import json
 
 import pytest
 from amaranth.back import verilog
@@ -11,6 +10,7 @@ from amaranth.lib.wiring import In, Out
 
 from groupnet_hw.toolchain.dsp_registers import pack_mult_registers, top_module as _top
 from groupnet_hw.toolchain.synth import have_tools, synthesize
+import recorded_netlists
 
 pytestmark = pytest.mark.skipif(not have_tools("ecp5"), reason="YoWASP tools not installed")
 
@@ -46,10 +46,8 @@ class RegisteredMultiply(wiring.Component):
 
 
 def _netlist(tmp_path, design):
-    path = tmp_path / "m.v"
-    path.write_text(verilog.convert(design, name="top"))
-    synthesize(path, "top", "ecp5", tmp_path, place_and_route=False)
-    return json.loads((tmp_path / "synth-ecp5" / "netlist.json").read_text())
+    """Yosys's ECP5 netlist of ``design``, recorded in tests/netlists/ (:mod:`recorded_netlists`)."""
+    return recorded_netlists.netlist(tmp_path, design)
 
 
 def test_plain_registers_move_into_the_multiplier(tmp_path):
@@ -151,3 +149,17 @@ def test_place_and_route_packs_and_the_multiplier_path_is_gone(tmp_path):
     assert r["dsp_registers"]["flip_flops"] == 44
     # register, routes and the 3.9 ns multiplier in one cycle before; now the DSP's own
     assert r["fmax_mhz"] > 200, r.get("critical_path")
+
+
+@pytest.mark.toolchain
+def test_recorded_netlists_are_what_yosys_makes_now(tmp_path):
+    """The netlists the pass tests read from tests/netlists/ are this Yosys's: a fresh
+    synthesis of a recorded design gives the same cells."""
+    for design in (RegisteredMultiply(), RegisteredMultiply(enable=True, inverted=True)):
+        text = recorded_netlists.design_verilog(design)
+        recorded = recorded_netlists.netlist(tmp_path, design)
+        assert recorded_netlists.recorded_path(text).is_file()
+        fresh = recorded_netlists.synthesized_netlist(text, tmp_path)
+        cells = [{name: c["type"] for name, c in _top(n)["cells"].items()}
+                 for n in (recorded, fresh)]
+        assert cells[0] == cells[1]
