@@ -1,7 +1,6 @@
 """The ECP5 flow moves plain flip-flops around a multiplier into the MULT18X18D
 (`toolchain.dsp_registers`), and only those."""
 
-
 import pytest
 from amaranth.back import verilog
 from amaranth.hdl import Module, Signal, signed
