@@ -330,12 +330,9 @@ def unit_cycles(c: Candidate):
 def fused_activations(c: Candidate):
     """Do a threshold's or a post-op's work in the MVU in front of it (the ``fuse_activations``
     option): where that costs nothing (:func:`_fuse_activations`), and with beat streams
-    then everywhere else it can too."""
-    if not c.options.fuse_activations:
-        return
-    _fuse_activations(c, always=False)
-    if c.streams == "beats":
-        _fuse_activations(c, always=True)
+    everywhere it can."""
+    if c.options.fuse_activations:
+        _fuse_activations(c, always=c.streams == "beats")
 
 
 def beat_streams(c: Candidate):
@@ -508,10 +505,11 @@ def _fuse_activations(c: Candidate, always=False):
             continue
         mvu = units[parent.name]
         fused = replace(mvu, activation=table.stages)
-        (dsp, logic), (dsp0, logic0), (dsp1, logic1) = (
-            cells(parent, fused), cells(parent, mvu), cells(node, units[node.name]))
-        if not always and (dsp > dsp0 + dsp1 or logic > logic0 + logic1):
-            continue
+        if not always:
+            (dsp, logic), (dsp0, logic0), (dsp1, logic1) = (
+                cells(parent, fused), cells(parent, mvu), cells(node, units[node.name]))
+            if dsp > dsp0 + dsp1 or logic > logic0 + logic1:
+                continue
         units[parent.name] = fused          # same cycles: the stages add latency only
         unit = units[node.name]
         unit.fused = True
