@@ -4,7 +4,15 @@ All units share one fold sequencer and pipeline (:class:`_FoldedMVU`); they
 differ only in the lane operation applied to each (output fold, input fold)
 step: XNOR-popcount for binary layers, signed sums of n-bit activations for
 binary weights on n-bit layers, multiply-accumulate for the full-precision
-first layer.
+first layer. The pipeline is four sub-components, each with its ports, latency and
+throughput: the issue controller and input buffer (:class:`_Issue`), the weight ROM
+(:class:`_WeightROM`), the terms and their adder tree (:class:`_AdderTree`) and the
+accumulators, activation and output registers (:class:`_Collector`).
+
+A unit's constructor takes the math (lanes, channels, weights, input lanes) as its
+parameters and the implementation choices (folding, groups, in-place read, fused
+activation, beats, extra registers) as one record, :class:`MVUChoices`, which the
+compiler's op builds from its schedule's unit.
 
 Folding follows FINN: ``pe`` output channels are computed in parallel, each
 over ``simd`` input lanes per cycle, so one input vector takes
@@ -16,6 +24,7 @@ ROM with one ``pe*simd``-lane word per step.
 from __future__ import annotations
 
 import operator
+from dataclasses import dataclass, fields
 from math import ceil
 
 import numpy as np
@@ -28,9 +37,9 @@ from ..numerics import signed_width
 from .arith import reduce_levels, sum_tree
 from .skid import skid_outputs
 
-__all__ = ["BinaryMVU", "BinaryWeightMVU", "IntegerMVU", "POPCOUNT_CHUNK", "binary_tree_terms",
-           "TREE_LEVELS_PER_STAGE", "TREE_LAST_STAGE_TERMS", "tree_stages", "ISSUE_MUX_SLICES",
-           "mvu_operand_stage", "mvu_latency"]
+__all__ = ["MVUChoices", "BinaryMVU", "BinaryWeightMVU", "IntegerMVU", "POPCOUNT_CHUNK",
+           "binary_tree_terms", "TREE_LEVELS_PER_STAGE", "TREE_LAST_STAGE_TERMS", "tree_stages",
+           "ISSUE_MUX_SLICES", "mvu_operand_stage", "mvu_latency"]
 
 
 #: Adder-tree levels between two pipeline registers in a matrix-vector unit: two
@@ -123,232 +132,275 @@ def popcount(m, bits, name="pc"):
     return sum_tree(chunk_counts(m, bits, name))
 
 
-def _register_stage(m, adv, groups, flags, name, flag_name):
-    """One pipeline stage of an MVU's terms: every term of every group and every step
-    flag registered on ``adv``; the data without a reset (the flags say what is
-    valid). Returns the registers, shaped as ``groups`` and ``flags``."""
-    regs = [[Signal(Value.cast(t).shape(), name=f"{name}{k}_{j}", reset_less=True)
-             for j, t in enumerate(g)] for k, g in enumerate(groups)]
-    fregs = [Signal.like(f, name=f"{flag_name}{i}") for i, f in enumerate(flags)]
-    with m.If(adv):
-        m.d.sync += [r.eq(t) for rg, g in zip(regs, groups) for r, t in zip(rg, g)]
-        m.d.sync += [r.eq(f) for r, f in zip(fregs, flags)]
-    return regs, fregs
+@dataclass(frozen=True)
+class MVUChoices:
+    """How a matrix-vector unit computes, as opposed to what: the implementation choices
+    the schedule makes for it (``compiler.decisions.Unit``), handed to the unit whole.
 
+    The math (``n_in``, ``c_out``, the weights, the input lanes) stays with the unit's
+    constructor; nothing here changes a result, only the cycles, the latency and the
+    hardware. An op builds the record from its schedule's unit in one place
+    (``compiler.ops.window._Conv.mvu_choices``). Each unit implements the fields of
+    its ``CHOICES``; a field it does not implement must keep its default.
 
-class _FoldedMVU(wiring.Component):
-    """Fold sequencer and pipeline shared by the MVUs.
+    Parameters
+    ----------
+    pe : int
+        Output channels computed in parallel, ``1 <= pe <= c_out/groups/beats``.
+    simd : int
+        Input lanes per cycle and PE, ``1 <= simd <= n_in``.
+    groups : int
+        Time-shared groups (a grouped convolution: the K bases of a Group-Net block on
+        one unit), a divisor of ``c_out``.
+    in_place : bool
+        Read every step's input slice from ``i.payload`` and take the vector with its
+        last step, instead of copying it into an input buffer with its first.
+    activation : ThresholdTable or AffineTable, optional
+        The per-channel table the unit applies to its finished channels (its consumer's
+        work, FINN's MVAU with an activation), or ``None``: an object with ``channels``,
+        ``out_shape``, ``stages`` and ``elaborate``
+        (:class:`~groupnet_hw.hw.multithreshold.ThresholdTable`,
+        :class:`~groupnet_hw.hw.elementwise.AffineTable`).
+    beats : int
+        Beats per output vector, a divisor of ``c_out/groups``.
+    registered_rom : bool
+        The weight ROM's word and the step's input slice registered once more (block RAM
+        whose read data leaves late).
+    registered_products : bool
+        The multipliers' products registered once more in the fabric (integer MVU).
 
-    Subclasses set the lane geometry (``_x_lane_width``, ``_w_lane_width``,
-    ``_w_pad``), the accumulator shape and start value (``_acc_shape``,
-    ``_acc_start``) and implement ``_pe_terms`` (the terms whose sum is one PE's
-    contribution of one step), ``_tree_terms`` (how many) and ``_finish``
-    (accumulator -> output value).
-    They may implement ``_shared_terms``, a sum that depends on the input slice
-    only, built once per step, and ``_combine`` (PE sum and shared sum -> partial).
-
-    Pipeline, all advancing together on ``adv``:
-
-    - issue: the step counter addresses the weight ROM; its input slice (from
-      ``i.payload`` on the accepting cycle, from the input buffer afterwards)
-      is registered next to the ROM's synchronous read data (a grouped MVU with an
-      operand stage registers its group's whole vector here and picks the step's
-      slice from it in the operand stage: two small multiplexers, not one across the
-      buffer);
-    - tree: the terms are registered, then summed ``TREE_LEVELS_PER_STAGE``
-      adder levels per pipeline stage until the last stage registers at most
-      ``TREE_LAST_STAGE_TERMS`` (:func:`tree_stages`);
-    - accumulate: every PE adds its partial to its accumulator and the finished
-      value is registered (the result stage);
-    - collect: the last input fold of an output fold stores the finished
-      channels, and the last step of the vector loads the output register with
-      all ``c_out`` channels (for ``ii >= 2`` both enables are registers, computed a
-      cycle ahead like ``adv``).
-
-    The pipeline stalls only when a beat's final step meets an output register
-    that is still full. The stall depends on registers of the unit only, never on
-    ``o.ready``, at no cost in cycles: with two steps or more per beat, on the output
-    register; with one, on a one-beat skid beside it (``hw.skid``).
+    Raises
+    ------
+    ValueError
+        A field of the wrong type or out of its range: one line. What depends on the
+        math (``pe`` against ``c_out``, ``simd`` against ``n_in``) the unit checks.
     """
 
-    def __init__(self, n_in, c_out, pe, simd, in_shape, acc_width, groups=1, in_place=False,
-                 activation=None, beats=1, registered_rom=False, registered_products=False):
-        if n_in < 1 or c_out < 1:
-            raise ValueError(f"n_in and c_out must be positive, not {n_in}, {c_out}")
-        if groups < 1 or c_out % groups:
-            raise ValueError(f"groups must divide c_out={c_out}, not {groups}")
-        c_group = c_out // groups
-        if beats < 1 or c_group % beats:
-            raise ValueError(f"beats must divide c_out/groups={c_group}, not {beats}")
-        #: Beats per output vector (``hw.beats.beat_order(c_out, groups, beats)``).
-        self.beats = beats
-        #: Channels of each group in one beat.
-        self.beat_lanes = c_group // beats
-        if not 1 <= pe <= self.beat_lanes:
-            raise ValueError(f"pe must be in [1, c_out/groups/beats={self.beat_lanes}], not {pe}")
-        if not 1 <= simd <= n_in:
-            raise ValueError(f"simd must be in [1, n_in={n_in}], not {simd}")
-        self.n_in = n_in
-        self.c_out = c_out
-        self.groups = groups
-        self.pe = pe
-        self.simd = simd
-        self.acc_width = acc_width
-        #: Read every step's slice from ``i.payload`` and take the vector with its last
-        #: step, instead of copying it into an input buffer with its first: for a
-        #: producer whose output register holds the vector anyway (a serial window).
-        self.in_place = bool(in_place)
-        #: What the MVU applies to its finished channels before it collects them (FINN's
-        #: MVAU with an activation), or ``None``: a per-channel table with ``channels``,
-        #: ``out_shape``, ``stages`` (registers it adds, the output register included)
-        #: and ``elaborate`` (:class:`~groupnet_hw.hw.multithreshold.ThresholdTable`,
-        #: :class:`~groupnet_hw.hw.elementwise.AffineTable`).
-        if activation is not None and activation.channels != c_out:
-            raise ValueError(f"activation has {activation.channels} channels, expected {c_out}")
-        self.activation = activation
-        #: Output folds of one group in one beat (a fold never spans two groups or beats).
-        self.sub_folds = ceil(self.beat_lanes / pe)
-        #: Output folds of one beat: every group's, one group after the other.
-        self.beat_folds = groups * self.sub_folds
-        #: Output folds over all groups and beats.
-        self.out_folds = beats * self.beat_folds
-        self.in_folds = ceil(n_in / simd)
-        #: Initiation interval: cycles per input vector in steady state.
-        self.ii = self.out_folds * self.in_folds
-        #: Cycles per output beat in steady state.
-        self.beat_steps = self.beat_folds * self.in_folds
-        #: A register stage between the read registers and the terms
-        #: (:func:`mvu_operand_stage`).
-        self.operand_stage = mvu_operand_stage(groups * self.in_folds, self._integer,
-                                               registered_rom and self.ii > 1)
-        #: The terms (products) registered twice before the tree: in the DSP block,
-        #: then in the fabric (``compiler.resources.LATE_DSP_OUTPUT``).
-        self.product_stage = bool(registered_products)
-        #: Cycles from the input handshake to the first cycle the output (its first beat)
-        #: is valid; beat ``j`` follows ``j * beat_steps`` cycles later at full rate.
-        self.latency = mvu_latency(self.beat_steps, self._tree_terms(), self.operand_stage,
-                                   activation.stages if activation is not None else 0,
-                                   self.product_stage)
-        #: One output lane: the accumulator, or the activation's value.
-        self.out_shape = signed(acc_width) if activation is None else activation.out_shape
-        super().__init__({
-            "i": In(stream.Signature(in_shape)),
-            "o": Out(stream.Signature(data.ArrayLayout(self.out_shape, c_out // beats))),
-        })
+    pe: int
+    simd: int
+    groups: int = 1
+    in_place: bool = False
+    activation: object = None
+    beats: int = 1
+    registered_rom: bool = False
+    registered_products: bool = False
 
-    def _lane_of(self, fold, p):
+    def __post_init__(self):
+        # numpy integers and booleans welcome (the schedule's arithmetic), stored as
+        # Python's, so that two equal records compare equal
+        for name in ("pe", "simd", "groups", "beats"):
+            value = getattr(self, name)
+            if isinstance(value, (bool, np.bool_)):
+                raise ValueError(f"{name} must be a positive integer, not {value!r}")
+            try:
+                value = operator.index(value)
+            except TypeError:
+                raise ValueError(f"{name} must be a positive integer, not {value!r}") from None
+            if value < 1:
+                raise ValueError(f"{name} must be a positive integer, not {value}")
+            object.__setattr__(self, name, value)
+        for name in ("in_place", "registered_rom", "registered_products"):
+            value = getattr(self, name)
+            if not isinstance(value, (bool, np.bool_)):
+                raise ValueError(f"{name} must be a bool, not {value!r}")
+            object.__setattr__(self, name, bool(value))
+        table = self.activation
+        if table is not None and not all(hasattr(table, a) for a in _ACTIVATION_API):
+            raise ValueError(f"activation must be a per-channel table with "
+                             f"{', '.join(_ACTIVATION_API)}, not {table!r}")
+
+
+#: What an MVU uses of its activation table (:class:`MVUChoices`).
+_ACTIVATION_API = ("channels", "out_shape", "stages", "elaborate")
+
+
+def _checked(choices):
+    """``choices`` if it is an :class:`MVUChoices` (the units read it before anything)."""
+    if not isinstance(choices, MVUChoices):
+        raise ValueError(f"choices must be an MVUChoices, not {choices!r}")
+    return choices
+
+
+@dataclass(frozen=True)
+class _Folding:
+    """The fold geometry of an MVU (module docstring): which output channels and input
+    lanes each step computes. Shared by the unit and its sub-components.
+
+    Output folds run beat by beat, within a beat group by group
+    (``hw.beats.beat_order``); a fold never spans two groups or beats."""
+
+    n_in: int
+    c_out: int
+    pe: int
+    simd: int
+    groups: int = 1
+    beats: int = 1
+
+    @property
+    def beat_lanes(self):
+        """Channels of each group in one beat."""
+        return self.c_out // self.groups // self.beats
+
+    @property
+    def sub_folds(self):
+        """Output folds of one group in one beat."""
+        return ceil(self.beat_lanes / self.pe)
+
+    @property
+    def beat_folds(self):
+        """Output folds of one beat: every group's, one group after the other."""
+        return self.groups * self.sub_folds
+
+    @property
+    def out_folds(self):
+        """Output folds over all groups and beats."""
+        return self.beats * self.beat_folds
+
+    @property
+    def in_folds(self):
+        return ceil(self.n_in / self.simd)
+
+    @property
+    def ii(self):
+        """Steps (cycles) per input vector."""
+        return self.out_folds * self.in_folds
+
+    @property
+    def beat_steps(self):
+        """Steps per output beat."""
+        return self.beat_folds * self.in_folds
+
+    def lane_of(self, fold, p):
         """``(beat, lane)`` PE ``p`` computes in output fold ``fold``, or ``None`` for a
-        padding PE (beyond its group's channels in the beat). Folds run beat by beat,
-        within a beat group by group (``hw.beats.beat_order``)."""
+        padding PE (beyond its group's channels in the beat)."""
         beat, rest = divmod(fold, self.beat_folds)
         g, s = divmod(rest, self.sub_folds)
         lane = s * self.pe + p
         return (beat, g * self.beat_lanes + lane) if lane < self.beat_lanes else None
 
-    def _channel_of(self, fold, p):
+    def channel_of(self, fold, p):
         """Output channel computed by PE ``p`` in output fold ``fold``, or ``None`` for a
         padding PE (beyond its group's channels)."""
-        at = self._lane_of(fold, p)
+        at = self.lane_of(fold, p)
         if at is None:
             return None
         beat, lane = at
         g, l = divmod(lane, self.beat_lanes)
         return g * (self.c_out // self.groups) + beat * self.beat_lanes + l
 
-    # -- weight ROM ---------------------------------------------------------
+    def step_layout(self):
+        """The flags that travel with a step through the pipeline: ``valid`` (a step is
+        in the stage), ``first`` and ``last`` (input fold: start a fresh accumulation;
+        the PE channels are finished), ``final`` (the beat's last step), ``nf`` (the
+        output fold) and, with beats, ``pos`` (the fold's position in its beat)."""
+        fields = {"valid": 1, "first": 1, "last": 1, "final": 1,
+                  "nf": range(self.out_folds)}
+        if self.beats > 1:
+            fields["pos"] = range(self.beat_folds)
+        return data.StructLayout(fields)
 
-    def _rom_words(self, weights):
-        """Pack ``weights[c_out, n_in]`` into one int per step, padding the
-        lanes beyond ``n_in`` with ``_w_pad`` and padding PEs with zero (those
-        channels are computed and dropped)."""
-        wl = self._w_lane_width
-        lane_mask = (1 << wl) - 1
-        weights = np.asarray(weights).astype(object)
-        words = []
-        for nf in range(self.out_folds):
-            for sf in range(self.in_folds):
-                word = 0
-                for p in range(self.pe):
-                    c = self._channel_of(nf, p)
-                    for s in range(self.simd):
-                        j = sf * self.simd + s
-                        if j >= self.n_in:
-                            lane = self._w_pad
-                        else:
-                            lane = 0 if c is None else int(weights[c, j])
-                        word |= (lane & lane_mask) << ((p * self.simd + s) * wl)
-                words.append(word)
-        return words
 
-    # -- hooks --------------------------------------------------------------
+def _register_stage(m, adv, groups, flags, name, flag_name):
+    """One pipeline stage of an MVU's terms: every term of every group and the step's
+    flags registered on ``adv``; the data without a reset (the flags say what is
+    valid). Returns the registers, shaped as ``groups``, and the flags' register."""
+    regs = [[Signal(Value.cast(t).shape(), name=f"{name}{k}_{j}", reset_less=True)
+             for j, t in enumerate(g)] for k, g in enumerate(groups)]
+    freg = Signal(flags.shape(), name=flag_name)
+    with m.If(adv):
+        m.d.sync += [r.eq(t) for rg, g in zip(regs, groups) for r, t in zip(rg, g)]
+        m.d.sync += freg.eq(flags)
+    return regs, freg
 
-    def _shared_terms(self, m, x_slice):
-        """Terms of a sum that depends on the input slice only (one per step, for
-        every PE), or ``None``."""
-        return None
 
-    def _pe_terms(self, m, pe_index, x_slice, w_slice):
-        """The terms whose sum is one PE's partial of one step."""
-        raise NotImplementedError
+class _Issue(wiring.Component):
+    """An MVU's issue controller and input buffer: which slice of the input vector and
+    which weight word each step uses.
 
-    def _combine(self, m, pe_index, pe_sum, shared_sum):
-        """One PE's partial from its terms' sum and the shared sum."""
-        return pe_sum
+    A step counter walks the ``ii`` steps of a vector in output-fold-major order; it
+    addresses the weight ROM (:class:`_WeightROM`) and picks the step's input slice:
+    step 0 straight from ``i.payload`` on the accepting cycle, the others from the
+    input buffer, a copy of the vector taken then. In place (``in_place``) there is no
+    buffer: every step reads ``i.payload``, which the producer holds until the vector is
+    taken with its last step. A grouped unit with an operand stage registers its
+    group's whole vector and picks the step's slice from it in the operand stage (two
+    small multiplexers, not one across the buffer).
 
-    #: Constant the accumulation of every output channel starts from.
-    _acc_start = 0
-    #: Multiply-accumulate MVU: its terms are DSP products.
-    _integer = False
+    Parameters
+    ----------
+    folding : _Folding
+    in_shape : shape
+        The unit's input payload: ``groups`` vectors of ``n_in`` lanes, group-major.
+    lane_width : int
+        Bits of one input lane.
+    in_place : bool
+    operand_stage : bool
+        Register the step's input slice and flags once more (:func:`mvu_operand_stage`).
 
-    def _finish(self, acc):
-        raise NotImplementedError
+    Members
+    -------
+    i : ``In(stream.Signature(in_shape))``
+        The unit's input.
+    adv : ``In(1)``
+        The pipeline advances (the collector's register): steps issue, stages move.
+    addr : ``Out(range(ii))``
+        The weight word of the step being issued (combinational, from the counter).
+    x : ``Out(simd*lane_width)``
+        The step's input slice, lanes beyond ``n_in`` zero.
+    flags : ``Out(folding.step_layout())``
+        The step's flags, aligned with ``x``.
 
-    # -- sequencer and pipeline --------------------------------------------
+    Latency
+    -------
+    ``1 + operand_stage`` cycles of ``adv`` from a step's issue to its ``x`` and
+    ``flags``; the weight ROM's word of ``addr`` takes as many.
+
+    Throughput
+    ----------
+    One step per cycle of ``adv``; a vector every ``ii`` steps. ``i.ready`` depends on
+    ``adv`` and the counters only: buffered, it is high while no vector is buffered
+    (the vector is taken with its first step), in place only with the last step.
+    """
+
+    def __init__(self, folding, in_shape, lane_width, in_place, operand_stage):
+        self.folding = folding
+        self.lane_width = lane_width
+        self.in_place = in_place
+        self.operand_stage = operand_stage
+        super().__init__({
+            "i": In(stream.Signature(in_shape)),
+            "adv": In(1),
+            "addr": Out(range(folding.ii)),
+            "x": Out(folding.simd * lane_width),
+            "flags": Out(folding.step_layout()),
+        })
 
     def elaborate(self, platform):
         m = Module()
-        xl, wl = self._x_lane_width, self._w_lane_width
-        pe, simd = self.pe, self.simd
-        nfs, sfs, steps = self.out_folds, self.in_folds, self.ii
+        f, xl, adv = self.folding, self.lane_width, self.adv
+        simd, sfs, nfs, steps, bfs = f.simd, f.in_folds, f.out_folds, f.ii, f.beat_folds
         x_slice_width = simd * xl
         # Beats: the output register loads at the last step of each beat (`end`) and the
         # collect registers by the fold's position in its beat (`pos`); with one beat
         # these are the vector's final step and its output fold.
-        bfs = self.beat_folds
-        if self.beats > 1:
+        if f.beats > 1:
             step_pos, step_end = Signal(range(bfs)), Signal()
-
-        m.submodules.weights = rom = Memory(
-            shape=unsigned(pe * simd * wl), depth=steps, init=self._rom_words(self._weights))
-        rd = rom.read_port()
 
         # Zero lanes beyond n_in (per group): with the ROM padding they contribute nothing.
         payload = Value.cast(self.i.payload)
-        group_bits = self.n_in * xl
+        group_bits = f.n_in * xl
         x_in = Cat(*(Cat(payload[g * group_bits:(g + 1) * group_bits],
-                         Const(0, (sfs * simd - self.n_in) * xl))
-                     for g in range(self.groups)))
+                         Const(0, (sfs * simd - f.n_in) * xl))
+                     for g in range(f.groups)))
 
         # A grouped MVU with an operand stage picks its input slice in two steps: the
         # group at issue, the slice within the group in the operand stage.
-        two_level = self.groups > 1 and self.operand_stage
+        two_level = f.groups > 1 and self.operand_stage
         issue_width = sfs * x_slice_width if two_level else x_slice_width
-        # Compute-stage registers (the weight word is the ROM's read register).
-        s1_valid = Signal()
+        # Issue-stage registers, beside the weight ROM's read register.
+        s1 = Signal(f.step_layout(), name="s1")
         s1_x = Signal(issue_width)
         s1_sf = Signal(range(sfs))  # the step's slice within s1_x (two-level issue)
-        s1_first = Signal()  # first input fold: start a fresh accumulation
-        s1_last = Signal()   # last input fold: the PE channels are finished
-        s1_nf = Signal(range(nfs))
-        s1_final = Signal()  # last step of the vector (with beats: of the beat)
-        s1_pos = Signal(range(bfs)) if self.beats > 1 else None
-
-        adv = Signal(init=1)
-        # (driven below from the last pipeline stage: the pipeline stalls only when a
-        # vector's final step meets a full output register that is not being taken)
-        # A stalled read port keeps its data, so the step in the compute stage
-        # stays aligned with its weight word.
-        m.d.comb += rd.en.eq(adv)
 
         accept = Signal()
         issue_x = Signal(issue_width)
@@ -395,33 +447,33 @@ class _FoldedMVU(wiring.Component):
                     issue.eq(accept | (busy & adv)),
                 ]
             m.d.comb += [
-                rd.addr.eq(addr),
+                self.addr.eq(addr),
                 step_first.eq(sf == 0),
                 step_last.eq(sf == sfs - 1),
                 step_final.eq(addr == steps - 1),
                 step_nf.eq(nf),
                 step_sf.eq(sf),
             ]
-            if self.groups > 1:
+            if f.groups > 1:
                 # The input slice of a step is its group's: `group` moves on after the
                 # group's last output fold in the beat. With an operand stage the group
                 # is picked here (a `groups`-way multiplexer into a register of the
                 # group's whole vector) and the slice in the operand stage (`sfs`-way):
                 # on ECP5 one 15-way multiplexer across the buffer was the critical path,
                 # its select fanned out beside 720 buffer bits.
-                group = Signal(range(self.groups))
-                gnf = Signal(range(self.sub_folds))
+                group = Signal(range(f.groups))
+                gnf = Signal(range(f.sub_folds))
                 offset = group if two_level else group * sfs + sf
                 m.d.comb += issue_x.eq(Mux(busy, x_buf.word_select(offset, issue_width),
                                            x_in[:issue_width]))
                 with m.If(issue & step_last):
                     with m.If(step_final):
                         m.d.sync += [group.eq(0), gnf.eq(0)]
-                    with m.Elif(gnf == self.sub_folds - 1):
+                    with m.Elif(gnf == f.sub_folds - 1):
                         # with beats the groups come round again in the next beat
                         m.d.sync += [gnf.eq(0),
-                                     group.eq(Mux(group == self.groups - 1, 0, group + 1))
-                                     if self.beats > 1 else group.eq(group + 1)]
+                                     group.eq(Mux(group == f.groups - 1, 0, group + 1))
+                                     if f.beats > 1 else group.eq(group + 1)]
                     with m.Else():
                         m.d.sync += gnf.eq(gnf + 1)
             elif sfs == 1:
@@ -429,7 +481,7 @@ class _FoldedMVU(wiring.Component):
             else:
                 m.d.comb += issue_x.eq(Mux(busy, x_buf.word_select(sf, x_slice_width),
                                            x_in[:x_slice_width]))
-            if self.beats > 1:
+            if f.beats > 1:
                 # position of the output fold in its beat, and the beat's last step
                 with m.If(issue & step_last):
                     with m.If(step_final | (step_pos == bfs - 1)):
@@ -466,45 +518,193 @@ class _FoldedMVU(wiring.Component):
 
         with m.If(adv):
             m.d.sync += [
-                s1_valid.eq(issue),
+                s1.valid.eq(issue),
                 s1_x.eq(issue_x),
-                s1_first.eq(step_first),
-                s1_last.eq(step_last),
-                s1_final.eq(step_end if self.beats > 1 else step_final),
-                s1_nf.eq(step_nf),
+                s1.first.eq(step_first),
+                s1.last.eq(step_last),
+                s1.final.eq(step_end if f.beats > 1 else step_final),
+                s1.nf.eq(step_nf),
                 s1_sf.eq(step_sf),
             ]
-            if self.beats > 1:
-                m.d.sync += s1_pos.eq(step_pos)
+            if f.beats > 1:
+                m.d.sync += s1.pos.eq(step_pos)
 
-        # Compute: every PE's terms of the step (XNOR-popcount chunks, masked
-        # activations, products) are summed by an adder tree cut into pipeline stages
-        # of TREE_LEVELS_PER_STAGE levels, all advancing on `adv` with the step's flags;
-        # the last stage's few terms are summed on the way into the accumulator.
-        w_width = simd * wl
-        op_x, op_w = s1_x, rd.data
-        flags = [s1_valid, s1_first, s1_last, s1_final, s1_nf] + ([s1_pos] if self.beats > 1 else [])
+        x, flags = s1_x, s1
         if self.operand_stage:
-            # Operands registered once more, with nothing but wire after them: the
-            # placer can put the step's registers by the issue multiplexer and these
-            # by the terms. On ECP5 the routes from the read registers to a MULT18X18D
-            # (6.2 ns of 10.7) and from a 15-way issue multiplexer to the XNORs (9 ns
-            # of 10.4) were critical paths.
+            # The step's slice registered once more, with nothing but wire after it (the
+            # weight word likewise, in the ROM reader): the placer can put the issue
+            # registers by the issue multiplexer and these by the terms. On ECP5 the
+            # routes from the read registers to a MULT18X18D (6.2 ns of 10.7) and from a
+            # 15-way issue multiplexer to the XNORs (9 ns of 10.4) were critical paths.
             # Data only (the flags say what is valid), without a reset: on ECP5 such
             # registers move into the multipliers' DSP blocks with their enable
-            # (hw.dsp_registers), as do the first tree stage's below.
-            op_x = Signal(x_slice_width, name="operand_x", reset_less=True)
-            op_w = Signal(len(rd.data), name="operand_w", reset_less=True)
-            fregs = [Signal.like(f, name=f"operand_f{i}") for i, f in enumerate(flags)]
+            # (hw.dsp_registers), as do the adder tree's first stage.
+            x = Signal(x_slice_width, name="operand_x", reset_less=True)
+            flags = Signal(f.step_layout(), name="operand_f")
             x_step = s1_x.word_select(s1_sf, x_slice_width) if two_level else s1_x
             with m.If(adv):
-                m.d.sync += [op_x.eq(x_step), op_w.eq(rd.data)]
-                m.d.sync += [r.eq(f) for r, f in zip(fregs, flags)]
-            flags = fregs
-        terms = [self._pe_terms(m, p, op_x, op_w[p * w_width:(p + 1) * w_width])
+                m.d.sync += [x.eq(x_step), flags.eq(s1)]
+        m.d.comb += [self.x.eq(x), self.flags.eq(flags)]
+        return m
+
+
+class _WeightROM(wiring.Component):
+    """An MVU's weight ROM and its read: one word of every PE's lanes per step.
+
+    Parameters
+    ----------
+    words : list of int
+        The ROM's words, one per step (:meth:`_FoldedMVU._rom_words`), in a
+        :class:`~amaranth.lib.memory.Memory` named ``weights`` (block RAM where the flow
+        maps it there).
+    width : int
+        Bits per word (``pe*simd*lane``).
+    registered : bool
+        Register the read data once more (the operand stage, :func:`mvu_operand_stage`),
+        without a reset: a block RAM's late read data (ECP5 DP16KD: 5.6 ns of a 10 ns
+        period) then meets no logic in its cycle, and on ECP5 the register moves into a
+        multiplier's DSP block (``toolchain.dsp_registers``).
+
+    Members
+    -------
+    addr : ``In(range(len(words)))``
+        The word to read (the issue controller's step).
+    adv : ``In(1)``
+        The read port's enable: a stalled read keeps its data, so the word stays
+        aligned with its step.
+    data : ``Out(width)``
+        The word read.
+
+    Latency
+    -------
+    ``1 + registered`` cycles of ``adv`` from ``addr`` to ``data``, as the issue
+    controller's slice.
+
+    Throughput
+    ----------
+    One word per cycle.
+    """
+
+    def __init__(self, words, width, registered):
+        self.words = words
+        self.registered = registered
+        super().__init__({
+            "addr": In(range(len(words))),
+            "adv": In(1),
+            "data": Out(width),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.weights = rom = Memory(shape=unsigned(len(self.data)),
+                                            depth=len(self.words), init=self.words)
+        rd = rom.read_port()
+        m.d.comb += [rd.addr.eq(self.addr), rd.en.eq(self.adv)]
+        word = rd.data
+        if self.registered:
+            word = Signal(len(rd.data), name="operand_w", reset_less=True)
+            with m.If(self.adv):
+                m.d.sync += word.eq(rd.data)
+        m.d.comb += self.data.eq(word)
+        return m
+
+
+class _AdderTree(wiring.Component):
+    """An MVU's terms and their pipelined adder tree: each PE's partial of a step.
+
+    Every PE's terms of the step (XNOR-popcount chunks, masked activations, products:
+    the unit's ``pe_terms``), and the terms shared by all PEs (``shared_terms``), are
+    registered, optionally twice (``product_stage``), then summed
+    :data:`TREE_LEVELS_PER_STAGE` adder levels per pipeline stage until the last stage
+    registers at most :data:`TREE_LAST_STAGE_TERMS` (:func:`tree_stages`); their sum,
+    combined with the shared sum (``combine``), is the PE's partial. All stages advance
+    on ``adv`` with the step's flags; the data registers have no reset.
+
+    Parameters
+    ----------
+    folding : _Folding
+    lane_width, w_lane_width : int
+        Bits of an input lane and of a weight lane.
+    pe_terms : callable ``(m, p, x, w) -> list of values``
+        PE ``p``'s terms from the step's input slice ``x`` and its weight lanes ``w``.
+    shared_terms : callable ``(m, x) -> list of values or None``
+    combine : callable ``(pe_sum, shared_sum) -> value``
+        A PE's partial from its terms' sum and the shared sum (``None`` without shared
+        terms). Pure arithmetic: it also gives the partial's shape.
+    term_shapes : ``(list of shapes, list of shapes or None)``
+        The shapes of one PE's terms and of the shared terms, which the terms must have
+        (the ports are shaped from them before the terms are built).
+    product_stage : bool
+        Register the terms once more (the integer MVU's products: in the DSP block,
+        then in the fabric).
+
+    Members
+    -------
+    x : ``In(simd*lane_width)``
+    w : ``In(pe*simd*w_lane_width)``
+        The step's operands, from the issue controller and the ROM reader.
+    flags : ``In(folding.step_layout())``
+    adv : ``In(1)``
+    partial : ``Out(data.ArrayLayout(partial_shape, pe))``
+        Each PE's partial of the step in the last stage (combinational from its
+        registers).
+    out_flags : ``Out(folding.step_layout())``
+        That step's flags.
+
+    Attributes
+    ----------
+    stages : int
+        Register stages, :func:`tree_stages` of the most terms, and one more with
+        ``product_stage``.
+    partial_shape : Shape
+
+    Latency
+    -------
+    ``stages`` cycles of ``adv`` from the operands to ``partial``.
+
+    Throughput
+    ----------
+    One step per cycle.
+    """
+
+    def __init__(self, folding, lane_width, w_lane_width, pe_terms, shared_terms, combine,
+                 term_shapes, product_stage):
+        self.folding = folding
+        self._pe_terms, self._shared_terms, self._combine = pe_terms, shared_terms, combine
+        self.term_shapes = term_shapes
+        self.product_stage = product_stage
+        pe_shapes, shared_shapes = term_shapes
+        self._tree_stages = tree_stages(max(len(pe_shapes), len(shared_shapes or ())))
+        self.stages = self._tree_stages + int(product_stage)
+        # The partial's shape, from the same adders on stand-in signals (no hardware).
+        pe_sum = _last_stage_sum(pe_shapes, self._tree_stages)
+        shared_sum = (_last_stage_sum(shared_shapes, self._tree_stages)
+                      if shared_shapes is not None else None)
+        self.partial_shape = Value.cast(combine(pe_sum, shared_sum)).shape()
+        self.w_width = folding.simd * w_lane_width
+        super().__init__({
+            "x": In(folding.simd * lane_width),
+            "w": In(folding.pe * self.w_width),
+            "flags": In(folding.step_layout()),
+            "adv": In(1),
+            "partial": Out(data.ArrayLayout(self.partial_shape, folding.pe)),
+            "out_flags": Out(folding.step_layout()),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        adv, pe, ww = self.adv, self.folding.pe, self.w_width
+        x = Value.cast(self.x)
+        terms = [self._pe_terms(m, p, x, Value.cast(self.w)[p * ww:(p + 1) * ww])
                  for p in range(pe)]
-        shared = self._shared_terms(m, op_x)
+        shared = self._shared_terms(m, x)
+        built = ([Value.cast(t).shape() for t in terms[0]],
+                 None if shared is None else [Value.cast(t).shape() for t in shared])
+        if built != (list(self.term_shapes[0]), None if self.term_shapes[1] is None
+                     else list(self.term_shapes[1])):
+            raise AssertionError(f"terms of shapes {built}, declared {self.term_shapes}")
         groups = terms + ([shared] if shared is not None else [])
+        flags = self.flags
         if self.product_stage:
             # The products once more, as they are: the first register (the DSP block's
             # own, hw.dsp_registers) sits in a DSP row, this one where the placer puts
@@ -512,24 +712,117 @@ class _FoldedMVU(wiring.Component):
             # the DSP rows, and a product register's route to the first adders was 5.7
             # ns of a 10.4 ns critical path.
             groups, flags = _register_stage(m, adv, groups, flags, "product", "product_f")
-        stages = tree_stages(max(len(g) for g in groups))
+        stages = self._tree_stages
         for depth in range(stages):
-            regs, flags = _register_stage(m, adv, groups, flags, f"t{depth}_", f"f{depth}_")
+            regs, flags = _register_stage(m, adv, groups, flags, f"t{depth}_", f"f{depth}")
             groups = (regs if depth == stages - 1 else
                       [reduce_levels(rg, TREE_LEVELS_PER_STAGE) for rg in regs])
-        s_valid, s_first, s_last, s_final, s_nf, *s_pos = flags
-        s_pos = s_pos[0] if s_pos else s_nf
+        # the last stage's few terms are summed on the way into the accumulator
         shared_sum = sum_tree(groups[-1]) if shared is not None else None
+        m.d.comb += [self.partial[p].eq(self._combine(sum_tree(groups[p]), shared_sum))
+                     for p in range(pe)]
+        m.d.comb += self.out_flags.eq(flags)
+        return m
+
+
+def _last_stage_sum(shapes, stages):
+    """The sum of the last of ``stages`` tree stages over terms of ``shapes``, built on
+    stand-in signals, for its shape (:class:`_AdderTree`)."""
+    terms = [Signal(s) for s in shapes]
+    for _ in range(stages - 1):
+        terms = reduce_levels(terms, TREE_LEVELS_PER_STAGE)
+    return sum_tree(terms)
+
+
+class _Collector(wiring.Component):
+    """An MVU's accumulators, activation and output: from each step's partials to the
+    output beats, and the pipeline's advance.
+
+    - accumulate: every PE adds its partial to its accumulator (from ``acc_start`` at
+      the first input fold) and the finished value is registered (the result stage);
+    - activation (optional): the finished channels through the table's own registers,
+      then registered (``activation.stages`` in all);
+    - collect: the last input fold of an output fold stores the finished channels, and
+      the last step of a beat loads the output register with the beat's channels (for
+      ``beat_steps >= 2`` both enables are registers, computed a cycle ahead like
+      ``adv``); with one step per beat the output register has a one-beat skid
+      (``hw.skid``) instead.
+
+    ``adv`` stalls the pipeline only when a beat's final step meets an output register
+    that is still full. It depends on registers of this collector only, never on
+    ``o.ready``, at no cost in cycles: with two steps or more per beat, on the output
+    register; with one, on the skid.
+
+    Parameters
+    ----------
+    folding : _Folding
+    partial_shape : Shape
+        A PE's partial (:class:`_AdderTree`).
+    acc_shape : Shape
+        The accumulators'.
+    acc_start : int
+        Constant the accumulation of every output channel starts from.
+    acc_width : int
+        Finished channels are ``signed(acc_width)``.
+    finish : callable ``(total) -> value``
+        Accumulator value -> finished channel.
+    activation : ThresholdTable or AffineTable, optional
+    out_shape : Shape
+        One output lane: ``signed(acc_width)``, or the activation's ``out_shape``.
+
+    Members
+    -------
+    partial : ``In(data.ArrayLayout(partial_shape, pe))``
+    flags : ``In(folding.step_layout())``
+        The step in the adder tree's last stage.
+    adv : ``Out(1, init=1)``
+        The pipeline advances (a register): every stage of the unit moves on it.
+    o : ``Out(stream.Signature(data.ArrayLayout(out_shape, c_out // beats)))``
+        The unit's output.
+
+    Latency
+    -------
+    ``2 + activation.stages`` cycles (2 without an activation) from a beat's last
+    partial to its output beat: the result register, the activation's stages, the
+    output register.
+
+    Throughput
+    ----------
+    One partial per cycle; an output beat every ``beat_steps`` cycles, one per cycle
+    with the skid.
+    """
+
+    def __init__(self, folding, partial_shape, acc_shape, acc_start, acc_width, finish,
+                 activation, out_shape):
+        self.folding = folding
+        self.acc_shape, self.acc_start, self.acc_width = acc_shape, acc_start, acc_width
+        self._finish = finish
+        self.activation = activation
+        super().__init__({
+            "partial": In(data.ArrayLayout(partial_shape, folding.pe)),
+            "flags": In(folding.step_layout()),
+            "adv": Out(1, init=1),
+            "o": Out(stream.Signature(data.ArrayLayout(out_shape,
+                                                       folding.c_out // folding.beats))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        f, adv = self.folding, self.adv
+        pe, sfs, nfs, bfs = f.pe, f.in_folds, f.out_folds, f.beat_folds
+        s = self.flags
+        s_valid, s_first, s_last, s_final, s_nf = s.valid, s.first, s.last, s.final, s.nf
+        s_pos = s.pos if f.beats > 1 else s_nf
 
         totals = []
         finished = []
-        accs = [Signal(self._acc_shape, name=f"acc{p}") for p in range(pe)] if sfs > 1 else None
+        accs = [Signal(self.acc_shape, name=f"acc{p}") for p in range(pe)] if sfs > 1 else None
         for p in range(pe):
-            partial = self._combine(m, p, sum_tree(groups[p]), shared_sum)
+            partial = self.partial[p]
             if accs is None:
-                total = partial + self._acc_start if self._acc_start else partial
+                total = partial + self.acc_start if self.acc_start else partial
             else:
-                total = partial + Mux(s_first, self._acc_start, accs[p])
+                total = partial + Mux(s_first, self.acc_start, accs[p])
             totals.append(total)
             done = Signal(signed(self.acc_width), name=f"done{p}")
             m.d.comb += done.eq(self._finish(total))
@@ -545,13 +838,13 @@ class _FoldedMVU(wiring.Component):
         finished_regs = [Signal(signed(self.acc_width), name=f"result{p}", reset_less=True)
                          for p in range(pe)]
         r_valid, r_last, r_final = Signal(), Signal(), Signal()
-        r_nf = Signal.like(s_nf, name="r_nf")
-        r_pos = Signal.like(s_pos, name="r_pos") if self.beats > 1 else r_nf
+        r_nf = Signal(range(nfs), name="r_nf")
+        r_pos = Signal(range(bfs), name="r_pos") if f.beats > 1 else r_nf
         with m.If(adv):
             m.d.sync += [r.eq(d) for r, d in zip(finished_regs, finished)]
             m.d.sync += [r_valid.eq(s_valid), r_last.eq(s_last), r_final.eq(s_final),
                          r_nf.eq(s_nf)]
-            if self.beats > 1:
+            if f.beats > 1:
                 m.d.sync += r_pos.eq(s_pos)
         finished = finished_regs
         if self.activation is not None:
@@ -560,19 +853,20 @@ class _FoldedMVU(wiring.Component):
             # output registered (the comparators or the offset's adder are as deep as an
             # adder, and the result register fans out to them, not to the collect
             # registers). The flags follow; the stages below see the last as the result.
-            channels = [[self._channel_of(f, p) for p in range(pe)] for f in range(nfs)]
+            channels = [[f.channel_of(fold, p) for p in range(pe)] for fold in range(nfs)]
             values = self.activation.elaborate(m, finished, channels, s_nf, adv,
                                                self.acc_width)
             for k in range(self.activation.stages):
-                flags = (r_valid, r_last, r_final, r_nf) + ((r_pos,) if self.beats > 1 else ())
-                nxt = [Signal.like(f, name=f"act{k}_f{i}") for i, f in enumerate(flags)]
+                flags = (r_valid, r_last, r_final, r_nf) + ((r_pos,) if f.beats > 1 else ())
+                nxt = [Signal.like(v, name=f"act{k}_f{i}") for i, v in enumerate(flags)]
                 with m.If(adv):
-                    m.d.sync += [n.eq(f) for n, f in zip(nxt, flags)]
+                    m.d.sync += [n.eq(v) for n, v in zip(nxt, flags)]
                 (s_valid, s_last, s_final, s_nf, *s_pos) = flags
                 (r_valid, r_last, r_final, r_nf, *r_pos) = nxt
                 s_pos = s_pos[0] if s_pos else s_nf
                 r_pos = r_pos[0] if r_pos else r_nf
-            finished = [Signal(self.out_shape, name=f"level{p}") for p in range(pe)]
+            finished = [Signal(self.o.payload.shape().elem_shape, name=f"level{p}")
+                        for p in range(pe)]
             with m.If(adv):
                 m.d.sync += [r.eq(v) for r, v in zip(finished, values)]
 
@@ -580,9 +874,9 @@ class _FoldedMVU(wiring.Component):
             """The output register's enable and each collected fold's, for a result
             taken (`step`) with these flags (`end`: the beat's last, `pos`: the fold's
             position in its beat)."""
-            return step & end, [step & last & ~end & (pos == f) for f in range(bfs - 1)]
+            return step & end, [step & last & ~end & (pos == k) for k in range(bfs - 1)]
 
-        if self.beat_steps >= 2:
+        if f.beat_steps >= 2:
             # A beat's result reaches the output register at most every `beat_steps` >= 2
             # cycles, by which time a consumer that took the previous one at once has
             # emptied the register: waiting for it to be empty, not for `o.ready`, costs
@@ -609,7 +903,7 @@ class _FoldedMVU(wiring.Component):
             load_next, collect_next = fold_enables(adv_next & r_valid_next, r_last_next,
                                                    r_final_next, r_pos_next)
             load_output = Signal()
-            collect_fold = [Signal(name=f"collect_fold{f}") for f in range(bfs - 1)]
+            collect_fold = [Signal(name=f"collect_fold{k}") for k in range(bfs - 1)]
             m.d.sync += load_output.eq(load_next)
             m.d.sync += [en.eq(nxt) for en, nxt in zip(collect_fold, collect_next)]
         else:
@@ -623,23 +917,216 @@ class _FoldedMVU(wiring.Component):
             return m
 
         # Channels of a beat's output folds but its last wait here for the last.
-        collect = [Signal(self.out_shape, name=f"collect{c}")
+        collect = [Signal(self.o.payload.shape().elem_shape, name=f"collect{c}")
                    for c in range((bfs - 1) * pe)]
-        for f, enable in enumerate(collect_fold):
+        for k, enable in enumerate(collect_fold):
             with m.If(enable):
-                m.d.sync += [collect[f * pe + p].eq(finished[p]) for p in range(pe)]
+                m.d.sync += [collect[k * pe + p].eq(finished[p]) for p in range(pe)]
 
         with m.If(load_output):
             m.d.sync += self.o.valid.eq(1)
-            for f in range(bfs):
+            for fold in range(bfs):
                 for p in range(pe):
-                    at = self._lane_of(f, p)     # folds 0..bfs-1: beat 0's lanes
+                    at = f.lane_of(fold, p)     # folds 0..bfs-1: beat 0's lanes
                     if at is not None:
-                        src = collect[f * pe + p] if f < bfs - 1 else finished[p]
+                        src = collect[fold * pe + p] if fold < bfs - 1 else finished[p]
                         m.d.sync += self.o.payload[at[1]].eq(src)
         with m.Elif(self.o.ready):
             m.d.sync += self.o.valid.eq(0)
 
+        return m
+
+
+class _FoldedMVU(wiring.Component):
+    """Fold sequencer and pipeline shared by the MVUs.
+
+    Subclasses set the lane geometry (``_x_lane_width``, ``_w_lane_width``,
+    ``_w_pad``), the accumulator shape and start value (``_acc_shape``,
+    ``_acc_start``) and implement ``_pe_terms`` (the terms whose sum is one PE's
+    contribution of one step), ``_term_shapes`` (their shapes, and the shared terms'),
+    ``_tree_terms`` (how many) and ``_finish`` (accumulator -> output value).
+    They may implement ``_shared_terms``, a sum that depends on the input slice
+    only, built once per step, and ``_combine`` (PE sum and shared sum -> partial).
+    ``CHOICES`` names the fields of :class:`MVUChoices` a subclass implements.
+
+    The unit is four sub-components, all advancing together on ``adv``:
+
+    - ``issue`` (:class:`_Issue`): the step counter addresses the weight ROM; its input
+      slice (from ``i.payload`` on the accepting cycle, from the input buffer
+      afterwards) is registered next to the ROM's synchronous read data, and with an
+      operand stage once more;
+    - ``rom`` (:class:`_WeightROM`): the weight word of the step, with an operand stage
+      registered once more;
+    - ``tree`` (:class:`_AdderTree`): the terms are registered, then summed
+      ``TREE_LEVELS_PER_STAGE`` adder levels per pipeline stage until the last stage
+      registers at most ``TREE_LAST_STAGE_TERMS`` (:func:`tree_stages`);
+    - ``collector`` (:class:`_Collector`): the accumulators, the result register, the
+      activation, the collect and output registers, and ``adv`` itself.
+
+    The pipeline stalls only when a beat's final step meets an output register that is
+    still full. The stall depends on registers of the unit only, never on ``o.ready``,
+    at no cost in cycles: with two steps or more per beat, on the output register; with
+    one, on a one-beat skid beside it (``hw.skid``).
+    """
+
+    #: The fields of :class:`MVUChoices` the unit implements; any other must keep its
+    #: default.
+    CHOICES = frozenset(f.name for f in fields(MVUChoices))
+
+    def __init__(self, n_in, c_out, in_shape, acc_width, choices):
+        _checked(choices)
+        for fd in fields(MVUChoices):
+            if fd.name not in self.CHOICES and getattr(choices, fd.name) != fd.default:
+                raise ValueError(f"{type(self).__name__} does not implement "
+                                 f"{fd.name}={getattr(choices, fd.name)!r}")
+        if n_in < 1 or c_out < 1:
+            raise ValueError(f"n_in and c_out must be positive, not {n_in}, {c_out}")
+        pe, simd, groups, beats = choices.pe, choices.simd, choices.groups, choices.beats
+        if c_out % groups:
+            raise ValueError(f"groups must divide c_out={c_out}, not {groups}")
+        c_group = c_out // groups
+        if c_group % beats:
+            raise ValueError(f"beats must divide c_out/groups={c_group}, not {beats}")
+        if not pe <= c_group // beats:
+            raise ValueError(f"pe must be in [1, c_out/groups/beats={c_group // beats}], "
+                             f"not {pe}")
+        if not simd <= n_in:
+            raise ValueError(f"simd must be in [1, n_in={n_in}], not {simd}")
+        #: The implementation choices (:class:`MVUChoices`).
+        self.choices = choices
+        #: The fold geometry the sub-components share.
+        self.folding = folding = _Folding(n_in, c_out, pe, simd, groups, beats)
+        self.n_in = n_in
+        self.c_out = c_out
+        self.groups = groups
+        self.pe = pe
+        self.simd = simd
+        self.acc_width = acc_width
+        #: Beats per output vector (``hw.beats.beat_order(c_out, groups, beats)``).
+        self.beats = beats
+        #: Channels of each group in one beat.
+        self.beat_lanes = folding.beat_lanes
+        #: Read every step's slice from ``i.payload`` and take the vector with its last
+        #: step, instead of copying it into an input buffer with its first: for a
+        #: producer whose output register holds the vector anyway (a serial window).
+        self.in_place = choices.in_place
+        #: What the MVU applies to its finished channels before it collects them (FINN's
+        #: MVAU with an activation), or ``None``: a per-channel table with ``channels``,
+        #: ``out_shape``, ``stages`` (registers it adds, the output register included)
+        #: and ``elaborate`` (:class:`~groupnet_hw.hw.multithreshold.ThresholdTable`,
+        #: :class:`~groupnet_hw.hw.elementwise.AffineTable`).
+        activation = choices.activation
+        if activation is not None and activation.channels != c_out:
+            raise ValueError(f"activation has {activation.channels} channels, expected {c_out}")
+        self.activation = activation
+        #: Output folds of one group in one beat (a fold never spans two groups or beats).
+        self.sub_folds = folding.sub_folds
+        #: Output folds of one beat: every group's, one group after the other.
+        self.beat_folds = folding.beat_folds
+        #: Output folds over all groups and beats.
+        self.out_folds = folding.out_folds
+        self.in_folds = folding.in_folds
+        #: Initiation interval: cycles per input vector in steady state.
+        self.ii = folding.ii
+        #: Cycles per output beat in steady state.
+        self.beat_steps = folding.beat_steps
+        #: A register stage between the read registers and the terms
+        #: (:func:`mvu_operand_stage`).
+        self.operand_stage = mvu_operand_stage(groups * self.in_folds, self._integer,
+                                               choices.registered_rom and self.ii > 1)
+        #: The terms (products) registered twice before the tree: in the DSP block,
+        #: then in the fabric (``compiler.resources.LATE_DSP_OUTPUT``).
+        self.product_stage = choices.registered_products
+        #: Cycles from the input handshake to the first cycle the output (its first beat)
+        #: is valid; beat ``j`` follows ``j * beat_steps`` cycles later at full rate.
+        self.latency = mvu_latency(self.beat_steps, self._tree_terms(), self.operand_stage,
+                                   activation.stages if activation is not None else 0,
+                                   self.product_stage)
+        #: One output lane: the accumulator, or the activation's value.
+        self.out_shape = signed(acc_width) if activation is None else activation.out_shape
+        self._in_shape = in_shape
+        super().__init__({
+            "i": In(stream.Signature(in_shape)),
+            "o": Out(stream.Signature(data.ArrayLayout(self.out_shape, c_out // beats))),
+        })
+
+    # -- weight ROM ---------------------------------------------------------
+
+    def _rom_words(self, weights):
+        """Pack ``weights[c_out, n_in]`` into one int per step, padding the
+        lanes beyond ``n_in`` with ``_w_pad`` and padding PEs with zero (those
+        channels are computed and dropped)."""
+        wl = self._w_lane_width
+        lane_mask = (1 << wl) - 1
+        weights = np.asarray(weights).astype(object)
+        words = []
+        for nf in range(self.out_folds):
+            for sf in range(self.in_folds):
+                word = 0
+                for p in range(self.pe):
+                    c = self.folding.channel_of(nf, p)
+                    for s in range(self.simd):
+                        j = sf * self.simd + s
+                        if j >= self.n_in:
+                            lane = self._w_pad
+                        else:
+                            lane = 0 if c is None else int(weights[c, j])
+                        word |= (lane & lane_mask) << ((p * self.simd + s) * wl)
+                words.append(word)
+        return words
+
+    # -- hooks --------------------------------------------------------------
+
+    def _shared_terms(self, m, x_slice):
+        """Terms of a sum that depends on the input slice only (one per step, for
+        every PE), or ``None``."""
+        return None
+
+    def _pe_terms(self, m, pe_index, x_slice, w_slice):
+        """The terms whose sum is one PE's partial of one step."""
+        raise NotImplementedError
+
+    def _term_shapes(self):
+        """``(shapes of one PE's terms, shapes of the shared terms or None)``, as
+        ``_pe_terms`` and ``_shared_terms`` build them."""
+        raise NotImplementedError
+
+    def _combine(self, pe_sum, shared_sum):
+        """One PE's partial from its terms' sum and the shared sum (pure arithmetic)."""
+        return pe_sum
+
+    #: Constant the accumulation of every output channel starts from.
+    _acc_start = 0
+    #: Multiply-accumulate MVU: its terms are DSP products.
+    _integer = False
+
+    def _finish(self, acc):
+        raise NotImplementedError
+
+    # -- the pipeline -------------------------------------------------------
+
+    def elaborate(self, platform):
+        m = Module()
+        fold = self.folding
+        m.submodules.issue = issue = _Issue(fold, self._in_shape, self._x_lane_width,
+                                            self.in_place, self.operand_stage)
+        m.submodules.rom = rom = _WeightROM(self._rom_words(self._weights),
+                                            fold.pe * fold.simd * self._w_lane_width,
+                                            registered=self.operand_stage)
+        m.submodules.tree = tree = _AdderTree(
+            fold, self._x_lane_width, self._w_lane_width, self._pe_terms, self._shared_terms,
+            self._combine, self._term_shapes(), self.product_stage)
+        m.submodules.collector = collector = _Collector(
+            fold, tree.partial_shape, self._acc_shape, self._acc_start, self.acc_width,
+            self._finish, self.activation, self.out_shape)
+        wiring.connect(m, wiring.flipped(self.i), issue.i)
+        wiring.connect(m, wiring.flipped(self.o), collector.o)
+        # one enable for every stage: the collector's register
+        adv = collector.adv
+        m.d.comb += [issue.adv.eq(adv), rom.adv.eq(adv), tree.adv.eq(adv)]
+        m.d.comb += [rom.addr.eq(issue.addr),
+                     tree.x.eq(issue.x), tree.w.eq(rom.data), tree.flags.eq(issue.flags),
+                     collector.partial.eq(tree.partial), collector.flags.eq(tree.out_flags)]
         return m
 
 
@@ -657,10 +1144,6 @@ class BinaryMVU(_FoldedMVU):
         Input lanes (``k*k*C_in``).
     c_out : int
         Output channels.
-    pe : int
-        Output channels computed in parallel, ``1 <= pe <= c_out``.
-    simd : int
-        Input lanes per cycle and PE, ``1 <= simd <= n_in``.
     weights : numpy.ndarray
         ``[c_out, n_in]`` array of {0, 1} (1 <-> +1). Stored in a ROM
         (:class:`amaranth.lib.memory.Memory`, synchronous read port) of
@@ -669,42 +1152,46 @@ class BinaryMVU(_FoldedMVU):
         ``weights[nf*pe + p, sf*simd + s]``. Lanes beyond ``n_in`` hold 1 and
         meet input bits forced to 0, so their XNOR is 0; channels beyond
         ``c_out`` are computed and dropped.
-    groups : int
-        Time-shared groups (a grouped convolution: the K bases of a Group-Net
-        block on one unit). The input vector is ``groups`` vectors of ``n_in``
-        lanes, group-major; output channel ``c`` reads group ``c // (c_out/groups)``
-        only. The output folds of each group (``ceil(c_out/groups/pe)``, PE
-        ``1 <= pe <= c_out/groups``) run one group after the other, and the ROM
-        holds every group's weights: ``ii = groups*ceil(c_out/groups/pe)*in_folds``.
-    in_place : bool
-        Read every step's input slice from ``i.payload`` and take the vector with its
-        last step (``i.ready`` only then), instead of copying it into an input buffer
-        when it is taken with its first: no buffer, for a producer that holds the
-        vector in its output register anyway (a serial sliding window,
-        :class:`~groupnet_hw.hw.window.SlidingWindow`). Same results and, with the input
-        always valid, the same cycles; the producer gets the vector back ``ii - 1``
-        cycles later.
-    activation : ThresholdTable or AffineTable, optional
-        A per-channel table of ``c_out`` channels applied to every finished channel
-        before it is collected (FINN's MVAU with thresholds): the levels of a
-        :class:`~groupnet_hw.hw.multithreshold.ThresholdTable` or the post-op values of
-        an :class:`~groupnet_hw.hw.elementwise.AffineTable`, in the table's ``stages``
-        registers more of latency and no cycle more per vector. With one output fold its
-        constants are constants; with several, a ROM word per output fold.
-    beats : int
-        Beats per output vector (a divisor of ``c_out/groups``; PE then at most
-        ``c_out/groups/beats``): the output stream carries each vector as ``beats``
-        beats of ``c_out/beats`` channels in the layout of
-        :func:`groupnet_hw.hw.beats.beat_order` (beat ``j``: channels ``j*L .. j*L+L-1``
-        of every group, ``L = c_out/groups/beats``), each sent as soon as its output folds
-        are done, so that the unit holds a beat, not a vector. The folds run beat by
-        beat, within a beat group by group; the cycles per vector do not change.
-    registered_rom : bool
-        Register the weight ROM's word and the step's input slice once more before the
-        XNORs (the operand stage, one cycle more of latency), for a ROM the flow puts in
-        block RAM: its read data leaves the block late (ECP5 DP16KD: 5.6 ns of a 10 ns
-        period) and must not meet the popcount in the same cycle. Set by the compiler
-        (``compiler.resources.rom_read_register``); no effect with one step per vector.
+    choices : MVUChoices
+        How the unit computes (every field but ``registered_products``: a binary MVU
+        has no products):
+
+        - ``pe``, ``simd``: output channels computed in parallel,
+          ``1 <= pe <= c_out/groups/beats``, each over ``simd`` input lanes per cycle,
+          ``1 <= simd <= n_in``;
+        - ``groups``: time-shared groups (a grouped convolution: the K bases of a
+          Group-Net block on one unit). The input vector is ``groups`` vectors of
+          ``n_in`` lanes, group-major; output channel ``c`` reads group
+          ``c // (c_out/groups)`` only. The output folds of each group
+          (``ceil(c_out/groups/pe)``) run one group after the other, and the ROM holds
+          every group's weights: ``ii = groups*ceil(c_out/groups/pe)*in_folds``;
+        - ``in_place``: read every step's input slice from ``i.payload`` and take the
+          vector with its last step (``i.ready`` only then), instead of copying it into
+          an input buffer when it is taken with its first: no buffer, for a producer
+          that holds the vector in its output register anyway (a serial sliding window,
+          :class:`~groupnet_hw.hw.window.SlidingWindow`). Same results and, with the
+          input always valid, the same cycles; the producer gets the vector back
+          ``ii - 1`` cycles later;
+        - ``activation``: a per-channel table of ``c_out`` channels applied to every
+          finished channel before it is collected (FINN's MVAU with thresholds): the
+          levels of a :class:`~groupnet_hw.hw.multithreshold.ThresholdTable` or the
+          post-op values of an :class:`~groupnet_hw.hw.elementwise.AffineTable`, in the
+          table's ``stages`` registers more of latency and no cycle more per vector.
+          With one output fold its constants are constants; with several, a ROM word
+          per output fold;
+        - ``beats``: beats per output vector (a divisor of ``c_out/groups``): the output
+          stream carries each vector as ``beats`` beats of ``c_out/beats`` channels in
+          the layout of :func:`groupnet_hw.hw.beats.beat_order` (beat ``j``: channels
+          ``j*L .. j*L+L-1`` of every group, ``L = c_out/groups/beats``), each sent as
+          soon as its output folds are done, so that the unit holds a beat, not a
+          vector. The folds run beat by beat, within a beat group by group; the cycles
+          per vector do not change;
+        - ``registered_rom``: register the weight ROM's word and the step's input slice
+          once more before the XNORs (the operand stage, one cycle more of latency), for
+          a ROM the flow puts in block RAM: its read data leaves the block late (ECP5
+          DP16KD: 5.6 ns of a 10 ns period) and must not meet the popcount in the same
+          cycle. Set by the compiler (``compiler.resources.rom_read_register``); no
+          effect with one step per vector.
 
     Members
     -------
@@ -729,8 +1216,9 @@ class BinaryMVU(_FoldedMVU):
     Latency
     -------
     ``latency`` cycles: a vector accepted in cycle ``t`` (in place: whose first step
-    is issued in cycle ``t``) is valid on ``o`` from cycle ``t + latency``. With the input always valid and the output always
-    ready, vector ``k`` is accepted in cycle ``k*ii``: ``V`` vectors span
+    is issued in cycle ``t``) is valid on ``o`` from cycle ``t + latency``. With the
+    input always valid and the output always ready, vector ``k`` is accepted in cycle
+    ``k*ii``: ``V`` vectors span
     ``(V-1)*ii + latency + 1`` cycles, first and last handshake included.
 
     Throughput
@@ -742,8 +1230,10 @@ class BinaryMVU(_FoldedMVU):
     skid (``hw.skid``), so the unit holds one beat more.
     """
 
-    def __init__(self, n_in, c_out, pe, simd, weights, groups=1, in_place=False,
-                 activation=None, beats=1, registered_rom=False):
+    CHOICES = _FoldedMVU.CHOICES - {"registered_products"}
+
+    def __init__(self, n_in, c_out, weights, choices):
+        choices = _checked(choices)
         weights = np.asarray(weights)
         if weights.shape != (c_out, n_in):
             raise ValueError(f"weights must have shape {(c_out, n_in)}, not {weights.shape}")
@@ -759,12 +1249,17 @@ class BinaryMVU(_FoldedMVU):
         # adder after the accumulator (ECP5's critical path ran through it).
         self._acc_start = -((n_in + 1) // 2)
         self._acc_shape = signed(signed_width(self._acc_start, n_in // 2))
-        super().__init__(n_in, c_out, pe, simd, unsigned(groups * n_in),
-                         acc_width=signed_width(-n_in, n_in), groups=groups, in_place=in_place,
-                         activation=activation, beats=beats, registered_rom=registered_rom)
+        super().__init__(n_in, c_out, unsigned(choices.groups * n_in),
+                         signed_width(-n_in, n_in), choices)
 
     def _tree_terms(self):
         return binary_tree_terms(self.simd)
+
+    def _term_shapes(self):
+        # chunk counts (a ROM's read data each) summed in pairs, as _pe_terms does
+        counts = [Signal(unsigned(POPCOUNT_CHUNK.bit_length()))
+                  for _ in range(-(-self.simd // POPCOUNT_CHUNK))]
+        return [Value.cast(t).shape() for t in reduce_levels(counts, 1)], None
 
     def _pe_terms(self, m, pe_index, x_slice, w_slice):
         # A named signal, not an expression: every chunk the popcount slices out
@@ -802,10 +1297,6 @@ class BinaryWeightMVU(_FoldedMVU):
         Input lanes (``k*k*C_in``).
     c_out : int
         Output channels.
-    pe : int
-        Output channels computed in parallel, ``1 <= pe <= c_out``.
-    simd : int
-        Input lanes per cycle and PE, ``1 <= simd <= n_in``.
     weights : numpy.ndarray
         ``[c_out, n_in]`` array of {0, 1} (1 <-> +1), in a ROM laid out as in
         :class:`BinaryMVU` (``pe*simd`` bits per word). Lanes beyond ``n_in``
@@ -814,12 +1305,8 @@ class BinaryWeightMVU(_FoldedMVU):
         dropped.
     in_bits : int
         Width ``n`` of each unsigned input lane (levels ``0 .. 2**n - 1``).
-    groups : int
-        Time-shared groups, as in :class:`BinaryMVU`.
-    in_place : bool
-        Read the held input vector at every step, as in :class:`BinaryMVU`.
-    activation : ThresholdTable or AffineTable, optional
-        Applied to every finished channel, as in :class:`BinaryMVU`.
+    choices : MVUChoices
+        As in :class:`BinaryMVU` (every field but ``registered_products``).
 
     Members
     -------
@@ -846,8 +1333,10 @@ class BinaryWeightMVU(_FoldedMVU):
     (:func:`groupnet_hw.compiler.cycles.mvu_cycles`), as :class:`BinaryMVU`.
     """
 
-    def __init__(self, n_in, c_out, pe, simd, weights, in_bits, groups=1, in_place=False,
-                 activation=None, beats=1, registered_rom=False):
+    CHOICES = _FoldedMVU.CHOICES - {"registered_products"}
+
+    def __init__(self, n_in, c_out, weights, in_bits, choices):
+        choices = _checked(choices)
         weights = np.asarray(weights)
         if weights.shape != (c_out, n_in):
             raise ValueError(f"weights must have shape {(c_out, n_in)}, not {weights.shape}")
@@ -864,10 +1353,8 @@ class BinaryWeightMVU(_FoldedMVU):
         bound = n_in * ((1 << in_bits) - 1)
         acc_width = signed_width(-bound, bound)
         self._acc_shape = signed(acc_width)
-        super().__init__(n_in, c_out, pe, simd,
-                         data.ArrayLayout(unsigned(in_bits), groups * n_in),
-                         acc_width=acc_width, groups=groups, in_place=in_place,
-                         activation=activation, beats=beats, registered_rom=registered_rom)
+        super().__init__(n_in, c_out, data.ArrayLayout(unsigned(in_bits), choices.groups * n_in),
+                         acc_width, choices)
 
     def _lanes(self, x_slice):
         b = self.in_bits
@@ -876,6 +1363,11 @@ class BinaryWeightMVU(_FoldedMVU):
     def _tree_terms(self):
         return self.simd
 
+    def _term_shapes(self):
+        # masked lanes per PE, the lanes themselves shared
+        lanes = [unsigned(self.in_bits)] * self.simd
+        return lanes, lanes
+
     def _shared_terms(self, m, x_slice):
         return list(self._lanes(x_slice))
 
@@ -883,7 +1375,7 @@ class BinaryWeightMVU(_FoldedMVU):
         return [x & w_slice[s].replicate(self.in_bits)
                 for s, x in enumerate(self._lanes(x_slice))]
 
-    def _combine(self, m, pe_index, pe_sum, shared_sum):
+    def _combine(self, pe_sum, shared_sum):
         # Unsigned minus unsigned is signed in Amaranth: no manual sign extension.
         return (pe_sum << 1) - shared_sum
 
@@ -902,10 +1394,6 @@ class IntegerMVU(_FoldedMVU):
         Input lanes (``k*k*C_in``).
     c_out : int
         Output channels.
-    pe : int
-        Output channels computed in parallel, ``1 <= pe <= c_out``.
-    simd : int
-        Input lanes per cycle and PE, ``1 <= simd <= n_in``.
     weights : numpy.ndarray
         ``[c_out, n_in]`` integer array, stored as ``signed(weight_width)``
         lanes in a ROM laid out as in :class:`BinaryMVU`. Lanes beyond ``n_in``
@@ -914,15 +1402,13 @@ class IntegerMVU(_FoldedMVU):
         Width of each input lane.
     in_signed : bool
         Whether input lanes are two's complement.
-    in_place : bool
-        Read the held input vector at every step, as in :class:`BinaryMVU`.
-    activation : ThresholdTable or AffineTable, optional
-        Applied to every finished channel, as in :class:`BinaryMVU`.
-    registered_products : bool
-        Register the products once more before the adder tree: the first register is
-        the DSP block's own (on ECP5 ``hw.dsp_registers`` moves it in), this one the
-        placer puts by the tree. One cycle more of latency, none per vector. Set by the
-        compiler (``compiler.resources.LATE_DSP_OUTPUT``).
+    choices : MVUChoices
+        As in :class:`BinaryMVU` but for ``groups`` (one group: the input is one vector),
+        and ``registered_products``: register the products once more before the adder
+        tree: the first register is the DSP block's own (on ECP5 ``hw.dsp_registers``
+        moves it in), this one the placer puts by the tree. One cycle more of latency,
+        none per vector. Set by the compiler (``compiler.resources.LATE_DSP_OUTPUT``).
+        ``registered_rom`` changes nothing: the operands are always registered once more.
 
     Members
     -------
@@ -958,10 +1444,9 @@ class IntegerMVU(_FoldedMVU):
     """
 
     _integer = True
+    CHOICES = _FoldedMVU.CHOICES - {"groups"}
 
-    def __init__(self, n_in, c_out, pe, simd, weights, in_width=8, in_signed=False,
-                 in_place=False, activation=None, beats=1, registered_rom=False,
-                 registered_products=False):
+    def __init__(self, n_in, c_out, weights, in_width, in_signed, choices):
         weights = np.asarray(weights)
         if weights.shape != (c_out, n_in):
             raise ValueError(f"weights must have shape {(c_out, n_in)}, not {weights.shape}")
@@ -983,10 +1468,7 @@ class IntegerMVU(_FoldedMVU):
         self._w_pad = 0
         acc_width = signed_width(-bound, bound)
         self._acc_shape = signed(acc_width)
-        super().__init__(n_in, c_out, pe, simd, data.ArrayLayout(lane, n_in),
-                         acc_width=acc_width, in_place=in_place, activation=activation,
-                         beats=beats, registered_rom=registered_rom,
-                         registered_products=registered_products)
+        super().__init__(n_in, c_out, data.ArrayLayout(lane, n_in), acc_width, choices)
 
     @staticmethod
     def product_width_of(w_min, w_max, in_width, in_signed):
@@ -998,6 +1480,11 @@ class IntegerMVU(_FoldedMVU):
 
     def _tree_terms(self):
         return self.simd
+
+    def _term_shapes(self):
+        lane = signed(self.in_width) if self.in_signed else unsigned(self.in_width)
+        product = (Signal(lane) * Signal(signed(self.weight_width))).shape()
+        return [product] * self.simd, None
 
     def _pe_terms(self, m, pe_index, x_slice, w_slice):
         xl, wl = self.in_width, self.weight_width

@@ -17,7 +17,8 @@ from amaranth.sim import Simulator
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from groupnet_hw.compiler.cycles import ISSUE_MUX_SLICES, mvu_cycles, mvu_latency, tree_stages
-from groupnet_hw.hw.mvu import BinaryMVU, BinaryWeightMVU, IntegerMVU, binary_tree_terms
+from groupnet_hw.hw.mvu import (BinaryMVU, BinaryWeightMVU, IntegerMVU, MVUChoices,
+                                binary_tree_terms)
 from groupnet_hw.hw.multithreshold import ThresholdTable
 from groupnet_hw.hw.elementwise import AffineTable
 from groupnet_hw.compiler.graph import signed_width
@@ -104,8 +105,8 @@ def _case(name, n_vectors=16, in_place=False, activation_bits=None, registered_r
         x[1, :] = 0
         expected = (2 * x - 1) @ (2 * w - 1).T
         beats = [int(sum(int(b) << j for j, b in enumerate(row))) for row in x]
-        make = lambda act: BinaryMVU(n_in, c_out, pe, simd, w, in_place=in_place, activation=act,
-                                     registered_rom=registered_rom)
+        make = lambda act: BinaryMVU(n_in, c_out, w, MVUChoices(
+            pe, simd, in_place=in_place, activation=act, registered_rom=registered_rom))
     elif kind == "bw":
         w = rng.integers(0, 2, (c_out, n_in))
         w[0, :] = 1  # with x at its top on every lane: +-n_in*(2**in_bits - 1)
@@ -117,9 +118,8 @@ def _case(name, n_vectors=16, in_place=False, activation_bits=None, registered_r
         x[1, :] = 0
         expected = x @ (2 * w - 1).T
         beats = x.tolist()
-        make = lambda act: BinaryWeightMVU(n_in, c_out, pe, simd, w, in_bits=in_width,
-                                           in_place=in_place, activation=act,
-                                           registered_rom=registered_rom)
+        make = lambda act: BinaryWeightMVU(n_in, c_out, w, in_width, MVUChoices(
+            pe, simd, in_place=in_place, activation=act, registered_rom=registered_rom))
     else:
         w = rng.integers(-7, 8, (c_out, n_in))
         w[0, :] = -7  # hits the accumulator bound with x at its extreme
@@ -132,10 +132,9 @@ def _case(name, n_vectors=16, in_place=False, activation_bits=None, registered_r
         x[1, :] = hi
         expected = x @ w.T
         beats = x.tolist()
-        make = lambda act: IntegerMVU(n_in, c_out, pe, simd, w, in_width=in_width,
-                                      in_signed=in_signed, in_place=in_place, activation=act,
-                                      registered_rom=registered_rom,
-                                      registered_products=registered_products)
+        make = lambda act: IntegerMVU(n_in, c_out, w, in_width, in_signed, MVUChoices(
+            pe, simd, in_place=in_place, activation=act, registered_rom=registered_rom,
+            registered_products=registered_products))
     expected = expected.tolist()
     act = None
     if activation_bits:
@@ -355,19 +354,19 @@ def test_verilog_and_rom(name):
 def test_rejects_bad_parameters():
     w = np.ones((4, 6), dtype=int)
     with pytest.raises(ValueError):
-        BinaryMVU(6, 4, 5, 2, w)        # pe > c_out
+        BinaryMVU(6, 4, w, MVUChoices(5, 2))        # pe > c_out
     with pytest.raises(ValueError):
-        BinaryMVU(6, 4, 2, 7, w)        # simd > n_in
+        BinaryMVU(6, 4, w, MVUChoices(2, 7))        # simd > n_in
     with pytest.raises(ValueError):
-        BinaryMVU(6, 4, 2, 2, 2 * w)    # not bits
+        BinaryMVU(6, 4, 2 * w, MVUChoices(2, 2))    # not bits
     with pytest.raises(ValueError):
-        IntegerMVU(6, 4, 2, 2, w.T)     # wrong shape
+        IntegerMVU(6, 4, w.T, 8, False, MVUChoices(2, 2))     # wrong shape
     with pytest.raises(ValueError):
-        BinaryWeightMVU(6, 4, 2, 2, 2 * w, in_bits=2)   # not bits
+        BinaryWeightMVU(6, 4, 2 * w, 2, MVUChoices(2, 2))   # not bits
     with pytest.raises(ValueError):
-        BinaryWeightMVU(6, 4, 2, 2, w, in_bits=0)
+        BinaryWeightMVU(6, 4, w, 0, MVUChoices(2, 2))
     with pytest.raises(ValueError):
-        BinaryWeightMVU(6, 4, 2, 2, w.T, in_bits=2)     # wrong shape
+        BinaryWeightMVU(6, 4, w.T, 2, MVUChoices(2, 2))     # wrong shape
 
 
 @st.composite
@@ -399,23 +398,24 @@ def test_random_configurations(config, mode):
         x = rng.integers(0, 2, (n_vectors, n_in))
         expected = (2 * x - 1) @ (2 * w - 1).T
         beats = [int(sum(int(b) << j for j, b in enumerate(row))) for row in x]
-        make = lambda act: BinaryMVU(n_in, c_out, pe, simd, w, in_place=in_place, activation=act)
+        make = lambda act: BinaryMVU(n_in, c_out, w, MVUChoices(pe, simd, in_place=in_place,
+                                                                activation=act))
     elif kind == "bw":
         in_bits = min(in_width, 8)
         w = rng.integers(0, 2, (c_out, n_in))
         x = rng.integers(0, 1 << in_bits, (n_vectors, n_in))
         expected = x @ (2 * w - 1).T
         beats = x.tolist()
-        make = lambda act: BinaryWeightMVU(n_in, c_out, pe, simd, w, in_bits=in_bits,
-                                           in_place=in_place, activation=act)
+        make = lambda act: BinaryWeightMVU(n_in, c_out, w, in_bits, MVUChoices(
+            pe, simd, in_place=in_place, activation=act))
     else:
         w = rng.integers(-300, 301, (c_out, n_in)) >> rng.integers(0, 9)
         lo, hi = _signed_range(in_width) if in_signed else (0, (1 << in_width) - 1)
         x = rng.integers(lo, hi + 1, (n_vectors, n_in))
         expected = x @ w.T
         beats = x.tolist()
-        make = lambda act: IntegerMVU(n_in, c_out, pe, simd, w, in_width=in_width,
-                                      in_signed=in_signed, in_place=in_place, activation=act)
+        make = lambda act: IntegerMVU(n_in, c_out, w, in_width, in_signed, MVUChoices(
+            pe, simd, in_place=in_place, activation=act))
     expected, act = expected.tolist(), None
     if activation_bits:
         act, expected = _activation(rng, expected, activation_bits, make(None).acc_width)
@@ -463,15 +463,15 @@ def test_grouped_time_shared_bases(config, mode):
         expected = np.concatenate([(2 * x[:, g] - 1) @ (2 * w[g * c_group:(g + 1) * c_group] - 1).T
                                    for g in range(groups)], axis=1)
         beats = [int(sum(int(b) << j for j, b in enumerate(row.reshape(-1)))) for row in x]
-        make = lambda act: BinaryMVU(n_in, c_out, pe, simd, w, groups=groups, in_place=in_place,
-                                     activation=act)
+        make = lambda act: BinaryMVU(n_in, c_out, w, MVUChoices(
+            pe, simd, groups=groups, in_place=in_place, activation=act))
     else:
         x = rng.integers(0, 4, (n_vectors, groups, n_in))
         expected = np.concatenate([x[:, g] @ (2 * w[g * c_group:(g + 1) * c_group] - 1).T
                                    for g in range(groups)], axis=1)
         beats = x.reshape(n_vectors, -1).tolist()
-        make = lambda act: BinaryWeightMVU(n_in, c_out, pe, simd, w, in_bits=2, groups=groups,
-                                           in_place=in_place, activation=act)
+        make = lambda act: BinaryWeightMVU(n_in, c_out, w, 2, MVUChoices(
+            pe, simd, groups=groups, in_place=in_place, activation=act))
     expected, act = expected.tolist(), None
     if activation:
         act, expected = _activation(rng, expected, activation, make(None).acc_width)
@@ -532,8 +532,8 @@ def test_beat_output(config, mode):
         x = rng.integers(0, 256, (n_vectors, n_in))
         expected = x @ w.T
         vectors = x.tolist()
-        make = lambda act: IntegerMVU(n_in, c_out, pe, simd, w, in_width=8, in_place=in_place,
-                                      activation=act, beats=beats)
+        make = lambda act: IntegerMVU(n_in, c_out, w, 8, False, MVUChoices(
+            pe, simd, in_place=in_place, activation=act, beats=beats))
     else:
         w = rng.integers(0, 2, (c_out, n_in))
         top = 1 if kind == "bin" else 3
@@ -543,13 +543,12 @@ def test_beat_output(config, mode):
                                    for g in range(groups)], axis=1)
         if kind == "bin":
             vectors = [int(sum(int(b) << j for j, b in enumerate(row.reshape(-1)))) for row in x]
-            make = lambda act: BinaryMVU(n_in, c_out, pe, simd, w, groups=groups,
-                                         in_place=in_place, activation=act, beats=beats)
+            make = lambda act: BinaryMVU(n_in, c_out, w, MVUChoices(
+                pe, simd, groups=groups, in_place=in_place, activation=act, beats=beats))
         else:
             vectors = x.reshape(n_vectors, -1).tolist()
-            make = lambda act: BinaryWeightMVU(n_in, c_out, pe, simd, w, in_bits=2,
-                                               groups=groups, in_place=in_place,
-                                               activation=act, beats=beats)
+            make = lambda act: BinaryWeightMVU(n_in, c_out, w, 2, MVUChoices(
+                pe, simd, groups=groups, in_place=in_place, activation=act, beats=beats))
     expected, act = expected.tolist(), None
     if activation:
         act, expected = _activation(rng, expected, activation, make(None).acc_width)
@@ -574,6 +573,6 @@ def test_beat_output(config, mode):
 def test_beats_reject_bad_parameters():
     w = np.zeros((12, 4), dtype=int)
     with pytest.raises(ValueError, match="beats must divide"):
-        BinaryMVU(4, 12, 1, 1, w, groups=2, beats=4)
+        BinaryMVU(4, 12, w, MVUChoices(1, 1, groups=2, beats=4))
     with pytest.raises(ValueError, match="pe must be in"):
-        BinaryMVU(4, 12, 3, 1, w, groups=2, beats=3)
+        BinaryMVU(4, 12, w, MVUChoices(3, 1, groups=2, beats=3))

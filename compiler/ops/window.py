@@ -16,7 +16,7 @@ import torch
 
 from ...hw.maxpool import MaxPool
 from ...hw.mvu import (POPCOUNT_CHUNK, TREE_LAST_STAGE_TERMS, TREE_LEVELS_PER_STAGE, BinaryMVU,
-                       BinaryWeightMVU, IntegerMVU, binary_tree_terms)
+                       BinaryWeightMVU, IntegerMVU, MVUChoices, binary_tree_terms)
 from ...hw.window import SlidingWindow, WindowGeometry
 from ...numerics import signed_width
 from .. import cycles as cyc
@@ -324,9 +324,20 @@ class _Conv(Op):
             out.extend(start + latency + j * beat_steps for j in range(beats))
         return out, None  # the window's line buffer accepts at arrival
 
+    def mvu_choices(self, g, node, unit) -> MVUChoices:
+        """The implementation choices of the MVU of ``node`` (in graph ``g``) from its
+        schedule's ``unit``: its folding, the node's groups (time-shared bases), the
+        in-place read, the consumer's activation table where the unit applies it
+        (``Unit.activation``), its output beats and the extra registers on the board's
+        family. The one place a ``Unit`` becomes hardware choices."""
+        return MVUChoices(pe=unit.pe, simd=unit.simd, groups=node.attrs.get("groups", 1),
+                          in_place=unit.in_place, activation=_activation_table(g, node, unit),
+                          beats=unit.beats, registered_rom=unit.registered_rom,
+                          registered_products=unit.registered_products)
+
     def build(self, ctx, node, unit):
         parent = ctx.parent(node)
-        mvu = self._mvu(node, parent, unit, _activation_table(ctx.graph, node, unit))
+        mvu = self._mvu(node, parent, self.mvu_choices(ctx.graph, node, unit))
         # an MVU that takes a window at most every other cycle lets the window read
         # the next one without looking at the MVU's `ready` (SlidingWindow.paced)
         window = ctx.add(node, _window_shape(ctx, node, parent, unit, paced=mvu.ii >= 2),
@@ -390,17 +401,12 @@ class BinConv(_Conv):
         top = ins[0].hi if node.attrs["in_bits"] else 1
         return -n * top, n * top
 
-    def _mvu(self, node, parent, unit, activation=None):
+    def _mvu(self, node, parent, choices):
         flat = flat_weight(node.attrs["bits"]).numpy()
-        groups = node.attrs.get("groups", 1)
         if node.attrs["in_bits"]:
-            return BinaryWeightMVU(flat.shape[1], node.channels, unit.pe, unit.simd, flat,
-                                   in_bits=node.attrs["in_bits"], groups=groups,
-                                   in_place=unit.in_place, activation=activation,
-                                   beats=unit.beats, registered_rom=unit.registered_rom)
-        return BinaryMVU(flat.shape[1], node.channels, unit.pe, unit.simd, flat, groups=groups,
-                         in_place=unit.in_place, activation=activation, beats=unit.beats,
-                         registered_rom=unit.registered_rom)
+            return BinaryWeightMVU(flat.shape[1], node.channels, flat, node.attrs["in_bits"],
+                                   choices)
+        return BinaryMVU(flat.shape[1], node.channels, flat, choices)
 
     def stack(self, nodes):
         # K bases' convolutions become one grouped convolution (time-shared bases)
@@ -459,13 +465,10 @@ class IntConv(_Conv):
         his = (torch.clamp(w, min=0) * x_hi + torch.clamp(w, max=0) * x_lo).sum(1)
         return int(los.min()), int(his.max())
 
-    def _mvu(self, node, parent, unit, activation=None):
+    def _mvu(self, node, parent, choices):
         flat = flat_weight(node.attrs["weight"]).numpy().astype(np.int64)
-        return IntegerMVU(flat.shape[1], node.channels, unit.pe, unit.simd, flat,
-                          in_width=parent.bit_width, in_signed=parent.kind == "fixed",
-                          in_place=unit.in_place, activation=activation, beats=unit.beats,
-                          registered_rom=unit.registered_rom,
-                          registered_products=unit.registered_products)
+        return IntegerMVU(flat.shape[1], node.channels, flat, parent.bit_width,
+                          parent.kind == "fixed", choices)
 
     def registers_products(self, node, unit, family):
         return family in LATE_DSP_OUTPUT
