@@ -357,17 +357,13 @@ def measure(model, sched, out_dir, images, build_dir=None, progress=None):
         measured (stall-free, the mean interval between results), the simulator's
         one-off ``build_seconds`` and ``sim_seconds``.
     """
-    from groupnet_hw.compiler.artifact import read_manifest
-    from groupnet_hw.sim.verify import RTLDesign, verify
-    manifest = read_manifest(out_dir)
-    recorded = json.loads(Path(out_dir, "schedule.json").read_text())
-    if recorded != json.loads(sched.to_json()):
+    from groupnet_hw import flow
+    # the build's own check (its schedule recomputed from the checkpoint), then this
+    # benchmark's: the schedule it predicts from is the one simulated
+    b = flow.load_build(out_dir)
+    if json.loads(b.schedule.to_json()) != json.loads(sched.to_json()):
         raise RuntimeError(f"{out_dir}/schedule.json differs from the schedule computed here")
-    design = RTLDesign(Path(out_dir, manifest.verilog), manifest.toplevel, manifest.in_width,
-                       manifest.out_width)
-    build_dir = build_dir or Path.home() / ".cache" / "groupnet-hw" / "sim" / "verilator"
-    r = verify(model, sched, images, simulator="verilator", design=design,
-               build_dir=str(build_dir), progress=progress)
+    r = flow.verify(b, images, build_dir=build_dir, progress=progress)
     return {"simulator": "verilator (fast path)", "images": r.images, "exact": r.exact,
             "bit_exact": r.ok, "first_mismatch": r.first_mismatch,
             "cycles_per_frame": r.cycles_per_frame_measured,
