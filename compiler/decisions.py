@@ -15,8 +15,9 @@ before it set:
    block RAM (``line_ram``).
 4. :func:`unit_cycles`: each unit's cycles per frame from the decisions so far
    (``cycles``).
-5. :func:`fused_activations`: thresholds and post-ops done in the MVU in front of them
-   (``fused``, ``activation``, ``cycles``).
+5. :func:`fused_activations`: thresholds and post-ops done in the MVU in front of them,
+   where that costs no more (in a beat candidate wherever it can) (``fused``,
+   ``activation``, ``cycles``).
 6. :func:`beat_streams`: the tensors that travel as beats narrower than a pixel, and
    the units passing beats through folded to them (``beats``, ``beat_groups``,
    ``in_beats``; ``pe``, ``paced``, ``cycles``).
