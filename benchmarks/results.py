@@ -34,6 +34,8 @@ import sys
 import time
 from pathlib import Path
 
+from groupnet_hw.devices import BOARDS as DEVICE_BOARDS
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 DOCS = ROOT / "docs"
@@ -52,11 +54,8 @@ DESIGNS = (
 )
 LABELS = {d[0]: d[1] for d in DESIGNS}
 #: board -> (name, device, clock MHz), in table order.
-BOARDS = {
-    "de10nano": ("DE10-Nano", "Cyclone V 5CSEBA6", 50.0),
-    "ulx3s": ("ULX3S", "ECP5 LFE5U-85F", 25.0),
-    "icebreaker": ("iCEBreaker", "iCE40UP5K", 12.0),
-}
+BOARDS = {b.name: (b.title, f"{b.device.series} {b.device.part}", b.clock_mhz)
+          for b in DEVICE_BOARDS.values()}
 #: The (design, board) pairs every table must have: each design on each board, and
 #: FINN's folding on the board FINN's comparison was made for.
 EXPECTED = tuple((d, b) for d, *_ in DESIGNS if d != "cnv-finn" for b in BOARDS) + (
