@@ -300,17 +300,34 @@ class _Folding:
         return data.StructLayout(fields)
 
 
+def _flag_registers(layout, name):
+    """Registers for a step's flags (``layout``, :meth:`_Folding.step_layout`), one per
+    field, and the view of them as one value of the layout. One register per field, not
+    one of the layout: Yosys merges two one-bit registers with the same input (``first``
+    and ``last`` with one input fold) but not two bits of one register (on Cyclone V
+    that was 4 flip-flops more per MVU)."""
+    regs = {n: Signal(field.shape, name=f"{name}_{n}") for n, field in layout}
+    return regs, data.View(layout, Cat(*regs.values()))
+
+
+def _register_flags(m, adv, flags, name):
+    """``flags`` (a view of :meth:`_Folding.step_layout`) registered on ``adv``, with a
+    reset (they say what is valid); returns the view of the registers."""
+    regs, view = _flag_registers(flags.shape(), name)
+    with m.If(adv):
+        m.d.sync += [r.eq(flags[n]) for n, r in regs.items()]
+    return view
+
+
 def _register_stage(m, adv, groups, flags, name, flag_name):
     """One pipeline stage of an MVU's terms: every term of every group and the step's
     flags registered on ``adv``; the data without a reset (the flags say what is
-    valid). Returns the registers, shaped as ``groups``, and the flags' register."""
+    valid). Returns the registers, shaped as ``groups``, and the flags' registers."""
     regs = [[Signal(Value.cast(t).shape(), name=f"{name}{k}_{j}", reset_less=True)
              for j, t in enumerate(g)] for k, g in enumerate(groups)]
-    freg = Signal(flags.shape(), name=flag_name)
     with m.If(adv):
         m.d.sync += [r.eq(t) for rg, g in zip(regs, groups) for r, t in zip(rg, g)]
-        m.d.sync += freg.eq(flags)
-    return regs, freg
+    return regs, _register_flags(m, adv, flags, flag_name)
 
 
 class _Issue(wiring.Component):
@@ -398,7 +415,7 @@ class _Issue(wiring.Component):
         two_level = f.groups > 1 and self.operand_stage
         issue_width = sfs * x_slice_width if two_level else x_slice_width
         # Issue-stage registers, beside the weight ROM's read register.
-        s1 = Signal(f.step_layout(), name="s1")
+        s1_flags, s1 = _flag_registers(f.step_layout(), "s1")
         s1_x = Signal(issue_width)
         s1_sf = Signal(range(sfs))  # the step's slice within s1_x (two-level issue)
 
@@ -518,16 +535,16 @@ class _Issue(wiring.Component):
 
         with m.If(adv):
             m.d.sync += [
-                s1.valid.eq(issue),
+                s1_flags["valid"].eq(issue),
                 s1_x.eq(issue_x),
-                s1.first.eq(step_first),
-                s1.last.eq(step_last),
-                s1.final.eq(step_end if f.beats > 1 else step_final),
-                s1.nf.eq(step_nf),
+                s1_flags["first"].eq(step_first),
+                s1_flags["last"].eq(step_last),
+                s1_flags["final"].eq(step_end if f.beats > 1 else step_final),
+                s1_flags["nf"].eq(step_nf),
                 s1_sf.eq(step_sf),
             ]
             if f.beats > 1:
-                m.d.sync += s1.pos.eq(step_pos)
+                m.d.sync += s1_flags["pos"].eq(step_pos)
 
         x, flags = s1_x, s1
         if self.operand_stage:
@@ -540,10 +557,10 @@ class _Issue(wiring.Component):
             # registers move into the multipliers' DSP blocks with their enable
             # (hw.dsp_registers), as do the adder tree's first stage.
             x = Signal(x_slice_width, name="operand_x", reset_less=True)
-            flags = Signal(f.step_layout(), name="operand_f")
             x_step = s1_x.word_select(s1_sf, x_slice_width) if two_level else s1_x
             with m.If(adv):
-                m.d.sync += [x.eq(x_step), flags.eq(s1)]
+                m.d.sync += x.eq(x_step)
+            flags = _register_flags(m, adv, s1, "operand_f")
         m.d.comb += [self.x.eq(x), self.flags.eq(flags)]
         return m
 
