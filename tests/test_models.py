@@ -1,5 +1,6 @@
 """Binary ops, gradients and the soft gate of eq. 7 (verification level 1)."""
 
+import pytest
 import torch
 
 from groupnet_hw.models.binary import BinarizeWeight, SignActivation, sign
@@ -93,6 +94,7 @@ def test_round_shift_rounds_half_up():
     assert torch.equal(round_shift(v, 0), v)
 
 
+@pytest.mark.slow       # trains the default model for minutes; shared with the slow RTL runs
 def test_float_and_quantized_agree_on_trained_model(trained_digits):
     _, model, metrics = trained_digits
     # reported, never hidden: the fixed-point network is close to the float one
