@@ -277,19 +277,15 @@ class ScheduleOptions:
     streams: str = "auto"
 
     def __post_init__(self):
-        if self.bases not in BASE_MAPPINGS:
-            raise ValueError(f"bases must be one of {', '.join(BASE_MAPPINGS)}, "
-                             f"not {self.bases!r}")
-        if self.line_buffers not in LINE_BUFFER_CHOICES:
-            raise ValueError(f"line_buffers must be one of {', '.join(LINE_BUFFER_CHOICES)}, "
-                             f"not {self.line_buffers!r}")
+        for name, allowed in (("bases", BASE_MAPPINGS), ("line_buffers", LINE_BUFFER_CHOICES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(allowed)}, "
+                                 f"not {getattr(self, name)!r}")
         get_board(self.board)               # rejects an unknown board in one line
-        if self.streams not in STREAM_CHOICES:
-            raise ValueError(f"streams must be one of {', '.join(STREAM_CHOICES)}, "
-                             f"not {self.streams!r}")
-        if self.fifos not in FIFO_RAM_KINDS:
-            raise ValueError(f"fifos must be one of {', '.join(FIFO_RAM_KINDS)}, "
-                             f"not {self.fifos!r}")
+        for name, allowed in (("streams", STREAM_CHOICES), ("fifos", FIFO_RAM_KINDS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(allowed)}, "
+                                 f"not {getattr(self, name)!r}")
         if not 0 < self.max_util <= 1:
             raise ValueError(f"max_util must be in (0, 1], not {self.max_util}")
         if self.fps is not None and self.fps <= 0:

@@ -36,12 +36,9 @@ from .compiler.frontend import lower
 from .compiler.passes import run_passes
 from .compiler.report import render_text
 from .compiler.resources import FAMILIES, design_cells
-from .compiler.schedule import (BASE_MAPPINGS, DEFAULT_MAX_UTIL, LINE_BUFFER_CHOICES,
-                                STREAM_CHOICES, schedule)
-from .devices import BOARD_NAMES
+from .compiler.schedule import ScheduleOptions, schedule
 from .hw.accelerator import Accelerator
 from .hw.boards.core_instance import CoreInstance
-from .hw.fifo import FIFO_RAM_KINDS
 from .models.checkpoint import CheckpointError, load_checkpoint
 from .sim.cocotb_runner import default_build_dir
 from .toolchain.board_project import BoardBuildError, write_board_project
@@ -59,9 +56,10 @@ class FlowError(ValueError):
 
 
 @dataclass(frozen=True)
-class BuildConfig:
+class BuildConfig(ScheduleOptions):
     """Every choice of a build, with the one set of defaults the library and the command
-    line share.
+    line share: the schedule's options (:class:`~groupnet_hw.compiler.schedule.
+    ScheduleOptions`, checked there) and the board top's.
 
     Parameters
     ----------
@@ -74,68 +72,47 @@ class BuildConfig:
     max_util : float
         Fraction of each budgeted board resource the design may use.
     folding : tuple of (str, (int, int)), optional
-        ``(conv node, (PE, SIMD))`` overrides of the chosen folding.
+        ``(conv node, (PE, SIMD))`` overrides of the chosen folding (a dict is accepted).
     bases : {"auto", "parallel", "shared"}
         How each block's K bases map to hardware.
     line_buffers : {"auto", "logic", "block", "serial"}
         Where the convolutions' line buffers go.
+    fuse_activations : bool
+        Apply a threshold's or post-op's work in the MVU in front of it.
     fifos : {"auto", "block"}
         How the join FIFOs' memories are built.
     streams : {"auto", "pixels", "beats"}
         How tensors travel between units.
-    fuse_activations : bool
-        Apply a threshold's or post-op's work in the MVU in front of it.
     baud : int
         UART host link speed of the board top.
     bitstream : bool, optional
         Run the board's toolchain; ``None``: when it is installed and the estimate fits.
     """
 
-    board: str = "de10nano"
-    target_cycles: int | None = None
-    fps: float | None = None
-    max_util: float = DEFAULT_MAX_UTIL
-    folding: tuple | None = None
-    bases: str = "auto"
-    line_buffers: str = "auto"
-    fifos: str = "auto"
-    streams: str = "auto"
-    fuse_activations: bool = True
     baud: int = 115200
     bitstream: bool | None = None
 
     def __post_init__(self):
-        if self.board not in BOARD_NAMES:
-            raise FlowError(f"unknown board {self.board!r}; known boards: "
-                            f"{', '.join(BOARD_NAMES)}")
-        for name, allowed in (("bases", BASE_MAPPINGS), ("line_buffers", LINE_BUFFER_CHOICES),
-                              ("fifos", FIFO_RAM_KINDS), ("streams", STREAM_CHOICES)):
-            if getattr(self, name) not in allowed:
-                raise FlowError(f"{name} must be one of {', '.join(allowed)}, "
-                                f"not {getattr(self, name)!r}")
-        if self.target_cycles is not None and self.target_cycles < 1:
-            raise FlowError(f"target_cycles must be at least 1, not {self.target_cycles}")
-        if self.fps is not None and not self.fps > 0:
-            raise FlowError(f"fps must be positive, not {self.fps}")
-        if not 0 < self.max_util <= 1:
-            raise FlowError(f"max_util must be in (0, 1], not {self.max_util}")
         if self.folding is not None:
-            # a dict is accepted and frozen, so that the configuration stays hashable
             items = self.folding.items() if isinstance(self.folding, dict) else self.folding
             try:
-                frozen = tuple(sorted((str(k), (int(v[0]), int(v[1]))) for k, v in items))
+                folding = tuple((str(k), (int(v[0]), int(v[1]))) for k, v in items)
             except (TypeError, ValueError, IndexError):
                 raise FlowError('folding must map conv node names to [PE, SIMD], '
                                 'e.g. {"conv1": [4, 9]}') from None
-            object.__setattr__(self, "folding", frozen)
+            object.__setattr__(self, "folding", folding)
+        try:
+            super().__post_init__()
+        except ValueError as exc:
+            raise FlowError(str(exc)) from None
+        if self.target_cycles is not None and self.target_cycles < 1:
+            raise FlowError(f"target_cycles must be at least 1, not {self.target_cycles}")
 
     def schedule_options(self) -> dict:
         """Keyword arguments of :func:`~groupnet_hw.compiler.schedule.schedule`."""
-        return dict(board=self.board, target_cycles=self.target_cycles, fps=self.fps,
-                    max_util=self.max_util,
-                    folding={k: list(v) for k, v in self.folding} if self.folding else None,
-                    bases=self.bases, line_buffers=self.line_buffers, fifos=self.fifos,
-                    streams=self.streams, fuse_activations=self.fuse_activations)
+        options = {f.name: getattr(self, f.name) for f in fields(ScheduleOptions)}
+        options["folding"] = {k: list(v) for k, v in self.folding} if self.folding else None
+        return options
 
     def to_dict(self) -> dict:
         d = asdict(self)
