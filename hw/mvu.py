@@ -435,7 +435,7 @@ class _Issue(wiring.Component):
                 issue_x.eq(x_in),
                 step_first.eq(1), step_last.eq(1), step_final.eq(1),
             ]
-            issue = accept
+            issuing = accept
         else:
             busy = Signal()  # the buffered vector still has steps to issue
             # In place, every step reads the payload the producer holds; `busy` is then
@@ -444,7 +444,7 @@ class _Issue(wiring.Component):
             addr = Signal(range(steps))
             sf = Signal(range(sfs))
             nf = Signal(range(nfs))
-            issue = Signal()
+            issuing = Signal()
             if self.in_place:
                 m.d.comb += [
                     busy.eq(1),
@@ -452,7 +452,7 @@ class _Issue(wiring.Component):
                     # its register only then
                     self.i.ready.eq(adv & step_final),
                     accept.eq(self.i.valid & self.i.ready),
-                    issue.eq(self.i.valid & adv),
+                    issuing.eq(self.i.valid & adv),
                 ]
             else:
                 m.d.comb += [
@@ -461,7 +461,7 @@ class _Issue(wiring.Component):
                     # one's last step and the II stays exactly `steps`.
                     self.i.ready.eq(adv & ~busy),
                     accept.eq(self.i.valid & self.i.ready),
-                    issue.eq(accept | (busy & adv)),
+                    issuing.eq(accept | (busy & adv)),
                 ]
             m.d.comb += [
                 self.addr.eq(addr),
@@ -483,7 +483,7 @@ class _Issue(wiring.Component):
                 offset = group if two_level else group * sfs + sf
                 m.d.comb += issue_x.eq(Mux(busy, x_buf.word_select(offset, issue_width),
                                            x_in[:issue_width]))
-                with m.If(issue & step_last):
+                with m.If(issuing & step_last):
                     with m.If(step_final):
                         m.d.sync += [group.eq(0), gnf.eq(0)]
                     with m.Elif(gnf == f.sub_folds - 1):
@@ -500,7 +500,7 @@ class _Issue(wiring.Component):
                                            x_in[:x_slice_width]))
             if f.beats > 1:
                 # position of the output fold in its beat, and the beat's last step
-                with m.If(issue & step_last):
+                with m.If(issuing & step_last):
                     with m.If(step_final | (step_pos == bfs - 1)):
                         m.d.sync += step_pos.eq(0)
                     with m.Else():
@@ -514,7 +514,7 @@ class _Issue(wiring.Component):
             if not self.in_place:
                 with m.If(~busy):
                     m.d.sync += x_buf.eq(x_in)
-            with m.If(issue):
+            with m.If(issuing):
                 # Counters rest at 0 between vectors, which is where the
                 # accepting cycle expects them.
                 with m.If(step_final):
@@ -535,7 +535,7 @@ class _Issue(wiring.Component):
 
         with m.If(adv):
             m.d.sync += [
-                s1_flags["valid"].eq(issue),
+                s1_flags["valid"].eq(issuing),
                 s1_x.eq(issue_x),
                 s1_flags["first"].eq(step_first),
                 s1_flags["last"].eq(step_last),
