@@ -39,7 +39,7 @@ from .skid import skid_outputs
 
 __all__ = ["MVUChoices", "BinaryMVU", "BinaryWeightMVU", "IntegerMVU", "POPCOUNT_CHUNK",
            "binary_tree_terms", "TREE_LEVELS_PER_STAGE", "TREE_LAST_STAGE_TERMS", "tree_stages",
-           "ISSUE_MUX_SLICES", "mvu_operand_stage", "mvu_latency"]
+           "ISSUE_MUX_SLICES", "mvu_operand_stage", "mvu_latency", "MVU_PARTS"]
 
 
 #: Adder-tree levels between two pipeline registers in a matrix-vector unit: two
@@ -328,6 +328,12 @@ def _register_stage(m, adv, groups, flags, name, flag_name):
     with m.If(adv):
         m.d.sync += [r.eq(t) for rg, g in zip(regs, groups) for r, t in zip(rg, g)]
     return regs, _register_flags(m, adv, flags, flag_name)
+
+
+#: Submodule names of a matrix-vector unit's parts (one unit to the resource model,
+#: which counts its cells together: ``toolchain.synth``'s per-module synthesis flattens
+#: them into the unit).
+MVU_PARTS = ("issue", "rom", "tree", "collector")
 
 
 class _Issue(wiring.Component):

