@@ -41,6 +41,8 @@ from .hw.accelerator import Accelerator
 from .hw.boards.core_instance import CoreInstance
 from .models.checkpoint import CheckpointError, load_checkpoint
 from .sim.cocotb_runner import default_build_dir
+from .sim.verify import RTLDesign, port_widths
+from .sim.verify import verify as run_verify
 from .toolchain.board_project import BoardBuildError, write_board_project
 
 __all__ = ["BuildConfig", "Build", "Step", "STEPS", "FlowError", "build", "verify",
@@ -234,7 +236,7 @@ def _elaborate(b: Build, source, out_dir):
     b.accelerator = Accelerator(b.schedule)
     # No source-location attributes: they double the file and no tool needs them.
     b.verilog = verilog.convert(b.accelerator, name=CORE_NAME, emit_src=False)
-    b.port_widths = core_port_widths(b.accelerator)
+    b.port_widths = port_widths(b.accelerator)
 
 
 def _write(b: Build, source, out_dir):
@@ -347,12 +349,6 @@ def build(source, config: BuildConfig | None = None, out_dir=None, *, stop_after
     return b
 
 
-def core_port_widths(acc) -> tuple[int, int]:
-    """Payload widths of an accelerator's ``i`` and ``o`` streams."""
-    from amaranth.hdl import Shape
-    return (Shape.cast(acc.i.payload.shape()).width, Shape.cast(acc.o.payload.shape()).width)
-
-
 def _manifest_options(config: BuildConfig) -> dict:
     d = config.to_dict()
     del d["board"]
@@ -379,9 +375,8 @@ def load_build(directory, progress: Callable | None = None) -> Build:
         manifest = read_manifest(directory)
     except BuildError as exc:
         raise FlowError(str(exc)) from None
-    options = dict(manifest.options)
     try:
-        config = BuildConfig.from_dict({"board": manifest.board, **options})
+        config = BuildConfig.from_dict({"board": manifest.board, **manifest.options})
     except (FlowError, TypeError) as exc:
         raise FlowError(f"{directory}/build.json: {exc}; rebuild the directory") from None
     b = build(manifest.checkpoint, config, stop_after="schedule", progress=progress)
@@ -399,7 +394,6 @@ def load_build(directory, progress: Callable | None = None) -> Build:
 def rtl_design(b: Build, cache_dir=None):
     """The :class:`~groupnet_hw.sim.verify.RTLDesign` of a build: the Verilog it wrote,
     or (a build that wrote nothing) its Verilog saved under ``cache_dir`` by content."""
-    from .sim.verify import RTLDesign
     if b.manifest is not None and b.out_dir is not None:
         return RTLDesign(Path(b.out_dir, b.manifest.verilog), b.manifest.toplevel,
                          *b.port_widths)
@@ -447,7 +441,6 @@ def verify(target, images=None, *, simulator="verilator", stall=0.0, seed=0, job
     VerifyResult
         ``ok`` only if every output of every image is equal.
     """
-    from .sim.verify import verify as run_verify
     if isinstance(target, Build):
         b = target
     elif os.path.isdir(target):

@@ -80,10 +80,9 @@ def verify_on_verilator(model, sched, images, tmp_path, stalled):
     path = tmp_path / "top.v"
     path.write_text(verilog.convert(acc, name="top"))
     design = RTLDesign(path, "top", *port_widths(acc))
-    result = verify(model, sched, images, simulator="verilator", design=design,
-                    build_dir=os.environ["GROUPNET_HW_RTL_CACHE"])
+    result = verify(model, sched, images, simulator="verilator", design=design)
     assert result.exact == len(images), result.first_mismatch
     assert result.cycles_per_frame_measured == sched.frame_cycles
     stalls = verify(model, sched, images[:stalled], simulator="verilator", design=design,
-                    build_dir=os.environ["GROUPNET_HW_RTL_CACHE"], stall=0.3, seed=1)
+                    stall=0.3, seed=1)
     assert stalls.exact == stalled, stalls.first_mismatch
