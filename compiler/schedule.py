@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from itertools import combinations
 
 from ..devices import get_board
-from ..hw.fifo import FIFO_RAM_KINDS
+from ..hw.fifo import FIFO_RAM_KINDS, FIFOChoices
 from . import cycles as cyc
 from .decisions import (DECISIONS, FIFO_LATENCY, FIFO_MARGIN, FIFO_MIN_DEPTH, FRONT,
                         IN_PLACE_SLACK, Candidate, GraphContext, Unit, board_usage, decide,
@@ -72,6 +72,19 @@ class Schedule:
     def fifo_ram(self, consumer, ref):
         """How the FIFO in front of ``consumer``'s input ``ref`` builds its memory."""
         return self.fifo_rams.get(consumer, {}).get(ref, "auto")
+
+    def fifo_choices(self, consumer, slot):
+        """The :class:`groupnet_hw.hw.fifo.FIFOChoices` of the FIFO in front of input
+        ``slot`` of node ``consumer`` (its depth, memory and output register, decided by
+        :func:`.decisions.fifo_sizes`, :func:`.decisions.fifo_memories` and
+        :func:`.decisions.registered_fifo_reads`), or ``None`` where that input has no
+        FIFO: the one place these decisions become a FIFO's record."""
+        ref = self.graph[consumer].inputs[slot]
+        depth = self.fifos.get(consumer, {}).get(ref)
+        if not depth:
+            return None
+        return FIFOChoices(depth, self.fifo_ram(consumer, ref),
+                           out_register=slot in self.units[consumer].registered_fifos)
 
     def build_node(self, ctx, node):
         """Build ``node``'s hardware unit(s) into an accelerator under construction (its

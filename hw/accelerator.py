@@ -174,11 +174,10 @@ class Accelerator(wiring.Component):
           ``"node:k"``) and the tensor's ``channels``, ``height``, ``width``, ``kind``,
           ``bits``, ``bit_width``; the output node's ``attrs`` ``weight``, ``bias`` and
           ``frac`` (the classifier head);
-        - ``units``: node name -> its unit's folding (``pe``, ``beats``,
-          ``beat_groups``, ``registered_fifos``);
-        - ``fifos``: consumer node name -> ``{input reference: depth}``;
-        - ``fifo_ram(consumer, ref)``: how that FIFO builds its memory
-          (:class:`~.fifo.StreamFIFO`'s ``ram``);
+        - ``units``: node name -> its unit's output layout (``beats``, ``beat_groups``)
+          and the head's ``pe``;
+        - ``fifo_choices(consumer, slot)``: the :class:`~.fifo.FIFOChoices` of the FIFO
+          in front of that input, or ``None`` where it has none;
         - ``build_node(ctx, node)``: builds the node's unit(s) into the
           :class:`BuildContext` ``ctx`` and returns ``(sinks, sources)``, its input
           streams (one per input) and output streams (one per output).
@@ -249,10 +248,9 @@ class Accelerator(wiring.Component):
                 _connect(m, producer, fork.i)
                 outs = list(fork.o)
             for (user, slot), out in zip(users, outs):
-                depth = self.sched.fifos.get(user, {}).get(ref)
-                if depth:
-                    fifo = StreamFIFO(shape, depth, self.sched.fifo_ram(user, ref),
-                                      out_register=slot in self.sched.units[user].registered_fifos)
+                choices = self.sched.fifo_choices(user, slot)
+                if choices is not None:
+                    fifo = StreamFIFO(shape, choices)
                     fifo_name = f"fifo_{user}_{slot}".replace(".", "_")
                     m.submodules[fifo_name] = fifo
                     owners[fifo_name] = (user, "fifo", slot)

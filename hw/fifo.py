@@ -1,11 +1,13 @@
 """Stream FIFO: the buffer the compiler puts on fork branches."""
 
+from dataclasses import dataclass
+
 from amaranth.hdl import Module, Shape, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["StreamFIFO", "FIFO_RAM_KINDS"]
+__all__ = ["StreamFIFO", "FIFOChoices", "FIFO_RAM_KINDS"]
 
 #: How a FIFO's memory is built: ``auto``, as the synthesis flow maps it (registers,
 #: distributed RAM or block RAM by its own rules); ``block``, marked
@@ -29,18 +31,13 @@ class _MarkedFIFO(SyncFIFOBuffered):
         return m
 
 
-class StreamFIFO(wiring.Component):
-    """First-in first-out queue between two streams.
-
-    A thin stream wrapper around :class:`amaranth.lib.fifo.SyncFIFOBuffered`, whose storage
-    is a :class:`~amaranth.lib.memory.Memory` with a synchronous read port (block RAM) and
-    whose output is a register. The payload is stored as raw bits, so any shape (including
-    ``data`` layouts) passes through unchanged.
+@dataclass(frozen=True)
+class FIFOChoices:
+    """How big a stream FIFO is and how it is built: the choices the schedule makes for
+    the FIFO in front of each input of a join, handed to :class:`StreamFIFO` whole.
 
     Parameters
     ----------
-    shape : shape-like
-        Payload shape.
     depth : int
         Number of beats held. ``0`` makes the FIFO a plain wire (``o`` is ``i``), so the
         compiler can size every fork branch uniformly.
@@ -53,7 +50,41 @@ class StreamFIFO(wiring.Component):
         FIFO from a flip-flop: for a memory in block RAM whose read is late (ECP5: a
         DP16KD's clock-to-output is 5.6 ns of a 10 ns period, and the join behind the FIFO
         adds on it). One cycle more of latency; holds ``depth + 1`` beats; same
-        throughput.
+        throughput. Ignored (``False``) at ``depth=0``.
+
+    Raises
+    ------
+    ValueError
+        A negative or non-integer depth, an unknown ``ram``: one line.
+    """
+
+    depth: int
+    ram: str = "auto"
+    out_register: bool = False
+
+    def __post_init__(self):
+        if isinstance(self.depth, bool) or not isinstance(self.depth, int) or self.depth < 0:
+            raise ValueError(f"depth must be a non-negative integer, not {self.depth!r}")
+        if self.ram not in FIFO_RAM_KINDS:
+            raise ValueError(f"ram must be one of {', '.join(FIFO_RAM_KINDS)}, "
+                             f"not {self.ram!r}")
+        object.__setattr__(self, "out_register", bool(self.out_register) and self.depth > 0)
+
+
+class StreamFIFO(wiring.Component):
+    """First-in first-out queue between two streams.
+
+    A thin stream wrapper around :class:`amaranth.lib.fifo.SyncFIFOBuffered`, whose storage
+    is a :class:`~amaranth.lib.memory.Memory` with a synchronous read port (block RAM) and
+    whose output is a register. The payload is stored as raw bits, so any shape (including
+    ``data`` layouts) passes through unchanged.
+
+    Parameters
+    ----------
+    shape : shape-like
+        Payload shape.
+    choices : FIFOChoices
+        Its depth, its memory and its output register.
 
     Attributes
     ----------
@@ -61,8 +92,8 @@ class StreamFIFO(wiring.Component):
         Input stream; ``ready`` while there is room.
     o : ``Out(stream.Signature(shape))``
         Output stream; ``valid`` is a register, independent of ``o.ready``.
-    depth : int
-        The ``depth`` parameter.
+    depth, ram, out_register : int, str, bool
+        The fields of ``choices``.
 
     latency : int
         Cycles from a beat accepted into an empty FIFO to it being valid on ``o``.
@@ -78,15 +109,12 @@ class StreamFIFO(wiring.Component):
     where the rate matters.
     """
 
-    def __init__(self, shape, depth, ram="auto", out_register=False):
-        if not isinstance(depth, int) or depth < 0:
-            raise ValueError(f"depth must be a non-negative integer, not {depth!r}")
-        if ram not in FIFO_RAM_KINDS:
-            raise ValueError(f"ram must be one of {', '.join(FIFO_RAM_KINDS)}, not {ram!r}")
-        self.depth = depth
-        self.ram = ram
-        self.out_register = bool(out_register) and depth > 0
-        self.latency = 0 if depth == 0 else 2 + self.out_register
+    def __init__(self, shape, choices):
+        if not isinstance(choices, FIFOChoices):
+            raise ValueError(f"choices must be a FIFOChoices, not {choices!r}")
+        self.choices = choices
+        self.depth, self.ram, self.out_register = choices.depth, choices.ram, choices.out_register
+        self.latency = 0 if self.depth == 0 else 2 + self.out_register
         self._width = Shape.cast(shape).width
         super().__init__({
             "i": In(stream.Signature(shape)),

@@ -1,5 +1,6 @@
 """Sliding-window generator: turns a raster pixel stream into convolution windows."""
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Shape, Signal, Value, unsigned
@@ -9,7 +10,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..numerics import conv_out_size
 
-__all__ = ["SlidingWindow", "WindowGeometry", "LINE_RAM_KINDS", "BLOCK_LINE_ATTRS",
+__all__ = ["SlidingWindow", "WindowChoices", "WindowGeometry", "LINE_RAM_KINDS", "BLOCK_LINE_ATTRS",
            "window_latency", "window_refill"]
 
 #: How the line buffer is built: ``"logic"``, one memory with ``kernel`` read ports and
@@ -144,6 +145,50 @@ class WindowGeometry(NamedTuple):
         return rows
 
 
+@dataclass(frozen=True)
+class WindowChoices:
+    """How a sliding window is built, as opposed to what it computes: the implementation
+    choices the schedule makes for it, handed to :class:`SlidingWindow` whole. Neither
+    changes a window; they change the memory, the latency and the read decision.
+
+    Parameters
+    ----------
+    line_ram : {"logic", "block", "serial"}
+        How the line buffer is built (:data:`LINE_RAM_KINDS`): one memory with
+        ``kernel`` read ports, or ``kernel * ring_rows`` one-port memories of ``width``
+        pixels for block RAM, both with the same behaviour and timing; or ``"serial"``,
+        one block-RAM memory of ``ring_rows`` rows (each ``2**ceil(log2(width))`` words,
+        so that an address is the ring row and the column side by side) read one tap
+        per cycle: the same windows, ``kernel**2 + 3`` cycles after the last pixel a
+        window needs and at most one per ``kernel**2 + 3`` cycles (the register is filled
+        only once the consumer has taken the previous window).
+    paced : bool
+        The consumer takes at most one window every two cycles (a folded MVU,
+        ``ii >= 2``). The next window is then read once the output register is
+        empty rather than in the cycle it is taken: the read enables, which fan out
+        to the whole line buffer's read registers, depend on the window's own
+        registers only, never on ``o.ready``; and the next read waits until the one
+        before is registered, so the decision to read may be a cycle old (no lookup of
+        the next window in front of it). At such a consumer's rate this costs no
+        cycle; at one window per cycle it would halve the rate.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``line_ram`` or a ``paced`` that is not a bool: one line.
+    """
+
+    line_ram: str = "logic"
+    paced: bool = False
+
+    def __post_init__(self):
+        if self.line_ram not in LINE_RAM_KINDS:
+            raise ValueError(f"line_ram must be one of {', '.join(LINE_RAM_KINDS)}, "
+                             f"not {self.line_ram!r}")
+        if not isinstance(self.paced, bool):
+            raise ValueError(f"paced must be a bool, not {self.paced!r}")
+
+
 class SlidingWindow(wiring.Component):
     """Sliding window over a raster pixel stream (the im2col of one convolution).
 
@@ -184,24 +229,9 @@ class SlidingWindow(wiring.Component):
         Raw bits of the pad pixel (the whole pixel, not one lane); negative values are
         two's complement over the pixel width, so ``-1`` is all-ones (+1 for binary
         pixels) and ``0`` is the zero of a fixed-point layer.
-    line_ram : {"logic", "block", "serial"}
-        How the line buffer is built (:data:`LINE_RAM_KINDS`): one memory with
-        ``kernel`` read ports, or ``kernel * ring_rows`` one-port memories of ``width``
-        pixels for block RAM, both with the same behaviour and timing; or ``"serial"``,
-        one block-RAM memory of ``ring_rows`` rows (each ``2**ceil(log2(width))`` words,
-        so that an address is the ring row and the column side by side) read one tap
-        per cycle: the same windows, ``kernel**2 + 3`` cycles after the last pixel a
-        window needs and at most one per ``kernel**2 + 3`` cycles (the register is filled
-        only once the consumer has taken the previous window).
-    paced : bool
-        The consumer takes at most one window every two cycles (a folded MVU,
-        ``ii >= 2``). The next window is then read once the output register is
-        empty rather than in the cycle it is taken: the read enables, which fan out
-        to the whole line buffer's read registers, depend on the window's own
-        registers only, never on ``o.ready``; and the next read waits until the one
-        before is registered, so the decision to read may be a cycle old (no lookup of
-        the next window in front of it). At such a consumer's rate this costs no
-        cycle; at one window per cycle it would halve the rate.
+    choices : WindowChoices
+        How its line buffer is built and whether its consumer is paced (the default:
+        in logic, not paced).
 
     Attributes
     ----------
@@ -250,7 +280,7 @@ class SlidingWindow(wiring.Component):
     """
 
     def __init__(self, pixel_shape, height, width, kernel=3, stride=1, dilation=1,
-                 padding=1, pad_value=0, line_ram="logic", paced=False):
+                 padding=1, pad_value=0, choices=WindowChoices()):
         for name, value, low in (("height", height, 1), ("width", width, 1),
                                  ("kernel", kernel, 1), ("stride", stride, 1),
                                  ("dilation", dilation, 1), ("padding", padding, 0)):
@@ -274,11 +304,11 @@ class SlidingWindow(wiring.Component):
             raise ValueError(f"pad_value must be an integer fitting {self._pixel_width} bits, "
                              f"not {pad_value!r}")
         self.pad_value = pad_value
-        if line_ram not in LINE_RAM_KINDS:
-            raise ValueError(f"line_ram must be one of {', '.join(LINE_RAM_KINDS)}, "
-                             f"not {line_ram!r}")
-        self.line_ram = line_ram
-        self.paced = bool(paced)
+        if not isinstance(choices, WindowChoices):
+            raise ValueError(f"choices must be a WindowChoices, not {choices!r}")
+        self.choices = choices
+        self.line_ram = line_ram = choices.line_ram
+        self.paced = choices.paced
         self.latency = window_latency(line_ram, kernel)
         self.geometry = WindowGeometry(height, width, kernel, stride, dilation, padding)
         self.ring_rows = self.geometry.ring_rows(line_ram)

@@ -12,7 +12,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from groupnet_hw.toolchain.bram_registers import pack_bram_output_registers
-from groupnet_hw.hw.fifo import StreamFIFO
+from groupnet_hw.hw.fifo import FIFOChoices, StreamFIFO
 from groupnet_hw.toolchain.netlist import top_module
 from groupnet_hw.toolchain.synth import have_tools, synthesize
 from test_dsp_registers import RegisteredMultiply, _netlist
@@ -125,7 +125,7 @@ def test_a_skip_fifos_block_ram_read_leaves_from_its_output_register(tmp_path):
     enough): no collision logic behind its data (``no_rw_check`` on every FIFO memory),
     so its registered output is the DP16KD's own register, and nothing is left between
     the block RAM and the FIFO's port."""
-    netlist = _netlist(tmp_path, StreamFIFO(unsigned(28), 600, out_register=True))
+    netlist = _netlist(tmp_path, StreamFIFO(unsigned(28), FIFOChoices(600, out_register=True)))
     brams = _brams(netlist)
     assert brams
     stats = pack_bram_output_registers(netlist)

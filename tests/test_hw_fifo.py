@@ -9,7 +9,7 @@ from amaranth.lib import data
 from amaranth.sim import Simulator
 
 from groupnet_hw.compiler.cycles import elementwise_cycles
-from groupnet_hw.hw.fifo import StreamFIFO
+from groupnet_hw.hw.fifo import FIFOChoices, StreamFIFO
 from groupnet_hw.hw.subsample import Subsample
 from groupnet_hw.sim.streams import run_streams
 
@@ -46,7 +46,7 @@ def fix_pixels(rng, n):
 def test_fifo_keeps_order_under_stalls(seed, depth, ram, out_register):
     rng = np.random.default_rng(seed)
     beats = fix_pixels(rng, 80)
-    result = run_streams(Clocked(StreamFIFO(FIX, depth, ram, out_register)), {"i": beats},
+    result = run_streams(Clocked(StreamFIFO(FIX, FIFOChoices(depth, ram, out_register))), {"i": beats},
                          {"o": len(beats)},
                          stall=0.3, seed=seed, max_cycles=5000)
     assert result.outputs["o"] == beats
@@ -57,7 +57,7 @@ def test_fifo_keeps_order_under_stalls(seed, depth, ram, out_register):
 @pytest.mark.parametrize("depth, reset_at", [(4, 23), (16, 40)])
 def test_fifo_reset_mid_stream(depth, reset_at, ram, out_register):
     beats = list(range(100, 160))
-    result = run_streams(StreamFIFO(unsigned(8), depth, ram, out_register), {"i": beats},
+    result = run_streams(StreamFIFO(unsigned(8), FIFOChoices(depth, ram, out_register)), {"i": beats},
                          {"o": len(beats)},
                          stall=0.3, seed=3, reset_at=reset_at, max_cycles=5000)
     assert result.outputs["o"] == beats
@@ -70,7 +70,7 @@ def test_fifo_rate_and_latency(depth, cycles, ram):
     """depth >= 3: II 1 and latency 2; depth 1, 2: II 2; depth 0: a wire. The same
     with the memory marked for block RAM."""
     beats = list(range(60))
-    result = run_streams(Clocked(StreamFIFO(unsigned(8), depth, ram)), {"i": beats}, {"o": 60})
+    result = run_streams(Clocked(StreamFIFO(unsigned(8), FIFOChoices(depth, ram))), {"i": beats}, {"o": 60})
     assert result.outputs["o"] == beats
     assert result.cycles == cycles
 
@@ -81,7 +81,7 @@ def test_fifo_out_register_rate_and_latency(depth, cycles, ram):
     """With the output register: latency 3 (``latency``), still one beat per cycle from
     depth 3; depth 0 stays a wire."""
     beats = list(range(60))
-    dut = StreamFIFO(unsigned(8), depth, ram, out_register=True)
+    dut = StreamFIFO(unsigned(8), FIFOChoices(depth, ram, out_register=True))
     assert dut.latency == (3 if depth else 0)
     result = run_streams(Clocked(dut), {"i": beats}, {"o": 60})
     assert result.outputs["o"] == beats
@@ -93,7 +93,7 @@ def test_fifo_out_register_rate_and_latency(depth, cycles, ram):
 @pytest.mark.parametrize("depth", [1, 3, 7])
 def test_fifo_holds_exactly_depth(depth, out_register):
     """``depth`` beats, and one more in the output register."""
-    dut = StreamFIFO(unsigned(8), depth, out_register=out_register)
+    dut = StreamFIFO(unsigned(8), FIFOChoices(depth, out_register=out_register))
     depth += out_register
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -200,19 +200,19 @@ def test_subsample_drops_without_waiting_for_ready():
 
 
 def test_convert_to_verilog():
-    for dut in (StreamFIFO(FIX, 0), StreamFIFO(FIX, 8), Subsample(FIX, 5, 7, 2)):
+    for dut in (StreamFIFO(FIX, FIFOChoices(0)), StreamFIFO(FIX, FIFOChoices(8)), Subsample(FIX, 5, 7, 2)):
         assert "module top" in verilog.convert(dut, name="top")
     # ram="block" marks the one memory for block RAM; "auto" leaves it to the flow
-    marked = verilog.convert(StreamFIFO(FIX, 8, "block"), name="top")
+    marked = verilog.convert(StreamFIFO(FIX, FIFOChoices(8, "block")), name="top")
     assert marked.count('ram_style = "block"') == 1
-    auto = verilog.convert(StreamFIFO(FIX, 8), name="top")
+    auto = verilog.convert(StreamFIFO(FIX, FIFOChoices(8)), name="top")
     assert "ram_style" not in auto
     # a FIFO never reads the word it writes in that cycle: every memory says so, so that
     # Yosys adds no collision logic behind a block RAM it picks by itself
     assert auto.count("no_rw_check") == marked.count("no_rw_check") == 1
     with pytest.raises(ValueError):
-        StreamFIFO(unsigned(1), 4, "bram")
+        FIFOChoices(4, "bram")
     with pytest.raises(ValueError):
-        StreamFIFO(unsigned(1), -1)
+        FIFOChoices(-1)
     with pytest.raises(ValueError):
         Subsample(unsigned(1), 4, 4, 0)

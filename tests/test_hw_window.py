@@ -13,7 +13,7 @@ from amaranth.lib import data
 
 from groupnet_hw.compiler.cycles import (conv_out_size, window_cycles, window_latency,
                                          window_refill)
-from groupnet_hw.hw.window import SlidingWindow
+from groupnet_hw.hw.window import SlidingWindow, WindowChoices
 from groupnet_hw.sim.streams import run_streams
 
 LANE_WIDTH = 5   # lane width of the fixed-point pixels used here
@@ -125,8 +125,8 @@ def run_config(name, *, frames=3, stall=0.0, seed=0, reset_at=None, line_ram="lo
     rng = np.random.default_rng(seed)
     images = random_frames(rng, kind, channels, frames, height, width)
     dut = SlidingWindow(pixel_shape(kind, channels), height, width, kernel=k, stride=s,
-                        dilation=d, padding=p, pad_value=pad_value, line_ram=line_ram,
-                        paced=paced)
+                        dilation=d, padding=p, pad_value=pad_value,
+                        choices=WindowChoices(line_ram, paced))
     expected = [[to_payload(kind, px) for px in window]
                 for window in ref_windows(images, pad_lanes(kind, channels, pad_value), k, s, d, p)]
     beats = [to_payload(kind, px) for px in images.reshape(-1, images.shape[-1])]
@@ -169,7 +169,7 @@ def test_rejects_bad_parameters():
     with pytest.raises(ValueError):
         SlidingWindow(unsigned(2), 4, 4, stride=0)
     with pytest.raises(ValueError, match="line_ram"):
-        SlidingWindow(unsigned(2), 4, 4, line_ram="bram")
+        WindowChoices(line_ram="bram")
 
 
 # ---- behaviour -------------------------------------------------------------------------
@@ -201,7 +201,8 @@ def test_random_configurations(seed):
     reset_at = int(rng.integers(2, len(beats))) if seed % 2 and len(beats) > 2 else None
     line_ram = ["logic", "block", "serial"][seed // 2 % 3]
     dut = SlidingWindow(pixel_shape(kind, channels), height, width, kernel=k, stride=s,
-                        dilation=d, padding=p, pad_value=pad_value, line_ram=line_ram)
+                        dilation=d, padding=p, pad_value=pad_value,
+                        choices=WindowChoices(line_ram))
     expected = [[to_payload(kind, px) for px in window]
                 for window in ref_windows(images, pad_lanes(kind, channels, pad_value), k, s, d, p)]
     run = run_streams(dut, {"i": beats}, {"o": len(expected)}, stall=float(rng.choice([0.3, 0.6])),
@@ -343,7 +344,7 @@ def test_serial_line_ram_costs_only_its_latency_at_a_slow_consumers_pace(name):
 def test_serial_line_ram_is_one_block_memory():
     """One memory, marked for block RAM, ``ring_rows`` rows of ``2**ceil(log2(width))``
     words (one row more than the logic line buffer's ring)."""
-    dut = SlidingWindow(unsigned(4), 6, 6, kernel=3, line_ram="serial")
+    dut = SlidingWindow(unsigned(4), 6, 6, kernel=3, choices=WindowChoices("serial"))
     logic = SlidingWindow(unsigned(4), 6, 6, kernel=3)
     assert dut.ring_rows == logic.ring_rows + 1
     text = verilog.convert(dut, name="win")
@@ -413,7 +414,7 @@ def test_block_line_ram_never_uses_a_read_of_the_word_being_written(name, line_r
     that return garbage for such a read, every window is still right, at full rate and
     under stalls and reset."""
     import groupnet_hw.hw.window as window_module
-    text = verilog.convert(SlidingWindow(unsigned(4), 6, 6, kernel=3, line_ram=line_ram), name="w")
+    text = verilog.convert(SlidingWindow(unsigned(4), 6, 6, kernel=3, choices=WindowChoices(line_ram)), name="w")
     assert text.count("(* no_rw_check") == text.count('(* ram_style = "block" *)') > 0
     monkeypatch.setattr(window_module, "Memory",
                         lambda **kw: CollidingMemory(**kw) if kw["attrs"].get("no_rw_check")
@@ -428,6 +429,6 @@ def test_block_line_ram_never_uses_a_read_of_the_word_being_written(name, line_r
 def test_block_line_ram_is_marked_for_block_ram():
     """Yosys maps a memory to block RAM only with one read port; ECP5 needs the
     ``ram_style`` attribute to prefer it over distributed RAM."""
-    dut = SlidingWindow(unsigned(4), 6, 6, kernel=3, line_ram="block")
+    dut = SlidingWindow(unsigned(4), 6, 6, kernel=3, choices=WindowChoices("block"))
     text = verilog.convert(dut, name="win")
     assert text.count('(* ram_style = "block" *)') == 3 * dut.ring_rows

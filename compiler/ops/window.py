@@ -17,7 +17,7 @@ import torch
 from ...hw.maxpool import MaxPool
 from ...hw.mvu import (POPCOUNT_CHUNK, TREE_LAST_STAGE_TERMS, TREE_LEVELS_PER_STAGE, BinaryMVU,
                        BinaryWeightMVU, IntegerMVU, MVUChoices, binary_tree_terms)
-from ...hw.window import SlidingWindow, WindowGeometry
+from ...hw.window import SlidingWindow, WindowChoices, WindowGeometry
 from ...numerics import signed_width
 from .. import cycles as cyc
 from ..hard_blocks import LATE_DSP_OUTPUT, block_ram_blocks, rom_read_register
@@ -84,14 +84,14 @@ def _window_last_input(node, parent, q_local):
     return last_row * parent.width + last_col
 
 
-def _window_shape(ctx, node, parent, unit, paced=False):
+def _window_shape(ctx, node, parent, choices):
     a = node.attrs
     # binary activations pad with +1 (every bit 1); n-bit levels and integers with 0
     binary = node.op == "bin_conv" and not a["in_bits"]
     return SlidingWindow(ctx.pixel_shape(parent), parent.height, parent.width,
                          kernel=a["kernel"], stride=a["stride"], dilation=a.get("dilation", 1),
                          padding=a["padding"], pad_value=(1 << parent.channels) - 1 if binary else 0,
-                         line_ram=unit.line_ram, paced=paced)
+                         choices=choices)
 
 
 @lru_cache(maxsize=None)
@@ -335,13 +335,18 @@ class _Conv(Op):
                           beats=unit.beats, registered_rom=unit.registered_rom,
                           registered_products=unit.registered_products)
 
+    def window_choices(self, unit, consumer_ii) -> WindowChoices:
+        """The implementation choices of the sliding window of a node from its
+        schedule's ``unit``: its line buffer (``Unit.line_ram``), and paced where its MVU
+        takes a window at most every ``consumer_ii >= 2`` cycles, so that the window
+        reads the next one without looking at the MVU's ``ready``."""
+        return WindowChoices(line_ram=unit.line_ram, paced=consumer_ii >= 2)
+
     def build(self, ctx, node, unit):
         parent = ctx.parent(node)
         mvu = self._mvu(node, parent, self.mvu_choices(ctx.graph, node, unit))
-        # an MVU that takes a window at most every other cycle lets the window read
-        # the next one without looking at the MVU's `ready` (SlidingWindow.paced)
-        window = ctx.add(node, _window_shape(ctx, node, parent, unit, paced=mvu.ii >= 2),
-                         "_window")
+        window = ctx.add(node, _window_shape(ctx, node, parent,
+                                             self.window_choices(unit, mvu.ii)), "_window")
         mvu = ctx.add(node, mvu, "_mvu")
         groups = node.attrs.get("groups", 1)
         if groups == 1:
