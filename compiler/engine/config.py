@@ -1,0 +1,142 @@
+"""The engine's size and the DRAM behind its memory port.
+
+Both records are frozen and validated on construction, so a typo or an impossible
+size fails where it is written, not in the cycle model or the RTL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["EngineConfig", "DramModel", "DE10_NANO_DRAM"]
+
+
+def _positive(owner, **values):
+    for name, value in values.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{owner}.{name} must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Size of one layer-sequential engine.
+
+    Parameters
+    ----------
+    arrays : int
+        K_hw: XNOR-popcount arrays, one base each; a descriptor group of K bases runs
+        in ``ceil(K / arrays)`` rounds.
+    pe, simd : int
+        Output channels and input lanes of one array: an array has ``pe * simd`` lanes
+        and takes ``ceil(C_out/pe) * ceil(k*k*C_in/simd)`` cycles per output pixel.
+    stem_pe, stem_simd : int
+        The full-precision stem's multiplier array (DSP blocks): the same folding
+        formula with integer multiplies.
+    vector_lanes : int
+        Channels per cycle of the element-wise unit (post-ops, adds, thresholds,
+        mixers), of max pooling and of the classifier head.
+    port_bytes : int
+        Data width of the Avalon-MM master in bytes (16: the DE10-Nano's FPGA-to-SDRAM
+        port at 128 bits). Tensor rows and parameter blocks are padded to it, so every
+        row is whole bursts.
+    input_buffer, weight_buffer, output_buffer : int
+        On-chip tile buffers in bytes, each double buffered (a transfer fills one half
+        while the units work on the other); the weight buffer is per array.
+    clock_mhz : float
+        The engine's own clock (a PLL output on the board), in MHz.
+    pipeline_depth : int
+        Cycles from a descriptor's first operand to its first result (window, array
+        tree, epilogue registers); paid once per descriptor.
+    """
+
+    arrays: int = 5
+    pe: int = 16
+    simd: int = 48
+    stem_pe: int = 16
+    stem_simd: int = 12
+    vector_lanes: int = 16
+    port_bytes: int = 16
+    input_buffer: int = 64 * 1024
+    weight_buffer: int = 16 * 1024
+    output_buffer: int = 32 * 1024
+    clock_mhz: float = 100.0
+    pipeline_depth: int = 24
+
+    def __post_init__(self):
+        _positive("EngineConfig", arrays=self.arrays, pe=self.pe, simd=self.simd,
+                  stem_pe=self.stem_pe, stem_simd=self.stem_simd,
+                  vector_lanes=self.vector_lanes, port_bytes=self.port_bytes,
+                  input_buffer=self.input_buffer, weight_buffer=self.weight_buffer,
+                  output_buffer=self.output_buffer, pipeline_depth=self.pipeline_depth)
+        if self.port_bytes & (self.port_bytes - 1) or not 4 <= self.port_bytes <= 64:
+            raise ValueError("EngineConfig.port_bytes must be a power of two from 4 to 64 "
+                             f"(Avalon-MM data widths of 32 to 512 bits), got {self.port_bytes}")
+        for name in ("input_buffer", "weight_buffer", "output_buffer"):
+            size = getattr(self, name)
+            if size % (2 * self.port_bytes):
+                raise ValueError(f"EngineConfig.{name} ({size}) must be a multiple of two "
+                                 f"port words ({2 * self.port_bytes} bytes): it is double "
+                                 "buffered in whole bursts")
+        if not (isinstance(self.clock_mhz, (int, float)) and 1 <= self.clock_mhz <= 1000):
+            raise ValueError(f"EngineConfig.clock_mhz must be in [1, 1000], got {self.clock_mhz!r}")
+
+    @property
+    def lanes(self):
+        """XNOR lanes of all arrays."""
+        return self.arrays * self.pe * self.simd
+
+
+@dataclass(frozen=True)
+class DramModel:
+    """What the engine's memory port sees of DRAM, in engine cycles.
+
+    Parameters
+    ----------
+    latency : int
+        Cycles from a read burst's address to its first data beat.
+    bytes_per_cycle : float
+        Sustained bytes per engine cycle, reads and writes together.
+
+    Notes
+    -----
+    The default (:data:`DE10_NANO_DRAM`, 48 cycles and 10 bytes per cycle at 100 MHz,
+    i.e. 480 ns and 1.0 GB/s) is deliberately conservative for the DE10-Nano:
+
+    - The fabric reaches the HPS's 1 GB of DDR3 only through the HPS SDRAM controller's
+      FPGA-to-SDRAM ports. The memory is 32-bit DDR3-800: 800 MT/s x 4 bytes = 3.2 GB/s
+      peak, shared with the ARM cores running Linux and with every other port.
+    - A single port's sustained throughput is well under half of the peak once refresh,
+      bank and read/write turn-arounds and the controller's arbitration are paid;
+      1.0 GB/s assumes mixed read/write traffic of whole bursts (Altera's Cyclone V HPS
+      SDRAM controller documentation gives efficiency figures of that order for
+      mixed traffic; we have not measured it on the board).
+    - Read latency through the controller and the clock crossing into the fabric is a
+      few hundred nanoseconds; 480 ns (48 cycles at 100 MHz) is at the high end of the
+      30-60 cycles we expect.
+
+    The RTL's DRAM model (the fast path's C++ model) takes the same two numbers.
+    """
+
+    latency: int = 48
+    bytes_per_cycle: float = 10.0
+
+    def __post_init__(self):
+        if not isinstance(self.latency, int) or self.latency < 0:
+            raise ValueError(f"DramModel.latency must be a non-negative integer, got {self.latency!r}")
+        if not (isinstance(self.bytes_per_cycle, (int, float)) and self.bytes_per_cycle > 0):
+            raise ValueError("DramModel.bytes_per_cycle must be positive, "
+                             f"got {self.bytes_per_cycle!r}")
+
+    @classmethod
+    def at_clock(cls, clock_mhz, gbytes_per_s=1.0, latency_ns=480.0):
+        """The same DRAM seen from an engine clocked at ``clock_mhz``."""
+        return cls(latency=int(round(latency_ns * clock_mhz / 1000.0)),
+                   bytes_per_cycle=gbytes_per_s * 1000.0 / clock_mhz)
+
+    def gbytes_per_s(self, clock_mhz):
+        """Sustained bandwidth in GB/s at the engine clock."""
+        return self.bytes_per_cycle * clock_mhz / 1000.0
+
+
+#: The default DRAM model for the DE10-Nano at the default 100 MHz engine clock.
+DE10_NANO_DRAM = DramModel.at_clock(100.0)

@@ -1,0 +1,341 @@
+"""Which graph nodes one engine descriptor executes (docs/architecture.md section 11).
+
+A *job* is what one array (or the element-wise unit) does for one base: a core op,
+optionally a threshold applied as the core's input is read (the *prologue*), and the
+element-wise *epilogue* stages that follow it. A *group* is one descriptor: jobs of the
+same shape that the K_hw arrays run side by side (in ``ceil(K/arrays)`` rounds).
+
+Fusion rules, decided on ops and edges only (no node name is read):
+
+1. A core is any node that is not absorbed by the rules below; its opcode follows its
+   op (:data:`OPCODES`). Post-ops, adds, ReLUs and thresholds that stand alone are
+   ``PIXEL`` cores (an identity core with the node as first epilogue stage).
+2. Epilogue: from a job's last node, its only consumer is absorbed while that consumer
+   is element-wise and comes later in the fixed stage order ``postop, add, relu,
+   threshold`` than every stage absorbed so far, and the last node is not a
+   multi-output node; an ``add`` reads its other operand (the *side* input) from DRAM.
+   Wide accumulators therefore stay on chip: they leave a job only through a post-op, an
+   add or a threshold.
+3. Prologue: a threshold whose only consumer is a binary convolution, and that no
+   producer absorbed as an epilogue, is applied by that convolution's window unit as it
+   reads its input (the wide tensor is read once instead of written as bits and read).
+4. Groups: jobs with one opcode and equal geometry, formats and stage structure whose
+   main inputs come from the same group (or the same node) form one descriptor, unless
+   one depends on another. Descriptors are ordered topologically.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["Job", "Group", "fuse", "OPCODES", "STAGES", "main_ref", "side_ref"]
+
+#: core op -> descriptor opcode
+OPCODES = {"input": "INPUT", "int_conv": "CONV", "bin_conv": "CONV", "maxpool": "MAXPOOL",
+           "mixer": "MIXER", "gate": "GATE", "subsample": "SUBSAMPLE", "repeat": "REPEAT",
+           "head": "HEAD", "postop": "PIXEL", "add": "PIXEL", "relu": "PIXEL",
+           "threshold": "PIXEL"}
+
+#: the element-wise epilogue's stages, in the order the hardware applies them
+STAGES = ("postop", "add", "relu", "threshold")
+
+#: opcodes whose jobs may be grouped (multi-input ops and the ends are one job each)
+_GROUPABLE = {"CONV", "MAXPOOL", "PIXEL", "SUBSAMPLE", "REPEAT"}
+
+
+@dataclass
+class Job:
+    """One base's work in a descriptor.
+
+    Attributes
+    ----------
+    core : Node
+        The core node (for a ``PIXEL`` job: the first epilogue stage).
+    prologue : Node or None
+        A threshold applied to the core's input as it is read.
+    epilogue : list of Node
+        Stages after the core, in :data:`STAGES` order.
+    side_first : bool
+        The ``add`` stage's side operand is the add's first input.
+    """
+
+    core: object
+    prologue: object = None
+    epilogue: list = field(default_factory=list)
+    side_first: bool = False
+
+    @property
+    def opcode(self):
+        return OPCODES[self.core.op]
+
+    @property
+    def nodes(self):
+        """The job's nodes in execution order."""
+        head = [self.prologue] if self.prologue is not None else []
+        core = [self.core] if self.opcode != "PIXEL" or self.core not in self.epilogue else []
+        return head + core + list(self.epilogue)
+
+    @property
+    def last(self):
+        """The node whose value the job writes."""
+        return self.epilogue[-1] if self.epilogue else self.core
+
+    def add_node(self):
+        return next((n for n in self.epilogue if n.op == "add"), None)
+
+
+def main_ref(job):
+    """References the job reads as its main input(s), in operand order."""
+    if job.opcode == "INPUT":
+        return []
+    first = job.prologue if job.prologue is not None else job.core
+    if job.opcode in ("MIXER", "GATE"):
+        return list(first.inputs)
+    if job.opcode == "PIXEL" and first.op == "add":
+        # a stand-alone add: its main operand is the one that is not the side
+        return [first.inputs[1] if job.side_first else first.inputs[0]]
+    return [first.inputs[0]]
+
+
+def side_ref(job, g):
+    """The add stage's side operand, or None."""
+    add = job.add_node()
+    if add is None:
+        return None
+    return add.inputs[0] if job.side_first else add.inputs[1]
+
+
+@dataclass
+class Group:
+    """One descriptor: ``jobs`` of one opcode, run side by side (bases) or in turn."""
+
+    jobs: list
+
+    @property
+    def opcode(self):
+        return self.jobs[0].opcode
+
+    @property
+    def nodes(self):
+        return [n for j in self.jobs for n in j.nodes]
+
+
+def _absorbable(g, job, consumer, last, assigned, deferred, index):
+    if consumer.name in assigned or consumer.name in deferred or consumer.op not in STAGES:
+        return False
+    done = [n.op for n in job.epilogue]
+    rank = STAGES.index(consumer.op)
+    if any(STAGES.index(op) >= rank for op in done):
+        return False
+    if consumer.height != last.height or consumer.width != last.width:
+        return False
+    refs = [r for r in consumer.inputs if g.source(r) == last.name]
+    if len(refs) != 1 or refs[0] != last.name:
+        return False
+    if consumer.op == "add":
+        other = consumer.inputs[1] if consumer.inputs[0] == last.name else consumer.inputs[0]
+        # the add joins the job of the operand computed last (the other one is then
+        # already in DRAM): a convolution's wide result rather than a shortcut
+        if index[g.source(other)] > index[last.name]:
+            return False
+        # the side operand's channels may be fewer (option A) only as the add's second input
+        if consumer.inputs[1] == last.name and g.producer(other).channels != consumer.channels:
+            return False
+    elif consumer.channels != last.channels:
+        return False
+    return True
+
+
+def _grow_epilogue(g, job, assigned, deferred, index):
+    while True:
+        last = job.last
+        if last.outputs != 1 or last.op == "threshold":
+            return
+        users = g.consumers(last.name)
+        if len(users) != 1 or not _absorbable(g, job, users[0], last, assigned, deferred, index):
+            return
+        c = users[0]
+        if c.op == "add":
+            job.side_first = c.inputs[1] == last.name
+        job.epilogue.append(c)
+        assigned.add(c.name)
+
+
+def _jobs(g):
+    """Every node in exactly one job (rules 1-3)."""
+    assigned, jobs = set(), []
+    index = {n.name: i for i, n in enumerate(g)}
+    # rule 3's candidates: thresholds that only a binary convolution reads
+    prologue_of = {}
+    for n in g:
+        if n.op == "bin_conv":
+            p = g.producer(n.inputs[0])
+            if (p.op == "threshold" and n.inputs[0] == p.name
+                    and [c.name for c in g.consumers(p.name)] == [n.name]):
+                prologue_of[p.name] = n.name
+    deferred = set()
+    for n in g:
+        if n.name in assigned:
+            continue
+        if n.name in prologue_of:
+            # not absorbed by its producer's epilogue: its convolution reads it (rule 3)
+            deferred.add(n.name)
+            continue
+        job = Job(core=n)
+        if n.op not in OPCODES:
+            raise ValueError(f"{n.name}: the engine has no unit for op {n.op!r}")
+        assigned.add(n.name)
+        if n.op in STAGES:
+            # a stand-alone element-wise node: an identity core with this first stage
+            job.epilogue.append(n)
+        if n.op == "bin_conv" and g.source(n.inputs[0]) in deferred:
+            job.prologue = g.producer(n.inputs[0])
+            deferred.discard(job.prologue.name)
+            assigned.add(job.prologue.name)
+        if n.op != "input":
+            _grow_epilogue(g, job, assigned, deferred, index)
+        jobs.append(job)
+    # a deferred threshold whose convolution was absorbed elsewhere cannot happen
+    # (a convolution is always a core), but say so if it does
+    if deferred:
+        raise AssertionError(f"thresholds left unassigned: {sorted(deferred)}")
+    return jobs
+
+
+def _signature(job):
+    """What must agree for jobs to share one descriptor."""
+    def shape(n):
+        # formats are unified per group (the widest container), so only the container
+        # class matters here; per-job constants (shifts, thresholds) live in the
+        # job's parameter block
+        return (n.op, n.channels, n.height, n.width, n.kind, n.bits, n.outputs)
+
+    def attrs(n):
+        a = n.attrs
+        if n.op == "postop":
+            return ()
+        if n.op == "threshold":
+            return tuple(a["T"].shape)
+        if n.op in ("bin_conv", "int_conv"):
+            w = a.get("bits", a.get("weight"))
+            return (tuple(w.shape), a["kernel"], a["stride"], a["dilation"], a["padding"],
+                    a.get("in_bits"), a.get("groups", 1))
+        return tuple(sorted((k, v) for k, v in a.items() if isinstance(v, (int, bool))))
+    return (job.opcode, job.side_first,
+            tuple((shape(n), attrs(n)) for n in job.nodes))
+
+
+def _ancestors(g):
+    """Node name -> bitset (int) of its ancestors and itself."""
+    index = {n.name: i for i, n in enumerate(g)}
+    anc = {}
+    for n in g:
+        bits = 1 << index[n.name]
+        for r in n.inputs:
+            bits |= anc[g.source(r)]
+        anc[n.name] = bits
+    return anc, index
+
+
+def _group(g, jobs, input_shapes):
+    anc, index = _ancestors(g)
+    job_of = {n.name: i for i, j in enumerate(jobs) for n in j.nodes}
+    group_of = {}
+
+    def source_key(job):
+        refs = main_ref(job)
+        keys = []
+        for r in refs:
+            src = g.source(r)
+            keys.append(("group", group_of[job_of[src]]) if job_of[src] in group_of
+                        else ("node", src))
+        return tuple(keys)
+
+    def job_bits(job):
+        b = 0
+        for n in job.nodes:
+            b |= 1 << index[n.name]
+        return b
+
+    groups = []
+    sigs = [_signature(j) for j in jobs]
+    bits = [job_bits(j) for j in jobs]
+    ancs = [0] * len(jobs)
+    for i, j in enumerate(jobs):
+        a = 0
+        for n in j.nodes:
+            a |= anc[n.name]
+        ancs[i] = a & ~bits[i]
+    for i, j in enumerate(jobs):
+        if i in group_of:
+            continue
+        members = [i]
+        if j.opcode in _GROUPABLE:
+            key = source_key(j)
+            for k in range(i + 1, len(jobs)):
+                if k in group_of or sigs[k] != sigs[i]:
+                    continue
+                # main inputs from the same group, and no member depends on another
+                if source_key(jobs[k]) != key:
+                    continue
+                if any(ancs[k] & bits[m] or ancs[m] & bits[k] for m in members):
+                    continue
+                members.append(k)
+        for m in members:
+            group_of[m] = len(groups)
+        groups.append(members)
+    return _order(g, jobs, groups, job_of, index)
+
+
+def _order(g, jobs, groups, job_of, index):
+    """Groups in a topological order of their dependencies (Kahn, earliest node
+    first); a group caught in a cycle between groups is split into single jobs."""
+    while True:
+        group_of = {m: gi for gi, members in enumerate(groups) for m in members}
+        deps = []
+        for members in groups:
+            d = set()
+            for m in members:
+                for n in jobs[m].nodes:
+                    for r in n.inputs:
+                        src = job_of[g.source(r)]
+                        if group_of[src] != group_of[m]:
+                            d.add(group_of[src])
+            deps.append(d)
+        first = [min(index[n.name] for m in members for n in jobs[m].nodes) for members in groups]
+        done, order = set(), []
+        ready = sorted((first[i], i) for i in range(len(groups)) if not deps[i])
+        pending = {i for i in range(len(groups)) if deps[i]}
+        while ready:
+            _, gi = ready.pop(0)
+            done.add(gi)
+            order.append(gi)
+            for p in sorted(pending):
+                if deps[p] <= done:
+                    pending.discard(p)
+                    ready.append((first[p], p))
+            ready.sort()
+        if not pending:
+            return [Group([jobs[m] for m in groups[gi]]) for gi in order]
+        # split the largest group on a cycle and try again
+        worst = max(pending, key=lambda gi: len(groups[gi]))
+        if len(groups[worst]) == 1:
+            raise AssertionError("descriptor dependencies form a cycle of single jobs")
+        groups = [members for gi, members in enumerate(groups) if gi != worst] + \
+            [[m] for m in groups[worst]]
+
+
+def fuse(g):
+    """The graph's nodes as descriptor groups in execution order.
+
+    Returns
+    -------
+    list of Group
+        Every node of ``g`` is in exactly one job of one group.
+    """
+    jobs = _jobs(g)
+    groups = _group(g, jobs, None)
+    seen = [n.name for grp in groups for n in grp.nodes]
+    if sorted(seen) != sorted(n.name for n in g) or len(seen) != len(set(seen)):
+        raise AssertionError("fusion did not place every node exactly once")
+    return groups

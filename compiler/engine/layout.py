@@ -1,0 +1,454 @@
+"""The memory image: program, job tables, parameters, frames and the feature-map arena.
+
+Image layout (every region starts at a multiple of :data:`REGION_ALIGN` bytes from
+``base``; ``base`` is where the host placed the image in the DRAM window it reserved
+for the engine, :data:`DEFAULT_BASE` unless told):
+
+    base + 0          program header (128 bytes, :data:`.program.HEADER`)
+    desc_addr         descriptors, 128 bytes each, in execution order
+    table_addr        job tables (16 bytes per job)
+    param_addr        parameter blocks (:mod:`.params`), one per job
+    in_addr           the input frame (written by the host before a run)
+    out_addr          the logits (read by the host after a run)
+    arena_addr        feature maps, allocated by liveness (:func:`allocate`)
+
+Feature maps are allocated in descriptor order: before a descriptor's outputs are
+placed, every tensor whose last reader ran earlier is freed; outputs are placed first
+fit in the freed space. A descriptor never writes over a tensor it reads (its tiles
+read rows after writing others), and no two live tensors overlap (checked).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .config import EngineConfig
+from .formats import TensorFormat, container_bits, round_up
+from .fusion import Group, fuse, main_ref, side_ref
+from .params import (binary_weight_bytes, int_bytes, pack_binary_weights, pack_bitvec,
+                     pack_consts, pack_int_weights, sections)
+from .program import (DESCRIPTOR, DESCRIPTOR_MAGIC, FLAG_BITS, HEADER, JOB, MAGIC,
+                      OPCODE_CODES, STAGE_BITS, VERSION, decode, encode)
+
+__all__ = ["DEFAULT_BASE", "REGION_ALIGN", "EngineProgram", "compile_engine", "allocate",
+           "tile_rows", "group_format"]
+
+#: Where the image starts by default: the top 128 MiB of the DE10-Nano's 1 GiB, which
+#: the board's Linux is booted without (``mem=896M``) so that the engine owns it.
+DEFAULT_BASE = 0x3800_0000
+#: Region alignment: 4 KiB pages, so the host can map regions separately.
+REGION_ALIGN = 4096
+
+
+@dataclass
+class EngineProgram:
+    """A compiled engine program and its memory image.
+
+    Attributes
+    ----------
+    config : EngineConfig
+    groups : list of Group
+        The descriptors' fused nodes, in execution order.
+    descriptors : list of dict
+        The decoded descriptors (what :attr:`image` holds).
+    header : dict
+        The decoded program header.
+    image : bytearray
+        The memory image from ``base`` (frames not yet written).
+    tensors : dict
+        Graph reference -> ``(address, TensorFormat)`` of every tensor in DRAM.
+    outputs : list of list of str
+        Per descriptor, the references it writes (job-table order).
+    lifetimes : dict
+        Reference -> ``(first, last)`` descriptor indices (written, last read).
+    """
+
+    config: EngineConfig
+    groups: list
+    descriptors: list
+    header: dict
+    image: bytearray
+    tensors: dict
+    outputs: list
+    lifetimes: dict = field(default_factory=dict)
+
+    @property
+    def base(self):
+        return self.header["base"]
+
+    def program_bytes(self):
+        """The header and descriptors (what the sequencer fetches)."""
+        end = self.header["desc_addr"] - self.base + self.header["n_desc"] * DESCRIPTOR.itemsize
+        return bytes(self.image[:end])
+
+
+def group_format(grp, port_bytes):
+    """The one output format of a descriptor: its jobs' kind in the widest container."""
+    last = [j.last for j in grp.jobs]
+    kind = last[0].kind
+    bits = max(container_bits(n.kind, n.bit_width) for n in last)
+    n = last[0]
+    return TensorFormat(kind, bits, n.channels, n.height, n.width, port_bytes)
+
+
+def _outputs(grp):
+    """References a descriptor writes, in job-table order."""
+    if grp.opcode in ("MIXER", "GATE"):
+        node = grp.jobs[0].last
+        return [node.name] if node.outputs == 1 else [f"{node.name}:{k}" for k in range(node.outputs)]
+    return [j.last.name for j in grp.jobs]
+
+
+def _norm(ref, g):
+    """A reference as the tensor map keys it (``name`` for single-output nodes)."""
+    return g.source(ref) if g.producer(ref).outputs == 1 else ref
+
+
+def allocate(sizes, lifetimes, align):
+    """Offsets of tensors in an arena by liveness.
+
+    Parameters
+    ----------
+    sizes : dict
+        Tensor -> bytes.
+    lifetimes : dict
+        Tensor -> ``(first, last)``: written by descriptor ``first``, last read by
+        ``last`` (``last >= first``).
+    align : int
+        Every offset is a multiple of it.
+
+    Returns
+    -------
+    offsets : dict
+        Tensor -> offset.
+    arena : int
+        Bytes of the arena.
+    """
+    free = []           # sorted [start, end) holes below `top`
+    top, offsets, live = 0, {}, {}
+    order = sorted(sizes, key=lambda t: (lifetimes[t][0], -sizes[t], str(t)))
+    for t in order:
+        first = lifetimes[t][0]
+        for other in [o for o, last in live.items() if last < first]:
+            start = offsets[other]
+            free.append([start, start + round_up(sizes[other], align)])
+            del live[other]
+        free = _merge(free)
+        need = round_up(sizes[t], align)
+        for hole in free:
+            if hole[1] - hole[0] >= need:
+                offsets[t] = hole[0]
+                hole[0] += need
+                break
+        else:
+            # grow: a hole ending at the top is extended instead of wasted
+            if free and free[-1][1] == top:
+                offsets[t] = free[-1][0]
+                top = free[-1][0] + need
+                free.pop()
+            else:
+                offsets[t] = top
+                top += need
+        free = [h for h in free if h[1] > h[0]]
+        live[t] = lifetimes[t][1]
+    check_no_overlap(sizes, lifetimes, offsets)
+    return offsets, top
+
+
+def _merge(holes):
+    out = []
+    for s, e in sorted(holes):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return out
+
+
+def check_no_overlap(sizes, lifetimes, offsets):
+    """Raise AssertionError if two tensors live at once share a byte."""
+    items = sorted(offsets, key=lambda t: offsets[t])
+    for i, a in enumerate(items):
+        a0, a1 = offsets[a], offsets[a] + sizes[a]
+        for b in items[i + 1:]:
+            b0 = offsets[b]
+            if b0 >= a1:
+                break
+            (fa, la), (fb, lb) = lifetimes[a], lifetimes[b]
+            if fa <= lb and fb <= la:
+                raise AssertionError(f"live tensors {a} [{a0}, {a1}) and {b} at {b0} overlap "
+                                     f"(lifetimes {lifetimes[a]}, {lifetimes[b]})")
+
+
+def tile_rows(d, config):
+    """Output rows per tile of a descriptor: as many as the halves of the input and
+    output buffers hold (the window's halo rows included).
+
+    Raises
+    ------
+    ValueError
+        Not even one output row fits: the engine is too small for this layer.
+    """
+    k, s, dil = d["kernel"], d["stride"], d["dilation"]
+    per_job_inputs = d["jobs"] if d["opcode"] in (OPCODE_CODES["MIXER"], OPCODE_CODES["GATE"]) else 1
+    if d["opcode"] == OPCODE_CODES["HEAD"]:
+        return 1        # global pooling streams its input through accumulators
+
+    def fits(r):
+        in_rows = min((r - 1) * s + dil * (k - 1) + 1, d["in_h"] + 2 * d["padding"])
+        need_in = in_rows * d["in_pitch"] * per_job_inputs + r * d["side_pitch"]
+        return need_in <= config.input_buffer // 2 and r * d["out_pitch"] <= config.output_buffer // 2
+    if not fits(1):
+        raise ValueError(f"one output row needs more than the engine's tile buffers "
+                         f"(input {config.input_buffer}, output {config.output_buffer} bytes, "
+                         "double buffered)")
+    lo, hi = 1, d["out_h"]
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _stage_flags(job):
+    st = 0
+    if job.prologue is not None:
+        st |= STAGE_BITS["prologue_threshold"]
+    for n in job.epilogue:
+        st |= STAGE_BITS[n.op]
+    if job.core.op == "mixer" and job.core.attrs["gates"] is not None:
+        st |= STAGE_BITS["gated"]
+    return st
+
+
+def _job_consts(job):
+    """Every constant of a job (for choosing const_bytes)."""
+    vals = []
+    for n in job.nodes:
+        a = n.attrs
+        if n.op == "postop":
+            vals += [a["A"].numpy(), a["B"].numpy(), np.array([a["shift"]])]
+        elif n.op == "threshold":
+            vals.append(a["T"].numpy())
+        elif n.op in ("mixer", "gate"):
+            vals.append(a["lambdas"].numpy() if "lambdas" in a else np.zeros(1))
+            if a.get("gates") is not None:
+                vals.append(a["gates"].numpy())
+        elif n.op == "head":
+            vals.append(a["bias"].numpy())
+    return np.concatenate([np.asarray(v, dtype=np.int64).reshape(-1) for v in vals]) \
+        if vals else np.zeros(1, dtype=np.int64)
+
+
+def _param_block(job, d, header, size):
+    """One job's parameter block (``size`` bytes), sections as :func:`sections` says."""
+    secs = sections(d, header)
+    block = np.zeros(size, dtype=np.uint8)
+    cb, wb = d["const_bytes"], d["weight_bytes"]
+
+    def put(name, *parts):
+        at = secs[name][0]
+        data = np.concatenate([np.asarray(p, dtype=np.uint8).reshape(-1) for p in parts])
+        assert data.size <= secs[name][1], name
+        block[at:at + data.size] = data
+
+    def thr(node):
+        return (pack_consts(node.attrs["T"].numpy(), cb), pack_bitvec(node.attrs["invert"].numpy()))
+
+    if job.prologue is not None:
+        put("in_thr", *thr(job.prologue))
+    core = job.core
+    if core.op == "bin_conv":
+        put("weights", pack_binary_weights(core.attrs["bits"].numpy(), header["pe"], header["simd"],
+                                           core.attrs.get("groups", 1)))
+    elif core.op == "int_conv":
+        put("weights", pack_int_weights(core.attrs["weight"].numpy(), header["stem_pe"],
+                                        header["stem_simd"], wb))
+    elif core.op == "head":
+        put("weights", pack_consts(core.attrs["weight"].numpy(), wb))
+        put("head", pack_consts(core.attrs["bias"].numpy(), cb))
+    elif core.op == "mixer":
+        a = core.attrs
+        gates = [] if a["gates"] is None else [pack_consts(a["gates"].numpy(), cb)]
+        put("mixer", pack_consts([a["lambda_frac"], a["gate_frac"]], cb),
+            pack_consts(a["lambdas"].numpy(), cb), *gates)
+    elif core.op == "gate":
+        a = core.attrs
+        put("mixer", pack_consts([0, a["gate_frac"]], cb), pack_consts(a["gates"].numpy(), cb))
+    for n in job.epilogue:
+        if n.op == "postop":
+            a = n.attrs
+            put("postop", pack_consts([a["shift"], int(a["pre_relu"]) | 2 * int(a["post_relu"])], cb),
+                pack_consts(a["A"].numpy(), cb), pack_consts(a["B"].numpy(), cb))
+        elif n.op == "threshold":
+            put("thr", *thr(n))
+    return block
+
+
+def _descriptor(grp, index, g, fmts, config):
+    """The descriptor fields of a group (addresses filled in later)."""
+    job = grp.jobs[0]
+    core, first = job.core, (job.prologue or job.core)
+    refs = main_ref(job)
+    out_fmt = fmts[_outputs(grp)[0]]
+    in_fmt = fmts[_norm(refs[0], g)] if refs else out_fmt
+    side = side_ref(job, g)
+    side_fmt = fmts[_norm(side, g)] if side is not None else None
+    a = core.attrs
+    d = dict(opcode=OPCODE_CODES[grp.opcode], stages=_stage_flags(job), flags=0,
+             jobs=len(refs) if grp.opcode in ("MIXER", "GATE") else len(grp.jobs),
+             kernel=a.get("kernel", 1), stride=a.get("stride", 1), dilation=a.get("dilation", 1),
+             padding=a.get("padding", 0),
+             in_h=in_fmt.height, in_w=in_fmt.width, in_c=in_fmt.channels,
+             out_h=out_fmt.height, out_w=out_fmt.width, out_c=out_fmt.channels,
+             side_c=side_fmt.channels if side_fmt else 0,
+             groups=a.get("groups", a.get("times", 1)),
+             in_fmt=in_fmt.code, in_elem=in_fmt.elem_bits,
+             side_fmt=side_fmt.code if side_fmt else 0, side_elem=side_fmt.elem_bits if side_fmt else 0,
+             out_fmt=out_fmt.code, out_elem=out_fmt.elem_bits,
+             act_bits=a.get("in_bits", 0) if core.op == "bin_conv" else 0,
+             in_levels=job.prologue.attrs["T"].shape[1] if job.prologue is not None else 0,
+             out_levels=next((n.attrs["T"].shape[1] for n in job.epilogue if n.op == "threshold"), 0),
+             const_bytes=8 if max(int_bytes(_job_consts(j)) for j in grp.jobs) > 4 else 4,
+             weight_bytes=0,
+             in_pitch=in_fmt.row_bytes, side_pitch=side_fmt.row_bytes if side_fmt else 0,
+             out_pitch=out_fmt.row_bytes, in_bytes=in_fmt.nbytes, out_bytes=out_fmt.nbytes,
+             index=index, magic=DESCRIPTOR_MAGIC)
+    if grp.opcode == "SUBSAMPLE":
+        d["kernel"] = 1
+    if core.op == "int_conv":
+        d["flags"] |= FLAG_BITS["int_weights"]
+        d["weight_bytes"] = max(int_bytes(j.core.attrs["weight"].numpy()) for j in grp.jobs)
+    if core.op == "head":
+        d["weight_bytes"] = int_bytes(a["weight"].numpy())
+        d["in_c"] = in_fmt.channels
+    if job.side_first:
+        d["flags"] |= FLAG_BITS["side_first"]
+    if grp.opcode not in ("MIXER", "GATE") and len({main_ref(j)[0] if main_ref(j) else None
+                                                    for j in grp.jobs}) == 1:
+        d["flags"] |= FLAG_BITS["shared_input"]
+    d["rows_per_tile"] = tile_rows(d, config)
+    d["n_tiles"] = -(-d["out_h"] // d["rows_per_tile"])
+    return d
+
+
+def compile_engine(g, config=None, base=DEFAULT_BASE):
+    """Compile an integer graph into an engine program and its memory image.
+
+    Parameters
+    ----------
+    g : Graph
+        The integer graph (:func:`groupnet_hw.compiler.passes.compile_model`).
+    config : EngineConfig, optional
+        The engine's size (default: :class:`EngineConfig`'s defaults).
+    base : int
+        DRAM address of the image.
+
+    Returns
+    -------
+    EngineProgram
+    """
+    config = config or EngineConfig()
+    port = config.port_bytes
+    groups = fuse(g)
+    # formats: one per descriptor output (the widest container of its jobs)
+    fmts, outputs = {}, []
+    for grp in groups:
+        f = group_format(grp, port)
+        outs = _outputs(grp)
+        outputs.append(outs)
+        for r in outs:
+            fmts[r] = f
+    # lifetimes: written by its descriptor, last read by its last reader
+    lifetimes = {r: (i, i) for i, outs in enumerate(outputs) for r in outs}
+    for i, grp in enumerate(groups):
+        for job in grp.jobs:
+            reads = main_ref(job) + ([side_ref(job, g)] if side_ref(job, g) else [])
+            for r in reads:
+                r = _norm(r, g)
+                lifetimes[r] = (lifetimes[r][0], max(lifetimes[r][1], i))
+    header = dict(magic=MAGIC, version=VERSION, n_desc=len(groups), base=base,
+                  desc_bytes=DESCRIPTOR.itemsize, port_bytes=port, arrays=config.arrays,
+                  pe=config.pe, simd=config.simd, stem_pe=config.stem_pe,
+                  stem_simd=config.stem_simd)
+    descs = [_descriptor(grp, i, g, fmts, config) for i, grp in enumerate(groups)]
+    # parameter blocks: one per job (a mixer's one block, shared by its entries)
+    blocks = []
+    for grp, d in zip(groups, descs):
+        secs = sections(d, header)
+        size = round_up(max((o + n for o, n in secs.values()), default=0), port)
+        d["param_bytes"] = size
+        d["weight_tile_bytes"] = secs["weights"][1] if "weights" in secs else 0
+        blocks.append([_param_block(j, d, header, size) for j in grp.jobs] if size else [])
+    # regions
+    desc_addr = base + round_up(HEADER.itemsize, port)
+    table_addr = base + round_up(desc_addr - base + len(descs) * DESCRIPTOR.itemsize, REGION_ALIGN)
+    table_bytes = sum(d["jobs"] for d in descs) * JOB.itemsize
+    param_addr = table_addr + round_up(table_bytes, REGION_ALIGN)
+    param_offsets, at = [], 0
+    for bl in blocks:
+        param_offsets.append([at + k * (bl[0].size if bl else 0) for k in range(len(bl))])
+        at += sum(b.size for b in bl)
+    param_bytes = at
+    in_addr = param_addr + round_up(param_bytes, REGION_ALIGN)
+    in_ref, out_ref = outputs[0][0], outputs[-1][0]
+    in_fmt, out_fmt = fmts[in_ref], fmts[out_ref]
+    out_addr = in_addr + round_up(in_fmt.nbytes, REGION_ALIGN)
+    arena_addr = out_addr + round_up(out_fmt.nbytes, REGION_ALIGN)
+    arena = {r: fmts[r].nbytes for r in lifetimes if r not in (in_ref, out_ref)}
+    offsets, arena_bytes = allocate(arena, lifetimes, port)
+    tensors = {r: (arena_addr + o, fmts[r]) for r, o in offsets.items()}
+    tensors[in_ref] = (in_addr, in_fmt)
+    tensors[out_ref] = (out_addr, out_fmt)
+    image_bytes = arena_addr - base + round_up(arena_bytes, REGION_ALIGN)
+    header.update(image_bytes=image_bytes, desc_addr=desc_addr, in_addr=in_addr,
+                  in_fmt=in_fmt.code, in_elem=in_fmt.elem_bits, in_c=in_fmt.channels,
+                  in_h=in_fmt.height, in_w=in_fmt.width, out_addr=out_addr,
+                  out_fmt=out_fmt.code, out_elem=out_fmt.elem_bits, classes=out_fmt.channels,
+                  arena_addr=arena_addr, arena_bytes=arena_bytes, param_addr=param_addr,
+                  param_bytes=param_bytes, table_addr=table_addr, table_bytes=table_bytes)
+    image = bytearray(image_bytes)
+    image[0:HEADER.itemsize] = encode(header, HEADER)
+    t_at = table_addr
+    for i, (grp, d) in enumerate(zip(groups, descs)):
+        d["table_addr"] = t_at
+        entries = _job_entries(grp, d, g, tensors, outputs[i],
+                               [param_addr + o for o in param_offsets[i]])
+        for e in entries:
+            o = t_at - base
+            image[o:o + JOB.itemsize] = encode(e, JOB)
+            t_at += JOB.itemsize
+        for k, bl in enumerate(blocks[i]):
+            o = param_addr + param_offsets[i][k] - base
+            image[o:o + bl.size] = bl.tobytes()
+        o = desc_addr - base + i * DESCRIPTOR.itemsize
+        image[o:o + DESCRIPTOR.itemsize] = encode(d, DESCRIPTOR)
+    decoded = [decode(image[desc_addr - base + i * 128: desc_addr - base + (i + 1) * 128], DESCRIPTOR)
+               for i in range(len(descs))]
+    return EngineProgram(config, groups, decoded, decode(image[:HEADER.itemsize], HEADER), image,
+                         tensors, outputs, lifetimes)
+
+
+def _job_entries(grp, d, g, tensors, outs, params):
+    if grp.opcode == "INPUT":
+        return [dict(out_addr=tensors[outs[0]][0])]
+    if grp.opcode in ("MIXER", "GATE"):
+        job = grp.jobs[0]
+        ins = main_ref(job)
+        side = side_ref(job, g)
+        return [dict(in_addr=tensors[_norm(r, g)][0],
+                     side_addr=tensors[_norm(side, g)][0] if side and k == 0 else 0,
+                     out_addr=tensors[outs[k]][0] if k < len(outs) else 0,
+                     param_addr=params[0] if params else 0) for k, r in enumerate(ins)]
+    out = []
+    for k, job in enumerate(grp.jobs):
+        side = side_ref(job, g)
+        out.append(dict(in_addr=tensors[_norm(main_ref(job)[0], g)][0],
+                        side_addr=tensors[_norm(side, g)][0] if side else 0,
+                        out_addr=tensors[outs[k]][0],
+                        param_addr=params[k] if params else 0))
+    return out

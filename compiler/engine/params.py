@@ -1,0 +1,178 @@
+"""Parameter blocks: the constants of one job, in the order the units read them.
+
+A job's block is a sequence of *sections*, each starting at a multiple of the port
+width (a burst), in this fixed order, present when the descriptor says so:
+
+============  ==========================================================================
+section       contents
+============  ==========================================================================
+in_thr        prologue threshold: ``T[in_c][in_levels]`` constants, then ``invert`` bits
+weights       binary: per channel group, per PE fold ``o``, per SIMD fold ``s``, ``pe``
+              words of ``simd`` bits (lane ``j`` of PE ``p`` = weight
+              ``[o*pe + p][s*simd + j]`` of the flat ``(C_out, k*k*C_in)`` matrix in
+              window order, bit 1 <-> +1, padding 0); integer (stem): the same order with
+              ``stem_pe x stem_simd`` elements of ``weight_bytes``; head: ``W[classes][C]``
+postop        ``shift``, ``flags`` (bit 0 pre-ReLU, bit 1 post-ReLU), ``A[C]``, ``B[C]``
+thr           epilogue threshold: ``T[out_c][out_levels]`` constants, then ``invert`` bits
+mixer         ``lambda_frac``, ``gate_frac``, ``lambdas[K]``, then ``gates[K]`` if gated
+head          ``bias[classes]``
+============  ==========================================================================
+
+Constants are little-endian two's complement of ``const_bytes`` (4, or 8 where a value
+needs it); bit vectors are LSB first. :func:`sections` computes the offsets from the
+descriptor alone, so the engine, the host and the reference model agree on them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .formats import pack_lanes, round_up, unpack_lanes
+from .program import FLAG_BITS, OPCODE_CODES, STAGE_BITS
+
+__all__ = ["sections", "pack_binary_weights", "unpack_binary_weights", "pack_int_weights",
+           "unpack_int_weights", "pack_consts", "unpack_consts", "pack_bitvec",
+           "unpack_bitvec", "int_bytes"]
+
+
+def int_bytes(values, choices=(1, 2, 4, 8)):
+    """The smallest of ``choices`` bytes holding every signed value of ``values``."""
+    v = np.asarray(values, dtype=np.int64)
+    lo, hi = (int(v.min()), int(v.max())) if v.size else (0, 0)
+    for b in choices:
+        if -(1 << (8 * b - 1)) <= lo and hi < (1 << (8 * b - 1)):
+            return b
+    raise ValueError(f"constants [{lo}, {hi}] exceed {choices[-1]} bytes")
+
+
+def pack_consts(values, nbytes):
+    v = np.asarray(values, dtype=np.int64).reshape(-1)
+    if int_bytes(v) > nbytes:
+        raise ValueError(f"constants [{v.min()}, {v.max()}] do not fit {nbytes} bytes")
+    return v.astype({1: "<i1", 2: "<i2", 4: "<i4", 8: "<i8"}[nbytes]).view(np.uint8)
+
+
+def unpack_consts(buf, count, nbytes):
+    b = np.asarray(buf, dtype=np.uint8)[:count * nbytes]
+    return b.view({1: "<i1", 2: "<i2", 4: "<i4", 8: "<i8"}[nbytes]).astype(np.int64)
+
+
+def pack_bitvec(bits):
+    return pack_lanes(np.asarray(bits, dtype=np.int64).reshape(1, -1), 1).reshape(-1)
+
+
+def unpack_bitvec(buf, n):
+    return unpack_lanes(np.asarray(buf, dtype=np.uint8)[:-(-n // 8)].reshape(1, -1), 1, n)[0]
+
+
+def _folded(flat, pe, simd):
+    """[C_out, N] -> [ceil(C_out/pe), ceil(N/simd), pe, simd], zero padded."""
+    c_out, n = flat.shape
+    fo, fs = -(-c_out // pe), -(-n // simd)
+    padded = np.zeros((fo * pe, fs * simd), dtype=np.int64)
+    padded[:c_out, :n] = flat
+    return padded.reshape(fo, pe, fs, simd).transpose(0, 2, 1, 3)
+
+
+def _unfolded(folded, c_out, n):
+    fo, fs, pe, simd = folded.shape
+    return folded.transpose(0, 2, 1, 3).reshape(fo * pe, fs * simd)[:c_out, :n]
+
+
+def _flat(w):
+    """(C_out, C_in, k, k) -> (C_out, k*k*C_in): the window's lane order."""
+    w = np.asarray(w, dtype=np.int64)
+    return w.transpose(0, 2, 3, 1).reshape(w.shape[0], -1)
+
+
+def _unflat(flat, c_in, k):
+    return flat.reshape(flat.shape[0], k, k, c_in).transpose(0, 3, 1, 2)
+
+
+def binary_weight_bytes(c_out, n, pe, simd, groups=1):
+    per = -(-(c_out // groups) // pe) * -(-n // simd) * pe * simd
+    return -(-groups * per // 8)
+
+
+def pack_binary_weights(bits, pe, simd, groups=1):
+    """Binary weights (C_out, C_in/groups, k, k) of 0/1 -> bytes in the arrays' read
+    order (module docstring), group after group."""
+    bits = np.asarray(bits, dtype=np.int64)
+    per = bits.shape[0] // groups
+    out = [_folded(_flat(bits[g * per:(g + 1) * per]), pe, simd).reshape(-1)
+           for g in range(groups)]
+    return pack_lanes(np.concatenate(out).reshape(1, -1), 1).reshape(-1)
+
+
+def unpack_binary_weights(buf, c_out, c_in_g, k, pe, simd, groups=1):
+    per, n = c_out // groups, k * k * c_in_g
+    fo, fs = -(-per // pe), -(-n // simd)
+    total = groups * fo * fs * pe * simd
+    lanes = unpack_lanes(np.asarray(buf, dtype=np.uint8)[:-(-total // 8)].reshape(1, -1), 1,
+                         total)[0].reshape(groups, fo, fs, pe, simd)
+    return np.concatenate([_unflat(_unfolded(lanes[g], per, n), c_in_g, k)
+                           for g in range(groups)])
+
+
+def pack_int_weights(w, pe, simd, nbytes):
+    """Integer weights (C_out, C_in, k, k) -> ``nbytes`` elements in the stem array's
+    read order (the binary arrays' order, element for bit)."""
+    return pack_consts(_folded(_flat(w), pe, simd).reshape(-1), nbytes)
+
+
+def unpack_int_weights(buf, c_out, c_in, k, pe, simd, nbytes):
+    n = k * k * c_in
+    fo, fs = -(-c_out // pe), -(-n // simd)
+    v = unpack_consts(buf, fo * fs * pe * simd, nbytes).reshape(fo, fs, pe, simd)
+    return _unflat(_unfolded(v, c_out, n), c_in, k)
+
+
+def sections(d, header):
+    """Offsets of a job's parameter sections.
+
+    Parameters
+    ----------
+    d : dict
+        A decoded descriptor.
+    header : dict
+        The decoded program header (PE, SIMD, port width).
+
+    Returns
+    -------
+    dict
+        Section name -> ``(offset, nbytes)`` within the job's block; the block's size
+        is the end of the last section rounded up to the port width.
+    """
+    port, cb, wb = header["port_bytes"], d["const_bytes"], d["weight_bytes"]
+    st, op = d["stages"], d["opcode"]
+    out, at = {}, 0
+
+    def put(name, nbytes):
+        nonlocal at
+        out[name] = (at, nbytes)
+        at = round_up(at + nbytes, port)
+
+    if st & STAGE_BITS["prologue_threshold"]:
+        put("in_thr", d["in_c"] * d["in_levels"] * cb + -(-d["in_c"] // 8))
+    if op == OPCODE_CODES["CONV"]:
+        n = d["kernel"] ** 2 * (d["in_c"] // d["groups"])
+        if d["flags"] & FLAG_BITS["int_weights"]:
+            folds = -(-d["out_c"] // header["stem_pe"]) * -(-n // header["stem_simd"])
+            put("weights", folds * header["stem_pe"] * header["stem_simd"] * wb)
+        else:
+            put("weights", binary_weight_bytes(d["out_c"], n, header["pe"], header["simd"],
+                                               d["groups"]))
+    if op == OPCODE_CODES["HEAD"]:
+        put("weights", d["out_c"] * d["in_c"] * wb)
+    if st & STAGE_BITS["postop"]:
+        put("postop", (2 + 2 * d["out_c"]) * cb)
+    if st & STAGE_BITS["threshold"]:
+        put("thr", d["out_c"] * d["out_levels"] * cb + -(-d["out_c"] // 8))
+    if op == OPCODE_CODES["MIXER"]:
+        k = d["jobs"]
+        put("mixer", (2 + k * (2 if st & STAGE_BITS["gated"] else 1)) * cb)
+    if op == OPCODE_CODES["GATE"]:
+        put("mixer", (2 + (d["jobs"] - 1)) * cb)
+    if op == OPCODE_CODES["HEAD"]:
+        put("head", d["out_c"] * cb)
+    return out
