@@ -1,0 +1,14 @@
+"""The sequential engine's hardware: one set of units shared by all layers, with weights
+and feature maps in DRAM (docs/architecture.md, "The engine's memory and control ports").
+
+- :mod:`.avalon`: the Avalon-MM port signatures (the DRAM master with bursts, the
+  register agent).
+- :mod:`.dma`: the read and write DMAs (descriptors in, bursts on the bus, the DRAM
+  window checked in hardware, bursts finished across a soft reset).
+"""
+
+from .avalon import AvalonBurstSignature, AvalonRegisterSignature
+from .dma import ReadDMA, WriteDMA, descriptor_layout
+
+__all__ = ["AvalonBurstSignature", "AvalonRegisterSignature", "ReadDMA",
+           "WriteDMA", "descriptor_layout"]
