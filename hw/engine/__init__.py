@@ -5,10 +5,13 @@ and feature maps in DRAM (docs/architecture.md, "The engine's memory and control
   register agent).
 - :mod:`.dma`: the read and write DMAs (descriptors in, bursts on the bus, the DRAM
   window checked in hardware, bursts finished across a soft reset).
+- :mod:`.csr`: the register file (control, status, window, program address, counters);
+  its map is ``groupnet_hw.engine_registers``.
 """
 
 from .avalon import AvalonBurstSignature, AvalonRegisterSignature
+from .csr import EngineCSR
 from .dma import ReadDMA, WriteDMA, descriptor_layout
 
-__all__ = ["AvalonBurstSignature", "AvalonRegisterSignature", "ReadDMA",
+__all__ = ["AvalonBurstSignature", "AvalonRegisterSignature", "EngineCSR", "ReadDMA",
            "WriteDMA", "descriptor_layout"]
