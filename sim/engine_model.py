@@ -212,7 +212,13 @@ def _run_tiled(d, header, mem, entries, in_f, side_f, out_f):
     multi = _OPCODES[d["opcode"]] in ("MIXER", "GATE")
     jobs = [entries] if multi else [[e] for e in entries]
     rpt = d["rows_per_tile"]
-    if rpt < 1 or d["n_tiles"] != -(-d["out_h"] // rpt):
+    # weight streaming changes the order of the work (channel chunks over the whole
+    # resident input), not its values: one row tile of all rows
+    streamed = d["flags"] & FLAG_BITS["weight_stream"]
+    if streamed and (rpt != d["out_h"] or d["chunk_c"] < 1
+                     or d["n_tiles"] != -(-d["out_c"] // d["chunk_c"])):
+        raise ProgramError(f"descriptor {d['index']}: weight-streaming tiling inconsistent")
+    if not streamed and (rpt < 1 or d["n_tiles"] != -(-d["out_h"] // rpt)):
         raise ProgramError(f"descriptor {d['index']}: {d['n_tiles']} tiles of {rpt} rows "
                            f"do not cover {d['out_h']} rows")
     for job in jobs:
@@ -220,7 +226,7 @@ def _run_tiled(d, header, mem, entries, in_f, side_f, out_f):
         core = _core_node(d, header, p, d["in_c"])
         pro = p.threshold("in_thr", d["in_c"], d["in_levels"]) \
             if d["stages"] & STAGE_BITS["prologue_threshold"] else None
-        for t in range(d["n_tiles"]):
+        for t in range(1 if streamed else d["n_tiles"]):
             r0, r1 = t * rpt, min(d["out_h"], (t + 1) * rpt)
             y0 = r0 * s - pad                          # first input row (padded frame)
             y1 = (r1 - 1) * s - pad + dil * (k - 1) + 1

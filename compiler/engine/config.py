@@ -41,7 +41,8 @@ class EngineConfig:
         row is whole bursts.
     input_buffer, weight_buffer, output_buffer : int
         On-chip tile buffers in bytes, each double buffered (a transfer fills one half
-        while the units work on the other); the weight buffer is per array.
+        while the units work on the other). The input and output buffers are shared by
+        the arrays (the jobs of one round split them); the weight buffer is per array.
     clock_mhz : float
         The engine's own clock (a PLL output on the board), in MHz.
     pipeline_depth : int
@@ -56,9 +57,9 @@ class EngineConfig:
     stem_simd: int = 12
     vector_lanes: int = 16
     port_bytes: int = 16
-    input_buffer: int = 64 * 1024
+    input_buffer: int = 192 * 1024
     weight_buffer: int = 16 * 1024
-    output_buffer: int = 32 * 1024
+    output_buffer: int = 192 * 1024
     clock_mhz: float = 100.0
     pipeline_depth: int = 24
 

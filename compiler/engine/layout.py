@@ -33,7 +33,7 @@ from .program import (DESCRIPTOR, DESCRIPTOR_MAGIC, FLAG_BITS, HEADER, JOB, MAGI
                       OPCODE_CODES, STAGE_BITS, VERSION, decode, encode)
 
 __all__ = ["DEFAULT_BASE", "REGION_ALIGN", "EngineProgram", "compile_engine", "allocate",
-           "tile_rows", "group_format"]
+           "tile_rows", "choose_tiling", "group_format", "check_no_overlap"]
 
 #: Where the image starts by default: the top 128 MiB of the DE10-Nano's 1 GiB, which
 #: the board's Linux is booted without (``mem=896M``) so that the engine owns it.
@@ -192,18 +192,33 @@ def tile_rows(d, config):
         Not even one output row fits: the engine is too small for this layer.
     """
     k, s, dil = d["kernel"], d["stride"], d["dilation"]
-    per_job_inputs = d["jobs"] if d["opcode"] in (OPCODE_CODES["MIXER"], OPCODE_CODES["GATE"]) else 1
     if d["opcode"] == OPCODE_CODES["HEAD"]:
         return 1        # global pooling streams its input through accumulators
+    # the tensors of one round share the buffers: a mixer's K inputs, the distinct
+    # inputs of the jobs on the arrays (one when they read the same tensor)
+    round_jobs = min(d["jobs"], config.arrays)
+    if d["opcode"] in (OPCODE_CODES["MIXER"], OPCODE_CODES["GATE"]):
+        ins, outs, sides = d["jobs"], d["jobs"] if d["stages"] & STAGE_BITS["gated"] else 1, 1
+    else:
+        ins = 1 if d["flags"] & FLAG_BITS["shared_input"] else round_jobs
+        outs = sides = round_jobs
+
+    # a prologue threshold is applied as rows arrive: the buffer holds its narrow levels
+    in_row = d["in_pitch"]
+    if d["stages"] & STAGE_BITS["prologue_threshold"]:
+        in_row = round_up(d["in_w"] * -(-d["in_c"] * max(1, d["act_bits"]) // 8), config.port_bytes)
 
     def fits(r):
         in_rows = min((r - 1) * s + dil * (k - 1) + 1, d["in_h"] + 2 * d["padding"])
-        need_in = in_rows * d["in_pitch"] * per_job_inputs + r * d["side_pitch"]
-        return need_in <= config.input_buffer // 2 and r * d["out_pitch"] <= config.output_buffer // 2
+        need_in = in_rows * in_row * ins + r * d["side_pitch"] * sides
+        return need_in <= config.input_buffer // 2 and r * d["out_pitch"] * outs <= config.output_buffer // 2
     if not fits(1):
-        raise ValueError(f"one output row needs more than the engine's tile buffers "
-                         f"(input {config.input_buffer}, output {config.output_buffer} bytes, "
-                         "double buffered)")
+        in_rows = min(dil * (k - 1) + 1, d["in_h"] + 2 * d["padding"])
+        raise ValueError(
+            f"descriptor {d['index']}: one output row needs {in_rows * in_row * ins + d['side_pitch'] * sides} "
+            f"input and {d['out_pitch'] * outs} output bytes, more than half the engine's "
+            f"tile buffers (input {config.input_buffer}, output {config.output_buffer} bytes, "
+            "double buffered)")
     lo, hi = 1, d["out_h"]
     while lo < hi:
         mid = (lo + hi + 1) // 2
@@ -331,9 +346,43 @@ def _descriptor(grp, index, g, fmts, config):
     if grp.opcode not in ("MIXER", "GATE") and len({main_ref(j)[0] if main_ref(j) else None
                                                     for j in grp.jobs}) == 1:
         d["flags"] |= FLAG_BITS["shared_input"]
+    return d
+
+
+def choose_tiling(d, config):
+    """Set a descriptor's tiling fields (``rows_per_tile``, ``n_tiles``, ``chunk_c``
+    and the weight-streaming flag).
+
+    Row tiles are the default: weights are read once if they fit half an array's
+    weight buffer, else once per tile. When they do not fit but the whole input does
+    (the deep layers: small maps, large weights), the descriptor streams its weights
+    once instead, in chunks of output channels, the input resident on chip.
+    """
     d["rows_per_tile"] = tile_rows(d, config)
     d["n_tiles"] = -(-d["out_h"] // d["rows_per_tile"])
-    return d
+    half_w = config.weight_buffer // 2
+    if (d["opcode"] != OPCODE_CODES["CONV"] or d["flags"] & FLAG_BITS["int_weights"]
+            or d["weight_tile_bytes"] <= half_w or d["rows_per_tile"] == d["out_h"]):
+        return
+    n = d["kernel"] ** 2 * (d["in_c"] // d["groups"]) * max(1, d["act_bits"])
+    # chunks of whole PE folds whose weights fit half the buffer; at least one fold,
+    # whose SIMD words then stream through with every pixel's partial sums on chip
+    per_chunk = max(config.pe, (half_w * 8 // n) // config.pe * config.pe)
+    if d["groups"] != 1:
+        return
+    round_jobs = min(d["jobs"], config.arrays)
+    ins = 1 if d["flags"] & FLAG_BITS["shared_input"] else round_jobs
+    in_row = d["in_pitch"]
+    if d["stages"] & STAGE_BITS["prologue_threshold"]:
+        in_row = round_up(d["in_w"] * -(-d["in_c"] * max(1, d["act_bits"]) // 8), config.port_bytes)
+    # the output buffer holds a chunk's outputs or its 32-bit partial sums
+    chunk_out = d["out_h"] * d["out_w"] * min(per_chunk, d["out_c"]) * max(4, d["out_elem"] // 8)
+    if (d["in_h"] * in_row * ins <= config.input_buffer // 2
+            and chunk_out * round_jobs <= config.output_buffer // 2):
+        d["flags"] |= FLAG_BITS["weight_stream"]
+        d["rows_per_tile"] = d["out_h"]
+        d["chunk_c"] = min(per_chunk, d["out_c"])
+        d["n_tiles"] = -(-d["out_c"] // d["chunk_c"])
 
 
 def compile_engine(g, config=None, base=DEFAULT_BASE):
@@ -383,6 +432,7 @@ def compile_engine(g, config=None, base=DEFAULT_BASE):
         size = round_up(max((o + n for o, n in secs.values()), default=0), port)
         d["param_bytes"] = size
         d["weight_tile_bytes"] = secs["weights"][1] if "weights" in secs else 0
+        choose_tiling(d, config)
         blocks.append([_param_block(j, d, header, size) for j in grp.jobs] if size else [])
     # regions
     desc_addr = base + round_up(HEADER.itemsize, port)

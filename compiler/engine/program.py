@@ -32,7 +32,7 @@ STAGE_BITS = {"prologue_threshold": 1, "postop": 2, "add": 4, "relu": 8, "thresh
               "gated": 32}
 
 #: the ``flags`` byte
-FLAG_BITS = {"side_first": 1, "shared_input": 2, "int_weights": 4}
+FLAG_BITS = {"side_first": 1, "shared_input": 2, "int_weights": 4, "weight_stream": 8}
 
 
 class ProgramError(ValueError):
@@ -79,7 +79,8 @@ _HEADER_FIELDS = [
 _DESCRIPTOR_FIELDS = [
     ("opcode", "u1", "operation (OPCODE_CODES)"),
     ("stages", "u1", "fused stages (STAGE_BITS)"),
-    ("flags", "u1", "FLAG_BITS: side operand first; all jobs read one input; integer weights"),
+    ("flags", "u1", "FLAG_BITS: side operand first; all jobs read one input; integer "
+                    "weights; weight streaming (input resident, weights in channel chunks)"),
     ("jobs", "u1", "job-table entries (bases, or a mixer's inputs)"),
     ("kernel", "u1", "window size k (1 for element-wise ops)"),
     ("stride", "u1", "window stride (subsample: its stride)"),
@@ -106,8 +107,8 @@ _DESCRIPTOR_FIELDS = [
     ("const_bytes", "u1", "bytes of a constant (4 or 8) in the parameter block"),
     ("weight_bytes", "u1", "bytes of an integer weight (stem, classifier)"),
     ("pad0", "u1", ""),
-    ("rows_per_tile", "<u2", "output rows per tile"),
-    ("n_tiles", "<u2", "tiles = ceil(out_h / rows_per_tile)"),
+    ("rows_per_tile", "<u2", "output rows per tile (weight streaming: out_h)"),
+    ("n_tiles", "<u2", "tiles = ceil(out_h / rows_per_tile) (weight streaming: channel chunks)"),
     ("in_pitch", "<u4", "main input row pitch in bytes"),
     ("side_pitch", "<u4", "side input row pitch in bytes"),
     ("out_pitch", "<u4", "output row pitch in bytes"),
@@ -116,7 +117,8 @@ _DESCRIPTOR_FIELDS = [
     ("table_addr", "<u4", "address of the job table"),
     ("param_bytes", "<u4", "bytes of one job's parameter block"),
     ("weight_tile_bytes", "<u4", "bytes of one job's weights"),
-    ("reserved", "V52", "zero"),
+    ("chunk_c", "<u2", "weight-streaming order: output channels per chunk (0: row tiles)"),
+    ("reserved", "V50", "zero"),
     ("index", "<u2", "the descriptor's own index (checked by the sequencer)"),
     ("magic", "<u2", "DESCRIPTOR_MAGIC"),
 ]

@@ -1,0 +1,182 @@
+"""The engine's cycle model: per descriptor, then per frame.
+
+For one descriptor (docs/architecture.md section 11):
+
+- compute: a binary convolution job takes
+  ``out_h*out_w * groups * ceil(C_out/groups/PE) * ceil(k*k*C_in/groups/SIMD)`` cycles
+  (times the input bits for n-bit activations, which the XNOR lanes take bit-serially);
+  the K jobs of a descriptor run on the ``arrays`` arrays in ``ceil(K/arrays)`` rounds.
+  The stem uses the same formula on its multiplier array; max pooling takes
+  ``k*k*ceil(C/lanes)`` cycles per output pixel and element-wise ops ``ceil(C/lanes)``
+  per pixel and input (``lanes`` = :attr:`EngineConfig.vector_lanes`), job after job;
+  the head pools ``ceil(C/lanes)`` per input pixel and multiplies
+  ``classes*ceil(C/lanes)``.
+- memory: DRAM bytes read (input rows of every tile, halo rows read again; an input
+  shared by the jobs of a round is read once per round; weights once per job if they
+  fit half the weight buffer, else once per tile; other parameters once per job; side
+  inputs; the descriptor and its job table) and written (outputs), at
+  ``DramModel.bytes_per_cycle``, plus one read latency. A weight-streaming descriptor
+  (input resident, weights in chunks of output channels) reads both once.
+- the descriptor takes ``fetch + max(compute, memory) + fill_drain`` cycles: transfers
+  overlap compute through the double-buffered tiles; ``fetch`` is the descriptor and
+  job-table read (latency + beats), ``fill_drain`` the first tile's wait for data
+  (latency), the pipeline depth and the last output tile's write.
+
+A frame takes the sum over descriptors (one descriptor at a time); frames/s at the
+engine's clock follow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from .config import DramModel
+from .program import DESCRIPTOR, FLAG_BITS, JOB, OPCODE_CODES, STAGE_BITS
+
+__all__ = ["DescriptorCycles", "FrameCycles", "descriptor_cycles", "predict"]
+
+_OPCODES = {v: k for k, v in OPCODE_CODES.items()}
+
+
+def _ceil(a, b):
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class DescriptorCycles:
+    """The cycle model's figures of one descriptor."""
+
+    index: int
+    opcode: str
+    jobs: int
+    compute: int
+    memory: int
+    overhead: int
+    cycles: int
+    bound: str
+    bytes_read: int
+    bytes_written: int
+    macs: int
+    lane_utilisation: float | None
+    label: str = ""
+
+    def as_dict(self):
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class FrameCycles:
+    """The whole program: per-descriptor figures and per-frame totals."""
+
+    descriptors: list
+    cycles: int
+    clock_mhz: float
+    dram_bytes: int
+    bandwidth_share: float
+    binary_macs: int
+    lane_utilisation: float
+
+    @property
+    def fps(self):
+        return self.clock_mhz * 1e6 / self.cycles
+
+
+def _tile_input_rows(d):
+    """Input rows read, tile after tile: the rows some window of the tile uses (a
+    strided 1x1 convolution skips rows), inside the tensor (padding is not read)."""
+    k, s, dil, pad, r = d["kernel"], d["stride"], d["dilation"], d["padding"], d["rows_per_tile"]
+    rows = 0
+    tiles = 1 if d["flags"] & FLAG_BITS["weight_stream"] else d["n_tiles"]
+    for t in range(tiles):
+        r0, r1 = t * r, min(d["out_h"], (t + 1) * r)
+        used = {y * s - pad + i * dil for y in range(r0, r1) for i in range(k)}
+        rows += sum(1 for y in used if 0 <= y < d["in_h"])
+    return rows
+
+
+def descriptor_cycles(d, header, config, dram, label=""):
+    """The cycle model of one decoded descriptor (module docstring)."""
+    op = _OPCODES[d["opcode"]]
+    jobs, lanes = d["jobs"], config.vector_lanes
+    out_px = d["out_h"] * d["out_w"]
+    rounds = _ceil(jobs, config.arrays)
+    macs, compute = 0, 0
+    if op == "CONV":
+        g = d["groups"]
+        n = d["kernel"] ** 2 * (d["in_c"] // g)
+        if d["flags"] & FLAG_BITS["int_weights"]:
+            compute = jobs * out_px * _ceil(d["out_c"], config.stem_pe) * _ceil(n, config.stem_simd)
+        else:
+            per_job = out_px * g * _ceil(d["out_c"] // g, config.pe) * _ceil(n, config.simd)
+            compute = rounds * per_job * max(1, d["act_bits"])
+            macs = jobs * out_px * d["out_c"] * n
+    elif op == "MAXPOOL":
+        compute = jobs * out_px * d["kernel"] ** 2 * _ceil(d["out_c"], lanes)
+    elif op in ("PIXEL", "SUBSAMPLE", "REPEAT", "MIXER", "GATE"):
+        compute = jobs * out_px * _ceil(d["out_c"], lanes)
+    elif op == "HEAD":
+        compute = d["in_h"] * d["in_w"] * _ceil(d["in_c"], lanes) + d["out_c"] * _ceil(d["in_c"], lanes)
+    # DRAM traffic
+    fetch_bytes = DESCRIPTOR.itemsize + jobs * JOB.itemsize
+    read = 0
+    if op != "INPUT":
+        if op == "HEAD":
+            in_bytes = d["in_bytes"]
+        else:
+            in_bytes = _tile_input_rows(d) * d["in_pitch"]
+        shared = d["flags"] & FLAG_BITS["shared_input"] and op not in ("MIXER", "GATE")
+        read += in_bytes * (rounds if shared else jobs)
+        if d["stages"] & STAGE_BITS["add"]:
+            read += d["out_h"] * d["side_pitch"] * (1 if op in ("MIXER", "GATE") else jobs)
+        w = d["weight_tile_bytes"]
+        weight_passes = 1 if (w <= config.weight_buffer // 2
+                              or d["flags"] & FLAG_BITS["weight_stream"]) else d["n_tiles"]
+        param_jobs = 1 if op in ("MIXER", "GATE") else jobs
+        read += param_jobs * (w * weight_passes + d["param_bytes"] - w)
+    outputs = 0 if op == "INPUT" else (
+        jobs if op == "GATE" and jobs > 1 else
+        (jobs if op == "MIXER" and d["stages"] & STAGE_BITS["gated"] else 1)
+        if op in ("MIXER", "GATE") else jobs)
+    if op == "GATE":
+        outputs = jobs - 1
+    written = outputs * d["out_bytes"]
+    total = read + written
+    memory = 0 if op == "INPUT" else dram.latency + _ceil(total, dram.bytes_per_cycle)
+    fetch = dram.latency + _ceil(fetch_bytes, config.port_bytes)
+    last_tile = d["rows_per_tile"] * d["out_pitch"] * max(outputs, 1)
+    overhead = fetch if op == "INPUT" else (
+        fetch + dram.latency + config.pipeline_depth + _ceil(last_tile, dram.bytes_per_cycle))
+    cycles = overhead + max(compute, memory)
+    util = macs / (cycles * config.lanes) if macs else None
+    return DescriptorCycles(d["index"], op, jobs, int(compute), int(memory), int(overhead),
+                            int(cycles), "compute" if compute >= memory else "memory",
+                            int(read + fetch_bytes), int(written), int(macs), util, label)
+
+
+def predict(program, dram=None):
+    """The cycle model of a compiled program (:class:`~.layout.EngineProgram`).
+
+    Parameters
+    ----------
+    program : EngineProgram
+    dram : DramModel, optional
+        Default: the DE10-Nano model at the engine's clock
+        (:meth:`DramModel.at_clock`).
+
+    Returns
+    -------
+    FrameCycles
+    """
+    config = program.config
+    dram = dram or DramModel.at_clock(config.clock_mhz)
+    per = []
+    for d, grp in zip(program.descriptors, program.groups):
+        nodes = grp.nodes
+        label = nodes[0].name if len(nodes) == 1 else f"{nodes[0].name} .. {nodes[-1].name}"
+        per.append(descriptor_cycles(d, program.header, config, dram, label))
+    cycles = sum(p.cycles for p in per)
+    dram_bytes = sum(p.bytes_read + p.bytes_written for p in per)
+    macs = sum(p.macs for p in per)
+    return FrameCycles(per, cycles, config.clock_mhz, dram_bytes,
+                       dram_bytes / (cycles * dram.bytes_per_cycle), macs,
+                       macs / (cycles * config.lanes))
