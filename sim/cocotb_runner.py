@@ -82,8 +82,8 @@ except ImportError:                       # not POSIX: builds are not locked
     fcntl = None
 
 __all__ = ["RTLRun", "RTLError", "RTLBuildError", "RTLTimeoutError",
-           "run_stream_rtl", "build_rtl", "default_build_dir", "TB_MODULE",
-           "DEFAULT_PORTS"]
+           "run_stream_rtl", "run_cocotb_module", "build_rtl", "default_build_dir",
+           "TB_MODULE", "DEFAULT_PORTS", "MODULE_PARAMS_ENV"]
 
 #: cocotb test module run by :func:`run_stream_rtl`.
 TB_MODULE = "groupnet_hw.sim.cocotb_stream_tb"
@@ -96,6 +96,8 @@ DEFAULT_PORTS = {
 }
 
 _PARAMS_ENV = "GROUPNET_COCOTB_STREAM_PARAMS"      # must match cocotb_stream_tb
+#: Environment variable naming the JSON parameter file of :func:`run_cocotb_module`.
+MODULE_PARAMS_ENV = "GROUPNET_COCOTB_PARAMS"
 _TIMESCALE = ("1ns", "1ps")
 _PERIOD_NS = 10
 #: Verilator options for simulation builds. Lint is checked separately by
@@ -576,3 +578,82 @@ def run_stream_rtl(verilog_path, toplevel: str, in_beats, n_out: int, out_width:
                   cached_build=cached, sim_seconds=res["sim_seconds"],
                   inputs_accepted=res["inputs_accepted"], build_path=entry,
                   waves_file=waves_file)
+
+
+def run_cocotb_module(verilog_path, toplevel: str, test_module: str, params: dict, *,
+                      simulator: str = "verilator", build_dir=None,
+                      waves: bool = False) -> dict:
+    """Run any cocotb test module on a design's Verilog, with the build cache of
+    :func:`run_stream_rtl`.
+
+    For testbenches that are not one stream in and one out (a bus master against a memory
+    model, say). The module reads its parameters from the JSON file named by the
+    environment variable :data:`MODULE_PARAMS_ENV` and writes its result, a JSON object,
+    to the path in the parameter ``result_path`` (added here); a failing cocotb test
+    raises.
+
+    Parameters
+    ----------
+    verilog_path : str or Path
+        Verilog of the design.
+    toplevel : str
+        Its top module.
+    test_module : str
+        Importable name of the cocotb test module (on ``sys.path`` of this process,
+        which the simulator inherits).
+    params : dict
+        JSON-serialisable parameters for the module.
+    simulator : {"verilator", "icarus"}
+    build_dir : str or Path, optional
+        Build cache root (default :func:`default_build_dir`).
+    waves : bool
+        Record a waveform; the run folder is then kept.
+
+    Returns
+    -------
+    dict
+        The module's result, plus ``build_seconds``, ``wall_seconds`` (the simulation
+        step) and ``cached_build``.
+
+    Raises
+    ------
+    RTLBuildError
+        The Verilog does not compile.
+    RTLError
+        The test failed or wrote no result (the message has the log's traceback).
+    """
+    entry, build_seconds, cached = build_rtl(verilog_path, toplevel, simulator=simulator,
+                                             build_dir=build_dir, waves=waves)
+    run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=entry))
+    params_path = run_dir / "params.json"
+    result_path = run_dir / "result.json"
+    log = run_dir / "sim.log"
+    params_path.write_text(json.dumps({**params, "result_path": str(result_path)}))
+    runner = _make_runner(simulator)
+    t0 = time.perf_counter()
+    failure = None
+    try:
+        runner.test(test_module=test_module, hdl_toplevel=toplevel,
+                    hdl_toplevel_lang="verilog", build_dir=entry / "build",
+                    test_dir=run_dir, results_xml=str(run_dir / "results.xml"),
+                    log_file=log, extra_env={MODULE_PARAMS_ENV: str(params_path)},
+                    waves=waves, timescale=_TIMESCALE)
+    except (RuntimeError, SystemExit) as e:    # the runner exits on failed tests
+        failure = e
+    wall = time.perf_counter() - t0
+    failed = failure is not None or not result_path.is_file()
+    if not failed:
+        results = (run_dir / "results.xml").read_text(errors="replace")
+        failed = "<failure" in results or "<error" in results
+    if failed:
+        lines = (log.read_text(errors="replace") if log.exists() else "").splitlines()
+        starts = [n for n, line in enumerate(lines) if "Traceback (most recent call" in line]
+        excerpt = lines[starts[-1]:starts[-1] + 60] if starts else lines[-40:]
+        raise RTLError(f"{simulator} run of {test_module} on {toplevel} failed"
+                       + (f" ({failure!r})" if failure is not None else "")
+                       + f"; run folder kept: {run_dir}\n" + "\n".join(excerpt))
+    result = json.loads(result_path.read_text())
+    if not waves:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return {**result, "build_seconds": build_seconds, "wall_seconds": wall,
+            "cached_build": cached}
