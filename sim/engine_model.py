@@ -221,15 +221,21 @@ def _run_tiled(d, header, mem, entries, in_f, side_f, out_f):
     if not streamed and (rpt < 1 or d["n_tiles"] != -(-d["out_h"] // rpt)):
         raise ProgramError(f"descriptor {d['index']}: {d['n_tiles']} tiles of {rpt} rows "
                            f"do not cover {d['out_h']} rows")
+    # the jobs' parameters, decoded once (the arrays hold them for the whole descriptor)
+    prepared = []
     for job in jobs:
         p = _Params(d, header, mem, job[0]["param_addr"])
-        core = _core_node(d, header, p, d["in_c"])
         pro = p.threshold("in_thr", d["in_c"], d["in_levels"]) \
             if d["stages"] & STAGE_BITS["prologue_threshold"] else None
-        for t in range(1 if streamed else d["n_tiles"]):
-            r0, r1 = t * rpt, min(d["out_h"], (t + 1) * rpt)
-            y0 = r0 * s - pad                          # first input row (padded frame)
-            y1 = (r1 - 1) * s - pad + dil * (k - 1) + 1
+        prepared.append((job, p, _core_node(d, header, p, d["in_c"]), pro))
+    mixer = _onchip_mixer(d, [p for _, p, _, _ in prepared]) \
+        if d["stages"] & STAGE_BITS["mixer"] else None
+    for t in range(1 if streamed else d["n_tiles"]):
+        r0, r1 = t * rpt, min(d["out_h"], (t + 1) * rpt)
+        y0 = r0 * s - pad                          # first input row (padded frame)
+        y1 = (r1 - 1) * s - pad + dil * (k - 1) + 1
+        results = []                               # (entry, value) per job output
+        for job, p, core, pro in prepared:
             xs = []
             for e in job:
                 x = mem.read_rows(e["in_addr"], in_f, max(y0, 0), min(y1, d["in_h"]),
@@ -245,8 +251,6 @@ def _run_tiled(d, header, mem, entries, in_f, side_f, out_f):
                 xs.append(x)
             y = xs[0] if core is None else op_of(core).execute(core, xs)
             outs = y if isinstance(y, list) else [y]
-            if multi and len(outs) == 1:
-                outs = outs[:1]
             for j, o in enumerate(outs):
                 e = job[j] if multi else job[0]
                 if o.shape[2] != r1 - r0 or o.shape[3] != d["out_w"]:
@@ -255,8 +259,25 @@ def _run_tiled(d, header, mem, entries, in_f, side_f, out_f):
                 side = None
                 if side_f is not None:
                     side = mem.read_rows(job[0]["side_addr"], side_f, r0, r1, "side rows").unsqueeze(0)
-                o = _epilogue(d, p, o, side)
-                mem.write_rows(e["out_addr"], out_f, r0, o[0], "output rows")
+                results.append((e, _epilogue(d, p, o, side)))
+        if mixer is not None:
+            # the arrays' results meet in the mixer; only its outputs go to DRAM
+            mixed = op_of(mixer).execute(mixer, [v for _, v in results])
+            mixed = mixed if isinstance(mixed, list) else [mixed]
+            results = [(e, v) for (e, _), v in zip(results, mixed)]
+        for e, v in results:
+            if e["out_addr"]:
+                mem.write_rows(e["out_addr"], out_f, r0, v[0], "output rows")
+
+
+def _onchip_mixer(d, params):
+    """The mixer of a convolution group that mixes its bases on chip: base ``k``'s
+    lambda and gate are in job ``k``'s parameter block."""
+    per = [p.consts("mixer", 4) for p in params]
+    gated = d["stages"] & STAGE_BITS["gated"]
+    return _node("mixer", d["out_c"], lambdas=torch.stack([c[2] for c in per]),
+                 lambda_frac=int(per[0][0]), gate_frac=int(per[0][1]),
+                 gates=torch.stack([c[3] for c in per]) if gated else None)
 
 
 def _run_head(d, header, mem, entries, in_f, out_f):

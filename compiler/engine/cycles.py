@@ -139,6 +139,8 @@ def descriptor_cycles(d, header, config, dram, label=""):
         if op in ("MIXER", "GATE") else jobs)
     if op == "GATE":
         outputs = jobs - 1
+    if op == "CONV" and d["stages"] & STAGE_BITS["mixer"]:
+        outputs = jobs if d["stages"] & STAGE_BITS["gated"] else 1
     written = outputs * d["out_bytes"]
     total = read + written
     memory = 0 if op == "INPUT" else dram.latency + _ceil(total, dram.bytes_per_cycle)

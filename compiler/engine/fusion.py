@@ -22,6 +22,10 @@ Fusion rules, decided on ops and edges only (no node name is read):
 4. Groups: jobs with one opcode and equal geometry, formats and stage structure whose
    main inputs come from the same group (or the same node) form one descriptor, unless
    one depends on another. Descriptors are ordered topologically.
+5. Base mixing on chip: a mixer (aggregation, soft gates) whose inputs are exactly the
+   results of one convolution group, each read by the mixer alone, joins that group
+   when the group runs in one round (K <= arrays): the K arrays' results meet in the
+   mixer and only its outputs go to DRAM.
 """
 
 from __future__ import annotations
@@ -107,9 +111,14 @@ def side_ref(job, g):
 
 @dataclass
 class Group:
-    """One descriptor: ``jobs`` of one opcode, run side by side (bases) or in turn."""
+    """One descriptor: ``jobs`` of one opcode, run side by side (bases) or in turn.
+
+    ``mixer`` is a mixer that combines the jobs' results on chip (rule 5): the
+    descriptor writes the mixer's outputs instead of the jobs'.
+    """
 
     jobs: list
+    mixer: object = None
 
     @property
     def opcode(self):
@@ -117,7 +126,7 @@ class Group:
 
     @property
     def nodes(self):
-        return [n for j in self.jobs for n in j.nodes]
+        return [n for j in self.jobs for n in j.nodes] + ([self.mixer] if self.mixer else [])
 
 
 def _absorbable(g, job, consumer, last, assigned, deferred, index):
@@ -325,8 +334,46 @@ def _order(g, jobs, groups, job_of, index):
             [[m] for m in groups[worst]]
 
 
-def fuse(g):
+def _mix_on_chip(g, groups, arrays):
+    """Rule 5: a mixer over exactly one convolution group's results joins it."""
+    by_last = {}
+    for gi, grp in enumerate(groups):
+        for j in grp.jobs:
+            by_last[j.last.name] = gi
+    out = []
+    absorbed = set()
+    for gi, grp in enumerate(groups):
+        if gi in absorbed:
+            continue
+        if grp.opcode == "MIXER" and grp.jobs[0].epilogue == []:
+            mixer = grp.jobs[0].core
+            srcs = {by_last.get(r) for r in mixer.inputs}
+            if len(srcs) == 1 and None not in srcs:
+                (src,) = srcs
+                conv = groups[src]
+                lasts = {j.last.name: j for j in conv.jobs}
+                if (conv.opcode == "CONV" and conv.mixer is None and len(conv.jobs) <= arrays
+                        and sorted(mixer.inputs) == sorted(lasts)
+                        and len(set(mixer.inputs)) == len(mixer.inputs)
+                        and all([c.name for c in g.consumers(r)] == [mixer.name]
+                                for r in mixer.inputs)):
+                    # jobs in the mixer's input order: array k holds base k
+                    conv.jobs = [lasts[r] for r in mixer.inputs]
+                    conv.mixer = mixer
+                    continue
+        out.append(grp)
+    return out
+
+
+def fuse(g, arrays=None):
     """The graph's nodes as descriptor groups in execution order.
+
+    Parameters
+    ----------
+    g : Graph
+    arrays : int, optional
+        K_hw: a group of at most this many jobs mixes its bases on chip (rule 5);
+        None: never.
 
     Returns
     -------
@@ -335,6 +382,8 @@ def fuse(g):
     """
     jobs = _jobs(g)
     groups = _group(g, jobs, None)
+    if arrays:
+        groups = _mix_on_chip(g, groups, arrays)
     seen = [n.name for grp in groups for n in grp.nodes]
     if sorted(seen) != sorted(n.name for n in g) or len(seen) != len(set(seen)):
         raise AssertionError("fusion did not place every node exactly once")

@@ -86,7 +86,7 @@ class EngineProgram:
 
 def group_format(grp, port_bytes):
     """The one output format of a descriptor: its jobs' kind in the widest container."""
-    last = [j.last for j in grp.jobs]
+    last = [grp.mixer] if grp.mixer is not None else [j.last for j in grp.jobs]
     kind = last[0].kind
     bits = max(container_bits(n.kind, n.bit_width) for n in last)
     n = last[0]
@@ -95,8 +95,8 @@ def group_format(grp, port_bytes):
 
 def _outputs(grp):
     """References a descriptor writes, in job-table order."""
-    if grp.opcode in ("MIXER", "GATE"):
-        node = grp.jobs[0].last
+    if grp.opcode in ("MIXER", "GATE") or grp.mixer is not None:
+        node = grp.mixer if grp.mixer is not None else grp.jobs[0].last
         return [node.name] if node.outputs == 1 else [f"{node.name}:{k}" for k in range(node.outputs)]
     return [j.last.name for j in grp.jobs]
 
@@ -229,8 +229,10 @@ def tile_rows(d, config):
     return lo
 
 
-def _stage_flags(job):
+def _stage_flags(job, mixer=None):
     st = 0
+    if mixer is not None:
+        st |= STAGE_BITS["mixer"] | (STAGE_BITS["gated"] if mixer.attrs["gates"] is not None else 0)
     if job.prologue is not None:
         st |= STAGE_BITS["prologue_threshold"]
     for n in job.epilogue:
@@ -240,9 +242,14 @@ def _stage_flags(job):
     return st
 
 
-def _job_consts(job):
+def _job_consts(job, mixer=None):
     """Every constant of a job (for choosing const_bytes)."""
     vals = []
+    if mixer is not None:
+        a = mixer.attrs
+        vals.append(a["lambdas"].numpy())
+        if a["gates"] is not None:
+            vals.append(a["gates"].numpy())
     for n in job.nodes:
         a = n.attrs
         if n.op == "postop":
@@ -259,7 +266,7 @@ def _job_consts(job):
         if vals else np.zeros(1, dtype=np.int64)
 
 
-def _param_block(job, d, header, size):
+def _param_block(job, d, header, size, mixer=None, base=0):
     """One job's parameter block (``size`` bytes), sections as :func:`sections` says."""
     secs = sections(d, header)
     block = np.zeros(size, dtype=np.uint8)
@@ -294,6 +301,10 @@ def _param_block(job, d, header, size):
     elif core.op == "gate":
         a = core.attrs
         put("mixer", pack_consts([0, a["gate_frac"]], cb), pack_consts(a["gates"].numpy(), cb))
+    if mixer is not None:
+        a = mixer.attrs
+        gate = int(a["gates"][base]) if a["gates"] is not None else 0
+        put("mixer", pack_consts([a["lambda_frac"], a["gate_frac"], int(a["lambdas"][base]), gate], cb))
     for n in job.epilogue:
         if n.op == "postop":
             a = n.attrs
@@ -314,7 +325,7 @@ def _descriptor(grp, index, g, fmts, config):
     side = side_ref(job, g)
     side_fmt = fmts[_norm(side, g)] if side is not None else None
     a = core.attrs
-    d = dict(opcode=OPCODE_CODES[grp.opcode], stages=_stage_flags(job), flags=0,
+    d = dict(opcode=OPCODE_CODES[grp.opcode], stages=_stage_flags(job, grp.mixer), flags=0,
              jobs=len(refs) if grp.opcode in ("MIXER", "GATE") else len(grp.jobs),
              kernel=a.get("kernel", 1), stride=a.get("stride", 1), dilation=a.get("dilation", 1),
              padding=a.get("padding", 0),
@@ -328,7 +339,7 @@ def _descriptor(grp, index, g, fmts, config):
              act_bits=a.get("in_bits", 0) if core.op == "bin_conv" else 0,
              in_levels=job.prologue.attrs["T"].shape[1] if job.prologue is not None else 0,
              out_levels=next((n.attrs["T"].shape[1] for n in job.epilogue if n.op == "threshold"), 0),
-             const_bytes=8 if max(int_bytes(_job_consts(j)) for j in grp.jobs) > 4 else 4,
+             const_bytes=8 if max(int_bytes(_job_consts(j, grp.mixer)) for j in grp.jobs) > 4 else 4,
              weight_bytes=0,
              in_pitch=in_fmt.row_bytes, side_pitch=side_fmt.row_bytes if side_fmt else 0,
              out_pitch=out_fmt.row_bytes, in_bytes=in_fmt.nbytes, out_bytes=out_fmt.nbytes,
@@ -403,7 +414,7 @@ def compile_engine(g, config=None, base=DEFAULT_BASE):
     """
     config = config or EngineConfig()
     port = config.port_bytes
-    groups = fuse(g)
+    groups = fuse(g, config.arrays)
     # formats: one per descriptor output (the widest container of its jobs)
     fmts, outputs = {}, []
     for grp in groups:
@@ -433,7 +444,8 @@ def compile_engine(g, config=None, base=DEFAULT_BASE):
         d["param_bytes"] = size
         d["weight_tile_bytes"] = secs["weights"][1] if "weights" in secs else 0
         choose_tiling(d, config)
-        blocks.append([_param_block(j, d, header, size) for j in grp.jobs] if size else [])
+        blocks.append([_param_block(j, d, header, size, grp.mixer, k)
+                       for k, j in enumerate(grp.jobs)] if size else [])
     # regions
     desc_addr = base + round_up(HEADER.itemsize, port)
     table_addr = base + round_up(desc_addr - base + len(descs) * DESCRIPTOR.itemsize, REGION_ALIGN)
@@ -499,6 +511,6 @@ def _job_entries(grp, d, g, tensors, outs, params):
         side = side_ref(job, g)
         out.append(dict(in_addr=tensors[_norm(main_ref(job)[0], g)][0],
                         side_addr=tensors[_norm(side, g)][0] if side else 0,
-                        out_addr=tensors[outs[k]][0],
+                        out_addr=tensors[outs[k]][0] if k < len(outs) else 0,
                         param_addr=params[k] if params else 0))
     return out

@@ -14,7 +14,9 @@ weights       binary: per channel group, per PE fold ``o``, per SIMD fold ``s``,
               ``stem_pe x stem_simd`` elements of ``weight_bytes``; head: ``W[classes][C]``
 postop        ``shift``, ``flags`` (bit 0 pre-ReLU, bit 1 post-ReLU), ``A[C]``, ``B[C]``
 thr           epilogue threshold: ``T[out_c][out_levels]`` constants, then ``invert`` bits
-mixer         ``lambda_frac``, ``gate_frac``, ``lambdas[K]``, then ``gates[K]`` if gated
+mixer         ``lambda_frac``, ``gate_frac``, ``lambdas[K]``, then ``gates[K]`` if gated;
+              a convolution group mixing on chip: ``lambda_frac``, ``gate_frac``, and
+              its own base's ``lambda`` and ``gate`` (0 when not gated)
 head          ``bias[classes]``
 ============  ==========================================================================
 
@@ -168,6 +170,8 @@ def sections(d, header):
         put("postop", (2 + 2 * d["out_c"]) * cb)
     if st & STAGE_BITS["threshold"]:
         put("thr", d["out_c"] * d["out_levels"] * cb + -(-d["out_c"] // 8))
+    if op == OPCODE_CODES["CONV"] and st & STAGE_BITS["mixer"]:
+        put("mixer", 4 * cb)        # lambda_frac, gate_frac, this base's lambda and gate
     if op == OPCODE_CODES["MIXER"]:
         k = d["jobs"]
         put("mixer", (2 + k * (2 if st & STAGE_BITS["gated"] else 1)) * cb)

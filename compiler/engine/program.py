@@ -29,7 +29,7 @@ OPCODE_CODES = {"INPUT": 1, "CONV": 2, "MAXPOOL": 3, "PIXEL": 4, "MIXER": 5, "GA
 
 #: the ``stages`` byte: which fused stages a descriptor applies (docs section 11)
 STAGE_BITS = {"prologue_threshold": 1, "postop": 2, "add": 4, "relu": 8, "threshold": 16,
-              "gated": 32}
+              "gated": 32, "mixer": 64}
 
 #: the ``flags`` byte
 FLAG_BITS = {"side_first": 1, "shared_input": 2, "int_weights": 4, "weight_stream": 8}
