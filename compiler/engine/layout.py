@@ -112,7 +112,7 @@ def allocate(sizes, lifetimes, align):
     Parameters
     ----------
     sizes : dict
-        Tensor -> bytes.
+        Tensor -> bytes, in the order ties are placed.
     lifetimes : dict
         Tensor -> ``(first, last)``: written by descriptor ``first``, last read by
         ``last`` (``last >= first``).
@@ -128,7 +128,9 @@ def allocate(sizes, lifetimes, align):
     """
     free = []           # sorted [start, end) holes below `top`
     top, offsets, live = 0, {}, {}
-    order = sorted(sizes, key=lambda t: (lifetimes[t][0], -sizes[t], str(t)))
+    # ties in the order given (the program's), never by a tensor's name
+    position = {t: i for i, t in enumerate(sizes)}
+    order = sorted(sizes, key=lambda t: (lifetimes[t][0], -sizes[t], position[t]))
     for t in order:
         first = lifetimes[t][0]
         for other in [o for o, last in live.items() if last < first]:

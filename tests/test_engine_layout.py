@@ -1,0 +1,223 @@
+"""Engine layout pieces alone: tensor formats and parameter packing (round trips), the
+liveness allocator, tiling, the configuration records and the cycle model."""
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from groupnet_hw.compiler.engine.config import DE10_NANO_DRAM, DramModel, EngineConfig
+from groupnet_hw.compiler.engine.cycles import descriptor_cycles, predict
+from groupnet_hw.compiler.engine.formats import TensorFormat, container_bits
+from groupnet_hw.compiler.engine.layout import allocate, check_no_overlap, compile_engine
+from groupnet_hw.compiler.engine.params import (pack_binary_weights, pack_bitvec, pack_consts,
+                                                pack_int_weights, unpack_binary_weights,
+                                                unpack_bitvec, unpack_consts, unpack_int_weights)
+from groupnet_hw.compiler.engine.program import DESCRIPTOR, OPCODE_CODES, decode, encode
+from groupnet_hw.compiler.engine.sizing import size_engine
+from groupnet_hw.compiler.passes import compile_model
+from groupnet_hw.models.groupnet import GroupNet, randomize_eval_state
+from groupnet_hw.models.zoo import arch_config
+
+FORMATS = st.one_of(
+    st.tuples(st.just("bits"), st.just(1)),
+    st.tuples(st.just("uint"), st.sampled_from([1, 2, 4, 8, 16])),
+    st.tuples(st.just("fixed"), st.sampled_from([8, 16, 32, 64])))
+
+
+@settings(max_examples=60, deadline=None)
+@given(fmt=FORMATS, c=st.integers(1, 37), h=st.integers(1, 5), w=st.integers(1, 9),
+       port=st.sampled_from([4, 16, 32]), seed=st.integers(0, 2**31))
+def test_tensor_format_round_trip(fmt, c, h, w, port, seed):
+    kind, bits = fmt
+    f = TensorFormat(kind, bits, c, h, w, port)
+    rng = np.random.default_rng(seed)
+    lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if kind == "fixed" else (0, (1 << bits) - 1)
+    v = rng.integers(lo, hi, size=(c, h, w), endpoint=True, dtype=np.int64)
+    packed = f.pack(v)
+    assert packed.size == f.nbytes == h * f.row_bytes
+    assert f.row_bytes % port == 0 and f.row_bytes >= w * c * bits / 8
+    assert np.array_equal(f.unpack(packed), v)
+
+
+def test_tensor_format_refuses_values_it_cannot_hold():
+    with pytest.raises(ValueError, match="outside"):
+        TensorFormat("fixed", 8, 1, 1, 1, 16).pack(np.array([[[128]]]))
+    with pytest.raises(ValueError, match="outside"):
+        TensorFormat("bits", 1, 1, 1, 1, 16).pack(np.array([[[2]]]))
+    assert container_bits("fixed", 14) == 16 and container_bits("uint", 3) == 4
+    assert TensorFormat("bits", 1, 64, 1, 56, 16).row_bytes == 448
+
+
+def test_bits_layout_is_documented_order():
+    # channel c at bit c % 8 of byte c // 8, pixel after pixel, row padded to the port
+    f = TensorFormat("bits", 1, 10, 1, 2, 16)
+    v = np.zeros((10, 1, 2), dtype=np.int64)
+    v[9, 0, 0] = 1
+    v[0, 0, 1] = 1
+    assert list(f.pack(v)[:4]) == [0, 2, 1, 0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(c_out=st.integers(1, 20), c_in=st.integers(1, 9), k=st.sampled_from([1, 3]),
+       pe=st.integers(1, 8), simd=st.integers(1, 40), groups=st.sampled_from([1, 2]),
+       seed=st.integers(0, 2**31))
+def test_binary_weight_packing_round_trip(c_out, c_in, k, pe, simd, groups, seed):
+    c_out, c_in = c_out * groups, c_in
+    bits = np.random.default_rng(seed).integers(0, 2, size=(c_out, c_in, k, k))
+    buf = pack_binary_weights(bits, pe, simd, groups)
+    per = -(-(c_out // groups) // pe) * -(-(k * k * c_in) // simd) * pe * simd
+    assert buf.size == -(-groups * per // 8)
+    assert np.array_equal(unpack_binary_weights(buf, c_out, c_in, k, pe, simd, groups), bits)
+
+
+def test_binary_weights_in_pe_simd_order():
+    # PE p of fold 0 reads its SIMD lanes first: weight [p][j] at lane p*simd + j
+    bits = np.zeros((2, 4, 1, 1), dtype=np.int64)
+    bits[1, 2] = 1                          # output 1, flat input 2
+    buf = pack_binary_weights(bits, pe=2, simd=4)
+    assert list(buf) == [1 << (4 + 2)]
+
+
+@settings(max_examples=30, deadline=None)
+@given(c_out=st.integers(1, 12), c_in=st.integers(1, 4), k=st.sampled_from([1, 3, 5]),
+       nbytes=st.sampled_from([1, 2, 4]), seed=st.integers(0, 2**31))
+def test_int_weight_and_const_packing_round_trip(c_out, c_in, k, nbytes, seed):
+    rng = np.random.default_rng(seed)
+    half = 1 << (8 * nbytes - 1)
+    w = rng.integers(-half, half, size=(c_out, c_in, k, k))
+    buf = pack_int_weights(w, 3, 5, nbytes)
+    assert np.array_equal(unpack_int_weights(buf, c_out, c_in, k, 3, 5, nbytes), w)
+    v = rng.integers(-half, half, size=17)
+    assert np.array_equal(unpack_consts(pack_consts(v, nbytes), 17, nbytes), v)
+    b = rng.integers(0, 2, size=13)
+    assert np.array_equal(unpack_bitvec(pack_bitvec(b), 13), b)
+    with pytest.raises(ValueError):
+        pack_consts([half], nbytes)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 300), st.integers(0, 12), st.integers(0, 5)),
+                min_size=1, max_size=25))
+def test_allocator_never_overlaps_live_tensors(spec):
+    sizes = {i: s for i, (s, _, _) in enumerate(spec)}
+    lifetimes = {i: (f, f + d) for i, (_, f, d) in enumerate(spec)}
+    offsets, arena = allocate(sizes, lifetimes, 16)
+    assert all(o % 16 == 0 and o + sizes[t] <= arena for t, o in offsets.items())
+    check_no_overlap(sizes, lifetimes, offsets)      # raises on an overlap
+    # never more than all tensors side by side
+    assert arena <= sum(-(-s // 16) * 16 for s in sizes.values())
+
+
+def test_allocator_reuses_space_after_the_last_reader():
+    sizes = {t: 100 for t in "abcd"}
+    chain = {"a": (0, 1), "b": (1, 2), "c": (2, 3), "d": (3, 4)}
+    offsets, arena = allocate(sizes, chain, 16)
+    assert arena == 2 * 112 and offsets["a"] == offsets["c"]
+    with pytest.raises(AssertionError, match="overlap"):
+        check_no_overlap(sizes, chain, {"a": 0, "b": 50, "c": 0, "d": 112})
+
+
+def _digits(bases=3):
+    model = randomize_eval_state(GroupNet(arch_config("digits", bases=bases)),
+                                 torch.Generator().manual_seed(1)).eval()
+    return compile_model(model)
+
+
+def test_program_tensors_do_not_overlap_and_share_the_arena():
+    program = compile_engine(_digits())
+    arena = {r: a for r, (a, f) in program.tensors.items()
+             if a >= program.header["arena_addr"]}
+    sizes = {r: program.tensors[r][1].nbytes for r in arena}
+    check_no_overlap(sizes, program.lifetimes, arena)
+    assert program.header["arena_bytes"] < sum(sizes.values())       # space is reused
+    end = program.header["arena_addr"] + program.header["arena_bytes"]
+    assert all(a + sizes[r] <= end for r, a in arena.items())
+    assert len(program.image) == program.header["image_bytes"]
+
+
+def test_engine_config_is_validated():
+    with pytest.raises(ValueError, match="arrays"):
+        EngineConfig(arrays=0)
+    with pytest.raises(ValueError, match="port_bytes"):
+        EngineConfig(port_bytes=24)
+    with pytest.raises(ValueError, match="input_buffer"):
+        EngineConfig(input_buffer=1000)
+    with pytest.raises(ValueError, match="bytes_per_cycle"):
+        DramModel(bytes_per_cycle=0)
+    assert EngineConfig().lanes == 5 * 16 * 48
+    assert DE10_NANO_DRAM == DramModel(latency=48, bytes_per_cycle=10.0)
+    assert DramModel.at_clock(50.0).bytes_per_cycle == 20.0
+
+
+def test_too_small_buffers_are_refused_in_one_line():
+    with pytest.raises(ValueError, match="one output row needs"):
+        compile_engine(_digits(), EngineConfig(input_buffer=64, output_buffer=64))
+
+
+def _conv(**over):
+    d = dict(index=0, opcode=OPCODE_CODES["CONV"], stages=0, flags=2, jobs=5, kernel=3, stride=1,
+             dilation=1, padding=1, in_h=8, in_w=8, in_c=64, out_h=8, out_w=8, out_c=64,
+             side_c=0, groups=1, in_fmt=0, in_elem=1, side_fmt=0, side_elem=0, out_fmt=0,
+             out_elem=1, act_bits=0, in_levels=0, out_levels=1, const_bytes=4, weight_bytes=0,
+             rows_per_tile=8, n_tiles=1, in_pitch=64, side_pitch=0, out_pitch=64,
+             in_bytes=512, out_bytes=512, table_addr=0, param_bytes=4800,
+             weight_tile_bytes=4608, chunk_c=0, magic=0)
+    d.update(over)
+    return d
+
+
+def test_cycle_model_hand_computed():
+    cfg = EngineConfig(arrays=5, pe=16, simd=48, pipeline_depth=24)
+    dram = DramModel(latency=40, bytes_per_cycle=8.0)
+    c = descriptor_cycles(_conv(), {}, cfg, dram)
+    # compute: 64 pixels * ceil(64/16)=4 * ceil(576/48)=12, five bases in one round
+    assert c.compute == 64 * 4 * 12
+    # read: 8 input rows once (shared), 5 x 4800 parameter bytes, descriptor + 5 entries
+    assert c.bytes_read == 8 * 64 + 5 * 4800 + 128 + 5 * 16
+    assert c.bytes_written == 5 * 512
+    assert c.memory == 40 + -(-(8 * 64 + 5 * 4800 + 5 * 512) // 8)
+    fetch = 40 + -(-(128 + 80) // 16)
+    assert c.overhead == fetch + 40 + 24 + -(-8 * 64 * 5 // 8)
+    assert c.cycles == c.overhead + max(c.compute, c.memory) and c.bound == "memory"
+    assert c.macs == 5 * 64 * 64 * 576
+    assert c.lane_utilisation == pytest.approx(c.macs / (c.cycles * cfg.lanes))
+
+
+def test_cycle_model_is_monotonic():
+    d = _conv(out_h=32, out_w=32, in_h=32, in_w=32, rows_per_tile=32)
+    base = descriptor_cycles(d, {}, EngineConfig(), DramModel(48, 10.0))
+    # more lanes: no more compute; more bandwidth or less latency: no more cycles
+    assert descriptor_cycles(d, {}, EngineConfig(simd=96), DramModel(48, 10.0)).compute <= base.compute
+    assert descriptor_cycles(d, {}, EngineConfig(), DramModel(48, 20.0)).cycles <= base.cycles
+    assert descriptor_cycles(d, {}, EngineConfig(), DramModel(8, 10.0)).cycles <= base.cycles
+    # more bases than arrays: rounds
+    assert descriptor_cycles(dict(d, jobs=10), {}, EngineConfig(), DramModel(48, 10.0)).compute \
+        == 2 * base.compute
+    # more tiles re-read the halo rows
+    tiled = descriptor_cycles(dict(d, rows_per_tile=4, n_tiles=8), {}, EngineConfig(),
+                              DramModel(48, 10.0))
+    assert tiled.bytes_read > base.bytes_read
+
+
+def test_predict_whole_program():
+    program = compile_engine(_digits())
+    frame = predict(program)
+    assert frame.cycles == sum(d.cycles for d in frame.descriptors)
+    assert frame.fps == pytest.approx(100e6 / frame.cycles)
+    assert all(d.bound in ("compute", "memory") for d in frame.descriptors)
+    assert 0 < frame.lane_utilisation < 1 and 0 < frame.bandwidth_share <= 1
+
+
+def test_size_engine_de10nano_default_fits():
+    sized = size_engine("de10nano")
+    assert sized.config == EngineConfig()
+    assert sized.fits and all(v <= 0.9 for v in sized.utilisation.values())
+    small = size_engine("icebreaker")
+    assert small.config.lanes < sized.config.lanes
+
+
+def test_descriptor_decode_of_encoded_fields():
+    d = _conv()
+    assert decode(encode(d, DESCRIPTOR), DESCRIPTOR) == d
