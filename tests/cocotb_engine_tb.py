@@ -1,20 +1,28 @@
-"""cocotb testbench: the engine's DMAs and register file against cocotb-bus's Avalon-MM
+"""cocotb testbench: the engine's DMAs and register file against third-party Avalon-MM
 models (run by ``tests/test_engine_cocotb.py`` through
 ``groupnet_hw.sim.cocotb_runner.run_cocotb_module``; not collected by pytest).
 
 The design is ``CopyEngine`` of the test: a read DMA into a write DMA, each on its own
-Avalon-MM port, the register file on an agent port. Third-party models drive all three:
-``cocotb_bus.drivers.avalon.AvalonMemory`` (one per port, sharing one memory dictionary,
-as its docstring suggests for a dual-port RAM) and ``AvalonMaster`` (the host writing and
-reading registers). The testbench only sends descriptors and checks; a monitor records
-every command the DMAs put on the bus.
+Avalon-MM port, the register file on an agent port. Third-party models drive all three
+ports; this file only sends descriptors, glues the models to one memory and checks:
 
-Parameters (JSON, see ``run_cocotb_module``): ``data_width``, ``read_latency``,
-``write_waits`` (the model's ``WriteBurstWaitReq``), ``seed``, ``base``, ``limit``,
-``reads`` and ``writes`` (``[[address, length], ...]``: the read descriptors' bytes, in
-order, go to the write descriptors' regions), ``bad`` (``[address, length]`` of a read
-descriptor outside the window), ``again`` (where the first read region is copied after
-the soft reset).
+- the DRAM ports: ``model == "cocotb_bus"``: cocotb-bus's
+  ``cocotb_bus.drivers.avalon.AvalonMemory``, one per port sharing one dictionary (as its
+  docstring suggests for a dual-port RAM); ``model == "cocotbext_avalon"``:
+  cocotbext-avalon's ``AvalonMMMemoryBFM`` with random ``waitrequest``, one per port on
+  one memory object;
+- the register port: cocotb-bus's ``AvalonMaster`` (the host).
+
+A monitor records every command and write beat the DMAs put on the bus.
+
+Parameters (JSON, see ``run_cocotb_module``): ``model``, ``data_width``,
+``read_latency``, ``write_waits`` (cocotb-bus's ``WriteBurstWaitReq``), ``pace_writes``
+(send a write descriptor only after the one before is done), ``seed``, ``base``,
+``limit``, ``reads`` and ``writes`` (``[[address, length], ...]``: the read descriptors'
+bytes, in order, go to the write descriptors' regions), ``bad`` (``[address, length]`` of
+a read descriptor outside the window), ``reset_copy`` (``[src, dst, length]`` or null: a
+copy interrupted by a soft reset in the middle of its third write burst), ``again``
+(where the first read region is copied after the soft reset).
 """
 
 import json
@@ -24,7 +32,7 @@ import random
 
 import cocotb
 from cocotb.clock import Clock
-from cocotb.triggers import ReadOnly, RisingEdge
+from cocotb.triggers import RisingEdge
 from cocotb_bus.drivers.avalon import AvalonMaster, AvalonMemory
 
 from groupnet_hw import engine_registers as regs
@@ -41,20 +49,38 @@ class _Collect(logging.Handler):
         self.lines = []
 
     def emit(self, record):
-        if ".rd" in record.name or ".wr" in record.name or ".csr" in record.name:
-            self.lines.append(f"{record.name}: {record.getMessage()}")
+        self.lines.append(f"{record.name}: {record.getMessage()}")
 
 
-async def _monitor(dut, commands):
-    """Every command accepted on either DRAM port: (kind, address, burstcount)."""
+class _Bytes:
+    """The byte dictionary as the memory object cocotbext-avalon's BFM asks for; a byte
+    never initialised is a KeyError (the test's memory covers the window only)."""
+
+    def __init__(self, mem):
+        self.mem = mem
+
+    def read(self, address, length):
+        return bytes(self.mem[a] for a in range(address, address + length))
+
+    def write(self, address, data):
+        for k, b in enumerate(data):
+            self.mem[address + k] = b
+
+
+async def _monitor(dut, log):
+    """Every command accepted on either DRAM port, ``(kind, address, burstcount)``, and
+    every write beat's byteenable, ``("beat", byteenable, 0)``."""
+    in_burst = 0
     while True:
-        await RisingEdge(dut.clk)
+        await RisingEdge(dut.clk)       # values as this edge sampled them
         if int(dut.rd__read.value) and not int(dut.rd__waitrequest.value):
-            commands.append(("read", int(dut.rd__address.value),
-                             int(dut.rd__burstcount.value)))
+            log.append(("read", int(dut.rd__address.value), int(dut.rd__burstcount.value)))
         if int(dut.wr__write.value) and not int(dut.wr__waitrequest.value):
-            commands.append(("write", int(dut.wr__address.value),
-                             int(dut.wr__burstcount.value)))
+            if in_burst == 0:
+                in_burst = int(dut.wr__burstcount.value)
+                log.append(("write", int(dut.wr__address.value), in_burst))
+            log.append(("beat", int(dut.wr__byteenable.value), 0))
+            in_burst -= 1
 
 
 async def _send(dut, port, address, length):
@@ -72,13 +98,45 @@ async def _send(dut, port, address, length):
     valid.value = 0
 
 
-async def _wait_pulse(dut, signal, timeout):
-    for _ in range(timeout):
-        await RisingEdge(dut.clk)
-        await ReadOnly()
-        if int(signal.value):
-            return
-    raise AssertionError(f"no {signal._name} pulse within {timeout} cycles")
+class _Pulses:
+    """Counts a one-cycle pulse output (a DMA's ``done``)."""
+
+    def __init__(self, dut, signal):
+        self.dut = dut
+        self.signal = signal
+        self.count = 0
+        cocotb.start_soon(self._count())
+
+    async def _count(self):
+        while True:
+            await RisingEdge(self.dut.clk)
+            self.count += int(self.signal.value)
+
+    async def wait(self, count, timeout=20000):
+        """Until ``count`` pulses have been seen in all."""
+        for _ in range(timeout):
+            if self.count >= count:
+                return
+            await RisingEdge(self.dut.clk)
+        raise AssertionError(f"{self.count} of {count} {self.signal._name} pulses "
+                             f"within {timeout} cycles")
+
+
+def _models(dut, p, mem):
+    if p["model"] == "cocotb_bus":
+        props = {"readLatency": p["read_latency"], "WriteBurstWaitReq": p["write_waits"],
+                 "MaxWaitReqLen": 3}
+        for port in ("rd", "wr"):
+            AvalonMemory(dut, port, dut.clk, memory=mem, avl_properties=props,
+                         bus_separator="__")
+    elif p["model"] == "cocotbext_avalon":
+        from cocotbext.avalon import AvalonMMBus, AvalonMMMemoryBFM
+        for port in ("rd", "wr"):
+            AvalonMMMemoryBFM(AvalonMMBus.from_prefix(dut, f"{port}_"), dut.clk, dut.rst,
+                              memory=_Bytes(mem), read_latency=p["read_latency"],
+                              randomize=True).start()
+    else:
+        raise ValueError(p["model"])
 
 
 @cocotb.test()
@@ -96,24 +154,19 @@ async def copy_through_avalon_memory(dut):
     dut.rd_cmd__valid.value = 0
     dut.wr_cmd__valid.value = 0
 
-    # memory: every byte the reads may touch is initialised (the model answers "x" for
-    # others); the rest of the window too, to see that nothing else changes
-    mem = {}
-    for a in range(p["base"], p["limit"]):
-        mem[a] = rng.getrandbits(8)
-    props = {"readLatency": p["read_latency"], "WriteBurstWaitReq": p["write_waits"],
-             "MaxWaitReqLen": 3}
-    AvalonMemory(dut, "rd", dut.clk, memory=mem, avl_properties=props, bus_separator="__")
-    AvalonMemory(dut, "wr", dut.clk, memory=mem, avl_properties=props, bus_separator="__")
+    # memory: the window, initialised (neither model may be asked for anything else)
+    mem = {a: rng.getrandbits(8) for a in range(p["base"], p["limit"])}
+    _models(dut, p, mem)
     host = AvalonMaster(dut, "csr", dut.clk, bus_separator="__")
-    commands = []
-    cocotb.start_soon(_monitor(dut, commands))
+    bus_log = []
+    cocotb.start_soon(_monitor(dut, bus_log))
+    written = _Pulses(dut, dut.wr_done)
     for _ in range(5):
         await RisingEdge(dut.clk)
     dut.rst.value = 0
     await RisingEdge(dut.clk)
 
-    result = {"log": log.lines, "checks": {}}
+    result = {"log": log.lines, "checks": {}, "bus": bus_log}
     checks = result["checks"]
     checks["id"] = int(await host.read(R["ID"].index)) == regs.ID_VALUE
     await host.write(R["WINDOW_BASE"].index, p["base"])
@@ -137,11 +190,11 @@ async def copy_through_avalon_memory(dut):
             await _send(dut, "rd_cmd", a, n)
 
     reader = cocotb.start_soon(reads())
-    for a, n in p["writes"]:
-        # one write descriptor at a time (see tests/test_engine_cocotb.py: the model
-        # loses a write burst that follows another back to back)
+    for k, (a, n) in enumerate(p["writes"]):
         await _send(dut, "wr_cmd", a, n)
-        await _wait_pulse(dut, dut.wr_done, 20000)
+        if p["pace_writes"]:
+            await written.wait(k + 1)
+    await written.wait(len(p["writes"]))
     await reader
     checks["copied"] = mem == expected
     checks["differences"] = sorted(a for a in expected if mem.get(a) != expected[a])[:10]
@@ -151,15 +204,45 @@ async def copy_through_avalon_memory(dut):
     checks["status_after_copies"] = int(await host.read(R["STATUS"].index))
 
     # a descriptor outside the window: an error, and not one command
-    before = len(commands)
+    before = len(bus_log)
     await _send(dut, "rd_cmd", *p["bad"])
     for _ in range(20):
         await RisingEdge(dut.clk)
-    status = int(await host.read(R["STATUS"].index))
-    checks["bad_status"] = status
-    checks["bad_commands"] = len(commands) - before
-    # the soft reset clears the error and the DMA works again
+    checks["bad_status"] = int(await host.read(R["STATUS"].index))
+    checks["bad_commands"] = len(bus_log) - before
     await host.write(R["CONTROL"].index, regs.with_field("CONTROL", "SOFT_RESET"))
+
+    # a soft reset in the middle of a write burst: the burst's remaining beats go out with
+    # byteenable 0, so the region holds copied words up to a point and old ones after it
+    if p.get("reset_copy"):
+        src, dst, length = p["reset_copy"]
+        old = [mem[a] for a in range(dst, dst + length)]
+        first = len(bus_log)
+        cocotb.start_soon(_send(dut, "rd_cmd", src, length))
+        cocotb.start_soon(_send(dut, "wr_cmd", dst, length))
+        while sum(1 for e in bus_log[first:] if e[0] == "write") < 3:
+            await RisingEdge(dut.clk)
+        await host.write(R["CONTROL"].index, regs.with_field("CONTROL", "SOFT_RESET"))
+        for _ in range(200):
+            if not regs.field_value("STATUS", "BUSY",
+                                    int(await host.read(R["STATUS"].index))):
+                break
+        now = [mem[a] for a in range(dst, dst + length)]
+        copied = [mem[a] for a in range(src, src + length)]
+        kept = 0
+        while kept < length and now[kept] == copied[kept]:
+            kept += 1
+        checks["reset_prefix_words"] = kept // bpw
+        checks["reset_rest_unchanged"] = now[kept:] == old[kept:]
+        checks["reset_quiet_beats"] = sum(1 for e in bus_log[first:]
+                                          if e[0] == "beat" and e[1] == 0)
+        checks["reset_bursts_whole"] = (
+            sum(e[2] for e in bus_log[first:] if e[0] == "write")
+            == sum(1 for e in bus_log[first:] if e[0] == "beat"))
+        for a in range(dst, dst + length):
+            expected[a] = mem[a]
+
+    # after the reset the DMAs work again
     for _ in range(5):
         await RisingEdge(dut.clk)
     checks["status_after_reset"] = int(await host.read(R["STATUS"].index))
@@ -168,10 +251,13 @@ async def copy_through_avalon_memory(dut):
     for k in range(length):
         expected[dst + k] = mem[src + k]
     reader = cocotb.start_soon(_send(dut, "rd_cmd", src, length))
-    await _send(dut, "wr_cmd", dst, length)
-    await _wait_pulse(dut, dut.wr_done, 20000)
+    # (one burst per descriptor when paced, as for the copy)
+    step = 8 * bpw if p["pace_writes"] else length
+    for k in range(0, length, step):
+        done = written.count
+        await _send(dut, "wr_cmd", dst + k, min(step, length - k))
+        await written.wait(done + 1)
     await reader
     checks["copied_after_reset"] = mem == expected
-    result["commands"] = commands
     with open(p["result_path"], "w") as f:
         json.dump(result, f)
