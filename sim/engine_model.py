@@ -230,10 +230,19 @@ def _run_tiled(d, header, mem, entries, in_f, side_f, out_f):
         prepared.append((job, p, _core_node(d, header, p, d["in_c"]), pro))
     mixer = _onchip_mixer(d, [p for _, p, _, _ in prepared]) \
         if d["stages"] & STAGE_BITS["mixer"] else None
+    pool = _node("maxpool", d["out_c"], kernel=d["pool_kernel"], stride=d["pool_stride"],
+                 padding=0) if d["stages"] & STAGE_BITS["maxpool"] else None
+    if pool is not None and (d["pool_kernel"] < 1 or d["pool_stride"] < 1):
+        raise ProgramError(f"descriptor {d['index']}: maxpool stage without a window")
     for t in range(1 if streamed else d["n_tiles"]):
         r0, r1 = t * rpt, min(d["out_h"], (t + 1) * rpt)
-        y0 = r0 * s - pad                          # first input row (padded frame)
-        y1 = (r1 - 1) * s - pad + dil * (k - 1) + 1
+        c0, c1 = r0, r1                            # rows of the core's result
+        if pool is not None:
+            c0 = max(0, r0 * pool.attrs["stride"] - d["pool_padding"])
+            c1 = min(d["mid_h"], (r1 - 1) * pool.attrs["stride"] - d["pool_padding"]
+                     + pool.attrs["kernel"])
+        y0 = c0 * s - pad                          # first input row (padded frame)
+        y1 = (c1 - 1) * s - pad + dil * (k - 1) + 1
         results = []                               # (entry, value) per job output
         for job, p, core, pro in prepared:
             xs = []
@@ -250,6 +259,8 @@ def _run_tiled(d, header, mem, entries, in_f, side_f, out_f):
                     x = full
                 xs.append(x)
             y = xs[0] if core is None else op_of(core).execute(core, xs)
+            if pool is not None:
+                y = _pool_rows(d, pool, y, r0, r1, c0, c1)
             outs = y if isinstance(y, list) else [y]
             for j, o in enumerate(outs):
                 e = job[j] if multi else job[0]
@@ -268,6 +279,20 @@ def _run_tiled(d, header, mem, entries, in_f, side_f, out_f):
         for e, v in results:
             if e["out_addr"]:
                 mem.write_rows(e["out_addr"], out_f, r0, v[0], "output rows")
+
+
+def _pool_rows(d, pool, y, r0, r1, c0, c1):
+    """Max pooling of the core's rows [c0, c1) into output rows [r0, r1): the window's
+    rows outside the result and the padded columns are taps that never win."""
+    st, pk, pp = d["pool_stride"], d["pool_kernel"], d["pool_padding"]
+    if y.shape[2] != c1 - c0 or y.shape[3] != d["mid_w"]:
+        raise ProgramError(f"descriptor {d['index']}: the convolution computed "
+                           f"{tuple(y.shape[2:])} rows for a pool over ({c1 - c0}, {d['mid_w']})")
+    top, bottom = c0 - (r0 * st - pp), ((r1 - 1) * st - pp + pk) - c1
+    full = torch.full((y.shape[0], y.shape[1], top + y.shape[2] + bottom, d["mid_w"] + 2 * pp),
+                      int(y.min()) - 1 if y.numel() else -1, dtype=torch.int64)
+    full[:, :, top:top + y.shape[2], pp:pp + d["mid_w"]] = y
+    return op_of(pool).execute(pool, [full])
 
 
 def _onchip_mixer(d, params):

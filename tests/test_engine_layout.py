@@ -163,7 +163,8 @@ def _conv(**over):
              out_elem=1, act_bits=0, in_levels=0, out_levels=1, const_bytes=4, weight_bytes=0,
              rows_per_tile=8, n_tiles=1, in_pitch=64, side_pitch=0, out_pitch=64,
              in_bytes=512, out_bytes=512, table_addr=0, param_bytes=4800,
-             weight_tile_bytes=4608, chunk_c=0, magic=0)
+             weight_tile_bytes=4608, chunk_c=0, mid_h=0, mid_w=0, pool_kernel=0, pool_stride=0,
+             pool_padding=0, magic=0)
     d.update(over)
     return d
 

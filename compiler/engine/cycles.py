@@ -10,7 +10,8 @@ For one descriptor (docs/architecture.md section 11):
   ``k*k*ceil(C/lanes)`` cycles per output pixel and element-wise ops ``ceil(C/lanes)``
   per pixel and input (``lanes`` = :attr:`EngineConfig.vector_lanes`), job after job;
   the head pools ``ceil(C/lanes)`` per input pixel and multiplies
-  ``classes*ceil(C/lanes)``.
+  ``classes*ceil(C/lanes)``. A convolution that pools on chip computes the rows its
+  pooling tiles need (rows shared by two tiles twice); the pooling keeps pace.
 - memory: DRAM bytes read (input rows of every tile, halo rows read again; an input
   shared by the jobs of a round is read once per round; weights once per job if they
   fit half the weight buffer, else once per tile; other parameters once per job; side
@@ -81,6 +82,27 @@ class FrameCycles:
         return self.clock_mhz * 1e6 / self.cycles
 
 
+def _core_rows(d, r0, r1):
+    """Rows of the core's result that output rows [r0, r1) need (a fused max pooling
+    needs its window's rows)."""
+    if not d["stages"] & STAGE_BITS["maxpool"]:
+        return r0, r1
+    st, pk, pp = d["pool_stride"], d["pool_kernel"], d["pool_padding"]
+    return max(0, r0 * st - pp), min(d["mid_h"], (r1 - 1) * st - pp + pk)
+
+
+def _core_pixels(d):
+    """Pixels the core computes per job, rows shared by two pool tiles twice."""
+    if not d["stages"] & STAGE_BITS["maxpool"]:
+        return d["out_h"] * d["out_w"]
+    r = d["rows_per_tile"]
+    rows = 0
+    for t in range(d["n_tiles"]):
+        c0, c1 = _core_rows(d, t * r, min(d["out_h"], (t + 1) * r))
+        rows += c1 - c0
+    return rows * d["mid_w"]
+
+
 def _tile_input_rows(d):
     """Input rows read, tile after tile: the rows some window of the tile uses (a
     strided 1x1 convolution skips rows), inside the tensor (padding is not read)."""
@@ -88,7 +110,7 @@ def _tile_input_rows(d):
     rows = 0
     tiles = 1 if d["flags"] & FLAG_BITS["weight_stream"] else d["n_tiles"]
     for t in range(tiles):
-        r0, r1 = t * r, min(d["out_h"], (t + 1) * r)
+        r0, r1 = _core_rows(d, t * r, min(d["out_h"], (t + 1) * r))
         used = {y * s - pad + i * dil for y in range(r0, r1) for i in range(k)}
         rows += sum(1 for y in used if 0 <= y < d["in_h"])
     return rows
@@ -99,17 +121,18 @@ def descriptor_cycles(d, header, config, dram, label=""):
     op = _OPCODES[d["opcode"]]
     jobs, lanes = d["jobs"], config.vector_lanes
     out_px = d["out_h"] * d["out_w"]
+    core_px = _core_pixels(d) if op == "CONV" else out_px
     rounds = _ceil(jobs, config.arrays)
     macs, compute = 0, 0
     if op == "CONV":
         g = d["groups"]
         n = d["kernel"] ** 2 * (d["in_c"] // g)
         if d["flags"] & FLAG_BITS["int_weights"]:
-            compute = jobs * out_px * _ceil(d["out_c"], config.stem_pe) * _ceil(n, config.stem_simd)
+            compute = jobs * core_px * _ceil(d["out_c"], config.stem_pe) * _ceil(n, config.stem_simd)
         else:
-            per_job = out_px * g * _ceil(d["out_c"] // g, config.pe) * _ceil(n, config.simd)
+            per_job = core_px * g * _ceil(d["out_c"] // g, config.pe) * _ceil(n, config.simd)
             compute = rounds * per_job * max(1, d["act_bits"])
-            macs = jobs * out_px * d["out_c"] * n
+            macs = jobs * core_px * d["out_c"] * n
     elif op == "MAXPOOL":
         compute = jobs * out_px * d["kernel"] ** 2 * _ceil(d["out_c"], lanes)
     elif op in ("PIXEL", "SUBSAMPLE", "REPEAT", "MIXER", "GATE"):

@@ -10,7 +10,8 @@ Fusion rules, decided on ops and edges only (no node name is read):
 1. A core is any node that is not absorbed by the rules below; its opcode follows its
    op (:data:`OPCODES`). Post-ops, adds, ReLUs and thresholds that stand alone are
    ``PIXEL`` cores (an identity core with the node as first epilogue stage).
-2. Epilogue: from a job's last node, its only consumer is absorbed while that consumer
+2. Epilogue: a convolution whose only consumer is a max pooling pools on chip (its
+   wide result never reaches DRAM). Then, from a job's last node, its only consumer is absorbed while that consumer
    is element-wise and comes later in the fixed stage order ``postop, add, relu,
    threshold`` than every stage absorbed so far, and the last node is not a
    multi-output node; an ``add`` reads its other operand (the *side* input) from DRAM.
@@ -61,12 +62,15 @@ class Job:
         Stages after the core, in :data:`STAGES` order.
     side_first : bool
         The ``add`` stage's side operand is the add's first input.
+    pool : Node or None
+        A max pooling of the convolution's result, on chip (before the epilogue).
     """
 
     core: object
     prologue: object = None
     epilogue: list = field(default_factory=list)
     side_first: bool = False
+    pool: object = None
 
     @property
     def opcode(self):
@@ -77,12 +81,15 @@ class Job:
         """The job's nodes in execution order."""
         head = [self.prologue] if self.prologue is not None else []
         core = [self.core] if self.opcode != "PIXEL" or self.core not in self.epilogue else []
-        return head + core + list(self.epilogue)
+        pool = [self.pool] if self.pool is not None else []
+        return head + core + pool + list(self.epilogue)
 
     @property
     def last(self):
         """The node whose value the job writes."""
-        return self.epilogue[-1] if self.epilogue else self.core
+        if self.epilogue:
+            return self.epilogue[-1]
+        return self.pool if self.pool is not None else self.core
 
     def add_node(self):
         return next((n for n in self.epilogue if n.op == "add"), None)
@@ -156,6 +163,14 @@ def _absorbable(g, job, consumer, last, assigned, deferred, index):
 
 
 def _grow_epilogue(g, job, assigned, deferred, index):
+    core = job.core
+    if core.op in ("int_conv", "bin_conv"):
+        users = g.consumers(core.name)
+        if (len(users) == 1 and users[0].op == "maxpool" and users[0].inputs == [core.name]
+                and users[0].name not in assigned):
+            # rule 2b: the convolution's wide result is pooled on chip
+            job.pool = users[0]
+            assigned.add(users[0].name)
     while True:
         last = job.last
         if last.outputs != 1 or last.op == "threshold":

@@ -184,6 +184,14 @@ def check_no_overlap(sizes, lifetimes, offsets):
                                      f"(lifetimes {lifetimes[a]}, {lifetimes[b]})")
 
 
+def conv_rows(d, rows):
+    """Rows of the core's result that ``rows`` output rows need (a pooling stage needs
+    its window's rows)."""
+    if d["stages"] & STAGE_BITS["maxpool"]:
+        return min((rows - 1) * d["pool_stride"] + d["pool_kernel"], d["mid_h"])
+    return rows
+
+
 def tile_rows(d, config):
     """Output rows per tile of a descriptor: as many as the halves of the input and
     output buffers hold (the window's halo rows included).
@@ -211,11 +219,11 @@ def tile_rows(d, config):
         in_row = round_up(d["in_w"] * -(-d["in_c"] * max(1, d["act_bits"]) // 8), config.port_bytes)
 
     def fits(r):
-        in_rows = min((r - 1) * s + dil * (k - 1) + 1, d["in_h"] + 2 * d["padding"])
+        in_rows = min((conv_rows(d, r) - 1) * s + dil * (k - 1) + 1, d["in_h"] + 2 * d["padding"])
         need_in = in_rows * in_row * ins + r * d["side_pitch"] * sides
         return need_in <= config.input_buffer // 2 and r * d["out_pitch"] * outs <= config.output_buffer // 2
     if not fits(1):
-        in_rows = min(dil * (k - 1) + 1, d["in_h"] + 2 * d["padding"])
+        in_rows = min((conv_rows(d, 1) - 1) * s + dil * (k - 1) + 1, d["in_h"] + 2 * d["padding"])
         raise ValueError(
             f"descriptor {d['index']}: one output row needs {in_rows * in_row * ins + d['side_pitch'] * sides} "
             f"input and {d['out_pitch'] * outs} output bytes, more than half the engine's "
@@ -239,6 +247,8 @@ def _stage_flags(job, mixer=None):
         st |= STAGE_BITS["prologue_threshold"]
     for n in job.epilogue:
         st |= STAGE_BITS[n.op]
+    if job.pool is not None:
+        st |= STAGE_BITS["maxpool"]
     if job.core.op == "mixer" and job.core.attrs["gates"] is not None:
         st |= STAGE_BITS["gated"]
     return st
@@ -348,6 +358,10 @@ def _descriptor(grp, index, g, fmts, config):
              index=index, magic=DESCRIPTOR_MAGIC)
     if grp.opcode == "SUBSAMPLE":
         d["kernel"] = 1
+    if job.pool is not None:
+        pa = job.pool.attrs
+        d.update(mid_h=core.height, mid_w=core.width, pool_kernel=pa["kernel"],
+                 pool_stride=pa["stride"], pool_padding=pa["padding"])
     if core.op == "int_conv":
         d["flags"] |= FLAG_BITS["int_weights"]
         d["weight_bytes"] = max(int_bytes(j.core.attrs["weight"].numpy()) for j in grp.jobs)
@@ -375,6 +389,7 @@ def choose_tiling(d, config):
     d["n_tiles"] = -(-d["out_h"] // d["rows_per_tile"])
     half_w = config.weight_buffer // 2
     if (d["opcode"] != OPCODE_CODES["CONV"] or d["flags"] & FLAG_BITS["int_weights"]
+            or d["stages"] & STAGE_BITS["maxpool"]
             or d["weight_tile_bytes"] <= half_w or d["rows_per_tile"] == d["out_h"]):
         return
     n = d["kernel"] ** 2 * (d["in_c"] // d["groups"]) * max(1, d["act_bits"])

@@ -29,7 +29,7 @@ OPCODE_CODES = {"INPUT": 1, "CONV": 2, "MAXPOOL": 3, "PIXEL": 4, "MIXER": 5, "GA
 
 #: the ``stages`` byte: which fused stages a descriptor applies (docs section 11)
 STAGE_BITS = {"prologue_threshold": 1, "postop": 2, "add": 4, "relu": 8, "threshold": 16,
-              "gated": 32, "mixer": 64}
+              "gated": 32, "mixer": 64, "maxpool": 128}
 
 #: the ``flags`` byte
 FLAG_BITS = {"side_first": 1, "shared_input": 2, "int_weights": 4, "weight_stream": 8}
@@ -118,7 +118,12 @@ _DESCRIPTOR_FIELDS = [
     ("param_bytes", "<u4", "bytes of one job's parameter block"),
     ("weight_tile_bytes", "<u4", "bytes of one job's weights"),
     ("chunk_c", "<u2", "weight-streaming order: output channels per chunk (0: row tiles)"),
-    ("reserved", "V50", "zero"),
+    ("mid_h", "<u2", "maxpool stage: the convolution's output height"),
+    ("mid_w", "<u2", "maxpool stage: the convolution's output width"),
+    ("pool_kernel", "u1", "maxpool stage: window"),
+    ("pool_stride", "u1", "maxpool stage: stride"),
+    ("pool_padding", "u1", "maxpool stage: padding (padded taps are ignored)"),
+    ("reserved", "V43", "zero"),
     ("index", "<u2", "the descriptor's own index (checked by the sequencer)"),
     ("magic", "<u2", "DESCRIPTOR_MAGIC"),
 ]
