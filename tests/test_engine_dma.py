@@ -484,6 +484,32 @@ def test_read_rate_is_one_word_per_cycle(latency):
     assert bench.cycle - first["word"] == words - 1        # then one word every cycle
 
 
+@pytest.mark.parametrize("latency, max_burst", [(1, 16), (12, 8), (30, 16)])
+def test_read_rate_at_the_documented_buffer_bound(latency, max_burst):
+    """``buffer_depth = L + max_burst + 3`` is enough for one word per cycle."""
+    rng = random.Random(latency)
+    mem = random_memory(rng)
+    dut = ReadDMA(max_burst=max_burst, buffer_depth=latency + max_burst + 3,
+                  max_outstanding=16)
+    dram = AvalonDRAM(mem, dut.bus_signature, rng, latency=(latency, latency),
+                      window=(0, MEM_SIZE))
+    bench = Bench(dut, dram, rng)
+    words = 300
+    bench.descriptors.append((0x40, words * 8))
+    first = {}
+
+    async def tb(ctx):
+        def check():
+            if bench.received and "word" not in first:
+                first["word"] = bench.cycle
+            return len(bench.received) == words
+        await bench.run_until(ctx, check)
+
+    simulate(dut, tb)
+    assert bench.received == words_of(mem, 0x40, words * 8, 8)
+    assert bench.cycle - first["word"] == words - 1
+
+
 def test_write_rate_is_one_word_per_cycle():
     rng = random.Random(2)
     mem = random_memory(rng)
@@ -499,7 +525,9 @@ def test_write_rate_is_one_word_per_cycle():
     simulate(dut, tb)
     starts = [c for _, _, _, c in dram.commands]
     beats = len(words)
-    # the first burst waits for its 16 words; then bursts follow back to back
+    # the first burst waits for its 16 words (the 16th is taken in cycle 15), then its
+    # beats start 2 cycles later; the bursts follow back to back
+    assert starts[0] == 15 + 2
     assert starts[1:] == [starts[0] + 16 * k for k in range(1, len(starts))]
     assert bench.done[0] == starts[0] + beats
     assert mem[0x1000:0x1000 + 8 * beats] == b"".join(w.to_bytes(8, "little") for w in words)
@@ -579,6 +607,25 @@ def test_window_edges_are_inclusive_base_exclusive_limit():
     assert bench.errors == [] and dram.violations == []
     assert bench.received == (words_of(mem, BASE, 8, 8) + words_of(mem, LIMIT - 8, 8, 8)
                               + words_of(mem, BASE, LIMIT - BASE, 8))
+
+
+def test_write_starts_command_latency_after_a_descriptor_with_queued_words():
+    rng = random.Random(6)
+    dut = WriteDMA(max_burst=8)
+    dram = AvalonDRAM(random_memory(rng), dut.bus_signature, rng, window=(0, MEM_SIZE))
+    bench = Bench(dut, dram, rng, words=[rng.getrandbits(64) for _ in range(8)])
+    state = {}
+
+    async def tb(ctx):
+        for _ in range(20):
+            await bench.cycle_once(ctx)
+        bench.descriptors.append((0x100, 64))
+        state["taken"] = bench.cycle
+        await bench.run_until(ctx, lambda: bench.done != [])
+
+    simulate(dut, tb)
+    assert dram.commands[0][3] == state["taken"] + COMMAND_LATENCY
+    assert bench.done == [state["taken"] + COMMAND_LATENCY + 8]
 
 
 def test_error_pulse_timing():

@@ -310,10 +310,12 @@ class ReadDMA(_DMA):
     ----------
     One word per cycle when the bus does not stall and ``o`` is ready, once the credit
     loop covers the memory's latency: words in flight are bounded by ``buffer_depth``,
-    and a credit comes back about ``read latency + 5`` cycles after its burst was issued
-    (command register, acceptance, the memory, 2 cycles of buffer, the credit register),
-    so ``buffer_depth >= read latency + 5 + max_burst`` sustains it. One bus command per
-    cycle at most.
+    and a credit comes back a few cycles more than the read latency after its burst was
+    issued (command register, the memory, 2 cycles of buffer, the credit register). With
+    ``L`` the cycles from the cycle a command is accepted to the cycle its first word is
+    returned, ``buffer_depth >= L + max_burst + 3`` sustains one word per cycle
+    (``tests/test_engine_dma.py`` checks it at that bound); the default ``4 * max_burst``
+    covers ``L`` up to ``3 * max_burst - 3``. One bus command per cycle at most.
     """
 
     def __init__(self, *, data_width=64, max_burst=16, addr_width=32, buffer_depth=None,
@@ -473,10 +475,11 @@ class WriteDMA(_DMA):
 
     Latency
     -------
-    The first beat of a burst is on the bus the cycle after the FIFO holds its last word
-    (at the earliest :data:`COMMAND_LATENCY` (4) cycles after the descriptor; a word
-    written into an empty FIFO counts 2 cycles later). An error pulse comes
-    :data:`ERROR_LATENCY` (3) cycles after the descriptor.
+    A descriptor's first beat is on the bus :data:`COMMAND_LATENCY` (4) cycles after the
+    descriptor is accepted if its first burst's words are queued, else 2 cycles after
+    the cycle in which the burst's last word is accepted on ``i``. ``done`` pulses in the
+    cycle after the last beat is accepted. An error pulse comes :data:`ERROR_LATENCY` (3)
+    cycles after the descriptor.
 
     Throughput
     ----------
