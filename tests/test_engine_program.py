@@ -1,6 +1,6 @@
 """The engine back end end to end: program, layout and packing proven bit-exact by the
 reference model (sim.engine_model) against the integer executor, every intermediate
-tensor read back from DRAM (docs/architecture.md section 11)."""
+tensor read back from DRAM (docs/architecture.md section 12)."""
 
 import copy
 

@@ -1,4 +1,4 @@
-"""The layer-sequential engine's back end (docs/architecture.md section 11).
+"""The layer-sequential engine's back end (docs/architecture.md section 12).
 
 One set of hardware units runs every layer; weights and feature maps live in DRAM and
 a program of fixed-size descriptors, written by the compiler into the same memory

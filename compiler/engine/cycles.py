@@ -1,6 +1,6 @@
 """The engine's cycle model: per descriptor, then per frame.
 
-For one descriptor (docs/architecture.md section 11):
+For one descriptor (docs/architecture.md section 12):
 
 - compute: a binary convolution job takes
   ``out_h*out_w * groups * ceil(C_out/groups/PE) * ceil(k*k*C_in/groups/SIMD)`` cycles

@@ -1,4 +1,4 @@
-"""Which graph nodes one engine descriptor executes (docs/architecture.md section 11).
+"""Which graph nodes one engine descriptor executes (docs/architecture.md section 12).
 
 A *job* is what one array (or the element-wise unit) does for one base: a core op,
 optionally a threshold applied as the core's input is read (the *prologue*), and the

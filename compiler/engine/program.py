@@ -2,7 +2,7 @@
 
 Both records are numpy structured dtypes (:data:`HEADER`, :data:`DESCRIPTOR`), so the
 host runtime, the reference model and the tests decode them with numpy alone, and the
-field tables of docs/architecture.md section 11 are these lists. Addresses are absolute
+field tables of docs/architecture.md section 12 are these lists. Addresses are absolute
 DRAM byte addresses (the image's base plus an offset); the engine refuses any that
 leaves the window the host configured.
 
@@ -27,7 +27,7 @@ DESCRIPTOR_MAGIC = 0x4E44  # "DN" little-endian: a descriptor that is not one st
 OPCODE_CODES = {"INPUT": 1, "CONV": 2, "MAXPOOL": 3, "PIXEL": 4, "MIXER": 5, "GATE": 6,
                 "SUBSAMPLE": 7, "REPEAT": 8, "HEAD": 9}
 
-#: the ``stages`` byte: which fused stages a descriptor applies (docs section 11)
+#: the ``stages`` byte: which fused stages a descriptor applies (docs section 12)
 STAGE_BITS = {"prologue_threshold": 1, "postop": 2, "add": 4, "relu": 8, "threshold": 16,
               "gated": 32, "mixer": 64, "maxpool": 128}
 
