@@ -200,3 +200,15 @@ def test_first_mismatch_names_the_corrupted_descriptor():
     m = first_mismatch(program, outputs, values)
     assert m is not None and m.index == conv and m.count > 0
     assert str(m).startswith(f"descriptor {conv} (CONV")
+
+
+def test_standalone_gate_bit_exact():
+    """A soft gate that fuse_gates did not merge into its mixer runs as a GATE
+    descriptor (the pass list without fuse_gates)."""
+    from groupnet_hw.compiler.frontend import lower
+    from groupnet_hw.compiler.passes import analyze_ranges, fold_relu, fold_thresholds
+    g = lower(zoo_model("digits", 3, seed=2))
+    for graph_pass in (fold_relu, analyze_ranges, fold_thresholds, analyze_ranges):
+        g = graph_pass(g)
+    program = assert_bit_exact(g, images_for(g, 2))
+    assert "GATE" in [grp.opcode for grp in program.groups]

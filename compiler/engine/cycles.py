@@ -156,14 +156,17 @@ def descriptor_cycles(d, header, config, dram, label=""):
                               or d["flags"] & FLAG_BITS["weight_stream"]) else d["n_tiles"]
         param_jobs = 1 if op in ("MIXER", "GATE") else jobs
         read += param_jobs * (w * weight_passes + d["param_bytes"] - w)
-    outputs = 0 if op == "INPUT" else (
-        jobs if op == "GATE" and jobs > 1 else
-        (jobs if op == "MIXER" and d["stages"] & STAGE_BITS["gated"] else 1)
-        if op in ("MIXER", "GATE") else jobs)
-    if op == "GATE":
+    # tensors written: one per job; a mixer's one (aggregate) or K (gated outputs); a
+    # stand-alone gate's K (its last entry is the aggregate it reads)
+    gated = d["stages"] & STAGE_BITS["gated"]
+    if op == "INPUT":
+        outputs = 0
+    elif op == "GATE":
         outputs = jobs - 1
-    if op == "CONV" and d["stages"] & STAGE_BITS["mixer"]:
-        outputs = jobs if d["stages"] & STAGE_BITS["gated"] else 1
+    elif op == "MIXER" or (op == "CONV" and d["stages"] & STAGE_BITS["mixer"]):
+        outputs = jobs if gated else 1
+    else:
+        outputs = jobs
     written = outputs * d["out_bytes"]
     total = read + written
     memory = 0 if op == "INPUT" else dram.latency + _ceil(total, dram.bytes_per_cycle)

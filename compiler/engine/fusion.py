@@ -80,7 +80,8 @@ class Job:
     def nodes(self):
         """The job's nodes in execution order."""
         head = [self.prologue] if self.prologue is not None else []
-        core = [self.core] if self.opcode != "PIXEL" or self.core not in self.epilogue else []
+        # a PIXEL job's core is its first epilogue stage
+        core = [] if self.opcode == "PIXEL" else [self.core]
         pool = [self.pool] if self.pool is not None else []
         return head + core + pool + list(self.epilogue)
 
@@ -261,7 +262,7 @@ def _ancestors(g):
     return anc, index
 
 
-def _group(g, jobs, input_shapes):
+def _group(g, jobs):
     anc, index = _ancestors(g)
     job_of = {n.name: i for i, j in enumerate(jobs) for n in j.nodes}
     group_of = {}
@@ -396,7 +397,7 @@ def fuse(g, arrays=None):
         Every node of ``g`` is in exactly one job of one group.
     """
     jobs = _jobs(g)
-    groups = _group(g, jobs, None)
+    groups = _group(g, jobs)
     if arrays:
         groups = _mix_on_chip(g, groups, arrays)
     seen = [n.name for grp in groups for n in grp.nodes]
