@@ -741,6 +741,42 @@ def test_soft_reset_mid_read_drains_the_bursts(seed):
     assert len(bench.done) == 1
 
 
+@pytest.mark.parametrize("dma", [ReadDMA, WriteDMA])
+def test_soft_reset_in_a_descriptors_last_burst(dma):
+    """The DMA has issued its descriptor's last burst and is idle to ``cmd``: the reset
+    still waits for the burst on the bus, and no ``done`` comes for it."""
+    rng = random.Random(11)
+    mem = random_memory(rng)
+    before = bytes(mem)
+    dut = dma(max_burst=8)
+    dram = AvalonDRAM(mem, dut.bus_signature, rng, latency=(12, 12), window=(0, MEM_SIZE))
+    bench = Bench(dut, dram, rng, words=[rng.getrandbits(64) for _ in range(8)])
+    bench.descriptors.append((0x2000, 64))
+    state = {}
+
+    async def tb(ctx):
+        if dma is ReadDMA:
+            await bench.run_until(ctx, lambda: len(dram.reads) > 0)   # accepted, data owed
+        else:
+            dram.p_wait = 0.5
+            await bench.run_until(ctx, lambda: dram.wburst is not None
+                                  and dram.wburst[1] < 6)
+        assert ctx.get(dut.cmd.ready)                               # idle to cmd
+        bench.reset_next = True
+        await bench.cycle_once(ctx)
+        await bench.run_until(ctx, lambda: not bench.busy)
+        state["idle"] = dram.idle()
+        for _ in range(20):
+            await bench.cycle_once(ctx)
+
+    simulate(dut, tb)
+    assert state["idle"] and dram.violations == []
+    assert bench.done == [] and bench.received == []
+    if dma is WriteDMA:
+        assert dram.quiet_beats
+        assert mem[dram.quiet_beats[0]:0x2040] == before[dram.quiet_beats[0]:0x2040]
+
+
 def test_soft_reset_while_a_read_command_waits():
     """A command held by waitrequest when the reset comes is still a command: it stays
     on the bus until accepted, and its words are received and dropped."""
