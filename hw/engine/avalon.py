@@ -102,9 +102,10 @@ class AvalonBurstSignature(wiring.Signature):
             raise ValueError(f"max_burst must be a power of two from 1 to "
                              f"{1 << (MAX_BURSTCOUNT_BITS - 1)}, not {max_burst!r}")
         bytes_per_word = data_width // 8
-        if not isinstance(addr_width, int) or not (bytes_per_word).bit_length() <= addr_width <= 64:
-            raise ValueError(f"addr_width must be an integer from "
-                             f"{bytes_per_word.bit_length()} to 64, not {addr_width!r}")
+        min_addr = bytes_per_word.bit_length()      # room for one word-aligned address
+        if not isinstance(addr_width, int) or not min_addr <= addr_width <= 64:
+            raise ValueError(f"addr_width must be an integer from {min_addr} to 64, not "
+                             f"{addr_width!r}")
         if not (read or write):
             raise ValueError("a port reads, writes or both")
         self.data_width = data_width

@@ -101,6 +101,20 @@ def descriptor_layout(addr_width=32):
                               "length": unsigned(addr_width)})
 
 
+class _Buffer(SyncFIFOBuffered):
+    """:class:`~amaranth.lib.fifo.SyncFIFOBuffered` whose memory is marked
+    ``no_rw_check``: it reads a word only while it holds one and writes one only while
+    it has room, so a read never meets a write of the same word, and Yosys need not put a
+    collision multiplexer behind the block RAM (as ``hw.fifo.StreamFIFO`` does; this one
+    is used directly because the DMAs need its ``level``)."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        if self.depth >= 2:
+            m.submodules.storage.attrs["no_rw_check"] = 1
+        return m
+
+
 class _DMA(wiring.Component):
     """What the two DMAs share: parameters, descriptor intake and window check, burst
     sizing. Subclasses add the bus side."""
@@ -335,7 +349,7 @@ class ReadDMA(_DMA):
         # the receive buffer; emptied by the soft reset (words already asked for are
         # discarded as they arrive, below)
         fifo = m.submodules.buffer = ResetInserter(self.soft_reset)(
-            SyncFIFOBuffered(width=self.data_width, depth=self.buffer_depth))
+            _Buffer(width=self.data_width, depth=self.buffer_depth))
         # the bursts in flight: their lengths and whether each ends a descriptor, so that
         # the receiver knows where a burst and a descriptor end
         bw = self.bus_signature.burstcount_width
@@ -499,7 +513,7 @@ class WriteDMA(_DMA):
         bus = self.bus
 
         fifo = m.submodules.buffer = ResetInserter(self.soft_reset)(
-            SyncFIFOBuffered(width=self.data_width, depth=self.buffer_depth))
+            _Buffer(width=self.data_width, depth=self.buffer_depth))
         m.d.comb += [
             fifo.w_data.eq(self.i.payload),
             fifo.w_en.eq(self.i.valid),
