@@ -7,7 +7,8 @@ this compiles the engine program for the DE10-Nano's default engine
 predicted cycles, what bounds them, lane utilisation and DRAM bytes, then per frame the
 cycles, frames/s at the engine's clock, DRAM bytes and their share of the sustained
 bandwidth, under the default DRAM model and at higher bandwidths (sensitivity), with
-the compile time and peak memory.
+the compile time and peak memory, and a what-if: the frame rate if the 32-bit
+fixed-point maps (ranges of the random eval state) were 16-bit (a trained network's).
 
     python benchmarks/engine.py                       # writes benchmarks/results/engine.json
     python benchmarks/engine.py --arch resnet18 -o /tmp/e.json
@@ -24,7 +25,8 @@ from pathlib import Path
 import torch
 
 from groupnet_hw.compiler.engine.config import DramModel
-from groupnet_hw.compiler.engine.cycles import predict
+from groupnet_hw.compiler.engine.cycles import descriptor_cycles, predict
+from groupnet_hw.compiler.engine.formats import TensorFormat
 from groupnet_hw.compiler.engine.layout import compile_engine
 from groupnet_hw.compiler.engine.sizing import size_engine
 from groupnet_hw.compiler.passes import compile_model
@@ -34,6 +36,20 @@ from groupnet_hw.models.zoo import arch_config
 RESULTS = Path(__file__).resolve().parent / "results" / "engine.json"
 #: sustained GB/s of the sensitivity rows (1.0: the default model; 3.2: DDR3-800 x32 peak)
 BANDWIDTHS = (1.0, 1.6, 2.0, 3.2)
+
+
+def _narrowed(d, port):
+    """A what-if copy of a descriptor whose 32-bit fixed-point tensors were 16-bit (the
+    trained networks' 14-bit maps): pitches and sizes halve, tiling unchanged."""
+    d = dict(d)
+    for side, h, w, c in (("in", "in_h", "in_w", "in_c"), ("side", "out_h", "out_w", "side_c"),
+                          ("out", "out_h", "out_w", "out_c")):
+        if d[f"{side}_fmt"] == 2 and d[f"{side}_elem"] == 32 and d[c]:
+            f = TensorFormat("fixed", 16, d[c], d[h], d[w], port)
+            d[f"{side}_pitch"] = f.row_bytes
+            if side != "side":
+                d[f"{side}_bytes"] = f.nbytes
+    return d
 
 
 def _peak_rss_mb():
@@ -64,6 +80,8 @@ def run(arch, bases=5, seed=0, board="de10nano"):
         f = predict(program, DramModel.at_clock(clock, gbytes_per_s=gbs))
         sensitivity[f"{gbs:.1f}"] = dict(cycles=f.cycles, fps=f.fps,
                                          memory_bound=sum(d.bound == "memory" for d in f.descriptors))
+    narrow = sum(descriptor_cycles(_narrowed(d, sized.config.port_bytes), program.header,
+                                   sized.config, dram).cycles for d in program.descriptors)
     return dict(
         arch=arch, bases=bases, seed=seed, image_size=224, board=board,
         engine=dict(sized.config.__dict__), resources=dict(estimate=sized.estimate,
@@ -81,6 +99,7 @@ def run(arch, bases=5, seed=0, board="de10nano"):
         memory_bound=sum(d.bound == "memory" for d in frame.descriptors),
         compute_only_cycles=sum(d.compute for d in frame.descriptors),
         sensitivity_gbytes_per_s=sensitivity,
+        what_if_16bit_maps=dict(cycles=narrow, fps=clock * 1e6 / narrow),
         compile_seconds=dict(graph=t1 - t0, engine=t2 - t1), peak_rss_mb=_peak_rss_mb(),
         layers=layers)
 
@@ -104,6 +123,8 @@ def table(r):
                  f"{r['lane_utilisation']:.0%}; {r['memory_bound']} of {r['descriptors']} "
                  f"descriptors memory-bound; compute alone {r['compute_only_cycles']:,} cycles")
     lines.append(f"frames/s by sustained bandwidth: {sens}")
+    lines.append(f"what if the 32-bit maps were 16-bit (trained ranges): "
+                 f"{r['what_if_16bit_maps']['fps']:.1f} frames/s at the default DRAM model")
     lines.append(f"compile: graph {r['compile_seconds']['graph']:.1f} s, engine "
                  f"{r['compile_seconds']['engine']:.1f} s, peak RSS {r['peak_rss_mb']:.0f} MB; "
                  f"image {r['image_bytes'] / 1e6:.1f} MB (parameters {r['param_bytes'] / 1e6:.1f} MB, "

@@ -212,13 +212,11 @@ def _run_tiled(d, header, mem, entries, in_f, side_f, out_f):
     multi = _OPCODES[d["opcode"]] in ("MIXER", "GATE")
     jobs = [entries] if multi else [[e] for e in entries]
     rpt = d["rows_per_tile"]
-    # weight streaming changes the order of the work (channel chunks over the whole
-    # resident input), not its values: one row tile of all rows
-    streamed = d["flags"] & FLAG_BITS["weight_stream"]
-    if streamed and (rpt != d["out_h"] or d["chunk_c"] < 1
-                     or d["n_tiles"] != -(-d["out_c"] // d["chunk_c"])):
-        raise ProgramError(f"descriptor {d['index']}: weight-streaming tiling inconsistent")
-    if not streamed and (rpt < 1 or d["n_tiles"] != -(-d["out_h"] // rpt)):
+    # weight streaming adds an outer loop over chunks of output channels; it changes
+    # the order of the work, not its values, so the model runs the row tiles alone
+    if d["flags"] & FLAG_BITS["weight_stream"] and not 1 <= d["chunk_c"] <= d["out_c"]:
+        raise ProgramError(f"descriptor {d['index']}: weight chunks of {d['chunk_c']} channels")
+    if rpt < 1 or d["n_tiles"] != -(-d["out_h"] // rpt):
         raise ProgramError(f"descriptor {d['index']}: {d['n_tiles']} tiles of {rpt} rows "
                            f"do not cover {d['out_h']} rows")
     # the jobs' parameters, decoded once (the arrays hold them for the whole descriptor)
@@ -234,7 +232,7 @@ def _run_tiled(d, header, mem, entries, in_f, side_f, out_f):
                  padding=0) if d["stages"] & STAGE_BITS["maxpool"] else None
     if pool is not None and (d["pool_kernel"] < 1 or d["pool_stride"] < 1):
         raise ProgramError(f"descriptor {d['index']}: maxpool stage without a window")
-    for t in range(1 if streamed else d["n_tiles"]):
+    for t in range(d["n_tiles"]):
         r0, r1 = t * rpt, min(d["out_h"], (t + 1) * rpt)
         c0, c1 = r0, r1                            # rows of the core's result
         if pool is not None:

@@ -17,7 +17,8 @@ For one descriptor (docs/architecture.md section 12):
   fit half the weight buffer, else once per tile; other parameters once per job; side
   inputs; the descriptor and its job table) and written (outputs), at
   ``DramModel.bytes_per_cycle``, plus one read latency. A weight-streaming descriptor
-  (input resident, weights in chunks of output channels) reads both once.
+  reads its weights once and its input once per weight chunk, or once if it is
+  resident (:mod:`.tiling`).
 - the descriptor takes ``fetch + max(compute, memory) + fill_drain`` cycles: transfers
   overlap compute through the double-buffered tiles; ``fetch`` is the descriptor and
   job-table read (latency + beats), ``fill_drain`` the first tile's wait for data
@@ -33,6 +34,7 @@ from dataclasses import asdict, dataclass
 
 from .config import DramModel
 from .program import DESCRIPTOR, FLAG_BITS, JOB, OPCODE_CODES, STAGE_BITS
+from .tiling import input_resident, n_chunks
 
 __all__ = ["DescriptorCycles", "FrameCycles", "descriptor_cycles", "predict"]
 
@@ -108,8 +110,7 @@ def _tile_input_rows(d):
     strided 1x1 convolution skips rows), inside the tensor (padding is not read)."""
     k, s, dil, pad, r = d["kernel"], d["stride"], d["dilation"], d["padding"], d["rows_per_tile"]
     rows = 0
-    tiles = 1 if d["flags"] & FLAG_BITS["weight_stream"] else d["n_tiles"]
-    for t in range(tiles):
+    for t in range(d["n_tiles"]):
         r0, r1 = _core_rows(d, t * r, min(d["out_h"], (t + 1) * r))
         used = {y * s - pad + i * dil for y in range(r0, r1) for i in range(k)}
         rows += sum(1 for y in used if 0 <= y < d["in_h"])
@@ -148,7 +149,9 @@ def descriptor_cycles(d, header, config, dram, label=""):
         else:
             in_bytes = _tile_input_rows(d) * d["in_pitch"]
         shared = d["flags"] & FLAG_BITS["shared_input"] and op not in ("MIXER", "GATE")
-        read += in_bytes * (rounds if shared else jobs)
+        # a streamed descriptor reads its input once per weight chunk unless resident
+        in_passes = 1 if input_resident(d, config) else n_chunks(d)
+        read += in_bytes * (rounds if shared else jobs) * in_passes
         if d["stages"] & STAGE_BITS["add"]:
             read += d["out_h"] * d["side_pitch"] * (1 if op in ("MIXER", "GATE") else jobs)
         w = d["weight_tile_bytes"]

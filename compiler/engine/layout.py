@@ -29,6 +29,7 @@ from .formats import TensorFormat, container_bits, round_up
 from .fusion import Group, fuse, main_ref, side_ref
 from .params import (binary_weight_bytes, int_bytes, pack_binary_weights, pack_bitvec,
                      pack_consts, pack_int_weights, sections)
+from .tiling import choose_tiling, tile_rows
 from .program import (DESCRIPTOR, DESCRIPTOR_MAGIC, FLAG_BITS, HEADER, JOB, MAGIC,
                       OPCODE_CODES, STAGE_BITS, VERSION, decode, encode)
 
@@ -184,61 +185,6 @@ def check_no_overlap(sizes, lifetimes, offsets):
                                      f"(lifetimes {lifetimes[a]}, {lifetimes[b]})")
 
 
-def conv_rows(d, rows):
-    """Rows of the core's result that ``rows`` output rows need (a pooling stage needs
-    its window's rows)."""
-    if d["stages"] & STAGE_BITS["maxpool"]:
-        return min((rows - 1) * d["pool_stride"] + d["pool_kernel"], d["mid_h"])
-    return rows
-
-
-def tile_rows(d, config):
-    """Output rows per tile of a descriptor: as many as the halves of the input and
-    output buffers hold (the window's halo rows included).
-
-    Raises
-    ------
-    ValueError
-        Not even one output row fits: the engine is too small for this layer.
-    """
-    k, s, dil = d["kernel"], d["stride"], d["dilation"]
-    if d["opcode"] == OPCODE_CODES["HEAD"]:
-        return 1        # global pooling streams its input through accumulators
-    # the tensors of one round share the buffers: a mixer's K inputs, the distinct
-    # inputs of the jobs on the arrays (one when they read the same tensor)
-    round_jobs = min(d["jobs"], config.arrays)
-    if d["opcode"] in (OPCODE_CODES["MIXER"], OPCODE_CODES["GATE"]):
-        ins, outs, sides = d["jobs"], d["jobs"] if d["stages"] & STAGE_BITS["gated"] else 1, 1
-    else:
-        ins = 1 if d["flags"] & FLAG_BITS["shared_input"] else round_jobs
-        outs = sides = round_jobs
-
-    # a prologue threshold is applied as rows arrive: the buffer holds its narrow levels
-    in_row = d["in_pitch"]
-    if d["stages"] & STAGE_BITS["prologue_threshold"]:
-        in_row = round_up(d["in_w"] * -(-d["in_c"] * max(1, d["act_bits"]) // 8), config.port_bytes)
-
-    def fits(r):
-        in_rows = min((conv_rows(d, r) - 1) * s + dil * (k - 1) + 1, d["in_h"] + 2 * d["padding"])
-        need_in = in_rows * in_row * ins + r * d["side_pitch"] * sides
-        return need_in <= config.input_buffer // 2 and r * d["out_pitch"] * outs <= config.output_buffer // 2
-    if not fits(1):
-        in_rows = min((conv_rows(d, 1) - 1) * s + dil * (k - 1) + 1, d["in_h"] + 2 * d["padding"])
-        raise ValueError(
-            f"descriptor {d['index']}: one output row needs {in_rows * in_row * ins + d['side_pitch'] * sides} "
-            f"input and {d['out_pitch'] * outs} output bytes, more than half the engine's "
-            f"tile buffers (input {config.input_buffer}, output {config.output_buffer} bytes, "
-            "double buffered)")
-    lo, hi = 1, d["out_h"]
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
 def _stage_flags(job, mixer=None):
     st = 0
     if mixer is not None:
@@ -374,43 +320,6 @@ def _descriptor(grp, index, g, fmts, config):
                                                     for j in grp.jobs}) == 1:
         d["flags"] |= FLAG_BITS["shared_input"]
     return d
-
-
-def choose_tiling(d, config):
-    """Set a descriptor's tiling fields (``rows_per_tile``, ``n_tiles``, ``chunk_c``
-    and the weight-streaming flag).
-
-    Row tiles are the default: weights are read once if they fit half an array's
-    weight buffer, else once per tile. When they do not fit but the whole input does
-    (the deep layers: small maps, large weights), the descriptor streams its weights
-    once instead, in chunks of output channels, the input resident on chip.
-    """
-    d["rows_per_tile"] = tile_rows(d, config)
-    d["n_tiles"] = -(-d["out_h"] // d["rows_per_tile"])
-    half_w = config.weight_buffer // 2
-    if (d["opcode"] != OPCODE_CODES["CONV"] or d["flags"] & FLAG_BITS["int_weights"]
-            or d["stages"] & STAGE_BITS["maxpool"]
-            or d["weight_tile_bytes"] <= half_w or d["rows_per_tile"] == d["out_h"]):
-        return
-    n = d["kernel"] ** 2 * (d["in_c"] // d["groups"]) * max(1, d["act_bits"])
-    # chunks of whole PE folds whose weights fit half the buffer; at least one fold,
-    # whose SIMD words then stream through with every pixel's partial sums on chip
-    per_chunk = max(config.pe, (half_w * 8 // n) // config.pe * config.pe)
-    if d["groups"] != 1:
-        return
-    round_jobs = min(d["jobs"], config.arrays)
-    ins = 1 if d["flags"] & FLAG_BITS["shared_input"] else round_jobs
-    in_row = d["in_pitch"]
-    if d["stages"] & STAGE_BITS["prologue_threshold"]:
-        in_row = round_up(d["in_w"] * -(-d["in_c"] * max(1, d["act_bits"]) // 8), config.port_bytes)
-    # the output buffer holds a chunk's outputs or its 32-bit partial sums
-    chunk_out = d["out_h"] * d["out_w"] * min(per_chunk, d["out_c"]) * max(4, d["out_elem"] // 8)
-    if (d["in_h"] * in_row * ins <= config.input_buffer // 2
-            and chunk_out * round_jobs <= config.output_buffer // 2):
-        d["flags"] |= FLAG_BITS["weight_stream"]
-        d["rows_per_tile"] = d["out_h"]
-        d["chunk_c"] = min(per_chunk, d["out_c"])
-        d["n_tiles"] = -(-d["out_c"] // d["chunk_c"])
 
 
 def compile_engine(g, config=None, base=DEFAULT_BASE):

@@ -1,0 +1,143 @@
+"""How a descriptor's work is cut to fit the on-chip buffers (docs/architecture.md
+section 12).
+
+Row tiles: a descriptor's output rows go in tiles of ``rows_per_tile``, as many as the
+halves of the (shared) input and output buffers hold, the window's halo rows included
+(a fused pooling counts its window's convolution rows). The jobs of one round share
+the buffers.
+
+Weights: read once per job when they fit half an array's weight buffer. When they do
+not, the descriptor either re-reads them once per row tile, or *streams* them
+(``weight_stream``): an outer loop over chunks of ``chunk_c`` output channels (whole PE
+folds whose weights fit half the buffer), the row tiles inside, each weight read once;
+the input is then read once if the whole of it fits half the input buffer (resident),
+else once per chunk. The compiler takes whichever moves fewer bytes; the values are the
+same either way, so the reference model runs the row tiles alone.
+"""
+
+from __future__ import annotations
+
+from .formats import round_up
+from .program import FLAG_BITS, OPCODE_CODES, STAGE_BITS
+
+__all__ = ["conv_rows", "tile_rows", "choose_tiling", "buffered_in_row", "input_resident",
+           "n_chunks", "round_tensors"]
+
+
+def conv_rows(d, rows):
+    """Rows of the core's result that ``rows`` output rows need (a pooling stage needs
+    its window's rows)."""
+    if d["stages"] & STAGE_BITS["maxpool"]:
+        return min((rows - 1) * d["pool_stride"] + d["pool_kernel"], d["mid_h"])
+    return rows
+
+
+def buffered_in_row(d, port_bytes):
+    """Bytes of one input row in the input buffer: a prologue threshold is applied as
+    rows arrive, so the buffer holds its narrow levels."""
+    if d["stages"] & STAGE_BITS["prologue_threshold"]:
+        return round_up(d["in_w"] * -(-d["in_c"] * max(1, d["act_bits"]) // 8), port_bytes)
+    return d["in_pitch"]
+
+
+def round_tensors(d, arrays):
+    """``(inputs, outputs, sides)``: tensors of one round that share the buffers."""
+    round_jobs = min(d["jobs"], arrays)
+    if d["opcode"] in (OPCODE_CODES["MIXER"], OPCODE_CODES["GATE"]):
+        return d["jobs"], d["jobs"] if d["stages"] & STAGE_BITS["gated"] else 1, 1
+    ins = 1 if d["flags"] & FLAG_BITS["shared_input"] else round_jobs
+    return ins, round_jobs, round_jobs
+
+
+def input_resident(d, config):
+    """The whole input of a round fits half the input buffer."""
+    ins = round_tensors(d, config.arrays)[0]
+    return d["in_h"] * buffered_in_row(d, config.port_bytes) * ins <= config.input_buffer // 2
+
+
+def n_chunks(d):
+    """Weight chunks of a weight-streaming descriptor (1 otherwise)."""
+    return -(-d["out_c"] // d["chunk_c"]) if d["flags"] & FLAG_BITS["weight_stream"] else 1
+
+
+def tile_rows(d, config, out_fraction=1.0):
+    """Output rows per tile: as many as the buffer halves hold.
+
+    Parameters
+    ----------
+    out_fraction : float
+        The share of an output row a tile holds (a weight chunk's channels).
+
+    Raises
+    ------
+    ValueError
+        Not even one output row fits: the engine is too small for this layer.
+    """
+    k, s, dil = d["kernel"], d["stride"], d["dilation"]
+    if d["opcode"] == OPCODE_CODES["HEAD"]:
+        return 1        # global pooling streams its input through accumulators
+    ins, outs, sides = round_tensors(d, config.arrays)
+    in_row = buffered_in_row(d, config.port_bytes)
+    out_row = -(-int(d["out_pitch"] * out_fraction) // 1)
+    side_row = -(-int(d["side_pitch"] * out_fraction) // 1)
+
+    def needs(r):
+        in_rows = min((conv_rows(d, r) - 1) * s + dil * (k - 1) + 1, d["in_h"] + 2 * d["padding"])
+        return in_rows * in_row * ins + r * side_row * sides, r * out_row * outs
+
+    def fits(r):
+        need_in, need_out = needs(r)
+        return need_in <= config.input_buffer // 2 and need_out <= config.output_buffer // 2
+    if not fits(1):
+        need_in, need_out = needs(1)
+        raise ValueError(
+            f"descriptor {d['index']}: one output row needs {need_in} input and {need_out} "
+            f"output bytes, more than half the engine's tile buffers (input "
+            f"{config.input_buffer}, output {config.output_buffer} bytes, double buffered)")
+    lo, hi = 1, d["out_h"]
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _tile_in_rows(d, rows_per_tile):
+    """Input rows the row tiles read in all (halo rows again)."""
+    k, s, dil, pad = d["kernel"], d["stride"], d["dilation"], d["padding"]
+    total = 0
+    for t in range(-(-d["out_h"] // rows_per_tile)):
+        r0, r1 = t * rows_per_tile, min(d["out_h"], (t + 1) * rows_per_tile)
+        total += min(d["in_h"], (conv_rows(d, r1) - 1) * s - pad + dil * (k - 1) + 1) \
+            - max(0, r0 * s - pad)
+    return total
+
+
+def choose_tiling(d, config):
+    """Set a descriptor's ``rows_per_tile``, ``n_tiles``, ``chunk_c`` and the
+    weight-streaming flag (module docstring)."""
+    d["rows_per_tile"] = tile_rows(d, config)
+    d["n_tiles"] = -(-d["out_h"] // d["rows_per_tile"])
+    half_w = config.weight_buffer // 2
+    w = d["weight_tile_bytes"]
+    if (d["opcode"] != OPCODE_CODES["CONV"] or d["flags"] & FLAG_BITS["int_weights"]
+            or d["stages"] & STAGE_BITS["maxpool"] or d["groups"] != 1
+            or w <= half_w or d["n_tiles"] == 1):
+        return
+    n = d["kernel"] ** 2 * d["in_c"] * max(1, d["act_bits"])
+    chunk = min(d["out_c"], max(config.pe, (half_w * 8 // n) // config.pe * config.pe))
+    chunks = -(-d["out_c"] // chunk)
+    try:
+        rows = tile_rows(d, config, chunk / d["out_c"])
+    except ValueError:
+        return
+    in_row_bytes = d["in_pitch"] * round_tensors(d, config.arrays)[0]
+    rowwise = w * d["n_tiles"] + _tile_in_rows(d, d["rows_per_tile"]) * in_row_bytes
+    streamed_d = dict(d, flags=d["flags"] | FLAG_BITS["weight_stream"], chunk_c=chunk)
+    in_passes = 1 if input_resident(streamed_d, config) else chunks
+    streamed = w + _tile_in_rows(d, rows) * in_row_bytes * in_passes
+    if streamed < rowwise:
+        d.update(flags=streamed_d["flags"], chunk_c=chunk, rows_per_tile=rows,
+                 n_tiles=-(-d["out_h"] // rows))
