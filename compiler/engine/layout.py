@@ -383,7 +383,11 @@ def compile_engine(g, config=None, base=DEFAULT_BASE):
         at += sum(b.size for b in bl)
     param_bytes = at
     in_addr = param_addr + round_up(param_bytes, REGION_ALIGN)
-    in_ref, out_ref = outputs[0][0], outputs[-1][0]
+    # the frames' places by the graph's ends, not by program position (a descriptor
+    # whose result nobody reads may follow the head)
+    in_ref, out_ref = g.input, g.output
+    if out_ref not in fmts or in_ref not in fmts or g[out_ref].op != "head":
+        raise ValueError("the engine needs a graph from its input to a classifier head")
     in_fmt, out_fmt = fmts[in_ref], fmts[out_ref]
     out_addr = in_addr + round_up(in_fmt.nbytes, REGION_ALIGN)
     arena_addr = out_addr + round_up(out_fmt.nbytes, REGION_ALIGN)
