@@ -16,6 +16,7 @@ from groupnet_hw.compiler.engine.params import (pack_binary_weights, pack_bitvec
                                                 unpack_bitvec, unpack_consts, unpack_int_weights)
 from groupnet_hw.compiler.engine.program import DESCRIPTOR, OPCODE_CODES, decode, encode
 from groupnet_hw.compiler.engine.sizing import size_engine
+from groupnet_hw.compiler.engine.tiling import input_rows_read
 from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.models.groupnet import GroupNet, randomize_eval_state
 from groupnet_hw.models.zoo import arch_config
@@ -196,10 +197,23 @@ def test_cycle_model_is_monotonic():
     # more bases than arrays: rounds
     assert descriptor_cycles(dict(d, jobs=10), {}, EngineConfig(), DramModel(48, 10.0)).compute \
         == 2 * base.compute
-    # more tiles re-read the halo rows
+    # more tiles read no row twice (the ring keeps the halo) but drain a smaller tile
     tiled = descriptor_cycles(dict(d, rows_per_tile=4, n_tiles=8), {}, EngineConfig(),
                               DramModel(48, 10.0))
-    assert tiled.bytes_read > base.bytes_read
+    assert tiled.bytes_read == base.bytes_read and tiled.overhead < base.overhead
+
+
+def test_input_rows_read_once_and_strided_rows_skipped():
+    d = _conv(in_h=8, out_h=8, rows_per_tile=3, n_tiles=3)
+    assert input_rows_read(d) == 8
+    # a stride-2 1x1 window reads the even rows only
+    assert input_rows_read(_conv(kernel=1, stride=2, padding=0, in_h=8, out_h=4,
+                                 rows_per_tile=1, n_tiles=4)) == 4
+    # a fused 3x3 stride-2 pooling over a stride-2 convolution's rows
+    pooled = _conv(kernel=3, stride=2, padding=1, in_h=16, out_h=4, stages=128, mid_h=8,
+                   mid_w=8, pool_kernel=3, pool_stride=2, pool_padding=1, rows_per_tile=1,
+                   n_tiles=4)
+    assert input_rows_read(pooled) == 16
 
 
 def test_predict_whole_program():

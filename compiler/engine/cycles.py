@@ -12,7 +12,8 @@ For one descriptor (docs/architecture.md section 12):
   the head pools ``ceil(C/lanes)`` per input pixel and multiplies
   ``classes*ceil(C/lanes)``. A convolution that pools on chip computes the rows its
   pooling tiles need (rows shared by two tiles twice); the pooling keeps pace.
-- memory: DRAM bytes read (input rows of every tile, halo rows read again; an input
+- memory: DRAM bytes read (the input rows the tiles use, each once: the input buffer
+  is a ring that keeps a tile's halo rows for the next, :mod:`.tiling`; an input
   shared by the jobs of a round is read once per round; weights once per job if they
   fit half the weight buffer, else once per tile; other parameters once per job; side
   inputs; the descriptor and its job table) and written (outputs), at
@@ -34,7 +35,7 @@ from dataclasses import asdict, dataclass
 
 from .config import DramModel
 from .program import DESCRIPTOR, FLAG_BITS, JOB, OPCODE_CODES, STAGE_BITS
-from .tiling import input_resident, n_chunks
+from .tiling import core_row_range, input_resident, input_rows_read, n_chunks
 
 __all__ = ["DescriptorCycles", "FrameCycles", "descriptor_cycles", "predict"]
 
@@ -84,15 +85,6 @@ class FrameCycles:
         return self.clock_mhz * 1e6 / self.cycles
 
 
-def _core_rows(d, r0, r1):
-    """Rows of the core's result that output rows [r0, r1) need (a fused max pooling
-    needs its window's rows)."""
-    if not d["stages"] & STAGE_BITS["maxpool"]:
-        return r0, r1
-    st, pk, pp = d["pool_stride"], d["pool_kernel"], d["pool_padding"]
-    return max(0, r0 * st - pp), min(d["mid_h"], (r1 - 1) * st - pp + pk)
-
-
 def _core_pixels(d):
     """Pixels the core computes per job, rows shared by two pool tiles twice."""
     if not d["stages"] & STAGE_BITS["maxpool"]:
@@ -100,21 +92,9 @@ def _core_pixels(d):
     r = d["rows_per_tile"]
     rows = 0
     for t in range(d["n_tiles"]):
-        c0, c1 = _core_rows(d, t * r, min(d["out_h"], (t + 1) * r))
+        c0, c1 = core_row_range(d, t * r, min(d["out_h"], (t + 1) * r))
         rows += c1 - c0
     return rows * d["mid_w"]
-
-
-def _tile_input_rows(d):
-    """Input rows read, tile after tile: the rows some window of the tile uses (a
-    strided 1x1 convolution skips rows), inside the tensor (padding is not read)."""
-    k, s, dil, pad, r = d["kernel"], d["stride"], d["dilation"], d["padding"], d["rows_per_tile"]
-    rows = 0
-    for t in range(d["n_tiles"]):
-        r0, r1 = _core_rows(d, t * r, min(d["out_h"], (t + 1) * r))
-        used = {y * s - pad + i * dil for y in range(r0, r1) for i in range(k)}
-        rows += sum(1 for y in used if 0 <= y < d["in_h"])
-    return rows
 
 
 def descriptor_cycles(d, header, config, dram, label=""):
@@ -147,7 +127,7 @@ def descriptor_cycles(d, header, config, dram, label=""):
         if op == "HEAD":
             in_bytes = d["in_bytes"]
         else:
-            in_bytes = _tile_input_rows(d) * d["in_pitch"]
+            in_bytes = input_rows_read(d) * d["in_pitch"]
         shared = d["flags"] & FLAG_BITS["shared_input"] and op not in ("MIXER", "GATE")
         # a streamed descriptor reads its input once per weight chunk unless resident
         in_passes = 1 if input_resident(d, config) else n_chunks(d)

@@ -4,7 +4,8 @@ section 12).
 Row tiles: a descriptor's output rows go in tiles of ``rows_per_tile``, as many as the
 halves of the (shared) input and output buffers hold, the window's halo rows included
 (a fused pooling counts its window's convolution rows). The jobs of one round share
-the buffers.
+the buffers. The input buffer is a ring of rows: the halo rows a tile shares with the
+one before are kept, so every input row is read once per pass.
 
 Weights: read once per job when they fit half an array's weight buffer. When they do
 not, the descriptor either re-reads them once per row tile, or *streams* them
@@ -20,8 +21,8 @@ from __future__ import annotations
 from .formats import round_up
 from .program import FLAG_BITS, OPCODE_CODES, STAGE_BITS
 
-__all__ = ["conv_rows", "tile_rows", "choose_tiling", "buffered_in_row", "input_resident",
-           "n_chunks", "round_tensors"]
+__all__ = ["conv_rows", "core_row_range", "input_rows_read", "tile_rows", "choose_tiling",
+           "buffered_in_row", "input_resident", "n_chunks", "round_tensors"]
 
 
 def conv_rows(d, rows):
@@ -104,14 +105,31 @@ def tile_rows(d, config, out_fraction=1.0):
     return lo
 
 
-def _tile_in_rows(d, rows_per_tile):
-    """Input rows the row tiles read in all (halo rows again)."""
+def core_row_range(d, r0, r1):
+    """Rows of the core's result that output rows [r0, r1) need (a fused max pooling
+    needs its window's rows)."""
+    if not d["stages"] & STAGE_BITS["maxpool"]:
+        return r0, r1
+    st, pk, pp = d["pool_stride"], d["pool_kernel"], d["pool_padding"]
+    return max(0, r0 * st - pp), min(d["mid_h"], (r1 - 1) * st - pp + pk)
+
+
+def input_rows_read(d, rows_per_tile=None):
+    """Input rows read from DRAM for one pass over the row tiles.
+
+    A tile needs the rows some window of it uses (a strided 1x1 convolution skips
+    rows; padding is not read). The input buffer is a ring of rows, so the rows a tile
+    shares with the tile before it (the halo) are still there and not read again.
+    """
     k, s, dil, pad = d["kernel"], d["stride"], d["dilation"], d["padding"]
-    total = 0
-    for t in range(-(-d["out_h"] // rows_per_tile)):
-        r0, r1 = t * rows_per_tile, min(d["out_h"], (t + 1) * rows_per_tile)
-        total += min(d["in_h"], (conv_rows(d, r1) - 1) * s - pad + dil * (k - 1) + 1) \
-            - max(0, r0 * s - pad)
+    r = rows_per_tile or d["rows_per_tile"]
+    total, before = 0, set()
+    for t in range(-(-d["out_h"] // r)):
+        c0, c1 = core_row_range(d, t * r, min(d["out_h"], (t + 1) * r))
+        used = {y * s - pad + i * dil for y in range(c0, c1) for i in range(k)}
+        used = {y for y in used if 0 <= y < d["in_h"]}
+        total += len(used - before)
+        before = used
     return total
 
 
@@ -134,10 +152,10 @@ def choose_tiling(d, config):
     except ValueError:
         return
     in_row_bytes = d["in_pitch"] * round_tensors(d, config.arrays)[0]
-    rowwise = w * d["n_tiles"] + _tile_in_rows(d, d["rows_per_tile"]) * in_row_bytes
+    rowwise = w * d["n_tiles"] + input_rows_read(d) * in_row_bytes
     streamed_d = dict(d, flags=d["flags"] | FLAG_BITS["weight_stream"], chunk_c=chunk)
     in_passes = 1 if input_resident(streamed_d, config) else chunks
-    streamed = w + _tile_in_rows(d, rows) * in_row_bytes * in_passes
+    streamed = w + input_rows_read(d, rows) * in_row_bytes * in_passes
     if streamed < rowwise:
         d.update(flags=streamed_d["flags"], chunk_c=chunk, rows_per_tile=rows,
                  n_tiles=-(-d["out_h"] // rows))
