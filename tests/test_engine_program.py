@@ -7,14 +7,14 @@ import copy
 import pytest
 import torch
 
-from conftest import random_images, random_model
+from conftest import random_model
 from groupnet_hw.compiler.engine.config import EngineConfig
 from groupnet_hw.compiler.engine.fusion import fuse
 from groupnet_hw.compiler.engine.layout import compile_engine
 from groupnet_hw.compiler.engine.program import (DESCRIPTOR, HEADER, JOB, ProgramError, decode,
                                                  encode, field_table)
 from groupnet_hw.compiler.execute import execute
-from groupnet_hw.compiler.graph import Graph, Node
+from groupnet_hw.compiler.graph import Graph
 from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.models.groupnet import VARIANTS, GroupNet, randomize_eval_state
 from groupnet_hw.models.zoo import arch_config

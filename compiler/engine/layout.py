@@ -26,12 +26,12 @@ import numpy as np
 
 from .config import EngineConfig
 from .formats import TensorFormat, container_bits, round_up
-from .fusion import Group, fuse, main_ref, side_ref
-from .params import (binary_weight_bytes, int_bytes, pack_binary_weights, pack_bitvec,
-                     pack_consts, pack_int_weights, sections)
-from .tiling import choose_tiling, tile_rows
+from .fusion import fuse, main_ref, side_ref
+from .params import (int_bytes, pack_binary_weights, pack_bitvec, pack_consts,
+                     pack_int_weights, sections)
 from .program import (DESCRIPTOR, DESCRIPTOR_MAGIC, FLAG_BITS, HEADER, JOB, MAGIC,
                       OPCODE_CODES, STAGE_BITS, VERSION, decode, encode)
+from .tiling import choose_tiling, tile_rows
 
 __all__ = ["DEFAULT_BASE", "REGION_ALIGN", "EngineProgram", "compile_engine", "allocate",
            "tile_rows", "choose_tiling", "group_format", "check_no_overlap"]
@@ -276,7 +276,7 @@ def _param_block(job, d, header, size, mixer=None, base=0):
 def _descriptor(grp, index, g, fmts, config):
     """The descriptor fields of a group (addresses filled in later)."""
     job = grp.jobs[0]
-    core, first = job.core, (job.prologue or job.core)
+    core = job.core
     refs = main_ref(job)
     out_fmt = fmts[_outputs(grp)[0]]
     in_fmt = fmts[_norm(refs[0], g)] if refs else out_fmt
