@@ -197,13 +197,18 @@ ERROR_SOURCES = {
 }
 
 #: ``ERROR_CODE[3:0]``: what went wrong. The DMAs report the first five; a descriptor
-#: with any of them issues no bus command at all.
+#: with any of them issues no bus command at all. The sequencer reports the last three
+#: (``hw/engine/sequencer.py``): the program itself is wrong, and the engine stops
+#: before it acts on the descriptor.
 ERROR_CAUSES = {
     "empty": 1,         # length 0
     "misaligned": 2,    # address or length not a multiple of the bus word
     "wraps": 3,         # address + length overflows the address space
     "below_window": 4,  # address < WINDOW_BASE
     "above_window": 5,  # address + length > WINDOW_LIMIT
+    "unknown_opcode": 6,    # a descriptor's opcode the engine does not execute
+    "bad_magic": 7,     # a descriptor without DESCRIPTOR_MAGIC: not a descriptor at all
+    "bad_index": 8,     # a descriptor whose index is not its place in the program
 }
 
 

@@ -7,11 +7,15 @@ and feature maps in DRAM (docs/architecture.md, "The engine's memory and control
   window checked in hardware, bursts finished across a soft reset).
 - :mod:`.csr`: the register file (control, status, window, program address, counters);
   its map is ``groupnet_hw.engine_registers``.
+- :mod:`.sequencer`: fetches the program's descriptors through the read DMA and runs
+  them (COPY and END so far, ``groupnet_hw.engine_opcodes``); ``EngineShell`` is the
+  top with the ports, the register file, the sequencer and the DMAs.
 """
 
 from .avalon import AvalonBurstSignature, AvalonRegisterSignature
 from .csr import EngineCSR
 from .dma import ReadDMA, WriteDMA, descriptor_layout
+from .sequencer import EngineShell, Sequencer
 
-__all__ = ["AvalonBurstSignature", "AvalonRegisterSignature", "EngineCSR", "ReadDMA",
-           "WriteDMA", "descriptor_layout"]
+__all__ = ["AvalonBurstSignature", "AvalonRegisterSignature", "EngineCSR", "EngineShell",
+           "ReadDMA", "Sequencer", "WriteDMA", "descriptor_layout"]

@@ -1,0 +1,341 @@
+"""The engine's sequencer: it fetches the program from DRAM and executes it.
+
+The host writes a program (fixed-size descriptors, ``groupnet_hw.engine_opcodes``) into
+DRAM, sets the window and ``PROGRAM_ADDRESS`` in the register file and writes START.
+:class:`Sequencer` then reads descriptor after descriptor through the read DMA (so every
+fetch is checked against the window like any other access: a program counter that runs
+out of the window stops the engine with the read DMA's error), executes it, and stops
+at END with DONE. This first sequencer executes COPY (a region through the read DMA
+into the write DMA) and END; the compute descriptors of ``compiler/engine/program.py``
+are for the units that come next.
+
+Fence
+    Avalon-MM has no write responses, and the read and write DMAs have separate ports:
+    a read issued on the read port after a write was accepted on the write port is not
+    guaranteed to see it (the HPS's SDRAM controller may reorder the two ports'
+    commands). A later descriptor may read what an earlier one wrote (a layer's output
+    is the next layer's input), so the sequencer waits for the write DMA's ``done`` (the
+    descriptor's last beat accepted by the bus) before it fetches the next descriptor.
+    That is the only ordering the engine relies on; it costs one write-to-fetch
+    round trip per descriptor (the fetch's read latency), a few percent for the long
+    descriptors of a layer program.
+
+Errors
+    A descriptor is checked before it is acted on: its ``magic`` (not a descriptor at
+    all: ``bad_magic``), its ``index`` (not the next one: ``bad_index``, a program
+    counter that skipped or a stale program) and its opcode (``unknown_opcode``). Any of
+    them, or a DMA's refusal of an address (the DMA reports that error itself), stops
+    the run: the sequencer pulses ``abort`` into the DMAs' soft reset, so that a DMA
+    whose partner was refused does not wait for words forever (a started burst is still
+    finished, the DMAs' reset rule) and STATUS.BUSY falls without the host's help.
+"""
+
+from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ...engine_opcodes import (COPY, COPY_FIELDS, DESCRIPTOR_BYTES, DESCRIPTOR_MAGIC, END,
+                               INDEX_OFFSET, MAGIC_OFFSET, OPCODE_OFFSET)
+from ...engine_registers import ERROR_CAUSES, ERROR_SOURCES
+from .avalon import AvalonBurstSignature, AvalonRegisterSignature
+from .csr import EngineCSR
+from .dma import ReadDMA, WriteDMA, descriptor_layout
+
+__all__ = ["Sequencer", "EngineShell", "SEQUENCER_ERRORS"]
+
+#: ``error_code`` values of the sequencer (``groupnet_hw.engine_registers.ERROR_CAUSES``).
+SEQUENCER_ERRORS = {name: ERROR_CAUSES[name]
+                    for name in ("unknown_opcode", "bad_magic", "bad_index")}
+
+
+class Sequencer(wiring.Component):
+    """Fetches descriptors through the read DMA and executes COPY and END.
+
+    Parameters
+    ----------
+    data_width : int
+        Bits per bus word of the DMAs (32 to 256); a descriptor is
+        ``DESCRIPTOR_BYTES * 8 // data_width`` words.
+    addr_width : int
+        Bits of a byte address (default 32).
+
+    Attributes
+    ----------
+    start : ``In(1)``
+        Pulse: run the program at ``program_address`` (the register file's ``start``).
+    soft_reset : ``In(1)``
+        Pulse: stop at once and go idle (the DMAs get it too and finish their bursts).
+    program_address : ``In(addr_width)``
+        Byte address of descriptor 0.
+    rd_cmd, wr_cmd : ``Out(stream.Signature(descriptor_layout(addr_width)))``
+        Descriptors for the read and the write DMA.
+    words : ``In(stream.Signature(data_width))``
+        The read DMA's words: a fetched descriptor's, or a COPY's data.
+    copy : ``Out(stream.Signature(data_width))``
+        To the write DMA: ``words`` passed through while a COPY runs.
+    rd_error, wr_error : ``In(1)``
+        Pulse: a DMA refused a descriptor (it reports the cause to the register file).
+    wr_done : ``In(1)``
+        Pulse: the write DMA's descriptor is on the bus (the fence).
+    abort : ``Out(1)``
+        Pulse after an error: reset the DMAs (OR it into their ``soft_reset``).
+    busy : ``Out(1)``
+        A run is going on.
+    done : ``Out(1)``
+        Pulse: END was executed.
+    error : ``Out(1)``
+        Pulse: a descriptor was refused (``error_code``, :data:`SEQUENCER_ERRORS`).
+    error_code : ``Out(4)``
+        The cause, held until the next error.
+
+    Latency
+    -------
+    A fetch command leaves on ``rd_cmd`` the cycle after ``start`` (or after the fence);
+    the descriptor is decoded the cycle after its last word arrives on ``words``, and a
+    COPY's two DMA descriptors are offered in the cycle after that. END raises ``done``
+    2 cycles after its last word; an error is pulsed 2 cycles after the bad
+    descriptor's last word. Per descriptor, the overhead over its DMA time is the
+    fetch: the read DMA's command latency, the memory's read latency and
+    ``DESCRIPTOR_BYTES / bytes_per_word`` words, then about 4 cycles.
+
+    Throughput
+    ----------
+    One descriptor at a time (the fence); a COPY moves one word per cycle when the
+    memory keeps up (the DMAs' rate).
+    """
+
+    def __init__(self, *, data_width=64, addr_width=32):
+        if data_width not in (32, 64, 128, 256):
+            raise ValueError(f"data_width must be 32, 64, 128 or 256, not {data_width!r}")
+        self.data_width = data_width
+        self.addr_width = addr_width
+        self.bytes_per_word = data_width // 8
+        self.descriptor_words = DESCRIPTOR_BYTES // self.bytes_per_word
+        cmd = stream.Signature(descriptor_layout(addr_width))
+        super().__init__({
+            "start": In(1),
+            "soft_reset": In(1),
+            "program_address": In(unsigned(addr_width)),
+            "rd_cmd": Out(cmd),
+            "wr_cmd": Out(cmd),
+            "words": In(stream.Signature(unsigned(data_width))),
+            "copy": Out(stream.Signature(unsigned(data_width))),
+            "rd_error": In(1),
+            "wr_error": In(1),
+            "wr_done": In(1),
+            "abort": Out(1),
+            "busy": Out(1),
+            "done": Out(1),
+            "error": Out(1),
+            "error_code": Out(unsigned(4)),
+        })
+
+    def _captures(self):
+        """(signal, word index, first bit in the word) of every field the sequencer
+        reads; a field never straddles two words (offsets are multiples of its size,
+        and words are at least 4 bytes)."""
+        bpw = self.bytes_per_word
+        fields = {"opcode": (OPCODE_OFFSET, 1), "index": (INDEX_OFFSET, 2),
+                  "magic": (MAGIC_OFFSET, 2), **COPY_FIELDS}
+        out = {}
+        for name, (offset, size) in fields.items():
+            assert offset // bpw == (offset + size - 1) // bpw, name
+            out[name] = (Signal(8 * size, name=f"d_{name}"), offset // bpw,
+                         8 * (offset % bpw))
+        return out
+
+    def elaborate(self, platform):
+        m = Module()
+        aw = self.addr_width
+        fields = self._captures()
+        f = {name: sig for name, (sig, _, _) in fields.items()}
+        pc = Signal(aw)
+        index = Signal(16)
+        count = Signal(range(self.descriptor_words))
+        rd_sent = Signal()
+        wr_sent = Signal()
+        copying = Signal()
+        dma_error = Signal()
+        m.d.comb += dma_error.eq(self.rd_error | self.wr_error)
+
+        # the read DMA's words go to the write DMA during a COPY, to the decoder otherwise
+        m.d.comb += [
+            self.copy.payload.eq(self.words.payload),
+            self.copy.valid.eq(self.words.valid & copying),
+        ]
+        fetch_word = self.words.valid & self.words.ready & ~copying
+        for name, (sig, word, bit) in fields.items():
+            with m.If(fetch_word & (count == word)):
+                m.d.sync += sig.eq(self.words.payload[bit:bit + len(sig)])
+
+        m.d.sync += [self.done.eq(0), self.error.eq(0), self.abort.eq(0)]
+        with m.FSM(name="state") as fsm:
+            with m.State("IDLE"):
+                with m.If(self.start & ~self.soft_reset):
+                    m.d.sync += [pc.eq(self.program_address), index.eq(0)]
+                    m.next = "FETCH"
+            with m.State("FETCH"):
+                m.d.comb += [self.rd_cmd.valid.eq(1),
+                             self.rd_cmd.payload.address.eq(pc),
+                             self.rd_cmd.payload.length.eq(DESCRIPTOR_BYTES)]
+                with m.If(self.rd_cmd.ready):
+                    m.d.sync += count.eq(0)
+                    m.next = "RECEIVE"
+                self._exits(m, dma_error)
+            with m.State("RECEIVE"):
+                with m.If(fetch_word):
+                    m.d.sync += count.eq(count + 1)
+                    with m.If(count == self.descriptor_words - 1):
+                        m.next = "DECODE"
+                self._exits(m, dma_error)
+            with m.State("DECODE"):
+                with m.If(f["magic"] != DESCRIPTOR_MAGIC):
+                    self._fail(m, "bad_magic")
+                with m.Elif(f["index"] != index):
+                    self._fail(m, "bad_index")
+                with m.Elif(f["opcode"] == END):
+                    m.d.sync += self.done.eq(1)
+                    m.next = "IDLE"
+                with m.Elif(f["opcode"] == COPY):
+                    m.d.sync += [rd_sent.eq(0), wr_sent.eq(0)]
+                    m.next = "ISSUE"
+                with m.Else():
+                    self._fail(m, "unknown_opcode")
+                self._exits(m, dma_error)
+            with m.State("ISSUE"):
+                # both DMAs get their descriptor; each is held until taken
+                m.d.comb += [
+                    copying.eq(1),
+                    self.rd_cmd.valid.eq(~rd_sent),
+                    self.rd_cmd.payload.address.eq(f["source"][:aw]),
+                    self.rd_cmd.payload.length.eq(f["length"][:aw]),
+                    self.wr_cmd.valid.eq(~wr_sent),
+                    self.wr_cmd.payload.address.eq(f["destination"][:aw]),
+                    self.wr_cmd.payload.length.eq(f["length"][:aw]),
+                ]
+                rd_now = rd_sent | self.rd_cmd.ready
+                wr_now = wr_sent | self.wr_cmd.ready
+                m.d.sync += [rd_sent.eq(rd_now), wr_sent.eq(wr_now)]
+                with m.If(rd_now & wr_now):
+                    m.next = "FENCE"
+                self._exits(m, dma_error)
+            with m.State("FENCE"):
+                # the write DMA's last beat is on the bus: a later fetch or read may
+                # depend on it (see the module docstring)
+                m.d.comb += copying.eq(1)
+                with m.If(self.wr_done):
+                    m.d.sync += [pc.eq(pc + DESCRIPTOR_BYTES), index.eq(index + 1)]
+                    m.next = "FETCH"
+                self._exits(m, dma_error)
+            with m.State("ABORT"):
+                m.d.sync += self.abort.eq(1)
+                m.next = "IDLE"
+                self._exits(m, dma_error)
+        m.d.comb += [
+            self.words.ready.eq(fsm.ongoing("RECEIVE") | (copying & self.copy.ready)),
+            self.busy.eq(~fsm.ongoing("IDLE")),
+        ]
+        return m
+
+    def _exits(self, m, dma_error):
+        """The transitions every running state has, last so that they win: a DMA's
+        refusal ends the run (the DMA reported it), a soft reset stops at once."""
+        with m.If(dma_error):
+            m.next = "ABORT"
+        with m.If(self.soft_reset):
+            m.next = "IDLE"
+
+    def _fail(self, m, cause):
+        m.d.sync += [self.error.eq(1), self.error_code.eq(SEQUENCER_ERRORS[cause])]
+        m.next = "ABORT"
+
+
+class EngineShell(wiring.Component):
+    """The engine's ports, register file, sequencer and DMAs, with COPY as its only
+    operation: the top that the fast Verilator path (``sim/engine_rtl.py``) runs.
+
+    The register file's window goes to both DMAs, its soft reset (or the sequencer's
+    abort) to all units; the first error of the read DMA, the write DMA or the
+    sequencer (in that order when several come in one cycle) goes to STATUS with its
+    source; the counters count the DMAs' words (descriptor fetches included) and their
+    waits.
+
+    Parameters
+    ----------
+    data_width : int
+        Bits per word of both DRAM ports: 32, 64, 128 (default) or 256.
+    max_burst : int
+        Longest burst in words (default 16).
+    max_outstanding : int
+        Read bursts in flight at most (default 4).
+    buffer_depth : int, optional
+        Words of the read DMA's buffer (default ``4 * max_burst``: full rate for read
+        latencies up to ``3 * max_burst - 3``).
+
+    Attributes
+    ----------
+    rd : ``Out(AvalonBurstSignature(..., read=True, write=False))``
+        DRAM read port.
+    wr : ``Out(AvalonBurstSignature(..., read=False, write=True))``
+        DRAM write port.
+    csr : ``In(AvalonRegisterSignature())``
+        The host's register port (read latency 1).
+    irq : ``Out(1)``
+        Interrupt: ``IRQ_ENABLE and (DONE or ERROR)``.
+    """
+
+    def __init__(self, *, data_width=128, max_burst=16, max_outstanding=4,
+                 buffer_depth=None):
+        self.rdma = ReadDMA(data_width=data_width, max_burst=max_burst,
+                            max_outstanding=max_outstanding, buffer_depth=buffer_depth)
+        self.wdma = WriteDMA(data_width=data_width, max_burst=max_burst)
+        self.regs = EngineCSR()
+        self.sequencer = Sequencer(data_width=data_width)
+        super().__init__({
+            "rd": Out(self.rdma.bus_signature),
+            "wr": Out(self.wdma.bus_signature),
+            "csr": In(AvalonRegisterSignature()),
+            "irq": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        rd, wr, csr, seq = self.rdma, self.wdma, self.regs, self.sequencer
+        m.submodules.rdma = rd
+        m.submodules.wdma = wr
+        m.submodules.regs = csr
+        m.submodules.sequencer = seq
+        wiring.connect(m, wiring.flipped(self.rd), rd.bus)
+        wiring.connect(m, wiring.flipped(self.wr), wr.bus)
+        wiring.connect(m, wiring.flipped(self.csr), csr.bus)
+        wiring.connect(m, seq.rd_cmd, rd.cmd)
+        wiring.connect(m, seq.wr_cmd, wr.cmd)
+        wiring.connect(m, rd.o, seq.words)
+        wiring.connect(m, seq.copy, wr.i)
+        for dma in (rd, wr):
+            m.d.comb += [dma.window_base.eq(csr.window_base),
+                         dma.window_limit.eq(csr.window_limit),
+                         dma.soft_reset.eq(csr.soft_reset | seq.abort)]
+        codes = [(rd.error, ERROR_SOURCES["read_dma"] << 4 | rd.error_code),
+                 (wr.error, ERROR_SOURCES["write_dma"] << 4 | wr.error_code),
+                 (seq.error, ERROR_SOURCES["sequencer"] << 4 | seq.error_code)]
+        code = 0
+        for cond, value in reversed(codes):
+            code = Mux(cond, value, code)
+        m.d.comb += [
+            seq.start.eq(csr.start),
+            seq.soft_reset.eq(csr.soft_reset),
+            seq.program_address.eq(csr.program_address),
+            seq.rd_error.eq(rd.error),
+            seq.wr_error.eq(wr.error),
+            seq.wr_done.eq(wr.done),
+            csr.busy.eq(rd.busy | wr.busy | seq.busy),
+            csr.done.eq(seq.done),
+            csr.error.eq(rd.error | wr.error | seq.error),
+            csr.error_code.eq(code),
+            csr.stalled.eq(rd.waiting | wr.waiting),
+            csr.words_read.eq(rd.words),
+            csr.words_written.eq(wr.words),
+            self.irq.eq(csr.irq),
+        ]
+        return m
