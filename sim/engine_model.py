@@ -21,8 +21,9 @@ import torch
 from ..compiler.engine.formats import TensorFormat
 from ..compiler.engine.params import (sections, unpack_binary_weights, unpack_bitvec,
                                       unpack_consts, unpack_int_weights)
-from ..compiler.engine.program import (DESCRIPTOR, DESCRIPTOR_MAGIC, FLAG_BITS, HEADER, JOB,
-                                       MAGIC, OPCODE_CODES, STAGE_BITS, ProgramError, decode)
+from ..compiler.engine.program import (DESCRIPTOR, DESCRIPTOR_MAGIC, END_OPCODE, FLAG_BITS,
+                                       HEADER, JOB, MAGIC, OPCODE_CODES, STAGE_BITS,
+                                       ProgramError, decode)
 from ..compiler.graph import Node
 from ..compiler.ops import op_of
 
@@ -73,7 +74,8 @@ class _Memory:
 
 
 def read_program(program):
-    """``(header, descriptors)`` decoded from program bytes (or an EngineProgram)."""
+    """``(header, descriptors)`` decoded from program bytes (or an EngineProgram): the
+    compute descriptors up to the ``END`` that every program ends with."""
     raw = program.program_bytes() if hasattr(program, "program_bytes") else bytes(program)
     if len(raw) < HEADER.itemsize:
         raise ProgramError("the program is shorter than its header")
@@ -89,10 +91,12 @@ def read_program(program):
         d = decode(chunk, DESCRIPTOR)
         if d["magic"] != DESCRIPTOR_MAGIC or d["index"] != i:
             raise ProgramError(f"descriptor {i}: bad magic {d['magic']:#x} or index {d['index']}")
+        if d["opcode"] == END_OPCODE:
+            return header, descs
         if d["opcode"] not in _OPCODES:
             raise ProgramError(f"descriptor {i}: unknown opcode {d['opcode']}")
         descs.append(d)
-    return header, descs
+    raise ProgramError(f"the program's {header['n_desc']} descriptors have no END")
 
 
 def _fmt(code, elem, c, h, w, port):

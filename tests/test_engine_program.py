@@ -16,6 +16,7 @@ from groupnet_hw.compiler.engine.program import (DESCRIPTOR, HEADER, JOB, Progra
 from groupnet_hw.compiler.execute import execute
 from groupnet_hw.compiler.graph import Graph
 from groupnet_hw.compiler.passes import compile_model
+from groupnet_hw.engine_opcodes import END
 from groupnet_hw.models.groupnet import VARIANTS, GroupNet, randomize_eval_state
 from groupnet_hw.models.zoo import arch_config
 from groupnet_hw.sim.engine_model import first_mismatch, run_program
@@ -183,6 +184,17 @@ def test_descriptor_outside_image_is_refused():
     bad[o + 126:o + 128] = b"\0\0"
     with pytest.raises(ProgramError, match="bad magic"):
         run_program(bytes(bad), bytearray(program.image), images_for(g, 1))
+    # a program without its END
+    raw = bytearray(program.program_bytes())
+    end = program.header["desc_addr"] - program.base + len(program.descriptors) * 128
+    assert raw[end] == END and len(raw) == end + 128
+    raw[end] = 0x7F
+    with pytest.raises(ProgramError, match="unknown opcode"):
+        run_program(bytes(raw), bytearray(program.image), images_for(g, 1))
+    header = decode(raw[:128], HEADER)
+    raw[:128] = encode(dict(header, n_desc=header["n_desc"] - 1), HEADER)
+    with pytest.raises(ProgramError, match="no END"):
+        run_program(bytes(raw[:end]), bytearray(program.image), images_for(g, 1))
 
 
 def test_first_mismatch_names_the_corrupted_descriptor():

@@ -29,7 +29,7 @@ from .formats import TensorFormat, container_bits, round_up
 from .fusion import fuse, main_ref, side_ref
 from .params import (int_bytes, pack_binary_weights, pack_bitvec, pack_consts,
                      pack_int_weights, sections)
-from .program import (DESCRIPTOR, DESCRIPTOR_MAGIC, FLAG_BITS, HEADER, JOB, MAGIC,
+from .program import (DESCRIPTOR, DESCRIPTOR_MAGIC, END_OPCODE, FLAG_BITS, HEADER, JOB, MAGIC,
                       OPCODE_CODES, STAGE_BITS, VERSION, decode, encode)
 from .tiling import choose_tiling, tile_rows
 
@@ -53,7 +53,8 @@ class EngineProgram:
     groups : list of Group
         The descriptors' fused nodes, in execution order.
     descriptors : list of dict
-        The decoded descriptors (what :attr:`image` holds).
+        The decoded compute descriptors (what :attr:`image` holds; the final ``END``
+        is not listed).
     header : dict
         The decoded program header.
     image : bytearray
@@ -357,7 +358,8 @@ def compile_engine(g, config=None, base=DEFAULT_BASE):
             for r in reads:
                 r = _norm(r, g)
                 lifetimes[r] = (lifetimes[r][0], max(lifetimes[r][1], i))
-    header = dict(magic=MAGIC, version=VERSION, n_desc=len(groups), base=base,
+    # the compute descriptors, then the sequencer's END
+    header = dict(magic=MAGIC, version=VERSION, n_desc=len(groups) + 1, base=base,
                   desc_bytes=DESCRIPTOR.itemsize, port_bytes=port, arrays=config.arrays,
                   pe=config.pe, simd=config.simd, stem_pe=config.stem_pe,
                   stem_simd=config.stem_simd)
@@ -374,7 +376,8 @@ def compile_engine(g, config=None, base=DEFAULT_BASE):
                        for k, j in enumerate(grp.jobs)] if size else [])
     # regions
     desc_addr = base + round_up(HEADER.itemsize, port)
-    table_addr = base + round_up(desc_addr - base + len(descs) * DESCRIPTOR.itemsize, REGION_ALIGN)
+    table_addr = base + round_up(desc_addr - base + header["n_desc"] * DESCRIPTOR.itemsize,
+                                 REGION_ALIGN)
     table_bytes = sum(d["jobs"] for d in descs) * JOB.itemsize
     param_addr = table_addr + round_up(table_bytes, REGION_ALIGN)
     param_offsets, at = [], 0
@@ -419,6 +422,9 @@ def compile_engine(g, config=None, base=DEFAULT_BASE):
             image[o:o + bl.size] = bl.tobytes()
         o = desc_addr - base + i * DESCRIPTOR.itemsize
         image[o:o + DESCRIPTOR.itemsize] = encode(d, DESCRIPTOR)
+    o = desc_addr - base + len(descs) * DESCRIPTOR.itemsize
+    image[o:o + DESCRIPTOR.itemsize] = encode(dict(opcode=END_OPCODE, index=len(descs),
+                                                   magic=DESCRIPTOR_MAGIC), DESCRIPTOR)
     decoded = [decode(image[desc_addr - base + i * 128: desc_addr - base + (i + 1) * 128], DESCRIPTOR)
                for i in range(len(descs))]
     return EngineProgram(config, groups, decoded, decode(image[:HEADER.itemsize], HEADER), image,

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["HEADER", "DESCRIPTOR", "JOB", "OPCODE_CODES", "STAGE_BITS", "FLAG_BITS",
+from ...engine_opcodes import END as END_OPCODE
+
+__all__ = ["HEADER", "DESCRIPTOR", "JOB", "OPCODE_CODES", "END_OPCODE", "STAGE_BITS", "FLAG_BITS",
            "MAGIC", "DESCRIPTOR_MAGIC", "VERSION", "encode", "decode", "field_table",
            "ProgramError"]
 
@@ -24,6 +26,8 @@ MAGIC = b"GNEP"
 VERSION = 1
 DESCRIPTOR_MAGIC = 0x4E44  # "DN" little-endian: a descriptor that is not one stops the engine
 
+#: compute opcodes; the sequencer's control opcodes (``END``, ``COPY``, 0x10 and up)
+#: are ``groupnet_hw.engine_opcodes``'s. A program ends with one ``END`` descriptor.
 OPCODE_CODES = {"INPUT": 1, "CONV": 2, "MAXPOOL": 3, "PIXEL": 4, "MIXER": 5, "GATE": 6,
                 "SUBSAMPLE": 7, "REPEAT": 8, "HEAD": 9}
 
@@ -44,7 +48,7 @@ class ProgramError(ValueError):
 _HEADER_FIELDS = [
     ("magic", "S4", "b'GNEP'"),
     ("version", "<u2", "format version (1)"),
-    ("n_desc", "<u2", "number of descriptors"),
+    ("n_desc", "<u2", "number of descriptors, the final END included"),
     ("base", "<u4", "DRAM address of the image (this header)"),
     ("image_bytes", "<u4", "size of the image: the DMA window is [base, base + image_bytes)"),
     ("desc_addr", "<u4", "address of descriptor 0 (descriptors are contiguous)"),
