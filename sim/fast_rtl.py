@@ -59,7 +59,7 @@ from .cocotb_runner import (DEFAULT_PORTS, RTLBuildError, RTLError, RTLRun, RTLT
                             _cxx_identity, _locked, _useful_lines, default_build_dir)
 
 __all__ = ["DRIVER_SOURCE", "OUTPUT_SLICE_CYCLES", "VERILATOR_ARGS", "FastRTLRun",
-           "build_fast_rtl", "run_fast_rtl", "wrapper_verilog"]
+           "build_fast_rtl", "compile_cached", "run_fast_rtl", "wrapper_verilog"]
 
 #: The C++ stream driver compiled with every fast-path model (package data, see
 #: pyproject.toml ``package-data``).
@@ -215,9 +215,44 @@ def build_fast_rtl(verilog_path, toplevel: str, in_width: int, out_width: int, *
     source = Path(verilog_path).read_bytes()
     wrapper = wrapper_verilog(toplevel, in_width, out_width, ports)
     args = list(VERILATOR_ARGS) + (["--trace"] if trace else [])
-    key = _cache_key(source, wrapper, DRIVER_SOURCE.read_bytes(), args)
+    driver = DRIVER_SOURCE.read_bytes()
+    key = _cache_key(source, wrapper, driver, args)
+    return compile_cached(f"fast-{toplevel}-{key}{'-trace' if trace else ''}", toplevel,
+                          {"gn_dut.v": wrapper, "core.v": source, "stream_driver.cpp": driver},
+                          ["gn_dut.v", "core.v", "stream_driver.cpp"], args,
+                          build_dir=build_dir, progress=progress)
+
+
+def compile_cached(name: str, toplevel: str, files: dict, sources, args, *, build_dir=None,
+                   progress=None):
+    """Build a Verilated simulator with its C++ driver into the cache entry ``name``,
+    unless it is there already (the fast paths' shared build step).
+
+    Parameters
+    ----------
+    name : str
+        The cache entry's folder: it must name everything the binary depends on (a
+        content key such as :func:`_cache_key`'s).
+    toplevel : str
+        For messages.
+    files : dict
+        ``{file name: str or bytes}`` written into the build folder (the wrapper, the
+        design, the driver and any header it includes: the driver is compiled there,
+        with that folder on its include path).
+    sources : list of str
+        The files Verilator is given, in order (Verilog, then C++).
+    args : list of str
+        Verilator's options (:data:`VERILATOR_ARGS` and more).
+    build_dir, progress
+        As for :func:`build_fast_rtl`.
+
+    Returns
+    -------
+    (binary, build_seconds, cached) : (Path, float, bool)
+        ``binary`` is ``<entry>/Vdut_sim``.
+    """
     root = Path(build_dir) if build_dir is not None else default_build_dir()
-    entry = (root / f"fast-{toplevel}-{key}{'-trace' if trace else ''}").resolve()
+    entry = (root / name).resolve()
     binary = entry / "Vdut_sim"
     with _locked(root / f".{entry.name}.lock"):
         if binary.is_file() and (entry / "build.json").is_file():
@@ -226,14 +261,17 @@ def build_fast_rtl(verilog_path, toplevel: str, in_width: int, out_width: int, *
             progress(f"compiling the fast simulator with Verilator (one-off, {_jobs()} jobs)")
         shutil.rmtree(entry, ignore_errors=True)
         work = Path(tempfile.mkdtemp(prefix=".fast-", dir=root))
-        (work / "gn_dut.v").write_text(wrapper)
-        shutil.copy2(verilog_path, work / "core.v")
-        shutil.copy2(DRIVER_SOURCE, work / "stream_driver.cpp")
+        for file_name, content in files.items():
+            if isinstance(content, bytes):
+                (work / file_name).write_bytes(content)
+            else:
+                (work / file_name).write_text(content)
         venv = toolchain.verilator_env()
         env = {**os.environ, **venv}
         exe = str(Path(venv["VERILATOR_ROOT"]) / "bin" / "verilator")
-        cmd = [exe, *args, "-j", str(_jobs()), "--Mdir", "obj", "-o", "../Vdut_sim",
-               "gn_dut.v", "core.v", "stream_driver.cpp"]
+        # the driver's headers are beside it; the C++ compiler runs in obj/
+        cmd = [exe, *args, "-CFLAGS", "-I..", "-j", str(_jobs()), "--Mdir", "obj",
+               "-o", "../Vdut_sim", *sources]
         log = work / "build.log"
         t0 = time.perf_counter()
         with open(log, "w") as f:
