@@ -355,6 +355,10 @@ def test_soft_reset_mid_run_then_start_again_completes(engine, reset_at):
     assert run.reset["at"] == reset_at
     assert run.reset["status"] == 0         # the aborted run's flags cleared, not BUSY
     assert run.done and run.image_after == bytes(expected)
+    # the reset came in the middle: the aborted run had read and written some of it
+    words = sum(c[2] for c in COPIES) // BPW
+    assert run.dram_stats["ports"]["wr"]["write_beats"] > words
+    assert run.counters["WORDS_WRITTEN"] == words       # START cleared the counters
 
 
 def test_timeout_is_a_clear_error(engine):

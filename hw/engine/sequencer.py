@@ -37,7 +37,7 @@ from amaranth.lib.wiring import In, Out
 from ...engine_opcodes import (COPY, COPY_FIELDS, DESCRIPTOR_BYTES, DESCRIPTOR_MAGIC, END,
                                INDEX_OFFSET, MAGIC_OFFSET, OPCODE_OFFSET)
 from ...engine_registers import ERROR_CAUSES, ERROR_SOURCES
-from .avalon import AvalonBurstSignature, AvalonRegisterSignature
+from .avalon import AvalonRegisterSignature
 from .csr import EngineCSR
 from .dma import ReadDMA, WriteDMA, descriptor_layout
 
