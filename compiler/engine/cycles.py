@@ -13,10 +13,10 @@ For one descriptor (docs/architecture.md section 12):
   ``classes*ceil(C/lanes)``. A convolution that pools on chip computes the rows its
   pooling tiles need (rows shared by two tiles twice); the pooling keeps pace.
 - memory: DRAM bytes read (the input rows the tiles use, each once: the input buffer
-  is a ring that keeps a tile's halo rows for the next, :mod:`.tiling`; an input
-  shared by the jobs of a round is read once per round; weights once per job if they
-  fit half the weight buffer, else once per tile; other parameters once per job; side
-  inputs; the descriptor and its job table) and written (outputs), at
+  is a ring that keeps a tile's halo rows for the next, :mod:`.tiling`; an input or
+  side input shared by the jobs of a round is read once per round; weights once per
+  job if they fit half the weight buffer, else once per tile; other parameters once per
+  job; side inputs; the descriptor and its job table) and written (outputs), at
   ``DramModel.bytes_per_cycle``, plus one read latency. A weight-streaming descriptor
   reads its weights once and its input once per weight chunk, or once if it is
   resident (:mod:`.tiling`).
@@ -133,7 +133,9 @@ def descriptor_cycles(d, header, config, dram, label=""):
         in_passes = 1 if input_resident(d, config) else n_chunks(d)
         read += in_bytes * (rounds if shared else jobs) * in_passes
         if d["stages"] & STAGE_BITS["add"]:
-            read += d["out_h"] * d["side_pitch"] * (1 if op in ("MIXER", "GATE") else jobs)
+            side_reads = 1 if op in ("MIXER", "GATE") else (
+                rounds if d["flags"] & FLAG_BITS["shared_side"] else jobs)
+            read += d["out_h"] * d["side_pitch"] * side_reads
         w = d["weight_tile_bytes"]
         weight_passes = 1 if (w <= config.weight_buffer // 2
                               or d["flags"] & FLAG_BITS["weight_stream"]) else d["n_tiles"]

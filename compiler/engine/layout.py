@@ -320,6 +320,10 @@ def _descriptor(grp, index, g, fmts, config):
     if grp.opcode not in ("MIXER", "GATE") and len({main_ref(j)[0] if main_ref(j) else None
                                                     for j in grp.jobs}) == 1:
         d["flags"] |= FLAG_BITS["shared_input"]
+    sides = {side_ref(j, g) for j in grp.jobs}
+    if grp.opcode not in ("MIXER", "GATE") and side is not None and len(sides) == 1:
+        # one residual for all bases (a stage's first block): read once, broadcast
+        d["flags"] |= FLAG_BITS["shared_side"]
     return d
 
 

@@ -36,7 +36,8 @@ STAGE_BITS = {"prologue_threshold": 1, "postop": 2, "add": 4, "relu": 8, "thresh
               "gated": 32, "mixer": 64, "maxpool": 128}
 
 #: the ``flags`` byte
-FLAG_BITS = {"side_first": 1, "shared_input": 2, "int_weights": 4, "weight_stream": 8}
+FLAG_BITS = {"side_first": 1, "shared_input": 2, "int_weights": 4, "weight_stream": 8,
+             "shared_side": 16}
 
 
 class ProgramError(ValueError):
@@ -84,7 +85,8 @@ _DESCRIPTOR_FIELDS = [
     ("opcode", "u1", "operation (OPCODE_CODES)"),
     ("stages", "u1", "fused stages (STAGE_BITS)"),
     ("flags", "u1", "FLAG_BITS: side operand first; all jobs read one input; integer "
-                    "weights; weight streaming (weight chunks outside the row tiles)"),
+                    "weights; weight streaming (weight chunks outside the row tiles); "
+                    "all jobs read one side input"),
     ("jobs", "u1", "job-table entries (bases, or a mixer's inputs)"),
     ("kernel", "u1", "window size k (1 for element-wise ops)"),
     ("stride", "u1", "window stride (subsample: its stride)"),

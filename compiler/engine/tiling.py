@@ -47,7 +47,8 @@ def round_tensors(d, arrays):
     if d["opcode"] in (OPCODE_CODES["MIXER"], OPCODE_CODES["GATE"]):
         return d["jobs"], d["jobs"] if d["stages"] & STAGE_BITS["gated"] else 1, 1
     ins = 1 if d["flags"] & FLAG_BITS["shared_input"] else round_jobs
-    return ins, round_jobs, round_jobs
+    sides = 1 if d["flags"] & FLAG_BITS["shared_side"] else round_jobs
+    return ins, round_jobs, sides
 
 
 def input_resident(d, config):
