@@ -112,6 +112,12 @@ def test_resnet18_k5_224_bit_exact():
     assert_bit_exact(g, images_for(g, 1))
 
 
+@pytest.mark.slow
+def test_resnet34_k5_reduced_bit_exact():
+    g = compile_model(zoo_model("resnet34", 5, image_size=32))
+    assert_bit_exact(g, images_for(g, 2))
+
+
 def test_every_node_in_one_descriptor_and_groups():
     g = compile_model(zoo_model("digits", 3))
     groups = fuse(g, arrays=5)
