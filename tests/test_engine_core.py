@@ -16,6 +16,7 @@ import pytest
 import torch
 from amaranth.back import verilog
 
+from conftest import random_model
 from groupnet_hw import engine_opcodes as eop
 from groupnet_hw import engine_registers as regs
 from groupnet_hw.compiler.engine.config import EngineConfig
@@ -135,3 +136,31 @@ def check_network(build, g, frames, *, per_descriptor=False, **kw):
 def test_digits_bit_exact(core, bases):
     g = compile_model(zoo_model("digits", bases, seed=bases))
     check_network(core, g, frames_for(g, 2), per_descriptor=bases == 1)
+
+
+@pytest.mark.parametrize("variant", ["gbd-v1", "gbd-v2", "gbd-v3", "groupnet-star", "lbd"])
+def test_digits_variants_bit_exact(core, variant):
+    g = compile_model(zoo_model("digits", 2, seed=2, variant=variant))
+    check_network(core, g, frames_for(g, 1))
+
+
+# odd channels (not multiples of PE or SIMD), K=1, stride 2, BPAC dilation, 2- and 4-bit
+# activations, stand-alone mixers, option-A and conv shortcuts, stem pooling
+RANDOM_CONFIGS = [
+    dict(image_size=9, stem_channels=5, stages=[[7, 1, 1], [9, 1, 2]], bases=1),
+    dict(image_size=8, stem_channels=3, stages=[[5, 1, 1], [11, 1, 2]], bases=2,
+         dilations=[[1, 2], [2, 1]]),
+    dict(image_size=8, stem_channels=6, stages=[[6, 1, 1], [10, 1, 2]], bases=3, act_bits=2),
+    dict(image_size=10, stem_channels=4, stages=[[5, 2, 2]], bases=2, act_bits=4,
+         variant="groupnet-star"),
+    dict(image_size=12, in_channels=3, stem_channels=8, stem_kernel=5, stem_stride=2,
+         stem_pool=True, stages=[[8, 1, 1], [13, 1, 2]], bases=2, shortcut="conv"),
+    dict(image_size=8, stem_channels=7, stages=[[7, 1, 1], [9, 1, 2]], bases=4, variant="lbd",
+         act_bits=2),
+]
+
+
+@pytest.mark.parametrize("seed,overrides", list(enumerate(RANDOM_CONFIGS)))
+def test_random_configs_bit_exact(core, seed, overrides):
+    g = compile_model(random_model(seed, **overrides))
+    check_network(core, g, frames_for(g, 1, seed))

@@ -224,6 +224,7 @@ class ComputeSequencer(wiring.Component):
             "in_elem", "side_fmt", "side_elem", "out_fmt", "out_elem", "act_bits",
             "in_levels", "out_levels", "const_bytes", "weight_bytes", "in_pitch",
             "side_pitch", "out_pitch", "in_bytes", "out_bytes", "table_addr", "param_bytes",
+            "mid_h", "mid_w", "pool_kernel", "pool_stride", "pool_padding",
             "index", "magic")}
         st, fl, op = f["stages"], f["flags"], f["opcode"]
 
@@ -241,6 +242,7 @@ class ComputeSequencer(wiring.Component):
         per_channel = ~(is_conv | is_head)
         mixing = (is_conv & stage("mixer")) | is_mixop
         gated = stage("gated")
+        pooling = is_conv & stage("maxpool")
 
         pc = Signal(aw)
         index = Signal(16)
@@ -297,6 +299,10 @@ class ComputeSequencer(wiring.Component):
         pa, pb, pshift, pflags = (Signal(signed(64), name=n) for n in ("pa", "pb", "pshift", "pflags"))
         lf, gf = Signal(signed(64)), Signal(signed(64))
         msum = Signal(signed(64))
+        late = Signal()           # the epilogue runs after a MIXER's mix
+        pky, pkx, cy, cx = Signal(8), Signal(8), Signal(16), Signal(16)
+        pmax = Signal(signed(64))
+        pseen = Signal()
         vals = Array(Signal(signed(64), name=f"val{i}") for i in range(self.max_jobs))
         wr_out = Signal(8)        # write-DMA descriptors not yet done
         wword = Signal(range(depth))
@@ -305,7 +311,8 @@ class ComputeSequencer(wiring.Component):
 
         cb = f["const_bytes"]
         kin = Mux(flag("shared_input"), 0, k)
-        kside = Mux(flag("shared_side"), 0, k)
+        # a MIXER's epilogue reads entry 0's side input and block for every output
+        kside = Mux(flag("shared_side") | is_mixop, 0, k)
         par_k = par_base + Mux(is_mixop, 0, k) * f["param_bytes"]
 
         def const_addr(block, section, idx):
@@ -405,7 +412,7 @@ class ComputeSequencer(wiring.Component):
 
             # ---- what this path runs ----------------------------------------------------
             with m.State("CHECK"):
-                bad = ((st & _ST["maxpool"]) != 0) | (f["groups"] != 1) \
+                bad = ((st & _ST["maxpool"]) != 0) & ~is_conv | (f["groups"] != 1) \
                     | (f["jobs"] == 0) | (f["jobs"] > self.max_jobs) \
                     | (op == _OP["CONV"]) & ~int_w & (f["in_levels"] == 0) & (f["act_bits"] == 0) \
                     & (f["in_fmt"] != 0) \
@@ -524,7 +531,7 @@ class ComputeSequencer(wiring.Component):
                             Mux(kind == 1, in_base + k * f["in_bytes"], side_base + k * side_bytes))
             load_skip = Mux(kind == 0, (f["param_bytes"] == 0) | (is_mixop & (k != 0)),
                             Mux(kind == 1, flag("shared_input") & (k != 0),
-                                ~stage("add") | flag("shared_side") & (k != 0)))
+                                ~stage("add") | (flag("shared_side") | is_mixop) & (k != 0)))
 
             def got_field(m, ev):
                 m.d.sync += fld.eq(ev)
@@ -573,17 +580,34 @@ class ComputeSequencer(wiring.Component):
 
             # ---- compute: one output element of one job ----------------------------------
             with m.State("CORE"):
-                m.d.sync += [acc.eq(0), seen.eq(0), ky.eq(0), kx.eq(0), ci.eq(0), j.eq(0),
+                m.d.sync += [pky.eq(0), pkx.eq(0), pseen.eq(0)]
+                m.next = "POOL_TAP"
+                self._exits(m)
+            my = Signal(signed(20))
+            mx = Signal(signed(20))
+            m.d.comb += [my.eq(oy * f["pool_stride"] - f["pool_padding"] + pky),
+                         mx.eq(ox * f["pool_stride"] - f["pool_padding"] + pkx)]
+            with m.State("POOL_TAP"):
+                # without a pooling stage the convolution's position is the output's
+                m.d.sync += [cy.eq(Mux(pooling, my, oy)), cx.eq(Mux(pooling, mx, ox)),
+                             acc.eq(0), seen.eq(0), ky.eq(0), kx.eq(0), ci.eq(0), j.eq(0),
                              woff.eq(0)]
-                m.next = "TAP"
+                with m.If(~pooling | ((my >= 0) & (my < f["mid_h"]) & (mx >= 0)
+                                      & (mx < f["mid_w"]))):
+                    m.next = "TAP"
+                with m.Else():
+                    m.next = "POOL_NEXT"     # a padded tap: never the maximum
                 self._exits(m)
             iy = Signal(signed(20))
             ix = Signal(signed(20))
             ch = Signal(16)
-            m.d.comb += [iy.eq(oy * st_r - pad_r + ky * dil_r),
-                         ix.eq(ox * st_r - pad_r + kx * dil_r),
+            m.d.comb += [iy.eq(cy * st_r - pad_r + ky * dil_r),
+                         ix.eq(cx * st_r - pad_r + kx * dil_r),
                          ch.eq(Mux(per_channel, oc, ci))]
-            in_valid = (iy >= 0) & (iy < f["in_h"]) & (ix >= 0) & (ix < f["in_w"])
+            # an element-wise core narrower than its output (a subsampled option-A
+            # shortcut with the add's side first): the missing channels are zeros
+            in_valid = (iy >= 0) & (iy < f["in_h"]) & (ix >= 0) & (ix < f["in_w"]) \
+                & (~per_channel | (oc < f["in_c"]))
             pad_value = Mux(is_conv & ~int_w & (f["act_bits"] == 0), 1, 0)
             with m.State("TAP"):
                 m.d.sync += valid.eq(in_valid)
@@ -671,10 +695,25 @@ class ComputeSequencer(wiring.Component):
 
             # ---- epilogue ---------------------------------------------------------------
             with m.State("EPI"):
-                with m.If(is_head):
+                with m.If(pooling):
+                    # the pooling window's max over its taps inside the convolution's map
+                    m.d.sync += [pseen.eq(1), pmax.eq(Mux(pseen & (pmax > acc), pmax, acc))]
+                    m.next = "POOL_NEXT"
+                with m.Elif(is_head):
                     m.next = "BIAS"
+                with m.Elif(is_mixop):
+                    m.next = "RESULT"      # a MIXER's epilogue follows the mix (OUT)
                 with m.Else():
                     m.next = "POST"
+                self._exits(m)
+            with m.State("POOL_NEXT"):
+                m.d.sync += pkx.eq(pkx + 1)
+                m.next = "POOL_TAP"
+                with m.If(pkx == f["pool_kernel"] - 1):
+                    m.d.sync += [pkx.eq(0), pky.eq(pky + 1)]
+                    with m.If(pky == f["pool_kernel"] - 1):
+                        m.d.sync += acc.eq(pmax)
+                        m.next = "POST"
                 self._exits(m)
 
             def got_bias(m, ev):
@@ -740,7 +779,10 @@ class ComputeSequencer(wiring.Component):
 
             with m.State("RESULT"):
                 m.d.sync += vals[k].eq(acc)
-                with m.If(k == f["jobs"] - 1):
+                with m.If(late):
+                    m.d.sync += late.eq(0)
+                    m.next = "OUT_W"
+                with m.Elif(k == f["jobs"] - 1):
                     m.d.sync += k.eq(0)
                     with m.If(mixing):
                         m.d.sync += msum.eq(0)
@@ -809,12 +851,20 @@ class ComputeSequencer(wiring.Component):
             out_addr = ((out_base + k * f["out_bytes"] + oy * f["out_pitch"] + ox * out_pix) << 3) \
                 + oc * f["out_elem"]
             with m.State("OUT"):
+                with m.If(is_mixop):
+                    # a MIXER's epilogue (entry 0's block and side input) on each output
+                    m.d.sync += [acc.eq(vals[k]), late.eq(1)]
+                    m.next = "POST"
+                with m.Else():
+                    m.next = "OUT_W"
+                self._exits(m)
+            with m.State("OUT_W"):
                 m.d.comb += s.raddr.eq(out_addr >> wbits)
                 m.d.sync += [wword.eq(out_addr >> wbits), wshift.eq(out_addr[:wbits]),
                              wwidth.eq(f["out_elem"])]
-                m.next = "OUT_D"
+                m.next = "OUT_WD"
                 self._exits(m)
-            with m.State("OUT_D"):
+            with m.State("OUT_WD"):
                 mask = Signal(W)
                 with m.Switch(wwidth):
                     for w in (1, 2, 4, 8, 16, 32, 64):
