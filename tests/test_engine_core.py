@@ -138,6 +138,7 @@ def test_digits_bit_exact(core, bases):
     check_network(core, g, frames_for(g, 2), per_descriptor=bases == 1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["gbd-v1", "gbd-v2", "gbd-v3", "groupnet-star", "lbd"])
 def test_digits_variants_bit_exact(core, variant):
     g = compile_model(zoo_model("digits", 2, seed=2, variant=variant))
@@ -160,7 +161,60 @@ RANDOM_CONFIGS = [
 ]
 
 
-@pytest.mark.parametrize("seed,overrides", list(enumerate(RANDOM_CONFIGS)))
+# the default tier runs the 4-bit and the stem-pooling configurations, the rest -m slow
+@pytest.mark.parametrize("seed,overrides", [
+    pytest.param(i, c, marks=[] if i in (3, 4) else [pytest.mark.slow])
+    for i, c in enumerate(RANDOM_CONFIGS)])
 def test_random_configs_bit_exact(core, seed, overrides):
     g = compile_model(random_model(seed, **overrides))
     check_network(core, g, frames_for(g, 1, seed))
+
+
+@pytest.mark.parametrize("bases,latency,stall", [
+    (1, 40, 0.3), pytest.param(3, 40, 0.3, marks=pytest.mark.slow)])
+def test_digits_under_latency_and_stalls(core, bases, latency, stall):
+    g = compile_model(zoo_model("digits", bases, seed=bases))
+    check_network(core, g, frames_for(g, 2, seed=5), latency=latency, stall=stall,
+                  bytes_per_cycle=4, seed=bases)
+
+
+def _descriptor_offset(program, i):
+    return program.header["desc_addr"] - program.header["base"] + i * DESCRIPTOR.itemsize
+
+
+@pytest.mark.parametrize("opcode,cause", [(0x7F, "unknown_opcode"), (6, "unsupported")])
+def test_a_corrupted_descriptor_stops_before_it_acts(core, opcode, cause):
+    """A bad opcode (or one this path does not run: GATE) stops the run with the
+    sequencer's error; the image is what the descriptors before it left (nothing of
+    the bad one or later was written) and the DRAM model saw no access outside the
+    window."""
+    g = compile_model(zoo_model("digits", 1, seed=1))
+    program = compile_engine(g, CONFIG)
+    image = _with_frame(program, bytearray(program.image), frames_for(g, 1)[0])
+    bad = 3
+    corrupted = bytearray(image)
+    corrupted[_descriptor_offset(program, bad)] = opcode
+    run = run_rtl(core, program, corrupted, stall=0.3, latency=40)
+    assert run.status & 4 and not run.status & 2
+    assert run.error_code == regs.error_code("sequencer", cause)
+    before = run_rtl(core, program, _cut_after(program, image, bad - 1))
+    expected = bytearray(before.image_after)    # with END where the bad descriptor is
+    at = _descriptor_offset(program, bad)
+    expected[at:at + DESCRIPTOR.itemsize] = corrupted[at:at + DESCRIPTOR.itemsize]
+    assert run.image_after == bytes(expected)
+
+
+def test_an_output_outside_the_window_is_refused(core):
+    """A job table whose output address lies past the window: the write DMA refuses it
+    before any access (the DRAM model's guard fails a run that touches outside), and
+    the run stops with its error."""
+    g = compile_model(zoo_model("digits", 1, seed=1))
+    program = compile_engine(g, CONFIG)
+    h = program.header
+    image = _with_frame(program, bytearray(program.image), frames_for(g, 1)[0])
+    d = program.descriptors[2]
+    at = d["table_addr"] - h["base"] + 8
+    image[at:at + 4] = (h["base"] + len(image)).to_bytes(4, "little")
+    run = run_rtl(core, program, image)
+    assert run.status & 4
+    assert run.error_code == regs.error_code("write_dma", "above_window")
