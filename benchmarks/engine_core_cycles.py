@@ -1,0 +1,81 @@
+"""The engine's compute path (hw/engine/core.py) in RTL: measured cycles per frame and per
+descriptor against the cycle model's prediction (compiler/engine/cycles.py).
+
+The digits Group-Net (random eval state, seed K) at K = 1, 2, 3 is compiled for a small
+engine (2 arrays of 4 x 8 lanes, 128-bit ports) and run on the fast Verilator path
+under the cycle model's DRAM (latency 48 cycles, 10 bytes per cycle: the DE10-Nano
+default at 100 MHz). Per descriptor the RTL's cycles are the difference between runs
+of the program cut after it and before it. The first compute path is a scalar,
+reference-exact datapath, not the model's arrays, so the ratio is large; it is
+reported, and the model is not fitted to it.
+
+    python benchmarks/engine_core_cycles.py            # writes benchmarks/results/engine_core_cycles.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from amaranth.back import verilog
+
+from groupnet_hw.compiler.engine.config import DramModel
+from groupnet_hw.compiler.engine.cycles import predict
+from groupnet_hw.compiler.engine.layout import compile_engine
+from groupnet_hw.compiler.passes import compile_model
+from groupnet_hw.hw.engine.core import EngineCore
+from groupnet_hw.sim.engine_rtl import build_engine_rtl
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import test_engine_core as T  # noqa: E402  (the tests' helpers: frames, cuts, runs)
+
+DRAM = DramModel(latency=48, bytes_per_cycle=10.0)
+
+
+def measure(build, bases):
+    g = compile_model(T.zoo_model("digits", bases, seed=bases))
+    program = compile_engine(g, T.CONFIG)
+    pred = predict(program, DRAM)
+    image = T._with_frame(program, bytearray(program.image), T.frames_for(g, 1)[0])
+    kw = dict(latency=DRAM.latency, bytes_per_cycle=DRAM.bytes_per_cycle)
+    whole = T.run_rtl(build, program, image, **kw).cycles
+    cuts = [T.run_rtl(build, program, T._cut_after(program, image, i), **kw).cycles
+            for i in range(len(program.descriptors))]
+    rows, prev = [], 0
+    for i, (p, c) in enumerate(zip(pred.descriptors, cuts)):
+        rows.append({"index": i, "opcode": p.opcode, "jobs": p.jobs, "label": p.label,
+                     "predicted": p.cycles, "rtl": c - prev,
+                     "ratio": round((c - prev) / p.cycles, 2)})
+        prev = c
+    return {"bases": bases, "predicted": pred.cycles, "rtl": whole,
+            "ratio": round(whole / pred.cycles, 2), "descriptors": rows}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-o", "--output", default=str(Path(__file__).parent / "results"
+                                                  / "engine_core_cycles.json"))
+    args = ap.parse_args(argv)
+    path = Path(tempfile.mkdtemp(prefix="engine_core_")) / "engine_core.v"
+    path.write_text(verilog.convert(EngineCore(**T.CORE), name="engine_core"))
+    t0 = time.time()
+    build = build_engine_rtl(path, "engine_core")
+    out = {"engine": T.CORE, "dram": {"latency": DRAM.latency,
+                                      "bytes_per_cycle": DRAM.bytes_per_cycle},
+           "build_seconds": round(time.time() - t0, 1),
+           "networks": [measure(build, k) for k in (1, 2, 3)]}
+    Path(args.output).write_text(json.dumps(out, indent=1) + "\n")
+    for n in out["networks"]:
+        print(f"digits K={n['bases']}: RTL {n['rtl']:,} cycles/frame, predicted "
+              f"{n['predicted']:,}, ratio {n['ratio']}")
+        for r in n["descriptors"]:
+            print(f"  {r['index']:2d} {r['opcode']:9s} jobs {r['jobs']}  RTL {r['rtl']:8,}  "
+                  f"predicted {r['predicted']:6,}  x{r['ratio']}")
+
+
+if __name__ == "__main__":
+    main()
