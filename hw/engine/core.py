@@ -135,7 +135,7 @@ class ComputeSequencer(wiring.Component):
     """
 
     def __init__(self, *, data_width=128, addr_width=32, pe=4, simd=8, stem_pe=16,
-                 stem_simd=12, buffer_bytes=32768, max_jobs=8):
+                 stem_simd=12, buffer_bytes=32768, max_jobs=8, max_window=4608, max_out_c=512):
         if data_width not in (64, 128):
             raise ValueError(f"data_width must be 64 or 128, not {data_width!r}")
         if buffer_bytes % (data_width // 8) or buffer_bytes < 1024:
@@ -149,6 +149,11 @@ class ComputeSequencer(wiring.Component):
         self.descriptor_words = DESCRIPTOR_BYTES // self.bytes_per_word
         self.pe, self.simd, self.stem_pe, self.stem_simd = pe, simd, stem_pe, stem_simd
         self.buffer_bytes, self.max_jobs = buffer_bytes, max_jobs
+        # the XNOR-popcount array reads a fold's pe x simd weight bits as one piece of
+        # a scratchpad word; other packings run binary convolutions on the scalar path
+        self.vector = data_width % (pe * simd) == 0
+        self.window_words = -(-max_window // simd)
+        self.max_out_c = 1 << max(max_out_c, pe).bit_length()
         cmd = stream.Signature(descriptor_layout(addr_width))
         super().__init__({
             "start": In(1),
@@ -209,6 +214,15 @@ class ComputeSequencer(wiring.Component):
         wp = buf.write_port()
         s.raddr = Signal(range(depth))
         m.d.comb += rp.addr.eq(s.raddr)
+        PE, SIMD, PS = self.pe, self.simd, self.pe * self.simd
+        # the window of one output pixel and job, bit-plane b of lane j at b*SIMD + j
+        m.submodules.window = wbuf = Memory(shape=unsigned(4 * SIMD), depth=self.window_words,
+                                            init=[])
+        rp_w, wp_w = wbuf.read_port(), wbuf.write_port()
+        # every job's accumulators of one output pixel: entry k * MAXC + channel
+        MAXC = self.max_out_c
+        m.submodules.accs = abuf = Memory(shape=signed(32), depth=self.max_jobs * MAXC, init=[])
+        rp_a, wp_a = abuf.read_port(), abuf.write_port()
 
         # ---- the descriptor: a shift register of its words --------------------------
         desc = Signal(8 * DESCRIPTOR_BYTES)
@@ -299,6 +313,17 @@ class ComputeSequencer(wiring.Component):
         pa, pb, pshift, pflags = (Signal(signed(64), name=n) for n in ("pa", "pb", "pshift", "pflags"))
         lf, gf = Signal(signed(64)), Signal(signed(64))
         msum = Signal(signed(64))
+        vec = Signal()            # this descriptor's binary convolution runs on the array
+        gathered = Signal()       # this pixel's windows are convolved (accs holds them)
+        nwin = Signal(A)          # k*k*C_in: the window's lanes
+        gword = Signal(4 * SIMD)
+        sg = Signal(16)
+        mo, ms = Signal(16), Signal(16)
+        nrem = Signal(signed(A + 1))
+        wfold = Signal(A)
+        wsh = Signal(wbits)
+        pw = Signal(range(PE + 1))
+        pacc = Array(Signal(signed(32), name=f"pacc{i}") for i in range(PE))
         late = Signal()           # the epilogue runs after a MIXER's mix
         pky, pkx, cy, cx = Signal(8), Signal(8), Signal(16), Signal(16)
         pmax = Signal(signed(64))
@@ -340,7 +365,8 @@ class ComputeSequencer(wiring.Component):
                 oc.eq(oc + 1), k.eq(0)]
             m.next = "CORE"
             with m.If(oc == f["out_c"] - 1):
-                m.d.sync += [oc.eq(0), p.eq(0), fold.eq(0), wrow.eq(0), ox.eq(ox + 1)]
+                m.d.sync += [oc.eq(0), p.eq(0), fold.eq(0), wrow.eq(0), ox.eq(ox + 1),
+                             gathered.eq(0)]
                 with m.If(ox == f["out_w"] - 1):
                     m.d.sync += [ox.eq(0), oy.eq(oy + 1)]
                     with m.If(oy == f["out_h"] - 1):
@@ -428,6 +454,7 @@ class ComputeSequencer(wiring.Component):
                         simd_r.eq(Mux(int_w, self.stem_simd, self.simd)),
                         pesimd.eq(Mux(int_w, self.stem_pe * self.stem_simd, self.pe * self.simd)),
                         rem_n.eq(Mux(is_conv, f["kernel"] * f["kernel"] * f["in_c"], 0)),
+                        nwin.eq(f["kernel"] * f["kernel"] * f["in_c"]),
                         rem_o.eq(Mux(is_conv, f["out_c"], 0)),
                         fs.eq(0), fo.eq(0),
                         kh_n.eq(Mux(is_head, f["in_h"], f["kernel"])),
@@ -454,6 +481,8 @@ class ComputeSequencer(wiring.Component):
                 self._exits(m)
             # the parameter sections' offsets, as params.sections computes them
             with m.State("SECTIONS0"):
+                m.d.sync += vec.eq(self.vector & is_conv & ~int_w & ~pooling & (f["act_bits"] <= 4)
+                                   & (fs <= self.window_words) & (fo * self.pe <= MAXC))
                 m.d.sync += off_w.eq(Mux(stage("prologue_threshold"),
                                          ru(f["in_c"] * f["in_levels"] * cb + ((f["in_c"] + 7) >> 3)), 0))
                 m.d.sync += wbytes.eq(Mux(is_conv, Mux(int_w, fo * fs * pesimd * f["weight_bytes"],
@@ -574,14 +603,25 @@ class ComputeSequencer(wiring.Component):
                 m.d.sync += wptr.eq(wptr + 1)
                 with m.If(wptr == (end >> exact_log2(BPW)) - 1):
                     m.d.sync += [oy.eq(0), ox.eq(0), oc.eq(0), k.eq(0), p.eq(0), fold.eq(0),
-                                 wrow.eq(0)]
+                                 wrow.eq(0), gathered.eq(0)]
                     m.next = "CORE"
                 self._exits(m)
 
             # ---- compute: one output element of one job ----------------------------------
             with m.State("CORE"):
                 m.d.sync += [pky.eq(0), pkx.eq(0), pseen.eq(0)]
-                m.next = "POOL_TAP"
+                with m.If(vec & gathered):
+                    m.next = "ACC"          # the array computed this pixel's channels
+                with m.Else():
+                    m.next = "POOL_TAP"
+                self._exits(m)
+            with m.State("ACC"):
+                m.d.comb += rp_a.addr.eq(k * MAXC + oc)
+                m.next = "ACC_D"
+                self._exits(m)
+            with m.State("ACC_D"):
+                m.d.sync += acc.eq(rp_a.data)
+                m.next = "POST"
                 self._exits(m)
             my = Signal(signed(20))
             mx = Signal(signed(20))
@@ -591,7 +631,7 @@ class ComputeSequencer(wiring.Component):
                 # without a pooling stage the convolution's position is the output's
                 m.d.sync += [cy.eq(Mux(pooling, my, oy)), cx.eq(Mux(pooling, mx, ox)),
                              acc.eq(0), seen.eq(0), ky.eq(0), kx.eq(0), ci.eq(0), j.eq(0),
-                             woff.eq(0)]
+                             woff.eq(0), gword.eq(0), sg.eq(0)]
                 with m.If(~pooling | ((my >= 0) & (my < f["mid_h"]) & (mx >= 0)
                                       & (mx < f["mid_w"]))):
                     m.next = "TAP"
@@ -671,10 +711,21 @@ class ComputeSequencer(wiring.Component):
                         with m.If(ky == kh_n - 1):
                             m.next = "EPI"
 
+            spread = Signal(4 * SIMD)
+            for b in range(4):
+                m.d.comb += spread[b * SIMD].eq(xv[b])
+            gnext = Signal(4 * SIMD)
+            m.d.comb += gnext.eq(gword | (spread << j[:SIMD.bit_length()]))
             with m.State("WEIGHT"):
                 with m.If(per_channel):
                     with m.If(valid):
                         m.d.sync += [seen.eq(1), acc.eq(Mux(seen & (acc > xv), acc, xv))]
+                    tap_next(m)
+                with m.Elif(vec):
+                    # gather: the tap's value (its bit planes) into lane j of fold sg
+                    last_j = j == SIMD - 1
+                    m.d.comb += [wp_w.addr.eq(sg), wp_w.data.eq(gnext), wp_w.en.eq(1)]
+                    m.d.sync += [gword.eq(Mux(last_j, 0, gnext)), sg.eq(sg + last_j)]
                     tap_next(m)
                 with m.Else():
                     m.next = "W"
@@ -695,7 +746,11 @@ class ComputeSequencer(wiring.Component):
 
             # ---- epilogue ---------------------------------------------------------------
             with m.State("EPI"):
-                with m.If(pooling):
+                with m.If(vec):
+                    m.d.sync += [mo.eq(0), ms.eq(0), nrem.eq(nwin), wfold.eq(0), pw.eq(0)]
+                    m.d.sync += [pacc[i].eq(0) for i in range(PE)]
+                    m.next = "MVU"
+                with m.Elif(pooling):
                     # the pooling window's max over its taps inside the convolution's map
                     m.d.sync += [pseen.eq(1), pmax.eq(Mux(pseen & (pmax > acc), pmax, acc))]
                     m.next = "POOL_NEXT"
@@ -714,6 +769,53 @@ class ComputeSequencer(wiring.Component):
                     with m.If(pky == f["pool_kernel"] - 1):
                         m.d.sync += acc.eq(pmax)
                         m.next = "POST"
+                self._exits(m)
+
+            # ---- the XNOR-popcount array: PE channels x SIMD lanes a fold ------------------
+            with m.State("MVU"):
+                wbase = ((par_k + off_w) << 3) + wfold
+                m.d.comb += [rp_w.addr.eq(ms), s.raddr.eq(wbase >> wbits)]
+                m.d.sync += wsh.eq(wbase[:wbits])
+                m.next = "MVU_D"
+                self._exits(m)
+            with m.State("MVU_D"):
+                wfold_bits = Signal(PS)
+                lanes = Signal(SIMD)
+                m.d.comb += [wfold_bits.eq(rp.data >> wsh),
+                             lanes.eq(Mux(nrem >= SIMD, (1 << SIMD) - 1,
+                                          (Const(1, SIMD + 1) << nrem[:SIMD.bit_length()]) - 1))]
+                x = rp_w.data
+                for i in range(PE):
+                    wp_i = wfold_bits[i * SIMD:(i + 1) * SIMD]
+                    xnor = sum((~(x[:SIMD] ^ wp_i) & lanes)[t] for t in range(SIMD))
+                    planes = 0
+                    for b in range(4):
+                        xb = x[b * SIMD:(b + 1) * SIMD]
+                        plus = sum((xb & wp_i & lanes)[t] for t in range(SIMD))
+                        minus = sum((xb & ~wp_i & lanes)[t] for t in range(SIMD))
+                        planes = planes + ((plus - minus).as_signed() << b)
+                    m.d.sync += pacc[i].eq(pacc[i] + Mux(f["act_bits"] == 0, xnor, planes))
+                m.d.sync += [ms.eq(ms + 1), nrem.eq(nrem - SIMD), wfold.eq(wfold + PS)]
+                m.next = "MVU"
+                with m.If(ms == fs - 1):
+                    m.d.sync += [ms.eq(0), nrem.eq(nwin), pw.eq(0)]
+                    m.next = "MVU_W"
+                self._exits(m)
+            with m.State("MVU_W"):
+                # binary inputs: dot = 2 * popcount(xnor) - N (padded lanes masked)
+                m.d.comb += [wp_a.addr.eq(k * MAXC + mo * PE + pw), wp_a.en.eq(1),
+                             wp_a.data.eq(Mux(f["act_bits"] == 0, 2 * pacc[pw] - nwin, pacc[pw]))]
+                m.d.sync += pw.eq(pw + 1)
+                with m.If(pw == PE - 1):
+                    m.d.sync += [pacc[i].eq(0) for i in range(PE)]
+                    m.d.sync += mo.eq(mo + 1)
+                    m.next = "MVU"
+                    with m.If(mo == fo - 1):
+                        m.next = "CORE"
+                        with m.If(k == f["jobs"] - 1):
+                            m.d.sync += [k.eq(0), gathered.eq(1)]
+                        with m.Else():
+                            m.d.sync += k.eq(k + 1)
                 self._exits(m)
 
             def got_bias(m, ev):
@@ -957,14 +1059,16 @@ class EngineCore(wiring.Component):
     """
 
     def __init__(self, *, data_width=128, max_burst=16, max_outstanding=4, buffer_depth=None,
-                 pe=4, simd=8, stem_pe=16, stem_simd=12, buffer_bytes=32768, max_jobs=8):
+                 pe=4, simd=8, stem_pe=16, stem_simd=12, buffer_bytes=32768, max_jobs=8,
+                 max_window=4608, max_out_c=512):
         self.rdma = ReadDMA(data_width=data_width, max_burst=max_burst,
                             max_outstanding=max_outstanding, buffer_depth=buffer_depth)
         self.wdma = WriteDMA(data_width=data_width, max_burst=max_burst)
         self.regs = EngineCSR()
         self.sequencer = ComputeSequencer(data_width=data_width, pe=pe, simd=simd,
                                           stem_pe=stem_pe, stem_simd=stem_simd,
-                                          buffer_bytes=buffer_bytes, max_jobs=max_jobs)
+                                          buffer_bytes=buffer_bytes, max_jobs=max_jobs,
+                                          max_window=max_window, max_out_c=max_out_c)
         super().__init__({
             "rd": Out(self.rdma.bus_signature),
             "wr": Out(self.wdma.bus_signature),
