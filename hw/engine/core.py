@@ -31,27 +31,38 @@ Microarchitecture (first version: correctness first, no overlap)
     channel groups, more than ``max_jobs`` jobs), stops the run with the sequencer's
     error ``unsupported`` before any of its reads: never a silent wrong result.
 
-    The compute is a scalar datapath under one state machine: for every output row,
-    pixel, channel and job it walks the window's taps (tap-major, channel-minor, the
-    weight packing's order) and reads each operand from the scratchpad by bit address
-    (an element of 1 to 64 bits never straddles a word: formats and sections are
-    aligned to their element size), so every tensor format, element width and
-    parameter section of the contract is read exactly as ``compiler/engine/formats.py``
-    and ``params.py`` pack it. Per tap: the input element (padding: bit 1 for binary
-    convolutions, level 0 for n-bit ones, 0 for integer ones, ignored by max pooling),
-    the prologue threshold (``in_levels`` comparisons and the invert bit), the weight
-    (a bit, or a signed integer of ``weight_bytes``), then one multiply-accumulate:
-    XNOR +-1 for binary inputs, +-level for n-bit inputs (the executor's
-    ``p @ w - p @ (1 - w)``), a 64-bit product for the stem and the head, a maximum
-    for MAXPOOL, PIXEL and SUBSAMPLE (a 1x1 window). The epilogue follows the contract's
-    order: head bias, post-op (``round_shift(A*relu?(x) + B, shift)``, relu?), add with
-    the side input (channels beyond ``side_c`` add zero: option A), ReLU, threshold
-    (``sum_l (x >= T_l) ^ invert``); a fused mixer or a MIXER descriptor then
-    aggregates the jobs' values (``round_shift(sum lambda_k x_k, lambda_frac)``) and
-    gates them (``round_shift(g x_k + (2^f - g) agg, gate_frac)``). Each result is
-    merged into its output word (read, merge, write). The arithmetic is the executor's
-    (``compiler/ops``) on 64-bit values with 128-bit products: exact wherever the
-    compiler's range analysis proves int64 suffices, which it checks for every node.
+    Binary convolutions run on an XNOR-popcount array of ``pe x simd`` lanes (one,
+    time-shared by the jobs): per output pixel and job the window is *gathered* once,
+    tap-major and channel-minor (the weight packing's order), into a window buffer of
+    ``simd``-lane words holding 4 bit planes: the input element, the prologue threshold
+    (``in_levels`` comparisons and the invert bit), padding (bit 1 for binary inputs,
+    level 0 for n-bit ones). Then each fold ``(o, s)`` reads its ``pe x simd`` weight
+    bits as one piece of a scratchpad word and the window word ``s``, and the ``pe``
+    lanes add ``popcount(~(x ^ w) & valid)`` (binary inputs; ``2 * sum - N`` at the
+    end) or, per bit plane ``b``, ``(popcount(x_b & w) - popcount(x_b & ~w)) << b``
+    (n-bit levels: the executor's ``p @ w - p @ (1 - w)``). The pixel's accumulators of
+    every job go to an accumulator buffer that the epilogue reads channel by channel.
+
+    Everything else is a scalar datapath under the same state machine, for every output
+    row, pixel, channel and job: it walks the window's taps and reads each operand from
+    the scratchpad by bit address (an element of 1 to 64 bits never straddles a word:
+    formats and sections are aligned to their element size), so every tensor format,
+    element width and parameter section of the contract is read exactly as
+    ``compiler/engine/formats.py`` and ``params.py`` pack it: a 64-bit product per tap
+    for the stem (integer weights, pad 0; a fused max pooling evaluates the convolution
+    per pooling tap, padded taps ignored) and the head, a maximum for MAXPOOL, PIXEL and
+    SUBSAMPLE (a 1x1 window), and binary convolutions that the array cannot take
+    (windows over ``max_window`` lanes, more than ``max_out_c`` channels, a packing
+    whose ``pe x simd`` does not divide the bus word). The epilogue follows the
+    contract's order: head bias, post-op (``round_shift(A*relu?(x) + B, shift)``,
+    relu?), add with the side input (channels beyond ``side_c`` add zero: option A),
+    ReLU, threshold (``sum_l (x >= T_l) ^ invert``); a fused mixer then aggregates the
+    jobs' values (``round_shift(sum lambda_k x_k, lambda_frac)``) and gates them
+    (``round_shift(g x_k + (2^f - g) agg, gate_frac)``); a MIXER descriptor mixes
+    first and applies its epilogue after, with entry 0's block and side input. Each
+    result is merged into its output word (read, merge, write). The arithmetic is the
+    executor's (``compiler/ops``) on 64-bit values with 128-bit products: exact wherever
+    the compiler's range analysis proves int64 suffices, which it checks for every node.
 
     The dataflow back end's arithmetic units (``hw/mvu.py``, ``hw/elementwise.py``)
     bake their weights and constants in as elaboration-time constants; the engine reads
@@ -61,15 +72,18 @@ Microarchitecture (first version: correctness first, no overlap)
 Cycles
     Per descriptor: the fetch (read latency + 128 bytes), the loads (each a read-DMA
     descriptor: latency + its words at up to one per cycle), ``out_bytes / bytes per
-    word`` cycles of clearing per job, then per output element and job
-    ``4 + taps * (2 + 2 [input] + 2 [weight] + 2 * (in_levels + 1) [prologue])``
-    cycles for a convolution (``taps = k*k*C_in``), plus 2 cycles per parameter read
-    of the epilogue (post-op 4, add 1, threshold ``out_levels + 1``, mixer 2 per job)
-    and 2 per output write, then two cycles per output word written (plus the write
-    latency) and the fence. So about one multiply-accumulate every 6 cycles: this is a
-    reference-exact engine, not yet the arrays of ``arrays x pe x simd`` lanes the cycle
-    model (``compiler/engine/cycles.py``) assumes. ``pe``, ``simd``, ``stem_pe`` and
-    ``stem_simd`` fix only the weight packing it reads.
+    word`` cycles of clearing per job, then the compute, then two cycles per output
+    word written (plus the write latency) and the fence. A binary convolution takes per
+    output pixel and job about ``N * (6 + 2 * (in_levels + 1) [prologue])`` cycles of
+    gather (``N = k*k*C_in``), ``2 * ceil(C_out/pe) * ceil(N/simd)`` of array folds and
+    ``pe`` per fold to store the accumulators; every output element then takes 4 to
+    read its accumulator, 2 per parameter read of its epilogue (post-op 4, add 1,
+    threshold ``out_levels + 1``, mixer 2 per job) and 2 to write. A scalar tap costs
+    about 6 cycles (address, input read, weight read, accumulate). Measured on digits:
+    22-36 times the cycle model's prediction (``benchmarks/engine_core_cycles.py``):
+    this version is reference-exact, not yet the ``arrays`` arrays side by side with
+    overlapped transfers that the model (``compiler/engine/cycles.py``) assumes.
+    ``stem_pe`` and ``stem_simd`` fix only the integer weight packing it reads.
 
 Parameters
 ----------
@@ -85,6 +99,10 @@ buffer_bytes : int
     The scratchpad's size (a multiple of the bus word).
 max_jobs : int
     Most job-table entries a descriptor may have (one result register each).
+max_window : int
+    Most window lanes (``k*k*C_in``) the array's window buffer holds.
+max_out_c : int
+    Most output channels the accumulator buffer holds per job.
 """
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
