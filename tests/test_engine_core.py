@@ -262,3 +262,31 @@ def test_64_bit_engine_bit_exact(tmp_path_factory):
     g = compile_model(zoo_model("digits", 3, seed=3))
     check_network(build, g, frames_for(g, 1), config=EngineConfig(arrays=2, pe=4, simd=8,
                                                                     port_bytes=8), stall=0.3)
+
+
+#: small buffers: the compiler splits the outputs into several row tiles (and streams
+#: weights in channel chunks, which changes the order of work, not the values)
+SMALL = EngineConfig(arrays=2, pe=4, simd=8, input_buffer=4096, weight_buffer=64,
+                     output_buffer=4096, port_bytes=16)
+
+
+@pytest.mark.parametrize("seed,overrides", [(3, dict(image_size=16, stem_channels=8,
+                                                     stages=[[16, 1, 1], [32, 1, 2]], bases=2))]
+                         + list(enumerate(RANDOM_CONFIGS)))
+def test_row_tiles_bit_exact(core, seed, overrides):
+    """Each tile loads its input rows with the window's halo (and the pooling window's
+    convolution rows), its side rows, computes its output rows and writes them."""
+    g = compile_model(random_model(seed, **overrides))
+    program, _ = check_network(core, g, frames_for(g, 1, seed), config=SMALL)
+    if overrides.get("image_size") == 16:
+        assert max(d["n_tiles"] for d in program.descriptors) > 1
+
+
+def test_pooled_stem_in_row_tiles_bit_exact(core):
+    """The stem's fused max pooling split into 3 row tiles: each tile computes the
+    convolution rows its pooling windows need (rows shared by two tiles twice)."""
+    cfg = EngineConfig(arrays=2, pe=4, simd=8, input_buffer=1024, weight_buffer=64,
+                       output_buffer=1024, port_bytes=16)
+    g = compile_model(random_model(4, **RANDOM_CONFIGS[4]))
+    program, _ = check_network(core, g, frames_for(g, 2, 4), config=cfg, stall=0.3)
+    assert any(d["stages"] & 128 and d["n_tiles"] > 1 for d in program.descriptors)

@@ -256,7 +256,8 @@ class ComputeSequencer(wiring.Component):
             "in_elem", "side_fmt", "side_elem", "out_fmt", "out_elem", "act_bits",
             "in_levels", "out_levels", "const_bytes", "weight_bytes", "in_pitch",
             "side_pitch", "out_pitch", "in_bytes", "out_bytes", "table_addr", "param_bytes",
-            "mid_h", "mid_w", "pool_kernel", "pool_stride", "pool_padding",
+            "mid_h", "mid_w", "pool_kernel", "pool_stride", "pool_padding", "rows_per_tile",
+            "n_tiles",
             "index", "magic")}
         st, fl, op = f["stages"], f["flags"], f["opcode"]
 
@@ -342,6 +343,14 @@ class ComputeSequencer(wiring.Component):
         wsh = Signal(wbits)
         pw = Signal(range(PE + 1))
         pacc = Array(Signal(signed(32), name=f"pacc{i}") for i in range(PE))
+        # row tiles: output rows [r0, r1), input rows [ly0, ly1) in the scratchpad
+        tile = Signal(16)
+        r0, r1 = Signal(16), Signal(16)
+        c0, c1 = Signal(signed(20)), Signal(signed(20))
+        y0, y1 = Signal(signed(24)), Signal(signed(24))
+        ly0, ly1 = Signal(signed(24)), Signal(signed(24))
+        crows, irows = Signal(signed(24)), Signal(signed(24))
+        in_tile, out_tile = Signal(A), Signal(A)
         late = Signal()           # the epilogue runs after a MIXER's mix
         pky, pkx, cy, cx = Signal(8), Signal(8), Signal(16), Signal(16)
         pmax = Signal(signed(64))
@@ -387,7 +396,7 @@ class ComputeSequencer(wiring.Component):
                              gathered.eq(0)]
                 with m.If(ox == f["out_w"] - 1):
                     m.d.sync += [ox.eq(0), oy.eq(oy + 1)]
-                    with m.If(oy == f["out_h"] - 1):
+                    with m.If(oy == r1 - 1):
                         m.next = "STORE_ADDR"
 
         with m.FSM(name="state") as fsm:
@@ -526,7 +535,20 @@ class ComputeSequencer(wiring.Component):
                                 Mux(is_mixop, (2 + f["jobs"] * Mux(gated, 2, 1)) * cb, 0))
                 m.d.sync += [off_head.eq(off_mix + ru(mix_bytes)),
                              jt_bytes.eq(ru(f["jobs"] * 16)),
-                             side_bytes.eq(Mux(stage("add"), f["out_h"] * f["side_pitch"], 0))]
+                             side_bytes.eq(Mux(stage("add"), f["rows_per_tile"] * f["side_pitch"], 0)),
+                             out_tile.eq(f["rows_per_tile"] * f["out_pitch"]),
+                             crows.eq(Mux(pooling, (f["rows_per_tile"] - 1) * f["pool_stride"]
+                                          + f["pool_kernel"], f["rows_per_tile"]))]
+                m.next = "TILESZ0"
+                self._exits(m)
+            # a tile's regions hold its rows only: the most input rows a tile reads
+            with m.State("TILESZ0"):
+                raw = (crows - 1) * st_r + dil_r * (kh_n - 1) + 1
+                m.d.sync += irows.eq(Mux(raw > f["in_h"], f["in_h"], raw))
+                m.next = "TILESZ1"
+                self._exits(m)
+            with m.State("TILESZ1"):
+                m.d.sync += in_tile.eq(irows.as_unsigned()[:16] * f["in_pitch"])
                 m.next = "REGIONS0"
                 self._exits(m)
             with m.State("REGIONS0"):
@@ -535,7 +557,7 @@ class ComputeSequencer(wiring.Component):
                 m.next = "REGIONS1"
                 self._exits(m)
             with m.State("REGIONS1"):
-                m.d.sync += side_base.eq(in_base + Mux(flag("shared_input"), 1, f["jobs"]) * f["in_bytes"])
+                m.d.sync += side_base.eq(in_base + Mux(flag("shared_input"), 1, f["jobs"]) * in_tile)
                 m.next = "REGIONS2"
                 self._exits(m)
             with m.State("REGIONS2"):
@@ -543,14 +565,14 @@ class ComputeSequencer(wiring.Component):
                 m.next = "REGIONS3"
                 self._exits(m)
             with m.State("REGIONS3"):
-                m.d.sync += end.eq(out_base + f["jobs"] * f["out_bytes"])
+                m.d.sync += end.eq(out_base + f["jobs"] * out_tile)
                 m.next = "REGIONS4"
                 self._exits(m)
             with m.State("REGIONS4"):
                 with m.If(end > self.buffer_bytes):
                     self._fail(m, "unsupported")
                 with m.Else():
-                    m.d.sync += [wptr.eq(0), left.eq(jt_bytes)]
+                    m.d.sync += [wptr.eq(0), left.eq(jt_bytes), tile.eq(0), r0.eq(0)]
                     m.next = "TABLE_CMD"
                 self._exits(m)
 
@@ -569,13 +591,41 @@ class ComputeSequencer(wiring.Component):
                 with m.If(self.words.valid):
                     m.d.sync += [wptr.eq(wptr + 1), left.eq(left - BPW)]
                     with m.If(left == BPW):
-                        m.next = "LOAD_ENTRY"
+                        m.next = "TILE0"
+                self._exits(m)
+
+            # ---- a row tile: its output, convolution and input rows (the model's) --------
+            with m.State("TILE0"):
+                m.d.sync += r1.eq(Mux(r0 + f["rows_per_tile"] > f["out_h"], f["out_h"],
+                                      r0 + f["rows_per_tile"]))
+                m.next = "TILE1"
+                self._exits(m)
+            with m.State("TILE1"):
+                pc0 = r0 * f["pool_stride"] - f["pool_padding"]
+                pc1 = (r1 - 1) * f["pool_stride"] - f["pool_padding"] + f["pool_kernel"]
+                m.d.sync += [c0.eq(Mux(pooling, Mux(pc0 < 0, 0, pc0), r0)),
+                             c1.eq(Mux(pooling, Mux(pc1 > f["mid_h"], f["mid_h"], pc1), r1))]
+                m.next = "TILE2"
+                self._exits(m)
+            with m.State("TILE2"):
+                m.d.sync += [y0.eq(c0 * st_r - pad_r),
+                             y1.eq((c1 - 1) * st_r - pad_r + dil_r * (kh_n - 1) + 1)]
+                m.next = "TILE3"
+                self._exits(m)
+            with m.State("TILE3"):
+                m.d.sync += [ly0.eq(Mux(y0 < 0, 0, y0)), ly1.eq(Mux(y1 > f["in_h"], f["in_h"], y1)),
+                             kind.eq(Mux(tile == 0, 0, 1)), k.eq(0)]
+                m.next = "LOAD_ENTRY"       # the parameter blocks only for the first tile
                 self._exits(m)
 
             entry_field = Mux(kind == 0, 3, Mux(kind == 1, 0, 1))   # param, in, side address
-            load_len = Mux(kind == 0, f["param_bytes"], Mux(kind == 1, f["in_bytes"], side_bytes))
+            load_len = Mux(kind == 0, f["param_bytes"],
+                           Mux(kind == 1, (ly1 - ly0).as_unsigned()[:16] * f["in_pitch"],
+                               (r1 - r0) * f["side_pitch"]))
+            load_from = fld + Mux(kind == 0, 0, Mux(kind == 1, ly0.as_unsigned()[:16] * f["in_pitch"],
+                                                    r0 * f["side_pitch"]))
             load_dest = Mux(kind == 0, par_base + k * f["param_bytes"],
-                            Mux(kind == 1, in_base + k * f["in_bytes"], side_base + k * side_bytes))
+                            Mux(kind == 1, in_base + k * in_tile, side_base + k * side_bytes))
             load_skip = Mux(kind == 0, (f["param_bytes"] == 0) | (is_mixop & (k != 0)),
                             Mux(kind == 1, flag("shared_input") & (k != 0),
                                 ~stage("add") | (flag("shared_side") | is_mixop) & (k != 0)))
@@ -602,7 +652,7 @@ class ComputeSequencer(wiring.Component):
                 with m.If(load_skip | (fld == 0)):
                     load_next(m)
                 with m.Else():
-                    m.d.comb += [self.rd_cmd.valid.eq(1), self.rd_cmd.payload.address.eq(fld),
+                    m.d.comb += [self.rd_cmd.valid.eq(1), self.rd_cmd.payload.address.eq(load_from),
                                  self.rd_cmd.payload.length.eq(load_len)]
                     with m.If(self.rd_cmd.ready):
                         m.d.sync += [wptr.eq(load_dest >> exact_log2(BPW)), left.eq(load_len)]
@@ -620,7 +670,7 @@ class ComputeSequencer(wiring.Component):
                 m.d.comb += [wp.addr.eq(wptr), wp.data.eq(0), wp.en.eq(1)]
                 m.d.sync += wptr.eq(wptr + 1)
                 with m.If(wptr == (end >> exact_log2(BPW)) - 1):
-                    m.d.sync += [oy.eq(0), ox.eq(0), oc.eq(0), k.eq(0), p.eq(0), fold.eq(0),
+                    m.d.sync += [oy.eq(r0), ox.eq(0), oc.eq(0), k.eq(0), p.eq(0), fold.eq(0),
                                  wrow.eq(0), gathered.eq(0)]
                     m.next = "CORE"
                 self._exits(m)
@@ -675,7 +725,7 @@ class ComputeSequencer(wiring.Component):
                     m.d.sync += xv.eq(pad_value)
                     m.next = "WEIGHT"
                 self._exits(m)
-            in_addr = ((in_base + kin * f["in_bytes"] + iy.as_unsigned()[:16] * f["in_pitch"]
+            in_addr = ((in_base + kin * in_tile + (iy - ly0).as_unsigned()[:16] * f["in_pitch"]
                         + ix.as_unsigned()[:16] * in_pix) << 3) + ch * f["in_elem"]
 
             def got_input(m, ev):
@@ -876,7 +926,8 @@ class ComputeSequencer(wiring.Component):
                 with m.Else():
                     m.next = "RELU"
                 self._exits(m)
-            side_addr = ((side_base + kside * side_bytes + oy * f["side_pitch"] + ox * side_pix) << 3) \
+            side_addr = ((side_base + kside * side_bytes + (oy - r0) * f["side_pitch"]
+                          + ox * side_pix) << 3) \
                 + oc * f["side_elem"]
 
             def got_side(m, ev):
@@ -968,7 +1019,7 @@ class ComputeSequencer(wiring.Component):
                        cb << 3, 1, got_gate)
 
             # ---- output: merge vals[k] into its word ------------------------------------
-            out_addr = ((out_base + k * f["out_bytes"] + oy * f["out_pitch"] + ox * out_pix) << 3) \
+            out_addr = ((out_base + k * out_tile + (oy - r0) * f["out_pitch"] + ox * out_pix) << 3) \
                 + oc * f["out_elem"]
             with m.State("OUT"):
                 with m.If(is_mixop):
@@ -1002,14 +1053,19 @@ class ComputeSequencer(wiring.Component):
 
             # ---- stores: one write-DMA descriptor per job output -------------------------
             def got_out_addr(m, ev):
-                m.d.sync += [fld.eq(ev), wptr.eq((out_base + k * f["out_bytes"]) >> exact_log2(BPW)),
-                             left.eq(f["out_bytes"])]
+                m.d.sync += [fld.eq(ev),
+                             wptr.eq((out_base + k * out_tile) >> exact_log2(BPW)),
+                             left.eq((r1 - r0) * f["out_pitch"])]
                 m.next = "STORE_CMD"
             self._read(m, "STORE_ADDR", ((k << 4) + 8) << 3, 32, 0, got_out_addr)
 
             def store_next(m):
                 with m.If(k == n_out - 1):
-                    m.next = "FENCE"
+                    with m.If(tile == f["n_tiles"] - 1):
+                        m.next = "FENCE"
+                    with m.Else():
+                        m.d.sync += [tile.eq(tile + 1), r0.eq(r0 + f["rows_per_tile"])]
+                        m.next = "TILE0"
                 with m.Else():
                     m.d.sync += k.eq(k + 1)
                     m.next = "STORE_ADDR"
@@ -1018,8 +1074,9 @@ class ComputeSequencer(wiring.Component):
                 with m.If(fld == 0):
                     store_next(m)
                 with m.Else():
-                    m.d.comb += [self.wr_cmd.valid.eq(1), self.wr_cmd.payload.address.eq(fld),
-                                 self.wr_cmd.payload.length.eq(f["out_bytes"])]
+                    m.d.comb += [self.wr_cmd.valid.eq(1),
+                                 self.wr_cmd.payload.address.eq(fld + r0 * f["out_pitch"]),
+                                 self.wr_cmd.payload.length.eq((r1 - r0) * f["out_pitch"])]
                     with m.If(self.wr_cmd.ready):
                         m.next = "STORE_RD"
                 self._exits(m)
