@@ -10,23 +10,26 @@ the reference model (``sim/engine_model.py``).
 
 Microarchitecture (first version: correctness first, no overlap)
     One *scratchpad* (block RAM, ``buffer_bytes``, one bus word wide, one read and one
-    write port) holds everything a descriptor needs, in regions placed at run time:
+    write port) holds what a descriptor needs for one row tile (``rows_per_tile``
+    output rows), in regions placed at run time:
 
     ====== ============================================================================
     region contents
     ====== ============================================================================
     table  the descriptor's job table (``jobs`` x 16 bytes)
     params every job's parameter block (``param_bytes`` each; a MIXER's is entry 0's)
-    input  every job's main input tensor (one copy when the jobs share it)
-    side   every job's side input (add stage; one copy when shared)
-    output every job's output tensor, zeroed first (the row padding is zeros in DRAM)
+    input  every job's input rows of the tile, halo included (one copy when shared)
+    side   every job's side rows of the tile (add stage; one copy when shared)
+    output every job's output rows of the tile, zeroed first (row padding is zeros)
     ====== ============================================================================
 
     Per descriptor the work is strictly sequential: fetch (the read DMA), load the job
-    table, then the blocks, inputs and side inputs (one read-DMA descriptor each, the
-    words written in order), clear the output regions, compute, then one write-DMA
-    descriptor per output, then the fence (every write's ``done``) before the next
-    fetch. A descriptor whose regions do not fit the scratchpad, or whose opcode or
+    table and the blocks, then per row tile the input rows (the reference model's row
+    range: the window's halo, a pooling stage's convolution rows) and side rows (one
+    read-DMA descriptor each, the words written in order), clear the output regions,
+    compute, one write-DMA descriptor per job's tile rows; after the last tile the fence
+    (every write's ``done``) before the next fetch. A weight-streaming descriptor's
+    whole parameter blocks are loaded (its chunks change the order, not the values). A descriptor whose regions do not fit the scratchpad, or whose opcode or
     stages this path does not implement (GATE, REPEAT, a fused max-pooling stage,
     channel groups, more than ``max_jobs`` jobs), stops the run with the sequencer's
     error ``unsupported`` before any of its reads: never a silent wrong result.
