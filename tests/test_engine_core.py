@@ -290,3 +290,19 @@ def test_pooled_stem_in_row_tiles_bit_exact(core):
     g = compile_model(random_model(4, **RANDOM_CONFIGS[4]))
     program, _ = check_network(core, g, frames_for(g, 2, 4), config=cfg, stall=0.3)
     assert any(d["stages"] & 128 and d["n_tiles"] > 1 for d in program.descriptors)
+
+
+@pytest.mark.parametrize("reset_at", [3000, 40000])
+def test_soft_reset_mid_compute_then_start_again(core, reset_at):
+    """SOFT_RESET in the middle of a descriptor (a load, or the array's compute), then
+    START again: the run completes with the reference model's image (every tensor is
+    recomputed in program order; started bursts were finished, none was lost)."""
+    g = compile_model(zoo_model("digits", 2, seed=2))
+    program = compile_engine(g, CONFIG)
+    frame = frames_for(g, 1)[0]
+    image = _with_frame(program, bytearray(program.image), frame)
+    ref = bytearray(image)
+    run_program(program, ref, frame.unsqueeze(0))
+    run = run_rtl(core, program, image, reset_at=reset_at, stall=0.3, latency=40)
+    assert run.reset and run.status & 2 and not run.status & 4
+    assert run.image_after == bytes(ref)
