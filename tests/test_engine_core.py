@@ -306,3 +306,27 @@ def test_soft_reset_mid_compute_then_start_again(core, reset_at):
     run = run_rtl(core, program, image, reset_at=reset_at, stall=0.3, latency=40)
     assert run.reset and run.status & 2 and not run.status & 4
     assert run.image_after == bytes(ref)
+
+
+def test_the_format_is_shared_and_hw_imports_no_compiler():
+    """The descriptor's field offsets the hardware reads are the compiler's dtype's,
+    from a module that needs neither numpy nor Amaranth; hw/ imports nothing of the
+    compiler."""
+    import subprocess
+    import sys
+    from groupnet_hw.engine_format import DESCRIPTOR_FIELDS, JOB_FIELDS, field_offsets
+    for fields, dtype in ((DESCRIPTOR_FIELDS, DESCRIPTOR), (JOB_FIELDS, JOB)):
+        offsets = field_offsets(fields)
+        assert {n: offsets[n][0] for n in dtype.names} == \
+            {n: dtype.fields[n][1] for n in dtype.names}
+        assert sum(size for _, size in offsets.values()) == dtype.itemsize
+    code = ("import sys\n"
+            "for name in ('amaranth', 'torch', 'numpy'): sys.modules[name] = None\n"
+            "from groupnet_hw import engine_format\n"
+            "print(engine_format.field_offsets(engine_format.DESCRIPTOR_FIELDS)['magic'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "(126, 2)"
+    code = ("import sys, groupnet_hw.hw.engine.core\n"
+            "assert not [m for m in sys.modules if m.startswith('groupnet_hw.compiler')]")
+    subprocess.run([sys.executable, "-c", code], check=True)
