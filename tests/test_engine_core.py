@@ -330,3 +330,19 @@ def test_the_format_is_shared_and_hw_imports_no_compiler():
     code = ("import sys, groupnet_hw.hw.engine.core\n"
             "assert not [m for m in sys.modules if m.startswith('groupnet_hw.compiler')]")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stages,buffer_bytes", [([[32, 1, 1], [64, 1, 2]], 14 << 10),
+                                                 ([[24, 1, 1], [48, 1, 2]], 9728)])
+def test_weight_streaming_bit_exact(tmp_path_factory, stages, buffer_bytes):
+    """A scratchpad too small for the last layer's two parameter blocks (with its
+    tiles): it streams its weights a chunk of output channels at a time (the
+    compiler's chunk_c: 4 channels, one PE fold), re-gathering each pixel's window per
+    chunk; the other descriptors keep whole blocks. With 48 input channels a chunk's
+    216 bytes do not start on a bus word (the chunk is read from the word below and
+    skewed)."""
+    build = _build(tmp_path_factory, f"engine_core_{buffer_bytes}", buffer_bytes=buffer_bytes)
+    g = compile_model(random_model(3, image_size=8, stem_channels=8, stages=stages, bases=2))
+    program, _ = check_network(build, g, frames_for(g, 1, 3), config=SMALL, stall=0.3)
+    assert any(d["flags"] & 8 and d["out_c"] == stages[1][0] for d in program.descriptors)

@@ -260,7 +260,7 @@ class ComputeSequencer(wiring.Component):
             "in_levels", "out_levels", "const_bytes", "weight_bytes", "in_pitch",
             "side_pitch", "out_pitch", "in_bytes", "out_bytes", "table_addr", "param_bytes",
             "mid_h", "mid_w", "pool_kernel", "pool_stride", "pool_padding", "rows_per_tile",
-            "n_tiles",
+            "n_tiles", "chunk_c",
             "index", "magic")}
         st, fl, op = f["stages"], f["flags"], f["opcode"]
 
@@ -319,7 +319,8 @@ class ComputeSequencer(wiring.Component):
 
         # ---- loop counters --------------------------------------------------------------
         k = Signal(8)             # job
-        kind = Signal(2)          # load phase: 0 params, 1 input, 2 side
+        kind = Signal(3)          # load: 0 params (or the part before the weights), 1 input,
+        #                           2 side, 3 the part after the weights, 4 a weight chunk
         fld = Signal(A)           # a job-table field just read
         wptr = Signal(range(depth + 1))
         left = Signal(A)
@@ -354,6 +355,16 @@ class ComputeSequencer(wiring.Component):
         ly0, ly1 = Signal(signed(24)), Signal(signed(24))
         crows, irows = Signal(signed(24)), Signal(signed(24))
         in_tile, out_tile = Signal(A), Signal(A)
+        # weight streaming: a chunk of output channels' weights in the scratchpad at a time
+        stream = Signal()
+        rem_c = Signal(signed(18))
+        fpc = Signal(16)          # PE folds per chunk
+        pstride = Signal(A)       # a job's parameter region in the scratchpad
+        pstride_s = Signal(A)
+        chunk_bytes, chunk_space, post_bytes, off_post_d = (Signal(A, name=n) for n in (
+            "chunk_bytes", "chunk_space", "post_bytes", "off_post_d"))
+        q = Signal(16)
+        cc0, o0, cstart = Signal(16), Signal(16), Signal(A)
         late = Signal()           # the epilogue runs after a MIXER's mix
         pky, pkx, cy, cx = Signal(8), Signal(8), Signal(16), Signal(16)
         pmax = Signal(signed(64))
@@ -368,7 +379,7 @@ class ComputeSequencer(wiring.Component):
         kin = Mux(flag("shared_input"), 0, k)
         # a MIXER's epilogue reads entry 0's side input and block for every output
         kside = Mux(flag("shared_side") | is_mixop, 0, k)
-        par_k = par_base + Mux(is_mixop, 0, k) * f["param_bytes"]
+        par_k = par_base + Mux(is_mixop, 0, k) * pstride
 
         def const_addr(block, section, idx):
             return ((block + section + idx * cb) << 3)
@@ -385,6 +396,17 @@ class ComputeSequencer(wiring.Component):
         with m.Elif(self.wr_done & (wr_out != 0)):
             m.d.sync += wr_out.eq(wr_out - 1)
 
+        cc1 = Signal(16)
+        o1 = Signal(16)
+        wskew = Signal(A)
+        chunk_end = Signal(A)
+        m.d.comb += [
+            cc1.eq(Mux(stream & (cc0 + f["chunk_c"] < f["out_c"]), cc0 + f["chunk_c"], f["out_c"])),
+            o1.eq(Mux(stream & (o0 + fpc < fo), o0 + fpc, fo)),
+            wskew.eq(Mux(stream, (cstart & (BPW - 1)) << 3, 0)),
+            chunk_end.eq(Mux(cstart + chunk_bytes < wbytes, cstart + chunk_bytes, wbytes)),
+        ]
+
         def next_c(m):
             """Advance the output channel (and its weight row), then pixel, then row."""
             last_p = p == pe_r - 1
@@ -394,13 +416,18 @@ class ComputeSequencer(wiring.Component):
                 wrow.eq(Mux(last_p, fold + fs * pesimd, wrow + simd_r)),
                 oc.eq(oc + 1), k.eq(0)]
             m.next = "CORE"
-            with m.If(oc == f["out_c"] - 1):
-                m.d.sync += [oc.eq(0), p.eq(0), fold.eq(0), wrow.eq(0), ox.eq(ox + 1),
+            with m.If(oc == cc1 - 1):
+                m.d.sync += [oc.eq(cc0), p.eq(0), fold.eq(0), wrow.eq(0), ox.eq(ox + 1),
                              gathered.eq(0)]
                 with m.If(ox == f["out_w"] - 1):
                     m.d.sync += [ox.eq(0), oy.eq(oy + 1)]
                     with m.If(oy == r1 - 1):
                         m.next = "STORE_ADDR"
+                        with m.If(cc1 != f["out_c"]):
+                            # the tile's next chunk of channels: its weights, then again
+                            m.d.sync += [q.eq(q + 1), cc0.eq(cc1), o0.eq(o1),
+                                         cstart.eq(cstart + chunk_bytes), kind.eq(4), k.eq(0)]
+                            m.next = "LOAD_ENTRY"
 
         with m.FSM(name="state") as fsm:
             with m.State("IDLE"):
@@ -485,6 +512,7 @@ class ComputeSequencer(wiring.Component):
                         pesimd.eq(Mux(int_w, self.stem_pe * self.stem_simd, self.pe * self.simd)),
                         rem_n.eq(Mux(is_conv, f["kernel"] * f["kernel"] * f["in_c"], 0)),
                         nwin.eq(f["kernel"] * f["kernel"] * f["in_c"]),
+                        rem_c.eq(f["chunk_c"]), fpc.eq(0), stream.eq(0),
                         rem_o.eq(Mux(is_conv, f["out_c"], 0)),
                         fs.eq(0), fo.eq(0),
                         kh_n.eq(Mux(is_head, f["in_h"], f["kernel"])),
@@ -506,7 +534,9 @@ class ComputeSequencer(wiring.Component):
                     m.d.sync += [rem_n.eq(rem_n - simd_r), fs.eq(fs + 1)]
                 with m.If(rem_o > 0):
                     m.d.sync += [rem_o.eq(rem_o - pe_r), fo.eq(fo + 1)]
-                with m.If((rem_n <= 0) & (rem_o <= 0)):
+                with m.If(rem_c > 0):
+                    m.d.sync += [rem_c.eq(rem_c - pe_r), fpc.eq(fpc + 1)]
+                with m.If((rem_n <= 0) & (rem_o <= 0) & (rem_c <= 0)):
                     m.next = "SECTIONS0"
                 self._exits(m)
             # the parameter sections' offsets, as params.sections computes them
@@ -541,7 +571,20 @@ class ComputeSequencer(wiring.Component):
                              side_bytes.eq(Mux(stage("add"), f["rows_per_tile"] * f["side_pitch"], 0)),
                              out_tile.eq(f["rows_per_tile"] * f["out_pitch"]),
                              crows.eq(Mux(pooling, (f["rows_per_tile"] - 1) * f["pool_stride"]
-                                          + f["pool_kernel"], f["rows_per_tile"]))]
+                                          + f["pool_kernel"], f["rows_per_tile"])),
+                             pstride.eq(f["param_bytes"]),
+                             chunk_bytes.eq((fpc * fs * pesimd * Mux(int_w, f["weight_bytes"] << 3, 1)) >> 3),
+                             off_post_d.eq(off_post),
+                             post_bytes.eq(f["param_bytes"] - off_post)]
+                m.next = "STREAM0"
+                self._exits(m)
+            # the layout with one weight chunk in place of the weights, if they stream
+            with m.State("STREAM0"):
+                m.d.sync += chunk_space.eq(ru(chunk_bytes) + BPW)   # a word of misalignment
+                m.next = "STREAM1"
+                self._exits(m)
+            with m.State("STREAM1"):
+                m.d.sync += pstride_s.eq(off_w + chunk_space + post_bytes)
                 m.next = "TILESZ0"
                 self._exits(m)
             # a tile's regions hold its rows only: the most input rows a tile reads
@@ -556,7 +599,7 @@ class ComputeSequencer(wiring.Component):
                 self._exits(m)
             with m.State("REGIONS0"):
                 m.d.sync += [par_base.eq(jt_bytes),
-                             in_base.eq(jt_bytes + f["jobs"] * f["param_bytes"])]
+                             in_base.eq(jt_bytes + f["jobs"] * pstride)]
                 m.next = "REGIONS1"
                 self._exits(m)
             with m.State("REGIONS1"):
@@ -573,9 +616,18 @@ class ComputeSequencer(wiring.Component):
                 self._exits(m)
             with m.State("REGIONS4"):
                 with m.If(end > self.buffer_bytes):
-                    self._fail(m, "unsupported")
+                    with m.If(~stream & flag("weight_stream") & is_conv & (fpc != 0)):
+                        # whole blocks do not fit: a chunk of weights at a time
+                        delta = off_w + chunk_space - off_post
+                        m.d.sync += [stream.eq(1), pstride.eq(pstride_s),
+                                     off_post.eq(off_post + delta), off_thr.eq(off_thr + delta),
+                                     off_mix.eq(off_mix + delta), off_head.eq(off_head + delta)]
+                        m.next = "REGIONS0"
+                    with m.Else():
+                        self._fail(m, "unsupported")
                 with m.Else():
-                    m.d.sync += [wptr.eq(0), left.eq(jt_bytes), tile.eq(0), r0.eq(0)]
+                    m.d.sync += [wptr.eq(0), left.eq(jt_bytes), tile.eq(0), r0.eq(0),
+                                 q.eq(0), cc0.eq(0), o0.eq(0), cstart.eq(0)]
                     m.next = "TABLE_CMD"
                 self._exits(m)
 
@@ -621,17 +673,24 @@ class ComputeSequencer(wiring.Component):
                 m.next = "LOAD_ENTRY"       # the parameter blocks only for the first tile
                 self._exits(m)
 
-            entry_field = Mux(kind == 0, 3, Mux(kind == 1, 0, 1))   # param, in, side address
-            load_len = Mux(kind == 0, f["param_bytes"],
-                           Mux(kind == 1, (ly1 - ly0).as_unsigned()[:16] * f["in_pitch"],
-                               (r1 - r0) * f["side_pitch"]))
-            load_from = fld + Mux(kind == 0, 0, Mux(kind == 1, ly0.as_unsigned()[:16] * f["in_pitch"],
-                                                    r0 * f["side_pitch"]))
-            load_dest = Mux(kind == 0, par_base + k * f["param_bytes"],
-                            Mux(kind == 1, in_base + k * in_tile, side_base + k * side_bytes))
-            load_skip = Mux(kind == 0, (f["param_bytes"] == 0) | (is_mixop & (k != 0)),
-                            Mux(kind == 1, flag("shared_input") & (k != 0),
-                                ~stage("add") | (flag("shared_side") | is_mixop) & (k != 0)))
+            entry_field = Mux(kind == 1, 0, Mux(kind == 2, 1, 3))   # in, side, param address
+            aligned = cstart & ~Const(BPW - 1, A)
+            def by_kind(*v):       # kinds 0 to 4
+                return Mux(kind == 0, v[0], Mux(kind == 1, v[1], Mux(kind == 2, v[2],
+                                                                   Mux(kind == 3, v[3], v[4]))))
+            load_len = by_kind(Mux(stream, off_w, f["param_bytes"]),
+                               (ly1 - ly0).as_unsigned()[:16] * f["in_pitch"],
+                               (r1 - r0) * f["side_pitch"], post_bytes, ru(chunk_end) - aligned)
+            load_from = fld + by_kind(0, ly0.as_unsigned()[:16] * f["in_pitch"],
+                                      r0 * f["side_pitch"], off_post_d, off_w + aligned)
+            load_dest = by_kind(par_base + k * pstride, in_base + k * in_tile,
+                                side_base + k * side_bytes,
+                                par_base + k * pstride + off_w + chunk_space,
+                                par_base + k * pstride + off_w)
+            load_skip = by_kind((f["param_bytes"] == 0) | (is_mixop & (k != 0)) | (stream & (off_w == 0)),
+                                flag("shared_input") & (k != 0),
+                                ~stage("add") | (flag("shared_side") | is_mixop) & (k != 0),
+                                ~stream | (post_bytes == 0), ~stream)
 
             def got_field(m, ev):
                 m.d.sync += fld.eq(ev)
@@ -639,14 +698,25 @@ class ComputeSequencer(wiring.Component):
             self._read(m, "LOAD_ENTRY", ((k << 4) + (entry_field << 2)) << 3, 32, 0, got_field)
 
             def load_next(m):
+                # order: 0 (3) 1 2 (4), then clear; a later chunk of a tile: 4 only
                 with m.If(k == f["jobs"] - 1):
                     m.d.sync += k.eq(0)
-                    with m.If(kind == 2):
-                        m.d.sync += wptr.eq(out_base >> exact_log2(BPW))
-                        m.next = "CLEAR"
-                    with m.Else():
-                        m.d.sync += kind.eq(kind + 1)
-                        m.next = "LOAD_ENTRY"
+                    m.next = "LOAD_ENTRY"
+                    with m.Switch(kind):
+                        with m.Case(0):
+                            m.d.sync += kind.eq(Mux(stream, 3, 1))
+                        with m.Case(3):
+                            m.d.sync += kind.eq(1)
+                        with m.Case(1):
+                            m.d.sync += kind.eq(2)
+                        with m.Default():
+                            with m.If((kind == 2) & stream):
+                                m.d.sync += kind.eq(4)
+                            with m.Elif(q == 0):
+                                m.d.sync += wptr.eq(out_base >> exact_log2(BPW))
+                                m.next = "CLEAR"
+                            with m.Else():
+                                m.next = "START"
                 with m.Else():
                     m.d.sync += k.eq(k + 1)
                     m.next = "LOAD_ENTRY"
@@ -673,9 +743,12 @@ class ComputeSequencer(wiring.Component):
                 m.d.comb += [wp.addr.eq(wptr), wp.data.eq(0), wp.en.eq(1)]
                 m.d.sync += wptr.eq(wptr + 1)
                 with m.If(wptr == (end >> exact_log2(BPW)) - 1):
-                    m.d.sync += [oy.eq(r0), ox.eq(0), oc.eq(0), k.eq(0), p.eq(0), fold.eq(0),
-                                 wrow.eq(0), gathered.eq(0)]
-                    m.next = "CORE"
+                    m.next = "START"
+                self._exits(m)
+            with m.State("START"):
+                m.d.sync += [oy.eq(r0), ox.eq(0), oc.eq(cc0), k.eq(0), p.eq(0), fold.eq(0),
+                             wrow.eq(0), gathered.eq(0)]
+                m.next = "CORE"
                 self._exits(m)
 
             # ---- compute: one output element of one job ----------------------------------
@@ -765,8 +838,8 @@ class ComputeSequencer(wiring.Component):
             threshold_states("P", xraw, ch, f["in_c"], f["in_levels"], 0, prologue_done)
 
             widx = wrow + woff
-            w_bin_addr = ((par_k + off_w) << 3) + widx
-            w_int_addr = ((par_k + off_w) << 3) + widx * (f["weight_bytes"] << 3)
+            w_bin_addr = ((par_k + off_w) << 3) + wskew + widx
+            w_int_addr = ((par_k + off_w) << 3) + wskew + widx * (f["weight_bytes"] << 3)
             w_head_addr = ((par_k + off_w) << 3) + (oc * f["in_c"] + ci) * (f["weight_bytes"] << 3)
 
             def tap_next(m):
@@ -818,7 +891,7 @@ class ComputeSequencer(wiring.Component):
             # ---- epilogue ---------------------------------------------------------------
             with m.State("EPI"):
                 with m.If(vec):
-                    m.d.sync += [mo.eq(0), ms.eq(0), nrem.eq(nwin), wfold.eq(0), pw.eq(0)]
+                    m.d.sync += [mo.eq(o0), ms.eq(0), nrem.eq(nwin), wfold.eq(wskew), pw.eq(0)]
                     m.d.sync += [pacc[i].eq(0) for i in range(PE)]
                     m.next = "MVU"
                 with m.Elif(pooling):
@@ -881,7 +954,7 @@ class ComputeSequencer(wiring.Component):
                     m.d.sync += [pacc[i].eq(0) for i in range(PE)]
                     m.d.sync += mo.eq(mo + 1)
                     m.next = "MVU"
-                    with m.If(mo == fo - 1):
+                    with m.If(mo == o1 - 1):
                         m.next = "CORE"
                         with m.If(k == f["jobs"] - 1):
                             m.d.sync += [k.eq(0), gathered.eq(1)]
@@ -969,7 +1042,7 @@ class ComputeSequencer(wiring.Component):
                 self._exits(m)
 
             # ---- mixer: lambdas and gates of job k's block (fused) or block 0 (MIXER) ----
-            mix_block = par_base + Mux(is_mixop, 0, k) * f["param_bytes"]
+            mix_block = par_base + Mux(is_mixop, 0, k) * pstride
 
             def got_lf(m, ev):
                 m.d.sync += lf.eq(ev)
@@ -1067,7 +1140,8 @@ class ComputeSequencer(wiring.Component):
                     with m.If(tile == f["n_tiles"] - 1):
                         m.next = "FENCE"
                     with m.Else():
-                        m.d.sync += [tile.eq(tile + 1), r0.eq(r0 + f["rows_per_tile"])]
+                        m.d.sync += [tile.eq(tile + 1), r0.eq(r0 + f["rows_per_tile"]),
+                                     q.eq(0), cc0.eq(0), o0.eq(0), cstart.eq(0)]
                         m.next = "TILE0"
                 with m.Else():
                     m.d.sync += k.eq(k + 1)
