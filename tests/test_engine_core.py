@@ -346,3 +346,14 @@ def test_weight_streaming_bit_exact(tmp_path_factory, stages, buffer_bytes):
     g = compile_model(random_model(3, image_size=8, stem_channels=8, stages=stages, bases=2))
     program, _ = check_network(build, g, frames_for(g, 1, 3), config=SMALL, stall=0.3)
     assert any(d["flags"] & 8 and d["out_c"] == stages[1][0] for d in program.descriptors)
+
+
+@pytest.mark.slow
+def test_streaming_without_the_compilers_chunks_bit_exact(tmp_path_factory):
+    """Compiled for big buffers (no descriptor streams), run on a 14 KiB scratchpad: the
+    convolutions whose blocks do not fit stream their weights one PE fold at a time."""
+    build = _build(tmp_path_factory, "engine_core_14k", buffer_bytes=14 << 10)
+    g = compile_model(random_model(3, image_size=8, stem_channels=8,
+                                   stages=[[32, 1, 1], [64, 1, 2]], bases=2))
+    program, _ = check_network(build, g, frames_for(g, 1, 3), stall=0.3)
+    assert not any(d["flags"] & 8 for d in program.descriptors)

@@ -364,6 +364,11 @@ class ComputeSequencer(wiring.Component):
         chunk_bytes, chunk_space, post_bytes, off_post_d = (Signal(A, name=n) for n in (
             "chunk_bytes", "chunk_space", "post_bytes", "off_post_d"))
         q = Signal(16)
+        # the compiler's chunk when it streams the weights, else one PE fold: any whole
+        # number of folds computes the same values, so the engine may stream any conv
+        chunk_r = Signal(16)
+        chunk_in = Mux(flag("weight_stream") & (f["chunk_c"] != 0), f["chunk_c"],
+                       Mux(int_w, self.stem_pe, self.pe))
         cc0, o0, cstart = Signal(16), Signal(16), Signal(A)
         late = Signal()           # the epilogue runs after a MIXER's mix
         pky, pkx, cy, cx = Signal(8), Signal(8), Signal(16), Signal(16)
@@ -401,7 +406,7 @@ class ComputeSequencer(wiring.Component):
         wskew = Signal(A)
         chunk_end = Signal(A)
         m.d.comb += [
-            cc1.eq(Mux(stream & (cc0 + f["chunk_c"] < f["out_c"]), cc0 + f["chunk_c"], f["out_c"])),
+            cc1.eq(Mux(stream & (cc0 + chunk_r < f["out_c"]), cc0 + chunk_r, f["out_c"])),
             o1.eq(Mux(stream & (o0 + fpc < fo), o0 + fpc, fo)),
             wskew.eq(Mux(stream, (cstart & (BPW - 1)) << 3, 0)),
             chunk_end.eq(Mux(cstart + chunk_bytes < wbytes, cstart + chunk_bytes, wbytes)),
@@ -512,7 +517,7 @@ class ComputeSequencer(wiring.Component):
                         pesimd.eq(Mux(int_w, self.stem_pe * self.stem_simd, self.pe * self.simd)),
                         rem_n.eq(Mux(is_conv, f["kernel"] * f["kernel"] * f["in_c"], 0)),
                         nwin.eq(f["kernel"] * f["kernel"] * f["in_c"]),
-                        rem_c.eq(f["chunk_c"]), fpc.eq(0), stream.eq(0),
+                        rem_c.eq(chunk_in), chunk_r.eq(chunk_in), fpc.eq(0), stream.eq(0),
                         rem_o.eq(Mux(is_conv, f["out_c"], 0)),
                         fs.eq(0), fo.eq(0),
                         kh_n.eq(Mux(is_head, f["in_h"], f["kernel"])),
@@ -616,7 +621,7 @@ class ComputeSequencer(wiring.Component):
                 self._exits(m)
             with m.State("REGIONS4"):
                 with m.If(end > self.buffer_bytes):
-                    with m.If(~stream & flag("weight_stream") & is_conv & (fpc != 0)):
+                    with m.If(~stream & is_conv):
                         # whole blocks do not fit: a chunk of weights at a time
                         delta = off_w + chunk_space - off_post
                         m.d.sync += [stream.eq(1), pstride.eq(pstride_s),
