@@ -28,8 +28,10 @@ Microarchitecture (first version: correctness first, no overlap)
     range: the window's halo, a pooling stage's convolution rows) and side rows (one
     read-DMA descriptor each, the words written in order), clear the output regions,
     compute, one write-DMA descriptor per job's tile rows; after the last tile the fence
-    (every write's ``done``) before the next fetch. A weight-streaming descriptor's
-    whole parameter blocks are loaded (its chunks change the order, not the values). A descriptor whose regions do not fit the scratchpad, or whose opcode or
+    (every write's ``done``) before the next fetch. A convolution whose whole blocks do
+    not fit streams its weights: the blocks are loaded without them, and per tile one
+    chunk of output channels' weights at a time (the compiler's ``chunk_c``, else one
+    PE fold) is loaded and its channels computed, before the tile is written. A descriptor whose regions do not fit the scratchpad, or whose opcode or
     stages this path does not implement (GATE, REPEAT, a fused max-pooling stage,
     channel groups, more than ``max_jobs`` jobs), stops the run with the sequencer's
     error ``unsupported`` before any of its reads: never a silent wrong result.
