@@ -17,6 +17,7 @@ import torch
 from amaranth.back import verilog
 
 from conftest import random_model
+from test_engine_program import RANDOM_CONFIGS
 from groupnet_hw import engine_opcodes as eop
 from groupnet_hw import engine_registers as regs
 from groupnet_hw.compiler.engine.config import EngineConfig
@@ -31,6 +32,8 @@ from groupnet_hw.models.zoo import arch_config
 from groupnet_hw.sim import toolchain
 from groupnet_hw.sim.engine_model import first_mismatch, run_program
 from groupnet_hw.sim.engine_rtl import build_engine_rtl, run_engine_rtl
+
+SLOW = pytest.mark.slow
 
 CONFIG = EngineConfig(arrays=2, pe=4, simd=8, port_bytes=16)
 CORE = dict(data_width=128, pe=4, simd=8, stem_pe=CONFIG.stem_pe, stem_simd=CONFIG.stem_simd,
@@ -140,7 +143,9 @@ def test_digits_bit_exact(core, bases):
     check_network(core, g, frames_for(g, 2), per_descriptor=bases == 1)
 
 
-@pytest.mark.parametrize("variant", ["gbd-v1", "gbd-v2", "gbd-v3", "groupnet-star", "lbd"])
+@pytest.mark.parametrize("variant", ["gbd-v1", pytest.param("gbd-v2", marks=SLOW),
+                                     pytest.param("gbd-v3", marks=SLOW),
+                                     pytest.param("groupnet-star", marks=SLOW), "lbd"])
 def test_digits_variants_bit_exact(core, variant):
     g = compile_model(zoo_model("digits", 2, seed=2, variant=variant))
     check_network(core, g, frames_for(g, 2))
@@ -148,21 +153,14 @@ def test_digits_variants_bit_exact(core, variant):
 
 # odd channels (not multiples of PE or SIMD), K=1, stride 2, BPAC dilation, 2- and 4-bit
 # activations, stand-alone mixers, option-A and conv shortcuts, stem pooling
-RANDOM_CONFIGS = [
-    dict(image_size=9, stem_channels=5, stages=[[7, 1, 1], [9, 1, 2]], bases=1),
-    dict(image_size=8, stem_channels=3, stages=[[5, 1, 1], [11, 1, 2]], bases=2,
-         dilations=[[1, 2], [2, 1]]),
-    dict(image_size=8, stem_channels=6, stages=[[6, 1, 1], [10, 1, 2]], bases=3, act_bits=2),
-    dict(image_size=10, stem_channels=4, stages=[[5, 2, 2]], bases=2, act_bits=4,
-         variant="groupnet-star"),
-    dict(image_size=12, in_channels=3, stem_channels=8, stem_kernel=5, stem_stride=2,
-         stem_pool=True, stages=[[8, 1, 1], [13, 1, 2]], bases=2, shortcut="conv"),
-    dict(image_size=8, stem_channels=7, stages=[[7, 1, 1], [9, 1, 2]], bases=4, variant="lbd",
-         act_bits=2),
-]
+#: the reference model's random configurations (tests/test_engine_program.py); the
+#: default tier runs those with dilation, 4-bit levels and the pooled stem with conv
+#: shortcuts, the rest in -m slow
+RANDOM_CASES = [pytest.param(seed, overrides, marks=() if seed in (1, 3, 4) else SLOW)
+                for seed, overrides in enumerate(RANDOM_CONFIGS)]
 
 
-@pytest.mark.parametrize("seed,overrides", list(enumerate(RANDOM_CONFIGS)))
+@pytest.mark.parametrize("seed,overrides", RANDOM_CASES)
 def test_random_configs_bit_exact(core, seed, overrides):
     g = compile_model(random_model(seed, **overrides))
     check_network(core, g, frames_for(g, 2, seed))
@@ -244,7 +242,7 @@ def test_cifar_small_k5_bit_exact(big_core):
     check_network(big_core, g, frames_for(g, 1), max_cycles=2_000_000_000)
 
 
-@pytest.mark.parametrize("data_width", [64, 128])
+@pytest.mark.parametrize("data_width", [pytest.param(64, marks=SLOW), 128])
 def test_engine_core_verilog_lints_clean(data_width, tmp_path):
     from groupnet_hw.sim.toolchain import have_verilator, lint_verilog
     if not have_verilator():
