@@ -81,7 +81,7 @@ def test_an_mvu_wider_than_the_beats_keeps_its_component_in_pixels():
         units[n.name].beats == 1 for n in sched.graph if n.op == "mixer")
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", [0] + [pytest.param(s, marks=pytest.mark.slow) for s in (1, 2)])
 def test_random_networks_with_beats(seed):
     """Seeded random small Group-Nets (bases, channels, strides, dilations, activation
     bits), time-shared or not, folded slow enough for beats: bit-exact with stalls."""

@@ -173,7 +173,7 @@ def _run(design, model, read_latency, seed, *, pace_writes, reset_copy=None):
     return checks
 
 
-@pytest.mark.parametrize("read_latency, seed", [(1, 0), (6, 1)])
+@pytest.mark.parametrize("read_latency, seed", [(1, 0), pytest.param(6, 1, marks=pytest.mark.slow)])
 def test_dma_against_cocotb_bus_avalon_memory(design, read_latency, seed):
     _run(design, "cocotb_bus", read_latency, seed, pace_writes=True)
 

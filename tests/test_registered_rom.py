@@ -74,7 +74,8 @@ def test_a_block_ram_rom_is_registered_on_ecp5_only():
     assert ecp5.units[CONV].resources["bram"] >= 1
 
 
-@pytest.mark.parametrize("streams", ["pixels", "beats"])
+# the default tier runs the registered ROM on beats (a beat per ROM word); pixels in -m slow
+@pytest.mark.parametrize("streams", [pytest.param("pixels", marks=pytest.mark.slow), "beats"])
 def test_registered_rom_bit_exact_at_the_predicted_cycles_and_latency(streams):
     model = random_model(7, **CONFIG)
     g = compile_model(model)
