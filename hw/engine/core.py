@@ -118,10 +118,11 @@ from amaranth.utils import exact_log2
 
 from ...engine_format import DESCRIPTOR_FIELDS, FLAG_BITS, OPCODE_CODES, STAGE_BITS, field_offsets
 from ...engine_opcodes import (COPY, COPY_FIELDS, DESCRIPTOR_BYTES, DESCRIPTOR_MAGIC, END)
-from ...engine_registers import ERROR_CAUSES, ERROR_SOURCES
+from ...engine_registers import ERROR_CAUSES
 from .avalon import AvalonRegisterSignature
 from .csr import EngineCSR
 from .dma import ReadDMA, WriteDMA, descriptor_layout
+from .sequencer import wire_engine
 
 __all__ = ["EngineCore", "ComputeSequencer", "CORE_ERRORS"]
 
@@ -1237,42 +1238,5 @@ class EngineCore(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        rd, wr, csr, seq = self.rdma, self.wdma, self.regs, self.sequencer
-        m.submodules.rdma = rd
-        m.submodules.wdma = wr
-        m.submodules.regs = csr
-        m.submodules.sequencer = seq
-        wiring.connect(m, wiring.flipped(self.rd), rd.bus)
-        wiring.connect(m, wiring.flipped(self.wr), wr.bus)
-        wiring.connect(m, wiring.flipped(self.csr), csr.bus)
-        wiring.connect(m, seq.rd_cmd, rd.cmd)
-        wiring.connect(m, seq.wr_cmd, wr.cmd)
-        wiring.connect(m, rd.o, seq.words)
-        wiring.connect(m, seq.wdata, wr.i)
-        for dma in (rd, wr):
-            m.d.comb += [dma.window_base.eq(csr.window_base),
-                         dma.window_limit.eq(csr.window_limit),
-                         dma.soft_reset.eq(csr.soft_reset | seq.abort)]
-        codes = [(rd.error, ERROR_SOURCES["read_dma"] << 4 | rd.error_code),
-                 (wr.error, ERROR_SOURCES["write_dma"] << 4 | wr.error_code),
-                 (seq.error, ERROR_SOURCES["sequencer"] << 4 | seq.error_code)]
-        code = 0
-        for cond, value in reversed(codes):
-            code = Mux(cond, value, code)
-        m.d.comb += [
-            seq.start.eq(csr.start),
-            seq.soft_reset.eq(csr.soft_reset),
-            seq.program_address.eq(csr.program_address),
-            seq.rd_error.eq(rd.error),
-            seq.wr_error.eq(wr.error),
-            seq.wr_done.eq(wr.done),
-            csr.busy.eq(rd.busy | wr.busy | seq.busy),
-            csr.done.eq(seq.done),
-            csr.error.eq(rd.error | wr.error | seq.error),
-            csr.error_code.eq(code),
-            csr.stalled.eq(rd.waiting | wr.waiting),
-            csr.words_read.eq(rd.words),
-            csr.words_written.eq(wr.words),
-            self.irq.eq(csr.irq),
-        ]
+        wire_engine(m, self, self.sequencer.wdata)
         return m

@@ -41,7 +41,7 @@ from .avalon import AvalonRegisterSignature
 from .csr import EngineCSR
 from .dma import ReadDMA, WriteDMA, descriptor_layout
 
-__all__ = ["Sequencer", "EngineShell", "SEQUENCER_ERRORS"]
+__all__ = ["Sequencer", "EngineShell", "SEQUENCER_ERRORS", "wire_engine"]
 
 #: ``error_code`` values of the sequencer (``groupnet_hw.engine_registers.ERROR_CAUSES``).
 SEQUENCER_ERRORS = {name: ERROR_CAUSES[name]
@@ -250,6 +250,55 @@ class Sequencer(wiring.Component):
         m.next = "ABORT"
 
 
+def wire_engine(m, top, write_words):
+    """Wire an engine top's read DMA, write DMA, register file and sequencer (``top``'s
+    ``rdma``, ``wdma``, ``regs``, ``sequencer``) into ``m`` and to ``top``'s ports
+    ``rd``, ``wr``, ``csr`` and ``irq``: the sequencer's commands to the DMAs, the read
+    words to the sequencer, ``write_words`` (the sequencer's stream of words to store) to
+    the write DMA, the host's window and soft reset to both DMAs, and the first error
+    source's code, busy, done and counters to the registers. Shared by
+    :class:`EngineShell` and :class:`~groupnet_hw.hw.engine.core.EngineCore`, whose
+    sequencers differ only in what they compute."""
+    rd, wr, csr, seq = top.rdma, top.wdma, top.regs, top.sequencer
+    m.submodules.rdma = rd
+    m.submodules.wdma = wr
+    m.submodules.regs = csr
+    m.submodules.sequencer = seq
+    wiring.connect(m, wiring.flipped(top.rd), rd.bus)
+    wiring.connect(m, wiring.flipped(top.wr), wr.bus)
+    wiring.connect(m, wiring.flipped(top.csr), csr.bus)
+    wiring.connect(m, seq.rd_cmd, rd.cmd)
+    wiring.connect(m, seq.wr_cmd, wr.cmd)
+    wiring.connect(m, rd.o, seq.words)
+    wiring.connect(m, write_words, wr.i)
+    for dma in (rd, wr):
+        m.d.comb += [dma.window_base.eq(csr.window_base),
+                     dma.window_limit.eq(csr.window_limit),
+                     dma.soft_reset.eq(csr.soft_reset | seq.abort)]
+    codes = [(rd.error, ERROR_SOURCES["read_dma"] << 4 | rd.error_code),
+             (wr.error, ERROR_SOURCES["write_dma"] << 4 | wr.error_code),
+             (seq.error, ERROR_SOURCES["sequencer"] << 4 | seq.error_code)]
+    code = 0
+    for cond, value in reversed(codes):
+        code = Mux(cond, value, code)
+    m.d.comb += [
+        seq.start.eq(csr.start),
+        seq.soft_reset.eq(csr.soft_reset),
+        seq.program_address.eq(csr.program_address),
+        seq.rd_error.eq(rd.error),
+        seq.wr_error.eq(wr.error),
+        seq.wr_done.eq(wr.done),
+        csr.busy.eq(rd.busy | wr.busy | seq.busy),
+        csr.done.eq(seq.done),
+        csr.error.eq(rd.error | wr.error | seq.error),
+        csr.error_code.eq(code),
+        csr.stalled.eq(rd.waiting | wr.waiting),
+        csr.words_read.eq(rd.words),
+        csr.words_written.eq(wr.words),
+        top.irq.eq(csr.irq),
+    ]
+
+
 class EngineShell(wiring.Component):
     """The engine's ports, register file, sequencer and DMAs, with COPY as its only
     operation: the top that the fast Verilator path (``sim/engine_rtl.py``) runs.
@@ -300,42 +349,5 @@ class EngineShell(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        rd, wr, csr, seq = self.rdma, self.wdma, self.regs, self.sequencer
-        m.submodules.rdma = rd
-        m.submodules.wdma = wr
-        m.submodules.regs = csr
-        m.submodules.sequencer = seq
-        wiring.connect(m, wiring.flipped(self.rd), rd.bus)
-        wiring.connect(m, wiring.flipped(self.wr), wr.bus)
-        wiring.connect(m, wiring.flipped(self.csr), csr.bus)
-        wiring.connect(m, seq.rd_cmd, rd.cmd)
-        wiring.connect(m, seq.wr_cmd, wr.cmd)
-        wiring.connect(m, rd.o, seq.words)
-        wiring.connect(m, seq.copy, wr.i)
-        for dma in (rd, wr):
-            m.d.comb += [dma.window_base.eq(csr.window_base),
-                         dma.window_limit.eq(csr.window_limit),
-                         dma.soft_reset.eq(csr.soft_reset | seq.abort)]
-        codes = [(rd.error, ERROR_SOURCES["read_dma"] << 4 | rd.error_code),
-                 (wr.error, ERROR_SOURCES["write_dma"] << 4 | wr.error_code),
-                 (seq.error, ERROR_SOURCES["sequencer"] << 4 | seq.error_code)]
-        code = 0
-        for cond, value in reversed(codes):
-            code = Mux(cond, value, code)
-        m.d.comb += [
-            seq.start.eq(csr.start),
-            seq.soft_reset.eq(csr.soft_reset),
-            seq.program_address.eq(csr.program_address),
-            seq.rd_error.eq(rd.error),
-            seq.wr_error.eq(wr.error),
-            seq.wr_done.eq(wr.done),
-            csr.busy.eq(rd.busy | wr.busy | seq.busy),
-            csr.done.eq(seq.done),
-            csr.error.eq(rd.error | wr.error | seq.error),
-            csr.error_code.eq(code),
-            csr.stalled.eq(rd.waiting | wr.waiting),
-            csr.words_read.eq(rd.words),
-            csr.words_written.eq(wr.words),
-            self.irq.eq(csr.irq),
-        ]
+        wire_engine(m, self, self.sequencer.copy)
         return m
