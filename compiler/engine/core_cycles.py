@@ -1,0 +1,602 @@
+"""The cycle model of the engine as built: ``hw/engine/core.py``'s ``EngineCore``.
+
+:mod:`.cycles` predicts the engine the contract describes (``arrays`` arrays side by
+side, transfers overlapped with compute). The RTL that exists is a sequential,
+correctness-first state machine (``ComputeSequencer``): every phase of a descriptor
+follows the previous one. This module mirrors that state machine phase by phase, so
+that a build report predicts what the built engine does. Each phase is a function
+whose docstring names the states it counts; a state that waits for nothing takes one
+cycle, a scratchpad read (``_read`` in the RTL: address, then data) two.
+
+Phases of a descriptor (docs/architecture.md section 13):
+
+- *fetch*: FETCH, RECEIVE (the read DMA: 128 bytes), DECODE; INPUT then NEXT;
+- *setup*: CHECK, FOLDS (``ceil`` by subtraction), SECTIONS0-4, STREAM0-1, TILESZ0-1,
+  REGIONS0-4 (twice when the weights stream), TABLE_CMD, TABLE_RECV;
+- per row tile: TILE0-3, the *loads* (LOAD_ENTRY, LOAD_CMD, LOAD_RECV per kind and
+  job), CLEAR, START, the *compute* (CORE and what follows it per output element),
+  the *stores* (STORE_ADDR, STORE_CMD, STORE_RD, STORE_SEND per job), per weight chunk
+  when the weights stream;
+- *fence*: FENCE (the write DMA's last ``done``), NEXT.
+
+Compute per output pixel, channel and job:
+
+- XNOR-popcount array (``vec``): per pixel and job the *gather* (CORE, POOL_TAP, per
+  window tap TAP, IN, the prologue threshold PINV and PT, WEIGHT; a padded tap TAP and
+  WEIGHT; EPI) and the *folds* (MVU, MVU_D per SIMD fold, MVU_W per PE lane, per PE
+  fold); then per channel and job CORE, ACC, ACC_D and the epilogue;
+- scalar path: per channel and job CORE, POOL_TAP, per tap TAP, IN, WEIGHT, W (a
+  product: stem, head, binary convolutions the array cannot take) or TAP, IN, WEIGHT
+  (a maximum: MAXPOOL, PIXEL, SUBSAMPLE, a MIXER's inputs), EPI; a fused max pooling
+  repeats the convolution per pooling tap (POOL_TAP, POOL_NEXT);
+- epilogue per channel and job: BIAS (head), POST, PS, PF, PA, PB, PCALC (post-op),
+  ADD, SIDE, RELU, EINV, ET (threshold), RESULT; per channel the fused mixer (LF, GF,
+  LAM per job, AGG, GATE per job) and per output written OUT, OUT_W, OUT_WD (a MIXER
+  descriptor runs its epilogue there, per output).
+
+The DMAs (``hw/engine/dma.py``) and the DRAM model (``sim/dram_model.h``): a read of
+``n`` words accepted in cycle ``t`` has its first word on the bus ``4 + latency``
+cycles later (the DMA's command latency), in the sequencer two cycles after that (the
+receive buffer), then one word per ``p`` cycles: the DRAM model's token bucket is capped
+at one bus word, so a 16-byte port at 10 bytes per cycle moves a word every other
+cycle (``p = ceil(word / bytes_per_cycle)``). Stores push a word every two cycles
+(STORE_RD, STORE_SEND) into the write DMA's FIFO, which starts a burst once it holds
+all of its words; when the DRAM is slower than that the FIFO fills and the pushes
+wait (modelled word by word, :func:`_store`). Reads and writes overlap only when a
+row tile's loads start while the previous tile's last bursts drain; the model counts
+them one after the other (the error this leaves is reported by the tests).
+
+The cycles are per descriptor from its FETCH to the next descriptor's FETCH; a frame
+adds the END descriptor's fetch and the host's START and STATUS (:data:`RUN_OVERHEAD`).
+Measured against Verilator: ``tests/test_engine_core_cycles.py``,
+``benchmarks/engine_core_cycles.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from .program import FLAG_BITS, JOB, OPCODE_CODES, STAGE_BITS, decode
+
+__all__ = ["CoreDescriptorCycles", "CoreFrameCycles", "CORE_DEFAULTS", "RUN_OVERHEAD",
+           "descriptor_core_cycles", "predict_core"]
+
+_OPCODES = {v: k for k, v in OPCODE_CODES.items()}
+
+#: ``EngineCore``'s keyword defaults (``hw/engine/core.py``; ``buffer_depth`` None: the
+#: DMAs' own defaults).
+CORE_DEFAULTS = dict(data_width=128, max_burst=16, max_outstanding=4, buffer_depth=None,
+                     pe=4, simd=8, stem_pe=16, stem_simd=12, buffer_bytes=32768, max_jobs=8,
+                     max_window=4608, max_out_c=512)
+
+#: Cycles of a run outside its descriptors: START reaching the sequencer, the END
+#: descriptor's DECODE raising DONE, the register file and the host's STATUS read.
+RUN_OVERHEAD = 3
+
+#: Cycles from a read-DMA command's acceptance to the sequencer's first word, less the
+#: DRAM latency: SUM, CHECK, RUN, the command register (4), the receive buffer (2).
+_READ_DELAY = 6
+#: Burst boundary of both DMAs (no burst crosses 4 KiB).
+_BOUNDARY = 4096
+
+
+def _ceil(a, b):
+    return -(-a // b)
+
+
+def _has(d, stage):
+    return bool(d["stages"] & STAGE_BITS[stage])
+
+
+def _flag(d, name):
+    return bool(d["flags"] & FLAG_BITS[name])
+
+
+@dataclass(frozen=True)
+class CoreDescriptorCycles:
+    """One descriptor's predicted cycles on ``EngineCore``.
+
+    Attributes
+    ----------
+    index, opcode, jobs, label
+        As :class:`.cycles.DescriptorCycles`'s.
+    cycles : int
+        From the descriptor's FETCH to the next descriptor's FETCH.
+    phases : dict
+        Cycles per phase (``fetch``, ``setup``, ``loads``, ``clear``, ``gather``,
+        ``folds``, ``scalar``, ``epilogue``, ``outputs``, ``stores``, ``fence``); they
+        add up to ``cycles``.
+    dominant : str
+        The phase with the most cycles.
+    """
+
+    index: int
+    opcode: str
+    jobs: int
+    cycles: int
+    phases: dict
+    dominant: str
+    label: str = ""
+
+    def as_dict(self):
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CoreFrameCycles:
+    """A program's predicted cycles on ``EngineCore``: per descriptor and per frame.
+
+    Attributes
+    ----------
+    descriptors : list of CoreDescriptorCycles
+    end : int
+        The END descriptor's fetch and :data:`RUN_OVERHEAD`.
+    cycles : int
+        The frame: the descriptors and ``end`` (START to the STATUS read that sees
+        DONE, as ``sim.engine_rtl.run_engine_rtl`` counts).
+    clock_mhz : float
+    """
+
+    descriptors: list
+    end: int
+    cycles: int
+    clock_mhz: float = 100.0
+    phases: dict = field(default_factory=dict)
+
+    @property
+    def fps(self):
+        return self.clock_mhz * 1e6 / self.cycles
+
+
+class _Core:
+    """The core's parameters and the DRAM's, with the derived constants."""
+
+    def __init__(self, core_params, latency, bytes_per_cycle):
+        p = dict(CORE_DEFAULTS, **(core_params or {}))
+        self.bpw = p["data_width"] // 8
+        self.pe, self.simd = p["pe"], p["simd"]
+        self.stem_pe, self.stem_simd = p["stem_pe"], p["stem_simd"]
+        self.buffer_bytes, self.max_burst = p["buffer_bytes"], p["max_burst"]
+        self.vector = p["data_width"] % (self.pe * self.simd) == 0
+        self.window_words = _ceil(p["max_window"], self.simd)
+        self.maxc = 1 << max(p["max_out_c"], self.pe).bit_length()
+        self.wr_depth = p["buffer_depth"] or 2 * self.max_burst
+        self.latency = latency
+        # the token bucket holds at most one word (or one cycle's bytes): a word every
+        # p cycles once it is drained
+        self.p = max(1, _ceil(self.bpw, bytes_per_cycle)) if bytes_per_cycle < self.bpw else 1
+        self.bytes_per_cycle = bytes_per_cycle
+
+    def ru(self, x):
+        return _ceil(x, self.bpw) * self.bpw
+
+    def read(self, nbytes):
+        """Cycles from the command state (FETCH, TABLE_CMD, LOAD_CMD) to the state after
+        the last word: the command, the DMA's latency, one word per ``p`` cycles."""
+        words = nbytes // self.bpw
+        return int(1 + _READ_DELAY + self.latency + (words - 1) * self.p)
+
+
+# ---- the descriptor's layout, as the CHECK .. REGIONS states compute it ----------------
+
+def _layout(d, core):
+    """The run-time layout of CHECK, FOLDS, SECTIONS*, STREAM*, TILESZ*, REGIONS*: folds,
+    parameter sections, whether the weights stream, the chunk, and whether the array
+    (``vec``) runs this descriptor."""
+    op = _OPCODES.get(d["opcode"], "")
+    is_conv, is_head = op == "CONV", op == "HEAD"
+    int_w = _flag(d, "int_weights")
+    pe_r = core.stem_pe if int_w else core.pe
+    simd_r = core.stem_simd if int_w else core.simd
+    n = d["kernel"] ** 2 * d["in_c"]
+    chunk_in = d["chunk_c"] if _flag(d, "weight_stream") and d["chunk_c"] else pe_r
+    fs = _ceil(n, simd_r) if is_conv else 0
+    fo = _ceil(d["out_c"], pe_r) if is_conv else 0
+    fpc = _ceil(chunk_in, pe_r)
+    cb, bpw = d["const_bytes"], core.bpw
+    pooling = is_conv and _has(d, "maxpool")
+    off_w = core.ru(d["in_c"] * d["in_levels"] * cb + _ceil(d["in_c"], 8)) \
+        if _has(d, "prologue_threshold") else 0
+    pesimd = pe_r * simd_r
+    if is_conv:
+        wbytes = fo * fs * pesimd * d["weight_bytes"] if int_w else _ceil(fo * fs * pesimd, 8)
+    else:
+        wbytes = d["out_c"] * d["in_c"] * d["weight_bytes"] if is_head else 0
+    off_post = off_w + core.ru(wbytes)
+    post_bytes = d["param_bytes"] - off_post
+    chunk_bytes = (fpc * fs * pesimd * (d["weight_bytes"] * 8 if int_w else 1)) >> 3
+    chunk_space = core.ru(chunk_bytes) + bpw
+    jobs = d["jobs"]
+    rpt = d["rows_per_tile"]
+    kh = d["in_h"] if is_head else d["kernel"]
+    st = 1 if is_head else d["stride"]
+    dil = 1 if is_head else d["dilation"]
+    crows = (rpt - 1) * d["pool_stride"] + d["pool_kernel"] if pooling else rpt
+    irows = min((crows - 1) * st + dil * (kh - 1) + 1, d["in_h"])
+
+    def end(pstride):
+        ins = 1 if _flag(d, "shared_input") else jobs
+        sides = 1 if _flag(d, "shared_side") else jobs
+        side_bytes = rpt * d["side_pitch"] if _has(d, "add") else 0
+        return (core.ru(jobs * 16) + jobs * pstride + ins * irows * d["in_pitch"]
+                + sides * side_bytes + jobs * rpt * d["out_pitch"])
+    stream = is_conv and end(d["param_bytes"]) > core.buffer_bytes
+    vec = (core.vector and is_conv and not int_w and not pooling and d["act_bits"] <= 4
+           and fs <= core.window_words and fo * core.pe <= core.maxc)
+    return dict(op=op, is_conv=is_conv, is_head=is_head, int_w=int_w, pe_r=pe_r,
+                simd_r=simd_r, fs=fs, fo=fo, fpc=fpc, chunk_c=chunk_in if stream else d["out_c"],
+                off_w=off_w, post_bytes=post_bytes, chunk_bytes=chunk_bytes,
+                wbytes=wbytes, stream=stream, vec=vec, pooling=pooling, kh=kh, st=st,
+                dil=dil, pad=0 if is_head else d["padding"], jt_bytes=core.ru(jobs * 16),
+                out_tile=rpt * d["out_pitch"],
+                folds_cycles=max(_ceil(n, simd_r) if is_conv else 0, fo, fpc) + 1)
+
+
+def _fetch(core):
+    """FETCH, RECEIVE (the 128-byte descriptor through the read DMA) and DECODE."""
+    return core.read(128) + 1
+
+
+def _setup(d, lay, core):
+    """CHECK, FOLDS, SECTIONS0-4, STREAM0-1, TILESZ0-1, REGIONS0-4 (again when the
+    weights stream), TABLE_CMD and TABLE_RECV (the job table)."""
+    regions = 10 if lay["stream"] else 5
+    return 1 + lay["folds_cycles"] + 5 + 2 + 2 + regions + core.read(lay["jt_bytes"])
+
+
+def _tile_rows(d, lay, t):
+    """The rows of tile ``t`` as TILE0-3 compute them: output rows, input rows loaded."""
+    rpt = d["rows_per_tile"]
+    r0 = t * rpt
+    r1 = min(r0 + rpt, d["out_h"])
+    if lay["pooling"]:
+        c0 = max(r0 * d["pool_stride"] - d["pool_padding"], 0)
+        c1 = min((r1 - 1) * d["pool_stride"] - d["pool_padding"] + d["pool_kernel"],
+                 d["mid_h"])
+    else:
+        c0, c1 = r0, r1
+    y0 = c0 * lay["st"] - lay["pad"]
+    y1 = (c1 - 1) * lay["st"] - lay["pad"] + lay["dil"] * (lay["kh"] - 1) + 1
+    return r0, r1, max(y0, 0), min(y1, d["in_h"])
+
+
+def _loads(d, lay, table, core, tile, rows, chunk):
+    """LOAD_ENTRY (a job-table field: two cycles), LOAD_CMD and LOAD_RECV for every job
+    of each kind a tile loads: the parameter blocks (first tile; without the weights
+    and their later part when streaming), input rows, side rows, the weight chunk;
+    a later chunk of a tile loads its weights only. A skipped load costs LOAD_ENTRY and
+    LOAD_CMD."""
+    r0, r1, ly0, ly1 = rows
+    op, jobs, stream = lay["op"], d["jobs"], lay["stream"]
+    if chunk:
+        kinds = [4]
+    else:
+        kinds = ([0, 3] if stream else [0]) if tile == 0 else []
+        kinds += [1, 2] + ([4] if stream else [])
+    total = 0
+    for kind in kinds:
+        for k in range(jobs):
+            e = table[k]
+            total += 2 + 1
+            if kind == 0:
+                skip = (d["param_bytes"] == 0 or (op == "MIXER" and k != 0)
+                        or (stream and lay["off_w"] == 0))
+                fld, n = e["param_addr"], lay["off_w"] if stream else d["param_bytes"]
+            elif kind == 1:
+                skip = _flag(d, "shared_input") and k != 0
+                fld, n = e["in_addr"], (ly1 - ly0) * d["in_pitch"]
+            elif kind == 2:
+                skip = not _has(d, "add") or (
+                    (_flag(d, "shared_side") or op == "MIXER") and k != 0)
+                fld, n = e["side_addr"], (r1 - r0) * d["side_pitch"]
+            elif kind == 3:
+                skip = lay["post_bytes"] == 0
+                fld, n = e["param_addr"], lay["post_bytes"]
+            else:
+                skip = False
+                fld = e["param_addr"]
+                cstart = chunk * lay["chunk_bytes"]
+                cend = min(cstart + lay["chunk_bytes"], lay["wbytes"])
+                n = core.ru(cend) - (cstart & ~(core.bpw - 1))
+            if not (skip or fld == 0):
+                total += core.read(n) - 1
+    return total
+
+
+def _clear(d, core):
+    """CLEAR: every job's output region of a tile zeroed, one word a cycle."""
+    return d["jobs"] * d["rows_per_tile"] * d["out_pitch"] // core.bpw
+
+
+def _valid_taps(n_out, stride, pad, dil, k, size, offset=0):
+    """Per output row (or column) ``o`` of ``n_out``: window taps inside ``[0, size)``
+    (a window tap is valid when its row and its column are, so a pixel's count is the
+    product of its row's and its column's)."""
+    out = []
+    for o in range(n_out):
+        base = (o + offset) * stride - pad
+        out.append(sum(1 for i in range(k) if 0 <= base + i * dil < size))
+    return out
+
+
+def _epilogue(d, lay, oc):
+    """One output element of one job after its core value: BIAS (head), POST, post-op
+    (PS, PF, PA, PB: two each, PCALC), ADD, SIDE (when ``oc < side_c``), RELU, threshold
+    (EINV, ET per level: two each), RESULT."""
+    c = 2 if lay["is_head"] else 0
+    c += 1 + (9 if _has(d, "postop") else 0) + 1
+    c += 2 if _has(d, "add") and oc < d["side_c"] else 0
+    c += 1 + (2 + 2 * d["out_levels"] if _has(d, "threshold") else 0) + 1
+    return c
+
+
+def _mixer(d, lay):
+    """Per output channel after the jobs: LF, GF (two each), LAM per job (two), AGG,
+    GATE per job (two) when gated."""
+    op = lay["op"]
+    mixing = (op == "CONV" and _has(d, "mixer")) or op == "MIXER"
+    if not mixing:
+        return 0
+    jobs = d["jobs"]
+    return 2 + 2 + 2 * jobs + 1 + (2 * jobs if _has(d, "gated") else 0)
+
+
+def _n_out(d, lay):
+    mixing = (lay["op"] == "CONV" and _has(d, "mixer")) or lay["op"] == "MIXER"
+    return 1 if mixing and not _has(d, "gated") else d["jobs"]
+
+
+def _outputs(d, lay, oc):
+    """Per output channel: OUT, OUT_W, OUT_WD per output written (a MIXER descriptor's
+    epilogue, :func:`_epilogue`, runs between OUT and OUT_W for each)."""
+    n = _n_out(d, lay)
+    c = 3 * n
+    if lay["op"] == "MIXER":
+        c += n * _epilogue(d, lay, oc)
+    return c
+
+
+def _tap_costs(d, lay):
+    """(valid, padded) cycles of one window tap: TAP, IN (two), the prologue threshold
+    (PINV and PT per level, two each), WEIGHT, and W (two) for a product; a padded tap
+    TAP, WEIGHT (and W)."""
+    prologue = 2 + 2 * d["in_levels"] if _has(d, "prologue_threshold") else 0
+    per_channel = lay["op"] not in ("CONV", "HEAD")
+    w = 0 if (per_channel or lay["vec"]) else 2
+    return 4 + prologue + w, 2 + w
+
+
+def _window_sums(d, lay, r0, r1):
+    """Over the tile's output pixels: (pixels, valid taps, all taps) of one job's window
+    per channel position (conv, head) or per channel (element-wise ops), and for a
+    pooled stem the same over the pooling taps inside the convolution's map
+    (``(pool taps in range, pool taps)`` added)."""
+    kh, st, pad, dil = lay["kh"], lay["st"], lay["pad"], lay["dil"]
+    kw = d["in_w"] if lay["is_head"] else d["kernel"]
+    ci_n = d["in_c"] if lay["op"] in ("CONV", "HEAD") else 1
+    if lay["pooling"]:
+        ps, pp, pk = d["pool_stride"], d["pool_padding"], d["pool_kernel"]
+        rows = [oy * ps - pp + i for oy in range(r0, r1) for i in range(pk)]
+        cols = [ox * ps - pp + i for ox in range(d["out_w"]) for i in range(pk)]
+        rows_in = [y for y in rows if 0 <= y < d["mid_h"]]
+        cols_in = [x for x in cols if 0 <= x < d["mid_w"]]
+        vy = sum(sum(1 for i in range(kh) if 0 <= y * st - pad + i * dil < d["in_h"])
+                 for y in rows_in)
+        vx = sum(sum(1 for i in range(kw) if 0 <= x * st - pad + i * dil < d["in_w"])
+                 for x in cols_in)
+        evals = len(rows_in) * len(cols_in)
+        return dict(pixels=(r1 - r0) * d["out_w"], pool_in=evals, pool_taps=len(rows) * len(cols),
+                    valid=vy * vx * ci_n, taps=evals * kh * kw * ci_n)
+    vy = sum(_valid_taps(r1 - r0, st, pad, dil, kh, d["in_h"], offset=r0))
+    vx = sum(_valid_taps(d["out_w"], st, pad, dil, kw, d["in_w"]))
+    px = (r1 - r0) * d["out_w"]
+    return dict(pixels=px, valid=vy * vx * ci_n, taps=px * kh * kw * ci_n, pool_in=px,
+                pool_taps=px)
+
+
+def _compute(d, lay, rows, channels, folds):
+    """START and the compute of one tile (one chunk of channels ``[c0, c1)`` and PE
+    folds ``folds``): per pixel and job the gather and the array's folds (``vec``), or
+    per channel and job the scalar window; the epilogue, mixer and output merges per
+    channel (module docstring). Returns ``{phase: cycles}``."""
+    r0, r1 = rows[0], rows[1]
+    c0, c1 = channels
+    jobs = d["jobs"]
+    ws = _window_sums(d, lay, r0, r1)
+    px = ws["pixels"]
+    valid_c, pad_c = _tap_costs(d, lay)
+    taps = valid_c * ws["valid"] + pad_c * (ws["taps"] - ws["valid"])
+    per_oc_epi = sum(_epilogue(d, lay, oc) for oc in range(c0, c1)) if lay["op"] != "MIXER" \
+        else sum(1 for oc in range(c0, c1))          # a MIXER's RESULT after each input
+    out = dict(gather=0, folds=0, scalar=0, epilogue=0, outputs=0)
+    if lay["vec"]:
+        # per pixel and job: CORE, POOL_TAP, the window, EPI; the folds of [o0, o1)
+        out["gather"] = jobs * (3 * px + taps)
+        out["folds"] = jobs * px * folds * (2 * lay["fs"] + (lay["pe_r"]))
+        # per channel and job: CORE, ACC, ACC_D, the epilogue
+        out["epilogue"] = jobs * px * (3 * (c1 - c0) + per_oc_epi)
+    else:
+        n_c = c1 - c0
+        if lay["pooling"]:
+            # per pooling tap: POOL_TAP, POOL_NEXT; inside the map the convolution
+            # and EPI
+            window = 2 * ws["pool_taps"] + ws["pool_in"] + taps
+        else:
+            window = 2 * px + taps            # POOL_TAP, the taps, EPI
+        out["scalar"] = jobs * n_c * (px + window)      # CORE
+        out["epilogue"] = jobs * px * per_oc_epi
+    out["outputs"] = px * sum(_mixer(d, lay) + _outputs(d, lay, oc) for oc in range(c0, c1))
+    out["epilogue"] += 1                  # START
+    return out
+
+
+def _burst_sizes(addr, nbytes, core):
+    """Words of each burst of a DMA descriptor: at most ``max_burst``, none across
+    4 KiB."""
+    sizes, left = [], nbytes // core.bpw
+    while left:
+        n = min(left, core.max_burst, (_BOUNDARY - addr % _BOUNDARY) // core.bpw)
+        sizes.append(n)
+        addr += n * core.bpw
+        left -= n
+    return sizes
+
+
+class _WriteDMA:
+    """The write DMA and its FIFO as a tile's stores see them, on the sequencer's time
+    line (cycle 0: the tile's first STORE_ADDR)."""
+
+    def __init__(self, core):
+        self.core = core
+        self.leave = []          # cycle each word left the FIFO (its beat was loaded)
+        self.last_beat = None    # cycle the last beat was accepted
+        self.idle = 0            # first cycle the DMA takes a descriptor
+
+    def store(self, t, addr, nbytes):
+        """STORE_CMD at cycle ``t`` (held until the DMA is idle: the previous store's
+        last burst started), then STORE_RD and STORE_SEND per word: a push every two
+        cycles, later when the FIFO is full. A burst starts once its words are counted
+        in the FIFO and the previous burst's last beat is accepted; a beat per ``p``
+        cycles. Returns the cycle of the sequencer's next state."""
+        core, p = self.core, self.core.p
+        t = max(t, self.idle)            # STORE_CMD
+        push = t + 2                     # STORE_RD, then the first STORE_SEND
+        for size in _burst_sizes(addr, nbytes, core):
+            w = len(self.leave)
+            for j in range(w, w + size):
+                if j >= core.wr_depth:
+                    # a full FIFO: the push waits until a word leaves
+                    push = max(push, self.leave[j - core.wr_depth] + 1)
+                last_push = push
+                push += 2
+            # SUM and CHECK: the DMA runs from STORE_CMD + 3; the start sees the FIFO's
+            # level a cycle after the push
+            start = max(last_push + 1, t + 3)
+            beat = start + 1
+            if self.last_beat is not None:
+                start = max(start, self.last_beat)
+                beat = max(start + 1, self.last_beat + p)
+            self.leave.append(start)
+            for _ in range(size - 1):
+                self.leave.append(beat)      # the next word is loaded as a beat is taken
+                beat += p
+            self.last_beat = beat
+            self.idle = start + 1
+        return last_push + 1
+
+    def done(self):
+        """The cycle the write DMA's ``done`` pulse is high (after the last beat)."""
+        return self.last_beat + 1
+
+
+def _stores(d, lay, table, core, rows):
+    """STORE_ADDR (two cycles), STORE_CMD and the pushes of every output of a tile
+    (:class:`_WriteDMA`); returns (cycles, cycles after them until the last write's
+    ``done``)."""
+    r0, r1 = rows[0], rows[1]
+    dma = _WriteDMA(core)
+    t = 0
+    for k in range(_n_out(d, lay)):
+        t += 2                           # STORE_ADDR
+        fld = table[k]["out_addr"]
+        if fld == 0:
+            t += 1                       # STORE_CMD: no output
+            continue
+        t = dma.store(t, fld + r0 * d["out_pitch"], (r1 - r0) * d["out_pitch"])
+    drain = dma.done() - t if dma.last_beat is not None else 0
+    return t, max(0, drain)
+
+
+def descriptor_core_cycles(d, table, core, label=""):
+    """The model of one decoded descriptor on ``EngineCore`` (module docstring).
+
+    Parameters
+    ----------
+    d : dict
+        The decoded descriptor.
+    table : list of dict
+        Its job table's decoded entries.
+    core : _Core
+
+    Returns
+    -------
+    CoreDescriptorCycles
+    """
+    op = _OPCODES.get(d["opcode"], "")
+    phases = dict(fetch=_fetch(core))
+    if op == "INPUT":
+        phases["fence"] = 1                  # NEXT
+        return _result(d, op, phases, label)
+    lay = _layout(d, core)
+    phases["setup"] = _setup(d, lay, core)
+    for name in ("loads", "clear", "gather", "folds", "scalar", "epilogue", "outputs",
+                 "stores"):
+        phases[name] = 0
+    drain = 0
+    for t in range(d["n_tiles"]):
+        rows = _tile_rows(d, lay, t)
+        phases["loads"] += 4                 # TILE0-3
+        chunks = _ceil(d["out_c"], lay["chunk_c"]) if lay["stream"] else 1
+        for q in range(chunks):
+            c0 = q * lay["chunk_c"]
+            c1 = min(c0 + lay["chunk_c"], d["out_c"])
+            o0 = q * lay["fpc"] if lay["stream"] else 0
+            o1 = min(o0 + lay["fpc"], lay["fo"]) if lay["stream"] else lay["fo"]
+            phases["loads"] += _loads(d, lay, table, core, t, rows, q)
+            if q == 0:
+                phases["clear"] += _clear(d, core)
+            for name, c in _compute(d, lay, rows, (c0, c1), o1 - o0).items():
+                phases[name] += c
+        seq, drain = _stores(d, lay, table, core, rows)
+        phases["stores"] += seq
+    # FENCE until the last write's done, then NEXT
+    phases["fence"] = 1 + max(drain, 0) + 1
+    return _result(d, op, phases, label)
+
+
+def _result(d, op, phases, label):
+    cycles = sum(phases.values())
+    dominant = max(phases, key=phases.get)
+    return CoreDescriptorCycles(int(d["index"]), op, int(d["jobs"]), int(cycles),
+                                {k: int(v) for k, v in phases.items()}, dominant, label)
+
+
+def _job_table(program, d):
+    h = program.header
+    lo = d["table_addr"] - h["base"]
+    return [decode(bytes(program.image[lo + k * JOB.itemsize:lo + (k + 1) * JOB.itemsize]), JOB)
+            for k in range(d["jobs"])]
+
+
+def predict_core(program, core_params=None, latency=48, bytes_per_cycle=10.0):
+    """Predicted cycles of a compiled program on ``EngineCore`` as built.
+
+    Parameters
+    ----------
+    program : EngineProgram
+        From :func:`~.layout.compile_engine`.
+    core_params : dict, optional
+        ``EngineCore``'s keyword arguments (missing ones: :data:`CORE_DEFAULTS`).
+    latency : int
+        The DRAM's read latency in cycles (``sim.engine_rtl.run_engine_rtl``'s).
+    bytes_per_cycle : float
+        The DRAM's bandwidth (likewise).
+
+    Returns
+    -------
+    CoreFrameCycles
+    """
+    core = _Core(core_params, latency, bytes_per_cycle)
+    per = []
+    for d, grp in zip(program.descriptors, program.groups):
+        nodes = grp.nodes
+        label = nodes[0].name if len(nodes) == 1 else f"{nodes[0].name} .. {nodes[-1].name}"
+        table = _job_table(program, d) if d["jobs"] else []
+        per.append(descriptor_core_cycles(d, table, core, label))
+    end = _fetch(core) + RUN_OVERHEAD
+    phases = {}
+    for p in per:
+        for k, v in p.phases.items():
+            phases[k] = phases.get(k, 0) + v
+    return CoreFrameCycles(per, int(end), int(sum(p.cycles for p in per) + end),
+                           program.config.clock_mhz, phases)
