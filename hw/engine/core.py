@@ -243,9 +243,13 @@ class ComputeSequencer(wiring.Component):
         m.submodules.window = wbuf = Memory(shape=unsigned(4 * SIMD), depth=self.window_words,
                                             init=[])
         rp_w, wp_w = wbuf.read_port(), wbuf.write_port()
-        # every job's accumulators of one output pixel: entry k * MAXC + channel
+        # every job's accumulators of one output pixel, a PE fold's pe channels per entry
+        # (k * MAXC / PE + fold) so that a fold's sums are stored in the cycle they end
         MAXC = self.max_out_c
-        m.submodules.accs = abuf = Memory(shape=signed(32), depth=self.max_jobs * MAXC, init=[])
+        PSH = exact_log2(PE) if self.vector else 0
+        AFOLDS = max(MAXC >> PSH, 1)
+        m.submodules.accs = abuf = Memory(shape=unsigned(32 * PE), depth=self.max_jobs * AFOLDS,
+                                          init=[])
         rp_a, wp_a = abuf.read_port(), abuf.write_port()
 
         # ---- the descriptor: a shift register of its words --------------------------
@@ -347,9 +351,12 @@ class ComputeSequencer(wiring.Component):
         mo, ms = Signal(16), Signal(16)
         nrem = Signal(signed(A + 1))
         wfold = Signal(A)
-        wsh = Signal(wbits)
-        pw = Signal(range(PE + 1))
-        pacc = Array(Signal(signed(32), name=f"pacc{i}") for i in range(PE))
+        pacc = [Signal(signed(32), name=f"pacc{i}") for i in range(PE)]
+        # the array's pipeline: a fold's data arrive the cycle after its addresses
+        d_valid, d_first, d_last = Signal(), Signal(), Signal()
+        d_wsh = Signal(wbits)
+        d_nrem = Signal(signed(A + 1))
+        d_mo = Signal(16)
         # row tiles: output rows [r0, r1), input rows [ly0, ly1) in the scratchpad
         tile = Signal(16)
         r0, r1 = Signal(16), Signal(16)
@@ -398,7 +405,7 @@ class ComputeSequencer(wiring.Component):
         m.d.comb += self.words.ready.eq(words_ready)
 
         fetch_word = self.words.valid & words_ready & ~copying
-        m.d.sync += [self.done.eq(0), self.error.eq(0), self.abort.eq(0)]
+        m.d.sync += [self.done.eq(0), self.error.eq(0), self.abort.eq(0), d_valid.eq(0)]
         with m.If(self.wr_cmd.valid & self.wr_cmd.ready & ~copying):
             m.d.sync += wr_out.eq(wr_out + 1 - self.wr_done)
         with m.Elif(self.wr_done & (wr_out != 0)):
@@ -768,11 +775,12 @@ class ComputeSequencer(wiring.Component):
                     m.next = "POOL_TAP"
                 self._exits(m)
             with m.State("ACC"):
-                m.d.comb += rp_a.addr.eq(k * MAXC + oc)
+                m.d.comb += rp_a.addr.eq(k * AFOLDS + (oc >> PSH))
                 m.next = "ACC_D"
                 self._exits(m)
             with m.State("ACC_D"):
-                m.d.sync += acc.eq(rp_a.data)
+                acc_lanes = Array(rp_a.data[32 * i:32 * (i + 1)].as_signed() for i in range(PE))
+                m.d.sync += acc.eq(acc_lanes[oc[:PSH] if PSH else 0])
                 m.next = "POST"
                 self._exits(m)
             my = Signal(signed(20))
@@ -899,8 +907,7 @@ class ComputeSequencer(wiring.Component):
             # ---- epilogue ---------------------------------------------------------------
             with m.State("EPI"):
                 with m.If(vec):
-                    m.d.sync += [mo.eq(o0), ms.eq(0), nrem.eq(nwin), wfold.eq(wskew), pw.eq(0)]
-                    m.d.sync += [pacc[i].eq(0) for i in range(PE)]
+                    m.d.sync += [mo.eq(o0), ms.eq(0), nrem.eq(nwin), wfold.eq(wskew)]
                     m.next = "MVU"
                 with m.Elif(pooling):
                     # the pooling window's max over its taps inside the convolution's map
@@ -925,49 +932,24 @@ class ComputeSequencer(wiring.Component):
 
             # ---- the XNOR-popcount array: PE channels x SIMD lanes a fold ------------------
             with m.State("MVU"):
+                # one fold's addresses a cycle; its data are added by the pipeline below
                 wbase = ((par_k + off_w) << 3) + wfold
                 m.d.comb += [rp_w.addr.eq(ms), s.raddr.eq(wbase >> wbits)]
-                m.d.sync += wsh.eq(wbase[:wbits])
-                m.next = "MVU_D"
-                self._exits(m)
-            with m.State("MVU_D"):
-                wfold_bits = Signal(PS)
-                lanes = Signal(SIMD)
-                m.d.comb += [wfold_bits.eq(rp.data >> wsh),
-                             lanes.eq(Mux(nrem >= SIMD, (1 << SIMD) - 1,
-                                          (Const(1, SIMD + 1) << nrem[:SIMD.bit_length()]) - 1))]
-                x = rp_w.data
-                for i in range(PE):
-                    wp_i = wfold_bits[i * SIMD:(i + 1) * SIMD]
-                    xnor = sum((~(x[:SIMD] ^ wp_i) & lanes)[t] for t in range(SIMD))
-                    planes = 0
-                    for b in range(4):
-                        xb = x[b * SIMD:(b + 1) * SIMD]
-                        plus = sum((xb & wp_i & lanes)[t] for t in range(SIMD))
-                        minus = sum((xb & ~wp_i & lanes)[t] for t in range(SIMD))
-                        planes = planes + ((plus - minus).as_signed() << b)
-                    m.d.sync += pacc[i].eq(pacc[i] + Mux(f["act_bits"] == 0, xnor, planes))
-                m.d.sync += [ms.eq(ms + 1), nrem.eq(nrem - SIMD), wfold.eq(wfold + PS)]
-                m.next = "MVU"
+                m.d.sync += [d_valid.eq(1), d_wsh.eq(wbase[:wbits]), d_first.eq(ms == 0),
+                             d_last.eq(ms == fs - 1), d_nrem.eq(nrem), d_mo.eq(mo),
+                             ms.eq(ms + 1), nrem.eq(nrem - SIMD), wfold.eq(wfold + PS)]
                 with m.If(ms == fs - 1):
-                    m.d.sync += [ms.eq(0), nrem.eq(nwin), pw.eq(0)]
-                    m.next = "MVU_W"
-                self._exits(m)
-            with m.State("MVU_W"):
-                # binary inputs: dot = 2 * popcount(xnor) - N (padded lanes masked)
-                m.d.comb += [wp_a.addr.eq(k * MAXC + mo * PE + pw), wp_a.en.eq(1),
-                             wp_a.data.eq(Mux(f["act_bits"] == 0, 2 * pacc[pw] - nwin, pacc[pw]))]
-                m.d.sync += pw.eq(pw + 1)
-                with m.If(pw == PE - 1):
-                    m.d.sync += [pacc[i].eq(0) for i in range(PE)]
-                    m.d.sync += mo.eq(mo + 1)
-                    m.next = "MVU"
+                    m.d.sync += [ms.eq(0), nrem.eq(nwin), mo.eq(mo + 1)]
                     with m.If(mo == o1 - 1):
-                        m.next = "CORE"
-                        with m.If(k == f["jobs"] - 1):
-                            m.d.sync += [k.eq(0), gathered.eq(1)]
-                        with m.Else():
-                            m.d.sync += k.eq(k + 1)
+                        m.next = "MVU_END"
+                self._exits(m)
+            with m.State("MVU_END"):
+                # the last fold's data arrive now (k still names its job)
+                m.next = "CORE"
+                with m.If(k == f["jobs"] - 1):
+                    m.d.sync += [k.eq(0), gathered.eq(1)]
+                with m.Else():
+                    m.d.sync += k.eq(k + 1)
                 self._exits(m)
 
             def got_bias(m, ev):
@@ -1192,6 +1174,34 @@ class ComputeSequencer(wiring.Component):
                 m.d.sync += self.abort.eq(1)
                 m.next = "IDLE"
                 self._exits(m)
+
+        # ---- the XNOR-popcount array: PE channels x SIMD lanes of a fold a cycle ----------
+        # The fold issued last cycle: its pe x simd weight bits (one piece of the word
+        # read) against window word ms. A PE fold's last SIMD fold stores its pe sums.
+        wfold_bits = Signal(PS)
+        lanes = Signal(SIMD)
+        m.d.comb += [wfold_bits.eq(rp.data >> d_wsh),
+                     lanes.eq(Mux(d_nrem >= SIMD, (1 << SIMD) - 1,
+                                  (Const(1, SIMD + 1) << d_nrem[:SIMD.bit_length()]) - 1))]
+        x = rp_w.data
+        sums = []
+        for i in range(PE):
+            wp_i = wfold_bits[i * SIMD:(i + 1) * SIMD]
+            xnor = sum((~(x[:SIMD] ^ wp_i) & lanes)[t] for t in range(SIMD))
+            planes = 0
+            for b in range(4):
+                xb = x[b * SIMD:(b + 1) * SIMD]
+                plus = sum((xb & wp_i & lanes)[t] for t in range(SIMD))
+                minus = sum((xb & ~wp_i & lanes)[t] for t in range(SIMD))
+                planes = planes + ((plus - minus).as_signed() << b)
+            tot = Signal(signed(32), name=f"fold_sum{i}")
+            m.d.comb += tot.eq(Mux(d_first, 0, pacc[i]) + Mux(f["act_bits"] == 0, xnor, planes))
+            with m.If(d_valid):
+                m.d.sync += pacc[i].eq(tot)
+            # binary inputs: dot = 2 * popcount(xnor) - N (padded lanes masked)
+            sums.append(Mux(f["act_bits"] == 0, 2 * tot - nwin, tot)[:32])
+        m.d.comb += [wp_a.addr.eq(k * AFOLDS + d_mo), wp_a.data.eq(Cat(*sums)),
+                     wp_a.en.eq(d_valid & d_last)]
 
         m.d.comb += [
             self.wdata.valid.eq(Mux(copying, self.words.valid, fsm.ongoing("STORE_SEND"))),
