@@ -58,6 +58,11 @@ class BuildManifest:
         Stream payload widths of the core.
     frame_cycles : int
         Predicted cycles per frame.
+    backend : {"dataflow", "sequential"}
+        Which back end the build used.
+    image : str, optional
+        The layer-sequential engine's memory image (program, parameters) inside the
+        build directory; ``image_sha256`` its hash.
     """
 
     checkpoint: str
@@ -70,6 +75,9 @@ class BuildManifest:
     in_width: int
     out_width: int
     frame_cycles: int
+    backend: str = "dataflow"
+    image: str | None = None
+    image_sha256: str | None = None
 
     def to_dict(self):
         return {"format": FORMAT, **self.__dict__}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from .flow import STEPS, BuildConfig, FlowError, load_build, test_images
+from .flow import ENGINES, STEPS, BuildConfig, FlowError, load_build, test_images
 from .flow import build as run_build
 from .flow import verify as run_verify
 from .devices import BOARD_NAMES as BOARD_CHOICES
@@ -499,11 +499,22 @@ def _read_folding(path):
 @click.option("--bitstream/--no-bitstream", default=None,
               help="Run the board's toolchain (default: when it is installed and the "
                    "estimate fits the board).")
+@click.option("--engine", default=DEFAULTS.engine, show_default=True,
+              type=click.Choice(list(ENGINES)),
+              help="The back end: dataflow (every layer its own units, all weights on chip), "
+                   "sequential (the layer-sequential engine: one set of units, weights and "
+                   "feature maps in DRAM; boards with a DRAM port: de10nano), or dataflow "
+                   "where it fits the board, else the engine (auto).")
+@click.option("--engine-clock", "engine_clock_mhz", default=DEFAULTS.engine_clock_mhz,
+              show_default=True, type=click.FloatRange(1, 1000),
+              help="The engine's own clock in MHz (a PLL output on the board); the report's "
+                   "frames/s are at this clock.")
 @click.option("--stop-after", type=click.Choice([step.name for step in STEPS]), default=None,
               help="Stop after this step of the flow (nothing is written before `write`): "
                    "load, lower, passes, schedule, elaborate, write.")
 def build(checkpoint, board, out_dir, target_cycles, fps, max_util, folding_file, bases,
-          line_buffers, fifos, streams, fuse_activations, baud, bitstream, stop_after):
+          line_buffers, fifos, streams, fuse_activations, baud, bitstream, engine,
+          engine_clock_mhz, stop_after):
     """Compile CHECKPOINT into Verilog, a board project and a report.
 
     \b
@@ -515,6 +526,12 @@ def build(checkpoint, board, out_dir, target_cycles, fps, max_util, folding_file
       report.json, report.txt   cycles per frame, frames/s, estimated resources
       build.json        what was built from (checkpoint and its sha256, options),
                         read by `groupnet-hw verify OUT_DIR`
+    With the layer-sequential engine (--engine sequential, or auto when the
+    dataflow design does not fit the board) it writes instead:
+      groupnet_engine.v the engine (Avalon-MM DRAM masters, register agent)
+      engine_image.bin  the memory image: program, parameters, feature-map arena
+      program.json      the descriptors and the graph nodes each one runs
+      report.json, report.txt   per-descriptor cycles, bound, lane use, DRAM bytes
     The board's toolchain (Quartus, or Yosys/nextpnr, also their YoWASP builds) runs
     when it is installed and the estimate fits the board (--bitstream forces it,
     --no-bitstream skips it); otherwise the last line says how to run it.
@@ -528,26 +545,34 @@ def build(checkpoint, board, out_dir, target_cycles, fps, max_util, folding_file
       groupnet-hw build model.pt --board de10nano -o out
       groupnet-hw build model.pt --board ulx3s --fps 20000 -o out
       groupnet-hw build model.pt --stop-after schedule     # the report only
+      groupnet-hw build resnet18.pt --engine sequential -o out
     """
     try:
         config = BuildConfig(board=board, target_cycles=target_cycles, fps=fps,
                              max_util=max_util, folding=_read_folding(folding_file),
                              bases=bases, line_buffers=line_buffers, fifos=fifos,
                              streams=streams, fuse_activations=fuse_activations, baud=baud,
-                             bitstream=bitstream)
+                             bitstream=bitstream, engine=engine,
+                             engine_clock_mhz=engine_clock_mhz)
         with _console().status("building") as status:
             b = run_build(checkpoint, config, out_dir, stop_after=stop_after,
                           progress=lambda step: status.update(step.description))
     except FlowError as exc:
         raise UserError(str(exc)) from None
     timings = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in b.timings.items())
-    if b.schedule is not None:
+    if b.schedule is not None or b.engine is not None:
         click.echo(b.report_text().rstrip())
     if b.out_dir is None:
         click.echo(f"stopped after {stop_after} ({timings}); nothing written")
         return
     out = b.out_dir
     click.echo(f"steps: {timings}")
+    if b.backend == "sequential":
+        click.echo(f"wrote {out}/{b.manifest.verilog}, {out}/{b.manifest.image}, "
+                   f"{out}/program.json, {out}/report.json, {out}/report.txt")
+        click.echo(f"verify it: groupnet-hw verify {out} --images 10   (the engine on "
+                   "Verilator with the DRAM model)")
+        return
     click.echo(f"wrote {out}/{b.manifest.verilog}, {out}/{Path(b.board_plan['project_dir']).name}/, "
                f"{out}/report.json, {out}/report.txt")
     click.echo(b.board_plan["message"])
@@ -665,7 +690,7 @@ def verify(target, simulator, images, input_path, stall, seed, waves, jobs, as_j
         click.echo(f"verified {what}")
         click.echo(f"{result.exact}/{result.images} images bit-exact on {simulator} "
                    f"(integer graph == PyTorch fixed-point forward: {result.graph_equals_model})")
-        if result.cycles_per_frame_measured is not None:
+        if result.cycles_per_frame_measured is not None and result.cycles_per_frame_predicted:
             dev = 100 * (result.cycles_per_frame_measured / result.cycles_per_frame_predicted - 1)
             click.echo(f"cycles/frame: measured {result.cycles_per_frame_measured:.1f}, "
                        f"predicted {result.cycles_per_frame_predicted} ({dev:+.2f}%)")

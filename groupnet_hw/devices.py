@@ -141,6 +141,9 @@ class Board:
     program : str
         Command that loads the bitstream into the board, run in the project folder;
         ``{bitstream}`` stands for the bitstream's file name.
+    dram_port_bits : int
+        Data width of the Avalon-MM port through which the fabric reaches DRAM (the
+        layer-sequential engine's memory port); 0: none the engine can use.
     """
 
     name: str
@@ -153,6 +156,7 @@ class Board:
     tools: str
     project_subdir: str
     program: str
+    dram_port_bits: int = 0
 
     @property
     def family(self):
@@ -236,7 +240,9 @@ BOARDS = {b.name: b for b in (
           DEVICES["5CSEBA6U23I7"], clock_mhz=50.0,
           platform="amaranth_boards.de10_nano.DE10NanoPlatform",
           toolchain="Quartus", tools="", project_subdir="quartus",
-          program="quartus_pgm --mode JTAG --operation 'P;{bitstream}@2'"),
+          program="quartus_pgm --mode JTAG --operation 'P;{bitstream}@2'",
+          # an FPGA-to-SDRAM port of the HPS's DDR3 controller, configured 128 bits wide
+          dram_port_bits=128),
     Board("ulx3s", "ULX3S",
           "Radiona ULX3S, ECP5 LFE5U-85F, UART over the FTDI USB port (US1)",
           DEVICES["LFE5U-85F"], clock_mhz=25.0,

@@ -32,15 +32,23 @@ from pathlib import Path
 from typing import Callable
 
 from .compiler.artifact import BuildError, BuildManifest, file_sha256, read_manifest, write_manifest
+from .compiler.engine.cycles import predict as predict_engine
+from .compiler.engine.layout import compile_engine
+from .compiler.engine.report import engine_report, render_engine_text
+from .compiler.engine.target import check_program, engine_target
 from .compiler.frontend import lower
 from .compiler.passes import run_passes
 from .compiler.report import render_text
 from .compiler.resources import FAMILIES, design_cells
 from .compiler.schedule import ScheduleOptions, schedule
+from .devices import get_board
 from .hw.accelerator import Accelerator
 from .hw.boards.core_instance import CoreInstance
+from .hw.engine.core import EngineCore
 from .models.checkpoint import CheckpointError, load_checkpoint
-from .sim.cocotb_runner import default_build_dir
+from .sim.cocotb_runner import RTLError, default_build_dir
+from .sim.engine_rtl import build_engine_rtl
+from .sim.engine_verify import EngineRunError, verify_engine
 from .sim.verify import RTLDesign, port_widths
 from .sim.verify import verify as run_verify
 from .toolchain.board_project import BoardBuildError, write_board_project
@@ -50,6 +58,12 @@ __all__ = ["BuildConfig", "Build", "Step", "STEPS", "FlowError", "build", "verif
 
 #: Module name of the accelerator core in the Verilog a build writes.
 CORE_NAME = "groupnet_core"
+#: Module name of the layer-sequential engine in the Verilog an engine build writes.
+ENGINE_NAME = "groupnet_engine"
+#: The engine's memory image in an engine build's directory.
+ENGINE_IMAGE = "engine_image.bin"
+#: ``BuildConfig.engine`` choices.
+ENGINES = ("auto", "dataflow", "sequential")
 
 
 class FlowError(ValueError):
@@ -89,10 +103,19 @@ class BuildConfig(ScheduleOptions):
         UART host link speed of the board top.
     bitstream : bool, optional
         Run the board's toolchain; ``None``: when it is installed and the estimate fits.
+    engine : {"auto", "dataflow", "sequential"}
+        The back end: the dataflow accelerator (every layer its own units, weights on
+        chip), the layer-sequential engine (one set of units, weights and feature maps
+        in DRAM; boards with a DRAM port), or the dataflow one where it fits the board
+        and else the engine (auto).
+    engine_clock_mhz : float
+        The engine's own clock (a PLL output on the board), in MHz.
     """
 
     baud: int = 115200
     bitstream: bool | None = None
+    engine: str = "auto"
+    engine_clock_mhz: float = 100.0
 
     def __post_init__(self):
         if self.folding is not None:
@@ -109,6 +132,10 @@ class BuildConfig(ScheduleOptions):
             raise FlowError(str(exc)) from None
         if self.target_cycles is not None and self.target_cycles < 1:
             raise FlowError(f"target_cycles must be at least 1, not {self.target_cycles}")
+        if self.engine not in ENGINES:
+            raise FlowError(f"engine must be one of {', '.join(ENGINES)}, not {self.engine!r}")
+        if not 1 <= self.engine_clock_mhz <= 1000:
+            raise FlowError(f"engine_clock_mhz must be in [1, 1000], not {self.engine_clock_mhz}")
 
     def schedule_options(self) -> dict:
         """Keyword arguments of :func:`~groupnet_hw.compiler.schedule.schedule`."""
@@ -159,6 +186,11 @@ class Build:
         What the board-project writer returned (its ``message`` says how to build).
     timings : dict
         Seconds per step that ran, in order.
+    backend : {"dataflow", "sequential"} or None
+        The back end ``schedule`` chose (``BuildConfig.engine``).
+    engine : EngineBuild or None
+        The layer-sequential engine's program and prediction (``backend ==
+        "sequential"``); ``schedule`` is then ``None``.
     """
 
     config: BuildConfig
@@ -175,9 +207,17 @@ class Build:
     manifest: BuildManifest | None = None
     board_plan: dict | None = None
     timings: dict = field(default_factory=dict)
+    backend: str | None = None
+    engine: "EngineBuild | None" = None
 
     def report(self) -> dict:
-        """The build's report: the schedule, estimated cells per family, metrics."""
+        """The build's report: the schedule (or the engine's program and cycle model),
+        estimated cells per family, metrics."""
+        if self.backend == "sequential":
+            report = dict(self.engine.report)
+            report["checkpoint"] = self.checkpoint
+            report["metrics"] = self.payload.get("metrics", {})
+            return report
         report = self.schedule.to_dict()
         report["estimate_cells"] = {f: design_cells(self.schedule, f) for f in FAMILIES}
         report["checkpoint"] = self.checkpoint
@@ -185,7 +225,31 @@ class Build:
         return report
 
     def report_text(self) -> str:
+        if self.backend == "sequential":
+            return render_engine_text(self.engine.report)
         return render_text(self.schedule)
+
+
+@dataclass
+class EngineBuild:
+    """What ``schedule`` made for the layer-sequential engine.
+
+    Attributes
+    ----------
+    target : EngineTarget
+        The core's parameters, the compiler's configuration, the DRAM model.
+    program : EngineProgram
+        Descriptors and memory image.
+    prediction : FrameCycles
+        The cycle model under ``target.dram``.
+    report : dict
+        :func:`~groupnet_hw.compiler.engine.report.engine_report`.
+    """
+
+    target: object
+    program: object
+    prediction: object
+    report: dict
 
 
 @dataclass(frozen=True)
@@ -225,14 +289,38 @@ def _passes(b: Build, source, out_dir):
 
 
 def _schedule(b: Build, source, out_dir):
+    choice, reason = b.config.engine, None
+    if choice != "sequential":
+        try:
+            b.schedule = schedule(b.graph, **b.config.schedule_options())
+        except ValueError as exc:
+            if choice == "dataflow" or not get_board(b.config.board).dram_port_bits:
+                raise FlowError(str(exc)) from None
+            reason = f"the dataflow design does not fit: {exc}"
+        else:
+            if choice == "dataflow" or b.schedule.fits() or not get_board(b.config.board).dram_port_bits:
+                b.backend = "dataflow"
+                return
+            reason = "the dataflow design's estimate exceeds the board"
+            b.schedule = None
+    b.backend = "sequential"
     try:
-        b.schedule = schedule(b.graph, **b.config.schedule_options())
+        target = engine_target(b.config.board, b.config.engine_clock_mhz)
+        program = compile_engine(b.graph, target.config)
+        check_program(program, target.core)
     except ValueError as exc:
-        raise FlowError(str(exc)) from None
+        raise FlowError(f"the layer-sequential engine cannot run this network: {exc}") from None
+    prediction = predict_engine(program, target.dram)
+    report = engine_report(program, target, prediction, reason=reason)
+    b.engine = EngineBuild(target, program, prediction, report)
 
 
 def _elaborate(b: Build, source, out_dir):
     from amaranth.back import verilog
+    if b.backend == "sequential":
+        b.accelerator = EngineCore(**b.engine.target.core)
+        b.verilog = verilog.convert(b.accelerator, name=ENGINE_NAME, emit_src=False)
+        return
     b.accelerator = Accelerator(b.schedule)
     # No source-location attributes: they double the file and no tool needs them.
     b.verilog = verilog.convert(b.accelerator, name=CORE_NAME, emit_src=False)
@@ -250,32 +338,10 @@ def _write(b: Build, source, out_dir):
     # directory behind, and a directory's files are always of one build
     staging = Path(tempfile.mkdtemp(prefix=".groupnet-build-", dir=out.parent))
     try:
-        (staging / f"{CORE_NAME}.v").write_text(b.verilog)
-        config = b.config
-        run = config.bitstream if config.bitstream is not None else (
-            None if b.schedule.fits() else False)
-        try:
-            # the board top instantiates the core's module: no second elaboration
-            core = CoreInstance(b.accelerator, CORE_NAME)
-            b.board_plan = write_board_project(core, staging, board=config.board,
-                                               baud=config.baud, run_toolchain=run,
-                                               sources={f"{CORE_NAME}.v": b.verilog})
-        except BoardBuildError as exc:
-            failed = out / f"{config.board}-failed"
-            shutil.rmtree(failed, ignore_errors=True)
-            out.mkdir(exist_ok=True)
-            shutil.move(str(staging), failed)
-            raise FlowError(str(exc).replace(str(staging), str(failed))) from None
-        (staging / "schedule.json").write_text(b.schedule.to_json())
-        (staging / "report.json").write_text(json.dumps(b.report(), indent=2))
-        (staging / "report.txt").write_text(b.report_text())
-        in_width, out_width = b.port_widths
-        b.manifest = BuildManifest(
-            checkpoint=b.checkpoint, checkpoint_sha256=b.checkpoint_sha256,
-            board=config.board, options=_manifest_options(config),
-            verilog=f"{CORE_NAME}.v", toplevel=CORE_NAME,
-            verilog_sha256=file_sha256(staging / f"{CORE_NAME}.v"),
-            in_width=in_width, out_width=out_width, frame_cycles=b.schedule.frame_cycles)
+        if b.backend == "sequential":
+            _write_engine(b, staging)
+        else:
+            _write_dataflow(b, staging, out)
         write_manifest(staging, b.manifest)
         out.mkdir(exist_ok=True)
         for item in staging.iterdir():
@@ -286,11 +352,73 @@ def _write(b: Build, source, out_dir):
                 target.unlink()
             shutil.move(str(item), target)
         b.out_dir = out
-        plan = b.board_plan
-        plan["message"] = plan["message"].replace(str(staging), str(out))
-        plan["project_dir"] = out / Path(plan["project_dir"]).name
+        if b.board_plan:
+            plan = b.board_plan
+            plan["message"] = plan["message"].replace(str(staging), str(out))
+            plan["project_dir"] = out / Path(plan["project_dir"]).name
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _write_engine(b: Build, staging: Path):
+    """The engine's Verilog, its memory image, the program's descriptors and the report
+    (no board project yet: the board top with the HPS bridge is a later step)."""
+    program = b.engine.program
+    (staging / f"{ENGINE_NAME}.v").write_text(b.verilog)
+    (staging / ENGINE_IMAGE).write_bytes(bytes(program.image))
+    (staging / "program.json").write_text(json.dumps(dict(
+        header=_plain(program.header),
+        descriptors=[dict(_plain(d), nodes=[n.name for n in grp.nodes])
+                     for d, grp in zip(program.descriptors, program.groups)]), indent=1))
+    (staging / "report.json").write_text(json.dumps(b.report(), indent=2))
+    (staging / "report.txt").write_text(b.report_text())
+    b.manifest = BuildManifest(
+        checkpoint=b.checkpoint, checkpoint_sha256=b.checkpoint_sha256,
+        board=b.config.board, options=_manifest_options(b.config),
+        verilog=f"{ENGINE_NAME}.v", toplevel=ENGINE_NAME,
+        verilog_sha256=file_sha256(staging / f"{ENGINE_NAME}.v"),
+        in_width=0, out_width=0, frame_cycles=b.engine.prediction.cycles,
+        backend="sequential", image=ENGINE_IMAGE,
+        image_sha256=file_sha256(staging / ENGINE_IMAGE))
+
+
+def _plain(record):
+    """A decoded header or descriptor as JSON values (bytes fields as text)."""
+    def value(v):
+        if isinstance(v, (bytes, bytearray)):
+            return v.decode("ascii", errors="replace")
+        return v if isinstance(v, float) else int(v)
+    return {k: value(v) for k, v in record.items()}
+
+
+def _write_dataflow(b: Build, staging: Path, out: Path):
+    """The core's Verilog, the board project, the schedule and the report."""
+    (staging / f"{CORE_NAME}.v").write_text(b.verilog)
+    config = b.config
+    run = config.bitstream if config.bitstream is not None else (
+        None if b.schedule.fits() else False)
+    try:
+        # the board top instantiates the core's module: no second elaboration
+        core = CoreInstance(b.accelerator, CORE_NAME)
+        b.board_plan = write_board_project(core, staging, board=config.board,
+                                           baud=config.baud, run_toolchain=run,
+                                           sources={f"{CORE_NAME}.v": b.verilog})
+    except BoardBuildError as exc:
+        failed = out / f"{config.board}-failed"
+        shutil.rmtree(failed, ignore_errors=True)
+        out.mkdir(exist_ok=True)
+        shutil.move(str(staging), failed)
+        raise FlowError(str(exc).replace(str(staging), str(failed))) from None
+    (staging / "schedule.json").write_text(b.schedule.to_json())
+    (staging / "report.json").write_text(json.dumps(b.report(), indent=2))
+    (staging / "report.txt").write_text(b.report_text())
+    in_width, out_width = b.port_widths
+    b.manifest = BuildManifest(
+        checkpoint=b.checkpoint, checkpoint_sha256=b.checkpoint_sha256,
+        board=config.board, options=_manifest_options(config),
+        verilog=f"{CORE_NAME}.v", toplevel=CORE_NAME,
+        verilog_sha256=file_sha256(staging / f"{CORE_NAME}.v"),
+        in_width=in_width, out_width=out_width, frame_cycles=b.schedule.frame_cycles)
 
 
 #: The flow, in order. ``build(..., stop_after=name)`` stops after the named step.
@@ -298,8 +426,8 @@ STEPS = (
     Step("load", "reading the checkpoint", _load),
     Step("lower", "tracing the network into the graph IR", _lower),
     Step("passes", "folding BN, ReLU and gates into the integer graph", _passes),
-    Step("schedule", "scheduling (folding, base mappings, line buffers, streams; minutes on "
-                     "a large network)", _schedule),
+    Step("schedule", "scheduling (dataflow: folding, base mappings, line buffers, streams; "
+                     "minutes on a large network; or the engine's program)", _schedule),
     Step("elaborate", "elaborating the accelerator and writing its Verilog", _elaborate),
     Step("write", "writing the board project, reports and manifest", _write),
 )
@@ -380,6 +508,15 @@ def load_build(directory, progress: Callable | None = None) -> Build:
     except (FlowError, TypeError) as exc:
         raise FlowError(f"{directory}/build.json: {exc}; rebuild the directory") from None
     b = build(manifest.checkpoint, config, stop_after="schedule", progress=progress)
+    b.manifest, b.out_dir = manifest, directory
+    if manifest.backend == "sequential":
+        recorded = directory / (manifest.image or ENGINE_IMAGE)
+        if (b.backend != "sequential" or not recorded.is_file()
+                or file_sha256(recorded) != manifest.image_sha256
+                or recorded.read_bytes() != bytes(b.engine.program.image)):
+            raise FlowError(f"{recorded} differs from the engine program this groupnet-hw "
+                            f"compiles for {manifest.checkpoint}; rebuild the directory")
+        return b
     recorded = directory / "schedule.json"
     if (not recorded.is_file()
             or json.loads(recorded.read_text()) != json.loads(b.schedule.to_json())):
@@ -387,7 +524,6 @@ def load_build(directory, progress: Callable | None = None) -> Build:
                         f"groupnet-hw computes for {manifest.checkpoint}; rebuild the "
                         "directory")
     b.port_widths = (manifest.in_width, manifest.out_width)
-    b.manifest, b.out_dir = manifest, directory
     return b
 
 
@@ -396,17 +532,18 @@ def rtl_design(b: Build, cache_dir=None):
     or (a build that wrote nothing) its Verilog saved under ``cache_dir`` by content."""
     if b.manifest is not None and b.out_dir is not None:
         return RTLDesign(Path(b.out_dir, b.manifest.verilog), b.manifest.toplevel,
-                         *b.port_widths)
+                         *(b.port_widths or (0, 0)))
     if b.verilog is None:
         _elaborate(b, None, None)
+    name = ENGINE_NAME if b.backend == "sequential" else CORE_NAME
     cache = Path(cache_dir or default_build_dir()) / "designs"
     cache.mkdir(parents=True, exist_ok=True)
-    path = cache / f"{CORE_NAME}-{hashlib.sha256(b.verilog.encode()).hexdigest()[:16]}.v"
+    path = cache / f"{name}-{hashlib.sha256(b.verilog.encode()).hexdigest()[:16]}.v"
     if not path.exists():
         tmp = path.with_suffix(f".partial{os.getpid()}")
         tmp.write_text(b.verilog)
         os.replace(tmp, path)
-    return RTLDesign(path, CORE_NAME, *b.port_widths)
+    return RTLDesign(path, name, *(b.port_widths or (0, 0)))
 
 
 def verify(target, images=None, *, simulator="verilator", stall=0.0, seed=0, jobs=None,
@@ -450,6 +587,8 @@ def verify(target, images=None, *, simulator="verilator", stall=0.0, seed=0, job
     if images is None or isinstance(images, int):
         images = test_images(b.model.config, images)
     root = Path(build_dir or default_build_dir())
+    if b.backend == "sequential":
+        return _verify_engine(b, images, simulator, stall, seed, root, progress)
     design = None
     if simulator != "amaranth":
         root.mkdir(parents=True, exist_ok=True)
@@ -457,6 +596,29 @@ def verify(target, images=None, *, simulator="verilator", stall=0.0, seed=0, job
     return run_verify(b.model, b.schedule, images, simulator=simulator, design=design,
                       build_dir=str(root / simulator), stall=stall, seed=seed, jobs=jobs,
                       waves=waves, progress=progress, accelerator=b.accelerator)
+
+
+def _verify_engine(b: Build, images, simulator, stall, seed, root, progress):
+    """The engine's Verilog on the fast path with the C++ DRAM model under the build's
+    DRAM model (:mod:`groupnet_hw.sim.engine_verify`)."""
+    if simulator != "verilator":
+        raise FlowError(f"an engine build is verified on the fast Verilator path only, "
+                        f"not {simulator}; drop --sim")
+    root.mkdir(parents=True, exist_ok=True)
+    design = rtl_design(b, root)
+    try:
+        rtl = build_engine_rtl(design.verilog, design.toplevel, build_dir=root / "verilator",
+                               progress=progress)
+    except RTLError as exc:
+        raise FlowError(f"the engine's Verilog did not build: {str(exc).splitlines()[0]}") from None
+    dram = b.engine.target.dram
+    try:
+        return verify_engine(b.model, b.graph, b.engine.program, rtl, images,
+                             latency=dram.latency, bytes_per_cycle=dram.bytes_per_cycle,
+                             stall=stall, seed=seed, predicted_cycles=b.engine.prediction.cycles,
+                             progress=progress)
+    except EngineRunError as exc:
+        raise FlowError(f"{exc}: the program and the core disagree; please report this") from None
 
 
 def test_images(config, n=None):

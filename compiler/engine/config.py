@@ -48,6 +48,13 @@ class EngineConfig:
     pipeline_depth : int
         Cycles from a descriptor's first operand to its first result (window, array
         tree, epilogue registers); paid once per descriptor.
+    scratchpad : int
+        0: the tile buffers above (the intended engine: prologue thresholds applied as
+        rows arrive, so the input buffer holds narrow levels). Else the bytes of the one
+        scratchpad of the core that ``hw/engine/core.py`` implements, which holds a
+        descriptor's job table, its jobs' parameter blocks and every job's rows of a
+        tile as they are in DRAM, and streams weights on its own when the blocks do not
+        fit (:func:`.tiling.scratchpad_need`); the row tiles are sized for it.
     """
 
     arrays: int = 5
@@ -62,6 +69,7 @@ class EngineConfig:
     output_buffer: int = 192 * 1024
     clock_mhz: float = 100.0
     pipeline_depth: int = 24
+    scratchpad: int = 0
 
     def __post_init__(self):
         _positive("EngineConfig", arrays=self.arrays, pe=self.pe, simd=self.simd,
@@ -69,6 +77,9 @@ class EngineConfig:
                   vector_lanes=self.vector_lanes, port_bytes=self.port_bytes,
                   input_buffer=self.input_buffer, weight_buffer=self.weight_buffer,
                   output_buffer=self.output_buffer, pipeline_depth=self.pipeline_depth)
+        if self.scratchpad < 0 or self.scratchpad % self.port_bytes:
+            raise ValueError(f"EngineConfig.scratchpad ({self.scratchpad}) must be whole "
+                             "port words")
         if self.port_bytes & (self.port_bytes - 1) or not 4 <= self.port_bytes <= 64:
             raise ValueError("EngineConfig.port_bytes must be a power of two from 4 to 64 "
                              f"(Avalon-MM data widths of 32 to 512 bits), got {self.port_bytes}")

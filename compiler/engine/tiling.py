@@ -18,11 +18,14 @@ same either way, so the reference model runs the row tiles alone.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .formats import round_up
 from .program import FLAG_BITS, OPCODE_CODES, STAGE_BITS
 
 __all__ = ["conv_rows", "core_row_range", "input_rows_read", "tile_rows", "choose_tiling",
-           "buffered_in_row", "input_resident", "n_chunks", "round_tensors"]
+           "buffered_in_row", "input_resident", "n_chunks", "round_tensors",
+           "ScratchpadNeed", "scratchpad_need"]
 
 
 def conv_rows(d, rows):
@@ -78,6 +81,8 @@ def tile_rows(d, config, out_fraction=1.0):
     k, s, dil = d["kernel"], d["stride"], d["dilation"]
     if d["opcode"] == OPCODE_CODES["HEAD"]:
         return 1        # global pooling streams its input through accumulators
+    if config.scratchpad:
+        return _scratchpad_rows(d, config)
     ins, outs, sides = round_tensors(d, config.arrays)
     in_row = buffered_in_row(d, config.port_bytes)
     out_row = -(-int(d["out_pitch"] * out_fraction) // 1)
@@ -139,6 +144,8 @@ def choose_tiling(d, config):
     weight-streaming flag (module docstring)."""
     d["rows_per_tile"] = tile_rows(d, config)
     d["n_tiles"] = -(-d["out_h"] // d["rows_per_tile"])
+    if config.scratchpad:
+        return          # the core streams weights on its own when its blocks do not fit
     half_w = config.weight_buffer // 2
     w = d["weight_tile_bytes"]
     if (d["opcode"] != OPCODE_CODES["CONV"] or d["flags"] & FLAG_BITS["int_weights"]
@@ -160,3 +167,86 @@ def choose_tiling(d, config):
     if streamed < rowwise:
         d.update(flags=streamed_d["flags"], chunk_c=chunk, rows_per_tile=rows,
                  n_tiles=-(-d["out_h"] // rows))
+
+
+# ------------------------------------------------------------- the core's scratchpad
+@dataclass(frozen=True)
+class ScratchpadNeed:
+    """What one descriptor takes of the core's scratchpad (bytes), and whether the core
+    streams its weights (a PE fold's, or the compiler's chunk, at a time)."""
+
+    bytes: int
+    streams_weights: bool
+
+
+def scratchpad_need(d, config):
+    """The scratchpad bytes descriptor ``d`` takes on the core of ``hw/engine/core.py``
+    (``config.scratchpad`` bytes, :attr:`EngineConfig.scratchpad`), as its states
+    ``SECTIONS0`` .. ``REGIONS4`` lay them out: the job table, one parameter block per
+    job (with one weight chunk in place of the weights when the whole blocks do not
+    fit), and every job's input, side and output rows of one tile."""
+    bpw = config.port_bytes
+
+    def ru(x):
+        return round_up(x, bpw)
+
+    op, st, fl = d["opcode"], d["stages"], d["flags"]
+
+    def stage(name):
+        return bool(st & STAGE_BITS[name])
+
+    is_conv, is_head = op == OPCODE_CODES["CONV"], op == OPCODE_CODES["HEAD"]
+    int_w = bool(fl & FLAG_BITS["int_weights"])
+    pooling = is_conv and stage("maxpool")
+    pe, simd = (config.stem_pe, config.stem_simd) if int_w else (config.pe, config.simd)
+    n = d["kernel"] * d["kernel"] * d["in_c"]
+    fs = -(-n // simd) if is_conv else 0
+    fo = -(-d["out_c"] // pe) if is_conv else 0
+    chunk_in = d["chunk_c"] if fl & FLAG_BITS["weight_stream"] and d["chunk_c"] else pe
+    fpc = -(-chunk_in // pe)
+    cb, jobs = d["const_bytes"], d["jobs"]
+    off_w = ru(d["in_c"] * d["in_levels"] * cb + -(-d["in_c"] // 8)) \
+        if stage("prologue_threshold") else 0
+    if is_conv:
+        wbytes = fo * fs * pe * simd * d["weight_bytes"] if int_w else -(-fo * fs * pe * simd // 8)
+    else:
+        wbytes = d["out_c"] * d["in_c"] * d["weight_bytes"] if is_head else 0
+    off_post = off_w + ru(wbytes)
+    chunk_bytes = (fpc * fs * pe * simd * (d["weight_bytes"] * 8 if int_w else 1)) >> 3
+    # one chunk in place of the weights, and a word for a misaligned chunk
+    pstride_stream = off_w + ru(chunk_bytes) + bpw + d["param_bytes"] - off_post
+    side = d["rows_per_tile"] * d["side_pitch"] if stage("add") else 0
+    out_tile = d["rows_per_tile"] * d["out_pitch"]
+    crows = ((d["rows_per_tile"] - 1) * d["pool_stride"] + d["pool_kernel"]) if pooling \
+        else d["rows_per_tile"]
+    kh, stride, dil = (d["in_h"], 1, 1) if is_head else (d["kernel"], d["stride"], d["dilation"])
+    in_tile = min((crows - 1) * stride + dil * (kh - 1) + 1, d["in_h"]) * d["in_pitch"]
+
+    def end(pstride):
+        at = ru(jobs * 16) + jobs * pstride
+        at += (1 if fl & FLAG_BITS["shared_input"] else jobs) * in_tile
+        at += (1 if fl & FLAG_BITS["shared_side"] else jobs) * side
+        return at + jobs * out_tile
+
+    whole = end(d["param_bytes"])
+    if whole <= config.scratchpad or not is_conv:
+        return ScratchpadNeed(whole, False)
+    return ScratchpadNeed(end(pstride_stream), True)
+
+
+def _scratchpad_rows(d, config):
+    """The most output rows whose tile fits the core's scratchpad."""
+    def fits(r):
+        return scratchpad_need(dict(d, rows_per_tile=r), config).bytes <= config.scratchpad
+    if not fits(1):
+        need = scratchpad_need(dict(d, rows_per_tile=1), config).bytes
+        raise ValueError(f"descriptor {d['index']}: one output row needs {need} bytes of "
+                         f"the engine's {config.scratchpad}-byte scratchpad")
+    lo, hi = 1, d["out_h"]
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

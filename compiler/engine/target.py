@@ -1,0 +1,141 @@
+"""The engine a build elaborates: the RTL core's parameters and the compiler's view of it.
+
+:mod:`.sizing` sizes the *intended* engine (``arrays`` arrays side by side with
+overlapped transfers, :mod:`.cycles`); this module describes the engine that
+``hw/engine/core.py`` implements today and that ``groupnet-hw build --engine
+sequential`` writes: one XNOR-popcount array of ``pe x simd`` lanes time-shared by a
+descriptor's jobs, a scalar datapath, and one scratchpad of ``buffer_bytes`` that holds a
+descriptor's job table, parameter blocks and every job's tile rows at once
+(docs/architecture.md section 13).
+
+- :func:`engine_target` picks the core's parameters for a board with a DRAM port
+  (:attr:`~groupnet_hw.devices.Board.dram_port_bits`) and the :class:`EngineConfig`
+  the compiler compiles for, so that the program and the core agree: the weight
+  packing (``pe``, ``simd``, ``stem_pe``, ``stem_simd``), the port width, and tiles
+  sized for all jobs of a descriptor (``arrays = max_jobs``: the core holds every job's
+  rows, the compiler's tiling counts the tensors of one round of ``arrays`` jobs).
+- The row tiles are sized for the core's scratchpad by the tiler
+  (:func:`.tiling.scratchpad_need` mirrors the core's region layout).
+- :func:`check_program` refuses, at build time and with the descriptor named, a program
+  that the core would stop with its ``unsupported`` error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...devices import get_board
+from .config import DramModel, EngineConfig
+from .program import FLAG_BITS, OPCODE_CODES, STAGE_BITS
+from .tiling import scratchpad_need
+
+__all__ = ["EngineTarget", "engine_target", "core_config", "check_program"]
+
+#: The core's fixed limits: K <= 8 bases per block, windows up to 3x3x512 lanes on the
+#: array, up to 512 output channels per job in the accumulator buffer (ResNet-18/34).
+MAX_JOBS, MAX_WINDOW, MAX_OUT_C = 8, 4608, 512
+#: scratchpad sizes tried, largest first (halved until the board's block RAM takes it)
+SCRATCHPAD_BYTES = (256 << 10, 128 << 10, 64 << 10, 32 << 10)
+
+
+@dataclass(frozen=True)
+class EngineTarget:
+    """The engine of a build.
+
+    Attributes
+    ----------
+    board : str
+    core : dict
+        Keyword arguments of :class:`~groupnet_hw.hw.engine.core.EngineCore`.
+    config : EngineConfig
+        What the compiler compiles for (:func:`core_config` of ``core``).
+    dram : DramModel
+        The default DRAM model at the engine clock.
+    """
+
+    board: str
+    core: dict
+    config: EngineConfig
+    dram: DramModel
+
+    def to_dict(self):
+        return dict(board=self.board, core=dict(self.core), clock_mhz=self.config.clock_mhz,
+                    dram=dict(latency=self.dram.latency,
+                              bytes_per_cycle=self.dram.bytes_per_cycle,
+                              gbytes_per_s=self.dram.gbytes_per_s(self.config.clock_mhz)))
+
+
+def core_config(core, clock_mhz=100.0):
+    """The :class:`EngineConfig` whose programs ``core`` runs: the same weight packing
+    and port, row tiles sized for its scratchpad, and ``arrays = max_jobs`` so that a
+    block's mixer is fused onto its convolutions (the core holds every job's values)."""
+    return EngineConfig(arrays=core["max_jobs"], pe=core["pe"], simd=core["simd"],
+                        stem_pe=core["stem_pe"], stem_simd=core["stem_simd"],
+                        port_bytes=core["data_width"] // 8, clock_mhz=clock_mhz,
+                        scratchpad=core["buffer_bytes"])
+
+
+def engine_target(board="de10nano", clock_mhz=100.0, buffer_bytes=None):
+    """The engine for ``board``: a 128-lane array (``pe x simd`` = one bus word of
+    weights, so a fold's weights are one scratchpad read) and the largest scratchpad of
+    :data:`SCRATCHPAD_BYTES` up to ``buffer_bytes``.
+
+    Raises
+    ------
+    ValueError
+        The board has no DRAM port the engine can use.
+    """
+    b = get_board(board)
+    if not b.dram_port_bits:
+        boards = ", ".join(n for n in ("de10nano",))
+        raise ValueError(f"{board} has no DRAM port for the layer-sequential engine "
+                         f"(boards with one: {boards}); use --engine dataflow")
+    width = b.dram_port_bits
+    sizes = [s for s in SCRATCHPAD_BYTES if buffer_bytes is None or s <= buffer_bytes]
+    if not sizes:
+        raise ValueError(f"buffer_bytes {buffer_bytes} is below the smallest scratchpad "
+                         f"({SCRATCHPAD_BYTES[-1]} bytes)")
+    core = dict(data_width=width, pe=4, simd=width // 4, stem_pe=16, stem_simd=12,
+                buffer_bytes=sizes[0], max_jobs=MAX_JOBS, max_window=MAX_WINDOW,
+                max_out_c=MAX_OUT_C)
+    return EngineTarget(board, core, core_config(core, clock_mhz),
+                        DramModel.at_clock(clock_mhz))
+
+
+def _unsupported(d, core):
+    """Why the core's ``CHECK`` state would refuse ``d`` (None if it runs it)."""
+    op, st, fl = d["opcode"], d["stages"], d["flags"]
+    names = {v: k for k, v in OPCODE_CODES.items()}
+    if op in (OPCODE_CODES["GATE"], OPCODE_CODES["REPEAT"]):
+        return f"{names[op]} descriptors are not implemented by the engine's core yet"
+    if op not in (OPCODE_CODES["CONV"], OPCODE_CODES["HEAD"], OPCODE_CODES["MIXER"],
+                  OPCODE_CODES["PIXEL"], OPCODE_CODES["SUBSAMPLE"], OPCODE_CODES["MAXPOOL"]):
+        return None
+    is_conv = op == OPCODE_CODES["CONV"]
+    mixing = (is_conv and st & STAGE_BITS["mixer"]) or op == OPCODE_CODES["MIXER"]
+    if d["groups"] != 1:
+        return "grouped convolutions are not implemented by the engine's core yet"
+    if not 1 <= d["jobs"] <= core["max_jobs"]:
+        return f"{d['jobs']} jobs, the core takes 1 to {core['max_jobs']}"
+    if (st & STAGE_BITS["maxpool"] and not is_conv) or (st & STAGE_BITS["gated"] and not mixing) \
+            or (st & (STAGE_BITS["mixer"] | STAGE_BITS["prologue_threshold"]) and not is_conv) \
+            or d["in_fmt"] > 2 or d["out_fmt"] > 2 \
+            or (op == OPCODE_CODES["CONV"] and not fl & FLAG_BITS["int_weights"]
+                and d["in_levels"] == 0 and d["act_bits"] == 0 and d["in_fmt"] != 0):
+        return "a combination of stages and formats the core does not run"
+    return None
+
+
+def check_program(program, core):
+    """Raise ``ValueError`` naming the first descriptor of ``program`` that ``core``
+    would refuse (its ``unsupported`` error at run time)."""
+    config = core_config(core)
+    for d, grp in zip(program.descriptors, program.groups):
+        why = _unsupported(d, core)
+        if why is None and d["opcode"] != OPCODE_CODES["INPUT"]:
+            need = scratchpad_need(d, config)
+            if need.bytes > core["buffer_bytes"]:
+                why = (f"needs {need.bytes} bytes of scratchpad, the core has "
+                       f"{core['buffer_bytes']}")
+        if why:
+            raise ValueError(f"descriptor {d['index']} ({grp.nodes[0].name}): {why}")
