@@ -22,8 +22,10 @@ Phases of a descriptor (docs/architecture.md section 13):
 Compute per output pixel, channel and job:
 
 - XNOR-popcount array (``vec``): per pixel and job the *gather* (CORE, POOL_TAP, per
-  window tap TAP, IN, the prologue threshold PINV and PT, WEIGHT; a padded tap TAP and
-  WEIGHT; EPI) and the *folds* (MVU, one fold of PE x SIMD lanes a cycle, pipelined;
+  window tap its groups of lanes read from one word: G_TAP, G_IN and, with a one-level
+  prologue threshold, G_INV and G_THR; a padded tap's groups G_TAP; EPI; with a prologue
+  of more levels, per lane TAP, IN, PINV and PT, WEIGHT, a padded lane TAP and
+  WEIGHT) and the *folds* (MVU, one fold of PE x SIMD lanes a cycle, pipelined;
   MVU_END); then per channel and job CORE, ACC, ACC_D and the epilogue;
 - scalar path: per channel and job CORE, POOL_TAP, per tap TAP, IN, WEIGHT, W (a
   product: stem, head, binary convolutions the array cannot take) or TAP, IN, WEIGHT
@@ -260,14 +262,12 @@ def _tile_rows(d, lay, t):
     return r0, r1, max(y0, 0), min(y1, d["in_h"])
 
 
-def _loads(d, lay, table, core, tile, rows, chunk, writing=0):
+def _loads(d, lay, table, core, tile, rows, chunk):
     """LOAD_ENTRY (a job-table field: two cycles), LOAD_CMD and LOAD_RECV for every job
     of each kind a tile loads: the parameter blocks (first tile; without the weights
     and their later part when streaming), input rows, side rows, the weight chunk;
     a later chunk of a tile loads its weights only. A skipped load costs LOAD_ENTRY and
-    LOAD_CMD. ``writing``: cycles from the first LOAD_ENTRY until the previous tile's
-    last write is done; the beats still to go take their share of the DRAM's
-    bandwidth from the reads (:func:`_shared`)."""
+    LOAD_CMD."""
     r0, r1, ly0, ly1 = rows
     op, jobs, stream = lay["op"], d["jobs"], lay["stream"]
     if chunk:
@@ -301,21 +301,8 @@ def _loads(d, lay, table, core, tile, rows, chunk, writing=0):
                 cend = min(cstart + lay["chunk_bytes"], lay["wbytes"])
                 n = core.ru(cend) - (cstart & ~(core.bpw - 1))
             if not (skip or fld == 0):
-                total += core.read(n) - 1 + _shared(core, writing - total)
-                writing = 0
+                total += core.read(n) - 1
     return total
-
-
-def _shared(core, writing):
-    """Cycles a read (LOAD_CMD ``writing`` cycles before the write DMA's ``done``) waits
-    for the write beats still to go. The DRAM model's tokens serve one word at a time
-    and its round robin alternates the ports every cycle, so while both wait, the port
-    that wins is set by the parity of the cycle the bucket fills: the reads wait for
-    every remaining beat or for none. The model charges half of them (measured: within
-    about 0.1 % of such a descriptor, tests/test_engine_core_cycles.py)."""
-    due = 1 + 4 + core.latency            # LOAD_CMD, the DMA's command latency, DRAM
-    beats = _ceil(max(0, writing - 1 - due), core.p)
-    return _ceil(beats, 2) * core.p
 
 
 def _clear(d, core):
@@ -381,6 +368,44 @@ def _tap_costs(d, lay):
     return 4 + prologue + w, 2 + w
 
 
+def _wide_gather(d, lay, core, r0, r1):
+    """G_TAP, G_IN (G_INV, G_THR) over one job's windows of the tile's pixels: a group
+    takes the lanes left of its tap, of the window word being built (``simd``), of
+    the input word and, with a prologue, of the threshold and invert-bit words (the
+    regions start on words, so the offsets in a word are the pixel's and channel's)."""
+    w, simd, c = core.bpw * 8, core.simd, d["in_c"]
+    e, cbits = d["in_elem"], d["const_bytes"] * 8
+    prologue = _has(d, "prologue_threshold")
+    in_pix = _ceil(c * e, 8) * 8
+    inv0 = c * cbits
+
+    def groups(valid, j0, off):
+        ci, j, g = 0, j0, 0
+        while ci < c:
+            n = min(c - ci, simd - j)
+            if valid:
+                n = min(n, (w - (off + ci * e) % w) // e)
+                if prologue:
+                    n = min(n, (w - (ci * cbits) % w) // cbits, w - (inv0 + ci) % w)
+            ci, j, g = ci + n, (j + n) % simd, g + 1
+        return g
+    memo, total = {}, 0
+    kh, kw, st, pad, dil = lay["kh"], d["kernel"], lay["st"], lay["pad"], lay["dil"]
+    per_valid = 4 if prologue else 2
+    for oy in range(r0, r1):
+        for ox in range(d["out_w"]):
+            for ky in range(kh):
+                iy = oy * st - pad + ky * dil
+                for kx in range(kw):
+                    ix = ox * st - pad + kx * dil
+                    valid = 0 <= iy < d["in_h"] and 0 <= ix < d["in_w"]
+                    key = (valid, ((ky * kw + kx) * c) % simd, (ix * in_pix) % w if valid else 0)
+                    if key not in memo:
+                        memo[key] = groups(*key) * (per_valid if valid else 1)
+                    total += memo[key]
+    return total
+
+
 def _window_sums(d, lay, r0, r1):
     """Over the tile's output pixels: (pixels, valid taps, all taps) of one job's window
     per channel position (conv, head) or per channel (element-wise ops), and for a
@@ -409,7 +434,7 @@ def _window_sums(d, lay, r0, r1):
                 pool_taps=px)
 
 
-def _compute(d, lay, rows, channels, folds):
+def _compute(d, lay, rows, channels, folds, core):
     """START and the compute of one tile (one chunk of channels ``[c0, c1)`` and PE
     folds ``folds``): per pixel and job the gather and the array's folds (``vec``), or
     per channel and job the scalar window; the epilogue, mixer and output merges per
@@ -426,29 +451,21 @@ def _compute(d, lay, rows, channels, folds):
     out = dict(gather=0, folds=0, scalar=0, epilogue=0, outputs=0)
     if lay["vec"]:
         # per pixel and job: CORE, POOL_TAP, the window, EPI; the folds of [o0, o1)
+        if not _has(d, "prologue_threshold") or d["in_levels"] == 1:
+            taps = _wide_gather(d, lay, core, r0, r1)
         out["gather"] = jobs * (3 * px + taps)
-        # MVU: one fold a cycle (the popcounts of a fold are added while the next one
-        # is addressed, a PE fold's sums stored with its last SIMD fold); MVU_END
         out["folds"] = jobs * px * (folds * lay["fs"] + 1)
         # per channel and job: CORE, ACC, ACC_D, the epilogue
         out["epilogue"] = jobs * px * (3 * (c1 - c0) + per_oc_epi)
     else:
         n_c = c1 - c0
-        if lay["op"] not in ("CONV", "HEAD"):
-            # an element-wise core narrower than its output (option A): the channels
-            # past in_c read no input (every tap padded)
-            narrow = max(0, c1 - max(c0, d["in_c"]))
-            pad_taps = pad_c * ws["taps"]
-            taps = (n_c - narrow) * taps + narrow * pad_taps
-        else:
-            taps *= n_c
         if lay["pooling"]:
             # per pooling tap: POOL_TAP, POOL_NEXT; inside the map the convolution
             # and EPI
-            window = n_c * (2 * ws["pool_taps"] + ws["pool_in"]) + taps
+            window = 2 * ws["pool_taps"] + ws["pool_in"] + taps
         else:
-            window = n_c * 2 * px + taps            # POOL_TAP, the taps, EPI
-        out["scalar"] = jobs * (n_c * px + window)      # CORE
+            window = 2 * px + taps            # POOL_TAP, the taps, EPI
+        out["scalar"] = jobs * n_c * (px + window)      # CORE
         out["epilogue"] = jobs * px * per_oc_epi
     out["outputs"] = px * sum(_mixer(d, lay) + _outputs(d, lay, oc) for oc in range(c0, c1))
     out["epilogue"] += 1                  # START
@@ -567,12 +584,10 @@ def descriptor_core_cycles(d, table, core, label=""):
             c1 = min(c0 + lay["chunk_c"], d["out_c"])
             o0 = q * lay["fpc"] if lay["stream"] else 0
             o1 = min(o0 + lay["fpc"], lay["fo"]) if lay["stream"] else lay["fo"]
-            # the previous tile's writes drain while this tile loads (TILE0-3 first)
-            writing = drain - 4 if q == 0 and t else 0
-            phases["loads"] += _loads(d, lay, table, core, t, rows, q, writing)
+            phases["loads"] += _loads(d, lay, table, core, t, rows, q)
             if q == 0:
                 phases["clear"] += _clear(d, core)
-            for name, c in _compute(d, lay, rows, (c0, c1), o1 - o0).items():
+            for name, c in _compute(d, lay, rows, (c0, c1), o1 - o0, core).items():
                 phases[name] += c
         seq, drain = _stores(d, lay, table, core, rows)
         phases["stores"] += seq

@@ -286,6 +286,7 @@ class ComputeSequencer(wiring.Component):
         mixing = (is_conv & stage("mixer")) | is_mixop
         gated = stage("gated")
         pooling = is_conv & stage("maxpool")
+        gpro = stage("prologue_threshold")
 
         pc = Signal(aw)
         index = Signal(16)
@@ -344,6 +345,8 @@ class ComputeSequencer(wiring.Component):
         lf, gf = Signal(signed(64)), Signal(signed(64))
         msum = Signal(signed(64))
         vec = Signal()            # this descriptor's binary convolution runs on the array
+        # the window gathered a word at a time (no prologue, or a one-level prologue)
+        wide_g = vec & (~gpro | (f["in_levels"] == 1))
         gathered = Signal()       # this pixel's windows are convolved (accs holds them)
         nwin = Signal(A)          # k*k*C_in: the window's lanes
         gword = Signal(4 * SIMD)
@@ -794,7 +797,10 @@ class ComputeSequencer(wiring.Component):
                              woff.eq(0), gword.eq(0), sg.eq(0)]
                 with m.If(~pooling | ((my >= 0) & (my < f["mid_h"]) & (mx >= 0)
                                       & (mx < f["mid_w"]))):
-                    m.next = "TAP"
+                    with m.If(wide_g):
+                        m.next = "G_TAP"
+                    with m.Else():
+                        m.next = "TAP"
                 with m.Else():
                     m.next = "POOL_NEXT"     # a padded tap: never the maximum
                 self._exits(m)
@@ -852,6 +858,110 @@ class ComputeSequencer(wiring.Component):
                 m.d.sync += xv.eq(level)
                 m.next = "WEIGHT"
             threshold_states("P", xraw, ch, f["in_c"], f["in_levels"], 0, prologue_done)
+
+            # ---- the array's window, a word at a time -----------------------------------
+            # A tap's channels are consecutive elements of one pixel (NHWC), so one
+            # scratchpad word gives up to SIMD of its lanes: as many as remain of the tap,
+            # of the word and of the window word being built, and (prologue threshold of
+            # one level) whose thresholds and invert bits lie in one word each. Padded taps
+            # write their pad value; the values are the scalar gather's, lane for lane.
+            thr_addr = (par_k + ci * cb) << 3
+            inv_addr = ((par_k + f["in_c"] * cb) << 3) + ci
+
+            def left_in_word(bitaddr, width, choices):
+                # elements of `width` bits from bitaddr to the end of its word
+                room = W - bitaddr[:wbits]
+                n = room
+                for w in choices:
+                    n = Mux(width == w, room >> exact_log2(w), n)
+                return n
+
+            def smaller(a, b):
+                return Mux(a < b, a, b)
+
+            lim_c = ci_n - ci
+            lim_j = SIMD - j[:SIMD.bit_length()]
+            lim_in = left_in_word(in_addr, f["in_elem"], (2, 4, 8, 16, 32, 64))
+            lim_t = left_in_word(thr_addr, cb << 3, (8, 16, 32, 64))
+            lim_v = W - inv_addr[:wbits]
+            gl_pad = Signal(range(SIMD + 1))
+            gl = Signal(range(SIMD + 1))
+            m.d.comb += [gl_pad.eq(smaller(lim_c, lim_j)),
+                         gl.eq(smaller(gl_pad, Mux(gpro, smaller(lim_in, smaller(lim_t, lim_v)),
+                                                   lim_in)))]
+            gin = Signal(W)           # the input word, shifted to the group's first element
+            ginv = Signal(SIMD)       # the group's invert bits
+
+            # the group's lane values (4 bit planes each) from the input word shifted to
+            # its first element and, with a prologue, the threshold word
+            gsrc = Signal(W)
+            m.d.comb += gsrc.eq(Mux(gpro, gin, rp.data >> in_addr[:wbits]))
+            gth = Signal(W)
+            m.d.comb += gth.eq(rp.data >> thr_addr[:wbits])
+            gvals = []
+            for i in range(SIMD):
+                e = Signal(signed(64), name=f"gelem{i}")
+                t = Signal(signed(64), name=f"gthr{i}")
+                ev_i, tv_i = Const(0, 64), Const(0, signed(64))
+                for w in (1, 2, 4, 8, 16, 32, 64):
+                    if (i + 1) * w <= W:
+                        piece = gsrc[i * w:(i + 1) * w]
+                        ev_i = Mux(f["in_elem"] == w,
+                                   Mux(f["in_fmt"] == 2, piece.as_signed(), piece), ev_i)
+                for c in (1, 2, 4, 8):
+                    if (i + 1) * c * 8 <= W:
+                        tv_i = Mux(cb == c, gth[i * c * 8:(i + 1) * c * 8].as_signed(), tv_i)
+                m.d.comb += [e.eq(ev_i), t.eq(tv_i)]
+                g = Signal(4, name=f"glane{i}")
+                m.d.comb += g.eq(Mux(gpro, (e >= t) ^ ginv[i], e[:4]))
+                gvals.append(g)
+
+            def gather_write(m, values, n):
+                """Lanes [j, j + n) of window word sg get values[:n]; then the next group."""
+                placed = []
+                for b in range(4):
+                    plane = Cat(*(values[i][b] & (i < n) for i in range(SIMD)))
+                    placed.append((plane << j[:SIMD.bit_length()])[:SIMD])
+                gn = Signal(4 * SIMD)
+                full = (j + n) == SIMD
+                m.d.comb += [gn.eq(gword | Cat(*placed)),
+                             wp_w.addr.eq(sg), wp_w.data.eq(gn), wp_w.en.eq(1)]
+                m.d.sync += [gword.eq(Mux(full, 0, gn)), sg.eq(sg + full),
+                             j.eq(Mux(full, 0, j + n)), ci.eq(ci + n)]
+                m.next = "G_TAP"
+                with m.If(ci + n == ci_n):
+                    m.d.sync += [ci.eq(0), kx.eq(kx + 1)]
+                    with m.If(kx == kw_n - 1):
+                        m.d.sync += [kx.eq(0), ky.eq(ky + 1)]
+                        with m.If(ky == kh_n - 1):
+                            m.next = "EPI"
+
+            with m.State("G_TAP"):
+                with m.If(in_valid):
+                    m.d.comb += s.raddr.eq(in_addr >> wbits)
+                    m.next = "G_IN"
+                with m.Else():
+                    pad = Signal(4)
+                    m.d.comb += pad.eq(pad_value)
+                    gather_write(m, [pad] * SIMD, gl_pad)
+                self._exits(m)
+            with m.State("G_IN"):
+                shifted_in = rp.data >> in_addr[:wbits]
+                with m.If(gpro):
+                    m.d.comb += s.raddr.eq(inv_addr >> wbits)
+                    m.d.sync += gin.eq(shifted_in)
+                    m.next = "G_INV"
+                with m.Else():
+                    gather_write(m, gvals, gl)
+                self._exits(m)
+            with m.State("G_INV"):
+                m.d.comb += s.raddr.eq(thr_addr >> wbits)
+                m.d.sync += ginv.eq(rp.data >> inv_addr[:wbits])
+                m.next = "G_THR"
+                self._exits(m)
+            with m.State("G_THR"):
+                gather_write(m, gvals, gl)
+                self._exits(m)
 
             widx = wrow + woff
             w_bin_addr = ((par_k + off_w) << 3) + wskew + widx
