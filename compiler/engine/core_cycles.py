@@ -262,12 +262,14 @@ def _tile_rows(d, lay, t):
     return r0, r1, max(y0, 0), min(y1, d["in_h"])
 
 
-def _loads(d, lay, table, core, tile, rows, chunk):
+def _loads(d, lay, table, core, tile, rows, chunk, writing=0):
     """LOAD_ENTRY (a job-table field: two cycles), LOAD_CMD and LOAD_RECV for every job
     of each kind a tile loads: the parameter blocks (first tile; without the weights
     and their later part when streaming), input rows, side rows, the weight chunk;
     a later chunk of a tile loads its weights only. A skipped load costs LOAD_ENTRY and
-    LOAD_CMD."""
+    LOAD_CMD. ``writing``: cycles from the first LOAD_ENTRY until the previous tile's
+    last write is done; the beats still to go take their share of the DRAM's
+    bandwidth from the reads (:func:`_shared`)."""
     r0, r1, ly0, ly1 = rows
     op, jobs, stream = lay["op"], d["jobs"], lay["stream"]
     if chunk:
@@ -301,8 +303,21 @@ def _loads(d, lay, table, core, tile, rows, chunk):
                 cend = min(cstart + lay["chunk_bytes"], lay["wbytes"])
                 n = core.ru(cend) - (cstart & ~(core.bpw - 1))
             if not (skip or fld == 0):
-                total += core.read(n) - 1
+                total += core.read(n) - 1 + _shared(core, writing - total)
+                writing = 0
     return total
+
+
+def _shared(core, writing):
+    """Cycles a read (LOAD_CMD ``writing`` cycles before the write DMA's ``done``) waits
+    for the write beats still to go. The DRAM model's tokens serve one word at a time
+    and its round robin alternates the ports every cycle, so while both wait, the port
+    that wins is set by the parity of the cycle the bucket fills: the reads wait for
+    every remaining beat or for none. The model charges half of them (measured: within
+    about 0.1 % of such a descriptor, tests/test_engine_core_cycles.py)."""
+    due = 1 + 4 + core.latency            # LOAD_CMD, the DMA's command latency, DRAM
+    beats = _ceil(max(0, writing - 1 - due), core.p)
+    return _ceil(beats, 2) * core.p
 
 
 def _clear(d, core):
@@ -454,18 +469,28 @@ def _compute(d, lay, rows, channels, folds, core):
         if not _has(d, "prologue_threshold") or d["in_levels"] == 1:
             taps = _wide_gather(d, lay, core, r0, r1)
         out["gather"] = jobs * (3 * px + taps)
+        # MVU: one fold a cycle (the popcounts of a fold are added while the next one
+        # is addressed, a PE fold's sums stored with its last SIMD fold); MVU_END
         out["folds"] = jobs * px * (folds * lay["fs"] + 1)
         # per channel and job: CORE, ACC, ACC_D, the epilogue
         out["epilogue"] = jobs * px * (3 * (c1 - c0) + per_oc_epi)
     else:
         n_c = c1 - c0
+        if lay["op"] not in ("CONV", "HEAD"):
+            # an element-wise core narrower than its output (option A): the channels
+            # past in_c read no input (every tap padded)
+            narrow = max(0, c1 - max(c0, d["in_c"]))
+            pad_taps = pad_c * ws["taps"]
+            taps = (n_c - narrow) * taps + narrow * pad_taps
+        else:
+            taps *= n_c
         if lay["pooling"]:
             # per pooling tap: POOL_TAP, POOL_NEXT; inside the map the convolution
             # and EPI
-            window = 2 * ws["pool_taps"] + ws["pool_in"] + taps
+            window = n_c * (2 * ws["pool_taps"] + ws["pool_in"]) + taps
         else:
-            window = 2 * px + taps            # POOL_TAP, the taps, EPI
-        out["scalar"] = jobs * n_c * (px + window)      # CORE
+            window = n_c * 2 * px + taps            # POOL_TAP, the taps, EPI
+        out["scalar"] = jobs * (n_c * px + window)      # CORE
         out["epilogue"] = jobs * px * per_oc_epi
     out["outputs"] = px * sum(_mixer(d, lay) + _outputs(d, lay, oc) for oc in range(c0, c1))
     out["epilogue"] += 1                  # START
@@ -584,7 +609,9 @@ def descriptor_core_cycles(d, table, core, label=""):
             c1 = min(c0 + lay["chunk_c"], d["out_c"])
             o0 = q * lay["fpc"] if lay["stream"] else 0
             o1 = min(o0 + lay["fpc"], lay["fo"]) if lay["stream"] else lay["fo"]
-            phases["loads"] += _loads(d, lay, table, core, t, rows, q)
+            # the previous tile's writes drain while this tile loads (TILE0-3 first)
+            writing = drain - 4 if q == 0 and t else 0
+            phases["loads"] += _loads(d, lay, table, core, t, rows, q, writing)
             if q == 0:
                 phases["clear"] += _clear(d, core)
             for name, c in _compute(d, lay, rows, (c0, c1), o1 - o0, core).items():
