@@ -24,17 +24,18 @@ Compute per output pixel, channel and job:
 - XNOR-popcount array (``vec``): per pixel and job the *gather* (CORE, POOL_TAP, per
   window tap its groups of lanes read from one word: G_TAP, G_IN and, with a one-level
   prologue threshold, G_INV and G_THR; a padded tap's groups G_TAP; EPI; with a prologue
-  of more levels, per lane TAP, IN, PINV and PT, WEIGHT, a padded lane TAP and
+  of more levels, per lane TAP, IN_D, PINV_D and PT_D, WEIGHT, a padded lane TAP and
   WEIGHT) and the *folds* (MVU, one fold of PE x SIMD lanes a cycle, pipelined;
-  MVU_END); then per channel and job CORE, ACC, ACC_D and the epilogue;
-- scalar path: per channel and job CORE, POOL_TAP, per tap TAP, IN, WEIGHT, W (a
-  product: stem, head, binary convolutions the array cannot take) or TAP, IN, WEIGHT
-  (a maximum: MAXPOOL, PIXEL, SUBSAMPLE, a MIXER's inputs), EPI; a fused max pooling
-  repeats the convolution per pooling tap (POOL_TAP, POOL_NEXT);
-- epilogue per channel and job: BIAS (head), POST, PS, PF, PA, PB, PCALC (post-op),
-  ADD, SIDE, RELU, EINV, ET (threshold), RESULT; per channel the fused mixer (LF, GF,
-  LAM per job, AGG, GATE per job) and per output written OUT, OUT_W, OUT_WD (a MIXER
-  descriptor runs its epilogue there, per output).
+  MVU_END); then per channel and job CORE, ACC_D and the epilogue;
+- scalar path: per channel and job CORE, POOL_TAP, per tap TAP, IN_D, W_D (a
+  product: stem, head, binary convolutions the array cannot take; a padded tap TAP,
+  WEIGHT, W_D) or TAP, IN_D, WEIGHT (a maximum: MAXPOOL, PIXEL, SUBSAMPLE, a MIXER's
+  inputs), EPI; a fused max pooling repeats the convolution per pooling tap
+  (POOL_TAP, POOL_NEXT); a read's address is driven by the state before its data state;
+- epilogue per channel and job: BIAS_D (head), PS_D, PF_D, PA_D, PB_D, PCALC (post-op),
+  SIDE_D, EINV_D, ET_D per level (threshold), RESULT; per channel the fused mixer (LF,
+  GF, LAM per job, AGG, GATE per job) and per output written OUT_W, OUT_WD (OUT before
+  the first after a mixer; a MIXER descriptor runs its epilogue after each OUT).
 
 The DMAs (``hw/engine/dma.py``) and the DRAM model (``sim/dram_model.h``): a read of
 ``n`` words accepted in cycle ``t`` has its first word on the bus ``4 + latency``
@@ -337,14 +338,15 @@ def _valid_taps(n_out, stride, pad, dil, k, size, offset=0):
 
 
 def _epilogue(d, lay, oc):
-    """One output element of one job after its core value: BIAS (head), POST, post-op
-    (PS, PF, PA, PB: two each, PCALC), ADD, SIDE (when ``oc < side_c``), RELU, threshold
-    (EINV, ET per level: two each), RESULT."""
-    c = 2 if lay["is_head"] else 0
-    c += 1 + (9 if _has(d, "postop") else 0) + 1
-    c += 2 if _has(d, "add") and oc < d["side_c"] else 0
-    c += 1 + (2 + 2 * d["out_levels"] if _has(d, "threshold") else 0) + 1
-    return c
+    """One output element of one job after its core value: BIAS_D (head), post-op
+    (PS_D, PF_D, PA_D, PB_D, PCALC), SIDE_D (when ``oc < side_c``), threshold (EINV_D,
+    ET_D per level), RESULT: each read is addressed by the state before it, and a stage
+    that does not apply costs nothing (ReLU is applied on the way)."""
+    c = 1 if lay["is_head"] else 0
+    c += 5 if _has(d, "postop") else 0
+    c += 1 if _has(d, "add") and oc < d["side_c"] else 0
+    c += 1 + d["out_levels"] if _has(d, "threshold") else 0
+    return c + 1
 
 
 def _mixer(d, lay):
@@ -364,23 +366,24 @@ def _n_out(d, lay):
 
 
 def _outputs(d, lay, oc):
-    """Per output channel: OUT, OUT_W, OUT_WD per output written (a MIXER descriptor's
-    epilogue, :func:`_epilogue`, runs between OUT and OUT_W for each)."""
+    """Per output channel: OUT_W, OUT_WD per output written; OUT before the first after
+    a fused mixer, before each of a MIXER descriptor's (whose epilogue,
+    :func:`_epilogue`, runs between OUT and OUT_W)."""
     n = _n_out(d, lay)
-    c = 3 * n
     if lay["op"] == "MIXER":
-        c += n * _epilogue(d, lay, oc)
-    return c
+        return n * (3 + _epilogue(d, lay, oc))
+    mixing = lay["op"] == "CONV" and _has(d, "mixer")
+    return 2 * n + (1 if mixing else 0)
 
 
 def _tap_costs(d, lay):
-    """(valid, padded) cycles of one window tap: TAP, IN (two), the prologue threshold
-    (PINV and PT per level, two each), WEIGHT, and W (two) for a product; a padded tap
-    TAP, WEIGHT (and W)."""
-    prologue = 2 + 2 * d["in_levels"] if _has(d, "prologue_threshold") else 0
+    """(valid, padded) cycles of one window tap: TAP, IN_D, the prologue threshold
+    (PINV_D, PT_D per level), then W_D (a product) or WEIGHT; a padded tap TAP, WEIGHT
+    (and W_D). Each read is addressed by the state before it."""
+    prologue = 1 + d["in_levels"] if _has(d, "prologue_threshold") else 0
     per_channel = lay["op"] not in ("CONV", "HEAD")
-    w = 0 if (per_channel or lay["vec"]) else 2
-    return 4 + prologue + w, 2 + w
+    w = 0 if (per_channel or lay["vec"]) else 1
+    return 3 + prologue, 2 + w
 
 
 def _wide_gather(d, lay, core, r0, r1):
@@ -472,8 +475,8 @@ def _compute(d, lay, rows, channels, folds, core):
         # MVU: one fold a cycle (the popcounts of a fold are added while the next one
         # is addressed, a PE fold's sums stored with its last SIMD fold); MVU_END
         out["folds"] = jobs * px * (folds * lay["fs"] + 1)
-        # per channel and job: CORE, ACC, ACC_D, the epilogue
-        out["epilogue"] = jobs * px * (3 * (c1 - c0) + per_oc_epi)
+        # per channel and job: CORE (addresses the accumulator), ACC_D, the epilogue
+        out["epilogue"] = jobs * px * (2 * (c1 - c0) + per_oc_epi)
     else:
         n_c = c1 - c0
         if lay["op"] not in ("CONV", "HEAD"):

@@ -199,20 +199,27 @@ class ComputeSequencer(wiring.Component):
 
     # ---- helpers that generate states --------------------------------------------------
 
-    def _read(self, m, name, bitaddr, width, is_signed, then):
+    def _read(self, m, name, bitaddr, width, is_signed, then, address_state=True):
         """Two states reading one element of ``width`` bits at scratchpad bit address
         ``bitaddr``: ``name`` drives the read port, ``name + "_D"`` calls ``then(m, ev)``
-        with the value (64-bit signed) in the cycle it is valid."""
-        s = self._s
-        with m.State(name):
-            m.d.comb += s.raddr.eq(bitaddr >> self._wbits)
-            m.d.sync += [s.ea_shift.eq(bitaddr[:self._wbits]), s.ea_width.eq(width),
-                         s.ea_signed.eq(is_signed)]
-            m.next = name + "_D"
-            self._exits(m)
+        with the value (64-bit signed) in the cycle it is valid. Without
+        ``address_state`` only ``name + "_D"``: the state before it calls :meth:`_issue`."""
+        if address_state:
+            with m.State(name):
+                self._issue(m, name, bitaddr, width, is_signed)
+                self._exits(m)
         with m.State(name + "_D"):
-            then(m, s.ev)
+            then(m, self._s.ev)
             self._exits(m)
+
+    def _issue(self, m, name, bitaddr, width, is_signed):
+        """Drive the read port for read ``name`` from the current state, so that its data
+        state ``name + "_D"`` follows directly (a chained read costs one cycle)."""
+        s = self._s
+        m.d.comb += s.raddr.eq(bitaddr >> self._wbits)
+        m.d.sync += [s.ea_shift.eq(bitaddr[:self._wbits]), s.ea_width.eq(width),
+                     s.ea_signed.eq(is_signed)]
+        m.next = name + "_D"
 
     def _exits(self, m):
         s = self._s
@@ -769,22 +776,57 @@ class ComputeSequencer(wiring.Component):
                 m.next = "CORE"
                 self._exits(m)
 
+            # ---- the epilogue's stages, in the contract's order -------------------------
+            # Each stage's first read is addressed by the state that decides it applies,
+            # and a stage that does not apply costs no state.
+            side_addr = ((side_base + kside * side_bytes + (oy - r0) * f["side_pitch"]
+                          + ox * side_pix) << 3) \
+                + oc * f["side_elem"]
+
+            def to_post(m, value):
+                """The core's value: post-op, else on to the add."""
+                v = Signal(signed(64))
+                m.d.comb += v.eq(value)
+                with m.If(stage("postop")):
+                    m.d.sync += acc.eq(v)
+                    self._issue(m, "PS", const_addr(par_k, off_post, 0), cb << 3, 1)
+                with m.Else():
+                    to_add(m, v)
+
+            def to_add(m, value):
+                """After the post-op: add the side input (channels below side_c)."""
+                v = Signal(signed(64))
+                m.d.comb += v.eq(value)
+                with m.If(stage("add") & (oc < f["side_c"])):
+                    m.d.sync += acc.eq(v)
+                    self._issue(m, "SIDE", side_addr, f["side_elem"], f["side_fmt"] == 2)
+                with m.Else():
+                    to_relu(m, v)
+
+            def to_relu(m, value):
+                """After the add: ReLU, then the threshold's invert bit, or the result."""
+                v = Signal(signed(64))
+                m.d.comb += v.eq(value)
+                m.d.sync += acc.eq(Mux(stage("relu") & (v < 0), 0, v))
+                with m.If(stage("threshold")):
+                    self._issue(m, "EINV", ((par_k + off_thr + f["out_c"] * f["out_levels"] * cb)
+                                            << 3) + oc, 1, 0)
+                with m.Else():
+                    m.next = "RESULT"
+
             # ---- compute: one output element of one job ----------------------------------
             with m.State("CORE"):
                 m.d.sync += [pky.eq(0), pkx.eq(0), pseen.eq(0)]
                 with m.If(vec & gathered):
-                    m.next = "ACC"          # the array computed this pixel's channels
+                    # the array computed this pixel's channels
+                    m.d.comb += rp_a.addr.eq(k * AFOLDS + (oc >> PSH))
+                    m.next = "ACC_D"
                 with m.Else():
                     m.next = "POOL_TAP"
                 self._exits(m)
-            with m.State("ACC"):
-                m.d.comb += rp_a.addr.eq(k * AFOLDS + (oc >> PSH))
-                m.next = "ACC_D"
-                self._exits(m)
             with m.State("ACC_D"):
                 acc_lanes = Array(rp_a.data[32 * i:32 * (i + 1)].as_signed() for i in range(PE))
-                m.d.sync += acc.eq(acc_lanes[oc[:PSH] if PSH else 0])
-                m.next = "POST"
+                to_post(m, acc_lanes[oc[:PSH] if PSH else 0])
                 self._exits(m)
             my = Signal(signed(20))
             mx = Signal(signed(20))
@@ -815,33 +857,57 @@ class ComputeSequencer(wiring.Component):
             in_valid = (iy >= 0) & (iy < f["in_h"]) & (ix >= 0) & (ix < f["in_w"]) \
                 & (~per_channel | (oc < f["in_c"]))
             pad_value = Mux(is_conv & ~int_w & (f["act_bits"] == 0), 1, 0)
+            in_addr = ((in_base + kin * in_tile + (iy - ly0).as_unsigned()[:16] * f["in_pitch"]
+                        + ix.as_unsigned()[:16] * in_pix) << 3) + ch * f["in_elem"]
+            widx = wrow + woff
+            w_bin_addr = ((par_k + off_w) << 3) + wskew + widx
+            w_int_addr = ((par_k + off_w) << 3) + wskew + widx * (f["weight_bytes"] << 3)
+            w_head_addr = ((par_k + off_w) << 3) + (oc * f["in_c"] + ci) * (f["weight_bytes"] << 3)
+            wsel = Signal(A)
+            wwid = Signal(7)
+            m.d.comb += [wsel.eq(Mux(is_head, w_head_addr, Mux(int_w, w_int_addr, w_bin_addr))),
+                         wwid.eq(Mux(is_head | int_w, f["weight_bytes"] << 3, 1))]
+
+            def issue_weight(m):
+                self._issue(m, "W", wsel, wwid, is_head | int_w)
+
+            def to_weight(m):
+                """A tap's value is known: its product (a weight read), or WEIGHT."""
+                with m.If(per_channel | vec):
+                    m.next = "WEIGHT"
+                with m.Else():
+                    issue_weight(m)
+
             with m.State("TAP"):
                 m.d.sync += valid.eq(in_valid)
                 with m.If(in_valid):
-                    m.next = "IN"
+                    self._issue(m, "IN", in_addr, f["in_elem"], f["in_fmt"] == 2)
                 with m.Else():
                     m.d.sync += xv.eq(pad_value)
                     m.next = "WEIGHT"
                 self._exits(m)
-            in_addr = ((in_base + kin * in_tile + (iy - ly0).as_unsigned()[:16] * f["in_pitch"]
-                        + ix.as_unsigned()[:16] * in_pix) << 3) + ch * f["in_elem"]
 
             def got_input(m, ev):
                 m.d.sync += [xraw.eq(ev), xv.eq(ev)]
                 with m.If(stage("prologue_threshold")):
-                    m.next = "PINV"
+                    self._issue(m, "PINV", p_inv_addr, 1, 0)
                 with m.Else():
-                    m.next = "WEIGHT"
-            self._read(m, "IN", in_addr, f["in_elem"], f["in_fmt"] == 2, got_input)
+                    to_weight(m)
+            p_inv_addr = ((par_k + f["in_c"] * f["in_levels"] * cb) << 3) + ch
+            self._read(m, "IN", in_addr, f["in_elem"], f["in_fmt"] == 2, got_input,
+                       address_state=False)
 
             # prologue threshold of the input element: the invert bit, then the levels
-            def threshold_states(prefix, value, channel, channels, levels, section, done):
+            # (the state before INV_D addresses the invert bit; each level's read is
+            # addressed by the previous read's data state)
+            def threshold_states(prefix, value, channel, levels, section, done):
+                def t_addr(level):
+                    return const_addr(par_k, section, channel * levels + level)
+
                 def got_inv(m, ev):
                     m.d.sync += [inv.eq(ev[0]), lvl.eq(0), cnt.eq(0)]
-                    m.next = prefix + "T"
-                self._read(m, prefix + "INV",
-                           ((par_k + section + channels * levels * cb) << 3) + channel,
-                           1, 0, got_inv)
+                    self._issue(m, prefix + "T", t_addr(0), cb << 3, 1)
+                self._read(m, prefix + "INV", 0, 1, 0, got_inv, address_state=False)
 
                 def got_t(m, ev):
                     hit = Signal(name=prefix.lower() + "hit")
@@ -850,14 +916,13 @@ class ComputeSequencer(wiring.Component):
                     with m.If(lvl == levels - 1):
                         done(m, Mux(inv, levels - (cnt + hit), cnt + hit))
                     with m.Else():
-                        m.next = prefix + "T"
-                self._read(m, prefix + "T", const_addr(par_k, section, channel * levels + lvl),
-                           cb << 3, 1, got_t)
+                        self._issue(m, prefix + "T", t_addr(lvl + 1), cb << 3, 1)
+                self._read(m, prefix + "T", 0, cb << 3, 1, got_t, address_state=False)
 
             def prologue_done(m, level):
                 m.d.sync += xv.eq(level)
-                m.next = "WEIGHT"
-            threshold_states("P", xraw, ch, f["in_c"], f["in_levels"], 0, prologue_done)
+                to_weight(m)
+            threshold_states("P", xraw, ch, f["in_levels"], 0, prologue_done)
 
             # ---- the array's window, a word at a time -----------------------------------
             # A tap's channels are consecutive elements of one pixel (NHWC), so one
@@ -963,11 +1028,6 @@ class ComputeSequencer(wiring.Component):
                 gather_write(m, gvals, gl)
                 self._exits(m)
 
-            widx = wrow + woff
-            w_bin_addr = ((par_k + off_w) << 3) + wskew + widx
-            w_int_addr = ((par_k + off_w) << 3) + wskew + widx * (f["weight_bytes"] << 3)
-            w_head_addr = ((par_k + off_w) << 3) + (oc * f["in_c"] + ci) * (f["weight_bytes"] << 3)
-
             def tap_next(m):
                 last_j = j == simd_r - 1
                 m.d.sync += [j.eq(Mux(last_j, 0, j + 1)),
@@ -998,12 +1058,8 @@ class ComputeSequencer(wiring.Component):
                     m.d.sync += [gword.eq(Mux(last_j, 0, gnext)), sg.eq(sg + last_j)]
                     tap_next(m)
                 with m.Else():
-                    m.next = "W"
+                    issue_weight(m)
                 self._exits(m)
-            wsel = Signal(A)
-            wwid = Signal(7)
-            m.d.comb += [wsel.eq(Mux(is_head, w_head_addr, Mux(int_w, w_int_addr, w_bin_addr))),
-                         wwid.eq(Mux(is_head | int_w, f["weight_bytes"] << 3, 1))]
 
             def got_weight(m, ev):
                 binary = is_conv & ~int_w
@@ -1012,7 +1068,7 @@ class ComputeSequencer(wiring.Component):
                 m.d.sync += acc.eq(acc + Mux(binary, Mux(f["act_bits"] == 0, xnor, level),
                                               (ev * xv)[:64].as_signed()))
                 tap_next(m)
-            self._read(m, "W", wsel, wwid, is_head | int_w, got_weight)
+            self._read(m, "W", wsel, wwid, is_head | int_w, got_weight, address_state=False)
 
             # ---- epilogue ---------------------------------------------------------------
             with m.State("EPI"):
@@ -1024,11 +1080,11 @@ class ComputeSequencer(wiring.Component):
                     m.d.sync += [pseen.eq(1), pmax.eq(Mux(pseen & (pmax > acc), pmax, acc))]
                     m.next = "POOL_NEXT"
                 with m.Elif(is_head):
-                    m.next = "BIAS"
+                    self._issue(m, "BIAS", const_addr(par_k, off_head, oc), cb << 3, 1)
                 with m.Elif(is_mixop):
                     m.next = "RESULT"      # a MIXER's epilogue follows the mix (OUT)
                 with m.Else():
-                    m.next = "POST"
+                    to_post(m, acc)
                 self._exits(m)
             with m.State("POOL_NEXT"):
                 m.d.sync += pkx.eq(pkx + 1)
@@ -1036,8 +1092,7 @@ class ComputeSequencer(wiring.Component):
                 with m.If(pkx == f["pool_kernel"] - 1):
                     m.d.sync += [pkx.eq(0), pky.eq(pky + 1)]
                     with m.If(pky == f["pool_kernel"] - 1):
-                        m.d.sync += acc.eq(pmax)
-                        m.next = "POST"
+                        to_post(m, pmax)
                 self._exits(m)
 
             # ---- the XNOR-popcount array: PE channels x SIMD lanes a fold ------------------
@@ -1063,28 +1118,23 @@ class ComputeSequencer(wiring.Component):
                 self._exits(m)
 
             def got_bias(m, ev):
-                m.d.sync += acc.eq(acc + ev)
-                m.next = "POST"
-            self._read(m, "BIAS", const_addr(par_k, off_head, oc), cb << 3, 1, got_bias)
+                to_post(m, acc + ev)
+            self._read(m, "BIAS", 0, cb << 3, 1, got_bias, address_state=False)
 
-            with m.State("POST"):
-                with m.If(stage("postop")):
-                    m.next = "PS"
-                with m.Else():
-                    m.next = "ADD"
-                self._exits(m)
-            for name, idx, reg, nxt in (("PS", 0, pshift, "PF"), ("PF", 1, pflags, "PA"),
-                                        ("PA", None, pa, "PB"), ("PB", None, pb, "PCALC")):
-                def got(m, ev, reg=reg, nxt=nxt):
+            # the post-op's shift, flags, A[oc] and B[oc]: each read addressed by the
+            # previous one's data state (PS by the state that starts the post-op)
+            post_reads = (("PS", pshift, const_addr(par_k, off_post, 1), "PF"),
+                          ("PF", pflags, const_addr(par_k, off_post, 2 + oc), "PA"),
+                          ("PA", pa, const_addr(par_k, off_post, 2 + f["out_c"] + oc), "PB"),
+                          ("PB", pb, None, None))
+            for name, reg, nxt_addr, nxt in post_reads:
+                def got(m, ev, reg=reg, nxt_addr=nxt_addr, nxt=nxt):
                     m.d.sync += reg.eq(ev)
-                    m.next = nxt
-                if name == "PA":
-                    addr = const_addr(par_k, off_post, 2 + oc)
-                elif name == "PB":
-                    addr = const_addr(par_k, off_post, 2 + f["out_c"] + oc)
-                else:
-                    addr = const_addr(par_k, off_post, idx)
-                self._read(m, name, addr, cb << 3, 1, got)
+                    if nxt is None:
+                        m.next = "PCALC"
+                    else:
+                        self._issue(m, nxt, nxt_addr, cb << 3, 1)
+                self._read(m, name, 0, cb << 3, 1, got, address_state=False)
             with m.State("PCALC"):
                 v = Mux(pflags[0] & (acc < 0), 0, acc)
                 t = Signal(signed(130))
@@ -1093,36 +1143,18 @@ class ComputeSequencer(wiring.Component):
                 m.d.comb += half.eq(Mux(pshift == 0, 0, (Const(1, signed(130)) << pshift[:7]) >> 1))
                 r = Signal(signed(130))
                 m.d.comb += r.eq((t + half) >> pshift[:7])
-                m.d.sync += acc.eq(Mux(pflags[1] & (r < 0), 0, r[:64].as_signed()))
-                m.next = "ADD"
+                to_add(m, Mux(pflags[1] & (r < 0), 0, r[:64].as_signed()))
                 self._exits(m)
-            with m.State("ADD"):
-                with m.If(stage("add") & (oc < f["side_c"])):
-                    m.next = "SIDE"
-                with m.Else():
-                    m.next = "RELU"
-                self._exits(m)
-            side_addr = ((side_base + kside * side_bytes + (oy - r0) * f["side_pitch"]
-                          + ox * side_pix) << 3) \
-                + oc * f["side_elem"]
 
             def got_side(m, ev):
-                m.d.sync += acc.eq(acc + ev)
-                m.next = "RELU"
-            self._read(m, "SIDE", side_addr, f["side_elem"], f["side_fmt"] == 2, got_side)
-            with m.State("RELU"):
-                with m.If(stage("relu") & (acc < 0)):
-                    m.d.sync += acc.eq(0)
-                with m.If(stage("threshold")):
-                    m.next = "EINV"
-                with m.Else():
-                    m.next = "RESULT"
-                self._exits(m)
+                to_relu(m, acc + ev)
+            self._read(m, "SIDE", 0, f["side_elem"], f["side_fmt"] == 2, got_side,
+                       address_state=False)
 
             def epilogue_done(m, level):
                 m.d.sync += acc.eq(level)
                 m.next = "RESULT"
-            threshold_states("E", acc, oc, f["out_c"], f["out_levels"], off_thr, epilogue_done)
+            threshold_states("E", acc, oc, f["out_levels"], off_thr, epilogue_done)
 
             with m.State("RESULT"):
                 m.d.sync += vals[k].eq(acc)
@@ -1135,7 +1167,7 @@ class ComputeSequencer(wiring.Component):
                         m.d.sync += msum.eq(0)
                         m.next = "LF"
                     with m.Else():
-                        m.next = "OUT"
+                        m.next = "OUT_W"
                 with m.Else():
                     m.d.sync += k.eq(k + 1)
                     m.next = "CORE"
@@ -1200,8 +1232,8 @@ class ComputeSequencer(wiring.Component):
             with m.State("OUT"):
                 with m.If(is_mixop):
                     # a MIXER's epilogue (entry 0's block and side input) on each output
-                    m.d.sync += [acc.eq(vals[k]), late.eq(1)]
-                    m.next = "POST"
+                    m.d.sync += late.eq(1)
+                    to_post(m, vals[k])
                 with m.Else():
                     m.next = "OUT_W"
                 self._exits(m)
@@ -1224,7 +1256,10 @@ class ComputeSequencer(wiring.Component):
                     next_c(m)
                 with m.Else():
                     m.d.sync += k.eq(k + 1)
-                    m.next = "OUT"
+                    with m.If(is_mixop):
+                        m.next = "OUT"
+                    with m.Else():
+                        m.next = "OUT_W"
                 self._exits(m)
 
             # ---- stores: one write-DMA descriptor per job output -------------------------
