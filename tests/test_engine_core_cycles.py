@@ -1,0 +1,130 @@
+# amaranth: UnusedElaboratable=no
+"""The cycle model of the engine as built (compiler/engine/core_cycles.py) against the
+RTL's cycles in Verilator (hw/engine/core.py on the fast path with the C++ DRAM model).
+
+The networks and the engine are tests/test_engine_core.py's (the same ``EngineCore``
+parameters, so the session's build cache serves one Verilator build to both modules).
+Per descriptor the RTL's cycles are measured as benchmarks/engine_core_cycles.py does:
+the program cut after descriptor ``i`` (its successor rewritten as END) minus the
+program cut after ``i - 1``. The model must be within 2 % per frame; the default tier
+checks digits K=1 (every descriptor too) and the pooled stem with conv shortcuts under
+the slower DRAM, ``-m slow`` the rest: every digits K and random configuration at both
+DRAM settings, row tiles, and weight streaming on a small scratchpad.
+"""
+
+import pytest
+
+from conftest import random_model
+from test_engine_core import (CONFIG, CORE, SMALL, _build, _cut_after, _with_frame, frames_for,
+                              run_rtl, zoo_model)
+from test_engine_program import RANDOM_CONFIGS
+from groupnet_hw.compiler.engine.config import EngineConfig
+from groupnet_hw.compiler.engine.core_cycles import predict_core
+from groupnet_hw.compiler.engine.layout import compile_engine
+from groupnet_hw.compiler.passes import compile_model
+
+SLOW = pytest.mark.slow
+TOLERANCE = 0.02
+#: the cycle model's DRAM (DE10-Nano at 100 MHz) and test_engine_core's slower one
+DRAMS = {"fast": (48, 10.0), "slow": (40, 4.0)}
+
+
+@pytest.fixture(scope="module")
+def core(tmp_path_factory):
+    return _build(tmp_path_factory, "engine_core")
+
+
+def _network(name):
+    if name.startswith("digits"):
+        k = int(name[-1])
+        return compile_model(zoo_model("digits", k, seed=k)), 0
+    seed = int(name[-1])
+    return compile_model(random_model(seed, **RANDOM_CONFIGS[seed])), seed
+
+
+def measure(build, program, image, latency, bytes_per_cycle, per_descriptor=False):
+    """The RTL's cycles per frame and, with ``per_descriptor``, per descriptor (cuts)."""
+    kw = dict(latency=latency, bytes_per_cycle=bytes_per_cycle)
+    whole = run_rtl(build, program, image, **kw).cycles
+    if not per_descriptor:
+        return whole, None
+    cuts = [run_rtl(build, program, _cut_after(program, image, i), **kw).cycles
+            for i in range(len(program.descriptors))]
+    return whole, [c - p for c, p in zip(cuts, [0] + cuts[:-1])]
+
+
+def check(build, g, seed, config, core_params, dram, per_descriptor=False):
+    latency, bpc = DRAMS[dram]
+    program = compile_engine(g, config)
+    image = _with_frame(program, bytearray(program.image), frames_for(g, 1, seed)[0])
+    pred = predict_core(program, core_params, latency, bpc)
+    whole, per = measure(build, program, image, latency, bpc, per_descriptor)
+    assert abs(pred.cycles - whole) / whole <= TOLERANCE, (pred.cycles, whole)
+    if per:
+        # descriptor 0's cut also holds the END descriptor and the run's start and stop
+        got = [p.cycles + (pred.end if i == 0 else 0) for i, p in enumerate(pred.descriptors)]
+        bad = [(i, g_, m) for i, (g_, m) in enumerate(zip(got, per))
+               if abs(g_ - m) / m > TOLERANCE]
+        assert not bad, f"descriptors (index, predicted, measured): {bad}"
+    return pred, whole
+
+
+def test_digits_k1_per_descriptor(core):
+    g, seed = _network("digits1")
+    check(core, g, seed, CONFIG, CORE, "fast", per_descriptor=True)
+
+
+def test_pooled_stem_conv_shortcuts_slow_dram(core):
+    g, seed = _network("random4")
+    check(core, g, seed, CONFIG, CORE, "slow")
+
+
+@SLOW
+@pytest.mark.parametrize("dram", sorted(DRAMS))
+@pytest.mark.parametrize("name", ["digits1", "digits2", "digits3"]
+                         + [f"random{i}" for i in range(len(RANDOM_CONFIGS))])
+def test_every_network_per_descriptor(core, name, dram):
+    g, seed = _network(name)
+    check(core, g, seed, CONFIG, CORE, dram, per_descriptor=True)
+
+
+@SLOW
+@pytest.mark.parametrize("dram", sorted(DRAMS))
+def test_row_tiles(core, dram):
+    """Several row tiles per descriptor (the last tile's writes drain while the next
+    tile loads) and a pooled stem in tiles."""
+    g = compile_model(random_model(3, image_size=16, stem_channels=8,
+                                   stages=[[16, 1, 1], [32, 1, 2]], bases=2))
+    pred, _ = check(core, g, 3, SMALL, CORE, dram, per_descriptor=True)
+    assert any(d["n_tiles"] > 1 for d in compile_engine(g, SMALL).descriptors)
+    pool = EngineConfig(arrays=2, pe=4, simd=8, input_buffer=1024, weight_buffer=64,
+                        output_buffer=1024, port_bytes=16)
+    g, seed = _network("random4")
+    check(core, g, seed, pool, CORE, dram, per_descriptor=True)
+
+
+@SLOW
+@pytest.mark.parametrize("config", ["small", "default"])
+def test_weight_streaming(tmp_path_factory, config):
+    """A 14 KiB scratchpad: the last convolution streams its weights (the compiler's
+    chunks, or one PE fold per chunk for a program compiled for big buffers)."""
+    params = dict(CORE, buffer_bytes=14 << 10)
+    build = _build(tmp_path_factory, "engine_core_14k", buffer_bytes=14 << 10)
+    g = compile_model(random_model(3, image_size=8, stem_channels=8,
+                                   stages=[[32, 1, 1], [64, 1, 2]], bases=2))
+    for dram in DRAMS:
+        check(build, g, 3, SMALL if config == "small" else CONFIG, params, dram,
+              per_descriptor=True)
+
+
+def test_phases_add_up():
+    """Without the RTL: the phases of every descriptor add up to its cycles, the frame
+    is their sum and the END descriptor's, and a slower DRAM costs cycles."""
+    g, _ = _network("digits1")
+    program = compile_engine(g, CONFIG)
+    fast = predict_core(program, CORE, *DRAMS["fast"])
+    for p in fast.descriptors:
+        assert sum(p.phases.values()) == p.cycles
+        assert p.phases[p.dominant] == max(p.phases.values())
+    assert fast.cycles == sum(p.cycles for p in fast.descriptors) + fast.end
+    assert predict_core(program, CORE, *DRAMS["slow"]).cycles > fast.cycles
