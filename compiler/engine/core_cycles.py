@@ -169,15 +169,45 @@ class _Core:
         # p cycles once it is drained
         self.p = max(1, _ceil(self.bpw, bytes_per_cycle)) if bytes_per_cycle < self.bpw else 1
         self.bytes_per_cycle = bytes_per_cycle
+        self.max_outstanding = p["max_outstanding"]
+        self.rd_depth = p["buffer_depth"] or 4 * self.max_burst
 
     def ru(self, x):
         return _ceil(x, self.bpw) * self.bpw
 
-    def read(self, nbytes):
+    def read(self, nbytes, addr=0):
         """Cycles from the command state (FETCH, TABLE_CMD, LOAD_CMD) to the state after
-        the last word: the command, the DMA's latency, one word per ``p`` cycles."""
-        words = nbytes // self.bpw
-        return int(1 + _READ_DELAY + self.latency + (words - 1) * self.p)
+        the last word: the command, the DMA's latency, one word per ``p`` cycles.
+
+        The read DMA's bursts (:func:`_burst_sizes`) are accepted one a cycle while
+        fewer than ``max_outstanding`` are in flight and its buffer has credit for all
+        of a burst's words (a word's credit returns three cycles after it arrives);
+        with the defaults neither limit is reached at the tests' DRAM settings (the
+        next burst is accepted well before the words in flight are used up), so only
+        the first word waits for the latency. Smaller limits (not measured) make a
+        burst wait for the latency again."""
+        sizes = _burst_sizes(addr, nbytes, self)
+        if len(sizes) <= self.max_outstanding and nbytes // self.bpw <= self.rd_depth:
+            words = nbytes // self.bpw
+            return int(1 + _READ_DELAY + self.latency + (words - 1) * self.p)
+        accepted, ends, arrivals = [], [], []      # per burst; per word
+        arrive = None
+        for b, n in enumerate(sizes):
+            c = 4 if b == 0 else accepted[-1] + 1             # SUM, CHECK, RUN, command
+            if b >= self.max_outstanding:
+                c = max(c, ends[b - self.max_outstanding] + 2)
+            # credit: the words asked for before this burst, less those already taken
+            need = sum(sizes[:b + 1]) - self.rd_depth
+            if need > 0:
+                c = max(c, arrivals[need - 1] + 4)
+            accepted.append(c)
+            for w in range(n):
+                arrive = c + self.latency if arrive is None else max(arrive + self.p,
+                                                                      c + self.latency)
+                arrivals.append(arrive)
+            ends.append(arrive)
+        # the sequencer takes the last word two cycles after it arrives, then moves on
+        return int(arrive + 3)
 
 
 # ---- the descriptor's layout, as the CHECK .. REGIONS states compute it ----------------
@@ -304,9 +334,24 @@ def _loads(d, lay, table, core, tile, rows, chunk, writing=0):
                 cend = min(cstart + lay["chunk_bytes"], lay["wbytes"])
                 n = core.ru(cend) - (cstart & ~(core.bpw - 1))
             if not (skip or fld == 0):
-                total += core.read(n) - 1 + _shared(core, writing - total)
+                total += core.read(n, fld + _load_offset(d, lay, kind, rows, chunk, core)) \
+                    - 1 + _shared(core, writing - total)
                 writing = 0
     return total
+
+
+def _load_offset(d, lay, kind, rows, chunk, core):
+    """Where a load of ``kind`` starts in its DRAM region (LOAD_CMD's ``load_from``)."""
+    r0, _, ly0, _ = rows
+    if kind == 1:
+        return ly0 * d["in_pitch"]
+    if kind == 2:
+        return r0 * d["side_pitch"]
+    if kind == 3:
+        return d["param_bytes"] - lay["post_bytes"]
+    if kind == 4:
+        return lay["off_w"] + ((chunk * lay["chunk_bytes"]) & ~(core.bpw - 1))
+    return 0
 
 
 def _shared(core, writing):
