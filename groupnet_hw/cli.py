@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from .flow import ENGINES, STEPS, BuildConfig, FlowError, load_build, test_images
+from .flow import ENGINES, SCRATCHPAD_KIB, STEPS, BuildConfig, FlowError, load_build, test_images
 from .flow import build as run_build
 from .flow import verify as run_verify
 from .devices import BOARD_NAMES as BOARD_CHOICES
@@ -509,12 +509,16 @@ def _read_folding(path):
               show_default=True, type=click.FloatRange(1, 1000),
               help="The engine's own clock in MHz (a PLL output on the board); the report's "
                    "frames/s are at this clock.")
+@click.option("--engine-scratchpad", "engine_scratchpad_kib", default=None,
+              type=click.Choice([str(k) for k in SCRATCHPAD_KIB]), metavar="KIB",
+              help="The engine's scratchpad in KiB (" + ", ".join(map(str, SCRATCHPAD_KIB))
+                   + "; default: the largest). Smaller: fewer block RAMs, smaller row tiles.")
 @click.option("--stop-after", type=click.Choice([step.name for step in STEPS]), default=None,
               help="Stop after this step of the flow (nothing is written before `write`): "
                    "load, lower, passes, schedule, elaborate, write.")
 def build(checkpoint, board, out_dir, target_cycles, fps, max_util, folding_file, bases,
           line_buffers, fifos, streams, fuse_activations, baud, bitstream, engine,
-          engine_clock_mhz, stop_after):
+          engine_clock_mhz, engine_scratchpad_kib, stop_after):
     """Compile CHECKPOINT into Verilog, a board project and a report.
 
     \b
@@ -553,7 +557,9 @@ def build(checkpoint, board, out_dir, target_cycles, fps, max_util, folding_file
                              bases=bases, line_buffers=line_buffers, fifos=fifos,
                              streams=streams, fuse_activations=fuse_activations, baud=baud,
                              bitstream=bitstream, engine=engine,
-                             engine_clock_mhz=engine_clock_mhz)
+                             engine_clock_mhz=engine_clock_mhz,
+                             engine_scratchpad_kib=engine_scratchpad_kib and
+                             int(engine_scratchpad_kib))
         with _console().status("building") as status:
             b = run_build(checkpoint, config, out_dir, stop_after=stop_after,
                           progress=lambda step: status.update(step.description))

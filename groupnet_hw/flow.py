@@ -32,10 +32,11 @@ from pathlib import Path
 from typing import Callable
 
 from .compiler.artifact import BuildError, BuildManifest, file_sha256, read_manifest, write_manifest
+from .compiler.engine.core_cycles import predict_core
 from .compiler.engine.cycles import predict as predict_engine
 from .compiler.engine.layout import compile_engine
 from .compiler.engine.report import engine_report, render_engine_text
-from .compiler.engine.target import check_program, engine_target
+from .compiler.engine.target import SCRATCHPAD_BYTES, check_program, engine_target
 from .compiler.frontend import lower
 from .compiler.passes import run_passes
 from .compiler.report import render_text
@@ -54,7 +55,8 @@ from .sim.verify import verify as run_verify
 from .toolchain.board_project import BoardBuildError, write_board_project
 
 __all__ = ["BuildConfig", "Build", "Step", "STEPS", "FlowError", "build", "verify",
-           "load_build", "CORE_NAME"]
+           "load_build", "engine_rtl", "EngineBuild", "CORE_NAME", "ENGINE_NAME", "ENGINE_IMAGE",
+           "ENGINES"]
 
 #: Module name of the accelerator core in the Verilog a build writes.
 CORE_NAME = "groupnet_core"
@@ -64,6 +66,8 @@ ENGINE_NAME = "groupnet_engine"
 ENGINE_IMAGE = "engine_image.bin"
 #: ``BuildConfig.engine`` choices.
 ENGINES = ("auto", "dataflow", "sequential")
+#: ``BuildConfig.engine_scratchpad_kib`` choices.
+SCRATCHPAD_KIB = tuple(n // 1024 for n in SCRATCHPAD_BYTES)
 
 
 class FlowError(ValueError):
@@ -110,12 +114,15 @@ class BuildConfig(ScheduleOptions):
         and else the engine (auto).
     engine_clock_mhz : float
         The engine's own clock (a PLL output on the board), in MHz.
+    engine_scratchpad_kib : int, optional
+        The engine's scratchpad in KiB (32, 64, 128 or 256); default: the largest.
     """
 
     baud: int = 115200
     bitstream: bool | None = None
     engine: str = "auto"
     engine_clock_mhz: float = 100.0
+    engine_scratchpad_kib: int | None = None
 
     def __post_init__(self):
         if self.folding is not None:
@@ -134,6 +141,9 @@ class BuildConfig(ScheduleOptions):
             raise FlowError(f"target_cycles must be at least 1, not {self.target_cycles}")
         if self.engine not in ENGINES:
             raise FlowError(f"engine must be one of {', '.join(ENGINES)}, not {self.engine!r}")
+        if self.engine_scratchpad_kib not in (None, *SCRATCHPAD_KIB):
+            raise FlowError(f"engine_scratchpad_kib must be one of "
+                            f"{', '.join(map(str, SCRATCHPAD_KIB))}, not {self.engine_scratchpad_kib}")
         if not 1 <= self.engine_clock_mhz <= 1000:
             raise FlowError(f"engine_clock_mhz must be in [1, 1000], not {self.engine_clock_mhz}")
 
@@ -240,8 +250,8 @@ class EngineBuild:
         The core's parameters, the compiler's configuration, the DRAM model.
     program : EngineProgram
         Descriptors and memory image.
-    prediction : FrameCycles
-        The cycle model under ``target.dram``.
+    prediction : CoreFrameCycles
+        The core's cycle model under ``target.dram`` (what the built engine does).
     report : dict
         :func:`~groupnet_hw.compiler.engine.report.engine_report`.
     """
@@ -305,13 +315,17 @@ def _schedule(b: Build, source, out_dir):
             b.schedule = None
     b.backend = "sequential"
     try:
-        target = engine_target(b.config.board, b.config.engine_clock_mhz)
+        kib = b.config.engine_scratchpad_kib
+        target = engine_target(b.config.board, b.config.engine_clock_mhz,
+                               buffer_bytes=kib and kib * 1024)
         program = compile_engine(b.graph, target.config)
         check_program(program, target.core)
     except ValueError as exc:
         raise FlowError(f"the layer-sequential engine cannot run this network: {exc}") from None
-    prediction = predict_engine(program, target.dram)
-    report = engine_report(program, target, prediction, reason=reason)
+    dram = target.dram
+    prediction = predict_core(program, target.core, dram.latency, dram.bytes_per_cycle)
+    intended = predict_engine(program, dram)
+    report = engine_report(program, target, prediction, intended, reason=reason)
     b.engine = EngineBuild(target, program, prediction, report)
 
 
@@ -598,19 +612,26 @@ def verify(target, images=None, *, simulator="verilator", stall=0.0, seed=0, job
                       waves=waves, progress=progress, accelerator=b.accelerator)
 
 
+def engine_rtl(b: Build, build_dir=None, progress=None):
+    """The fast-path simulator (:func:`~groupnet_hw.sim.engine_rtl.build_engine_rtl`)
+    of an engine build's Verilog, built once per Verilog under ``build_dir``."""
+    root = Path(build_dir or default_build_dir())
+    root.mkdir(parents=True, exist_ok=True)
+    design = rtl_design(b, root)
+    try:
+        return build_engine_rtl(design.verilog, design.toplevel, build_dir=root / "verilator",
+                                progress=progress)
+    except RTLError as exc:
+        raise FlowError(f"the engine's Verilog did not build: {str(exc).splitlines()[0]}") from None
+
+
 def _verify_engine(b: Build, images, simulator, stall, seed, root, progress):
     """The engine's Verilog on the fast path with the C++ DRAM model under the build's
     DRAM model (:mod:`groupnet_hw.sim.engine_verify`)."""
     if simulator != "verilator":
         raise FlowError(f"an engine build is verified on the fast Verilator path only, "
                         f"not {simulator}; drop --sim")
-    root.mkdir(parents=True, exist_ok=True)
-    design = rtl_design(b, root)
-    try:
-        rtl = build_engine_rtl(design.verilog, design.toplevel, build_dir=root / "verilator",
-                               progress=progress)
-    except RTLError as exc:
-        raise FlowError(f"the engine's Verilog did not build: {str(exc).splitlines()[0]}") from None
+    rtl = engine_rtl(b, root, progress)
     dram = b.engine.target.dram
     try:
         return verify_engine(b.model, b.graph, b.engine.program, rtl, images,

@@ -1,10 +1,14 @@
 """The report of an engine build: per descriptor and per frame, as JSON and as text.
 
 Per descriptor: what it runs (opcode, the graph nodes it fuses, jobs, row tiles,
-whether the core streams its weights), its predicted cycles, what bounds it (compute
-or memory), lane utilisation and DRAM bytes; per frame: cycles, frames/s at the
-engine's own clock, DRAM traffic and its share of the bandwidth; the engine's
-parameters, its clock and DRAM model, and the program's memory.
+whether the core streams its weights), its cycles on the core as built
+(:mod:`.core_cycles`) with the phase that dominates them, what bounds it (memory when
+loads and stores dominate, else compute), the XNOR lanes' utilisation and the DRAM
+bytes it moves (:mod:`.cycles`' count: tensors, parameters, halo rows once); per frame:
+cycles, frames/s at the engine's own clock, DRAM traffic and its share of the
+bandwidth; the engine's parameters, its clock and DRAM model, the program's memory,
+and the intended engine's figures (:mod:`.cycles`: ``arrays`` arrays side by side,
+transfers overlapped) for comparison.
 """
 
 from __future__ import annotations
@@ -12,42 +16,56 @@ from __future__ import annotations
 from .program import FLAG_BITS
 from .tiling import scratchpad_need
 
+#: the core's phases that wait for DRAM (:class:`.core_cycles.CoreDescriptorCycles`)
+MEMORY_PHASES = ("fetch", "loads", "stores", "fence")
+
 __all__ = ["engine_report", "render_engine_text"]
 
 
-def engine_report(program, target, prediction, *, reason=None, estimate=None):
+def engine_report(program, target, core, intended, *, reason=None, estimate=None):
     """The report dict of an engine build.
 
     Parameters
     ----------
     program : EngineProgram
     target : EngineTarget
-    prediction : FrameCycles
-        The cycle model's figures under ``target.dram``.
+    core : CoreFrameCycles
+        :func:`.core_cycles.predict_core` under ``target.dram``: the core as built.
+    intended : FrameCycles
+        :func:`.cycles.predict` under ``target.dram``: DRAM bytes and MACs per
+        descriptor, and the intended engine's figures.
     reason : str, optional
         Why the build uses the engine (``--engine auto``).
     estimate : dict, optional
         The resource estimate against the board's budget.
     """
     h = program.header
+    lanes = target.core["pe"] * target.core["simd"]
     rows = []
-    for d, p in zip(program.descriptors, prediction.descriptors):
-        need = scratchpad_need(d, program.config) if program.config.scratchpad else None
+    for d, c, p in zip(program.descriptors, core.descriptors, intended.descriptors):
+        need = scratchpad_need(d, program.config)
         rows.append(dict(
-            p.as_dict(), tiles=int(d["n_tiles"]),
-            streams_weights=bool(need.streams_weights if need else
-                                 d["flags"] & FLAG_BITS["weight_stream"]),
-            scratchpad_bytes=need.bytes if need else None))
+            index=c.index, opcode=c.opcode, jobs=c.jobs, label=c.label,
+            tiles=int(d["n_tiles"]), cycles=c.cycles, phases=c.phases, dominant=c.dominant,
+            bound="memory" if c.dominant in MEMORY_PHASES else "compute",
+            lane_utilisation=(p.macs / (c.cycles * lanes)) if p.macs else None,
+            bytes_read=p.bytes_read, bytes_written=p.bytes_written, macs=p.macs,
+            streams_weights=need.streams_weights, scratchpad_bytes=need.bytes))
     clock = target.config.clock_mhz
+    dram_bytes = sum(r["bytes_read"] + r["bytes_written"] for r in rows)
     return dict(
         backend="sequential", reason=reason, board=target.board, engine=target.to_dict(),
         descriptors=rows,
-        frame=dict(cycles=prediction.cycles, clock_mhz=clock, fps=prediction.fps,
-                   dram_bytes=prediction.dram_bytes,
-                   bandwidth_share=prediction.bandwidth_share,
-                   binary_macs=prediction.binary_macs,
-                   lane_utilisation=prediction.lane_utilisation,
-                   memory_bound=sum(r["bound"] == "memory" for r in rows)),
+        frame=dict(cycles=core.cycles, clock_mhz=clock, fps=clock * 1e6 / core.cycles,
+                   dram_bytes=dram_bytes,
+                   bandwidth_share=dram_bytes / (core.cycles * target.dram.bytes_per_cycle),
+                   binary_macs=intended.binary_macs,
+                   lane_utilisation=intended.binary_macs / (core.cycles * lanes),
+                   memory_bound=sum(r["bound"] == "memory" for r in rows),
+                   phases=core.phases),
+        intended=dict(cycles=intended.cycles, fps=intended.fps,
+                      arrays=program.config.arrays,
+                      lane_utilisation=intended.lane_utilisation),
         memory=dict(image_bytes=h["image_bytes"], param_bytes=h["param_bytes"],
                     arena_bytes=h["arena_bytes"], base=h["base"]),
         estimate=estimate)
@@ -68,13 +86,13 @@ def render_engine_text(report):
         f"  DRAM model: {e['dram']['latency']} cycles latency, "
         f"{e['dram']['bytes_per_cycle']:g} bytes/cycle ({e['dram']['gbytes_per_s']:.2f} GB/s)",
         "",
-        f"{'#':>3} {'opcode':<9} {'jobs':>4} {'tiles':>5} {'cycles':>12} {'bound':<7} "
+        f"{'#':>3} {'opcode':<9} {'jobs':>4} {'tiles':>5} {'cycles':>12} {'mostly':<8} "
         f"{'lanes':>6} {'DRAM bytes':>12}  nodes",
     ]
     for r in report["descriptors"]:
-        util = "" if r["lane_utilisation"] is None else f"{100 * r['lane_utilisation']:.0f}%"
+        util = "" if r["lane_utilisation"] is None else f"{100 * r['lane_utilisation']:.1f}%"
         lines.append(f"{r['index']:>3} {r['opcode']:<9} {r['jobs']:>4} {r['tiles']:>5} "
-                     f"{r['cycles']:>12,} {r['bound']:<7} {util:>6} "
+                     f"{r['cycles']:>12,} {r['dominant']:<8} {util:>6} "
                      f"{r['bytes_read'] + r['bytes_written']:>12,}  {r['label']}"
                      + ("  (weights streamed)" if r["streams_weights"] else ""))
     lines += [
@@ -83,8 +101,13 @@ def render_engine_text(report):
         f"DRAM per frame: {f['dram_bytes'] / 1e6:.2f} MB, {100 * f['bandwidth_share']:.0f}% "
         f"of the modelled bandwidth; {f['memory_bound']} of {len(report['descriptors'])} "
         "descriptors memory-bound",
-        f"lane utilisation: {100 * f['lane_utilisation']:.1f}% "
-        f"({f['binary_macs'] / 1e6:.1f} M binary MACs per frame)",
+        f"lane utilisation: {100 * f['lane_utilisation']:.2f}% "
+        f"({f['binary_macs'] / 1e6:.1f} M binary MACs per frame); cycles by phase: "
+        + ", ".join(f"{k} {100 * v / f['cycles']:.0f}%"
+                    for k, v in sorted(f["phases"].items(), key=lambda kv: -kv[1]) if v),
+        f"the intended engine ({report['intended']['arrays']} arrays side by side, transfers "
+        f"overlapped; not built yet): {report['intended']['cycles']:,} cycles/frame, "
+        f"{report['intended']['fps']:.1f} frames/s",
         f"memory image: {mem['image_bytes'] / 2**20:.2f} MiB at {mem['base']:#x} "
         f"(parameters {mem['param_bytes'] / 2**20:.2f} MiB, feature maps "
         f"{mem['arena_bytes'] / 2**20:.2f} MiB)",

