@@ -26,16 +26,16 @@ Compute per output pixel, channel and job:
   prologue threshold, G_INV and G_THR; a padded tap's groups G_TAP; EPI; with a prologue
   of more levels, per lane TAP, IN_D, PINV_D and PT_D, WEIGHT, a padded lane TAP and
   WEIGHT) and the *folds* (MVU, one fold of PE x SIMD lanes a cycle, pipelined;
-  MVU_END); then per channel and job CORE, ACC_D and the epilogue;
+  MVU_END); then CORE and per channel and job ACC_D and the epilogue;
 - scalar path: per channel and job CORE, POOL_TAP, per tap TAP, IN_D, W_D (a
   product: stem, head, binary convolutions the array cannot take; a padded tap TAP,
   WEIGHT, W_D) or TAP, IN_D, WEIGHT (a maximum: MAXPOOL, PIXEL, SUBSAMPLE, a MIXER's
   inputs), EPI; a fused max pooling repeats the convolution per pooling tap
   (POOL_TAP, POOL_NEXT); a read's address is driven by the state before its data state;
 - epilogue per channel and job: BIAS_D (head), PS_D, PF_D, PA_D, PB_D, PCALC (post-op),
-  SIDE_D, EINV_D, ET_D per level (threshold), RESULT; per channel the fused mixer (LF,
-  GF, LAM per job, AGG, GATE per job) and per output written OUT_W, OUT_WD (OUT before
-  the first after a mixer; a MIXER descriptor runs its epilogue after each OUT).
+  SIDE_D, EINV_D, ET_D per level (threshold); per channel the fused mixer (LF_D, GF_D,
+  LAM_D per job, AGG, GATE_D per job) and per output written OUT_WD (a MIXER
+  descriptor runs OUT and its epilogue before each).
 
 The DMAs (``hw/engine/dma.py``) and the DRAM model (``sim/dram_model.h``): a read of
 ``n`` words accepted in cycle ``t`` has its first word on the bus ``4 + latency``
@@ -385,24 +385,25 @@ def _valid_taps(n_out, stride, pad, dil, k, size, offset=0):
 def _epilogue(d, lay, oc):
     """One output element of one job after its core value: BIAS_D (head), post-op
     (PS_D, PF_D, PA_D, PB_D, PCALC), SIDE_D (when ``oc < side_c``), threshold (EINV_D,
-    ET_D per level), RESULT: each read is addressed by the state before it, and a stage
-    that does not apply costs nothing (ReLU is applied on the way)."""
+    ET_D per level): each read is addressed by the state before it, and a stage that
+    does not apply costs nothing (ReLU on the way; the result goes on to the next job,
+    the mixer or the outputs from the last stage)."""
     c = 1 if lay["is_head"] else 0
     c += 5 if _has(d, "postop") else 0
     c += 1 if _has(d, "add") and oc < d["side_c"] else 0
     c += 1 + d["out_levels"] if _has(d, "threshold") else 0
-    return c + 1
+    return c
 
 
 def _mixer(d, lay):
-    """Per output channel after the jobs: LF, GF (two each), LAM per job (two), AGG,
-    GATE per job (two) when gated."""
+    """Per output channel after the jobs: LF_D, GF_D, LAM_D per job, AGG, GATE_D per job
+    when gated (each read addressed by the state before it)."""
     op = lay["op"]
     mixing = (op == "CONV" and _has(d, "mixer")) or op == "MIXER"
     if not mixing:
         return 0
     jobs = d["jobs"]
-    return 2 + 2 + 2 * jobs + 1 + (2 * jobs if _has(d, "gated") else 0)
+    return 1 + 1 + jobs + 1 + (jobs if _has(d, "gated") else 0)
 
 
 def _n_out(d, lay):
@@ -411,14 +412,12 @@ def _n_out(d, lay):
 
 
 def _outputs(d, lay, oc):
-    """Per output channel: OUT_W, OUT_WD per output written; OUT before the first after
-    a fused mixer, before each of a MIXER descriptor's (whose epilogue,
-    :func:`_epilogue`, runs between OUT and OUT_W)."""
+    """Per output channel: OUT_WD per output written (its word read by the state before);
+    a MIXER descriptor's OUT and epilogue (:func:`_epilogue`) before each."""
     n = _n_out(d, lay)
     if lay["op"] == "MIXER":
-        return n * (3 + _epilogue(d, lay, oc))
-    mixing = lay["op"] == "CONV" and _has(d, "mixer")
-    return 2 * n + (1 if mixing else 0)
+        return n * (2 + _epilogue(d, lay, oc))
+    return n
 
 
 def _tap_costs(d, lay):
@@ -510,7 +509,7 @@ def _compute(d, lay, rows, channels, folds, core):
     valid_c, pad_c = _tap_costs(d, lay)
     taps = valid_c * ws["valid"] + pad_c * (ws["taps"] - ws["valid"])
     per_oc_epi = sum(_epilogue(d, lay, oc) for oc in range(c0, c1)) if lay["op"] != "MIXER" \
-        else sum(1 for oc in range(c0, c1))          # a MIXER's RESULT after each input
+        else 0                                       # a MIXER's epilogue: in its outputs
     out = dict(gather=0, folds=0, scalar=0, epilogue=0, outputs=0)
     if lay["vec"]:
         # per pixel and job: CORE, POOL_TAP, the window, EPI; the folds of [o0, o1)
@@ -520,8 +519,9 @@ def _compute(d, lay, rows, channels, folds, core):
         # MVU: one fold a cycle (the popcounts of a fold are added while the next one
         # is addressed, a PE fold's sums stored with its last SIMD fold); MVU_END
         out["folds"] = jobs * px * (folds * lay["fs"] + 1)
-        # per channel and job: CORE (addresses the accumulator), ACC_D, the epilogue
-        out["epilogue"] = jobs * px * (2 * (c1 - c0) + per_oc_epi)
+        # per pixel CORE (it addresses the first accumulator; the state before each
+        # other channel and job does), per channel and job ACC_D and the epilogue
+        out["epilogue"] = px + jobs * px * ((c1 - c0) + per_oc_epi)
     else:
         n_c = c1 - c0
         if lay["op"] not in ("CONV", "HEAD"):

@@ -440,8 +440,9 @@ class ComputeSequencer(wiring.Component):
                 fold.eq(Mux(last_p, fold + fs * pesimd, fold)),
                 wrow.eq(Mux(last_p, fold + fs * pesimd, wrow + simd_r)),
                 oc.eq(oc + 1), k.eq(0)]
-            m.next = "CORE"
+            next_core(m, 0, oc + 1)
             with m.If(oc == cc1 - 1):
+                m.next = "CORE"          # the next pixel: gather its windows
                 m.d.sync += [oc.eq(cc0), p.eq(0), fold.eq(0), wrow.eq(0), ox.eq(ox + 1),
                              gathered.eq(0)]
                 with m.If(ox == f["out_w"] - 1):
@@ -783,6 +784,58 @@ class ComputeSequencer(wiring.Component):
                           + ox * side_pix) << 3) \
                 + oc * f["side_elem"]
 
+            out_row = (oy - r0) * f["out_pitch"] + ox * out_pix
+
+            def out_addr(kk):
+                return ((out_base + kk * out_tile + out_row) << 3) + oc * f["out_elem"]
+
+            def issue_out(m, kk):
+                """Read output kk's word for OUT_WD to merge into (outputs of different
+                jobs lie in different regions, so never the word OUT_WD writes now)."""
+                a = out_addr(kk)
+                m.d.comb += s.raddr.eq(a >> wbits)
+                m.d.sync += [wword.eq(a >> wbits), wshift.eq(a[:wbits]), wwidth.eq(f["out_elem"])]
+                m.next = "OUT_WD"
+
+            def next_core(m, kk, occ):
+                """On to job kk's channel occ: straight to its accumulator when the array
+                has computed the pixel."""
+                with m.If(vec & gathered):
+                    m.d.comb += rp_a.addr.eq(kk * AFOLDS + (occ >> PSH))
+                    m.next = "ACC_D"
+                with m.Else():
+                    m.next = "CORE"
+
+            def mix_block(kk):
+                return par_base + Mux(is_mixop, 0, kk) * pstride
+
+            def lam_addr(kk):
+                return const_addr(mix_block(kk), off_mix, Mux(is_mixop, 2 + kk, 2))
+
+            def gate_addr(kk):
+                return const_addr(mix_block(kk), off_mix, Mux(is_mixop, 2 + f["jobs"] + kk, 3))
+
+            # OUT itself when a MIXER's epilogue has no stage to read for (late is set
+            # from the next cycle on)
+            late_now = Signal()
+
+            def to_result(m, value):
+                """Job k's value: the next job, the mixer, or the outputs."""
+                m.d.sync += vals[k].eq(value)
+                with m.If(late | late_now):
+                    m.d.sync += late.eq(0)
+                    issue_out(m, k)
+                with m.Elif(k == f["jobs"] - 1):
+                    m.d.sync += k.eq(0)
+                    with m.If(mixing):
+                        m.d.sync += msum.eq(0)
+                        self._issue(m, "LF", const_addr(par_base, off_mix, 0), cb << 3, 1)
+                    with m.Else():
+                        issue_out(m, 0)
+                with m.Else():
+                    m.d.sync += k.eq(k + 1)
+                    next_core(m, k + 1, oc)
+
             def to_post(m, value):
                 """The core's value: post-op, else on to the add."""
                 v = Signal(signed(64))
@@ -806,13 +859,13 @@ class ComputeSequencer(wiring.Component):
             def to_relu(m, value):
                 """After the add: ReLU, then the threshold's invert bit, or the result."""
                 v = Signal(signed(64))
-                m.d.comb += v.eq(value)
-                m.d.sync += acc.eq(Mux(stage("relu") & (v < 0), 0, v))
+                m.d.comb += v.eq(Mux(stage("relu") & (value < 0), 0, value))
                 with m.If(stage("threshold")):
+                    m.d.sync += acc.eq(v)
                     self._issue(m, "EINV", ((par_k + off_thr + f["out_c"] * f["out_levels"] * cb)
                                             << 3) + oc, 1, 0)
                 with m.Else():
-                    m.next = "RESULT"
+                    to_result(m, v)
 
             # ---- compute: one output element of one job ----------------------------------
             with m.State("CORE"):
@@ -1082,7 +1135,7 @@ class ComputeSequencer(wiring.Component):
                 with m.Elif(is_head):
                     self._issue(m, "BIAS", const_addr(par_k, off_head, oc), cb << 3, 1)
                 with m.Elif(is_mixop):
-                    m.next = "RESULT"      # a MIXER's epilogue follows the mix (OUT)
+                    to_result(m, acc)      # a MIXER's epilogue follows the mix (OUT)
                 with m.Else():
                     to_post(m, acc)
                 self._exits(m)
@@ -1152,39 +1205,19 @@ class ComputeSequencer(wiring.Component):
                        address_state=False)
 
             def epilogue_done(m, level):
-                m.d.sync += acc.eq(level)
-                m.next = "RESULT"
+                to_result(m, level)
             threshold_states("E", acc, oc, f["out_levels"], off_thr, epilogue_done)
 
-            with m.State("RESULT"):
-                m.d.sync += vals[k].eq(acc)
-                with m.If(late):
-                    m.d.sync += late.eq(0)
-                    m.next = "OUT_W"
-                with m.Elif(k == f["jobs"] - 1):
-                    m.d.sync += k.eq(0)
-                    with m.If(mixing):
-                        m.d.sync += msum.eq(0)
-                        m.next = "LF"
-                    with m.Else():
-                        m.next = "OUT_W"
-                with m.Else():
-                    m.d.sync += k.eq(k + 1)
-                    m.next = "CORE"
-                self._exits(m)
-
             # ---- mixer: lambdas and gates of job k's block (fused) or block 0 (MIXER) ----
-            mix_block = par_base + Mux(is_mixop, 0, k) * pstride
-
             def got_lf(m, ev):
                 m.d.sync += lf.eq(ev)
-                m.next = "GF"
-            self._read(m, "LF", const_addr(par_base, off_mix, 0), cb << 3, 1, got_lf)
+                self._issue(m, "GF", const_addr(par_base, off_mix, 1), cb << 3, 1)
+            self._read(m, "LF", 0, cb << 3, 1, got_lf, address_state=False)
 
             def got_gf(m, ev):
                 m.d.sync += gf.eq(ev)
-                m.next = "LAM"
-            self._read(m, "GF", const_addr(par_base, off_mix, 1), cb << 3, 1, got_gf)
+                self._issue(m, "LAM", lam_addr(k), cb << 3, 1)
+            self._read(m, "GF", 0, cb << 3, 1, got_gf, address_state=False)
 
             def got_lam(m, ev):
                 m.d.sync += msum.eq(msum + (ev * vals[k])[:64].as_signed())
@@ -1193,9 +1226,15 @@ class ComputeSequencer(wiring.Component):
                     m.next = "AGG"
                 with m.Else():
                     m.d.sync += k.eq(k + 1)
-                    m.next = "LAM"
-            self._read(m, "LAM", const_addr(mix_block, off_mix, Mux(is_mixop, 2 + k, 2)),
-                       cb << 3, 1, got_lam)
+                    self._issue(m, "LAM", lam_addr(k + 1), cb << 3, 1)
+            self._read(m, "LAM", 0, cb << 3, 1, got_lam, address_state=False)
+
+            def to_outputs(m):
+                """After the mixer: a MIXER's epilogue per output (OUT), else the merges."""
+                with m.If(is_mixop):
+                    m.next = "OUT"
+                with m.Else():
+                    issue_out(m, 0)
 
             def round_shift(x, sh):
                 return (x + Mux(sh == 0, 0, (Const(1, signed(64)) << sh[:6]) >> 1)) >> sh[:6]
@@ -1205,10 +1244,10 @@ class ComputeSequencer(wiring.Component):
                 m.d.comb += agg.eq(round_shift(msum, lf))
                 m.d.sync += msum.eq(agg)
                 with m.If(gated):
-                    m.next = "GATE"
+                    self._issue(m, "GATE", gate_addr(k), cb << 3, 1)
                 with m.Else():
                     m.d.sync += vals[0].eq(agg)
-                    m.next = "OUT"
+                    to_outputs(m)
                 self._exits(m)
 
             def got_gate(m, ev):
@@ -1219,29 +1258,18 @@ class ComputeSequencer(wiring.Component):
                 m.d.sync += vals[k].eq(round_shift(mixed_s, gf))
                 with m.If(k == f["jobs"] - 1):
                     m.d.sync += k.eq(0)
-                    m.next = "OUT"
+                    to_outputs(m)
                 with m.Else():
                     m.d.sync += k.eq(k + 1)
-                    m.next = "GATE"
-            self._read(m, "GATE", const_addr(mix_block, off_mix, Mux(is_mixop, 2 + f["jobs"] + k, 3)),
-                       cb << 3, 1, got_gate)
+                    self._issue(m, "GATE", gate_addr(k + 1), cb << 3, 1)
+            self._read(m, "GATE", 0, cb << 3, 1, got_gate, address_state=False)
 
-            # ---- output: merge vals[k] into its word ------------------------------------
-            out_addr = ((out_base + k * out_tile + (oy - r0) * f["out_pitch"] + ox * out_pix) << 3) \
-                + oc * f["out_elem"]
+            # ---- output: merge vals[k] into its word (read by the state before) ------------
             with m.State("OUT"):
-                with m.If(is_mixop):
-                    # a MIXER's epilogue (entry 0's block and side input) on each output
-                    m.d.sync += late.eq(1)
-                    to_post(m, vals[k])
-                with m.Else():
-                    m.next = "OUT_W"
-                self._exits(m)
-            with m.State("OUT_W"):
-                m.d.comb += s.raddr.eq(out_addr >> wbits)
-                m.d.sync += [wword.eq(out_addr >> wbits), wshift.eq(out_addr[:wbits]),
-                             wwidth.eq(f["out_elem"])]
-                m.next = "OUT_WD"
+                # a MIXER's epilogue (entry 0's block and side input) on each output
+                m.d.sync += late.eq(1)
+                m.d.comb += late_now.eq(1)
+                to_post(m, vals[k])
                 self._exits(m)
             with m.State("OUT_WD"):
                 mask = Signal(W)
@@ -1259,7 +1287,7 @@ class ComputeSequencer(wiring.Component):
                     with m.If(is_mixop):
                         m.next = "OUT"
                     with m.Else():
-                        m.next = "OUT_W"
+                        issue_out(m, k + 1)
                 self._exits(m)
 
             # ---- stores: one write-DMA descriptor per job output -------------------------
