@@ -1,5 +1,6 @@
-"""The layer-sequential engine on the DE10-Nano: predicted figures (issue 30's benchmark,
-its predicted half; the RTL-measured half comes with the engine's RTL).
+"""The layer-sequential engine on the DE10-Nano: the intended engine's and the built
+core's predictions, RTL-measured cycles, and where the dataflow design and the engine
+cross over.
 
 For ResNet-18 and ResNet-34 Group-Nets with K=5 at 224x224 (random eval state, seed 0)
 this compiles the engine program for the DE10-Nano's default engine
@@ -10,8 +11,19 @@ bandwidth, under the default DRAM model and at higher bandwidths (sensitivity), 
 the compile time and peak memory, and a what-if: the frame rate if the 32-bit
 fixed-point maps (ranges of the random eval state) were 16-bit (a trained network's).
 
+The *built* half: the engine that ``groupnet-hw build --engine sequential`` writes
+(:func:`groupnet_hw.compiler.engine.target.engine_target`: one 4 x 32 lane array, a
+256 KiB scratchpad) for the same networks through the flow (compile time and peak
+memory; a network the core cannot run yet is reported with the flow's one-line reason),
+its cycles from the core's model (:mod:`groupnet_hw.compiler.engine.core_cycles`) with
+the phases they go to; RTL-measured cycles on Verilator (64 KiB scratchpad) for files
+in the Group-Net authors' layout at ResNet-18 and ResNet-34 depth, narrow and at 32x32;
+and frames/s of the dataflow design (at the board clock) against the engine (at its
+clock) on digits and CIFAR-size networks. Writes ``docs/engine.md`` and
+``docs/engine.png``.
+
     python benchmarks/engine.py                       # writes benchmarks/results/engine.json
-    python benchmarks/engine.py --arch resnet18 -o /tmp/e.json
+    python benchmarks/engine.py --arch resnet18 -o /tmp/e.json --no-rtl
 """
 
 from __future__ import annotations
@@ -132,18 +144,183 @@ def table(r):
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------- the engine as built
+def _model(arch, bases, seed=0, **fields):
+    return randomize_eval_state(GroupNet(arch_config(arch, bases=bases, **fields)),
+                                torch.Generator().manual_seed(seed)).eval()
+
+
+def built(arch, bases=5, seed=0):
+    """The flow's engine build of ``arch`` up to its program (no Verilog), timed, and
+    the core model's cycles (also when the flow refuses the network: the reason)."""
+    from groupnet_hw.compiler.engine.core_cycles import predict_core
+    from groupnet_hw.compiler.engine.target import engine_target
+    from groupnet_hw.flow import BuildConfig, FlowError, build
+    model = _model(arch, bases, seed)
+    t0 = time.perf_counter()
+    reason = None
+    try:
+        b = build(model, BuildConfig(engine="sequential"), stop_after="schedule")
+        program, target = b.engine.program, b.engine.target
+    except FlowError as exc:
+        reason = str(exc)
+        target = engine_target("de10nano")
+        program = compile_engine(compile_model(model), target.config)
+    seconds = time.perf_counter() - t0
+    dram = target.dram
+    c = predict_core(program, target.core, dram.latency, dram.bytes_per_cycle)
+    return dict(arch=arch, bases=bases, core=target.core, clock_mhz=target.config.clock_mhz,
+                flow_refused=reason, flow_seconds=round(seconds, 1),
+                peak_rss_mb=round(_peak_rss_mb()), cycles=c.cycles, fps=c.fps,
+                phases={k: v / c.cycles for k, v in c.phases.items()},
+                descriptors=[dict(index=d.index, opcode=d.opcode, cycles=d.cycles,
+                                  dominant=d.dominant, label=d.label) for d in c.descriptors])
+
+
+def rtl_measured(arch, blocks, bases=5):
+    """An authors'-layout file (ResNet depth, widths 8-64, 32x32, learned scales) built
+    for the 64 KiB engine and verified on one image: measured against predicted."""
+    import sys
+    import tempfile
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from authors_layout import authors_state_dict, write_authors_file
+    from groupnet_hw.flow import BuildConfig, build, verify
+    from groupnet_hw.models.authors import import_authors_checkpoint
+    widths = (8, 16, 32, 64)
+    stages = [[w, n, 1 if i == 0 else 2] for i, (w, n) in enumerate(zip(widths, blocks))]
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "model_best.pth.tar"
+        write_authors_file(src, authors_state_dict(7, bases=bases, widths=widths, blocks=blocks))
+        model, _ = import_authors_checkpoint(src, arch, config_overrides=dict(
+            image_size=32, stem_channels=8, stages=stages, num_classes=10))
+        b = build(model, BuildConfig(engine="sequential", engine_scratchpad_kib=64))
+        images = torch.randint(0, 256, (1, 3, 32, 32), dtype=torch.uint8,
+                               generator=torch.Generator().manual_seed(1))
+        r = verify(b, images=images)
+    return dict(arch=arch, bases=bases, image_size=32, widths=widths, exact=r.ok,
+                predicted=b.engine.prediction.cycles, measured=r.cycles_per_frame_measured,
+                error=r.cycles_per_frame_measured / b.engine.prediction.cycles - 1)
+
+
+#: (label, arch, bases) of the crossover rows
+CROSSOVER = (("digits, K=1", "digits", 1), ("digits, K=5", "digits", 5),
+             ("CIFAR-size, K=1", "cifar-small", 1), ("CIFAR-size, K=5", "cifar-small", 5))
+
+
+def crossover(board="de10nano"):
+    """Frames/s of the dataflow design (fastest folding that fits, at the board clock)
+    and of the engine (as built and intended, at its clock) on small networks."""
+    from groupnet_hw.flow import BuildConfig, FlowError, build
+    rows = []
+    for label, arch, bases in CROSSOVER:
+        model = _model(arch, bases)
+        try:
+            df = build(model, BuildConfig(board=board, engine="dataflow"), stop_after="schedule")
+            dataflow = df.schedule.frames_per_second if df.schedule.fits() else None
+        except FlowError:
+            dataflow = None
+        eng = build(model, BuildConfig(board=board, engine="sequential"), stop_after="schedule")
+        rep = eng.engine.report
+        rows.append(dict(network=label, dataflow_fps=dataflow, engine_fps=rep["frame"]["fps"],
+                         engine_intended_fps=rep["intended"]["fps"]))
+    return rows
+
+
+def write_docs(results, built_rows, rtl_rows, cross, out_md, out_png):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    lines = ["# The layer-sequential engine: measured and predicted",
+             "",
+             "Written by `benchmarks/engine.py` (numbers in `benchmarks/results/engine.json`).",
+             "The engine as built is `hw/engine/core.py` (one 4 x 32 lane XNOR array, a",
+             "scalar datapath, one scratchpad, no overlap of transfers and compute); the",
+             "intended engine is the cycle model of architecture section 12 (5 arrays of",
+             "16 x 48 lanes side by side, double-buffered transfers), not built yet. DRAM:",
+             "the default DE10-Nano model (1.0 GB/s sustained, 48 cycles latency).",
+             "",
+             "| network (K=5, 224x224) | intended engine: cycles/frame | frames/s | "
+             "DRAM MB/frame | engine as built: cycles/frame | frames/s | flow |",
+             "|---|---:|---:|---:|---:|---:|---|"]
+    for r, b in zip(results, built_rows):
+        flow = (f"refused: {b['flow_refused'].split(': ', 1)[-1]}" if b["flow_refused"]
+                else f"built in {b['flow_seconds']} s, peak {b['peak_rss_mb']} MB")
+        lines.append(f"| {r['arch']} | {r['cycles_per_frame']:,} | {r['fps']:.1f} | "
+                     f"{r['dram_bytes_per_frame'] / 1e6:.1f} | {b['cycles']:,} | "
+                     f"{b['fps']:.3f} | {flow} |")
+    lines += ["", "Where the built engine's cycles go (share of the frame):", ""]
+    for b in built_rows:
+        lines.append(f"- {b['arch']}: " + ", ".join(
+            f"{k} {100 * v:.0f} %" for k, v in sorted(b["phases"].items(), key=lambda kv: -kv[1])
+            if v >= 0.005))
+    if rtl_rows:
+        lines += ["", "RTL-measured on Verilator (authors' layout, widths 8-64, 32x32, one "
+                  "image, 64 KiB scratchpad):", "",
+                  "| network | bit-exact | predicted cycles | measured cycles | error |",
+                  "|---|---|---:|---:|---:|"]
+        for r in rtl_rows:
+            lines.append(f"| {r['arch']} K={r['bases']} | {'yes' if r['exact'] else 'NO'} | "
+                         f"{r['predicted']:,} | {r['measured']:,.0f} | {100 * r['error']:+.2f} % |")
+    lines += ["", "Dataflow against the engine on the DE10-Nano (dataflow at the board's "
+              "50 MHz, the engine at 100 MHz):", "",
+              "| network | dataflow frames/s | engine as built | engine intended |",
+              "|---|---:|---:|---:|"]
+    for r in cross:
+        df = "does not fit" if r["dataflow_fps"] is None else f"{r['dataflow_fps']:,.0f}"
+        lines.append(f"| {r['network']} | {df} | {r['engine_fps']:,.1f} | "
+                     f"{r['engine_intended_fps']:,.0f} |")
+    lines += ["", "![frames/s](engine.png)", ""]
+    out_md.write_text("
+".join(lines))
+    fig, ax = plt.subplots(figsize=(8, 4))
+    names = [r["network"] for r in cross] + [f"{b['arch']}, K=5" for b in built_rows]
+    series = {"dataflow": [r["dataflow_fps"] for r in cross] + [None] * len(built_rows),
+              "engine as built": [r["engine_fps"] for r in cross] + [b["fps"] for b in built_rows],
+              "engine intended": [r["engine_intended_fps"] for r in cross]
+              + [r["fps"] for r in results]}
+    width = 0.27
+    for i, (label, ys) in enumerate(series.items()):
+        xs = [k + (i - 1) * width for k in range(len(names))]
+        ax.bar([x for x, y in zip(xs, ys) if y], [y for y in ys if y], width, label=label)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(names)), names, rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("frames/s (DE10-Nano)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", action="append", choices=["resnet18", "resnet34"])
     ap.add_argument("-o", "--output", type=Path, default=RESULTS)
+    ap.add_argument("--no-rtl", action="store_true", help="skip the Verilator runs")
+    ap.add_argument("--docs", type=Path, default=Path(__file__).resolve().parents[1] / "docs",
+                    help="where engine.md and engine.png go")
     args = ap.parse_args(argv)
-    results = [run(a) for a in (args.arch or ["resnet18", "resnet34"])]
+    archs = args.arch or ["resnet18", "resnet34"]
+    results = [run(a) for a in archs]
     for r in results:
         print(table(r))
         print()
+    built_rows = [built(a) for a in archs]
+    for b in built_rows:
+        print(f"{b['arch']} as built: {b['cycles']:,} cycles = {b['fps']:.3f} frames/s; "
+              f"flow {b['flow_refused'] or 'ok'} ({b['flow_seconds']} s)")
+    blocks = {"resnet18": (2, 2, 2, 2), "resnet34": (3, 4, 6, 3)}
+    rtl_rows = [] if args.no_rtl else [rtl_measured(a, blocks[a]) for a in archs]
+    for r in rtl_rows:
+        print(f"RTL {r['arch']}: predicted {r['predicted']:,}, measured {r['measured']:,.0f} "
+              f"({100 * r['error']:+.2f} %), bit-exact {r['exact']}")
+    cross = crossover()
+    for r in cross:
+        print(r)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(dict(results=results), indent=1) + "\n")
-    print(f"wrote {args.output}")
+    args.output.write_text(json.dumps(dict(results=results, built=built_rows, rtl=rtl_rows,
+                                           crossover=cross), indent=1) + "\n")
+    write_docs(results, built_rows, rtl_rows, cross, args.docs / "engine.md",
+               args.docs / "engine.png")
+    print(f"wrote {args.output}, {args.docs / 'engine.md'}, {args.docs / 'engine.png'}")
 
 
 if __name__ == "__main__":

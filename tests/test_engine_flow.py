@@ -156,3 +156,31 @@ def test_a_wrong_result_names_the_first_differing_descriptor(digits_engine_build
                            bytes_per_cycle=dram.bytes_per_cycle)
     assert not result.ok
     assert "descriptor 2" in result.first_mismatch, result.first_mismatch
+
+
+@pytest.mark.parametrize("arch,blocks", [("resnet18", (2, 2, 2, 2)), ("resnet34", (3, 4, 6, 3))])
+def test_authors_resnet_k5_imports_builds_and_verifies(arch, blocks, tmp_path, need_verilator):
+    """A K=5 file in the Group-Net authors' layout (learned scales; ResNet-18 and -34
+    depth, narrow and at 32x32 so that the fast tier can run it) imports, builds for the
+    engine and runs bit-exact on Verilator; the measured cycles are the core model's."""
+    from authors_layout import authors_state_dict, write_authors_file
+    from groupnet_hw.models.authors import import_authors_checkpoint
+    widths = (8, 16, 32, 64)
+    stages = [[w, n, 1 if i == 0 else 2] for i, (w, n) in enumerate(zip(widths, blocks))]
+    src = tmp_path / "model_best.pth.tar"
+    write_authors_file(src, authors_state_dict(7, bases=5, widths=widths, blocks=blocks))
+    model, report = import_authors_checkpoint(
+        src, arch, config_overrides=dict(image_size=32, stem_channels=8, stages=stages,
+                                         num_classes=10))
+    assert report.bases == 5
+    ckpt = tmp_path / "r.pt"
+    save_checkpoint(ckpt, model)
+    b = build(ckpt, BuildConfig(**SMALL_ENGINE), out_dir=tmp_path / "out")
+    assert b.backend == "sequential"
+    images = torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8,
+                           generator=torch.Generator().manual_seed(1))
+    result = verify(tmp_path / "out", images=images)
+    assert result.ok and result.exact == 2, result.first_mismatch
+    predicted = b.engine.prediction.cycles
+    assert abs(result.cycles_per_frame_measured / predicted - 1) <= 0.02, \
+        (result.cycles_per_frame_measured, predicted)
