@@ -24,14 +24,15 @@ Compute per output pixel, channel and job:
 - XNOR-popcount array (``vec``): per pixel and job the *gather* (CORE, POOL_TAP, per
   window tap its groups of lanes read from one word: G_TAP, G_IN and, with a one-level
   prologue threshold, G_INV and G_THR; a padded tap's groups G_TAP; EPI; with a prologue
-  of more levels, per lane TAP, IN_D, PINV_D and PT_D, WEIGHT, a padded lane TAP and
+  of more levels, TAP, per lane IN_D, PINV_D and PT_D, WEIGHT, a padded lane
   WEIGHT) and the *folds* (MVU, one fold of PE x SIMD lanes a cycle, pipelined;
   MVU_END); then CORE and per channel and job ACC_D and the epilogue;
-- scalar path: per channel and job CORE, POOL_TAP, per tap TAP, IN_D, W_D (a
-  product: stem, head, binary convolutions the array cannot take; a padded tap TAP,
-  WEIGHT, W_D) or TAP, IN_D, WEIGHT (a maximum: MAXPOOL, PIXEL, SUBSAMPLE, a MIXER's
+- scalar path: per channel and job CORE, POOL_TAP, TAP, per tap IN_D, W_D (a
+  product: stem, head, binary convolutions the array cannot take; a padded tap
+  WEIGHT, W_D) or IN_D, WEIGHT (a maximum: MAXPOOL, PIXEL, SUBSAMPLE, a MIXER's
   inputs), EPI; a fused max pooling repeats the convolution per pooling tap
-  (POOL_TAP, POOL_NEXT); a read's address is driven by the state before its data state;
+  (POOL_TAP, POOL_NEXT); a read's address is driven by the state before its data
+  state, and the state that ends a tap starts the next;
 - epilogue per channel and job: BIAS_D (head), PS_D, PF_D, PA_D, PB_D, PCALC (post-op),
   SIDE_D, EINV_D, ET_D per level (threshold); per channel the fused mixer (LF_D, GF_D,
   LAM_D per job, AGG, GATE_D per job) and per output written OUT_WD (a MIXER
@@ -421,13 +422,14 @@ def _outputs(d, lay, oc):
 
 
 def _tap_costs(d, lay):
-    """(valid, padded) cycles of one window tap: TAP, IN_D, the prologue threshold
-    (PINV_D, PT_D per level), then W_D (a product) or WEIGHT; a padded tap TAP, WEIGHT
-    (and W_D). Each read is addressed by the state before it."""
+    """(valid, padded) cycles of one window tap: IN_D, the prologue threshold (PINV_D,
+    PT_D per level), then W_D (a product) or WEIGHT; a padded tap WEIGHT (and W_D).
+    Each read is addressed by the state before it, and the state that ends a tap
+    starts the next: a window's first tap adds TAP."""
     prologue = 1 + d["in_levels"] if _has(d, "prologue_threshold") else 0
     per_channel = lay["op"] not in ("CONV", "HEAD")
     w = 0 if (per_channel or lay["vec"]) else 1
-    return 3 + prologue, 2 + w
+    return 2 + prologue, 1 + w
 
 
 def _wide_gather(d, lay, core, r0, r1):
@@ -515,6 +517,8 @@ def _compute(d, lay, rows, channels, folds, core):
         # per pixel and job: CORE, POOL_TAP, the window, EPI; the folds of [o0, o1)
         if not _has(d, "prologue_threshold") or d["in_levels"] == 1:
             taps = _wide_gather(d, lay, core, r0, r1)
+        else:
+            taps += px                            # TAP: the window's first tap
         out["gather"] = jobs * (3 * px + taps)
         # MVU: one fold a cycle (the popcounts of a fold are added while the next one
         # is addressed, a PE fold's sums stored with its last SIMD fold); MVU_END
@@ -534,10 +538,10 @@ def _compute(d, lay, rows, channels, folds, core):
             taps *= n_c
         if lay["pooling"]:
             # per pooling tap: POOL_TAP, POOL_NEXT; inside the map the convolution
-            # and EPI
-            window = n_c * (2 * ws["pool_taps"] + ws["pool_in"]) + taps
+            # (TAP, the taps) and EPI
+            window = n_c * (2 * ws["pool_taps"] + 2 * ws["pool_in"]) + taps
         else:
-            window = n_c * 2 * px + taps            # POOL_TAP, the taps, EPI
+            window = n_c * 3 * px + taps            # POOL_TAP, TAP, the taps, EPI
         out["scalar"] = jobs * (n_c * px + window)      # CORE
         out["epilogue"] = jobs * px * per_oc_epi
     out["outputs"] = px * sum(_mixer(d, lay) + _outputs(d, lay, oc) for oc in range(c0, c1))

@@ -899,19 +899,33 @@ class ComputeSequencer(wiring.Component):
                 with m.Else():
                     m.next = "POOL_NEXT"     # a padded tap: never the maximum
                 self._exits(m)
-            iy = Signal(signed(20))
-            ix = Signal(signed(20))
-            ch = Signal(16)
-            m.d.comb += [iy.eq(cy * st_r - pad_r + ky * dil_r),
-                         ix.eq(cx * st_r - pad_r + kx * dil_r),
-                         ch.eq(Mux(per_channel, oc, ci))]
-            # an element-wise core narrower than its output (a subsampled option-A
-            # shortcut with the add's side first): the missing channels are zeros
-            in_valid = (iy >= 0) & (iy < f["in_h"]) & (ix >= 0) & (ix < f["in_w"]) \
-                & (~per_channel | (oc < f["in_c"]))
+            def tap_geometry(ky_, kx_, ci_, suffix=""):
+                """Tap (ky_, kx_, ci_): its input position and channel, whether it lies
+                inside the input, and its bit address in the scratchpad."""
+                iy_ = Signal(signed(20), name="iy" + suffix)
+                ix_ = Signal(signed(20), name="ix" + suffix)
+                ch_ = Signal(16, name="ch" + suffix)
+                m.d.comb += [iy_.eq(cy * st_r - pad_r + ky_ * dil_r),
+                             ix_.eq(cx * st_r - pad_r + kx_ * dil_r),
+                             ch_.eq(Mux(per_channel, oc, ci_))]
+                # an element-wise core narrower than its output (a subsampled option-A
+                # shortcut with the add's side first): the missing channels are zeros
+                valid_ = (iy_ >= 0) & (iy_ < f["in_h"]) & (ix_ >= 0) & (ix_ < f["in_w"]) \
+                    & (~per_channel | (oc < f["in_c"]))
+                addr_ = ((in_base + kin * in_tile + (iy_ - ly0).as_unsigned()[:16] * f["in_pitch"]
+                          + ix_.as_unsigned()[:16] * in_pix) << 3) + ch_ * f["in_elem"]
+                return iy_, ix_, ch_, valid_, addr_
+
+            iy, ix, ch, in_valid, in_addr = tap_geometry(ky, kx, ci)
+            # the scalar path's next tap, so that the state finishing a tap starts it
+            last_ci, last_kx = ci == ci_n - 1, kx == kw_n - 1
+            last_tap = last_ci & last_kx & (ky == kh_n - 1)
+            ky_nx, kx_nx, ci_nx = Signal(16), Signal(16), Signal(16)
+            m.d.comb += [ci_nx.eq(Mux(last_ci, 0, ci + 1)),
+                         kx_nx.eq(Mux(last_ci, Mux(last_kx, 0, kx + 1), kx)),
+                         ky_nx.eq(Mux(last_ci & last_kx, ky + 1, ky))]
+            _, _, _, in_valid_nx, in_addr_nx = tap_geometry(ky_nx, kx_nx, ci_nx, "_nx")
             pad_value = Mux(is_conv & ~int_w & (f["act_bits"] == 0), 1, 0)
-            in_addr = ((in_base + kin * in_tile + (iy - ly0).as_unsigned()[:16] * f["in_pitch"]
-                        + ix.as_unsigned()[:16] * in_pix) << 3) + ch * f["in_elem"]
             widx = wrow + woff
             w_bin_addr = ((par_k + off_w) << 3) + wskew + widx
             w_int_addr = ((par_k + off_w) << 3) + wskew + widx * (f["weight_bytes"] << 3)
@@ -931,13 +945,17 @@ class ComputeSequencer(wiring.Component):
                 with m.Else():
                     issue_weight(m)
 
-            with m.State("TAP"):
-                m.d.sync += valid.eq(in_valid)
-                with m.If(in_valid):
-                    self._issue(m, "IN", in_addr, f["in_elem"], f["in_fmt"] == 2)
+            def start_tap(m, tap_valid, tap_addr):
+                """Read a tap's input, or take the pad value."""
+                m.d.sync += valid.eq(tap_valid)
+                with m.If(tap_valid):
+                    self._issue(m, "IN", tap_addr, f["in_elem"], f["in_fmt"] == 2)
                 with m.Else():
                     m.d.sync += xv.eq(pad_value)
                     m.next = "WEIGHT"
+
+            with m.State("TAP"):
+                start_tap(m, in_valid, in_addr)
                 self._exits(m)
 
             def got_input(m, ev):
@@ -1085,14 +1103,12 @@ class ComputeSequencer(wiring.Component):
                 last_j = j == simd_r - 1
                 m.d.sync += [j.eq(Mux(last_j, 0, j + 1)),
                              woff.eq(Mux(last_j, woff + pesimd - (simd_r - 1), woff + 1)),
-                             ci.eq(ci + 1)]
-                m.next = "TAP"
-                with m.If(ci == ci_n - 1):
-                    m.d.sync += [ci.eq(0), kx.eq(kx + 1)]
-                    with m.If(kx == kw_n - 1):
-                        m.d.sync += [kx.eq(0), ky.eq(ky + 1)]
-                        with m.If(ky == kh_n - 1):
-                            m.next = "EPI"
+                             ci.eq(ci_nx), kx.eq(kx_nx), ky.eq(ky_nx)]
+                with m.If(last_tap):
+                    m.d.sync += [kx.eq(0), ky.eq(0)]
+                    m.next = "EPI"
+                with m.Else():
+                    start_tap(m, in_valid_nx, in_addr_nx)
 
             spread = Signal(4 * SIMD)
             for b in range(4):
