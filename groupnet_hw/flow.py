@@ -619,7 +619,7 @@ def engine_rtl(b: Build, build_dir=None, progress=None):
     root.mkdir(parents=True, exist_ok=True)
     design = rtl_design(b, root)
     try:
-        return build_engine_rtl(design.verilog, design.toplevel, build_dir=root / "verilator",
+        return build_engine_rtl(design.verilog, design.toplevel, build_dir=root,
                                 progress=progress)
     except RTLError as exc:
         raise FlowError(f"the engine's Verilog did not build: {str(exc).splitlines()[0]}") from None

