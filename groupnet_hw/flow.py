@@ -327,6 +327,12 @@ def _schedule(b: Build, source, out_dir):
     intended = predict_engine(program, dram)
     report = engine_report(program, target, prediction, intended, reason=reason)
     b.engine = EngineBuild(target, program, prediction, report)
+    fps, clock = report["frame"]["fps"], target.config.clock_mhz
+    wanted = b.config.fps or (b.config.target_cycles and clock * 1e6 / b.config.target_cycles)
+    if wanted and fps < wanted:
+        raise FlowError(f"the layer-sequential engine reaches {fps:.3g} frames/s at {clock:g} MHz "
+                        f"({prediction.cycles:,} cycles/frame), below the {wanted:.3g} asked; "
+                        "drop --fps/--target-cycles or raise --engine-clock")
 
 
 def _elaborate(b: Build, source, out_dir):

@@ -81,6 +81,16 @@ def test_auto_takes_the_engine_where_dataflow_does_not_fit(tmp_path):
         build(ckpt, BuildConfig(engine="dataflow"), stop_after="schedule")
 
 
+def test_an_fps_the_engine_cannot_reach_is_refused(tmp_path):
+    ckpt = zoo_checkpoint(tmp_path / "d.pt", "digits", 1)
+    ok = build(ckpt, BuildConfig(engine="sequential"), stop_after="schedule")
+    fps = ok.engine.report["frame"]["fps"]
+    assert build(ckpt, BuildConfig(engine="sequential", fps=fps / 2),
+                 stop_after="schedule").backend == "sequential"
+    with pytest.raises(FlowError, match="engine reaches .* frames/s at 100 MHz"):
+        build(ckpt, BuildConfig(engine="sequential", fps=fps * 2), stop_after="schedule")
+
+
 def test_a_board_without_a_dram_port_refuses_the_engine(tmp_path):
     ckpt = zoo_checkpoint(tmp_path / "d.pt", "digits", 1)
     with pytest.raises(FlowError, match="ulx3s has no DRAM port"):
@@ -187,3 +197,35 @@ def test_authors_resnet_k5_imports_builds_and_verifies(arch, blocks, tmp_path, n
     predicted = b.engine.prediction.cycles
     assert abs(result.cycles_per_frame_measured / predicted - 1) <= 0.02, \
         (result.cycles_per_frame_measured, predicted)
+
+
+VARIANTS = ["lbd", "gbd-v1", "gbd-v2", "gbd-v3", "groupnet", "groupnet-star"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_digits_variant_verifies_on_the_engine(variant, tmp_path, need_verilator):
+    """Each variant (K=3) built with --engine sequential: 20 test digits bit-exact at
+    the report's cycles, 5 more under stall 0.3."""
+    ckpt = zoo_checkpoint(tmp_path / "v.pt", "digits", 3, seed=3, variant=variant)
+    b = build(ckpt, BuildConfig(**SMALL_ENGINE), out_dir=tmp_path / "out")
+    result = verify(tmp_path / "out", images=20)
+    assert result.ok and result.exact == 20, result.first_mismatch
+    assert abs(result.cycles_per_frame_measured / b.engine.prediction.cycles - 1) <= 0.02
+    stalled = verify(tmp_path / "out", images=5, stall=0.3, seed=1)
+    assert stalled.ok and stalled.exact == 5, stalled.first_mismatch
+
+
+@pytest.mark.slow
+def test_cifar_size_k5_verifies_on_the_engine(tmp_path, need_verilator):
+    """CIFAR-size K=5 (random eval state) on the default 256 KiB engine: two images,
+    one more under stall 0.3."""
+    ckpt = zoo_checkpoint(tmp_path / "c.pt", "cifar-small", 5, seed=1)
+    b = build(ckpt, BuildConfig(engine="sequential"), out_dir=tmp_path / "out")
+    images = torch.randint(0, 256, (3, 3, 32, 32), dtype=torch.uint8,
+                           generator=torch.Generator().manual_seed(2))
+    result = verify(tmp_path / "out", images=images[:2])
+    assert result.ok and result.exact == 2, result.first_mismatch
+    assert abs(result.cycles_per_frame_measured / b.engine.prediction.cycles - 1) <= 0.02
+    stalled = verify(tmp_path / "out", images=images[2:], stall=0.3, seed=2)
+    assert stalled.ok, stalled.first_mismatch
