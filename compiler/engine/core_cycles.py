@@ -33,10 +33,10 @@ Compute per output pixel, channel and job:
   inputs), EPI; a fused max pooling repeats the convolution per pooling tap
   (POOL_TAP, POOL_NEXT); a read's address is driven by the state before its data
   state, and the state that ends a tap starts the next;
-- epilogue per channel and job: BIAS_D (head), PS_D, PF_D, PA_D, PB_D, PCALC (post-op),
-  SIDE_D, EINV_D, ET_D per level (threshold); per channel the fused mixer (LF_D, GF_D,
-  LAM_D per job, AGG, GATE_D per job) and per output written OUT_WD (a MIXER
-  descriptor runs OUT and its epilogue before each).
+- epilogue per channel and job: BIAS_D (head), PA_D, PB_D, PCALC (post-op; PS_D and
+  PF_D at a block's first element), SIDE_D, EINV_D, ET_D per level (threshold); per
+  channel the fused mixer (LF_D, GF_D, LAM_D per job, AGG, GATE_D per job) and per
+  output written OUT_WD (a MIXER descriptor runs OUT and its epilogue before each).
 
 The DMAs (``hw/engine/dma.py``) and the DRAM model (``sim/dram_model.h``): a read of
 ``n`` words accepted in cycle ``t`` has its first word on the bus ``4 + latency``
@@ -385,15 +385,24 @@ def _valid_taps(n_out, stride, pad, dil, k, size, offset=0):
 
 def _epilogue(d, lay, oc):
     """One output element of one job after its core value: BIAS_D (head), post-op
-    (PS_D, PF_D, PA_D, PB_D, PCALC), SIDE_D (when ``oc < side_c``), threshold (EINV_D,
+    (PA_D, PB_D, PCALC; PS_D and PF_D too for a block's first element of the
+    descriptor, :func:`_post_first`), SIDE_D (when ``oc < side_c``), threshold (EINV_D,
     ET_D per level): each read is addressed by the state before it, and a stage that
     does not apply costs nothing (ReLU on the way; the result goes on to the next job,
     the mixer or the outputs from the last stage)."""
     c = 1 if lay["is_head"] else 0
-    c += 5 if _has(d, "postop") else 0
+    c += 3 if _has(d, "postop") else 0
     c += 1 if _has(d, "add") and oc < d["side_c"] else 0
     c += 1 + d["out_levels"] if _has(d, "threshold") else 0
     return c
+
+
+def _post_first(d, lay):
+    """PS_D and PF_D: the post-op's shift and flags, read at each parameter block's
+    first output element of a descriptor and kept (a MIXER's epilogue: block 0)."""
+    if not _has(d, "postop"):
+        return 0
+    return 2 * (1 if lay["op"] == "MIXER" else d["jobs"])
 
 
 def _mixer(d, lay):
@@ -670,6 +679,7 @@ def descriptor_core_cycles(d, table, core, label=""):
                 phases[name] += c
         seq, drain = _stores(d, lay, table, core, rows)
         phases["stores"] += seq
+    phases["epilogue"] += _post_first(d, lay)
     # FENCE until the last write's done, then NEXT
     phases["fence"] = 1 + max(drain, 0) + 1
     return _result(d, op, phases, label)

@@ -41,12 +41,19 @@ Microarchitecture (first version: correctness first, no overlap)
     tap-major and channel-minor (the weight packing's order), into a window buffer of
     ``simd``-lane words holding 4 bit planes: the input element, the prologue threshold
     (``in_levels`` comparisons and the invert bit), padding (bit 1 for binary inputs,
-    level 0 for n-bit ones). Then each fold ``(o, s)`` reads its ``pe x simd`` weight
-    bits as one piece of a scratchpad word and the window word ``s``, and the ``pe``
-    lanes add ``popcount(~(x ^ w) & valid)`` (binary inputs; ``2 * sum - N`` at the
-    end) or, per bit plane ``b``, ``(popcount(x_b & w) - popcount(x_b & ~w)) << b``
-    (n-bit levels: the executor's ``p @ w - p @ (1 - w)``). The pixel's accumulators of
-    every job go to an accumulator buffer that the epilogue reads channel by channel.
+    level 0 for n-bit ones). A tap's channels are consecutive elements of one pixel
+    (NHWC), so the gather reads a scratchpad word once for a group of lanes: as many as
+    remain of the tap, of the word, of the window word being built and, with a
+    one-level prologue threshold, whose thresholds and invert bits lie in one word each
+    (a prologue of more levels is gathered lane by lane). Then each fold ``(o, s)``
+    reads its ``pe x simd`` weight bits as one piece of a scratchpad word and the window
+    word ``s``, one fold a cycle (the next fold is addressed while this one's popcounts
+    are added), and the ``pe`` lanes add ``popcount(~(x ^ w) & valid)`` (binary inputs;
+    ``2 * sum - N`` at the end) or, per bit plane ``b``,
+    ``(popcount(x_b & w) - popcount(x_b & ~w)) << b`` (n-bit levels: the executor's
+    ``p @ w - p @ (1 - w)``). A PE fold's ``pe`` sums are one entry of the accumulator
+    buffer, written as its last SIMD fold ends; the epilogue reads them channel by
+    channel.
 
     Everything else is a scalar datapath under the same state machine, for every output
     row, pixel, channel and job: it walks the window's taps and reads each operand from
@@ -65,7 +72,9 @@ Microarchitecture (first version: correctness first, no overlap)
     jobs' values (``round_shift(sum lambda_k x_k, lambda_frac)``) and gates them
     (``round_shift(g x_k + (2^f - g) agg, gate_frac)``); a MIXER descriptor mixes
     first and applies its epilogue after, with entry 0's block and side input. Each
-    result is merged into its output word (read, merge, write). The arithmetic is the
+    result is merged into its output word (read, merge, write). Every scratchpad read's
+    address is driven by the state that decides the read follows, so a read costs only
+    its data state, and a stage that does not apply costs no state. The arithmetic is the
     executor's (``compiler/ops``) on 64-bit values with 128-bit products: exact wherever
     the compiler's range analysis proves int64 suffices, which it checks for every node.
 
@@ -78,16 +87,22 @@ Cycles
     Per descriptor: the fetch (read latency + 128 bytes), the loads (each a read-DMA
     descriptor: latency + its words at up to one per cycle), ``out_bytes / bytes per
     word`` cycles of clearing per job, then the compute, then two cycles per output
-    word written (plus the write latency) and the fence. A binary convolution takes per
-    output pixel and job about ``N * (6 + 2 * (in_levels + 1) [prologue])`` cycles of
-    gather (``N = k*k*C_in``), ``2 * ceil(C_out/pe) * ceil(N/simd)`` of array folds and
-    ``pe`` per fold to store the accumulators; every output element then takes 4 to
-    read its accumulator, 2 per parameter read of its epilogue (post-op 4, add 1,
-    threshold ``out_levels + 1``, mixer 2 per job) and 2 to write. A scalar tap costs
-    about 6 cycles (address, input read, weight read, accumulate). Measured on digits:
-    22-36 times the cycle model's prediction (``benchmarks/engine_core_cycles.py``):
-    this version is reference-exact, not yet the ``arrays`` arrays side by side with
-    overlapped transfers that the model (``compiler/engine/cycles.py``) assumes.
+    word written (plus the write latency) and the fence. A binary convolution on the
+    array takes per output pixel and job 3 cycles (CORE, POOL_TAP, EPI), the gather
+    (per group of lanes 2 cycles, 4 with a one-level prologue threshold, 1 in a padded
+    tap: about ``k*k*ceil(C_in/simd)`` groups when a tap's channels share a word; a
+    prologue of more levels ``3 + in_levels`` cycles a lane), then
+    ``ceil(C_out/pe) * ceil(N/simd) + 1`` cycles of folds (``N = k*k*C_in``). Every
+    output element then takes 1 cycle to read its accumulator, 1 per read of its
+    epilogue (post-op 2 and 1 of arithmetic: a block's shift and flags are read at its
+    first element of the descriptor and kept; add 1, threshold ``out_levels + 1``; a
+    fused mixer per channel ``3 + jobs``, ``+ jobs`` gated) and 1 per output merged into
+    its word. A scalar tap costs 2 cycles (input, then weight or maximum; 1 for a padded
+    tap of a maximum), ``in_levels + 1`` more with a prologue threshold, and each window
+    1 more. ``compiler/engine/core_cycles.py`` mirrors these phases and predicts this
+    RTL's cycles; against the cycle model of the intended engine
+    (``compiler/engine/cycles.py``: ``arrays`` arrays side by side, overlapped
+    transfers) ``benchmarks/engine_core_cycles.py`` measures the ratio on digits.
     ``stem_pe`` and ``stem_simd`` fix only the integer weight packing it reads.
 
 Parameters
@@ -348,7 +363,13 @@ class ComputeSequencer(wiring.Component):
         xraw, xv = Signal(signed(64)), Signal(signed(64))
         seen = Signal()
         valid = Signal()
-        pa, pb, pshift, pflags = (Signal(signed(64), name=n) for n in ("pa", "pb", "pshift", "pflags"))
+        pa, pb = Signal(signed(64), name="pa"), Signal(signed(64), name="pb")
+        psh, pzero, pfl = Signal(7), Signal(), Signal(2)   # the post-op's shift and flags
+        # every block's post-op shift and flags, read at its first output of a descriptor
+        pc_valid = Signal(self.max_jobs)
+        pc_sh = Array(Signal(7, name=f"pc_sh{i}") for i in range(self.max_jobs))
+        pc_zero = Array(Signal(name=f"pc_zero{i}") for i in range(self.max_jobs))
+        pc_fl = Array(Signal(2, name=f"pc_fl{i}") for i in range(self.max_jobs))
         lf, gf = Signal(signed(64)), Signal(signed(64))
         msum = Signal(signed(64))
         vec = Signal()            # this descriptor's binary convolution runs on the array
@@ -404,7 +425,8 @@ class ComputeSequencer(wiring.Component):
         kin = Mux(flag("shared_input"), 0, k)
         # a MIXER's epilogue reads entry 0's side input and block for every output
         kside = Mux(flag("shared_side") | is_mixop, 0, k)
-        par_k = par_base + Mux(is_mixop, 0, k) * pstride
+        kblock = Mux(is_mixop, 0, k)      # the parameter block of job k's epilogue
+        par_k = par_base + kblock * pstride
 
         def const_addr(block, section, idx):
             return ((block + section + idx * cb) << 3)
@@ -521,6 +543,7 @@ class ComputeSequencer(wiring.Component):
 
             # ---- what this path runs ----------------------------------------------------
             with m.State("CHECK"):
+                m.d.sync += pc_valid.eq(0)
                 bad = ((st & _ST["maxpool"]) != 0) & ~is_conv | (f["groups"] != 1) \
                     | (f["jobs"] == 0) | (f["jobs"] > self.max_jobs) \
                     | (op == _OP["CONV"]) & ~int_w & (f["in_levels"] == 0) & (f["act_bits"] == 0) \
@@ -842,7 +865,12 @@ class ComputeSequencer(wiring.Component):
                 m.d.comb += v.eq(value)
                 with m.If(stage("postop")):
                     m.d.sync += acc.eq(v)
-                    self._issue(m, "PS", const_addr(par_k, off_post, 0), cb << 3, 1)
+                    with m.If(pc_valid.bit_select(kblock, 1)):
+                        m.d.sync += [psh.eq(pc_sh[kblock]), pzero.eq(pc_zero[kblock]),
+                                     pfl.eq(pc_fl[kblock])]
+                        self._issue(m, "PA", const_addr(par_k, off_post, 2 + oc), cb << 3, 1)
+                    with m.Else():
+                        self._issue(m, "PS", const_addr(par_k, off_post, 0), cb << 3, 1)
                 with m.Else():
                     to_add(m, v)
 
@@ -1190,29 +1218,39 @@ class ComputeSequencer(wiring.Component):
                 to_post(m, acc + ev)
             self._read(m, "BIAS", 0, cb << 3, 1, got_bias, address_state=False)
 
-            # the post-op's shift, flags, A[oc] and B[oc]: each read addressed by the
-            # previous one's data state (PS by the state that starts the post-op)
-            post_reads = (("PS", pshift, const_addr(par_k, off_post, 1), "PF"),
-                          ("PF", pflags, const_addr(par_k, off_post, 2 + oc), "PA"),
-                          ("PA", pa, const_addr(par_k, off_post, 2 + f["out_c"] + oc), "PB"),
-                          ("PB", pb, None, None))
-            for name, reg, nxt_addr, nxt in post_reads:
-                def got(m, ev, reg=reg, nxt_addr=nxt_addr, nxt=nxt):
-                    m.d.sync += reg.eq(ev)
-                    if nxt is None:
-                        m.next = "PCALC"
-                    else:
-                        self._issue(m, nxt, nxt_addr, cb << 3, 1)
-                self._read(m, name, 0, cb << 3, 1, got, address_state=False)
+            # the post-op's shift and flags (the block's first output only: then kept),
+            # A[oc] and B[oc]: each read addressed by the previous one's data state (PS
+            # or PA by the state that starts the post-op)
+            def got_ps(m, ev):
+                m.d.sync += [psh.eq(ev[:7]), pzero.eq(ev == 0),
+                             pc_sh[kblock].eq(ev[:7]), pc_zero[kblock].eq(ev == 0)]
+                self._issue(m, "PF", const_addr(par_k, off_post, 1), cb << 3, 1)
+            self._read(m, "PS", 0, cb << 3, 1, got_ps, address_state=False)
+
+            def got_pf(m, ev):
+                m.d.sync += [pfl.eq(ev[:2]), pc_fl[kblock].eq(ev[:2]),
+                             pc_valid.eq(pc_valid | (1 << kblock))]
+                self._issue(m, "PA", const_addr(par_k, off_post, 2 + oc), cb << 3, 1)
+            self._read(m, "PF", 0, cb << 3, 1, got_pf, address_state=False)
+
+            def got_pa(m, ev):
+                m.d.sync += pa.eq(ev)
+                self._issue(m, "PB", const_addr(par_k, off_post, 2 + f["out_c"] + oc), cb << 3, 1)
+            self._read(m, "PA", 0, cb << 3, 1, got_pa, address_state=False)
+
+            def got_pb(m, ev):
+                m.d.sync += pb.eq(ev)
+                m.next = "PCALC"
+            self._read(m, "PB", 0, cb << 3, 1, got_pb, address_state=False)
             with m.State("PCALC"):
-                v = Mux(pflags[0] & (acc < 0), 0, acc)
+                v = Mux(pfl[0] & (acc < 0), 0, acc)
                 t = Signal(signed(130))
                 m.d.comb += t.eq(pa * v + pb)
                 half = Signal(signed(130))
-                m.d.comb += half.eq(Mux(pshift == 0, 0, (Const(1, signed(130)) << pshift[:7]) >> 1))
+                m.d.comb += half.eq(Mux(pzero, 0, (Const(1, signed(130)) << psh) >> 1))
                 r = Signal(signed(130))
-                m.d.comb += r.eq((t + half) >> pshift[:7])
-                to_add(m, Mux(pflags[1] & (r < 0), 0, r[:64].as_signed()))
+                m.d.comb += r.eq((t + half) >> psh)
+                to_add(m, Mux(pfl[1] & (r < 0), 0, r[:64].as_signed()))
                 self._exits(m)
 
             def got_side(m, ev):
