@@ -9,7 +9,8 @@ the program cut after descriptor ``i`` (its successor rewritten as END) minus th
 program cut after ``i - 1``. The model must be within 2 % per frame; the default tier
 checks digits K=1 (every descriptor too) and the pooled stem with conv shortcuts under
 the slower DRAM, ``-m slow`` the rest: every digits K and random configuration at both
-DRAM settings, row tiles, and weight streaming on a small scratchpad.
+DRAM settings, row tiles, weight streaming on a small scratchpad, and a read DMA with
+one burst in flight.
 """
 
 import pytest
@@ -22,6 +23,7 @@ from groupnet_hw.compiler.engine.config import EngineConfig
 from groupnet_hw.compiler.engine.core_cycles import predict_core
 from groupnet_hw.compiler.engine.layout import compile_engine
 from groupnet_hw.compiler.passes import compile_model
+from groupnet_hw.flow import ENGINE_NAME
 
 SLOW = pytest.mark.slow
 TOLERANCE = 0.02
@@ -31,7 +33,8 @@ DRAMS = {"fast": (48, 10.0), "slow": (40, 4.0)}
 
 @pytest.fixture(scope="module")
 def core(tmp_path_factory):
-    return _build(tmp_path_factory, "engine_core")
+    # test_engine_core's build (the flow's module name, the same Verilog): one build
+    return _build(tmp_path_factory, ENGINE_NAME)
 
 
 def _network(name):
@@ -97,8 +100,8 @@ def test_row_tiles(core, dram):
                                    stages=[[16, 1, 1], [32, 1, 2]], bases=2))
     pred, _ = check(core, g, 3, SMALL, CORE, dram, per_descriptor=True)
     assert any(d["n_tiles"] > 1 for d in compile_engine(g, SMALL).descriptors)
-    pool = EngineConfig(arrays=2, pe=4, simd=8, input_buffer=1024, weight_buffer=64,
-                        output_buffer=1024, port_bytes=16)
+    pool = EngineConfig(arrays=2, pe=CORE["pe"], simd=CORE["simd"], input_buffer=1024,
+                        weight_buffer=64, output_buffer=1024, port_bytes=16)
     g, seed = _network("random4")
     check(core, g, seed, pool, CORE, dram, per_descriptor=True)
 
@@ -115,6 +118,17 @@ def test_weight_streaming(tmp_path_factory, config):
     for dram in DRAMS:
         check(build, g, 3, SMALL if config == "small" else CONFIG, params, dram,
               per_descriptor=True)
+
+
+@SLOW
+def test_read_dma_limits(tmp_path_factory):
+    """One read burst in flight and a 16-word receive buffer: every burst of a load
+    waits for the latency again (the model follows the bursts)."""
+    params = dict(CORE, max_outstanding=1, buffer_depth=16)
+    build = _build(tmp_path_factory, "engine_core_mo1", max_outstanding=1, buffer_depth=16)
+    g, seed = _network("digits1")
+    for dram in DRAMS:
+        check(build, g, seed, CONFIG, params, dram, per_descriptor=True)
 
 
 def test_phases_add_up():
