@@ -22,11 +22,12 @@ Phases of a descriptor (docs/architecture.md section 13):
 Compute per output pixel, channel and job:
 
 - XNOR-popcount array (``vec``): per pixel and job the *gather* (CORE, POOL_TAP, per
-  window tap its groups of lanes read from one word: G_TAP, G_IN and, with a one-level
-  prologue threshold, G_INV and G_THR; a padded tap's groups G_TAP; EPI; with a prologue
-  of more levels, TAP, per lane IN_D, PINV_D and PT_D, WEIGHT, a padded lane
-  WEIGHT) and the *folds* (MVU, one fold of PE x SIMD lanes a cycle, pipelined;
-  MVU_END); then CORE and per channel and job ACC_D and the epilogue;
+  window tap G_TAP, then per group of lanes read from one word G_IN and, with a
+  one-level prologue threshold, G_INV (unless its word was the last read) and G_THR;
+  a padded tap's groups G_TAP; EPI; with a prologue of more levels, TAP, per lane
+  IN_D, PINV_D and PT_D, WEIGHT, a padded lane WEIGHT) and the *folds* (MVU, one fold
+  of PE x SIMD lanes a cycle, pipelined; MVU_END); then CORE and per channel and job
+  ACC_D and the epilogue;
 - scalar path: per channel and job CORE, POOL_TAP, TAP, per tap IN_D, W_D (a
   product: stem, head, binary convolutions the array cannot take; a padded tap
   WEIGHT, W_D) or IN_D, WEIGHT (a maximum: MAXPOOL, PIXEL, SUBSAMPLE, a MIXER's
@@ -442,40 +443,54 @@ def _tap_costs(d, lay):
 
 
 def _wide_gather(d, lay, core, r0, r1):
-    """G_TAP, G_IN (G_INV, G_THR) over one job's windows of the tile's pixels: a group
+    """G_TAP, G_IN, G_INV, G_THR over one job's windows of the tile's pixels. A group
     takes the lanes left of its tap, of the window word being built (``simd``), of
     the input word and, with a prologue, of the threshold and invert-bit words (the
-    regions start on words, so the offsets in a word are the pixel's and channel's)."""
+    regions start on words, so the offsets in a word are the pixel's and channel's).
+    A valid tap: G_TAP, then per group G_IN (a later group's input word is read by the
+    state before), with the prologue G_INV when its invert-bit word is not the one
+    last read (none after START; the jobs' words alternate when there are several),
+    and G_THR; a padded tap: G_TAP per group."""
     w, simd, c = core.bpw * 8, core.simd, d["in_c"]
     e, cbits = d["in_elem"], d["const_bytes"] * 8
     prologue = _has(d, "prologue_threshold")
     in_pix = _ceil(c * e, 8) * 8
     inv0 = c * cbits
 
-    def groups(valid, j0, off):
-        ci, j, g = 0, j0, 0
+    def tap(valid, j0, off, held):
+        ci, j, cycles, first = 0, j0, 0, True
         while ci < c:
             n = min(c - ci, simd - j)
-            if valid:
+            if not valid:
+                cycles += 1
+            elif prologue:
+                n = min(n, (w - (off + ci * e) % w) // e,
+                        (w - (ci * cbits) % w) // cbits, w - (inv0 + ci) % w)
+                word = (inv0 + ci) // w
+                cycles += (3 if first else 2) + (word != held)
+                held = word
+            else:
                 n = min(n, (w - (off + ci * e) % w) // e)
-                if prologue:
-                    n = min(n, (w - (ci * cbits) % w) // cbits, w - (inv0 + ci) % w)
-            ci, j, g = ci + n, (j + n) % simd, g + 1
-        return g
-    memo, total = {}, 0
+                cycles += 2 if first else 1
+            ci, j, first = ci + n, (j + n) % simd, False
+        return cycles, held
+    memo, total, held = {}, 0, None
     kh, kw, st, pad, dil = lay["kh"], d["kernel"], lay["st"], lay["pad"], lay["dil"]
-    per_valid = 4 if prologue else 2
     for oy in range(r0, r1):
         for ox in range(d["out_w"]):
+            if d["jobs"] > 1:
+                held = None
             for ky in range(kh):
                 iy = oy * st - pad + ky * dil
                 for kx in range(kw):
                     ix = ox * st - pad + kx * dil
                     valid = 0 <= iy < d["in_h"] and 0 <= ix < d["in_w"]
-                    key = (valid, ((ky * kw + kx) * c) % simd, (ix * in_pix) % w if valid else 0)
+                    key = (valid, ((ky * kw + kx) * c) % simd,
+                           (ix * in_pix) % w if valid else 0, held)
                     if key not in memo:
-                        memo[key] = groups(*key) * (per_valid if valid else 1)
-                    total += memo[key]
+                        memo[key] = tap(*key)
+                    cycles, held = memo[key]
+                    total += cycles
     return total
 
 

@@ -45,7 +45,8 @@ Microarchitecture (first version: correctness first, no overlap)
     (NHWC), so the gather reads a scratchpad word once for a group of lanes: as many as
     remain of the tap, of the word, of the window word being built and, with a
     one-level prologue threshold, whose thresholds and invert bits lie in one word each
-    (a prologue of more levels is gathered lane by lane). Then each fold ``(o, s)``
+    (the invert-bit word is kept while it serves; a prologue of more levels is gathered
+    lane by lane). A group's read addresses the next group's input word of the tap. Then each fold ``(o, s)``
     reads its ``pe x simd`` weight bits as one piece of a scratchpad word and the window
     word ``s``, one fold a cycle (the next fold is addressed while this one's popcounts
     are added), and the ``pe`` lanes add ``popcount(~(x ^ w) & valid)`` (binary inputs;
@@ -89,9 +90,11 @@ Cycles
     word`` cycles of clearing per job, then the compute, then two cycles per output
     word written (plus the write latency) and the fence. A binary convolution on the
     array takes per output pixel and job 3 cycles (CORE, POOL_TAP, EPI), the gather
-    (per group of lanes 2 cycles, 4 with a one-level prologue threshold, 1 in a padded
-    tap: about ``k*k*ceil(C_in/simd)`` groups when a tap's channels share a word; a
-    prologue of more levels ``3 + in_levels`` cycles a lane), then
+    (per tap 1, per group of lanes 1 for its input word, 2 more with a one-level
+    prologue threshold (its thresholds, and its invert bits unless their word was the
+    last read), 1 per group of a padded tap: about ``k*k*ceil(C_in/simd)`` groups when
+    a tap's channels share a word; a prologue of more levels ``3 + in_levels`` cycles a
+    lane), then
     ``ceil(C_out/pe) * ceil(N/simd) + 1`` cycles of folds (``N = k*k*C_in``). Every
     output element then takes 1 cycle to read its accumulator, 1 per read of its
     epilogue (post-op 2 and 1 of arithmetic: a block's shift and flags are read at its
@@ -378,6 +381,9 @@ class ComputeSequencer(wiring.Component):
         gathered = Signal()       # this pixel's windows are convolved (accs holds them)
         nwin = Signal(A)          # k*k*C_in: the window's lanes
         gword = Signal(4 * SIMD)
+        # the gather's last invert-bit word read (a job's are the same for every tap and
+        # pixel), valid from its read until the next tile's or chunk's loads
+        ginv_word, ginv_wa, ginv_ok = Signal(W), Signal(A), Signal()
         sg = Signal(16)
         mo, ms = Signal(16), Signal(16)
         nrem = Signal(signed(A + 1))
@@ -796,7 +802,7 @@ class ComputeSequencer(wiring.Component):
                 self._exits(m)
             with m.State("START"):
                 m.d.sync += [oy.eq(r0), ox.eq(0), oc.eq(cc0), k.eq(0), p.eq(0), fold.eq(0),
-                             wrow.eq(0), gathered.eq(0)]
+                             wrow.eq(0), gathered.eq(0), ginv_ok.eq(0)]
                 m.next = "CORE"
                 self._exits(m)
 
@@ -1055,6 +1061,7 @@ class ComputeSequencer(wiring.Component):
                                                    lim_in)))]
             gin = Signal(W)           # the input word, shifted to the group's first element
             ginv = Signal(SIMD)       # the group's invert bits
+            m.d.comb += ginv.eq(ginv_word >> inv_addr[:wbits])
 
             # the group's lane values (4 bit planes each) from the input word shifted to
             # its first element and, with a prologue, the threshold word
@@ -1080,8 +1087,9 @@ class ComputeSequencer(wiring.Component):
                 m.d.comb += g.eq(Mux(gpro, (e >= t) ^ ginv[i], e[:4]))
                 gvals.append(g)
 
-            def gather_write(m, values, n):
-                """Lanes [j, j + n) of window word sg get values[:n]; then the next group."""
+            def gather_write(m, values, n, chain):
+                """Lanes [j, j + n) of window word sg get values[:n]; then the next group
+                (with ``chain``, one of the same tap has its input word read now)."""
                 placed = []
                 for b in range(4):
                     plane = Cat(*(values[i][b] & (i < n) for i in range(SIMD)))
@@ -1093,7 +1101,12 @@ class ComputeSequencer(wiring.Component):
                 m.d.sync += [gword.eq(Mux(full, 0, gn)), sg.eq(sg + full),
                              j.eq(Mux(full, 0, j + n)), ci.eq(ci + n)]
                 m.next = "G_TAP"
+                if chain:
+                    nxt = in_addr + n * f["in_elem"]
+                    m.d.comb += s.raddr.eq(nxt >> wbits)
+                    m.next = "G_IN"
                 with m.If(ci + n == ci_n):
+                    m.next = "G_TAP"
                     m.d.sync += [ci.eq(0), kx.eq(kx + 1)]
                     with m.If(kx == kw_n - 1):
                         m.d.sync += [kx.eq(0), ky.eq(ky + 1)]
@@ -1107,24 +1120,29 @@ class ComputeSequencer(wiring.Component):
                 with m.Else():
                     pad = Signal(4)
                     m.d.comb += pad.eq(pad_value)
-                    gather_write(m, [pad] * SIMD, gl_pad)
+                    gather_write(m, [pad] * SIMD, gl_pad, chain=False)
                 self._exits(m)
             with m.State("G_IN"):
                 shifted_in = rp.data >> in_addr[:wbits]
                 with m.If(gpro):
-                    m.d.comb += s.raddr.eq(inv_addr >> wbits)
                     m.d.sync += gin.eq(shifted_in)
-                    m.next = "G_INV"
+                    with m.If(ginv_ok & (ginv_wa == (inv_addr >> wbits))):
+                        m.d.comb += s.raddr.eq(thr_addr >> wbits)
+                        m.next = "G_THR"
+                    with m.Else():
+                        m.d.comb += s.raddr.eq(inv_addr >> wbits)
+                        m.next = "G_INV"
                 with m.Else():
-                    gather_write(m, gvals, gl)
+                    gather_write(m, gvals, gl, chain=True)
                 self._exits(m)
             with m.State("G_INV"):
                 m.d.comb += s.raddr.eq(thr_addr >> wbits)
-                m.d.sync += ginv.eq(rp.data >> inv_addr[:wbits])
+                m.d.sync += [ginv_word.eq(rp.data), ginv_wa.eq(inv_addr >> wbits),
+                             ginv_ok.eq(1)]
                 m.next = "G_THR"
                 self._exits(m)
             with m.State("G_THR"):
-                gather_write(m, gvals, gl)
+                gather_write(m, gvals, gl, chain=True)
                 self._exits(m)
 
             def tap_next(m):
