@@ -6,7 +6,7 @@ correctness-first state machine (``ComputeSequencer``): every phase of a descrip
 follows the previous one. This module mirrors that state machine phase by phase, so
 that a build report predicts what the built engine does. Each phase is a function
 whose docstring names the states it counts; a state that waits for nothing takes one
-cycle, a scratchpad read (``_read`` in the RTL: address, then data) two.
+cycle, and so does a scratchpad read (its address is driven by the state before).
 
 Phases of a descriptor (docs/architecture.md section 13):
 
@@ -47,9 +47,12 @@ at one bus word, so a 16-byte port at 10 bytes per cycle moves a word every othe
 cycle (``p = ceil(word / bytes_per_cycle)``). Stores push a word every two cycles
 (STORE_RD, STORE_SEND) into the write DMA's FIFO, which starts a burst once it holds
 all of its words; when the DRAM is slower than that the FIFO fills and the pushes
-wait (modelled word by word, :func:`_store`). Reads and writes overlap only when a
-row tile's loads start while the previous tile's last bursts drain; the model counts
-them one after the other (the error this leaves is reported by the tests).
+wait (modelled word by word, :class:`_WriteDMA`). The read DMA's bursts are followed
+when ``max_outstanding`` or its buffer's credit bind (:meth:`_Core.read`). Reads and
+writes overlap only when a row tile's loads start while the previous tile's last
+bursts drain; which port the DRAM model serves first then depends on the parity of
+the cycle, and the model charges half the remaining beats (:func:`_shared`: up to 44
+cycles off in the tests' tiled networks, the only phase not followed exactly).
 
 The cycles are per descriptor from its FETCH to the next descriptor's FETCH; a frame
 adds the END descriptor's fetch and the host's START and STATUS (:data:`RUN_OVERHEAD`).
