@@ -270,8 +270,7 @@ def write_docs(results, built_rows, rtl_rows, cross, out_md, out_png):
         lines.append(f"| {r['network']} | {df} | {r['engine_fps']:,.1f} | "
                      f"{r['engine_intended_fps']:,.0f} |")
     lines += ["", "![frames/s](engine.png)", ""]
-    out_md.write_text("
-".join(lines))
+    out_md.write_text("\n".join(lines))
     fig, ax = plt.subplots(figsize=(8, 4))
     names = [r["network"] for r in cross] + [f"{b['arch']}, K=5" for b in built_rows]
     series = {"dataflow": [r["dataflow_fps"] for r in cross] + [None] * len(built_rows),

@@ -1,8 +1,8 @@
 # amaranth: UnusedElaboratable=no
 """The engine's compute path in RTL (hw/engine/core.py) against the reference model.
 
-Small networks are compiled for a small engine (2 arrays of 4 x 8 lanes, 128-bit
-ports), the memory image with a frame written runs in ``EngineCore``'s Verilog on the
+Small networks are compiled for the engine a build writes with a 64 KiB scratchpad
+(one 4 x 32 lane array, 128-bit ports; programs tiled for two arrays), the memory image with a frame written runs in ``EngineCore``'s Verilog on the
 fast Verilator path with the C++ DRAM model, and the image after the run must equal
 the reference model's (sim/engine_model.py) byte for byte: logits and every tensor
 and row padding. Every descriptor's output is checked by running the program cut
