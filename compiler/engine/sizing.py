@@ -1,7 +1,23 @@
-"""An engine configuration for a board budget (a first, uncalibrated resource model).
+"""Engine resource estimates: the *intended* engine (:func:`estimate`, :func:`size_engine`)
+and the engine *as built* (:func:`estimate_core`).
 
-The estimate is per unit, in the board family's logic cells (Cyclone V ALMs; LUT4-based
-families count two LUT4s per ALM), block-RAM bits and multipliers:
+Two models, for two different engines:
+
+- :func:`estimate` and :func:`size_engine` size the engine the cycle model assumes
+  (``arrays`` XNOR arrays side by side, vector lanes, overlapped transfers:
+  :class:`~.config.EngineConfig`). That RTL does not exist; its per-unit costs below are
+  rough engineering guesses, NOT calibrated. ``benchmarks/engine.py`` and the layout
+  tests use it.
+- :func:`estimate_core` estimates :class:`~groupnet_hw.hw.engine.core.EngineCore`, the
+  RTL that exists (one ``pe x simd`` array, the scalar datapath, one scratchpad, the
+  DMAs and the register file), from the keyword arguments a build elaborates it with.
+  Its per-unit costs are fitted to Yosys's Cyclone V counts of the core at six sizes
+  (``benchmarks/engine_resources.py``, ``benchmarks/results/engine_resources.json``);
+  its block RAMs are counted memory by memory as Yosys maps them (:func:`core_memories`,
+  :func:`yosys_m10k_blocks`). See :func:`estimate_core` for the model and its errors.
+
+The intended engine's model, per unit, in the board family's logic cells (Cyclone V
+ALMs; LUT4-based families count two LUT4s per ALM), block-RAM bits and multipliers:
 
 - an XNOR lane: 0.75 ALM (the XNOR and its share of the popcount compressor tree);
 - a PE: 60 ALMs (accumulator, threshold compare, epilogue registers);
@@ -14,8 +30,11 @@ families count two LUT4s per ALM), block-RAM bits and multipliers:
   (32-bit-wide M10K ports assembled to the port width).
 
 These per-unit costs are rough engineering estimates, NOT yet calibrated against
-Yosys or Quartus for the engine (the dataflow back end's model is; the engine's RTL
-does not exist yet). The ladder of candidates tops out at 5 arrays x 16 PE x 48 SIMD:
+Yosys or Quartus for that engine (the dataflow back end's model is, and so is
+:func:`estimate_core` for the core that exists, whose Yosys counts say the guesses are
+low: about 22 ALMs per XNOR lane, not 0.75, since each lane feeds nine popcounts, and
+about 14,000 ALMs and 83 DSP blocks for its 64-bit scalar datapath, control and DMAs
+at 128-bit ports, not 4,000 ALMs). The ladder of candidates tops out at 5 arrays x 16 PE x 48 SIMD:
 K = 5 bases run in one round, and the cycle model already predicts ResNet-18 K=5 to be
 DRAM-bound on the DE10-Nano at that size, so more lanes would buy nothing there.
 """
@@ -27,7 +46,9 @@ from dataclasses import dataclass, replace
 from ...devices import get_board
 from .config import EngineConfig
 
-__all__ = ["SizedEngine", "size_engine", "estimate", "CANDIDATES"]
+__all__ = ["SizedEngine", "size_engine", "estimate", "CANDIDATES", "estimate_core",
+           "core_features", "core_memories", "yosys_m10k_blocks", "full_core_params",
+           "CORE_DEFAULTS"]
 
 #: (arrays, pe, simd), most preferred first
 CANDIDATES = ((5, 16, 48), (5, 16, 32), (4, 16, 32), (3, 16, 32), (2, 16, 32), (2, 8, 32),
@@ -100,3 +121,170 @@ def size_engine(board="de10nano", max_util=0.9, clock_mhz=100.0):
             else:
                 break
     return tried
+
+
+# ---------------------------------------------------------------- the core as built
+
+#: :class:`~groupnet_hw.hw.engine.core.EngineCore`'s defaults for the sizing kwargs.
+CORE_DEFAULTS = dict(data_width=128, pe=4, simd=8, stem_pe=16, stem_simd=12,
+                     buffer_bytes=32768, max_jobs=8, max_window=4608, max_out_c=512,
+                     max_burst=16, buffer_depth=None)
+
+#: Cyclone V ALUTs per unit of each :func:`core_features` feature, fitted (non-negative
+#: least squares, relative errors) to Yosys's counts of ``benchmarks/engine_resources.py``
+#: (``python3 benchmarks/engine_resources.py --fit`` prints them) at six sizes of the RTL
+#: at 95c9d2b. ``job_bits`` is held: no size at that RTL varies ``max_jobs`` (an earlier
+#: sweep, ``superseded`` in the JSON, found nothing on it).
+_CORE_ALUTS = {"one": 18430.0, "lanes": 34.94, "pe": 88.25, "simd": 97.19,
+               "word_bits": 31.88, "job_bits": 0.0, "mux_bits": 3.15}
+#: DSP blocks of the scalar datapath (its 64-bit products and the address arithmetic's
+#: run-time products), set by the RTL rather than by any kwarg: Cyclone V MISTRAL_MUL*
+#: 82-84 over the six sizes; ECP5 MULT18X18D measured once (``ecp5_pnr``); iCE40
+#: not measured (ECP5's count: the UP5K's 8 SB_MAC16 could not hold the core anyway).
+_CORE_DSP = {"cyclonev": 83, "ecp5": 105, "ice40": 105}
+#: LUT4 sites (LUT4 + 2 per CCU2C carry + 6 per DPR16X4) per Cyclone V ALUT: the ECP5
+#: synthesis of ``small`` (35,989 sites) over the Cyclone V count of the same RTL
+#: (19,150 ALUTs, ``superseded/small-limits``); applied to iCE40 too.
+_LUT4_PER_ALUT = 1.88
+
+
+def full_core_params(core_params=None, **overrides):
+    """Every sizing kwarg of an :class:`~groupnet_hw.hw.engine.core.EngineCore`: the given
+    ones over the core's defaults (:data:`CORE_DEFAULTS`)."""
+    params = {**CORE_DEFAULTS, **(core_params or {}), **overrides}
+    unknown = set(params) - set(CORE_DEFAULTS) - {"max_outstanding", "addr_width"}
+    if unknown:
+        raise ValueError(f"unknown EngineCore kwarg(s): {', '.join(sorted(unknown))}")
+    return params
+
+
+def core_memories(core_params):
+    """``{name: (words, width)}``: the memories of an EngineCore as elaborated
+    (``hw/engine/core.py``, ``dma.py``): the scratchpad (one bus word wide), the array's
+    window buffer (``ceil(max_window / simd)`` words of 4 bit planes x ``simd``), the
+    accumulator buffer (``max_jobs x max_out_c`` 32-bit sums, ``pe`` to a word, with
+    ``max_out_c`` rounded as the core rounds it) and the two DMAs' block-RAM FIFOs
+    (a :class:`~amaranth.lib.fifo.SyncFIFOBuffered` keeps ``depth - 1`` rows in memory).
+    """
+    p = core_params
+    w, pe, simd = p["data_width"], p["pe"], p["simd"]
+    vector = w % (pe * simd) == 0
+    maxc = 1 << max(p["max_out_c"], pe).bit_length()
+    folds = max(maxc >> (pe.bit_length() - 1 if vector else 0), 1)
+    burst = p.get("max_burst", 16)
+    rd_depth = p.get("buffer_depth") or 4 * burst
+    return {"scratchpad": (p["buffer_bytes"] // (w // 8), w),
+            "window": (-(-p["max_window"] // simd), 4 * simd),
+            "accumulators": (p["max_jobs"] * folds, 32 * pe),
+            "read_fifo": (rd_depth - 1, w),
+            "write_fifo": (2 * burst - 1, w)}
+
+
+#: Yosys's M10K aspect ratios (``share/intel_alm/common/bram_m10k.txt``): (width, depth).
+_M10K_MODES = ((1, 8192), (2, 4096), (5, 2048), (10, 1024), (20, 512), (40, 256))
+
+
+def yosys_m10k_blocks(words, width):
+    """``(blocks, blocks in the address direction)`` of one memory (one read, one write
+    port) as Yosys's ``memory_bram`` maps it to Cyclone V M10K, or ``(0, 0)`` when it stays
+    in logic.
+
+    ``memory_bram`` keeps the aspect ratio of best *nominal* efficiency (the memory's bits
+    over the blocks' ``width x depth`` in that ratio, in whole per cent, at least 5),
+    then fewest blocks, then fewest in the address direction. The 8192 x 1 and 4096 x 2
+    ratios count 8 kbit a block, so a power-of-two scratchpad of 8,192 words or more
+    takes one block per bit and 8,192 words (1 Mbit in 128 blocks), not the 104 blocks
+    that 1024 x 10 would take: 20 % more than its bits need. Quartus would pack better;
+    this is Yosys's count.
+    """
+    best = None
+    for mw, md in _M10K_MODES:
+        across, down = -(-width // mw), -(-words // md)
+        cells = across * down
+        efficiency = 100 * words * width // (cells * mw * md)
+        if efficiency < 5:
+            continue
+        key = (efficiency, -cells, -down)
+        if best is None or key > best[0]:
+            best = (key, cells, down)
+    return (0, 0) if best is None else best[1:]
+
+
+def core_features(core_params):
+    """Structural features of an EngineCore (:func:`estimate_core`'s model):
+
+    - ``one``: the fixed part: the compute sequencer's state machine and descriptor
+      register, the 64-bit scalar datapath (element reader, products, epilogue), the
+      DMAs' and register file's control;
+    - ``lanes``: ``pe x simd`` XNOR lanes of the array (each feeds nine popcounts: the
+      binary one and plus and minus of the four bit planes), zero when the packing does
+      not divide the bus word (binary convolutions then run on the scalar path);
+    - ``pe``: per PE the 32-bit accumulate, the bit planes' shifted sums and the
+      accumulator buffer's lane select;
+    - ``simd``: the window gather (4 x ``simd`` bit planes shifted into place) and the
+      lane mask;
+    - ``word_bits``: ``data_width``: the element reader's shifter, the output merge, the
+      weight-fold select, the DMA FIFOs' and the descriptor's word paths;
+    - ``job_bits``: 64 bits per ``max_jobs`` result register and its select;
+    - ``mux_bits``: per memory, ``width x (blocks in the address direction - 1)``: the
+      read multiplexer behind a memory deeper than one block.
+    """
+    p = core_params
+    vector = p["data_width"] % (p["pe"] * p["simd"]) == 0
+    mux = sum(width * (yosys_m10k_blocks(words, width)[1] - 1)
+              for words, width in core_memories(p).values()
+              if yosys_m10k_blocks(words, width)[1] > 1)
+    return {"one": 1.0, "lanes": float(p["pe"] * p["simd"] if vector else 0),
+            "pe": float(p["pe"]), "simd": float(p["simd"]),
+            "word_bits": float(p["data_width"]), "job_bits": 64.0 * p["max_jobs"],
+            "mux_bits": float(mux)}
+
+
+def _core_ram_blocks(core_params, family):
+    """Block RAMs of the core's memories on ``family``: Yosys's M10K choice on Cyclone V
+    (:func:`yosys_m10k_blocks`), else the family's best aspect ratio
+    (:func:`~groupnet_hw.compiler.hard_blocks.rom_blocks`; not checked against Yosys)."""
+    from ..hard_blocks import rom_blocks
+    blocks = 0
+    for words, width in core_memories(core_params).values():
+        if family == "cyclonev":
+            blocks += yosys_m10k_blocks(words, width)[0]
+        else:
+            blocks += rom_blocks(words, width, family)
+    return blocks
+
+
+def estimate_core(core_params: dict, family: str = "cyclonev") -> dict:
+    """``{"logic", "ram_bits", "dsp"}`` of :class:`~groupnet_hw.hw.engine.core.EngineCore`
+    built with ``core_params`` (its kwargs; missing ones take the core's defaults) on a
+    board of ``family``, in the units of :func:`estimate` and of the board budgets
+    (``size_engine``'s limits): ``logic`` in Cyclone V ALMs (Yosys's ALUTs / 1.6, the
+    family's :attr:`~groupnet_hw.devices.Family.aluts_per_alm`) or LUT4 sites on ECP5
+    and iCE40; ``ram_bits`` the block RAMs' whole bits (10,240 per M10K); ``dsp``
+    multiplier blocks.
+
+    Logic is ``sum(coefficient x feature)`` over :func:`core_features`, coefficients
+    fitted to Yosys's Cyclone V counts; block RAM is counted memory by memory
+    (:func:`core_memories`) as Yosys maps it; the DSP blocks are the scalar datapath's,
+    the same at every size. ECP5 and iCE40 logic is the Cyclone V ALUT count times one
+    ratio measured on one ECP5 synthesis; their block RAM is the family's best aspect
+    ratio per memory (ECP5 ``small``: 55 DP16KD estimated, 51 measured, its write FIFO
+    being LUT RAM there).
+
+    Against Yosys at the six recorded sizes (RTL at 95c9d2b): logic within 0.1 %
+    (six sizes, six free coefficients: the fit nearly interpolates), each size left out
+    of the fit and predicted by the others within 14 % (``small`` +13 %, ``small-pe16``
+    +11 %, the rest within 5 %); M10K exact; DSP within 2 blocks.
+    """
+    from ...devices import get_family
+    p = full_core_params(core_params)
+    feats = core_features(p)
+    aluts = sum(_CORE_ALUTS.get(name, 0.0) * v for name, v in feats.items())
+    fam = get_family(family)
+    if fam.aluts_per_alm:
+        logic = aluts / fam.aluts_per_alm
+    else:
+        logic = aluts * _LUT4_PER_ALUT
+    blocks = _core_ram_blocks(p, family)
+    return dict(logic=int(round(logic)), ram_bits=blocks * fam.bram_bits,
+                dsp=_CORE_DSP.get(family, _CORE_DSP["ecp5"]))
