@@ -12,7 +12,12 @@ size is also synthesized for ECP5 and placed and routed out of context with
     python3 benchmarks/engine_resources.py --sizes small    # one size again (others kept)
     python3 benchmarks/engine_resources.py --no-pnr         # Cyclone V counts only
 
-Synthesis runs one size at a time (the tools are single-threaded WebAssembly).
+Synthesis runs one size at a time (the tools are single-threaded WebAssembly). The fit
+and the tests use one version of the RTL: after a change to ``hw/engine``, rerun every
+size (records of other RTL move to ``superseded``), then ``--fit`` and copy its
+coefficients into ``sizing._CORE_ALUTS``.
+
+    python3 benchmarks/engine_resources.py --fit     # coefficients and errors, no synthesis
 """
 
 from __future__ import annotations
