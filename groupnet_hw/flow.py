@@ -320,7 +320,7 @@ def _schedule(b: Build, source, out_dir):
     try:
         kib = b.config.engine_scratchpad_kib
         target = engine_target(b.config.board, b.config.engine_clock_mhz,
-                               buffer_bytes=kib and kib * 1024)
+                               buffer_bytes=kib and kib * 1024, max_util=b.config.max_util)
         program = compile_engine(b.graph, target.config)
         check_program(program, target.core)
     except ValueError as exc:
@@ -328,7 +328,8 @@ def _schedule(b: Build, source, out_dir):
     dram = target.dram
     prediction = predict_core(program, target.core, dram.latency, dram.bytes_per_cycle)
     intended = predict_engine(program, dram)
-    report = engine_report(program, target, prediction, intended, reason=reason)
+    report = engine_report(program, target, prediction, intended, reason=reason,
+                           estimate=target.estimate())
     b.engine = EngineBuild(target, program, prediction, report)
     fps, clock = report["frame"]["fps"], target.config.clock_mhz
     wanted = b.config.fps or (b.config.target_cycles and clock * 1e6 / b.config.target_cycles)

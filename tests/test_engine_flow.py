@@ -91,6 +91,22 @@ def test_an_fps_the_engine_cannot_reach_is_refused(tmp_path):
         build(ckpt, BuildConfig(engine="sequential", fps=fps * 2), stop_after="schedule")
 
 
+def test_the_engine_is_sized_within_max_util(tmp_path):
+    """The report carries the core's estimate against the board (within --max-util);
+    a smaller scratchpad takes less block RAM; a --max-util that no configuration
+    fits is refused naming the resource."""
+    ckpt = zoo_checkpoint(tmp_path / "d.pt", "digits", 1)
+    full = build(ckpt, BuildConfig(engine="sequential"), stop_after="schedule")
+    est = full.engine.report["estimate"]
+    assert set(est["cells"]) == {"logic", "ram_bits", "dsp"}
+    assert all(0 < u <= 0.9 for u in est["utilisation"].values())
+    small = build(ckpt, BuildConfig(engine="sequential", engine_scratchpad_kib=32),
+                  stop_after="schedule")
+    assert small.engine.report["estimate"]["cells"]["ram_bits"] < est["cells"]["ram_bits"]
+    with pytest.raises(FlowError, match="smallest configuration needs .* more than --max-util"):
+        build(ckpt, BuildConfig(engine="sequential", max_util=0.05), stop_after="schedule")
+
+
 def test_a_board_without_a_dram_port_refuses_the_engine(tmp_path):
     ckpt = zoo_checkpoint(tmp_path / "d.pt", "digits", 1)
     with pytest.raises(FlowError, match="ulx3s has no DRAM port"):

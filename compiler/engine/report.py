@@ -82,7 +82,8 @@ def render_engine_text(report):
         f"  core: one array of {core['pe']} PE x {core['simd']} SIMD XNOR lanes, "
         f"{core['data_width']}-bit Avalon-MM ports, {core['buffer_bytes'] // 1024} KiB "
         f"scratchpad, up to {core['max_jobs']} jobs per descriptor",
-        f"  clock: {e['clock_mhz']:g} MHz (the engine's own; a PLL output on the board)",
+        f"  clock: {e['clock_mhz']:g} MHz (the engine's own; a PLL output on the board; the "
+        "core's timing at it is not closed yet, architecture.md section 13)",
         f"  DRAM model: {e['dram']['latency']} cycles latency, "
         f"{e['dram']['bytes_per_cycle']:g} bytes/cycle ({e['dram']['gbytes_per_s']:.2f} GB/s)",
         "",

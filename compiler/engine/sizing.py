@@ -83,7 +83,9 @@ def estimate(config, family="cyclonev"):
     return dict(logic=int(logic), ram_bits=blocks * _BRAM_BYTES_PER_BLOCK * 8, dsp=dsp)
 
 
-def _limits(budget):
+def budget_limits(budget):
+    """``{"logic", "ram_bits", "dsp"}`` limits of a board's budget
+    (:meth:`~groupnet_hw.devices.Board.budget`), in :func:`estimate`'s units."""
     lim = budget["limits"]
     return dict(logic=lim.get("alm", lim.get("lut")), ram_bits=budget["ram_bits"], dsp=lim["dsp"])
 
@@ -99,7 +101,7 @@ def size_engine(board="de10nano", max_util=0.9, clock_mhz=100.0):
         The fitting configuration, or the smallest candidate with ``fits=False``.
     """
     budget = get_board(board).budget()
-    family, limits = budget["family"], _limits(budget)
+    family, limits = budget["family"], budget_limits(budget)
     tried = None
     for arrays, pe, simd in CANDIDATES:
         cfg = EngineConfig(arrays=arrays, pe=pe, simd=simd, clock_mhz=clock_mhz)

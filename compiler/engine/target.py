@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from ...devices import get_board
 from .config import DramModel, EngineConfig
 from .program import FLAG_BITS, OPCODE_CODES, STAGE_BITS
+from .sizing import budget_limits, estimate_core
 from .tiling import scratchpad_need
 
 __all__ = ["EngineTarget", "engine_target", "core_config", "check_program"]
@@ -58,6 +59,20 @@ class EngineTarget:
     config: EngineConfig
     dram: DramModel
 
+    def estimate(self):
+        """The core's resource estimate (:func:`.sizing.estimate_core`) against the
+        board's budget: ``cells``, ``limits`` and ``utilisation`` dicts over logic,
+        block-RAM bits and DSP blocks."""
+        budget = get_board(self.board).budget()
+        cells = estimate_core(self.core, budget["family"])
+        limits = budget_limits(budget)
+        util = {k: cells[k] / limits[k] for k in cells if limits.get(k)}
+        return dict(cells=cells, limits=limits, utilisation=util)
+
+    def fits(self, max_util):
+        """Every budgeted resource of the estimate within ``max_util`` of the board."""
+        return all(u <= max_util for u in self.estimate()["utilisation"].values())
+
     def to_dict(self):
         return dict(board=self.board, core=dict(self.core), clock_mhz=self.config.clock_mhz,
                     dram=dict(latency=self.dram.latency,
@@ -75,15 +90,17 @@ def core_config(core, clock_mhz=100.0):
                         scratchpad=core["buffer_bytes"])
 
 
-def engine_target(board="de10nano", clock_mhz=100.0, buffer_bytes=None):
+def engine_target(board="de10nano", clock_mhz=100.0, buffer_bytes=None, max_util=None):
     """The engine for ``board``: a 128-lane array (``pe x simd`` = one bus word of
     weights, so a fold's weights are one scratchpad read) and the largest scratchpad of
-    :data:`SCRATCHPAD_BYTES` up to ``buffer_bytes``.
+    :data:`SCRATCHPAD_BYTES` up to ``buffer_bytes`` whose resource estimate
+    (:func:`.sizing.estimate_core`) fits ``max_util`` of every budgeted resource of the
+    board (``None``: the largest, unchecked).
 
     Raises
     ------
     ValueError
-        The board has no DRAM port the engine can use.
+        The board has no DRAM port the engine can use, or no scratchpad size fits.
     """
     b = get_board(board)
     if not b.dram_port_bits:
@@ -95,11 +112,19 @@ def engine_target(board="de10nano", clock_mhz=100.0, buffer_bytes=None):
     if not sizes:
         raise ValueError(f"buffer_bytes {buffer_bytes} is below the smallest scratchpad "
                          f"({SCRATCHPAD_BYTES[-1]} bytes)")
-    core = dict(data_width=width, pe=4, simd=width // 4, stem_pe=16, stem_simd=12,
-                buffer_bytes=sizes[0], max_jobs=MAX_JOBS, max_window=MAX_WINDOW,
-                max_out_c=MAX_OUT_C)
-    return EngineTarget(board, core, core_config(core, clock_mhz),
-                        DramModel.at_clock(clock_mhz))
+    for size in sizes:
+        core = dict(data_width=width, pe=4, simd=width // 4, stem_pe=16, stem_simd=12,
+                    buffer_bytes=size, max_jobs=MAX_JOBS, max_window=MAX_WINDOW,
+                    max_out_c=MAX_OUT_C)
+        target = EngineTarget(board, core, core_config(core, clock_mhz),
+                              DramModel.at_clock(clock_mhz))
+        if max_util is None or target.fits(max_util):
+            return target
+    est = target.estimate()
+    worst = max(est["utilisation"], key=est["utilisation"].get)
+    raise ValueError(f"the engine's smallest configuration needs {est['cells'][worst]:,} "
+                     f"{worst} of {board}'s {est['limits'][worst]:,}, more than "
+                     f"--max-util {max_util:g}")
 
 
 def _unsupported(d, core):
