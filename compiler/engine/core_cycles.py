@@ -242,7 +242,10 @@ def _layout(d, core):
         wbytes = d["out_c"] * d["in_c"] * d["weight_bytes"] if is_head else 0
     off_post = off_w + core.ru(wbytes)
     post_bytes = d["param_bytes"] - off_post
-    chunk_bytes = (fpc * fs * pesimd * (d["weight_bytes"] * 8 if int_w else 1)) >> 3
+    if is_head:     # chunk_in classes' rows of W[classes][C]
+        chunk_bytes = chunk_in * d["in_c"] * d["weight_bytes"]
+    else:
+        chunk_bytes = (fpc * fs * pesimd * (d["weight_bytes"] * 8 if int_w else 1)) >> 3
     chunk_space = core.ru(chunk_bytes) + bpw
     jobs = d["jobs"]
     rpt = d["rows_per_tile"]
@@ -258,7 +261,7 @@ def _layout(d, core):
         side_bytes = rpt * d["side_pitch"] if _has(d, "add") else 0
         return (core.ru(jobs * 16) + jobs * pstride + ins * irows * d["in_pitch"]
                 + sides * side_bytes + jobs * rpt * d["out_pitch"])
-    stream = is_conv and end(d["param_bytes"]) > core.buffer_bytes
+    stream = (is_conv or is_head) and end(d["param_bytes"]) > core.buffer_bytes
     vec = (core.vector and is_conv and not int_w and not pooling and d["act_bits"] <= 4
            and fs <= core.window_words and fo * core.pe <= core.maxc)
     return dict(op=op, is_conv=is_conv, is_head=is_head, int_w=int_w, pe_r=pe_r,

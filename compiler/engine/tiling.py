@@ -184,7 +184,8 @@ def scratchpad_need(d, config):
     (``config.scratchpad`` bytes, :attr:`EngineConfig.scratchpad`), as its states
     ``SECTIONS0`` .. ``REGIONS4`` lay them out: the job table, one parameter block per
     job (with one weight chunk in place of the weights when the whole blocks do not
-    fit), and every job's input, side and output rows of one tile."""
+    fit: a convolution's chunk of output channels, a head's of classes), and every job's
+    input, side and output rows of one tile."""
     bpw = config.port_bytes
 
     def ru(x):
@@ -212,7 +213,10 @@ def scratchpad_need(d, config):
     else:
         wbytes = d["out_c"] * d["in_c"] * d["weight_bytes"] if is_head else 0
     off_post = off_w + ru(wbytes)
-    chunk_bytes = (fpc * fs * pe * simd * (d["weight_bytes"] * 8 if int_w else 1)) >> 3
+    if is_head:     # chunk_in classes' rows of W[classes][C]
+        chunk_bytes = chunk_in * d["in_c"] * d["weight_bytes"]
+    else:
+        chunk_bytes = (fpc * fs * pe * simd * (d["weight_bytes"] * 8 if int_w else 1)) >> 3
     # one chunk in place of the weights, and a word for a misaligned chunk
     pstride_stream = off_w + ru(chunk_bytes) + bpw + d["param_bytes"] - off_post
     side = d["rows_per_tile"] * d["side_pitch"] if stage("add") else 0
@@ -229,7 +233,7 @@ def scratchpad_need(d, config):
         return at + jobs * out_tile
 
     whole = end(d["param_bytes"])
-    if whole <= config.scratchpad or not is_conv:
+    if whole <= config.scratchpad or not (is_conv or is_head):
         return ScratchpadNeed(whole, False)
     return ScratchpadNeed(end(pstride_stream), True)
 

@@ -31,7 +31,9 @@ Microarchitecture (first version: correctness first, no overlap)
     (every write's ``done``) before the next fetch. A convolution whose whole blocks do
     not fit streams its weights: the blocks are loaded without them, and per tile one
     chunk of output channels' weights at a time (the compiler's ``chunk_c``, else one
-    PE fold) is loaded and its channels computed, before the tile is written. A descriptor whose regions do not fit the scratchpad, or whose opcode or
+    PE fold) is loaded and its channels computed, before the tile is written. A head
+    whose block does not fit (a 1000-class classifier) streams ``W[classes][C]`` the
+    same way, ``pe`` classes' rows a chunk (the bias stays). A descriptor whose regions do not fit the scratchpad, or whose opcode or
     stages this path does not implement (GATE, REPEAT, a fused max-pooling stage,
     channel groups, more than ``max_jobs`` jobs), stops the run with the sequencer's
     error ``unsupported`` before any of its reads: never a silent wrong result.
@@ -309,6 +311,7 @@ class ComputeSequencer(wiring.Component):
         # ops whose "window" reads the output channel itself (no channel loop, no weights)
         per_channel = ~(is_conv | is_head)
         mixing = (is_conv & stage("mixer")) | is_mixop
+        streamable = is_conv | is_head    # the ops with a weights section
         gated = stage("gated")
         pooling = is_conv & stage("maxpool")
         gpro = stage("prologue_threshold")
@@ -628,7 +631,10 @@ class ComputeSequencer(wiring.Component):
                              crows.eq(Mux(pooling, (f["rows_per_tile"] - 1) * f["pool_stride"]
                                           + f["pool_kernel"], f["rows_per_tile"])),
                              pstride.eq(f["param_bytes"]),
-                             chunk_bytes.eq((fpc * fs * pesimd * Mux(int_w, f["weight_bytes"] << 3, 1)) >> 3),
+                             # a head's chunk: chunk_r classes' rows of W[classes][C]
+                             chunk_bytes.eq(Mux(is_head, chunk_r * f["in_c"] * f["weight_bytes"],
+                                                (fpc * fs * pesimd
+                                                 * Mux(int_w, f["weight_bytes"] << 3, 1)) >> 3)),
                              off_post_d.eq(off_post),
                              post_bytes.eq(f["param_bytes"] - off_post)]
                 m.next = "STREAM0"
@@ -671,7 +677,7 @@ class ComputeSequencer(wiring.Component):
                 self._exits(m)
             with m.State("REGIONS4"):
                 with m.If(end > self.buffer_bytes):
-                    with m.If(~stream & is_conv):
+                    with m.If(~stream & streamable):
                         # whole blocks do not fit: a chunk of weights at a time
                         delta = off_w + chunk_space - off_post
                         m.d.sync += [stream.eq(1), pstride.eq(pstride_s),
@@ -963,7 +969,9 @@ class ComputeSequencer(wiring.Component):
             widx = wrow + woff
             w_bin_addr = ((par_k + off_w) << 3) + wskew + widx
             w_int_addr = ((par_k + off_w) << 3) + wskew + widx * (f["weight_bytes"] << 3)
-            w_head_addr = ((par_k + off_w) << 3) + (oc * f["in_c"] + ci) * (f["weight_bytes"] << 3)
+            # streamed: the chunk of classes [cc0, cc1) from its skew in the first word
+            w_head_addr = ((par_k + off_w) << 3) + wskew \
+                + ((oc - cc0) * f["in_c"] + ci) * (f["weight_bytes"] << 3)
             wsel = Signal(A)
             wwid = Signal(7)
             m.d.comb += [wsel.eq(Mux(is_head, w_head_addr, Mux(int_w, w_int_addr, w_bin_addr))),
