@@ -23,7 +23,9 @@ from groupnet_hw import engine_registers as regs
 from groupnet_hw.compiler.engine.config import EngineConfig
 from groupnet_hw.compiler.engine.layout import compile_engine
 from groupnet_hw.compiler.engine.program import DESCRIPTOR, JOB
-from groupnet_hw.compiler.engine.target import engine_target
+from groupnet_hw.compiler.engine.core_cycles import predict_core
+from groupnet_hw.compiler.engine.target import check_program, core_config, engine_target
+from groupnet_hw.compiler.engine.tiling import scratchpad_need
 from groupnet_hw.compiler.execute import execute
 from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.hw.engine.core import EngineCore
@@ -158,9 +160,9 @@ def _descriptor_offset(program, i):
     return program.header["desc_addr"] - program.header["base"] + i * DESCRIPTOR.itemsize
 
 
-@pytest.mark.parametrize("opcode,cause", [(0x7F, "unknown_opcode"), (6, "unsupported")])
+@pytest.mark.parametrize("opcode,cause", [(0x7F, "unknown_opcode"), (8, "unsupported")])
 def test_a_corrupted_descriptor_stops_before_it_acts(core, opcode, cause):
-    """A bad opcode (or one this path does not run: GATE) stops the run with the
+    """A bad opcode (or one this path does not run: REPEAT) stops the run with the
     sequencer's error; the image is what the descriptors before it left (nothing of
     the bad one or later was written) and the DRAM model saw no access outside the
     window."""
@@ -343,3 +345,22 @@ def test_streaming_without_the_compilers_chunks_bit_exact(tmp_path_factory):
                                    stages=[[32, 1, 1], [64, 1, 2]], bases=2))
     program, _ = check_network(build, g, frames_for(g, 1, 3), stall=0.3)
     assert not any(d["flags"] & 8 for d in program.descriptors)
+
+
+def test_head_weight_streaming_bit_exact_with_exact_cycles(core):
+    """A 200-class head over 320 channels: its 64.8 KB parameter block and its input do
+    not fit the 64 KiB scratchpad, so the core streams ``W[classes][C]`` four classes' rows at a
+    time (the convolutions' path: the bias stays, each chunk is read from the bus word
+    below its start); the 320-channel convolution before it streams too. Compiled
+    as a build compiles (the core's scratchpad layout): the build's check accepts it,
+    the image equals the reference model's and the cycles are the core model's."""
+    g = compile_model(random_model(3, image_size=8, stem_channels=8, num_classes=200,
+                                   stages=[[16, 1, 1], [32, 1, 2], [320, 1, 2]], bases=1))
+    config = core_config(CORE)
+    program = compile_engine(g, config)
+    check_program(program, CORE)
+    head = program.descriptors[-1]
+    assert head["opcode"] == 9 and scratchpad_need(head, config).streams_weights
+    _, (run,) = check_network(core, g, frames_for(g, 1, 3), config=config, latency=48,
+                              bytes_per_cycle=10)
+    assert run.cycles == predict_core(program, CORE, 48, 10.0).cycles

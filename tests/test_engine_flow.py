@@ -216,6 +216,34 @@ def test_authors_resnet_k5_imports_builds_and_verifies(arch, blocks, tmp_path, n
         (result.cycles_per_frame_measured, predicted)
 
 
+def test_authors_fixed_mean_resnet_runs_its_gates_on_the_engine(tmp_path, need_verilator):
+    """The authors' fixed-mean variant (no learned scales; ResNet-18 depth, narrow, at
+    16x16, K=5): the emulated in-place defect leaves a stand-alone gate in each block after the
+    first, GATE descriptors of 6 jobs (the 5 bases and the previous block's sum) that
+    the core runs as a gated mix whose aggregate is its last input. Builds, verifies
+    bit-exact, the cycles are the core model's."""
+    from authors_layout import authors_state_dict, write_authors_file
+    from groupnet_hw.models.authors import import_authors_checkpoint
+    widths, blocks = (8, 16, 32, 64), (2, 2, 2, 2)
+    stages = [[w, n, 1 if i == 0 else 2] for i, (w, n) in enumerate(zip(widths, blocks))]
+    src = tmp_path / "model_best.pth.tar"
+    write_authors_file(src, authors_state_dict(7, bases=5, widths=widths, blocks=blocks,
+                                               learned_scales=False))
+    model, _ = import_authors_checkpoint(src, "resnet18", config_overrides=dict(
+        image_size=16, stem_channels=8, stages=stages, num_classes=10))
+    ckpt = tmp_path / "r.pt"
+    save_checkpoint(ckpt, model)
+    b = build(ckpt, BuildConfig(**SMALL_ENGINE), out_dir=tmp_path / "out")
+    gates = [d for d, grp in zip(b.engine.program.descriptors, b.engine.program.groups)
+             if grp.opcode == "GATE"]
+    assert len(gates) == 7 and all(d["jobs"] == 6 for d in gates)
+    images = torch.randint(0, 256, (2, 3, 16, 16), dtype=torch.uint8,
+                           generator=torch.Generator().manual_seed(2))
+    result = verify(tmp_path / "out", images=images)
+    assert result.ok and result.exact == 2, result.first_mismatch
+    assert result.cycles_per_frame_measured == b.engine.prediction.cycles
+
+
 VARIANTS = ["lbd", "gbd-v1", "gbd-v2", "gbd-v3", "groupnet", "groupnet-star"]
 
 

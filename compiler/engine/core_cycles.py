@@ -16,7 +16,7 @@ Phases of a descriptor (docs/architecture.md section 13):
 - per row tile: TILE0-3, the *loads* (LOAD_ENTRY, LOAD_CMD, LOAD_RECV per kind and
   job), CLEAR, START, the *compute* (CORE and what follows it per output element),
   the *stores* (STORE_ADDR, STORE_CMD, STORE_RD, STORE_SEND per job), per weight chunk
-  when the weights stream;
+  when the weights stream (a convolution's output channels, a head's classes);
 - *fence*: FENCE (the write DMA's last ``done``), NEXT.
 
 Compute per output pixel, channel and job:
@@ -36,8 +36,9 @@ Compute per output pixel, channel and job:
   state, and the state that ends a tap starts the next;
 - epilogue per channel and job: BIAS_D (head), PA_D, PB_D, PCALC (post-op; PS_D and
   PF_D at a block's first element), SIDE_D, EINV_D, ET_D per level (threshold); per
-  channel the fused mixer (LF_D, GF_D, LAM_D per job, AGG, GATE_D per job) and per
-  output written OUT_WD (a MIXER descriptor runs OUT and its epilogue before each).
+  channel the fused mixer (LF_D, GF_D, LAM_D per job, AGG, GATE_D per job; a GATE
+  descriptor GF_D and GATE_D per gated input) and per output written OUT_WD (a MIXER or
+  GATE descriptor runs OUT and its epilogue before each).
 
 The DMAs (``hw/engine/dma.py``) and the DRAM model (``sim/dram_model.h``): a read of
 ``n`` words accepted in cycle ``t`` has its first word on the bus ``4 + latency``
@@ -70,6 +71,8 @@ __all__ = ["CoreDescriptorCycles", "CoreFrameCycles", "CORE_DEFAULTS", "RUN_OVER
            "descriptor_core_cycles", "predict_core"]
 
 _OPCODES = {v: k for k, v in OPCODE_CODES.items()}
+#: opcodes whose jobs are the inputs of one mix: one parameter block and side input
+_MULTI = ("MIXER", "GATE")
 
 #: ``EngineCore``'s keyword defaults (``hw/engine/core.py``; ``buffer_depth`` None: the
 #: DMAs' own defaults).
@@ -322,7 +325,7 @@ def _loads(d, lay, table, core, tile, rows, chunk, writing=0):
             e = table[k]
             total += 2 + 1
             if kind == 0:
-                skip = (d["param_bytes"] == 0 or (op == "MIXER" and k != 0)
+                skip = (d["param_bytes"] == 0 or (op in _MULTI and k != 0)
                         or (stream and lay["off_w"] == 0))
                 fld, n = e["param_addr"], lay["off_w"] if stream else d["param_bytes"]
             elif kind == 1:
@@ -330,7 +333,7 @@ def _loads(d, lay, table, core, tile, rows, chunk, writing=0):
                 fld, n = e["in_addr"], (ly1 - ly0) * d["in_pitch"]
             elif kind == 2:
                 skip = not _has(d, "add") or (
-                    (_flag(d, "shared_side") or op == "MIXER") and k != 0)
+                    (_flag(d, "shared_side") or op in _MULTI) and k != 0)
                 fld, n = e["side_addr"], (r1 - r0) * d["side_pitch"]
             elif kind == 3:
                 skip = lay["post_bytes"] == 0
@@ -409,13 +412,16 @@ def _post_first(d, lay):
     first output element of a descriptor and kept (a MIXER's epilogue: block 0)."""
     if not _has(d, "postop"):
         return 0
-    return 2 * (1 if lay["op"] == "MIXER" else d["jobs"])
+    return 2 * (1 if lay["op"] in _MULTI else d["jobs"])
 
 
 def _mixer(d, lay):
     """Per output channel after the jobs: LF_D, GF_D, LAM_D per job, AGG, GATE_D per job
-    when gated (each read addressed by the state before it)."""
+    when gated (each read addressed by the state before it); a GATE descriptor GF_D and
+    GATE_D per gated input (its last input is the aggregate: no lambdas)."""
     op = lay["op"]
+    if op == "GATE":
+        return 1 + d["jobs"] - 1
     mixing = (op == "CONV" and _has(d, "mixer")) or op == "MIXER"
     if not mixing:
         return 0
@@ -424,15 +430,17 @@ def _mixer(d, lay):
 
 
 def _n_out(d, lay):
+    if lay["op"] == "GATE":
+        return d["jobs"] - 1
     mixing = (lay["op"] == "CONV" and _has(d, "mixer")) or lay["op"] == "MIXER"
     return 1 if mixing and not _has(d, "gated") else d["jobs"]
 
 
 def _outputs(d, lay, oc):
     """Per output channel: OUT_WD per output written (its word read by the state before);
-    a MIXER descriptor's OUT and epilogue (:func:`_epilogue`) before each."""
+    a MIXER (GATE) descriptor's OUT and epilogue (:func:`_epilogue`) before each."""
     n = _n_out(d, lay)
-    if lay["op"] == "MIXER":
+    if lay["op"] in _MULTI:
         return n * (2 + _epilogue(d, lay, oc))
     return n
 
@@ -540,8 +548,8 @@ def _compute(d, lay, rows, channels, folds, core):
     px = ws["pixels"]
     valid_c, pad_c = _tap_costs(d, lay)
     taps = valid_c * ws["valid"] + pad_c * (ws["taps"] - ws["valid"])
-    per_oc_epi = sum(_epilogue(d, lay, oc) for oc in range(c0, c1)) if lay["op"] != "MIXER" \
-        else 0                                       # a MIXER's epilogue: in its outputs
+    per_oc_epi = sum(_epilogue(d, lay, oc) for oc in range(c0, c1)) \
+        if lay["op"] not in _MULTI else 0            # a MIXER's epilogue: in its outputs
     out = dict(gather=0, folds=0, scalar=0, epilogue=0, outputs=0)
     if lay["vec"]:
         # per pixel and job: CORE, POOL_TAP, the window, EPI; the folds of [o0, o1)

@@ -274,6 +274,38 @@ def _param_block(job, d, header, size, mixer=None, base=0):
     return block
 
 
+def _share_formats(groups, outputs, fmts, g):
+    """Widen containers so that the tensors a descriptor reads through one format share
+    it: its main inputs (``in_fmt``: a GATE's gated inputs and its aggregate come from
+    different descriptors, so may have different containers), its side inputs
+    (``side_fmt``) and, as before, its outputs (``out_fmt``). Tensors tied that way
+    take the widest container of their kind, in place in ``fmts``."""
+    parent = {r: r for r in fmts}
+
+    def find(r):
+        while parent[r] != r:
+            parent[r] = parent[parent[r]]
+            r = parent[r]
+        return r
+
+    def tie(refs):
+        refs = [r for r in refs if r in parent]
+        for r in refs[1:]:
+            parent[find(r)] = find(refs[0])
+    for grp, outs in zip(groups, outputs):
+        tie(outs)
+        tie([_norm(r, g) for job in grp.jobs for r in main_ref(job)])
+        tie([_norm(side_ref(job, g), g) for job in grp.jobs if side_ref(job, g)])
+    widest = {}
+    for r, f in fmts.items():
+        key = (find(r), f.kind)
+        widest[key] = max(widest.get(key, 0), f.elem_bits)
+    for r, f in fmts.items():
+        bits = widest[(find(r), f.kind)]
+        if bits != f.elem_bits:
+            fmts[r] = TensorFormat(f.kind, bits, f.channels, f.height, f.width, f.port_bytes)
+
+
 def _descriptor(grp, index, g, fmts, config):
     """The descriptor fields of a group (addresses filled in later)."""
     job = grp.jobs[0]
@@ -354,6 +386,7 @@ def compile_engine(g, config=None, base=DEFAULT_BASE):
         outputs.append(outs)
         for r in outs:
             fmts[r] = f
+    _share_formats(groups, outputs, fmts, g)
     # lifetimes: written by its descriptor, last read by its last reader
     lifetimes = {r: (i, i) for i, outs in enumerate(outputs) for r in outs}
     for i, grp in enumerate(groups):

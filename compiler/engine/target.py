@@ -131,10 +131,11 @@ def _unsupported(d, core):
     """Why the core's ``CHECK`` state would refuse ``d`` (None if it runs it)."""
     op, st, fl = d["opcode"], d["stages"], d["flags"]
     names = {v: k for k, v in OPCODE_CODES.items()}
-    if op in (OPCODE_CODES["GATE"], OPCODE_CODES["REPEAT"]):
+    if op == OPCODE_CODES["REPEAT"]:
         return f"{names[op]} descriptors are not implemented by the engine's core yet"
     if op not in (OPCODE_CODES["CONV"], OPCODE_CODES["HEAD"], OPCODE_CODES["MIXER"],
-                  OPCODE_CODES["PIXEL"], OPCODE_CODES["SUBSAMPLE"], OPCODE_CODES["MAXPOOL"]):
+                  OPCODE_CODES["GATE"], OPCODE_CODES["PIXEL"], OPCODE_CODES["SUBSAMPLE"],
+                  OPCODE_CODES["MAXPOOL"]):
         return None
     is_conv = op == OPCODE_CODES["CONV"]
     mixing = (is_conv and st & STAGE_BITS["mixer"]) or op == OPCODE_CODES["MIXER"]
@@ -142,6 +143,8 @@ def _unsupported(d, core):
         return "grouped convolutions are not implemented by the engine's core yet"
     if not 1 <= d["jobs"] <= core["max_jobs"]:
         return f"{d['jobs']} jobs, the core takes 1 to {core['max_jobs']}"
+    if op == OPCODE_CODES["GATE"] and d["jobs"] < 2:
+        return "a GATE needs its gated inputs and the aggregate (2 jobs or more)"
     if (st & STAGE_BITS["maxpool"] and not is_conv) or (st & STAGE_BITS["gated"] and not mixing) \
             or (st & (STAGE_BITS["mixer"] | STAGE_BITS["prologue_threshold"]) and not is_conv) \
             or d["in_fmt"] > 2 or d["out_fmt"] > 2 \

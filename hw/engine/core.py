@@ -34,7 +34,7 @@ Microarchitecture (first version: correctness first, no overlap)
     PE fold) is loaded and its channels computed, before the tile is written. A head
     whose block does not fit (a 1000-class classifier) streams ``W[classes][C]`` the
     same way, ``pe`` classes' rows a chunk (the bias stays). A descriptor whose regions do not fit the scratchpad, or whose opcode or
-    stages this path does not implement (GATE, REPEAT, a fused max-pooling stage,
+    stages this path does not implement (REPEAT, a fused max-pooling stage,
     channel groups, more than ``max_jobs`` jobs), stops the run with the sequencer's
     error ``unsupported`` before any of its reads: never a silent wrong result.
 
@@ -74,7 +74,10 @@ Microarchitecture (first version: correctness first, no overlap)
     ReLU, threshold (``sum_l (x >= T_l) ^ invert``); a fused mixer then aggregates the
     jobs' values (``round_shift(sum lambda_k x_k, lambda_frac)``) and gates them
     (``round_shift(g x_k + (2^f - g) agg, gate_frac)``); a MIXER descriptor mixes
-    first and applies its epilogue after, with entry 0's block and side input. Each
+    first and applies its epilogue after, with entry 0's block and side input. A GATE
+    descriptor runs as a gated MIXER whose aggregate is its last input (no lambdas):
+    its ``jobs - 1`` outputs are the others gated with it (the authors' in-place
+    defect). Each
     result is merged into its output word (read, merge, write). Every scratchpad read's
     address is driven by the state that decides the read follows, so a read costs only
     its data state, and a stage that does not apply costs no state. The arithmetic is the
@@ -101,7 +104,8 @@ Cycles
     output element then takes 1 cycle to read its accumulator, 1 per read of its
     epilogue (post-op 2 and 1 of arithmetic: a block's shift and flags are read at its
     first element of the descriptor and kept; add 1, threshold ``out_levels + 1``; a
-    fused mixer per channel ``3 + jobs``, ``+ jobs`` gated) and 1 per output merged into
+    fused mixer per channel ``3 + jobs``, ``+ jobs`` gated; a GATE's
+    ``jobs``) and 1 per output merged into
     its word. A scalar tap costs 2 cycles (input, then weight or maximum; 1 for a padded
     tap of a maximum), ``in_levels + 1`` more with a prologue threshold, and each window
     1 more. ``compiler/engine/core_cycles.py`` mirrors these phases and predicts this
@@ -307,6 +311,9 @@ class ComputeSequencer(wiring.Component):
         is_conv = op == _OP["CONV"]
         is_head = op == _OP["HEAD"]
         is_mixop = op == _OP["MIXER"]
+        # GATE: a MIXER whose aggregate is its last input (no lambdas), K outputs gated
+        is_gateop = op == _OP["GATE"]
+        multi = is_mixop | is_gateop      # every job one input of the same outputs
         int_w = flag("int_weights")
         # ops whose "window" reads the output channel itself (no channel loop, no weights)
         per_channel = ~(is_conv | is_head)
@@ -433,8 +440,8 @@ class ComputeSequencer(wiring.Component):
         cb = f["const_bytes"]
         kin = Mux(flag("shared_input"), 0, k)
         # a MIXER's epilogue reads entry 0's side input and block for every output
-        kside = Mux(flag("shared_side") | is_mixop, 0, k)
-        kblock = Mux(is_mixop, 0, k)      # the parameter block of job k's epilogue
+        kside = Mux(flag("shared_side") | multi, 0, k)
+        kblock = Mux(multi, 0, k)         # the parameter block of job k's epilogue
         par_k = par_base + kblock * pstride
 
         def const_addr(block, section, idx):
@@ -518,11 +525,11 @@ class ComputeSequencer(wiring.Component):
                     m.next = "ISSUE"
                 with m.Elif(op == _OP["INPUT"]):
                     m.next = "NEXT"        # the host wrote the frame: nothing to move
-                with m.Elif(is_conv | is_head | is_mixop | (op == _OP["PIXEL"])
+                with m.Elif(is_conv | is_head | multi | (op == _OP["PIXEL"])
                             | (op == _OP["SUBSAMPLE"]) | (op == _OP["MAXPOOL"])):
                     m.next = "CHECK"
                 with m.Elif((op >= 1) & (op <= 9)):
-                    self._fail(m, "unsupported")     # GATE, REPEAT
+                    self._fail(m, "unsupported")     # REPEAT
                 with m.Else():
                     self._fail(m, "unknown_opcode")
                 self._exits(m)
@@ -560,7 +567,8 @@ class ComputeSequencer(wiring.Component):
                     | (f["in_fmt"] > 2) | (f["out_fmt"] > 2) \
                     | stage("gated") & ~mixing \
                     | (stage("mixer") & ~is_conv) \
-                    | (stage("prologue_threshold") & ~is_conv)
+                    | (stage("prologue_threshold") & ~is_conv) \
+                    | is_gateop & (f["jobs"] < 2)
                 with m.If(bad):
                     self._fail(m, "unsupported")
                 with m.Else():
@@ -579,7 +587,7 @@ class ComputeSequencer(wiring.Component):
                         st_r.eq(Mux(is_head, 1, f["stride"])),
                         pad_r.eq(Mux(is_head, 0, f["padding"])),
                         dil_r.eq(Mux(is_head, 1, f["dilation"])),
-                        n_out.eq(Mux(mixing & ~gated, 1, f["jobs"])),
+                        n_out.eq(Mux(is_gateop, f["jobs"] - 1, Mux(mixing & ~gated, 1, f["jobs"]))),
                         in_pix.eq((f["in_c"] * f["in_elem"] + 7) >> 3),
                         side_pix.eq((f["side_c"] * f["side_elem"] + 7) >> 3),
                         out_pix.eq((f["out_c"] * f["out_elem"] + 7) >> 3),
@@ -623,7 +631,8 @@ class ComputeSequencer(wiring.Component):
                 self._exits(m)
             with m.State("SECTIONS4"):
                 mix_bytes = Mux(is_conv & stage("mixer"), 4 * cb,
-                                Mux(is_mixop, (2 + f["jobs"] * Mux(gated, 2, 1)) * cb, 0))
+                                Mux(is_mixop, (2 + f["jobs"] * Mux(gated, 2, 1)) * cb,
+                                    Mux(is_gateop, (1 + f["jobs"]) * cb, 0)))
                 m.d.sync += [off_head.eq(off_mix + ru(mix_bytes)),
                              jt_bytes.eq(ru(f["jobs"] * 16)),
                              side_bytes.eq(Mux(stage("add"), f["rows_per_tile"] * f["side_pitch"], 0)),
@@ -748,9 +757,9 @@ class ComputeSequencer(wiring.Component):
                                 side_base + k * side_bytes,
                                 par_base + k * pstride + off_w + chunk_space,
                                 par_base + k * pstride + off_w)
-            load_skip = by_kind((f["param_bytes"] == 0) | (is_mixop & (k != 0)) | (stream & (off_w == 0)),
+            load_skip = by_kind((f["param_bytes"] == 0) | (multi & (k != 0)) | (stream & (off_w == 0)),
                                 flag("shared_input") & (k != 0),
-                                ~stage("add") | (flag("shared_side") | is_mixop) & (k != 0),
+                                ~stage("add") | (flag("shared_side") | multi) & (k != 0),
                                 ~stream | (post_bytes == 0), ~stream)
 
             def got_field(m, ev):
@@ -842,13 +851,15 @@ class ComputeSequencer(wiring.Component):
                     m.next = "CORE"
 
             def mix_block(kk):
-                return par_base + Mux(is_mixop, 0, kk) * pstride
+                return par_base + Mux(multi, 0, kk) * pstride
 
             def lam_addr(kk):
                 return const_addr(mix_block(kk), off_mix, Mux(is_mixop, 2 + kk, 2))
 
             def gate_addr(kk):
-                return const_addr(mix_block(kk), off_mix, Mux(is_mixop, 2 + f["jobs"] + kk, 3))
+                # MIXER: after its lambdas; GATE: right after the fractions; fused: 3
+                return const_addr(mix_block(kk), off_mix,
+                                  Mux(is_mixop, 2 + f["jobs"] + kk, Mux(is_gateop, 2 + kk, 3)))
 
             # OUT itself when a MIXER's epilogue has no stage to read for (late is set
             # from the next cycle on)
@@ -862,7 +873,11 @@ class ComputeSequencer(wiring.Component):
                     issue_out(m, k)
                 with m.Elif(k == f["jobs"] - 1):
                     m.d.sync += k.eq(0)
-                    with m.If(mixing):
+                    with m.If(is_gateop):
+                        # the last input is the aggregate the others are gated with
+                        m.d.sync += msum.eq(value)
+                        self._issue(m, "GF", const_addr(par_base, off_mix, 1), cb << 3, 1)
+                    with m.Elif(mixing):
                         m.d.sync += msum.eq(0)
                         self._issue(m, "LF", const_addr(par_base, off_mix, 0), cb << 3, 1)
                     with m.Else():
@@ -1204,8 +1219,8 @@ class ComputeSequencer(wiring.Component):
                     m.next = "POOL_NEXT"
                 with m.Elif(is_head):
                     self._issue(m, "BIAS", const_addr(par_k, off_head, oc), cb << 3, 1)
-                with m.Elif(is_mixop):
-                    to_result(m, acc)      # a MIXER's epilogue follows the mix (OUT)
+                with m.Elif(multi):
+                    to_result(m, acc)      # a MIXER's (GATE's) epilogue follows the mix (OUT)
                 with m.Else():
                     to_post(m, acc)
                 self._exits(m)
@@ -1296,7 +1311,10 @@ class ComputeSequencer(wiring.Component):
 
             def got_gf(m, ev):
                 m.d.sync += gf.eq(ev)
-                self._issue(m, "LAM", lam_addr(k), cb << 3, 1)
+                with m.If(is_gateop):
+                    self._issue(m, "GATE", gate_addr(k), cb << 3, 1)    # no lambdas
+                with m.Else():
+                    self._issue(m, "LAM", lam_addr(k), cb << 3, 1)
             self._read(m, "GF", 0, cb << 3, 1, got_gf, address_state=False)
 
             def got_lam(m, ev):
@@ -1310,8 +1328,9 @@ class ComputeSequencer(wiring.Component):
             self._read(m, "LAM", 0, cb << 3, 1, got_lam, address_state=False)
 
             def to_outputs(m):
-                """After the mixer: a MIXER's epilogue per output (OUT), else the merges."""
-                with m.If(is_mixop):
+                """After the mixer: a MIXER's (GATE's) epilogue per output (OUT), else the
+                merges."""
+                with m.If(multi):
                     m.next = "OUT"
                 with m.Else():
                     issue_out(m, 0)
@@ -1336,7 +1355,7 @@ class ComputeSequencer(wiring.Component):
                 mixed_s = Signal(signed(64))
                 m.d.comb += mixed_s.eq(mixed)
                 m.d.sync += vals[k].eq(round_shift(mixed_s, gf))
-                with m.If(k == f["jobs"] - 1):
+                with m.If(k == n_out - 1):
                     m.d.sync += k.eq(0)
                     to_outputs(m)
                 with m.Else():
@@ -1364,7 +1383,7 @@ class ComputeSequencer(wiring.Component):
                     next_c(m)
                 with m.Else():
                     m.d.sync += k.eq(k + 1)
-                    with m.If(is_mixop):
+                    with m.If(multi):
                         m.next = "OUT"
                     with m.Else():
                         issue_out(m, k + 1)
