@@ -9,8 +9,8 @@ the program cut after descriptor ``i`` (its successor rewritten as END) minus th
 program cut after ``i - 1``. The model must be within 2 % per frame; the default tier
 checks digits K=1 (every descriptor too) and the pooled stem with conv shortcuts under
 the slower DRAM, ``-m slow`` the rest: every digits K and random configuration at both
-DRAM settings, row tiles, weight streaming on a small scratchpad, and a read DMA with
-one burst in flight.
+DRAM settings, row tiles, weight streaming on a small scratchpad, a head that streams
+its weights and GATE descriptors, and a read DMA with one burst in flight.
 """
 
 import pytest
@@ -22,6 +22,7 @@ from test_engine_program import RANDOM_CONFIGS
 from groupnet_hw.compiler.engine.config import EngineConfig
 from groupnet_hw.compiler.engine.core_cycles import predict_core
 from groupnet_hw.compiler.engine.layout import compile_engine
+from groupnet_hw.compiler.engine.target import core_config
 from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.flow import ENGINE_NAME
 
@@ -129,6 +130,28 @@ def test_read_dma_limits(tmp_path_factory):
     g, seed = _network("digits1")
     for dram in DRAMS:
         check(build, g, seed, CONFIG, params, dram, per_descriptor=True)
+
+
+@SLOW
+@pytest.mark.parametrize("dram", sorted(DRAMS))
+def test_head_streaming_and_gates(core, dram, tmp_path):
+    """Compiled as a build compiles (the core's scratchpad): a 200-class head over 320
+    channels that streams its weights four classes at a time, and the authors'
+    fixed-mean network (K=3) with its GATE descriptors, per descriptor."""
+    from authors_layout import authors_state_dict, write_authors_file
+    from groupnet_hw.models.authors import import_authors_checkpoint
+    config = core_config(CORE)
+    g = compile_model(random_model(3, image_size=8, stem_channels=8, num_classes=200,
+                                   stages=[[16, 1, 1], [32, 1, 2], [320, 1, 2]], bases=1))
+    check(core, g, 3, config, CORE, dram, per_descriptor=True)
+    widths, blocks = (8, 16, 32, 64), (2, 2, 2, 2)
+    stages = [[w, n, 1 if i == 0 else 2] for i, (w, n) in enumerate(zip(widths, blocks))]
+    src = tmp_path / "model_best.pth.tar"
+    write_authors_file(src, authors_state_dict(7, bases=3, widths=widths, blocks=blocks,
+                                               learned_scales=False))
+    model, _ = import_authors_checkpoint(src, "resnet18", config_overrides=dict(
+        image_size=16, stem_channels=8, stages=stages, num_classes=10))
+    check(core, compile_model(model), 0, config, CORE, dram, per_descriptor=True)
 
 
 def test_phases_add_up():

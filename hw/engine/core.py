@@ -33,10 +33,11 @@ Microarchitecture (first version: correctness first, no overlap)
     chunk of output channels' weights at a time (the compiler's ``chunk_c``, else one
     PE fold) is loaded and its channels computed, before the tile is written. A head
     whose block does not fit (a 1000-class classifier) streams ``W[classes][C]`` the
-    same way, ``pe`` classes' rows a chunk (the bias stays). A descriptor whose regions do not fit the scratchpad, or whose opcode or
-    stages this path does not implement (REPEAT, a fused max-pooling stage,
-    channel groups, more than ``max_jobs`` jobs), stops the run with the sequencer's
-    error ``unsupported`` before any of its reads: never a silent wrong result.
+    same way, ``pe`` classes' rows a chunk (the bias stays). A descriptor whose regions
+    do not fit the scratchpad, or whose opcode or stages this path does not implement
+    (REPEAT, a fused max-pooling stage, channel groups, more than ``max_jobs`` jobs),
+    stops the run with the sequencer's error ``unsupported`` before any of its reads:
+    never a silent wrong result.
 
     Binary convolutions run on an XNOR-popcount array of ``pe x simd`` lanes (one,
     time-shared by the jobs): per output pixel and job the window is *gathered* once,
@@ -104,9 +105,8 @@ Cycles
     output element then takes 1 cycle to read its accumulator, 1 per read of its
     epilogue (post-op 2 and 1 of arithmetic: a block's shift and flags are read at its
     first element of the descriptor and kept; add 1, threshold ``out_levels + 1``; a
-    fused mixer per channel ``3 + jobs``, ``+ jobs`` gated; a GATE's
-    ``jobs``) and 1 per output merged into
-    its word. A scalar tap costs 2 cycles (input, then weight or maximum; 1 for a padded
+    fused mixer per channel ``3 + jobs``, ``+ jobs`` gated; a GATE's ``jobs``) and 1
+    per output merged into its word. A scalar tap costs 2 cycles (input, then weight or maximum; 1 for a padded
     tap of a maximum), ``in_levels + 1`` more with a prologue threshold, and each window
     1 more. ``compiler/engine/core_cycles.py`` mirrors these phases and predicts this
     RTL's cycles; against the cycle model of the intended engine
