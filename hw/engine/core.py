@@ -106,10 +106,10 @@ Cycles
     epilogue (post-op 2 and 1 of arithmetic: a block's shift and flags are read at its
     first element of the descriptor and kept; add 1, threshold ``out_levels + 1``; a
     fused mixer per channel ``3 + jobs``, ``+ jobs`` gated; a GATE's ``jobs``) and 1
-    per output merged into its word. A scalar tap costs 2 cycles (input, then weight or maximum; 1 for a padded
-    tap of a maximum), ``in_levels + 1`` more with a prologue threshold, and each window
-    1 more. ``compiler/engine/core_cycles.py`` mirrors these phases and predicts this
-    RTL's cycles; against the cycle model of the intended engine
+    per output merged into its word. A scalar tap costs 2 cycles (input, then weight or
+    maximum; 1 for a padded tap of a maximum), ``in_levels + 1`` more with a prologue
+    threshold, and each window 1 more. ``compiler/engine/core_cycles.py`` mirrors these
+    phases and predicts this RTL's cycles; against the cycle model of the intended engine
     (``compiler/engine/cycles.py``: ``arrays`` arrays side by side, overlapped
     transfers) ``benchmarks/engine_core_cycles.py`` measures the ratio on digits.
     ``stem_pe`` and ``stem_simd`` fix only the integer weight packing it reads.
@@ -757,7 +757,8 @@ class ComputeSequencer(wiring.Component):
                                 side_base + k * side_bytes,
                                 par_base + k * pstride + off_w + chunk_space,
                                 par_base + k * pstride + off_w)
-            load_skip = by_kind((f["param_bytes"] == 0) | (multi & (k != 0)) | (stream & (off_w == 0)),
+            load_skip = by_kind((f["param_bytes"] == 0) | (multi & (k != 0))
+                                | (stream & (off_w == 0)),
                                 flag("shared_input") & (k != 0),
                                 ~stage("add") | (flag("shared_side") | multi) & (k != 0),
                                 ~stream | (post_bytes == 0), ~stream)
