@@ -274,3 +274,24 @@ def test_cifar_size_k5_verifies_on_the_engine(tmp_path, need_verilator):
     assert abs(result.cycles_per_frame_measured / b.engine.prediction.cycles - 1) <= 0.02
     stalled = verify(tmp_path / "out", images=images[2:], stall=0.3, seed=2)
     assert stalled.ok, stalled.first_mismatch
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["resnet18", "resnet34"])
+def test_resnet_k5_at_224_on_the_engine(arch, tmp_path, need_verilator):
+    """The paper's networks at full size (ImageNet widths, 1000 classes, K=5; random
+    eval state): the build for the default DE10-Nano engine takes at most 60 s and
+    4 GB, and two 224x224 images run bit-exact on Verilator at the report's cycles
+    (15-40 minutes per image on this machine: the engine as built is sequential)."""
+    import resource
+    import time
+    ckpt = zoo_checkpoint(tmp_path / "r.pt", arch, 5, seed=0)
+    t0 = time.perf_counter()
+    b = build(ckpt, BuildConfig(engine="sequential"), out_dir=tmp_path / "out")
+    assert time.perf_counter() - t0 <= 60
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss <= 4 << 20     # KiB
+    images = torch.randint(0, 256, (2, 3, 224, 224), dtype=torch.uint8,
+                           generator=torch.Generator().manual_seed(4))
+    result = verify(tmp_path / "out", images=images)
+    assert result.ok and result.exact == 2, result.first_mismatch
+    assert abs(result.cycles_per_frame_measured / b.engine.prediction.cycles - 1) <= 0.02
