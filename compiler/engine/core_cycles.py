@@ -66,6 +66,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from .program import FLAG_BITS, JOB, OPCODE_CODES, STAGE_BITS, decode
+from .tiling import core_layout
 
 __all__ = ["CoreDescriptorCycles", "CoreFrameCycles", "CORE_DEFAULTS", "RUN_OVERHEAD",
            "descriptor_core_cycles", "predict_core"]
@@ -221,59 +222,17 @@ class _Core:
 # ---- the descriptor's layout, as the CHECK .. REGIONS states compute it ----------------
 
 def _layout(d, core):
-    """The run-time layout of CHECK, FOLDS, SECTIONS*, STREAM*, TILESZ*, REGIONS*: folds,
-    parameter sections, whether the weights stream, the chunk, and whether the array
-    (``vec``) runs this descriptor."""
-    op = _OPCODES.get(d["opcode"], "")
-    is_conv, is_head = op == "CONV", op == "HEAD"
-    int_w = _flag(d, "int_weights")
-    pe_r = core.stem_pe if int_w else core.pe
-    simd_r = core.stem_simd if int_w else core.simd
-    n = d["kernel"] ** 2 * d["in_c"]
-    chunk_in = d["chunk_c"] if _flag(d, "weight_stream") and d["chunk_c"] else pe_r
-    fs = _ceil(n, simd_r) if is_conv else 0
-    fo = _ceil(d["out_c"], pe_r) if is_conv else 0
-    fpc = _ceil(chunk_in, pe_r)
-    cb, bpw = d["const_bytes"], core.bpw
-    pooling = is_conv and _has(d, "maxpool")
-    off_w = core.ru(d["in_c"] * d["in_levels"] * cb + _ceil(d["in_c"], 8)) \
-        if _has(d, "prologue_threshold") else 0
-    pesimd = pe_r * simd_r
-    if is_conv:
-        wbytes = fo * fs * pesimd * d["weight_bytes"] if int_w else _ceil(fo * fs * pesimd, 8)
-    else:
-        wbytes = d["out_c"] * d["in_c"] * d["weight_bytes"] if is_head else 0
-    off_post = off_w + core.ru(wbytes)
-    post_bytes = d["param_bytes"] - off_post
-    if is_head:     # chunk_in classes' rows of W[classes][C]
-        chunk_bytes = chunk_in * d["in_c"] * d["weight_bytes"]
-    else:
-        chunk_bytes = (fpc * fs * pesimd * (d["weight_bytes"] * 8 if int_w else 1)) >> 3
-    chunk_space = core.ru(chunk_bytes) + bpw
-    jobs = d["jobs"]
-    rpt = d["rows_per_tile"]
-    kh = d["in_h"] if is_head else d["kernel"]
-    st = 1 if is_head else d["stride"]
-    dil = 1 if is_head else d["dilation"]
-    crows = (rpt - 1) * d["pool_stride"] + d["pool_kernel"] if pooling else rpt
-    irows = min((crows - 1) * st + dil * (kh - 1) + 1, d["in_h"])
-
-    def end(pstride):
-        ins = 1 if _flag(d, "shared_input") else jobs
-        sides = 1 if _flag(d, "shared_side") else jobs
-        side_bytes = rpt * d["side_pitch"] if _has(d, "add") else 0
-        return (core.ru(jobs * 16) + jobs * pstride + ins * irows * d["in_pitch"]
-                + sides * side_bytes + jobs * rpt * d["out_pitch"])
-    stream = (is_conv or is_head) and end(d["param_bytes"]) > core.buffer_bytes
-    vec = (core.vector and is_conv and not int_w and not pooling and d["act_bits"] <= 4
-           and fs <= core.window_words and fo * core.pe <= core.maxc)
-    return dict(op=op, is_conv=is_conv, is_head=is_head, int_w=int_w, pe_r=pe_r,
-                simd_r=simd_r, fs=fs, fo=fo, fpc=fpc, chunk_c=chunk_in if stream else d["out_c"],
-                off_w=off_w, post_bytes=post_bytes, chunk_bytes=chunk_bytes,
-                wbytes=wbytes, stream=stream, vec=vec, pooling=pooling, kh=kh, st=st,
-                dil=dil, pad=0 if is_head else d["padding"], jt_bytes=core.ru(jobs * 16),
-                out_tile=rpt * d["out_pitch"],
-                folds_cycles=max(_ceil(n, simd_r) if is_conv else 0, fo, fpc) + 1)
+    """The run-time layout (:func:`.tiling.core_layout`: CHECK, FOLDS, SECTIONS*,
+    STREAM*, TILESZ*, REGIONS*) and whether the array (``vec``) runs this descriptor."""
+    lay = core_layout(d, bpw=core.bpw, pe=core.pe, simd=core.simd, stem_pe=core.stem_pe,
+                      stem_simd=core.stem_simd, buffer_bytes=core.buffer_bytes)
+    vec = (core.vector and lay["is_conv"] and not lay["int_w"] and not lay["pooling"]
+           and d["act_bits"] <= 4 and lay["fs"] <= core.window_words
+           and lay["fo"] * core.pe <= core.maxc)
+    return dict(lay, op=_OPCODES.get(d["opcode"], ""), vec=vec,
+                chunk_c=lay["chunk_in"] if lay["stream"] else d["out_c"],
+                pad=0 if lay["is_head"] else d["padding"],
+                folds_cycles=max(lay["fs"], lay["fo"], lay["fpc"]) + 1)
 
 
 def _fetch(core):

@@ -25,7 +25,7 @@ from .program import FLAG_BITS, OPCODE_CODES, STAGE_BITS
 
 __all__ = ["conv_rows", "core_row_range", "input_rows_read", "tile_rows", "choose_tiling",
            "buffered_in_row", "input_resident", "n_chunks", "round_tensors",
-           "ScratchpadNeed", "scratchpad_need"]
+           "ScratchpadNeed", "scratchpad_need", "core_layout"]
 
 
 def conv_rows(d, rows):
@@ -179,15 +179,19 @@ class ScratchpadNeed:
     streams_weights: bool
 
 
-def scratchpad_need(d, config):
-    """The scratchpad bytes descriptor ``d`` takes on the core of ``hw/engine/core.py``
-    (``config.scratchpad`` bytes, :attr:`EngineConfig.scratchpad`), as its states
-    ``SECTIONS0`` .. ``REGIONS4`` lay them out: the job table, one parameter block per
-    job (with one weight chunk in place of the weights when the whole blocks do not
-    fit: a convolution's chunk of output channels, a head's of classes), and every job's
-    input, side and output rows of one tile."""
-    bpw = config.port_bytes
+def core_layout(d, *, bpw, pe, simd, stem_pe, stem_simd, buffer_bytes):
+    """Descriptor ``d``'s layout in the scratchpad of the core of ``hw/engine/core.py``
+    (``bpw`` bytes a bus word, ``buffer_bytes`` of scratchpad), as its states CHECK,
+    FOLDS, SECTIONS0-4, STREAM0-1, TILESZ0-1 and REGIONS0-4 compute it: the folds, the
+    parameter sections, the chunk of weights that streams when the whole blocks do not
+    fit (a convolution's output channels, a head's classes), the tile's input rows, and
+    the bytes taken with and without streaming. The tiler (:func:`scratchpad_need`) and
+    the core's cycle model (:mod:`.core_cycles`) both read it.
 
+    Returns
+    -------
+    dict
+    """
     def ru(x):
         return round_up(x, bpw)
 
@@ -199,43 +203,60 @@ def scratchpad_need(d, config):
     is_conv, is_head = op == OPCODE_CODES["CONV"], op == OPCODE_CODES["HEAD"]
     int_w = bool(fl & FLAG_BITS["int_weights"])
     pooling = is_conv and stage("maxpool")
-    pe, simd = (config.stem_pe, config.stem_simd) if int_w else (config.pe, config.simd)
+    pe_r, simd_r = (stem_pe, stem_simd) if int_w else (pe, simd)
     n = d["kernel"] * d["kernel"] * d["in_c"]
-    fs = -(-n // simd) if is_conv else 0
-    fo = -(-d["out_c"] // pe) if is_conv else 0
-    chunk_in = d["chunk_c"] if fl & FLAG_BITS["weight_stream"] and d["chunk_c"] else pe
-    fpc = -(-chunk_in // pe)
+    fs = -(-n // simd_r) if is_conv else 0
+    fo = -(-d["out_c"] // pe_r) if is_conv else 0
+    chunk_in = d["chunk_c"] if fl & FLAG_BITS["weight_stream"] and d["chunk_c"] else pe_r
+    fpc = -(-chunk_in // pe_r)
     cb, jobs = d["const_bytes"], d["jobs"]
     off_w = ru(d["in_c"] * d["in_levels"] * cb + -(-d["in_c"] // 8)) \
         if stage("prologue_threshold") else 0
+    pesimd = pe_r * simd_r
     if is_conv:
-        wbytes = fo * fs * pe * simd * d["weight_bytes"] if int_w else -(-fo * fs * pe * simd // 8)
+        wbytes = fo * fs * pesimd * d["weight_bytes"] if int_w else -(-fo * fs * pesimd // 8)
     else:
         wbytes = d["out_c"] * d["in_c"] * d["weight_bytes"] if is_head else 0
     off_post = off_w + ru(wbytes)
+    post_bytes = d["param_bytes"] - off_post
     if is_head:     # chunk_in classes' rows of W[classes][C]
         chunk_bytes = chunk_in * d["in_c"] * d["weight_bytes"]
     else:
-        chunk_bytes = (fpc * fs * pe * simd * (d["weight_bytes"] * 8 if int_w else 1)) >> 3
-    # one chunk in place of the weights, and a word for a misaligned chunk
-    pstride_stream = off_w + ru(chunk_bytes) + bpw + d["param_bytes"] - off_post
-    side = d["rows_per_tile"] * d["side_pitch"] if stage("add") else 0
-    out_tile = d["rows_per_tile"] * d["out_pitch"]
-    crows = ((d["rows_per_tile"] - 1) * d["pool_stride"] + d["pool_kernel"]) if pooling \
-        else d["rows_per_tile"]
+        chunk_bytes = (fpc * fs * pesimd * (d["weight_bytes"] * 8 if int_w else 1)) >> 3
+    rpt = d["rows_per_tile"]
+    side = rpt * d["side_pitch"] if stage("add") else 0
+    out_tile = rpt * d["out_pitch"]
+    crows = ((rpt - 1) * d["pool_stride"] + d["pool_kernel"]) if pooling else rpt
     kh, stride, dil = (d["in_h"], 1, 1) if is_head else (d["kernel"], d["stride"], d["dilation"])
-    in_tile = min((crows - 1) * stride + dil * (kh - 1) + 1, d["in_h"]) * d["in_pitch"]
+    irows = min((crows - 1) * stride + dil * (kh - 1) + 1, d["in_h"])
 
     def end(pstride):
         at = ru(jobs * 16) + jobs * pstride
-        at += (1 if fl & FLAG_BITS["shared_input"] else jobs) * in_tile
+        at += (1 if fl & FLAG_BITS["shared_input"] else jobs) * irows * d["in_pitch"]
         at += (1 if fl & FLAG_BITS["shared_side"] else jobs) * side
         return at + jobs * out_tile
 
     whole = end(d["param_bytes"])
-    if whole <= config.scratchpad or not (is_conv or is_head):
-        return ScratchpadNeed(whole, False)
-    return ScratchpadNeed(end(pstride_stream), True)
+    # one chunk in place of the weights, and a word for a misaligned chunk
+    streamed = end(off_w + ru(chunk_bytes) + bpw + post_bytes)
+    stream = (is_conv or is_head) and whole > buffer_bytes
+    return dict(is_conv=is_conv, is_head=is_head, int_w=int_w, pooling=pooling, pe_r=pe_r,
+                simd_r=simd_r, n=n, fs=fs, fo=fo, fpc=fpc, chunk_in=chunk_in, off_w=off_w,
+                wbytes=wbytes, post_bytes=post_bytes, chunk_bytes=chunk_bytes, kh=kh,
+                st=stride, dil=dil, irows=irows, jt_bytes=ru(jobs * 16), out_tile=out_tile,
+                whole=whole, streamed=streamed, stream=stream)
+
+
+def scratchpad_need(d, config):
+    """The scratchpad bytes descriptor ``d`` takes on the core of ``hw/engine/core.py``
+    (``config.scratchpad`` bytes, :attr:`EngineConfig.scratchpad`; :func:`core_layout`):
+    the job table, one parameter block per job (with one weight chunk in place of the
+    weights when the whole blocks do not fit), and every job's input, side and output
+    rows of one tile."""
+    lay = core_layout(d, bpw=config.port_bytes, pe=config.pe, simd=config.simd,
+                      stem_pe=config.stem_pe, stem_simd=config.stem_simd,
+                      buffer_bytes=config.scratchpad)
+    return ScratchpadNeed(lay["streamed"] if lay["stream"] else lay["whole"], lay["stream"])
 
 
 def _scratchpad_rows(d, config):
