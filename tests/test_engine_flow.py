@@ -188,7 +188,9 @@ def test_a_wrong_result_names_the_first_differing_descriptor(digits_engine_build
     assert "descriptor 2" in result.first_mismatch, result.first_mismatch
 
 
-@pytest.mark.parametrize("arch,blocks", [("resnet18", (2, 2, 2, 2)), ("resnet34", (3, 4, 6, 3))])
+@pytest.mark.parametrize("arch,blocks", [("resnet18", (2, 2, 2, 2)),
+                                         pytest.param("resnet34", (3, 4, 6, 3),
+                                                      marks=pytest.mark.slow)])
 def test_authors_resnet_k5_imports_builds_and_verifies(arch, blocks, tmp_path, need_verilator):
     """A K=5 file in the Group-Net authors' layout (learned scales; ResNet-18 and -34
     depth, narrow and at 32x32 so that the fast tier can run it) imports, builds for the
