@@ -177,22 +177,17 @@ def built(arch, bases=5, seed=0):
                                   dominant=d.dominant, label=d.label) for d in c.descriptors])
 
 
-def rtl_measured(arch, blocks, bases=5):
+def rtl_measured(arch, bases=5):
     """An authors'-layout file (ResNet depth, widths 8-64, 32x32, learned scales) built
     for the 64 KiB engine and verified on one image: measured against predicted."""
     import sys
     import tempfile
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from authors_layout import authors_state_dict, write_authors_file
+    from authors_layout import narrow_authors_model
     from groupnet_hw.flow import BuildConfig, build, verify
-    from groupnet_hw.models.authors import import_authors_checkpoint
     widths = (8, 16, 32, 64)
-    stages = [[w, n, 1 if i == 0 else 2] for i, (w, n) in enumerate(zip(widths, blocks))]
     with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "model_best.pth.tar"
-        write_authors_file(src, authors_state_dict(7, bases=bases, widths=widths, blocks=blocks))
-        model, _ = import_authors_checkpoint(src, arch, config_overrides=dict(
-            image_size=32, stem_channels=8, stages=stages, num_classes=10))
+        model, _ = narrow_authors_model(tmp, arch, bases=bases, image_size=32, widths=widths)
         b = build(model, BuildConfig(engine="sequential", engine_scratchpad_kib=64))
         images = torch.randint(0, 256, (1, 3, 32, 32), dtype=torch.uint8,
                                generator=torch.Generator().manual_seed(1))
@@ -306,8 +301,7 @@ def main(argv=None):
     for b in built_rows:
         print(f"{b['arch']} as built: {b['cycles']:,} cycles = {b['fps']:.3f} frames/s; "
               f"flow {b['flow_refused'] or 'ok'} ({b['flow_seconds']} s)")
-    blocks = {"resnet18": (2, 2, 2, 2), "resnet34": (3, 4, 6, 3)}
-    rtl_rows = [] if args.no_rtl else [rtl_measured(a, blocks[a]) for a in archs]
+    rtl_rows = [] if args.no_rtl else [rtl_measured(a) for a in archs]
     for r in rtl_rows:
         print(f"RTL {r['arch']}: predicted {r['predicted']:,}, measured {r['measured']:,.0f} "
               f"({100 * r['error']:+.2f} %), bit-exact {r['exact']}")

@@ -33,6 +33,7 @@ from groupnet_hw.compiler.engine.layout import compile_engine
 from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.hw.engine.core import EngineCore
 from groupnet_hw.sim.engine_rtl import build_engine_rtl
+from groupnet_hw.sim.engine_verify import cut_after, frame_image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import test_engine_core as T  # noqa: E402  (the tests' helpers: frames, cuts, runs)
@@ -45,10 +46,10 @@ def measure(build, bases):
     program = compile_engine(g, T.CONFIG)
     pred = predict(program, DRAM)
     core = predict_core(program, T.CORE, DRAM.latency, DRAM.bytes_per_cycle)
-    image = T._with_frame(program, bytearray(program.image), T.frames_for(g, 1)[0])
+    image = frame_image(program, T.frames_for(g, 1)[0])
     kw = dict(latency=DRAM.latency, bytes_per_cycle=DRAM.bytes_per_cycle)
     whole = T.run_rtl(build, program, image, **kw).cycles
-    cuts = [T.run_rtl(build, program, T._cut_after(program, image, i), **kw).cycles
+    cuts = [T.run_rtl(build, program, cut_after(program, image, i), **kw).cycles
             for i in range(len(program.descriptors))]
     rows, prev = [], 0
     for i, (p, q, c) in enumerate(zip(pred.descriptors, core.descriptors, cuts)):

@@ -304,14 +304,16 @@ def _passes(b: Build, source, out_dir):
 def _schedule(b: Build, source, out_dir):
     choice, reason = b.config.engine, None
     if choice != "sequential":
+        # auto falls back to the engine only on a board that can hold it
+        dataflow_only = choice == "dataflow" or not get_board(b.config.board).dram_port_bits
         try:
             b.schedule = schedule(b.graph, **b.config.schedule_options())
         except ValueError as exc:
-            if choice == "dataflow" or not get_board(b.config.board).dram_port_bits:
+            if dataflow_only:
                 raise FlowError(str(exc)) from None
             reason = f"the dataflow design does not fit: {exc}"
         else:
-            if choice == "dataflow" or b.schedule.fits() or not get_board(b.config.board).dram_port_bits:
+            if dataflow_only or b.schedule.fits():
                 b.backend = "dataflow"
                 return
             reason = "the dataflow design's estimate exceeds the board"

@@ -57,6 +57,25 @@ def write_authors_file(path, state_dict):
                 "best_top1": 55.5, "learning_rate": 0.001}, path)
 
 
+#: ResNet-18 and ResNet-34 blocks per stage
+BLOCKS = {"resnet18": (2, 2, 2, 2), "resnet34": (3, 4, 6, 3)}
+
+
+def narrow_authors_model(directory, arch="resnet18", *, bases, image_size, blocks=None,
+                         learned_scales=True, seed=7, widths=(8, 16, 32, 64)):
+    """A narrow file in the authors' layout (``arch``'s depth, ``widths``, 10 classes)
+    written into ``directory`` and imported at ``image_size``: ``(model, report)``."""
+    from pathlib import Path
+    from groupnet_hw.models.authors import import_authors_checkpoint
+    blocks = blocks or BLOCKS[arch]
+    stages = [[w, n, 1 if i == 0 else 2] for i, (w, n) in enumerate(zip(widths, blocks))]
+    src = Path(directory) / "model_best.pth.tar"
+    write_authors_file(src, authors_state_dict(seed, bases=bases, widths=widths, blocks=blocks,
+                                               learned_scales=learned_scales))
+    return import_authors_checkpoint(src, arch, config_overrides=dict(
+        image_size=image_size, stem_channels=8, stages=stages, num_classes=10))
+
+
 def _bn(x, sd, p):
     return F.batch_norm(x, sd[f"{p}.running_mean"], sd[f"{p}.running_var"], sd[f"{p}.weight"],
                         sd[f"{p}.bias"], False, 0.0, 1e-5)

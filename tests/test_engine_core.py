@@ -11,14 +11,12 @@ wrote with the integer executor's through ``first_mismatch``, which names the fi
 diverging descriptor. One Verilator build (cached for the session) serves every run.
 """
 
-import numpy as np
 import pytest
 import torch
 from amaranth.back import verilog
 
 from conftest import random_model
 from test_engine_program import RANDOM_CONFIGS
-from groupnet_hw import engine_opcodes as eop
 from groupnet_hw import engine_registers as regs
 from groupnet_hw.compiler.engine.config import EngineConfig
 from groupnet_hw.compiler.engine.layout import compile_engine
@@ -77,14 +75,6 @@ def frames_for(g, n, seed=0):
                          generator=gen)
 
 
-def _with_frame(program, image, frame):
-    return frame_image(program, frame, image)
-
-
-_cut_after = cut_after
-_outputs_of = descriptor_outputs
-
-
 def run_rtl(build, program, image, **kw):
     kw.setdefault("max_cycles", 20_000_000)
     return run_program_rtl(build, program, image, **kw)
@@ -98,7 +88,7 @@ def check_network(build, g, frames, *, per_descriptor=False, config=CONFIG, **kw
     values = execute(g, frames)
     runs = []
     for n, frame in enumerate(frames):
-        image = _with_frame(program, bytearray(program.image), frame)
+        image = frame_image(program, frame)
         ref = bytearray(image)
         logits, _ = run_program(program, ref, frame.unsqueeze(0))
         assert torch.equal(logits[0], values[g.output][n].reshape(-1))
@@ -110,8 +100,8 @@ def check_network(build, g, frames, *, per_descriptor=False, config=CONFIG, **kw
             # name the first descriptor whose output differs from the integer graph
             got = []
             for i in range(len(program.descriptors)):
-                cut = run_rtl(build, program, _cut_after(program, image, i), **kw)
-                got.append([t for t in _outputs_of(program, cut.image_after, i)])
+                cut = run_rtl(build, program, cut_after(program, image, i), **kw)
+                got.append([t for t in descriptor_outputs(program, cut.image_after, i)])
             one = {k: (v[n:n + 1] if torch.is_tensor(v) else [t[n:n + 1] for t in v])
                    for k, v in values.items()}
             bad = first_mismatch(program, got, one)
@@ -168,14 +158,14 @@ def test_a_corrupted_descriptor_stops_before_it_acts(core, opcode, cause):
     window."""
     g = compile_model(zoo_model("digits", 1, seed=1))
     program = compile_engine(g, CONFIG)
-    image = _with_frame(program, bytearray(program.image), frames_for(g, 1)[0])
+    image = frame_image(program, frames_for(g, 1)[0])
     bad = 3
     corrupted = bytearray(image)
     corrupted[_descriptor_offset(program, bad)] = opcode
     run = run_rtl(core, program, corrupted, stall=0.3, latency=40)
     assert run.status & 4 and not run.status & 2
     assert run.error_code == regs.error_code("sequencer", cause)
-    before = run_rtl(core, program, _cut_after(program, image, bad - 1))
+    before = run_rtl(core, program, cut_after(program, image, bad - 1))
     expected = bytearray(before.image_after)    # with END where the bad descriptor is
     at = _descriptor_offset(program, bad)
     expected[at:at + DESCRIPTOR.itemsize] = corrupted[at:at + DESCRIPTOR.itemsize]
@@ -189,7 +179,7 @@ def test_an_output_outside_the_window_is_refused(core):
     g = compile_model(zoo_model("digits", 1, seed=1))
     program = compile_engine(g, CONFIG)
     h = program.header
-    image = _with_frame(program, bytearray(program.image), frames_for(g, 1)[0])
+    image = frame_image(program, frames_for(g, 1)[0])
     d = program.descriptors[2]
     at = d["table_addr"] - h["base"] + 8
     image[at:at + 4] = (h["base"] + len(image)).to_bytes(4, "little")
@@ -288,7 +278,7 @@ def test_soft_reset_mid_compute_then_start_again(core, reset_at):
     g = compile_model(zoo_model("digits", 2, seed=2))
     program = compile_engine(g, CONFIG)
     frame = frames_for(g, 1)[0]
-    image = _with_frame(program, bytearray(program.image), frame)
+    image = frame_image(program, frame)
     ref = bytearray(image)
     run_program(program, ref, frame.unsqueeze(0))
     run = run_rtl(core, program, image, reset_at=reset_at, stall=0.3, latency=40)

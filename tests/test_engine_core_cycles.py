@@ -16,8 +16,7 @@ its weights and GATE descriptors, and a read DMA with one burst in flight.
 import pytest
 
 from conftest import random_model
-from test_engine_core import (CONFIG, CORE, SMALL, _build, _cut_after, _with_frame, frames_for,
-                              run_rtl, zoo_model)
+from test_engine_core import CONFIG, CORE, SMALL, _build, frames_for, run_rtl, zoo_model
 from test_engine_program import RANDOM_CONFIGS
 from groupnet_hw.compiler.engine.config import EngineConfig
 from groupnet_hw.compiler.engine.core_cycles import predict_core
@@ -25,6 +24,7 @@ from groupnet_hw.compiler.engine.layout import compile_engine
 from groupnet_hw.compiler.engine.target import core_config
 from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.flow import ENGINE_NAME
+from groupnet_hw.sim.engine_verify import cut_after, frame_image
 
 SLOW = pytest.mark.slow
 TOLERANCE = 0.02
@@ -52,7 +52,7 @@ def measure(build, program, image, latency, bytes_per_cycle, per_descriptor=Fals
     whole = run_rtl(build, program, image, **kw).cycles
     if not per_descriptor:
         return whole, None
-    cuts = [run_rtl(build, program, _cut_after(program, image, i), **kw).cycles
+    cuts = [run_rtl(build, program, cut_after(program, image, i), **kw).cycles
             for i in range(len(program.descriptors))]
     return whole, [c - p for c, p in zip(cuts, [0] + cuts[:-1])]
 
@@ -60,7 +60,7 @@ def measure(build, program, image, latency, bytes_per_cycle, per_descriptor=Fals
 def check(build, g, seed, config, core_params, dram, per_descriptor=False):
     latency, bpc = DRAMS[dram]
     program = compile_engine(g, config)
-    image = _with_frame(program, bytearray(program.image), frames_for(g, 1, seed)[0])
+    image = frame_image(program, frames_for(g, 1, seed)[0])
     pred = predict_core(program, core_params, latency, bpc)
     whole, per = measure(build, program, image, latency, bpc, per_descriptor)
     assert abs(pred.cycles - whole) / whole <= TOLERANCE, (pred.cycles, whole)
@@ -138,19 +138,12 @@ def test_head_streaming_and_gates(core, dram, tmp_path):
     """Compiled as a build compiles (the core's scratchpad): a 200-class head over 320
     channels that streams its weights four classes at a time, and the authors'
     fixed-mean network (K=3) with its GATE descriptors, per descriptor."""
-    from authors_layout import authors_state_dict, write_authors_file
-    from groupnet_hw.models.authors import import_authors_checkpoint
+    from authors_layout import narrow_authors_model
     config = core_config(CORE)
     g = compile_model(random_model(3, image_size=8, stem_channels=8, num_classes=200,
                                    stages=[[16, 1, 1], [32, 1, 2], [320, 1, 2]], bases=1))
     check(core, g, 3, config, CORE, dram, per_descriptor=True)
-    widths, blocks = (8, 16, 32, 64), (2, 2, 2, 2)
-    stages = [[w, n, 1 if i == 0 else 2] for i, (w, n) in enumerate(zip(widths, blocks))]
-    src = tmp_path / "model_best.pth.tar"
-    write_authors_file(src, authors_state_dict(7, bases=3, widths=widths, blocks=blocks,
-                                               learned_scales=False))
-    model, _ = import_authors_checkpoint(src, "resnet18", config_overrides=dict(
-        image_size=16, stem_channels=8, stages=stages, num_classes=10))
+    model, _ = narrow_authors_model(tmp_path, bases=3, image_size=16, learned_scales=False)
     check(core, compile_model(model), 0, config, CORE, dram, per_descriptor=True)
 
 

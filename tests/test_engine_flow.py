@@ -14,7 +14,6 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from conftest import random_model
 from groupnet_hw.cli import main
 from groupnet_hw.flow import ENGINE_IMAGE, ENGINE_NAME, BuildConfig, FlowError, build, verify
 from groupnet_hw.models.checkpoint import save_checkpoint
@@ -188,22 +187,13 @@ def test_a_wrong_result_names_the_first_differing_descriptor(digits_engine_build
     assert "descriptor 2" in result.first_mismatch, result.first_mismatch
 
 
-@pytest.mark.parametrize("arch,blocks", [("resnet18", (2, 2, 2, 2)),
-                                         pytest.param("resnet34", (3, 4, 6, 3),
-                                                      marks=pytest.mark.slow)])
-def test_authors_resnet_k5_imports_builds_and_verifies(arch, blocks, tmp_path, need_verilator):
+@pytest.mark.parametrize("arch", ["resnet18", pytest.param("resnet34", marks=pytest.mark.slow)])
+def test_authors_resnet_k5_imports_builds_and_verifies(arch, tmp_path, need_verilator):
     """A K=5 file in the Group-Net authors' layout (learned scales; ResNet-18 and -34
     depth, narrow and at 32x32 so that the fast tier can run it) imports, builds for the
     engine and runs bit-exact on Verilator; the measured cycles are the core model's."""
-    from authors_layout import authors_state_dict, write_authors_file
-    from groupnet_hw.models.authors import import_authors_checkpoint
-    widths = (8, 16, 32, 64)
-    stages = [[w, n, 1 if i == 0 else 2] for i, (w, n) in enumerate(zip(widths, blocks))]
-    src = tmp_path / "model_best.pth.tar"
-    write_authors_file(src, authors_state_dict(7, bases=5, widths=widths, blocks=blocks))
-    model, report = import_authors_checkpoint(
-        src, arch, config_overrides=dict(image_size=32, stem_channels=8, stages=stages,
-                                         num_classes=10))
+    from authors_layout import narrow_authors_model
+    model, report = narrow_authors_model(tmp_path, arch, bases=5, image_size=32)
     assert report.bases == 5
     ckpt = tmp_path / "r.pt"
     save_checkpoint(ckpt, model)
@@ -224,15 +214,8 @@ def test_authors_fixed_mean_resnet_runs_its_gates_on_the_engine(tmp_path, need_v
     first, GATE descriptors of 6 jobs (the 5 bases and the previous block's sum) that
     the core runs as a gated mix whose aggregate is its last input. Builds, verifies
     bit-exact, the cycles are the core model's."""
-    from authors_layout import authors_state_dict, write_authors_file
-    from groupnet_hw.models.authors import import_authors_checkpoint
-    widths, blocks = (8, 16, 32, 64), (2, 2, 2, 2)
-    stages = [[w, n, 1 if i == 0 else 2] for i, (w, n) in enumerate(zip(widths, blocks))]
-    src = tmp_path / "model_best.pth.tar"
-    write_authors_file(src, authors_state_dict(7, bases=5, widths=widths, blocks=blocks,
-                                               learned_scales=False))
-    model, _ = import_authors_checkpoint(src, "resnet18", config_overrides=dict(
-        image_size=16, stem_channels=8, stages=stages, num_classes=10))
+    from authors_layout import narrow_authors_model
+    model, _ = narrow_authors_model(tmp_path, bases=5, image_size=16, learned_scales=False)
     ckpt = tmp_path / "r.pt"
     save_checkpoint(ckpt, model)
     b = build(ckpt, BuildConfig(**SMALL_ENGINE), out_dir=tmp_path / "out")

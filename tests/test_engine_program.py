@@ -238,15 +238,8 @@ def test_gate_inputs_from_different_descriptors_share_one_format(tmp_path):
     of 17 bits (a 32-bit container). The descriptor reads its inputs through one
     format, so the compiler widens the tensors tied that way to one container:
     bit-exact."""
-    from authors_layout import authors_state_dict, write_authors_file
-    from groupnet_hw.models.authors import import_authors_checkpoint
-    widths, blocks = (8, 16, 32, 64), (2, 2, 2, 2)
-    stages = [[w, n, 1 if i == 0 else 2] for i, (w, n) in enumerate(zip(widths, blocks))]
-    src = tmp_path / "model_best.pth.tar"
-    write_authors_file(src, authors_state_dict(7, bases=3, widths=widths, blocks=blocks,
-                                               learned_scales=False))
-    model, _ = import_authors_checkpoint(src, "resnet18", config_overrides=dict(
-        image_size=32, stem_channels=8, stages=stages, num_classes=10))
+    from authors_layout import narrow_authors_model
+    model, _ = narrow_authors_model(tmp_path, bases=3, image_size=32, learned_scales=False)
     g = compile_model(model)
     program = assert_bit_exact(g, images_for(g, 2))
     gates = [i for i, grp in enumerate(program.groups) if grp.opcode == "GATE"]

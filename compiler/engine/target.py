@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...devices import get_board
+from ...devices import BOARDS, get_board
 from .config import DramModel, EngineConfig
 from .program import FLAG_BITS, OPCODE_CODES, STAGE_BITS
 from .sizing import budget_limits, estimate_core
@@ -104,7 +104,7 @@ def engine_target(board="de10nano", clock_mhz=100.0, buffer_bytes=None, max_util
     """
     b = get_board(board)
     if not b.dram_port_bits:
-        boards = ", ".join(n for n in ("de10nano",))
+        boards = ", ".join(n for n, other in BOARDS.items() if other.dram_port_bits)
         raise ValueError(f"{board} has no DRAM port for the layer-sequential engine "
                          f"(boards with one: {boards}); use --engine dataflow")
     width = b.dram_port_bits

@@ -101,7 +101,12 @@ def tile_rows(d, config, out_fraction=1.0):
             f"descriptor {d['index']}: one output row needs {need_in} input and {need_out} "
             f"output bytes, more than half the engine's tile buffers (input "
             f"{config.input_buffer}, output {config.output_buffer} bytes, double buffered)")
-    lo, hi = 1, d["out_h"]
+    return _most_rows(fits, d["out_h"])
+
+
+def _most_rows(fits, out_h):
+    """The largest row count in [1, out_h] that ``fits`` (monotone; 1 fits)."""
+    lo, hi = 1, out_h
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if fits(mid):
@@ -267,11 +272,4 @@ def _scratchpad_rows(d, config):
         need = scratchpad_need(dict(d, rows_per_tile=1), config).bytes
         raise ValueError(f"descriptor {d['index']}: one output row needs {need} bytes of "
                          f"the engine's {config.scratchpad}-byte scratchpad")
-    lo, hi = 1, d["out_h"]
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    return _most_rows(fits, d["out_h"])
