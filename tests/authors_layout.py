@@ -61,6 +61,17 @@ def write_authors_file(path, state_dict):
 BLOCKS = {"resnet18": (2, 2, 2, 2), "resnet34": (3, 4, 6, 3)}
 
 
+def full_size_authors_file(directory, arch="resnet18", *, bases, seed=7):
+    """A file in the authors' layout at the paper's geometry (stem 64, widths 64-512,
+    1000 classes, learned scales) written into ``directory``: its path."""
+    from pathlib import Path
+    src = Path(directory) / f"{arch}_k{bases}.pth.tar"
+    write_authors_file(src, authors_state_dict(seed, bases=bases, stem=64,
+                                               widths=(64, 128, 256, 512),
+                                               blocks=BLOCKS[arch], classes=1000))
+    return src
+
+
 def narrow_authors_model(directory, arch="resnet18", *, bases, image_size, blocks=None,
                          learned_scales=True, seed=7, widths=(8, 16, 32, 64)):
     """A narrow file in the authors' layout (``arch``'s depth, ``widths``, 10 classes)

@@ -55,6 +55,12 @@ class EngineConfig:
         descriptor's job table, its jobs' parameter blocks and every job's rows of a
         tile as they are in DRAM, and streams weights on its own when the blocks do not
         fit (:func:`.tiling.scratchpad_need`); the row tiles are sized for it.
+    fuse_overlapping_pools : bool
+        A convolution followed by a max pooling whose windows overlap (kernel > stride,
+        the ResNet stem's 3x3/2) pools on chip. True for the intended engine, whose
+        pooling unit sees each convolution result once; False for the core as built,
+        which evaluates the convolution once per pooling tap (2.25x the stem's work
+        at 3x3/2): its result goes to DRAM and a MAXPOOL descriptor pools it.
     """
 
     arrays: int = 5
@@ -70,6 +76,7 @@ class EngineConfig:
     clock_mhz: float = 100.0
     pipeline_depth: int = 24
     scratchpad: int = 0
+    fuse_overlapping_pools: bool = True
 
     def __post_init__(self):
         _positive("EngineConfig", arrays=self.arrays, pe=self.pe, simd=self.simd,

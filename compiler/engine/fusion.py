@@ -11,7 +11,11 @@ Fusion rules, decided on ops and edges only (no node name is read):
    op (:data:`OPCODES`). Post-ops, adds, ReLUs and thresholds that stand alone are
    ``PIXEL`` cores (an identity core with the node as first epilogue stage).
 2. Epilogue: a convolution whose only consumer is a max pooling pools on chip (its
-   wide result never reaches DRAM). Then, from a job's last node, its only consumer is absorbed while that consumer
+   wide result never reaches DRAM), unless the pooling windows overlap (kernel >
+   stride) and the target recomputes overlapping taps
+   (``EngineConfig.fuse_overlapping_pools`` False: the core as built evaluates the
+   convolution once per pooling tap, 2.25x the work of a 3x3/2 pooling's convolution).
+   Then, from a job's last node, its only consumer is absorbed while that consumer
    is element-wise and comes later in the fixed stage order ``postop, add, relu,
    threshold`` than every stage absorbed so far, and the last node is not a
    multi-output node; an ``add`` reads its other operand (the *side* input) from DRAM.
@@ -27,6 +31,11 @@ Fusion rules, decided on ops and edges only (no node name is read):
    results of one convolution group, each read by the mixer alone, joins that group
    when the group runs in one round (K <= arrays): the K arrays' results meet in the
    mixer and only its outputs go to DRAM.
+6. Fitting (the layout's, :func:`.layout.compile_engine`): a group whose one-row tile
+   does not fit the on-chip buffers first gives up its mixer (:meth:`Group.unfused`:
+   the bases' results go to DRAM, a MIXER descriptor mixes them), then runs as
+   consecutive descriptors of as many jobs as fit (:meth:`Group.split`): the jobs take
+   turns in the buffers, a shared input is read once per part.
 """
 
 from __future__ import annotations
@@ -136,6 +145,23 @@ class Group:
     def nodes(self):
         return [n for j in self.jobs for n in j.nodes] + ([self.mixer] if self.mixer else [])
 
+    def split(self, most_jobs):
+        """The same work as consecutive descriptors of at most ``most_jobs`` jobs each
+        (rule 6); only a group whose jobs are independent (no mixer joins them, a
+        groupable opcode) can be split."""
+        if self.mixer is not None or self.opcode not in _GROUPABLE:
+            raise ValueError(f"a {self.opcode} group with a mixer cannot be split")
+        return [Group(self.jobs[i:i + most_jobs]) for i in range(0, len(self.jobs), most_jobs)]
+
+    def unfused(self):
+        """Rule 5 undone: the convolutions' group, writing each base's result, then the
+        mixer as its own descriptor (it joined only with no epilogue of its own)."""
+        return [Group(self.jobs), Group([Job(core=self.mixer)])]
+
+    @property
+    def splittable(self):
+        return len(self.jobs) > 1 and self.mixer is None and self.opcode in _GROUPABLE
+
 
 def _absorbable(g, job, consumer, last, assigned, deferred, index):
     if consumer.name in assigned or consumer.name in deferred or consumer.op not in STAGES:
@@ -163,12 +189,17 @@ def _absorbable(g, job, consumer, last, assigned, deferred, index):
     return True
 
 
-def _grow_epilogue(g, job, assigned, deferred, index):
+def _pools_on_chip(pool, overlapping_pools):
+    return overlapping_pools or pool.attrs["kernel"] <= pool.attrs["stride"]
+
+
+def _grow_epilogue(g, job, assigned, deferred, index, overlapping_pools):
     core = job.core
     if core.op in ("int_conv", "bin_conv"):
         users = g.consumers(core.name)
         if (len(users) == 1 and users[0].op == "maxpool" and users[0].inputs == [core.name]
-                and users[0].name not in assigned):
+                and users[0].name not in assigned
+                and _pools_on_chip(users[0], overlapping_pools)):
             # rule 2b: the convolution's wide result is pooled on chip
             job.pool = users[0]
             assigned.add(users[0].name)
@@ -186,7 +217,7 @@ def _grow_epilogue(g, job, assigned, deferred, index):
         assigned.add(c.name)
 
 
-def _jobs(g):
+def _jobs(g, overlapping_pools=True):
     """Every node in exactly one job (rules 1-3)."""
     assigned, jobs = set(), []
     index = {n.name: i for i, n in enumerate(g)}
@@ -218,7 +249,7 @@ def _jobs(g):
             deferred.discard(job.prologue.name)
             assigned.add(job.prologue.name)
         if n.op != "input":
-            _grow_epilogue(g, job, assigned, deferred, index)
+            _grow_epilogue(g, job, assigned, deferred, index, overlapping_pools)
         jobs.append(job)
     # a deferred threshold whose convolution was absorbed elsewhere cannot happen
     # (a convolution is always a core), but say so if it does
@@ -381,7 +412,7 @@ def _mix_on_chip(g, groups, arrays):
     return out
 
 
-def fuse(g, arrays=None):
+def fuse(g, arrays=None, overlapping_pools=True):
     """The graph's nodes as descriptor groups in execution order.
 
     Parameters
@@ -390,13 +421,15 @@ def fuse(g, arrays=None):
     arrays : int, optional
         K_hw: a group of at most this many jobs mixes its bases on chip (rule 5);
         None: never.
+    overlapping_pools : bool
+        A convolution also pools on chip when its pooling windows overlap (rule 2).
 
     Returns
     -------
     list of Group
         Every node of ``g`` is in exactly one job of one group.
     """
-    jobs = _jobs(g)
+    jobs = _jobs(g, overlapping_pools)
     groups = _group(g, jobs)
     if arrays:
         groups = _mix_on_chip(g, groups, arrays)

@@ -26,7 +26,7 @@ import numpy as np
 
 from .config import EngineConfig
 from .formats import TensorFormat, container_bits, round_up
-from .fusion import fuse, main_ref, side_ref
+from .fusion import Group, fuse, main_ref, side_ref
 from .params import (int_bytes, pack_binary_weights, pack_bitvec, pack_consts,
                      pack_int_weights, sections)
 from .program import (DESCRIPTOR, DESCRIPTOR_MAGIC, END_OPCODE, FLAG_BITS, HEADER, JOB, MAGIC,
@@ -377,16 +377,10 @@ def compile_engine(g, config=None, base=DEFAULT_BASE):
     """
     config = config or EngineConfig()
     port = config.port_bytes
-    groups = fuse(g, config.arrays)
-    # formats: one per descriptor output (the widest container of its jobs)
-    fmts, outputs = {}, []
-    for grp in groups:
-        f = group_format(grp, port)
-        outs = _outputs(grp)
-        outputs.append(outs)
-        for r in outs:
-            fmts[r] = f
-    _share_formats(groups, outputs, fmts, g)
+    packing = dict(port_bytes=port, arrays=config.arrays, pe=config.pe, simd=config.simd,
+                   stem_pe=config.stem_pe, stem_simd=config.stem_simd)
+    groups, fmts, outputs = _fit_groups(fuse(g, config.arrays, config.fuse_overlapping_pools),
+                                        g, config, packing)
     # lifetimes: written by its descriptor, last read by its last reader
     lifetimes = {r: (i, i) for i, outs in enumerate(outputs) for r in outs}
     for i, grp in enumerate(groups):
@@ -397,17 +391,12 @@ def compile_engine(g, config=None, base=DEFAULT_BASE):
                 lifetimes[r] = (lifetimes[r][0], max(lifetimes[r][1], i))
     # the compute descriptors, then the sequencer's END
     header = dict(magic=MAGIC, version=VERSION, n_desc=len(groups) + 1, base=base,
-                  desc_bytes=DESCRIPTOR.itemsize, port_bytes=port, arrays=config.arrays,
-                  pe=config.pe, simd=config.simd, stem_pe=config.stem_pe,
-                  stem_simd=config.stem_simd)
+                  desc_bytes=DESCRIPTOR.itemsize, **packing)
     descs = [_descriptor(grp, i, g, fmts, config) for i, grp in enumerate(groups)]
     # parameter blocks: one per job (a mixer's one block, shared by its entries)
     blocks = []
     for grp, d in zip(groups, descs):
-        secs = sections(d, header)
-        size = round_up(max((o + n for o, n in secs.values()), default=0), port)
-        d["param_bytes"] = size
-        d["weight_tile_bytes"] = secs["weights"][1] if "weights" in secs else 0
+        size = _size_params(d, packing)
         choose_tiling(d, config)
         blocks.append([_param_block(j, d, header, size, grp.mixer, k)
                        for k, j in enumerate(grp.jobs)] if size else [])
@@ -466,6 +455,64 @@ def compile_engine(g, config=None, base=DEFAULT_BASE):
                for i in range(len(descs))]
     return EngineProgram(config, groups, decoded, decode(image[:HEADER.itemsize], HEADER), image,
                          tensors, outputs, lifetimes)
+
+
+def _size_params(d, packing):
+    """Set a descriptor's ``param_bytes`` (one job's block, whole port words) and
+    ``weight_tile_bytes``; return the block's size."""
+    secs = sections(d, packing)
+    size = round_up(max((o + n for o, n in secs.values()), default=0), packing["port_bytes"])
+    d["param_bytes"] = size
+    d["weight_tile_bytes"] = secs["weights"][1] if "weights" in secs else 0
+    return size
+
+
+def _formats(groups, g, port):
+    """One format per descriptor output (the widest container of its jobs), shared
+    by the tensors one descriptor reads together: ``(fmts, outputs per group)``."""
+    fmts, outputs = {}, []
+    for grp in groups:
+        f = group_format(grp, port)
+        outs = _outputs(grp)
+        outputs.append(outs)
+        for r in outs:
+            fmts[r] = f
+    _share_formats(groups, outputs, fmts, g)
+    return fmts, outputs
+
+
+def _fit_groups(groups, g, config, packing):
+    """Fusion rule 6: a group whose one-row tile does not fit the buffers gives up its
+    mixer, then runs as consecutive groups of as many jobs as fit (a group that does
+    not fit even alone is kept: the tiler names it). Returns ``(groups, fmts,
+    outputs)``."""
+    port = packing["port_bytes"]
+
+    def fits(grp, fmts):
+        d = _descriptor(grp, 0, g, fmts, config)
+        _size_params(d, packing)
+        try:
+            tile_rows(d, config)
+        except ValueError:
+            return False
+        return True
+    fmts, _ = _formats(groups, g, port)
+    if all(fits(grp, fmts) for grp in groups):
+        return groups, fmts, _formats(groups, g, port)[1]
+    groups = [part for grp in groups
+              for part in (grp.unfused() if grp.mixer is not None and not fits(grp, fmts)
+                           else [grp])]
+    fmts, _ = _formats(groups, g, port)
+    out = []
+    for grp in groups:
+        if grp.splittable and not fits(grp, fmts):
+            most = next((n for n in range(len(grp.jobs) - 1, 0, -1)
+                         if fits(Group(grp.jobs[:n]), fmts)), None)
+            if most:
+                out.extend(grp.split(most))
+                continue
+        out.append(grp)
+    return out, fmts, [_outputs(grp) for grp in out]
 
 
 def _job_entries(grp, d, g, tensors, outs, params):

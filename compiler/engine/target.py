@@ -83,11 +83,12 @@ class EngineTarget:
 def core_config(core, clock_mhz=100.0):
     """The :class:`EngineConfig` whose programs ``core`` runs: the same weight packing
     and port, row tiles sized for its scratchpad, and ``arrays = max_jobs`` so that a
-    block's mixer is fused onto its convolutions (the core holds every job's values)."""
+    block's mixer is fused onto its convolutions (the core holds every job's values);
+    a pooling whose windows overlap is not fused (the core would recompute its taps)."""
     return EngineConfig(arrays=core["max_jobs"], pe=core["pe"], simd=core["simd"],
                         stem_pe=core["stem_pe"], stem_simd=core["stem_simd"],
                         port_bytes=core["data_width"] // 8, clock_mhz=clock_mhz,
-                        scratchpad=core["buffer_bytes"])
+                        scratchpad=core["buffer_bytes"], fuse_overlapping_pools=False)
 
 
 def engine_target(board="de10nano", clock_mhz=100.0, buffer_bytes=None, max_util=None):
