@@ -18,12 +18,16 @@ memory; a network the core cannot run yet is reported with the flow's one-line r
 its cycles from the core's model (:mod:`groupnet_hw.compiler.engine.core_cycles`) with
 the phases they go to; RTL-measured cycles on Verilator (64 KiB scratchpad) for files
 in the Group-Net authors' layout at ResNet-18 and ResNet-34 depth, narrow and at 32x32;
-and frames/s of the dataflow design (at the board clock) against the engine (at its
-clock) on digits and CIFAR-size networks. Writes ``docs/engine.md`` and
-``docs/engine.png``.
+full-size K=5 files in the authors' layout through ``groupnet-hw import`` and ``build``
+(times, peak memory, predicted cycles; with ``--rtl-224 N``, N 224x224 images on
+Verilator, bit-exact and measured cycles); and frames/s of the dataflow design (at the
+board clock) against the engine (at its clock) on digits and CIFAR-size networks.
+Writes ``docs/engine.md`` and ``docs/engine.png``; rows of networks a run does not
+measure are kept from the JSON already there.
 
     python benchmarks/engine.py                       # writes benchmarks/results/engine.json
     python benchmarks/engine.py --arch resnet18 -o /tmp/e.json --no-rtl
+    python benchmarks/engine.py --arch resnet34 --rtl-224 2     # about 75 minutes
 """
 
 from __future__ import annotations
@@ -197,6 +201,46 @@ def rtl_measured(arch, bases=5):
                 error=r.cycles_per_frame_measured / b.engine.prediction.cycles - 1)
 
 
+def authors_at_224(arch, bases=5, rtl_images=0):
+    """A full-size K=5 file in the authors' layout (stem 64, widths 64-512, 1000
+    classes, learned scales; random values) through the command line as a user runs
+    it: ``groupnet-hw import`` and ``groupnet-hw build --engine sequential`` for the
+    DE10-Nano, timed, with their peak memory; the core model's cycles; with
+    ``rtl_images``, that many 224x224 images of the built-in photos on Verilator
+    (25-40 minutes each): bit-exact or not, and the measured cycles per frame."""
+    import subprocess
+    import sys
+    import tempfile
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from authors_layout import full_size_authors_file
+    from groupnet_hw.flow import load_build, verify
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        src = full_size_authors_file(tmp, arch, bases=bases)
+        cli = [sys.executable, "-m", "groupnet_hw.cli"]
+        t0 = time.perf_counter()
+        subprocess.run(cli + ["import", str(src), "--arch", arch, "-o", str(tmp / "r.pt")],
+                       check=True, capture_output=True)
+        t1 = time.perf_counter()
+        subprocess.run(cli + ["build", str(tmp / "r.pt"), "--engine", "sequential",
+                              "-o", str(tmp / "out")], check=True, capture_output=True)
+        t2 = time.perf_counter()
+        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        b = load_build(tmp / "out")
+        row = dict(arch=arch, bases=bases, image_size=224, import_seconds=round(t1 - t0, 1),
+                   build_seconds=round(t2 - t1, 1), peak_rss_mb=round(peak),
+                   descriptors=len(b.engine.program.descriptors),
+                   predicted=b.engine.prediction.cycles, fps=b.engine.prediction.fps,
+                   rtl_images=rtl_images)
+        if rtl_images:
+            t3 = time.perf_counter()
+            r = verify(tmp / "out", images=rtl_images)
+            row.update(exact=r.exact, ok=r.ok, measured=r.cycles_per_frame_measured,
+                       error=r.cycles_per_frame_measured / row["predicted"] - 1,
+                       rtl_seconds=round(time.perf_counter() - t3))
+    return row
+
+
 #: (label, arch, bases) of the crossover rows
 CROSSOVER = (("digits, K=1", "digits", 1), ("digits, K=5", "digits", 5),
              ("CIFAR-size, K=1", "cifar-small", 1), ("CIFAR-size, K=5", "cifar-small", 5))
@@ -221,7 +265,7 @@ def crossover(board="de10nano"):
     return rows
 
 
-def write_docs(results, built_rows, rtl_rows, cross, out_md, out_png):
+def write_docs(results, built_rows, rtl_rows, authors, cross, out_md, out_png):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -256,6 +300,22 @@ def write_docs(results, built_rows, rtl_rows, cross, out_md, out_png):
         for r in rtl_rows:
             lines.append(f"| {r['arch']} K={r['bases']} | {'yes' if r['exact'] else 'NO'} | "
                          f"{r['predicted']:,} | {r['measured']:,.0f} | {100 * r['error']:+.2f} % |")
+    if authors:
+        lines += ["", "Files in the authors' layout at the paper's size (K=5, learned scales, "
+                  "1000 classes; random values), through `groupnet-hw import` and "
+                  "`groupnet-hw build --engine sequential` for the DE10-Nano's default "
+                  "engine (256 KiB scratchpad); RTL on Verilator with the built-in 224x224 "
+                  "photos:", "",
+                  "| network | import | build | peak memory | descriptors | predicted "
+                  "cycles/frame | frames/s | RTL images bit-exact | measured cycles/frame "
+                  "| error |",
+                  "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+        for r in authors:
+            rtl = (f"{r['exact']} of {r['rtl_images']} | {r['measured']:,.0f} | "
+                   f"{100 * r['error']:+.3f} %" if r["rtl_images"] else "not run | | ")
+            lines.append(f"| {r['arch']} K={r['bases']} | {r['import_seconds']} s | "
+                         f"{r['build_seconds']} s | {r['peak_rss_mb']:,} MB | "
+                         f"{r['descriptors']} | {r['predicted']:,} | {r['fps']:.3f} | {rtl} |")
     lines += ["", "Dataflow against the engine on the DE10-Nano (dataflow at the board's "
               "50 MHz, the engine at 100 MHz):", "",
               "| network | dataflow frames/s | engine as built | engine intended |",
@@ -284,11 +344,31 @@ def write_docs(results, built_rows, rtl_rows, cross, out_md, out_png):
     fig.savefig(out_png, dpi=110)
 
 
+def _merged(path, new):
+    """``new``, with the per-network rows of the results already in ``path`` kept for the
+    networks this run did not measure (one run per network can take hours with
+    ``--rtl-224``)."""
+    if not path.exists():
+        return new
+    old = json.loads(path.read_text())
+    out = dict(new)
+    for key, rows in new.items():
+        if key == "crossover":
+            continue
+        mine = {r["arch"] for r in rows}
+        kept = [r for r in old.get(key, []) if r["arch"] not in mine]
+        out[key] = sorted(kept + rows, key=lambda r: r["arch"])
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", action="append", choices=["resnet18", "resnet34"])
     ap.add_argument("-o", "--output", type=Path, default=RESULTS)
     ap.add_argument("--no-rtl", action="store_true", help="skip the Verilator runs")
+    ap.add_argument("--rtl-224", type=int, default=0, metavar="N",
+                    help="run N 224x224 images of the authors'-layout file on Verilator "
+                         "(25-40 minutes an image)")
     ap.add_argument("--docs", type=Path, default=Path(__file__).resolve().parents[1] / "docs",
                     help="where engine.md and engine.png go")
     args = ap.parse_args(argv)
@@ -305,14 +385,21 @@ def main(argv=None):
     for r in rtl_rows:
         print(f"RTL {r['arch']}: predicted {r['predicted']:,}, measured {r['measured']:,.0f} "
               f"({100 * r['error']:+.2f} %), bit-exact {r['exact']}")
+    authors = [authors_at_224(a, rtl_images=args.rtl_224) for a in archs]
+    for r in authors:
+        print(f"authors' {r['arch']} K=5 at 224: import {r['import_seconds']} s, build "
+              f"{r['build_seconds']} s, peak {r['peak_rss_mb']} MB, predicted "
+              f"{r['predicted']:,}" + (f", RTL {r['exact']}/{r['rtl_images']} bit-exact, "
+                                       f"measured {r['measured']:,.0f}" if r["rtl_images"] else ""))
     cross = crossover()
     for r in cross:
         print(r)
+    data = _merged(args.output, dict(results=results, built=built_rows, rtl=rtl_rows,
+                                     authors_224=authors, crossover=cross))
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(dict(results=results, built=built_rows, rtl=rtl_rows,
-                                           crossover=cross), indent=1) + "\n")
-    write_docs(results, built_rows, rtl_rows, cross, args.docs / "engine.md",
-               args.docs / "engine.png")
+    args.output.write_text(json.dumps(data, indent=1) + "\n")
+    write_docs(data["results"], data["built"], data["rtl"], data["authors_224"],
+               data["crossover"], args.docs / "engine.md", args.docs / "engine.png")
     print(f"wrote {args.output}, {args.docs / 'engine.md'}, {args.docs / 'engine.png'}")
 
 

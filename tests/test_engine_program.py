@@ -249,3 +249,51 @@ def test_gate_inputs_from_different_descriptors_share_one_format(tmp_path):
                 for r in program.groups[i].jobs[0].core.inputs]
         assert {program.tensors[r][1].elem_bits for r in refs} \
             == {program.descriptors[i]["in_elem"]}
+
+
+def _opcodes(program):
+    return [grp.opcode for grp in program.groups]
+
+
+def test_an_overlapping_pooling_is_fused_only_where_it_is_not_recomputed():
+    """The stem's 3x3/2 max pooling pools on chip on the intended engine; the core as
+    built would evaluate the convolution once per pooling tap, so for it the stem
+    writes its result and a MAXPOOL descriptor pools it. Bit-exact both ways."""
+    from dataclasses import replace
+    g = compile_model(random_model(4, **RANDOM_CONFIGS[4]))
+    assert [(n.attrs["kernel"], n.attrs["stride"]) for n in g if n.op == "maxpool"] == [(3, 2)]
+    images = images_for(g, 2, seed=4)
+    fused = assert_bit_exact(g, images, EngineConfig())
+    unfused = assert_bit_exact(g, images, replace(EngineConfig(), fuse_overlapping_pools=False))
+    assert "MAXPOOL" not in _opcodes(fused)
+    assert _opcodes(unfused).count("MAXPOOL") == 1
+    assert len(unfused.groups) == len(fused.groups) + 1
+
+
+def test_a_non_overlapping_pooling_stays_fused_on_the_core():
+    """A 2x2/2 pooling recomputes nothing: fusion pools it on chip for the core too
+    (the rule reads the pooling's kernel and stride only)."""
+    g = copy.deepcopy(compile_model(random_model(4, **RANDOM_CONFIGS[4])))
+    (pool,) = [n for n in g if n.op == "maxpool"]
+    pool.attrs.update(kernel=2, stride=2)
+    for overlapping in (True, False):
+        groups = fuse(g, arrays=5, overlapping_pools=overlapping)
+        assert [j.pool for grp in groups for j in grp.jobs if j.pool is not None] == [pool]
+
+
+def test_bases_that_do_not_fit_the_scratchpad_together_take_turns(tmp_path):
+    """Fusion rule 6 on the 64 KiB core: a block's five bases of 64 channels over
+    16x16 maps do not fit one tile together, so the block's mixer runs as its own
+    descriptor and the bases as consecutive descriptors of as many as fit.
+    Bit-exact in the reference model, every descriptor checked."""
+    from authors_layout import narrow_authors_model
+    from groupnet_hw.compiler.engine.target import engine_target
+    model, _ = narrow_authors_model(tmp_path, bases=5, image_size=64, widths=(64, 64),
+                                    blocks=(1, 1))
+    g = compile_model(model)
+    config = engine_target("de10nano", buffer_bytes=64 * 1024).config
+    program = assert_bit_exact(g, images_for(g, 1), config)
+    conv_jobs = [len(grp.jobs) for grp in program.groups if grp.opcode == "CONV"]
+    assert "MIXER" in _opcodes(program)
+    assert any(1 < n < 5 for n in conv_jobs)
+    assert sum(conv_jobs) == len([n for n in g if n.op in ("int_conv", "bin_conv")])
