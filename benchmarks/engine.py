@@ -158,7 +158,7 @@ def built(arch, bases=5, seed=0):
     """The flow's engine build of ``arch`` up to its program (no Verilog), timed, and
     the core model's cycles (also when the flow refuses the network: the reason)."""
     from groupnet_hw.compiler.engine.core_cycles import predict_core
-    from groupnet_hw.compiler.engine.target import engine_target
+    from groupnet_hw.compiler.engine.target import compile_for_core, engine_target
     from groupnet_hw.flow import BuildConfig, FlowError, build
     model = _model(arch, bases, seed)
     t0 = time.perf_counter()
@@ -169,7 +169,7 @@ def built(arch, bases=5, seed=0):
     except FlowError as exc:
         reason = str(exc)
         target = engine_target("de10nano")
-        program = compile_engine(compile_model(model), target.config)
+        program = compile_for_core(compile_model(model), target)
     seconds = time.perf_counter() - t0
     dram = target.dram
     c = predict_core(program, target.core, dram.latency, dram.bytes_per_cycle)

@@ -61,6 +61,12 @@ class EngineConfig:
         pooling unit sees each convolution result once; False for the core as built,
         which evaluates the convolution once per pooling tap (2.25x the stem's work
         at 3x3/2): its result goes to DRAM and a MAXPOOL descriptor pools it.
+    prologue_thresholds : bool
+        A binary convolution applies the threshold of its input as it reads it (fusion
+        rule 3). True for the intended engine (thresholds applied as rows arrive);
+        False for the core as built, whose gather reads a wide element per lane and
+        its thresholds beside it: a PIXEL descriptor writes the levels as packed bits
+        once per base, and the convolution gathers a tap's channels in one read.
     """
 
     arrays: int = 5
@@ -77,6 +83,7 @@ class EngineConfig:
     pipeline_depth: int = 24
     scratchpad: int = 0
     fuse_overlapping_pools: bool = True
+    prologue_thresholds: bool = True
 
     def __post_init__(self):
         _positive("EngineConfig", arrays=self.arrays, pe=self.pe, simd=self.simd,

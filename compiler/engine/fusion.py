@@ -23,7 +23,11 @@ Fusion rules, decided on ops and edges only (no node name is read):
    add or a threshold.
 3. Prologue: a threshold whose only consumer is a binary convolution, and that no
    producer absorbed as an epilogue, is applied by that convolution's window unit as it
-   reads its input (the wide tensor is read once instead of written as bits and read).
+   reads its input (the wide tensor is read once instead of written as bits and read),
+   unless the target gathers wide elements slowly (``EngineConfig.prologue_thresholds``
+   False: the core as built reads a 32-bit element per lane and the thresholds beside
+   it, so a PIXEL descriptor writes the levels once and the convolution gathers packed
+   bits, a whole tap of channels per read).
 4. Groups: jobs with one opcode and equal geometry, formats and stage structure whose
    main inputs come from the same group (or the same node) form one descriptor, unless
    one depends on another. Descriptors are ordered topologically.
@@ -35,7 +39,8 @@ Fusion rules, decided on ops and edges only (no node name is read):
    does not fit the on-chip buffers first gives up its mixer (:meth:`Group.unfused`:
    the bases' results go to DRAM, a MIXER descriptor mixes them), then runs as
    consecutive descriptors of as many jobs as fit (:meth:`Group.split`): the jobs take
-   turns in the buffers, a shared input is read once per part.
+   turns in the buffers, a shared input is read once per part. On the core as built
+   (no rounds) a group also splits into parts of at most ``arrays`` jobs.
 """
 
 from __future__ import annotations
@@ -217,14 +222,14 @@ def _grow_epilogue(g, job, assigned, deferred, index, overlapping_pools):
         assigned.add(c.name)
 
 
-def _jobs(g, overlapping_pools=True):
+def _jobs(g, overlapping_pools=True, prologues=True):
     """Every node in exactly one job (rules 1-3)."""
     assigned, jobs = set(), []
     index = {n.name: i for i, n in enumerate(g)}
     # rule 3's candidates: thresholds that only a binary convolution reads
     prologue_of = {}
     for n in g:
-        if n.op == "bin_conv":
+        if n.op == "bin_conv" and prologues:
             p = g.producer(n.inputs[0])
             if (p.op == "threshold" and n.inputs[0] == p.name
                     and [c.name for c in g.consumers(p.name)] == [n.name]):
@@ -412,7 +417,7 @@ def _mix_on_chip(g, groups, arrays):
     return out
 
 
-def fuse(g, arrays=None, overlapping_pools=True):
+def fuse(g, arrays=None, overlapping_pools=True, prologues=True):
     """The graph's nodes as descriptor groups in execution order.
 
     Parameters
@@ -423,13 +428,16 @@ def fuse(g, arrays=None, overlapping_pools=True):
         None: never.
     overlapping_pools : bool
         A convolution also pools on chip when its pooling windows overlap (rule 2).
+    prologues : bool
+        A threshold that only a binary convolution reads is applied as the convolution
+        reads its input (rule 3); False: it is a PIXEL descriptor that writes levels.
 
     Returns
     -------
     list of Group
         Every node of ``g`` is in exactly one job of one group.
     """
-    jobs = _jobs(g, overlapping_pools)
+    jobs = _jobs(g, overlapping_pools, prologues)
     groups = _group(g, jobs)
     if arrays:
         groups = _mix_on_chip(g, groups, arrays)

@@ -379,7 +379,8 @@ def compile_engine(g, config=None, base=DEFAULT_BASE):
     port = config.port_bytes
     packing = dict(port_bytes=port, arrays=config.arrays, pe=config.pe, simd=config.simd,
                    stem_pe=config.stem_pe, stem_simd=config.stem_simd)
-    groups, fmts, outputs = _fit_groups(fuse(g, config.arrays, config.fuse_overlapping_pools),
+    groups, fmts, outputs = _fit_groups(fuse(g, config.arrays, config.fuse_overlapping_pools,
+                                             config.prologue_thresholds),
                                         g, config, packing)
     # lifetimes: written by its descriptor, last read by its last reader
     lifetimes = {r: (i, i) for i, outs in enumerate(outputs) for r in outs}
@@ -483,9 +484,10 @@ def _formats(groups, g, port):
 
 def _fit_groups(groups, g, config, packing):
     """Fusion rule 6: a group whose one-row tile does not fit the buffers gives up its
-    mixer, then runs as consecutive groups of as many jobs as fit (a group that does
-    not fit even alone is kept: the tiler names it). Returns ``(groups, fmts,
-    outputs)``."""
+    mixer, then runs as consecutive groups of as many jobs as fit, and on the core
+    (``config.scratchpad``, which runs no rounds) of at most ``config.arrays`` jobs (a
+    group that does not fit even alone is kept: the tiler names it). Returns
+    ``(groups, fmts, outputs)``."""
     port = packing["port_bytes"]
 
     def fits(grp, fmts):
@@ -496,8 +498,11 @@ def _fit_groups(groups, g, config, packing):
         except ValueError:
             return False
         return True
+    # the core holds at most `arrays` jobs in one descriptor (no rounds)
+    most_jobs = config.arrays if config.scratchpad else None
     fmts, _ = _formats(groups, g, port)
-    if all(fits(grp, fmts) for grp in groups):
+    if all(fits(grp, fmts) and not (most_jobs and grp.splittable and len(grp.jobs) > most_jobs)
+           for grp in groups):
         return groups, fmts, _formats(groups, g, port)[1]
     groups = [part for grp in groups
               for part in (grp.unfused() if grp.mixer is not None and not fits(grp, fmts)
@@ -505,8 +510,9 @@ def _fit_groups(groups, g, config, packing):
     fmts, _ = _formats(groups, g, port)
     out = []
     for grp in groups:
-        if grp.splittable and not fits(grp, fmts):
-            most = next((n for n in range(len(grp.jobs) - 1, 0, -1)
+        cap = min(len(grp.jobs), most_jobs or len(grp.jobs))
+        if grp.splittable and (cap < len(grp.jobs) or not fits(grp, fmts)):
+            most = next((n for n in range(cap, 0, -1)
                          if fits(Group(grp.jobs[:n]), fmts)), None)
             if most:
                 out.extend(grp.split(most))

@@ -22,7 +22,7 @@ descriptor's job table, parameter blocks and every job's tile rows at once
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...devices import BOARDS, get_board
 from .config import DramModel, EngineConfig
@@ -30,7 +30,7 @@ from .program import FLAG_BITS, OPCODE_CODES, STAGE_BITS
 from .sizing import budget_limits, estimate_core
 from .tiling import scratchpad_need
 
-__all__ = ["EngineTarget", "engine_target", "core_config", "check_program"]
+__all__ = ["EngineTarget", "engine_target", "core_config", "compile_for_core", "check_program"]
 
 #: The core's fixed limits: K <= 8 bases per block, windows up to 3x3x512 lanes on the
 #: array, up to 512 output channels per job in the accumulator buffer (ResNet-18/34).
@@ -153,6 +153,41 @@ def _unsupported(d, core):
                 and d["in_levels"] == 0 and d["act_bits"] == 0 and d["in_fmt"] != 0):
         return "a combination of stages and formats the core does not run"
     return None
+
+
+def compile_for_core(g, target):
+    """The program of integer graph ``g`` for ``target``'s core, with the cheaper of
+    the two ways to apply a binary convolution's input threshold
+    (``EngineConfig.prologue_thresholds``): in the convolution's gather, which reads a
+    wide element per lane and the thresholds beside it, or as PIXEL descriptors that
+    write the levels as packed bits once (a descriptor of fetch, loads and stores
+    each, then a tap's channels per read). The core's cycle model
+    (:func:`.core_cycles.predict_core`, under ``target.dram``) decides, for the
+    whole program: wide maps favour the PIXEL descriptors (ResNet-18 K=5 at 224x224
+    in the authors' layout: 587 M cycles against 1,172 M), small ones the prologue.
+
+    Raises
+    ------
+    ValueError
+        Neither program runs on the core (the first reason, as :func:`check_program`).
+    """
+    from .core_cycles import predict_core
+    from .layout import compile_engine
+    best, error = None, None
+    for prologues in (True, False):
+        try:
+            program = compile_engine(g, replace(target.config, prologue_thresholds=prologues))
+            check_program(program, target.core)
+        except ValueError as exc:
+            error = error or exc
+            continue
+        cycles = predict_core(program, target.core, target.dram.latency,
+                              target.dram.bytes_per_cycle).cycles
+        if best is None or cycles < best[0]:
+            best = (cycles, program)
+    if best is None:
+        raise error
+    return best[1]
 
 
 def check_program(program, core):
