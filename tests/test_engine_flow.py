@@ -313,10 +313,9 @@ def test_cifar_size_k5_verifies_on_the_engine(tmp_path, need_verilator):
 def test_authors_resnet_k5_at_224_on_the_engine(arch, tmp_path, need_verilator):
     """The paper's networks at full size: a K=5 file in the authors' layout (ImageNet
     widths, 1000 classes, learned scales) imports with ``groupnet-hw import`` and builds
-    for the default DE10-Nano engine in at most 60 s and 4 GB (the layers whose five
-    bases do not fit the scratchpad together run their bases in turns), and two
-    224x224 images run bit-exact on Verilator at the report's cycles (25-40 minutes an
-    image on this machine: the engine as built is sequential)."""
+    for the default DE10-Nano engine in at most 60 s and 4 GB, and two 224x224 images
+    run bit-exact on Verilator at the report's cycles (12-17 minutes an image on this
+    machine: the engine as built is sequential)."""
     import resource
     import time
     from authors_layout import full_size_authors_file
