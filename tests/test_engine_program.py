@@ -11,8 +11,8 @@ from conftest import random_model
 from groupnet_hw.compiler.engine.config import EngineConfig
 from groupnet_hw.compiler.engine.fusion import fuse
 from groupnet_hw.compiler.engine.layout import compile_engine
-from groupnet_hw.compiler.engine.program import (DESCRIPTOR, HEADER, JOB, ProgramError, decode,
-                                                 encode, field_table)
+from groupnet_hw.compiler.engine.program import (DESCRIPTOR, HEADER, JOB, STAGE_BITS,
+                                                 ProgramError, decode, encode, field_table)
 from groupnet_hw.compiler.execute import execute
 from groupnet_hw.compiler.graph import Graph
 from groupnet_hw.compiler.passes import compile_model
@@ -297,3 +297,19 @@ def test_bases_that_do_not_fit_the_scratchpad_together_take_turns(tmp_path):
     assert "MIXER" in _opcodes(program)
     assert any(1 < n < 5 for n in conv_jobs)
     assert sum(conv_jobs) == len([n for n in g if n.op in ("int_conv", "bin_conv")])
+
+
+@pytest.mark.parametrize("seed,overrides", list(enumerate(RANDOM_CONFIGS)))
+def test_random_configs_without_prologue_thresholds_bit_exact(seed, overrides):
+    """The other way of rule 3 (the core's choice for wide maps): every threshold a
+    convolution would apply as it reads becomes a PIXEL job writing levels, and the
+    programs stay bit-exact (odd channels, K=1..4, stride 2, dilation, n-bit)."""
+    from dataclasses import replace
+    g = compile_model(random_model(seed, **overrides))
+    with_prologues = compile_engine(g, EngineConfig())
+    without = assert_bit_exact(g, images_for(g, 2, seed),
+                               replace(EngineConfig(), prologue_thresholds=False))
+    prologue_bit = STAGE_BITS["prologue_threshold"]
+    assert not any(d["stages"] & prologue_bit for d in without.descriptors)
+    if any(d["stages"] & prologue_bit for d in with_prologues.descriptors):
+        assert _opcodes(without).count("PIXEL") > _opcodes(with_prologues).count("PIXEL")
