@@ -65,6 +65,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
 from .program import FLAG_BITS, JOB, OPCODE_CODES, STAGE_BITS, decode
 from .tiling import core_layout
 
@@ -487,15 +489,60 @@ def _window_sums(d, lay, r0, r1):
                  for x in cols_in)
         evals = len(rows_in) * len(cols_in)
         return dict(pixels=(r1 - r0) * d["out_w"], pool_in=evals, pool_taps=len(rows) * len(cols),
-                    valid=vy * vx * ci_n, taps=evals * kh * kw * ci_n)
+                    valid=vy * vx * ci_n, taps=evals * kh * kw * ci_n,
+                    rows_valid=_per_tap(rows_in, st, pad, dil, kh, d["in_h"]),
+                    cols_valid=_per_tap(cols_in, st, pad, dil, kw, d["in_w"]))
     vy = sum(_valid_taps(r1 - r0, st, pad, dil, kh, d["in_h"], offset=r0))
     vx = sum(_valid_taps(d["out_w"], st, pad, dil, kw, d["in_w"]))
     px = (r1 - r0) * d["out_w"]
     return dict(pixels=px, valid=vy * vx * ci_n, taps=px * kh * kw * ci_n, pool_in=px,
-                pool_taps=px)
+                pool_taps=px, rows_valid=_per_tap(range(r0, r1), st, pad, dil, kh, d["in_h"]),
+                cols_valid=_per_tap(range(d["out_w"]), st, pad, dil, kw, d["in_w"]))
 
 
-def _compute(d, lay, rows, channels, folds, core):
+def _per_tap(positions, st, pad, dil, k, size):
+    """Per kernel row (or column) ``i``: the evaluated positions whose tap ``i`` lies
+    inside ``[0, size)``."""
+    return [sum(1 for y in positions if 0 <= y * st - pad + i * dil < size) for i in range(k)]
+
+
+def _held_weight_taps(d, lay, core, channels, chunk, ws):
+    """Valid product taps whose weight lies in the word of the tap before (the
+    scalar path's held weight word, ``wc_*`` in the core: such a tap takes its product
+    in IN_D, without W_D), summed over the channels ``[c0, c1)`` of weight chunk
+    ``chunk`` and the tile's evaluations. A window's first tap never finds its word
+    held (POOL_TAP clears it); every other tap's word is the one of the tap before,
+    whether that tap read it or found it held, padded or not. Taps run row, column,
+    channel; the weight of tap ``t`` of channel ``oc`` is element ``widx`` of the
+    chunk, which starts ``skew`` bits into its first word."""
+    c0, c1 = channels
+    head = lay["is_head"]
+    kw = d["in_w"] if head else d["kernel"]
+    ci_n = d["in_c"]
+    n = lay["kh"] * kw * ci_n
+    t = np.arange(n, dtype=np.int64)
+    valid = np.repeat(np.outer(ws["rows_valid"], ws["cols_valid"]).reshape(-1), ci_n)
+    skew = ((chunk * lay["chunk_bytes"]) % core.bpw) * 8 if lay["stream"] else 0
+    wbits = d["weight_bytes"] * 8 if (head or lay["int_w"]) else 1
+    word_bits = core.bpw * 8
+    if head:
+        tap_part = t % ci_n
+    else:
+        pe_r, simd_r = lay["pe_r"], lay["simd_r"]
+        tap_part = (t // simd_r) * pe_r * simd_r + t % simd_r
+    held = 0
+    for ocl in range(c1 - c0):
+        if head:
+            row = ocl * ci_n
+        else:
+            row = (ocl // lay["pe_r"]) * lay["fs"] * lay["pe_r"] * lay["simd_r"] \
+                + (ocl % lay["pe_r"]) * lay["simd_r"]
+        words = (skew + (row + tap_part) * wbits) // word_bits
+        held += int(valid[1:][words[1:] == words[:-1]].sum())
+    return held
+
+
+def _compute(d, lay, rows, channels, folds, core, chunk=0):
     """START and the compute of one tile (one chunk of channels ``[c0, c1)`` and PE
     folds ``folds``): per pixel and job the gather and the array's folds (``vec``), or
     per channel and job the scalar window; the epilogue, mixer and output merges per
@@ -533,6 +580,9 @@ def _compute(d, lay, rows, channels, folds, core):
             taps = (n_c - narrow) * taps + narrow * pad_taps
         else:
             taps *= n_c
+            if not _has(d, "prologue_threshold"):
+                # product taps whose weight word is held take 1 cycle, not 2
+                taps -= _held_weight_taps(d, lay, core, channels, chunk, ws)
         if lay["pooling"]:
             # per pooling tap: POOL_TAP, POOL_NEXT; inside the map the convolution
             # (TAP, the taps) and EPI
@@ -663,7 +713,7 @@ def descriptor_core_cycles(d, table, core, label=""):
             phases["loads"] += _loads(d, lay, table, core, t, rows, q, writing)
             if q == 0:
                 phases["clear"] += _clear(d, core)
-            for name, c in _compute(d, lay, rows, (c0, c1), o1 - o0, core).items():
+            for name, c in _compute(d, lay, rows, (c0, c1), o1 - o0, core, q).items():
                 phases[name] += c
         seq, drain = _stores(d, lay, table, core, rows)
         phases["stores"] += seq

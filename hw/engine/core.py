@@ -436,6 +436,14 @@ class ComputeSequencer(wiring.Component):
         wword = Signal(range(depth))
         wshift = Signal(wbits)
         wwidth = Signal(7)
+        # the scalar path's last weight word read (W_D): a tap whose weight lies in it
+        # takes its product in IN_D, one cycle; cleared as each convolution starts
+        wc_data, wc_word, wc_pend, wc_ok = (Signal(W, name="wc_data"),
+                                            Signal(range(depth), name="wc_word"),
+                                            Signal(range(depth), name="wc_pend"),
+                                            Signal(name="wc_ok"))
+        # one multiply-accumulate for both ways a scalar tap's product is taken
+        mac_w, mac_x = Signal(signed(64)), Signal(signed(64))
 
         cb = f["const_bytes"]
         kin = Mux(flag("shared_input"), 0, k)
@@ -945,7 +953,7 @@ class ComputeSequencer(wiring.Component):
                 # without a pooling stage the convolution's position is the output's
                 m.d.sync += [cy.eq(Mux(pooling, my, oy)), cx.eq(Mux(pooling, mx, ox)),
                              acc.eq(0), seen.eq(0), ky.eq(0), kx.eq(0), ci.eq(0), j.eq(0),
-                             woff.eq(0), gword.eq(0), sg.eq(0)]
+                             woff.eq(0), gword.eq(0), sg.eq(0), wc_ok.eq(0)]
                 with m.If(~pooling | ((my >= 0) & (my < f["mid_h"]) & (mx >= 0)
                                       & (mx < f["mid_w"]))):
                     with m.If(wide_g):
@@ -995,6 +1003,25 @@ class ComputeSequencer(wiring.Component):
 
             def issue_weight(m):
                 self._issue(m, "W", wsel, wwid, is_head | int_w)
+                m.d.sync += wc_pend.eq(wsel >> wbits)
+
+            wc_shifted = Signal(W)
+            wc_elem = Signal(signed(64))
+            m.d.comb += wc_shifted.eq(wc_data >> wsel[:wbits])
+            elem = Const(0, signed(64))
+            for w_ in (1, 2, 4, 8, 16, 32, 64):      # inside the FSM: a chain, not a Switch
+                elem = Mux(wwid == w_, Mux(is_head | int_w, wc_shifted[:w_].as_signed(),
+                                           wc_shifted[:w_]), elem)
+            m.d.comb += wc_elem.eq(elem)
+            # a product tap (not a maximum, not the array's gather, no prologue) whose
+            # weight word is the one last read
+            wc_hit = (~per_channel & ~vec & ~stage("prologue_threshold") & wc_ok
+                      & (wc_word == (wsel >> wbits)))
+            mac_binary = is_conv & ~int_w
+            mac = Mux(mac_binary,
+                      Mux(f["act_bits"] == 0, Mux(mac_x[0] == mac_w[0], 1, -1),
+                          Mux(mac_w[0], mac_x, -mac_x)),
+                      (mac_w * mac_x)[:64].as_signed())
 
             def to_weight(m):
                 """A tap's value is known: its product (a weight read), or WEIGHT."""
@@ -1020,11 +1047,13 @@ class ComputeSequencer(wiring.Component):
                 m.d.sync += [xraw.eq(ev), xv.eq(ev)]
                 with m.If(stage("prologue_threshold")):
                     self._issue(m, "PINV", p_inv_addr, 1, 0)
+                with m.Elif(wc_hit):
+                    m.d.comb += [mac_w.eq(wc_elem), mac_x.eq(ev)]
+                    m.d.sync += acc.eq(acc + mac)
+                    tap_next(m)
                 with m.Else():
                     to_weight(m)
             p_inv_addr = ((par_k + f["in_c"] * f["in_levels"] * cb) << 3) + ch
-            self._read(m, "IN", in_addr, f["in_elem"], f["in_fmt"] == 2, got_input,
-                       address_state=False)
 
             # prologue threshold of the input element: the invert bit, then the levels
             # (the state before INV_D addresses the invert bit; each level's read is
@@ -1201,13 +1230,14 @@ class ComputeSequencer(wiring.Component):
                 self._exits(m)
 
             def got_weight(m, ev):
-                binary = is_conv & ~int_w
-                xnor = Mux(xv[0] == ev[0], 1, -1)
-                level = Mux(ev[0], xv, -xv)
-                m.d.sync += acc.eq(acc + Mux(binary, Mux(f["act_bits"] == 0, xnor, level),
-                                              (ev * xv)[:64].as_signed()))
+                m.d.comb += [mac_w.eq(ev), mac_x.eq(xv)]
+                m.d.sync += [acc.eq(acc + mac), wc_data.eq(rp.data), wc_word.eq(wc_pend),
+                             wc_ok.eq(1)]
                 tap_next(m)
             self._read(m, "W", wsel, wwid, is_head | int_w, got_weight, address_state=False)
+            # after tap_next: a tap whose weight word is held ends in IN_D
+            self._read(m, "IN", in_addr, f["in_elem"], f["in_fmt"] == 2, got_input,
+                       address_state=False)
 
             # ---- epilogue ---------------------------------------------------------------
             with m.State("EPI"):
