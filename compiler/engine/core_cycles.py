@@ -30,7 +30,8 @@ Compute per output pixel, channel and job:
   ACC_D and the epilogue;
 - scalar path: per channel and job CORE, POOL_TAP, TAP, per tap IN_D, W_D (a
   product: stem, head, binary convolutions the array cannot take; a padded tap
-  WEIGHT, W_D) or IN_D, WEIGHT (a maximum: MAXPOOL, PIXEL, SUBSAMPLE, a MIXER's
+  WEIGHT, W_D; IN_D alone when the tap's weight word is held and no prologue
+  applies, :func:`_held_weight_taps`) or IN_D, WEIGHT (a maximum: MAXPOOL, PIXEL, SUBSAMPLE, a MIXER's
   inputs), EPI; a fused max pooling repeats the convolution per pooling tap
   (POOL_TAP, POOL_NEXT); a read's address is driven by the state before its data
   state, and the state that ends a tap starts the next;

@@ -107,8 +107,11 @@ Cycles
     first element of the descriptor and kept; add 1, threshold ``out_levels + 1``; a
     fused mixer per channel ``3 + jobs``, ``+ jobs`` gated; a GATE's ``jobs``) and 1
     per output merged into its word. A scalar tap costs 2 cycles (input, then weight or
-    maximum; 1 for a padded tap of a maximum), ``in_levels + 1`` more with a prologue
-    threshold, and each window 1 more. ``compiler/engine/core_cycles.py`` mirrors these
+    maximum; 1 for a padded tap of a maximum), 1 for a product tap without a prologue
+    whose weight lies in the weight word read last (held from W_D, cleared as each
+    convolution starts: consecutive weights of the stem's fold rows and the head's
+    class rows), ``in_levels + 1`` more with a prologue threshold, and each window 1
+    more. ``compiler/engine/core_cycles.py`` mirrors these
     phases and predicts this RTL's cycles; against the cycle model of the intended engine
     (``compiler/engine/cycles.py``: ``arrays`` arrays side by side, overlapped
     transfers) ``benchmarks/engine_core_cycles.py`` measures the ratio on digits.
