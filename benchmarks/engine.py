@@ -33,6 +33,7 @@ measure are kept from the JSON already there.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import resource
 import time
@@ -169,7 +170,7 @@ def built(arch, bases=5, seed=0):
     except FlowError as exc:
         reason = str(exc)
         target = engine_target("de10nano")
-        program = compile_for_core(compile_model(model), target)
+        program = compile_for_core(compile_model(model), target)[0]
     seconds = time.perf_counter() - t0
     dram = target.dram
     c = predict_core(program, target.core, dram.latency, dram.bytes_per_cycle)
@@ -229,6 +230,7 @@ def authors_at_224(arch, bases=5, rtl_images=0):
         b = load_build(tmp / "out")
         row = dict(arch=arch, bases=bases, image_size=224, import_seconds=round(t1 - t0, 1),
                    build_seconds=round(t2 - t1, 1), peak_rss_mb=round(peak),
+                   image_sha256=hashlib.sha256(b.engine.program.image).hexdigest(),
                    descriptors=len(b.engine.program.descriptors),
                    predicted=b.engine.prediction.cycles, fps=b.engine.prediction.fps,
                    rtl_images=rtl_images)
@@ -347,7 +349,8 @@ def write_docs(results, built_rows, rtl_rows, authors, cross, out_md, out_png):
 def _merged(path, new):
     """``new``, with the per-network rows of the results already in ``path`` kept for the
     networks this run did not measure (one run per network can take hours with
-    ``--rtl-224``)."""
+    ``--rtl-224``), and an authors'-layout network's RTL figures kept when this run
+    built the same memory image (its SHA-256) without running it."""
     if not path.exists():
         return new
     old = json.loads(path.read_text())
@@ -358,6 +361,14 @@ def _merged(path, new):
         mine = {r["arch"] for r in rows}
         kept = [r for r in old.get(key, []) if r["arch"] not in mine]
         out[key] = sorted(kept + rows, key=lambda r: r["arch"])
+    # an RTL run stays valid while the program it ran is the one built now
+    ran = {r["arch"]: r for r in old.get("authors_224", []) if r.get("rtl_images")}
+    for r in out.get("authors_224", []):
+        before = ran.get(r["arch"])
+        if (not r["rtl_images"] and before
+                and before.get("image_sha256") == r.get("image_sha256")):
+            r.update({k: before[k] for k in ("rtl_images", "exact", "ok", "measured",
+                                            "error", "rtl_seconds")})
     return out
 
 

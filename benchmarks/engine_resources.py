@@ -150,6 +150,8 @@ def leave_one_out(data):
     predicts a size it has not seen)."""
     from groupnet_hw.compiler.engine.sizing import core_features
     out = {}
+    if len(data["cyclonev"]) < 2:
+        return out          # nothing to fit the others to (a partial rerun)
     for name, r in data["cyclonev"].items():
         rest = {"cyclonev": {n: v for n, v in data["cyclonev"].items() if n != name}}
         coef = fit(rest)

@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Callable
 
 from .compiler.artifact import BuildError, BuildManifest, file_sha256, read_manifest, write_manifest
-from .compiler.engine.core_cycles import predict_core
 from .compiler.engine.cycles import predict as predict_engine
 from .compiler.engine.report import engine_report, render_engine_text
 from .compiler.engine.target import SCRATCHPAD_BYTES, compile_for_core, engine_target
@@ -322,12 +321,10 @@ def _schedule(b: Build, source, out_dir):
         kib = b.config.engine_scratchpad_kib
         target = engine_target(b.config.board, b.config.engine_clock_mhz,
                                buffer_bytes=kib and kib * 1024, max_util=b.config.max_util)
-        program = compile_for_core(b.graph, target)
+        program, prediction = compile_for_core(b.graph, target)
     except ValueError as exc:
         raise FlowError(f"the layer-sequential engine cannot run this network: {exc}") from None
-    dram = target.dram
-    prediction = predict_core(program, target.core, dram.latency, dram.bytes_per_cycle)
-    intended = predict_engine(program, dram)
+    intended = predict_engine(program, target.dram)
     report = engine_report(program, target, prediction, intended, reason=reason,
                            estimate=target.estimate())
     b.engine = EngineBuild(target, program, prediction, report)

@@ -179,7 +179,7 @@ class _Core:
         self.latency = latency
         # the token bucket holds at most one word (or one cycle's bytes): a word every
         # p cycles once it is drained
-        self.p = max(1, _ceil(self.bpw, bytes_per_cycle)) if bytes_per_cycle < self.bpw else 1
+        self.p = int(max(1, _ceil(self.bpw, bytes_per_cycle))) if bytes_per_cycle < self.bpw else 1
         self.bytes_per_cycle = bytes_per_cycle
         self.max_outstanding = p["max_outstanding"]
         self.rd_depth = p["buffer_depth"] or 4 * self.max_burst
@@ -204,19 +204,23 @@ class _Core:
             return int(1 + _READ_DELAY + self.latency + (words - 1) * self.p)
         accepted, ends, arrivals = [], [], []      # per burst; per word
         arrive = None
+        asked = 0
         for b, n in enumerate(sizes):
             c = 4 if b == 0 else accepted[-1] + 1             # SUM, CHECK, RUN, command
             if b >= self.max_outstanding:
                 c = max(c, ends[b - self.max_outstanding] + 2)
             # credit: the words asked for before this burst, less those already taken
-            need = sum(sizes[:b + 1]) - self.rd_depth
+            asked += n
+            need = asked - self.rd_depth
             if need > 0:
                 c = max(c, arrivals[need - 1] + 4)
             accepted.append(c)
-            for w in range(n):
-                arrive = c + self.latency if arrive is None else max(arrive + self.p,
-                                                                      c + self.latency)
-                arrivals.append(arrive)
+            # a burst's first word waits for the latency and the word before; the others
+            # follow one per p cycles
+            first = c + self.latency if arrive is None else max(arrive + self.p,
+                                                                c + self.latency)
+            arrivals.extend(range(first, first + n * self.p, self.p))
+            arrive = first + (n - 1) * self.p
             ends.append(arrive)
         # the sequencer takes the last word two cycles after it arrives, then moves on
         return int(arrive + 3)

@@ -166,6 +166,11 @@ def compile_for_core(g, target):
     whole program: wide maps favour the PIXEL descriptors (ResNet-18 K=5 at 224x224
     in the authors' layout: 587 M cycles against 1,172 M), small ones the prologue.
 
+    Returns
+    -------
+    (EngineProgram, CoreFrameCycles)
+        The program and its predicted cycles.
+
     Raises
     ------
     ValueError
@@ -181,13 +186,13 @@ def compile_for_core(g, target):
         except ValueError as exc:
             error = error or exc
             continue
-        cycles = predict_core(program, target.core, target.dram.latency,
-                              target.dram.bytes_per_cycle).cycles
-        if best is None or cycles < best[0]:
-            best = (cycles, program)
+        prediction = predict_core(program, target.core, target.dram.latency,
+                                  target.dram.bytes_per_cycle)
+        if best is None or prediction.cycles < best[1].cycles:
+            best = (program, prediction)
     if best is None:
         raise error
-    return best[1]
+    return best
 
 
 def check_program(program, core):
