@@ -338,15 +338,43 @@ def _schedule(b: Build, source, out_dir):
 
 def engine_verilog(core: dict) -> str:
     """The Verilog of the engine core with parameters ``core`` (module
-    :data:`ENGINE_NAME`). It depends on the parameters alone (the program is data in
-    DRAM), so a process converts each configuration once."""
+    :data:`ENGINE_NAME`). It depends on the parameters and the hardware library's source
+    alone (the program is data in DRAM), so a process converts each configuration once,
+    and the conversion (10-30 s) is kept in the RTL cache (:func:`default_build_dir`)
+    under a key of the parameters, the source of ``hw/`` and the package's top-level
+    modules it reads, and Amaranth's version."""
     return _engine_verilog(tuple(sorted(core.items())))
+
+
+def _engine_source_key(core_items: tuple) -> str:
+    import amaranth
+
+    from . import hw
+    # the folders as imported: hw/ sits beside groupnet_hw/ in a checkout
+    top, lib = Path(__file__).resolve().parent, Path(hw.__file__).resolve().parent
+    h = hashlib.sha256(repr((core_items, amaranth.__version__, ENGINE_NAME)).encode())
+    for root, paths in ((top, top.glob("*.py")), (lib, lib.rglob("*.py"))):
+        for path in sorted(paths):
+            h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:24]
 
 
 @functools.lru_cache(maxsize=4)
 def _engine_verilog(core_items: tuple) -> str:
     from amaranth.back import verilog
-    return verilog.convert(EngineCore(**dict(core_items)), name=ENGINE_NAME, emit_src=False)
+    cached = default_build_dir() / f"{ENGINE_NAME}-{_engine_source_key(core_items)}.v"
+    if cached.is_file():
+        return cached.read_text()
+    text = verilog.convert(EngineCore(**dict(core_items)), name=ENGINE_NAME, emit_src=False)
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cached.parent, prefix=".verilog-")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, cached)      # whole or absent: a reader never sees half a file
+    except OSError:
+        pass                         # a read-only cache only costs the next conversion
+    return text
 
 
 def _elaborate(b: Build, source, out_dir):

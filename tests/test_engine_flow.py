@@ -332,3 +332,25 @@ def test_authors_resnet_k5_at_224_on_the_engine(arch, tmp_path, need_verilator):
     result = verify(tmp_path / "out", images=images)
     assert result.ok and result.exact == 2, result.first_mismatch
     assert abs(result.cycles_per_frame_measured / b.engine.prediction.cycles - 1) <= 0.02
+
+
+def test_the_engine_verilog_is_kept_in_the_rtl_cache(tmp_path, monkeypatch):
+    """The engine's Verilog depends on its parameters and the hardware source only: a
+    conversion is written to the RTL cache and read back by the next process (the
+    in-process cache bypassed), a new parameter converts again."""
+    from amaranth.back import verilog
+    from groupnet_hw.flow import _engine_verilog
+    calls = []
+
+    def convert(core, name, emit_src):
+        calls.append(len(calls))
+        return f"module {name}; // conversion {len(calls)}\nendmodule\n"
+    monkeypatch.setattr(verilog, "convert", convert)
+    monkeypatch.setenv("GROUPNET_HW_RTL_CACHE", str(tmp_path))
+    core = (("buffer_bytes", 32768), ("data_width", 128), ("pe", 4), ("simd", 32))
+    first = _engine_verilog.__wrapped__(core)
+    assert _engine_verilog.__wrapped__(core) == first and len(calls) == 1
+    assert len(list(tmp_path.glob(f"{ENGINE_NAME}-*.v"))) == 1
+    other = _engine_verilog.__wrapped__((("buffer_bytes", 32768), ("data_width", 128),
+                                         ("pe", 8), ("simd", 16)))
+    assert "conversion 2" in other and len(calls) == 2
