@@ -154,8 +154,8 @@ class Group:
         """The same work as consecutive descriptors of at most ``most_jobs`` jobs each
         (rule 6); only a group whose jobs are independent (no mixer joins them, a
         groupable opcode) can be split."""
-        if self.mixer is not None or self.opcode not in _GROUPABLE:
-            raise ValueError(f"a {self.opcode} group with a mixer cannot be split")
+        if not self.splittable:
+            raise ValueError(f"this {self.opcode} group's jobs cannot be split")
         return [Group(self.jobs[i:i + most_jobs]) for i in range(0, len(self.jobs), most_jobs)]
 
     def unfused(self):

@@ -500,14 +500,13 @@ def _fit_groups(groups, g, config, packing):
         return True
     # the core holds at most `arrays` jobs in one descriptor (no rounds)
     most_jobs = config.arrays if config.scratchpad else None
-    fmts, _ = _formats(groups, g, port)
-    if all(fits(grp, fmts) and not (most_jobs and grp.splittable and len(grp.jobs) > most_jobs)
-           for grp in groups):
-        return groups, fmts, _formats(groups, g, port)[1]
-    groups = [part for grp in groups
-              for part in (grp.unfused() if grp.mixer is not None and not fits(grp, fmts)
-                           else [grp])]
-    fmts, _ = _formats(groups, g, port)
+    fmts, outputs = _formats(groups, g, port)
+    unfused = [part for grp in groups
+               for part in (grp.unfused() if grp.mixer is not None and not fits(grp, fmts)
+                            else [grp])]
+    if len(unfused) != len(groups):
+        groups = unfused
+        fmts, outputs = _formats(groups, g, port)
     out = []
     for grp in groups:
         cap = min(len(grp.jobs), most_jobs or len(grp.jobs))
@@ -518,6 +517,8 @@ def _fit_groups(groups, g, config, packing):
                 out.extend(grp.split(most))
                 continue
         out.append(grp)
+    if len(out) == len(groups):
+        return groups, fmts, outputs
     return out, fmts, [_outputs(grp) for grp in out]
 
 

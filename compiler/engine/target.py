@@ -190,6 +190,9 @@ def compile_for_core(g, target):
                                   target.dram.bytes_per_cycle)
         if best is None or prediction.cycles < best[1].cycles:
             best = (program, prediction)
+        if prologues and not any(d["stages"] & STAGE_BITS["prologue_threshold"]
+                                 for d in program.descriptors):
+            break       # no prologue to trade: the other program is this one
     if best is None:
         raise error
     return best

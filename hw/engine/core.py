@@ -163,6 +163,16 @@ _ST = STAGE_BITS
 _FL = FLAG_BITS
 
 
+def _element(word, shift, width, is_signed):
+    """The element of ``width`` bits (1 to 64, a power of two) at bit ``shift`` of
+    ``word``, sign-extended when ``is_signed``: the scratchpad's element reader."""
+    shifted = word >> shift
+    value = Const(0, signed(64))
+    for w in (1, 2, 4, 8, 16, 32, 64):
+        value = Mux(width == w, Mux(is_signed, shifted[:w].as_signed(), shifted[:w]), value)
+    return value
+
+
 class ComputeSequencer(wiring.Component):
     """Fetches descriptors and executes COPY, END and the compute opcodes.
 
@@ -338,12 +348,7 @@ class ComputeSequencer(wiring.Component):
         s.ea_width = Signal(7)
         s.ea_signed = Signal()
         s.ev = Signal(signed(64))
-        shifted = Signal(W)
-        m.d.comb += shifted.eq(rp.data >> s.ea_shift)
-        with m.Switch(s.ea_width):
-            for w in (1, 2, 4, 8, 16, 32, 64):
-                with m.Case(w):
-                    m.d.comb += s.ev.eq(Mux(s.ea_signed, shifted[:w].as_signed(), shifted[:w]))
+        m.d.comb += s.ev.eq(_element(rp.data, s.ea_shift, s.ea_width, s.ea_signed))
 
         # ---- run-time layout ----------------------------------------------------------
         A = 32      # byte addresses and sizes inside the scratchpad and DRAM
@@ -1008,14 +1013,8 @@ class ComputeSequencer(wiring.Component):
                 self._issue(m, "W", wsel, wwid, is_head | int_w)
                 m.d.sync += wc_pend.eq(wsel >> wbits)
 
-            wc_shifted = Signal(W)
             wc_elem = Signal(signed(64))
-            m.d.comb += wc_shifted.eq(wc_data >> wsel[:wbits])
-            elem = Const(0, signed(64))
-            for w_ in (1, 2, 4, 8, 16, 32, 64):      # inside the FSM: a chain, not a Switch
-                elem = Mux(wwid == w_, Mux(is_head | int_w, wc_shifted[:w_].as_signed(),
-                                           wc_shifted[:w_]), elem)
-            m.d.comb += wc_elem.eq(elem)
+            m.d.comb += wc_elem.eq(_element(wc_data, wsel[:wbits], wwid, is_head | int_w))
             # a product tap (not a maximum, not the array's gather, no prologue) whose
             # weight word is the one last read
             wc_hit = (~per_channel & ~vec & ~stage("prologue_threshold") & wc_ok
