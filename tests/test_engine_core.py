@@ -41,8 +41,10 @@ SLOW = pytest.mark.slow
 #: the engine a build writes with a 64 KiB scratchpad (``build --engine-scratchpad 64``):
 #: the same Verilog as tests/test_engine_flow.py's, so one Verilator build serves both
 CORE = engine_target("de10nano", buffer_bytes=64 << 10).core
+#: the core's weight packing (binary and the stem's), which its programs must share
+PACKING = {k: CORE[k] for k in ("pe", "simd", "stem_pe", "stem_simd")}
 #: programs compiled for two arrays of the core's packing (the contract's tiling)
-CONFIG = EngineConfig(arrays=2, pe=CORE["pe"], simd=CORE["simd"], port_bytes=16)
+CONFIG = EngineConfig(arrays=2, **PACKING, port_bytes=16)
 
 
 #: name -> the Verilog file of each build made here (the lint test reads the shared one)
@@ -239,12 +241,12 @@ def test_64_bit_engine_bit_exact(tmp_path_factory):
     build = _build(tmp_path_factory, "engine_core64", data_width=64, simd=8)
     g = compile_model(zoo_model("digits", 3, seed=3))
     check_network(build, g, frames_for(g, 1), config=EngineConfig(
-        arrays=2, pe=CORE["pe"], simd=8, port_bytes=8), stall=0.3)
+        arrays=2, **dict(PACKING, simd=8), port_bytes=8), stall=0.3)
 
 
 #: small buffers: the compiler splits the outputs into several row tiles (and streams
 #: weights in channel chunks, which changes the order of work, not the values)
-SMALL = EngineConfig(arrays=2, pe=CORE["pe"], simd=CORE["simd"], input_buffer=4096,
+SMALL = EngineConfig(arrays=2, **PACKING, input_buffer=4096,
                      weight_buffer=64, output_buffer=4096, port_bytes=16)
 
 
@@ -263,7 +265,7 @@ def test_row_tiles_bit_exact(core, seed, overrides):
 def test_pooled_stem_in_row_tiles_bit_exact(core):
     """The stem's fused max pooling split into 3 row tiles: each tile computes the
     convolution rows its pooling windows need (rows shared by two tiles twice)."""
-    cfg = EngineConfig(arrays=2, pe=CORE["pe"], simd=CORE["simd"], input_buffer=1024,
+    cfg = EngineConfig(arrays=2, **PACKING, input_buffer=1024,
                        weight_buffer=64, output_buffer=1024, port_bytes=16)
     g = compile_model(random_model(4, **RANDOM_CONFIGS[4]))
     program, _ = check_network(core, g, frames_for(g, 2, 4), config=cfg, stall=0.3)

@@ -16,7 +16,7 @@ its weights and GATE descriptors, and a read DMA with one burst in flight.
 import pytest
 
 from conftest import random_model
-from test_engine_core import CONFIG, CORE, SMALL, _build, frames_for, run_rtl, zoo_model
+from test_engine_core import CONFIG, CORE, PACKING, SMALL, _build, frames_for, run_rtl, zoo_model
 from test_engine_program import RANDOM_CONFIGS
 from groupnet_hw.compiler.engine.config import EngineConfig
 from groupnet_hw.compiler.engine.core_cycles import predict_core
@@ -101,7 +101,7 @@ def test_row_tiles(core, dram):
                                    stages=[[16, 1, 1], [32, 1, 2]], bases=2))
     pred, _ = check(core, g, 3, SMALL, CORE, dram, per_descriptor=True)
     assert any(d["n_tiles"] > 1 for d in compile_engine(g, SMALL).descriptors)
-    pool = EngineConfig(arrays=2, pe=CORE["pe"], simd=CORE["simd"], input_buffer=1024,
+    pool = EngineConfig(arrays=2, **PACKING, input_buffer=1024,
                         weight_buffer=64, output_buffer=1024, port_bytes=16)
     g, seed = _network("random4")
     check(core, g, seed, pool, CORE, dram, per_descriptor=True)

@@ -173,6 +173,9 @@ class _Core:
         self.stem_pe, self.stem_simd = p["stem_pe"], p["stem_simd"]
         self.buffer_bytes, self.max_burst = p["buffer_bytes"], p["max_burst"]
         self.vector = p["data_width"] % (self.pe * self.simd) == 0
+        self.stem_vector = (self.vector and self.stem_pe == self.pe
+                            and p["data_width"] % (8 * self.stem_simd) == 0
+                            and 8 * self.stem_simd <= 4 * self.simd)
         self.window_words = _ceil(p["max_window"], self.simd)
         self.maxc = 1 << max(p["max_out_c"], self.pe).bit_length()
         self.wr_depth = p["buffer_depth"] or 2 * self.max_burst
@@ -236,7 +239,12 @@ def _layout(d, core):
     vec = (core.vector and lay["is_conv"] and not lay["int_w"] and not lay["pooling"]
            and d["act_bits"] <= 4 and lay["fs"] <= core.window_words
            and lay["fo"] * core.pe <= core.maxc)
-    return dict(lay, op=_OPCODES.get(d["opcode"], ""), vec=vec,
+    # the stem's multiplier array: 8-bit inputs and weights
+    svec = (core.stem_vector and lay["is_conv"] and lay["int_w"] and not lay["pooling"]
+            and not _has(d, "prologue_threshold") and d["in_elem"] <= 8
+            and d["weight_bytes"] == 1 and lay["fs"] <= core.window_words
+            and lay["fo"] * core.pe <= core.maxc)
+    return dict(lay, op=_OPCODES.get(d["opcode"], ""), vec=vec, svec=svec,
                 chunk_c=lay["chunk_in"] if lay["stream"] else d["out_c"],
                 pad=0 if lay["is_head"] else d["padding"],
                 folds_cycles=max(lay["fs"], lay["fo"], lay["fpc"]) + 1)
@@ -431,7 +439,8 @@ def _wide_gather(d, lay, core, r0, r1):
     state before), with the prologue G_INV when its invert-bit word is not the one
     last read (none after START; the jobs' words alternate when there are several),
     and G_THR; a padded tap: G_TAP per group."""
-    w, simd, c = core.bpw * 8, core.simd, d["in_c"]
+    w, c = core.bpw * 8, d["in_c"]
+    simd = core.stem_simd if lay["svec"] else core.simd      # lanes of a window word
     e, cbits = d["in_elem"], d["const_bytes"] * 8
     prologue = _has(d, "prologue_threshold")
     in_pix = _ceil(c * e, 8) * 8
@@ -562,7 +571,7 @@ def _compute(d, lay, rows, channels, folds, core, chunk=0):
     per_oc_epi = sum(_epilogue(d, lay, oc) for oc in range(c0, c1)) \
         if lay["op"] not in _MULTI else 0            # a MIXER's epilogue: in its outputs
     out = dict(gather=0, folds=0, scalar=0, epilogue=0, outputs=0)
-    if lay["vec"]:
+    if lay["vec"] or lay["svec"]:
         # per pixel and job: CORE, POOL_TAP, the window, EPI; the folds of [o0, o1)
         if not _has(d, "prologue_threshold") or d["in_levels"] == 1:
             taps = _wide_gather(d, lay, core, r0, r1)
@@ -571,7 +580,8 @@ def _compute(d, lay, rows, channels, folds, core, chunk=0):
         out["gather"] = jobs * (3 * px + taps)
         # MVU: one fold a cycle (the popcounts of a fold are added while the next one
         # is addressed, a PE fold's sums stored with its last SIMD fold); MVU_END
-        out["folds"] = jobs * px * (folds * lay["fs"] + 1)
+        # (SMVU: one output channel's SIMD fold a cycle, pe of them per PE fold)
+        out["folds"] = jobs * px * (folds * lay["fs"] * (core.pe if lay["svec"] else 1) + 1)
         # per pixel CORE (it addresses the first accumulator; the state before each
         # other channel and job does), per channel and job ACC_D and the epilogue
         out["epilogue"] = px + jobs * px * ((c1 - c0) + per_oc_epi)

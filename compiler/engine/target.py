@@ -114,7 +114,9 @@ def engine_target(board="de10nano", clock_mhz=100.0, buffer_bytes=None, max_util
         raise ValueError(f"buffer_bytes {buffer_bytes} is below the smallest scratchpad "
                          f"({SCRATCHPAD_BYTES[-1]} bytes)")
     for size in sizes:
-        core = dict(data_width=width, pe=4, simd=width // 4, stem_pe=16, stem_simd=12,
+        # the stem's multiplier array: pe output channels a fold (its sums share the
+        # binary array's accumulator words), a bus word's 8-bit weights per channel
+        core = dict(data_width=width, pe=4, simd=width // 4, stem_pe=4, stem_simd=width // 8,
                     buffer_bytes=size, max_jobs=MAX_JOBS, max_window=MAX_WINDOW,
                     max_out_c=MAX_OUT_C)
         target = EngineTarget(board, core, core_config(core, clock_mhz),

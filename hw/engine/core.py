@@ -213,6 +213,11 @@ class ComputeSequencer(wiring.Component):
         # the XNOR-popcount array reads a fold's pe x simd weight bits as one piece of
         # a scratchpad word; other packings run binary convolutions on the scalar path
         self.vector = data_width % (pe * simd) == 0
+        # the stem's multiplier array: a channel's stem_simd 8-bit weights of a fold are
+        # one aligned piece of a word, its window lanes one window-buffer word, and the
+        # sums land in the accumulator buffer as the array's (stem_pe == pe)
+        self.stem_vector = (self.vector and stem_pe == pe and data_width % (stem_simd * 8) == 0
+                            and stem_simd * 8 <= 4 * simd)
         self.window_words = -(-max_window // simd)
         self.max_out_c = 1 << max(max_out_c, pe).bit_length()
         cmd = stream.Signature(descriptor_layout(addr_width))
@@ -394,8 +399,12 @@ class ComputeSequencer(wiring.Component):
         lf, gf = Signal(signed(64)), Signal(signed(64))
         msum = Signal(signed(64))
         vec = Signal()            # this descriptor's binary convolution runs on the array
+        svec = Signal()           # this integer convolution runs on the stem's array
+        arr = vec | svec          # either array: the window gathered, sums in accs
+        SL = self.stem_simd
+        sp = Signal(8)            # the stem array's output channel in its PE fold
         # the window gathered a word at a time (no prologue, or a one-level prologue)
-        wide_g = vec & (~gpro | (f["in_levels"] == 1))
+        wide_g = vec & (~gpro | (f["in_levels"] == 1)) | svec
         gathered = Signal()       # this pixel's windows are convolved (accs holds them)
         nwin = Signal(A)          # k*k*C_in: the window's lanes
         gword = Signal(4 * SIMD)
@@ -412,6 +421,7 @@ class ComputeSequencer(wiring.Component):
         d_wsh = Signal(wbits)
         d_nrem = Signal(signed(A + 1))
         d_mo = Signal(16)
+        d_sp = Signal(8)
         # row tiles: output rows [r0, r1), input rows [ly0, ly1) in the scratchpad
         tile = Signal(16)
         r0, r1 = Signal(16), Signal(16)
@@ -625,6 +635,9 @@ class ComputeSequencer(wiring.Component):
             with m.State("SECTIONS0"):
                 m.d.sync += vec.eq(self.vector & is_conv & ~int_w & ~pooling & (f["act_bits"] <= 4)
                                    & (fs <= self.window_words) & (fo * self.pe <= MAXC))
+                m.d.sync += svec.eq(Const(self.stem_vector) & is_conv & int_w & ~pooling & ~gpro
+                                    & (f["in_elem"] <= 8) & (f["weight_bytes"] == 1)
+                                    & (fs <= self.window_words) & (fo * self.pe <= MAXC))
                 m.d.sync += off_w.eq(Mux(stage("prologue_threshold"),
                                          ru(f["in_c"] * f["in_levels"] * cb + ((f["in_c"] + 7) >> 3)), 0))
                 m.d.sync += wbytes.eq(Mux(is_conv, Mux(int_w, fo * fs * pesimd * f["weight_bytes"],
@@ -861,7 +874,7 @@ class ComputeSequencer(wiring.Component):
             def next_core(m, kk, occ):
                 """On to job kk's channel occ: straight to its accumulator when the array
                 has computed the pixel."""
-                with m.If(vec & gathered):
+                with m.If(arr & gathered):
                     m.d.comb += rp_a.addr.eq(kk * AFOLDS + (occ >> PSH))
                     m.next = "ACC_D"
                 with m.Else():
@@ -942,7 +955,7 @@ class ComputeSequencer(wiring.Component):
             # ---- compute: one output element of one job ----------------------------------
             with m.State("CORE"):
                 m.d.sync += [pky.eq(0), pkx.eq(0), pseen.eq(0)]
-                with m.If(vec & gathered):
+                with m.If(arr & gathered):
                     # the array computed this pixel's channels
                     m.d.comb += rp_a.addr.eq(k * AFOLDS + (oc >> PSH))
                     m.next = "ACC_D"
@@ -1017,7 +1030,7 @@ class ComputeSequencer(wiring.Component):
             m.d.comb += wc_elem.eq(_element(wc_data, wsel[:wbits], wwid, is_head | int_w))
             # a product tap (not a maximum, not the array's gather, no prologue) whose
             # weight word is the one last read
-            wc_hit = (~per_channel & ~vec & ~stage("prologue_threshold") & wc_ok
+            wc_hit = (~per_channel & ~arr & ~stage("prologue_threshold") & wc_ok
                       & (wc_word == (wsel >> wbits)))
             mac_binary = is_conv & ~int_w
             mac = Mux(mac_binary,
@@ -1105,7 +1118,7 @@ class ComputeSequencer(wiring.Component):
                 return Mux(a < b, a, b)
 
             lim_c = ci_n - ci
-            lim_j = SIMD - j[:SIMD.bit_length()]
+            lim_j = Mux(svec, SL, SIMD) - j[:SIMD.bit_length()]
             lim_in = left_in_word(in_addr, f["in_elem"], (2, 4, 8, 16, 32, 64))
             lim_t = left_in_word(thr_addr, cb << 3, (8, 16, 32, 64))
             lim_v = W - inv_addr[:wbits]
@@ -1124,7 +1137,7 @@ class ComputeSequencer(wiring.Component):
             m.d.comb += gsrc.eq(Mux(gpro, gin, rp.data >> in_addr[:wbits]))
             gth = Signal(W)
             m.d.comb += gth.eq(rp.data >> thr_addr[:wbits])
-            gvals = []
+            gvals, gbytes = [], []      # the binary array's bit planes, the stem's bytes
             for i in range(SIMD):
                 e = Signal(signed(64), name=f"gelem{i}")
                 t = Signal(signed(64), name=f"gthr{i}")
@@ -1141,17 +1154,26 @@ class ComputeSequencer(wiring.Component):
                 g = Signal(4, name=f"glane{i}")
                 m.d.comb += g.eq(Mux(gpro, (e >= t) ^ ginv[i], e[:4]))
                 gvals.append(g)
+                if i < SL:
+                    gbytes.append(e[:8])
 
-            def gather_write(m, values, n, chain):
-                """Lanes [j, j + n) of window word sg get values[:n]; then the next group
-                (with ``chain``, one of the same tap has its input word read now)."""
+            def gather_write(m, values, n, chain, stem_values=None):
+                """Lanes [j, j + n) of window word sg get values[:n] (4 bit planes of
+                SIMD lanes; the stem's array: stem_values[:n], bytes of SL lanes, zeros
+                when None); then the next group (with ``chain``, one of the same tap has
+                its input word read now)."""
                 placed = []
+                jb = j[:SIMD.bit_length()]
                 for b in range(4):
                     plane = Cat(*(values[i][b] & (i < n) for i in range(SIMD)))
-                    placed.append((plane << j[:SIMD.bit_length()])[:SIMD])
+                    placed.append((plane << jb)[:SIMD])
+                stem_bytes = Const(0, 8 * SL)
+                if stem_values is not None:
+                    stem_bytes = (Cat(*(Mux(i < n, stem_values[i], 0) for i in range(SL)))
+                                  << Cat(Const(0, 3), jb))[:8 * SL]
                 gn = Signal(4 * SIMD)
-                full = (j + n) == SIMD
-                m.d.comb += [gn.eq(gword | Cat(*placed)),
+                full = (j + n) == Mux(svec, SL, SIMD)
+                m.d.comb += [gn.eq(gword | Mux(svec, stem_bytes, Cat(*placed))),
                              wp_w.addr.eq(sg), wp_w.data.eq(gn), wp_w.en.eq(1)]
                 m.d.sync += [gword.eq(Mux(full, 0, gn)), sg.eq(sg + full),
                              j.eq(Mux(full, 0, j + n)), ci.eq(ci + n)]
@@ -1188,7 +1210,7 @@ class ComputeSequencer(wiring.Component):
                         m.d.comb += s.raddr.eq(inv_addr >> wbits)
                         m.next = "G_INV"
                 with m.Else():
-                    gather_write(m, gvals, gl, chain=True)
+                    gather_write(m, gvals, gl, chain=True, stem_values=gbytes)
                 self._exits(m)
             with m.State("G_INV"):
                 m.d.comb += s.raddr.eq(thr_addr >> wbits)
@@ -1246,6 +1268,9 @@ class ComputeSequencer(wiring.Component):
                 with m.If(vec):
                     m.d.sync += [mo.eq(o0), ms.eq(0), nrem.eq(nwin), wfold.eq(wskew)]
                     m.next = "MVU"
+                with m.Elif(svec):
+                    m.d.sync += [mo.eq(o0), ms.eq(0), sp.eq(0), wfold.eq(wskew)]
+                    m.next = "SMVU"
                 with m.Elif(pooling):
                     # the pooling window's max over its taps inside the convolution's map
                     m.d.sync += [pseen.eq(1), pmax.eq(Mux(pseen & (pmax > acc), pmax, acc))]
@@ -1278,6 +1303,22 @@ class ComputeSequencer(wiring.Component):
                     m.d.sync += [ms.eq(0), nrem.eq(nwin), mo.eq(mo + 1)]
                     with m.If(mo == o1 - 1):
                         m.next = "MVU_END"
+                self._exits(m)
+            with m.State("SMVU"):
+                # the stem's array: one output channel's SL weights (an aligned piece of
+                # a word: the packing's (fold, SIMD fold, PE, lane) order, read in
+                # order) against window word ms a cycle, added by the pipeline below
+                wbase = ((par_k + off_w) << 3) + wfold
+                m.d.comb += [rp_w.addr.eq(ms), s.raddr.eq(wbase >> wbits)]
+                m.d.sync += [d_valid.eq(1), d_wsh.eq(wbase[:wbits]), d_first.eq(ms == 0),
+                             d_last.eq((ms == fs - 1) & (sp == PE - 1)), d_mo.eq(mo),
+                             d_sp.eq(sp), sp.eq(sp + 1), wfold.eq(wfold + 8 * SL)]
+                with m.If(sp == PE - 1):
+                    m.d.sync += [sp.eq(0), ms.eq(ms + 1)]
+                    with m.If(ms == fs - 1):
+                        m.d.sync += [ms.eq(0), mo.eq(mo + 1)]
+                        with m.If(mo == o1 - 1):
+                            m.next = "MVU_END"
                 self._exits(m)
             with m.State("MVU_END"):
                 # the last fold's data arrive now (k still names its job)
@@ -1501,11 +1542,30 @@ class ComputeSequencer(wiring.Component):
                 planes = planes + ((plus - minus).as_signed() << b)
             tot = Signal(signed(32), name=f"fold_sum{i}")
             m.d.comb += tot.eq(Mux(d_first, 0, pacc[i]) + Mux(f["act_bits"] == 0, xnor, planes))
-            with m.If(d_valid):
+            with m.If(d_valid & ~svec):
                 m.d.sync += pacc[i].eq(tot)
             # binary inputs: dot = 2 * popcount(xnor) - N (padded lanes masked)
             sums.append(Mux(f["act_bits"] == 0, 2 * tot - nwin, tot)[:32])
-        m.d.comb += [wp_a.addr.eq(k * AFOLDS + d_mo), wp_a.data.eq(Cat(*sums)),
+        # the stem's array: channel d_sp's SL products of 8-bit inputs (signed or not) and
+        # 8-bit weights; the PE fold's sums are stored with its last channel's last fold
+        sw = Signal(8 * SL)
+        m.d.comb += sw.eq(rp.data >> d_wsh)
+        products = []
+        for i in range(SL):
+            xi = x[8 * i:8 * (i + 1)]
+            products.append(Mux(f["in_fmt"] == 2, xi.as_signed(), xi)
+                            * sw[8 * i:8 * (i + 1)].as_signed())
+        while len(products) > 1:      # an adder tree: log2(SL) levels
+            products = [a + b for a, b in zip(products[::2], products[1::2])] \
+                + products[len(products) & ~1:]
+        pacc_a = Array(pacc)
+        stem_tot = Signal(signed(32))
+        m.d.comb += stem_tot.eq(Mux(d_first, 0, pacc_a[d_sp]) + products[0])
+        with m.If(d_valid & svec):
+            m.d.sync += pacc_a[d_sp].eq(stem_tot)
+        stem_sums = [Mux(d_sp == i, stem_tot, pacc[i]) for i in range(PE)]
+        m.d.comb += [wp_a.addr.eq(k * AFOLDS + d_mo),
+                     wp_a.data.eq(Mux(svec, Cat(*stem_sums), Cat(*sums))),
                      wp_a.en.eq(d_valid & d_last)]
 
         m.d.comb += [
