@@ -244,7 +244,10 @@ def _layout(d, core):
             and not _has(d, "prologue_threshold") and d["in_elem"] <= 8
             and d["weight_bytes"] == 1 and lay["fs"] <= core.window_words
             and lay["fo"] * core.pe <= core.maxc)
+    # a head's classes take their products over its channel sums: a 1x1 window
+    win = (1, 1) if lay["is_head"] else (lay["kh"], d["kernel"])
     return dict(lay, op=_OPCODES.get(d["opcode"], ""), vec=vec, svec=svec,
+                win_h=win[0], win_w=win[1],
                 chunk_c=lay["chunk_in"] if lay["stream"] else d["out_c"],
                 pad=0 if lay["is_head"] else d["padding"],
                 folds_cycles=max(lay["fs"], lay["fo"], lay["fpc"]) + 1)
@@ -351,9 +354,11 @@ def _shared(core, writing):
     return _ceil(beats, 2) * core.p
 
 
-def _clear(d, core):
-    """CLEAR: every job's output region of a tile zeroed, one word a cycle."""
-    return d["jobs"] * d["rows_per_tile"] * d["out_pitch"] // core.bpw
+def _clear(d, lay, core):
+    """CLEAR: every job's output region of a tile (and a head's channel sums after
+    them) zeroed, one word a cycle."""
+    sums = core.ru(8 * d["in_c"]) if lay["is_head"] else 0
+    return (d["jobs"] * d["rows_per_tile"] * d["out_pitch"] + sums) // core.bpw
 
 
 def _valid_taps(n_out, stride, pad, dil, k, size, offset=0):
@@ -488,8 +493,7 @@ def _window_sums(d, lay, r0, r1):
     per channel position (conv, head) or per channel (element-wise ops), and for a
     pooled stem the same over the pooling taps inside the convolution's map
     (``(pool taps in range, pool taps)`` added)."""
-    kh, st, pad, dil = lay["kh"], lay["st"], lay["pad"], lay["dil"]
-    kw = d["in_w"] if lay["is_head"] else d["kernel"]
+    kh, kw, st, pad, dil = lay["win_h"], lay["win_w"], lay["st"], lay["pad"], lay["dil"]
     ci_n = d["in_c"] if lay["op"] in ("CONV", "HEAD") else 1
     if lay["pooling"]:
         ps, pp, pk = d["pool_stride"], d["pool_padding"], d["pool_kernel"]
@@ -531,9 +535,8 @@ def _held_weight_taps(d, lay, core, channels, chunk, ws):
     chunk, which starts ``skew`` bits into its first word."""
     c0, c1 = channels
     head = lay["is_head"]
-    kw = d["in_w"] if head else d["kernel"]
     ci_n = d["in_c"]
-    n = lay["kh"] * kw * ci_n
+    n = lay["win_h"] * lay["win_w"] * ci_n
     t = np.arange(n, dtype=np.int64)
     valid = np.repeat(np.outer(ws["rows_valid"], ws["cols_valid"]).reshape(-1), ci_n)
     skew = ((chunk * lay["chunk_bytes"]) % core.bpw) * 8 if lay["stream"] else 0
@@ -608,7 +611,17 @@ def _compute(d, lay, rows, channels, folds, core, chunk=0):
         out["epilogue"] = jobs * px * per_oc_epi
     out["outputs"] = px * sum(_mixer(d, lay) + _outputs(d, lay, oc) for oc in range(c0, c1))
     out["epilogue"] += 1                  # START
+    if lay["is_head"] and chunk == 0:
+        out["scalar"] += _head_sums(d)
     return out
+
+
+def _head_sums(d):
+    """A head's channel sums, once per descriptor (its first chunk of classes): from
+    START, HSUM (the first read's address), per channel an HSUM_D per input pixel (the
+    state reading one addresses the next) and HSUM_WR (its sum merged into its word),
+    then START again."""
+    return 1 + d["in_c"] * (d["in_h"] * d["in_w"] + 1) + 1
 
 
 def _burst_sizes(addr, nbytes, core):
@@ -727,7 +740,7 @@ def descriptor_core_cycles(d, table, core, label=""):
             writing = drain - 4 if q == 0 and t else 0
             phases["loads"] += _loads(d, lay, table, core, t, rows, q, writing)
             if q == 0:
-                phases["clear"] += _clear(d, core)
+                phases["clear"] += _clear(d, lay, core)
             for name, c in _compute(d, lay, rows, (c0, c1), o1 - o0, core, q).items():
                 phases[name] += c
         seq, drain = _stores(d, lay, table, core, rows)

@@ -239,7 +239,8 @@ def core_layout(d, *, bpw, pe, simd, stem_pe, stem_simd, buffer_bytes):
         at = ru(jobs * 16) + jobs * pstride
         at += (1 if fl & FLAG_BITS["shared_input"] else jobs) * irows * d["in_pitch"]
         at += (1 if fl & FLAG_BITS["shared_side"] else jobs) * side
-        return at + jobs * out_tile
+        # a head's 64-bit channel sums (it sums its map first)
+        return at + jobs * out_tile + (ru(8 * d["in_c"]) if is_head else 0)
 
     whole = end(d["param_bytes"])
     # one chunk in place of the weights, and a word for a misaligned chunk

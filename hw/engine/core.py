@@ -365,6 +365,12 @@ class ComputeSequencer(wiring.Component):
         jt_bytes, par_base, in_base, side_base, out_base, end = (Signal(A, name=n) for n in (
             "jt_bytes", "par_base", "in_base", "side_base", "out_base", "end"))
         side_bytes = Signal(A)
+        # a head sums its map per channel first (64-bit sums after the outputs), then
+        # each class takes C products of the sums: a 1x1 window
+        sum_base = Signal(A)
+        summed = Signal()
+        hc, hx, hy = Signal(16), Signal(16), Signal(16)
+        hpix, hrow = Signal(A), Signal(A)
         in_pix, side_pix, out_pix = Signal(A), Signal(A), Signal(A)
         kh_n, kw_n, ci_n = Signal(16), Signal(16), Signal(16)
         st_r, pad_r, dil_r = Signal(16), Signal(16), Signal(16)
@@ -585,7 +591,7 @@ class ComputeSequencer(wiring.Component):
 
             # ---- what this path runs ----------------------------------------------------
             with m.State("CHECK"):
-                m.d.sync += pc_valid.eq(0)
+                m.d.sync += [pc_valid.eq(0), summed.eq(0)]
                 bad = ((st & _ST["maxpool"]) != 0) & ~is_conv | (f["groups"] != 1) \
                     | (f["jobs"] == 0) | (f["jobs"] > self.max_jobs) \
                     | (op == _OP["CONV"]) & ~int_w & (f["in_levels"] == 0) & (f["act_bits"] == 0) \
@@ -710,7 +716,9 @@ class ComputeSequencer(wiring.Component):
                 m.next = "REGIONS3"
                 self._exits(m)
             with m.State("REGIONS3"):
-                m.d.sync += end.eq(out_base + f["jobs"] * out_tile)
+                m.d.sync += [sum_base.eq(out_base + f["jobs"] * out_tile),
+                             end.eq(out_base + f["jobs"] * out_tile
+                                    + Mux(is_head, ru(f["in_c"] << 3), 0))]
                 m.next = "REGIONS4"
                 self._exits(m)
             with m.State("REGIONS4"):
@@ -849,6 +857,44 @@ class ComputeSequencer(wiring.Component):
                 m.d.sync += [oy.eq(r0), ox.eq(0), oc.eq(cc0), k.eq(0), p.eq(0), fold.eq(0),
                              wrow.eq(0), gathered.eq(0), ginv_ok.eq(0)]
                 m.next = "CORE"
+                with m.If(is_head & ~summed):
+                    # once per descriptor (the first chunk of classes): the channel sums
+                    m.d.sync += [hc.eq(0), hx.eq(0), hy.eq(0), hpix.eq(0), hrow.eq(0),
+                                 acc.eq(0)]
+                    m.next = "HSUM"
+                self._exits(m)
+
+            # ---- a head's channel sums: one input element a cycle -------------------------
+            # (the head's one tile holds the whole map; sum[c] is 64-bit at sum_base + 8c)
+            def hsum_addr(pix, chan):
+                return ((in_base + pix) << 3) + chan * f["in_elem"]
+            sum_addr = (sum_base << 3) + (hc << 6)
+
+            def got_hsum(m, ev):
+                last_x, last_y = hx == f["in_w"] - 1, hy == f["in_h"] - 1
+                nrow = hrow + f["in_pitch"]
+                npix = Mux(last_x, nrow, hpix + in_pix)
+                m.d.sync += acc.eq(acc + ev)
+                with m.If(last_x & last_y):
+                    m.d.comb += s.raddr.eq(sum_addr >> wbits)   # its word, to merge into
+                    m.next = "HSUM_WR"
+                with m.Else():
+                    m.d.sync += [hx.eq(Mux(last_x, 0, hx + 1)), hy.eq(hy + last_x),
+                                 hpix.eq(npix), hrow.eq(Mux(last_x, nrow, hrow))]
+                    self._issue(m, "HSUM", hsum_addr(npix, hc), f["in_elem"], f["in_fmt"] == 2)
+            self._read(m, "HSUM", hsum_addr(hpix, hc), f["in_elem"], f["in_fmt"] == 2, got_hsum)
+            with m.State("HSUM_WR"):
+                sh = sum_addr[:wbits]
+                m.d.comb += [wp.addr.eq(sum_addr >> wbits), wp.en.eq(1),
+                             wp.data.eq((rp.data & ~(Const((1 << 64) - 1, W) << sh))
+                                        | (acc.as_unsigned() << sh))]
+                m.d.sync += [hc.eq(hc + 1), hx.eq(0), hy.eq(0), hpix.eq(0), hrow.eq(0),
+                             acc.eq(0)]
+                with m.If(hc == f["in_c"] - 1):
+                    m.d.sync += summed.eq(1)
+                    m.next = "START"
+                with m.Else():
+                    self._issue(m, "HSUM", hsum_addr(0, hc + 1), f["in_elem"], f["in_fmt"] == 2)
                 self._exits(m)
 
             # ---- the epilogue's stages, in the contract's order -------------------------
@@ -997,14 +1043,18 @@ class ComputeSequencer(wiring.Component):
                 # shortcut with the add's side first): the missing channels are zeros
                 valid_ = (iy_ >= 0) & (iy_ < f["in_h"]) & (ix_ >= 0) & (ix_ < f["in_w"]) \
                     & (~per_channel | (oc < f["in_c"]))
-                addr_ = ((in_base + kin * in_tile + (iy_ - ly0).as_unsigned()[:16] * f["in_pitch"]
-                          + ix_.as_unsigned()[:16] * in_pix) << 3) + ch_ * f["in_elem"]
+                addr_ = Mux(summed, (sum_base << 3) + (ci_ << 6),
+                            ((in_base + kin * in_tile + (iy_ - ly0).as_unsigned()[:16] * f["in_pitch"]
+                              + ix_.as_unsigned()[:16] * in_pix) << 3) + ch_ * f["in_elem"])
                 return iy_, ix_, ch_, valid_, addr_
 
             iy, ix, ch, in_valid, in_addr = tap_geometry(ky, kx, ci)
+            in_width = Mux(summed, 64, f["in_elem"])           # a tap's input element
+            in_signed = summed | (f["in_fmt"] == 2)
             # the scalar path's next tap, so that the state finishing a tap starts it
-            last_ci, last_kx = ci == ci_n - 1, kx == kw_n - 1
-            last_tap = last_ci & last_kx & (ky == kh_n - 1)
+            # a summed head's window is the sums' 1x1
+            last_ci, last_kx = ci == ci_n - 1, summed | (kx == kw_n - 1)
+            last_tap = last_ci & last_kx & (summed | (ky == kh_n - 1))
             ky_nx, kx_nx, ci_nx = Signal(16), Signal(16), Signal(16)
             m.d.comb += [ci_nx.eq(Mux(last_ci, 0, ci + 1)),
                          kx_nx.eq(Mux(last_ci, Mux(last_kx, 0, kx + 1), kx)),
@@ -1049,7 +1099,7 @@ class ComputeSequencer(wiring.Component):
                 """Read a tap's input, or take the pad value."""
                 m.d.sync += valid.eq(tap_valid)
                 with m.If(tap_valid):
-                    self._issue(m, "IN", tap_addr, f["in_elem"], f["in_fmt"] == 2)
+                    self._issue(m, "IN", tap_addr, in_width, in_signed)
                 with m.Else():
                     m.d.sync += xv.eq(pad_value)
                     m.next = "WEIGHT"
@@ -1260,7 +1310,7 @@ class ComputeSequencer(wiring.Component):
                 tap_next(m)
             self._read(m, "W", wsel, wwid, is_head | int_w, got_weight, address_state=False)
             # after tap_next: a tap whose weight word is held ends in IN_D
-            self._read(m, "IN", in_addr, f["in_elem"], f["in_fmt"] == 2, got_input,
+            self._read(m, "IN", in_addr, in_width, in_signed, got_input,
                        address_state=False)
 
             # ---- epilogue ---------------------------------------------------------------
