@@ -11,6 +11,8 @@ wrote with the integer executor's through ``first_mismatch``, which names the fi
 diverging descriptor. One Verilator build (cached for the session) serves every run.
 """
 
+from dataclasses import replace
+
 import pytest
 import torch
 from amaranth.back import verilog
@@ -242,6 +244,27 @@ def test_64_bit_engine_bit_exact(tmp_path_factory):
     g = compile_model(zoo_model("digits", 3, seed=3))
     check_network(build, g, frames_for(g, 1), config=EngineConfig(
         arrays=2, **dict(PACKING, simd=8), port_bytes=8), stall=0.3)
+
+
+#: widths that are whole window words (32 lanes): the input thresholds as PIXEL
+#: descriptors run on the threshold lanes, the stem on its multiplier array
+LANES_NET = dict(image_size=8, stem_channels=32, stages=[[32, 1, 1], [64, 1, 2]], bases=3)
+#: the thresholds as PIXEL descriptors, never as the convolutions' prologues
+PIXEL_CONFIG = replace(CONFIG, prologue_thresholds=False)
+
+
+def test_pixel_thresholds_on_the_lanes_bit_exact(core):
+    """PIXEL descriptors that threshold to one bit per channel gather a word of
+    channels per read with their thresholds and merge SIMD bits at a time (PW), every
+    descriptor's outputs equal to the executor's, under stalls; stride-2 blocks."""
+    g = compile_model(random_model(6, **LANES_NET))
+    program, _ = check_network(core, g, frames_for(g, 2, 6), config=PIXEL_CONFIG,
+                               per_descriptor=True, stall=0.3)
+    pred = predict_core(program, CORE)
+    lanes = [p for p in pred.descriptors if p.opcode == "PIXEL" and p.phases["gather"]]
+    assert len(lanes) >= 2 and all(not p.phases["scalar"] for p in lanes)
+    stem = next(p for p in pred.descriptors if p.opcode == "CONV")
+    assert stem.phases["folds"] and not stem.phases["scalar"]     # the stem's array
 
 
 #: small buffers: the compiler splits the outputs into several row tiles (and streams

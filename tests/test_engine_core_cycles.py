@@ -16,7 +16,8 @@ its weights and GATE descriptors, and a read DMA with one burst in flight.
 import pytest
 
 from conftest import random_model
-from test_engine_core import CONFIG, CORE, PACKING, SMALL, _build, frames_for, run_rtl, zoo_model
+from test_engine_core import (CONFIG, CORE, LANES_NET, PACKING, PIXEL_CONFIG, SMALL, _build,
+                              frames_for, run_rtl, zoo_model)
 from test_engine_program import RANDOM_CONFIGS
 from groupnet_hw.compiler.engine.config import EngineConfig
 from groupnet_hw.compiler.engine.core_cycles import predict_core
@@ -76,6 +77,14 @@ def check(build, g, seed, config, core_params, dram, per_descriptor=False):
 def test_digits_k1_per_descriptor(core):
     g, seed = _network("digits1")
     check(core, g, seed, CONFIG, CORE, "fast", per_descriptor=True)
+
+
+def test_threshold_lanes_and_stem_array_exact(core):
+    """PIXEL descriptors on the threshold lanes, the stem's multiplier array and a
+    head that sums its map first: every descriptor to the cycle."""
+    g = compile_model(random_model(6, **LANES_NET))
+    pred, whole = check(core, g, 6, PIXEL_CONFIG, CORE, "fast", per_descriptor=True)
+    assert pred.cycles == whole
 
 
 def test_pooled_stem_conv_shortcuts_slow_dram(core):

@@ -173,6 +173,8 @@ class _Core:
         self.stem_pe, self.stem_simd = p["stem_pe"], p["stem_simd"]
         self.buffer_bytes, self.max_burst = p["buffer_bytes"], p["max_burst"]
         self.vector = p["data_width"] % (self.pe * self.simd) == 0
+        # a PIXEL's one-bit outputs leave the window buffer SIMD lanes at a time
+        self.pixel_vector = self.simd & (self.simd - 1) == 0 and self.simd <= p["data_width"]
         self.stem_vector = (self.vector and self.stem_pe == self.pe
                             and p["data_width"] % (8 * self.stem_simd) == 0
                             and 8 * self.stem_simd <= 4 * self.simd)
@@ -244,9 +246,14 @@ def _layout(d, core):
             and not _has(d, "prologue_threshold") and d["in_elem"] <= 8
             and d["weight_bytes"] == 1 and lay["fs"] <= core.window_words
             and lay["fo"] * core.pe <= core.maxc)
+    # a PIXEL that only thresholds to one bit per channel: on the threshold lanes
+    pvec = (core.pixel_vector and d["opcode"] == OPCODE_CODES["PIXEL"]
+            and d["stages"] == STAGE_BITS["threshold"] and d["out_levels"] == 1
+            and d["out_elem"] == 1 and d["kernel"] == 1 and d["in_c"] == d["out_c"]
+            and d["out_c"] % core.simd == 0)
     # a head's classes take their products over its channel sums: a 1x1 window
     win = (1, 1) if lay["is_head"] else (lay["kh"], d["kernel"])
-    return dict(lay, op=_OPCODES.get(d["opcode"], ""), vec=vec, svec=svec,
+    return dict(lay, op=_OPCODES.get(d["opcode"], ""), vec=vec, svec=svec, pvec=pvec,
                 win_h=win[0], win_w=win[1],
                 chunk_c=lay["chunk_in"] if lay["stream"] else d["out_c"],
                 pad=0 if lay["is_head"] else d["padding"],
@@ -447,7 +454,7 @@ def _wide_gather(d, lay, core, r0, r1):
     w, c = core.bpw * 8, d["in_c"]
     simd = core.stem_simd if lay["svec"] else core.simd      # lanes of a window word
     e, cbits = d["in_elem"], d["const_bytes"] * 8
-    prologue = _has(d, "prologue_threshold")
+    prologue = _has(d, "prologue_threshold") or lay["pvec"]
     in_pix = _ceil(c * e, 8) * 8
     inv0 = c * cbits
 
@@ -574,6 +581,13 @@ def _compute(d, lay, rows, channels, folds, core, chunk=0):
     per_oc_epi = sum(_epilogue(d, lay, oc) for oc in range(c0, c1)) \
         if lay["op"] not in _MULTI else 0            # a MIXER's epilogue: in its outputs
     out = dict(gather=0, folds=0, scalar=0, epilogue=0, outputs=0)
+    if lay["pvec"]:
+        # per pixel and job: CORE, POOL_TAP, the gather with the thresholds of a
+        # one-level prologue, EPI, then PW per SIMD channels (their bits merged)
+        out["gather"] = jobs * (3 * px + _wide_gather(d, lay, core, r0, r1))
+        out["outputs"] = jobs * px * (d["out_c"] // core.simd)
+        out["epilogue"] = 1               # START
+        return out
     if lay["vec"] or lay["svec"]:
         # per pixel and job: CORE, POOL_TAP, the window, EPI; the folds of [o0, o1)
         if not _has(d, "prologue_threshold") or d["in_levels"] == 1:

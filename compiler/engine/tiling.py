@@ -266,11 +266,22 @@ def scratchpad_need(d, config):
 
 
 def _scratchpad_rows(d, config):
-    """The most output rows whose tile fits the core's scratchpad."""
+    """The most output rows whose tile fits the core's scratchpad with whole parameter
+    blocks, else (the blocks alone nearly fill it) the most with streamed weights: the
+    core gathers every window again for each chunk of weights, while another row tile
+    costs only its halo rows' loads."""
+    def need(r):
+        return scratchpad_need(dict(d, rows_per_tile=r), config)
+
     def fits(r):
-        return scratchpad_need(dict(d, rows_per_tile=r), config).bytes <= config.scratchpad
+        return need(r).bytes <= config.scratchpad
+
+    def fits_whole(r):
+        n = need(r)
+        return n.bytes <= config.scratchpad and not n.streams_weights
+    if fits_whole(1):
+        return _most_rows(fits_whole, d["out_h"])
     if not fits(1):
-        need = scratchpad_need(dict(d, rows_per_tile=1), config).bytes
-        raise ValueError(f"descriptor {d['index']}: one output row needs {need} bytes of "
-                         f"the engine's {config.scratchpad}-byte scratchpad")
+        raise ValueError(f"descriptor {d['index']}: one output row needs {need(1).bytes} "
+                         f"bytes of the engine's {config.scratchpad}-byte scratchpad")
     return _most_rows(fits, d["out_h"])

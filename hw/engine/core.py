@@ -218,6 +218,8 @@ class ComputeSequencer(wiring.Component):
         # sums land in the accumulator buffer as the array's (stem_pe == pe)
         self.stem_vector = (self.vector and stem_pe == pe and data_width % (stem_simd * 8) == 0
                             and stem_simd * 8 <= 4 * simd)
+        # a PIXEL's one-bit outputs leave the window buffer a word of SIMD lanes at a time
+        self.pixel_vector = simd & (simd - 1) == 0 and simd <= data_width
         self.window_words = -(-max_window // simd)
         self.max_out_c = 1 << max(max_out_c, pe).bit_length()
         cmd = stream.Signature(descriptor_layout(addr_width))
@@ -339,7 +341,11 @@ class ComputeSequencer(wiring.Component):
         streamable = is_conv | is_head    # the ops with a weights section
         gated = stage("gated")
         pooling = is_conv & stage("maxpool")
-        gpro = stage("prologue_threshold")
+        # a binary convolution's prologue threshold, or a PIXEL on the threshold lanes
+        # (pvec: its one-level thresholds gathered as a prologue's, a word of lanes a read)
+        pvec = Signal()
+        gpro_conv = stage("prologue_threshold")
+        gpro = gpro_conv | pvec
 
         pc = Signal(aw)
         index = Signal(16)
@@ -410,7 +416,7 @@ class ComputeSequencer(wiring.Component):
         SL = self.stem_simd
         sp = Signal(8)            # the stem array's output channel in its PE fold
         # the window gathered a word at a time (no prologue, or a one-level prologue)
-        wide_g = vec & (~gpro | (f["in_levels"] == 1)) | svec
+        wide_g = vec & (~gpro | (f["in_levels"] == 1)) | svec | pvec
         gathered = Signal()       # this pixel's windows are convolved (accs holds them)
         nwin = Signal(A)          # k*k*C_in: the window's lanes
         gword = Signal(4 * SIMD)
@@ -512,18 +518,22 @@ class ComputeSequencer(wiring.Component):
                 oc.eq(oc + 1), k.eq(0)]
             next_core(m, 0, oc + 1)
             with m.If(oc == cc1 - 1):
-                m.next = "CORE"          # the next pixel: gather its windows
-                m.d.sync += [oc.eq(cc0), p.eq(0), fold.eq(0), wrow.eq(0), ox.eq(ox + 1),
-                             gathered.eq(0)]
-                with m.If(ox == f["out_w"] - 1):
-                    m.d.sync += [ox.eq(0), oy.eq(oy + 1)]
-                    with m.If(oy == r1 - 1):
-                        m.next = "STORE_ADDR"
-                        with m.If(cc1 != f["out_c"]):
-                            # the tile's next chunk of channels: its weights, then again
-                            m.d.sync += [q.eq(q + 1), cc0.eq(cc1), o0.eq(o1),
-                                         cstart.eq(cstart + chunk_bytes), kind.eq(4), k.eq(0)]
-                            m.next = "LOAD_ENTRY"
+                next_pixel(m)
+
+        def next_pixel(m):
+            """The next pixel (gather its windows), row, or the tile's stores."""
+            m.next = "CORE"
+            m.d.sync += [oc.eq(cc0), p.eq(0), fold.eq(0), wrow.eq(0), ox.eq(ox + 1),
+                         gathered.eq(0)]
+            with m.If(ox == f["out_w"] - 1):
+                m.d.sync += [ox.eq(0), oy.eq(oy + 1)]
+                with m.If(oy == r1 - 1):
+                    m.next = "STORE_ADDR"
+                    with m.If(cc1 != f["out_c"]):
+                        # the tile's next chunk of channels: its weights, then again
+                        m.d.sync += [q.eq(q + 1), cc0.eq(cc1), o0.eq(o1),
+                                     cstart.eq(cstart + chunk_bytes), kind.eq(4), k.eq(0)]
+                        m.next = "LOAD_ENTRY"
 
         with m.FSM(name="state") as fsm:
             with m.State("IDLE"):
@@ -641,9 +651,17 @@ class ComputeSequencer(wiring.Component):
             with m.State("SECTIONS0"):
                 m.d.sync += vec.eq(self.vector & is_conv & ~int_w & ~pooling & (f["act_bits"] <= 4)
                                    & (fs <= self.window_words) & (fo * self.pe <= MAXC))
-                m.d.sync += svec.eq(Const(self.stem_vector) & is_conv & int_w & ~pooling & ~gpro
+                m.d.sync += svec.eq(Const(self.stem_vector) & is_conv & int_w & ~pooling & ~gpro_conv
                                     & (f["in_elem"] <= 8) & (f["weight_bytes"] == 1)
                                     & (fs <= self.window_words) & (fo * self.pe <= MAXC))
+                # a PIXEL that only thresholds to one bit a channel, SIMD channels a word
+                pixel_lanes = (Const(self.pixel_vector) & (op == _OP["PIXEL"])
+                               & (st == _ST["threshold"]) & (f["out_levels"] == 1)
+                               & (f["out_elem"] == 1) & (f["kernel"] == 1)
+                               & (f["in_c"] == f["out_c"]) & ((f["out_c"] & (SIMD - 1)) == 0))
+                m.d.sync += pvec.eq(pixel_lanes)
+                with m.If(pixel_lanes):
+                    m.d.sync += ci_n.eq(f["in_c"])      # the gather walks the channels
                 m.d.sync += off_w.eq(Mux(stage("prologue_threshold"),
                                          ru(f["in_c"] * f["in_levels"] * cb + ((f["in_c"] + 7) >> 3)), 0))
                 m.d.sync += wbytes.eq(Mux(is_conv, Mux(int_w, fo * fs * pesimd * f["weight_bytes"],
@@ -906,6 +924,12 @@ class ComputeSequencer(wiring.Component):
 
             out_row = (oy - r0) * f["out_pitch"] + ox * out_pix
 
+            # a PIXEL's bits on the threshold lanes: SIMD channels' bits a piece
+            pw_bit0 = (out_base + k * out_tile + out_row) << 3
+            LS = exact_log2(SIMD) if self.pixel_vector else 0
+            pw_bit = pw_bit0 + (ms << LS)
+            pw_fwd, pw_last = Signal(), Signal(W)
+
             def out_addr(kk):
                 return ((out_base + kk * out_tile + out_row) << 3) + oc * f["out_elem"]
 
@@ -1038,11 +1062,11 @@ class ComputeSequencer(wiring.Component):
                 ch_ = Signal(16, name="ch" + suffix)
                 m.d.comb += [iy_.eq(cy * st_r - pad_r + ky_ * dil_r),
                              ix_.eq(cx * st_r - pad_r + kx_ * dil_r),
-                             ch_.eq(Mux(per_channel, oc, ci_))]
+                             ch_.eq(Mux(per_channel & ~pvec, oc, ci_))]
                 # an element-wise core narrower than its output (a subsampled option-A
                 # shortcut with the add's side first): the missing channels are zeros
                 valid_ = (iy_ >= 0) & (iy_ < f["in_h"]) & (ix_ >= 0) & (ix_ < f["in_w"]) \
-                    & (~per_channel | (oc < f["in_c"]))
+                    & (~per_channel | pvec | (oc < f["in_c"]))
                 addr_ = Mux(summed, (sum_base << 3) + (ci_ << 6),
                             ((in_base + kin * in_tile + (iy_ - ly0).as_unsigned()[:16] * f["in_pitch"]
                               + ix_.as_unsigned()[:16] * in_pix) << 3) + ch_ * f["in_elem"])
@@ -1153,8 +1177,11 @@ class ComputeSequencer(wiring.Component):
             # of the word and of the window word being built, and (prologue threshold of
             # one level) whose thresholds and invert bits lie in one word each. Padded taps
             # write their pad value; the values are the scalar gather's, lane for lane.
-            thr_addr = (par_k + ci * cb) << 3
-            inv_addr = ((par_k + f["in_c"] * cb) << 3) + ci
+            # the prologue's section, or (pvec) the PIXEL's threshold section: with one
+            # level the two are laid out alike
+            thr_sec = par_k + Mux(pvec, off_thr, 0)
+            thr_addr = (thr_sec + ci * cb) << 3
+            inv_addr = ((thr_sec + f["in_c"] * cb) << 3) + ci
 
             def left_in_word(bitaddr, width, choices):
                 # elements of `width` bits from bitaddr to the end of its word
@@ -1260,7 +1287,8 @@ class ComputeSequencer(wiring.Component):
                         m.d.comb += s.raddr.eq(inv_addr >> wbits)
                         m.next = "G_INV"
                 with m.Else():
-                    gather_write(m, gvals, gl, chain=True, stem_values=gbytes)
+                    gather_write(m, gvals, gl, chain=True,
+                                 stem_values=gbytes if self.stem_vector else None)
                 self._exits(m)
             with m.State("G_INV"):
                 m.d.comb += s.raddr.eq(thr_addr >> wbits)
@@ -1321,6 +1349,11 @@ class ComputeSequencer(wiring.Component):
                 with m.Elif(svec):
                     m.d.sync += [mo.eq(o0), ms.eq(0), sp.eq(0), wfold.eq(wskew)]
                     m.next = "SMVU"
+                with m.Elif(pvec):
+                    # the pixel's bits to its output: window word 0 and its output word
+                    m.d.comb += [s.raddr.eq(pw_bit0 >> wbits), rp_w.addr.eq(0)]
+                    m.d.sync += [ms.eq(0), pw_fwd.eq(0)]
+                    m.next = "PW"
                 with m.Elif(pooling):
                     # the pooling window's max over its taps inside the convolution's map
                     m.d.sync += [pseen.eq(1), pmax.eq(Mux(pseen & (pmax > acc), pmax, acc))]
@@ -1353,6 +1386,30 @@ class ComputeSequencer(wiring.Component):
                     m.d.sync += [ms.eq(0), nrem.eq(nwin), mo.eq(mo + 1)]
                     with m.If(mo == o1 - 1):
                         m.next = "MVU_END"
+                self._exits(m)
+            with m.State("PW"):
+                # plane 0 of window word ms: the SIMD one-bit outputs of channels
+                # [ms * SIMD, (ms + 1) * SIMD), merged into their output word; the next
+                # piece's words are read now (the word written now is forwarded: the
+                # read port returns a word as it was before this cycle's write)
+                sh = pw_bit[:wbits]
+                cur = Mux(pw_fwd, pw_last, rp.data)
+                new = Signal(W)
+                m.d.comb += [new.eq((cur & ~(Const((1 << SIMD) - 1, W) << sh))
+                                    | (rp_w.data[:SIMD] << sh)),
+                             wp.addr.eq(pw_bit >> wbits), wp.data.eq(new), wp.en.eq(1)]
+                nxt = pw_bit + SIMD
+                m.d.sync += [pw_last.eq(new), pw_fwd.eq((nxt >> wbits) == (pw_bit >> wbits)),
+                             ms.eq(ms + 1)]
+                with m.If(((ms + 1) << LS) == f["out_c"]):
+                    with m.If(k == f["jobs"] - 1):
+                        m.d.sync += k.eq(0)
+                        next_pixel(m)
+                    with m.Else():
+                        m.d.sync += k.eq(k + 1)
+                        m.next = "CORE"
+                with m.Else():
+                    m.d.comb += [s.raddr.eq(nxt >> wbits), rp_w.addr.eq(ms + 1)]
                 self._exits(m)
             with m.State("SMVU"):
                 # the stem's array: one output channel's SL weights (an aligned piece of
@@ -1598,24 +1655,27 @@ class ComputeSequencer(wiring.Component):
             sums.append(Mux(f["act_bits"] == 0, 2 * tot - nwin, tot)[:32])
         # the stem's array: channel d_sp's SL products of 8-bit inputs (signed or not) and
         # 8-bit weights; the PE fold's sums are stored with its last channel's last fold
-        sw = Signal(8 * SL)
-        m.d.comb += sw.eq(rp.data >> d_wsh)
-        products = []
-        for i in range(SL):
-            xi = x[8 * i:8 * (i + 1)]
-            products.append(Mux(f["in_fmt"] == 2, xi.as_signed(), xi)
-                            * sw[8 * i:8 * (i + 1)].as_signed())
-        while len(products) > 1:      # an adder tree: log2(SL) levels
-            products = [a + b for a, b in zip(products[::2], products[1::2])] \
-                + products[len(products) & ~1:]
-        pacc_a = Array(pacc)
-        stem_tot = Signal(signed(32))
-        m.d.comb += stem_tot.eq(Mux(d_first, 0, pacc_a[d_sp]) + products[0])
-        with m.If(d_valid & svec):
-            m.d.sync += pacc_a[d_sp].eq(stem_tot)
-        stem_sums = [Mux(d_sp == i, stem_tot, pacc[i]) for i in range(PE)]
+        acc_data = Cat(*sums)
+        if self.stem_vector:
+            sw = Signal(8 * SL)
+            m.d.comb += sw.eq(rp.data >> d_wsh)
+            products = []
+            for i in range(SL):
+                xi = x[8 * i:8 * (i + 1)]
+                products.append(Mux(f["in_fmt"] == 2, xi.as_signed(), xi)
+                                * sw[8 * i:8 * (i + 1)].as_signed())
+            while len(products) > 1:      # an adder tree: log2(SL) levels
+                products = [a + b for a, b in zip(products[::2], products[1::2])] \
+                    + products[len(products) & ~1:]
+            pacc_a = Array(pacc)
+            stem_tot = Signal(signed(32))
+            m.d.comb += stem_tot.eq(Mux(d_first, 0, pacc_a[d_sp]) + products[0])
+            with m.If(d_valid & svec):
+                m.d.sync += pacc_a[d_sp].eq(stem_tot)
+            stem_sums = [Mux(d_sp == i, stem_tot, pacc[i]) for i in range(PE)]
+            acc_data = Mux(svec, Cat(*stem_sums), acc_data)
         m.d.comb += [wp_a.addr.eq(k * AFOLDS + d_mo),
-                     wp_a.data.eq(Mux(svec, Cat(*stem_sums), Cat(*sums))),
+                     wp_a.data.eq(acc_data),
                      wp_a.en.eq(d_valid & d_last)]
 
         m.d.comb += [
