@@ -150,7 +150,8 @@ def choose_tiling(d, config):
     d["rows_per_tile"] = tile_rows(d, config)
     d["n_tiles"] = -(-d["out_h"] // d["rows_per_tile"])
     if config.scratchpad:
-        return          # the core streams weights on its own when its blocks do not fit
+        _core_chunks(d, config)
+        return
     half_w = config.weight_buffer // 2
     w = d["weight_tile_bytes"]
     if (d["opcode"] != OPCODE_CODES["CONV"] or d["flags"] & FLAG_BITS["int_weights"]
@@ -263,6 +264,41 @@ def scratchpad_need(d, config):
                       stem_pe=config.stem_pe, stem_simd=config.stem_simd,
                       buffer_bytes=config.scratchpad)
     return ScratchpadNeed(lay["streamed"] if lay["stream"] else lay["whole"], lay["stream"])
+
+
+def _core_chunks(d, config):
+    """On the core: when whole parameter blocks do not fit the scratchpad even for one
+    output row, its weights stream in chunks of output channels (of classes, for a
+    head), each chunk loaded per row tile, the tile's windows gathered again per chunk.
+    Takes the fewest chunks (the largest that fits next to one row tile's rows), then
+    the most rows per tile that keep that many; without it the core streams one PE
+    fold at a time."""
+    lay = core_layout(d, bpw=config.port_bytes, pe=config.pe, simd=config.simd,
+                      stem_pe=config.stem_pe, stem_simd=config.stem_simd,
+                      buffer_bytes=config.scratchpad)
+    if not lay["stream"]:
+        return
+    step = lay["pe_r"]
+    streamed = dict(d, flags=d["flags"] | FLAG_BITS["weight_stream"])
+
+    def fits(rows, chunk):
+        need = scratchpad_need(dict(streamed, rows_per_tile=rows, chunk_c=chunk), config)
+        return need.bytes <= config.scratchpad
+
+    def largest_chunk(rows):
+        if not fits(rows, step):
+            return 0
+        folds = _most_rows(lambda f: fits(rows, f * step), -(-d["out_c"] // step))
+        return min(folds * step, d["out_c"])
+    chunk = largest_chunk(1)
+    if not chunk:
+        return          # refused later: the one-row need is named by check_program
+    chunks = -(-d["out_c"] // chunk)
+    rows = _most_rows(lambda r: -(-d["out_c"] // max(largest_chunk(r), 1)) <= chunks
+                      and largest_chunk(r) > 0, d["out_h"])
+    chunk = largest_chunk(rows)
+    d.update(flags=streamed["flags"], chunk_c=chunk, rows_per_tile=rows,
+             n_tiles=-(-d["out_h"] // rows))
 
 
 def _scratchpad_rows(d, config):
