@@ -10,7 +10,7 @@ Types are numpy type strings (``u1``, ``<u2``, ``<u4``, ``V43``), all little-end
 from __future__ import annotations
 
 __all__ = ["OPCODE_CODES", "STAGE_BITS", "FLAG_BITS", "DESCRIPTOR_FIELDS", "JOB_FIELDS",
-           "field_offsets"]
+           "field_offsets", "array_banks"]
 
 #: compute opcodes; the sequencer's control opcodes (``END``, ``COPY``, 0x10 and up)
 #: are ``groupnet_hw.engine_opcodes``'s. A program ends with one ``END`` descriptor.
@@ -97,3 +97,19 @@ def field_offsets(fields):
         out[name] = (at, size)
         at += size
     return out
+
+
+def array_banks(data_width, pe, simd):
+    """How the engine core's XNOR-popcount array reads a fold's ``pe x simd`` weight
+    bits: ``(banks, fits)``. ``fits`` is False when the packing takes no whole piece of a
+    word and no whole number of words (the core's binary convolutions then run on its
+    scalar path); the fold is one piece of a scratchpad word (``banks`` 1), or
+    ``banks`` consecutive words, one from each of the scratchpad's banks (a power of
+    two)."""
+    ps = pe * simd
+    if data_width % ps == 0:
+        return 1, True
+    banks = ps // data_width
+    if ps % data_width == 0 and banks & (banks - 1) == 0:
+        return banks, True
+    return 1, False

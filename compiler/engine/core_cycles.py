@@ -68,6 +68,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from ...engine_format import array_banks
 from .program import FLAG_BITS, JOB, OPCODE_CODES, STAGE_BITS, decode
 from .tiling import core_layout
 
@@ -172,7 +173,7 @@ class _Core:
         self.pe, self.simd = p["pe"], p["simd"]
         self.stem_pe, self.stem_simd = p["stem_pe"], p["stem_simd"]
         self.buffer_bytes, self.max_burst = p["buffer_bytes"], p["max_burst"]
-        self.vector = p["data_width"] % (self.pe * self.simd) == 0
+        self.vector = array_banks(p["data_width"], self.pe, self.simd)[1]
         # a PIXEL's one-bit outputs leave the window buffer SIMD lanes at a time
         self.pixel_vector = self.simd & (self.simd - 1) == 0 and self.simd <= p["data_width"]
         self.stem_vector = (self.vector and self.stem_pe == self.pe

@@ -44,6 +44,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ...devices import get_board
+from ...engine_format import array_banks
 from .config import EngineConfig
 
 __all__ = ["SizedEngine", "size_engine", "estimate", "CANDIDATES", "estimate_core",
@@ -170,12 +171,15 @@ def core_memories(core_params):
     """
     p = core_params
     w, pe, simd = p["data_width"], p["pe"], p["simd"]
-    vector = w % (pe * simd) == 0
+    banks, vector = array_banks(w, pe, simd)
     maxc = 1 << max(p["max_out_c"], pe).bit_length()
     folds = max(maxc >> (pe.bit_length() - 1 if vector else 0), 1)
     burst = p.get("max_burst", 16)
     rd_depth = p.get("buffer_depth") or 4 * burst
-    return {"scratchpad": (p["buffer_bytes"] // (w // 8), w),
+    words = p["buffer_bytes"] // (w // 8)
+    pad = {"scratchpad": (words, w)} if banks == 1 else {
+        f"scratchpad{b}": (words // banks, w) for b in range(banks)}
+    return {**pad,
             "window": (-(-p["max_window"] // simd), 4 * simd),
             "accumulators": (p["max_jobs"] * folds, 32 * pe),
             "read_fifo": (rd_depth - 1, w),
@@ -232,7 +236,7 @@ def core_features(core_params):
       read multiplexer behind a memory deeper than one block.
     """
     p = core_params
-    vector = p["data_width"] % (p["pe"] * p["simd"]) == 0
+    vector = array_banks(p["data_width"], p["pe"], p["simd"])[1]
     mux = sum(width * (yosys_m10k_blocks(words, width)[1] - 1)
               for words, width in core_memories(p).values()
               if yosys_m10k_blocks(words, width)[1] > 1)

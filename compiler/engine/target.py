@@ -35,6 +35,8 @@ __all__ = ["EngineTarget", "engine_target", "core_config", "compile_for_core", "
 #: The core's fixed limits: K <= 8 bases per block, windows up to 3x3x512 lanes on the
 #: array, up to 512 output channels per job in the accumulator buffer (ResNet-18/34).
 MAX_JOBS, MAX_WINDOW, MAX_OUT_C = 8, 4608, 512
+#: the array's PE rows: with ``simd`` a quarter of the bus, 16 x 32 lanes at 128 bits
+ARRAY_PE = 16
 #: scratchpad sizes tried, largest first (halved until the board's block RAM takes it)
 SCRATCHPAD_BYTES = (256 << 10, 128 << 10, 64 << 10, 32 << 10)
 
@@ -114,9 +116,11 @@ def engine_target(board="de10nano", clock_mhz=100.0, buffer_bytes=None, max_util
         raise ValueError(f"buffer_bytes {buffer_bytes} is below the smallest scratchpad "
                          f"({SCRATCHPAD_BYTES[-1]} bytes)")
     for size in sizes:
+        # a fold's weights are four bus words, one from each bank of the scratchpad;
         # the stem's multiplier array: pe output channels a fold (its sums share the
         # binary array's accumulator words), a bus word's 8-bit weights per channel
-        core = dict(data_width=width, pe=4, simd=width // 4, stem_pe=4, stem_simd=width // 8,
+        core = dict(data_width=width, pe=ARRAY_PE, simd=width // 4, stem_pe=ARRAY_PE,
+                    stem_simd=width // 8,
                     buffer_bytes=size, max_jobs=MAX_JOBS, max_window=MAX_WINDOW,
                     max_out_c=MAX_OUT_C)
         target = EngineTarget(board, core, core_config(core, clock_mhz),

@@ -143,7 +143,8 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from ...engine_format import DESCRIPTOR_FIELDS, FLAG_BITS, OPCODE_CODES, STAGE_BITS, field_offsets
+from ...engine_format import (DESCRIPTOR_FIELDS, FLAG_BITS, OPCODE_CODES, STAGE_BITS,
+                              array_banks, field_offsets)
 from ...engine_opcodes import (COPY, COPY_FIELDS, DESCRIPTOR_BYTES, DESCRIPTOR_MAGIC, END)
 from ...engine_registers import ERROR_CAUSES
 from .avalon import AvalonRegisterSignature
@@ -171,6 +172,42 @@ def _element(word, shift, width, is_signed):
     for w in (1, 2, 4, 8, 16, 32, 64):
         value = Mux(width == w, Mux(is_signed, shifted[:w].as_signed(), shifted[:w]), value)
     return value
+
+
+def _banked_scratchpad(m, width, depth, banks, raddr):
+    """The scratchpad: ``depth`` words of ``width`` bits in ``banks`` block RAMs, word
+    ``a`` in bank ``a % banks``, so that any ``banks`` consecutive words are read in one
+    cycle (a fold's weights for an array wider than a word). Returns ``(rp, wp)``:
+    ``rp.data`` is word ``raddr`` and ``rp.wide`` words ``raddr .. raddr + banks - 1``,
+    both the cycle after the address; ``wp.addr``, ``wp.data`` and ``wp.en`` write one
+    word."""
+    rp = type("ScratchpadRead", (), {})()
+    wp = type("ScratchpadWrite", (), {})()
+    wp.addr, wp.data, wp.en = Signal(range(depth), name="sp_waddr"), Signal(width), Signal()
+    rp.data, rp.wide = Signal(width, name="sp_rdata"), Signal(width * banks, name="sp_wide")
+    if banks == 1:
+        m.submodules.buf = buf = Memory(shape=unsigned(width), depth=depth, init=[])
+        r, w = buf.read_port(), buf.write_port()
+        m.d.comb += [r.addr.eq(raddr), w.addr.eq(wp.addr), w.data.eq(wp.data), w.en.eq(wp.en),
+                     rp.data.eq(r.data), rp.wide.eq(r.data)]
+        return rp, wp
+    nb = exact_log2(banks)
+    first = Signal(nb)            # the bank of word raddr, as its data arrive
+    m.d.sync += first.eq(raddr[:nb])
+    data = []
+    for b in range(banks):
+        m.submodules[f"buf{b}"] = mem = Memory(shape=unsigned(width), depth=depth // banks,
+                                               init=[])
+        r, w = mem.read_port(), mem.write_port()
+        # of the words raddr .. raddr + banks - 1, the one bank b holds
+        m.d.comb += [r.addr.eq((raddr + (Const(b, nb) - raddr[:nb])[:nb]) >> nb),
+                     w.addr.eq(wp.addr >> nb), w.data.eq(wp.data),
+                     w.en.eq(wp.en & (wp.addr[:nb] == b))]
+        data.append(r.data)
+    data = Array(data)
+    m.d.comb += [rp.wide.eq(Cat(*(data[(first + o)[:nb]] for o in range(banks)))),
+                 rp.data.eq(data[first])]
+    return rp, wp
 
 
 class ComputeSequencer(wiring.Component):
@@ -212,7 +249,12 @@ class ComputeSequencer(wiring.Component):
         self.buffer_bytes, self.max_jobs = buffer_bytes, max_jobs
         # the XNOR-popcount array reads a fold's pe x simd weight bits as one piece of
         # a scratchpad word; other packings run binary convolutions on the scalar path
-        self.vector = data_width % (pe * simd) == 0
+        # the array reads a fold's pe x simd weight bits as one piece of a scratchpad
+        # word, or as `banks` consecutive words (one from each bank of the scratchpad)
+        self.banks, self.vector = array_banks(data_width, pe, simd)
+        if buffer_bytes % (self.bytes_per_word * self.banks):
+            raise ValueError(f"buffer_bytes {buffer_bytes} is not whole rows of "
+                             f"{self.banks} banks")
         # the stem's multiplier array: a channel's stem_simd 8-bit weights of a fold are
         # one aligned piece of a word, its window lanes one window-buffer word, and the
         # sums land in the accumulator buffer as the array's (stem_pe == pe)
@@ -284,11 +326,8 @@ class ComputeSequencer(wiring.Component):
         depth = self.buffer_bytes // BPW
         s = self._s = type("S", (), {})()
 
-        m.submodules.buf = buf = Memory(shape=unsigned(W), depth=depth, init=[])
-        rp = buf.read_port()
-        wp = buf.write_port()
         s.raddr = Signal(range(depth))
-        m.d.comb += rp.addr.eq(s.raddr)
+        rp, wp = _banked_scratchpad(m, W, depth, self.banks, s.raddr)
         PE, SIMD, PS = self.pe, self.simd, self.pe * self.simd
         # the window of one output pixel and job, bit-plane b of lane j at b*SIMD + j
         m.submodules.window = wbuf = Memory(shape=unsigned(4 * SIMD), depth=self.window_words,
@@ -1633,7 +1672,7 @@ class ComputeSequencer(wiring.Component):
         # read) against window word ms. A PE fold's last SIMD fold stores its pe sums.
         wfold_bits = Signal(PS)
         lanes = Signal(SIMD)
-        m.d.comb += [wfold_bits.eq(rp.data >> d_wsh),
+        m.d.comb += [wfold_bits.eq(rp.wide >> d_wsh),
                      lanes.eq(Mux(d_nrem >= SIMD, (1 << SIMD) - 1,
                                   (Const(1, SIMD + 1) << d_nrem[:SIMD.bit_length()]) - 1))]
         x = rp_w.data
