@@ -49,6 +49,12 @@ SIZES = {
     "small-dw64": dict(data_width=64, pe=4, simd=8, buffer_bytes=64 * 1024),
     "small-limits": dict(data_width=128, pe=4, simd=8, buffer_bytes=64 * 1024, max_jobs=4,
                          max_window=2304, max_out_c=256),
+    # the engine a build writes for the DE10-Nano (16 x 32 lanes from four scratchpad
+    # banks, the stem's multiplier array), and with the tests' 64 KiB scratchpad
+    "engine": dict(data_width=128, pe=16, simd=32, stem_pe=16, stem_simd=16,
+                   buffer_bytes=256 * 1024),
+    "engine-64k": dict(data_width=128, pe=16, simd=32, stem_pe=16, stem_simd=16,
+                       buffer_bytes=64 * 1024),
 }
 HEADLINE = ("small", "medium", "large")
 #: EngineCore's defaults for the kwargs a size does not set (recorded with each size)

@@ -173,7 +173,9 @@ class _Core:
         self.pe, self.simd = p["pe"], p["simd"]
         self.stem_pe, self.stem_simd = p["stem_pe"], p["stem_simd"]
         self.buffer_bytes, self.max_burst = p["buffer_bytes"], p["max_burst"]
-        self.vector = array_banks(p["data_width"], self.pe, self.simd)[1]
+        self.banks, self.vector = array_banks(p["data_width"], self.pe, self.simd)
+        self.threshold_vector = (self.vector and self.pe & (self.pe - 1) == 0
+                                 and self.pe <= p["data_width"])
         # a PIXEL's one-bit outputs leave the window buffer SIMD lanes at a time
         self.pixel_vector = self.simd & (self.simd - 1) == 0 and self.simd <= p["data_width"]
         self.stem_vector = (self.vector and self.stem_pe == self.pe
@@ -242,6 +244,11 @@ def _layout(d, core):
     vec = (core.vector and lay["is_conv"] and not lay["int_w"] and not lay["pooling"]
            and d["act_bits"] <= 4 and lay["fs"] <= core.window_words
            and lay["fo"] * core.pe <= core.maxc)
+    # the sums' one-bit thresholds, a PE fold at a time (TV_*)
+    tvec = (vec and core.threshold_vector
+            and d["stages"] & ~STAGE_BITS["prologue_threshold"] == STAGE_BITS["threshold"]
+            and d["out_levels"] == 1 and d["out_elem"] == 1 and d["out_c"] % core.pe == 0
+            and core.pe * 8 * d["const_bytes"] <= core.banks * core.bpw * 8)
     # the stem's multiplier array: 8-bit inputs and weights
     svec = (core.stem_vector and lay["is_conv"] and lay["int_w"] and not lay["pooling"]
             and not _has(d, "prologue_threshold") and d["in_elem"] <= 8
@@ -254,7 +261,7 @@ def _layout(d, core):
             and d["out_c"] % core.simd == 0)
     # a head's classes take their products over its channel sums: a 1x1 window
     win = (1, 1) if lay["is_head"] else (lay["kh"], d["kernel"])
-    return dict(lay, op=_OPCODES.get(d["opcode"], ""), vec=vec, svec=svec, pvec=pvec,
+    return dict(lay, op=_OPCODES.get(d["opcode"], ""), vec=vec, svec=svec, pvec=pvec, tvec=tvec,
                 win_h=win[0], win_w=win[1],
                 chunk_c=lay["chunk_in"] if lay["stream"] else d["out_c"],
                 pad=0 if lay["is_head"] else d["padding"],
@@ -600,6 +607,10 @@ def _compute(d, lay, rows, channels, folds, core, chunk=0):
         # is addressed, a PE fold's sums stored with its last SIMD fold); MVU_END
         # (SMVU: one output channel's SIMD fold a cycle, pe of them per PE fold)
         out["folds"] = jobs * px * (folds * lay["fs"] * (core.pe if lay["svec"] else 1) + 1)
+        if lay["tvec"]:
+            # per pixel TV_A, per PE fold and job TV_T, TV_I, TV_O (its bits merged)
+            out["epilogue"] = px * (1 + 3 * jobs * folds) + 1      # and START
+            return out
         # per pixel CORE (it addresses the first accumulator; the state before each
         # other channel and job does), per channel and job ACC_D and the epilogue
         out["epilogue"] = px + jobs * px * ((c1 - c0) + per_oc_epi)

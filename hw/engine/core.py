@@ -262,6 +262,8 @@ class ComputeSequencer(wiring.Component):
                             and stem_simd * 8 <= 4 * simd)
         # a PIXEL's one-bit outputs leave the window buffer a word of SIMD lanes at a time
         self.pixel_vector = simd & (simd - 1) == 0 and simd <= data_width
+        # a convolution's one-bit thresholds: a PE fold's bits merged at a time
+        self.threshold_vector = self.vector and pe & (pe - 1) == 0 and pe <= data_width
         self.window_words = -(-max_window // simd)
         self.max_out_c = 1 << max(max_out_c, pe).bit_length()
         cmd = stream.Signature(descriptor_layout(addr_width))
@@ -451,6 +453,7 @@ class ComputeSequencer(wiring.Component):
         msum = Signal(signed(64))
         vec = Signal()            # this descriptor's binary convolution runs on the array
         svec = Signal()           # this integer convolution runs on the stem's array
+        tvec = Signal()           # its one-bit thresholds: PE channels at a time (TV_*)
         arr = vec | svec          # either array: the window gathered, sums in accs
         SL = self.stem_simd
         sp = Signal(8)            # the stem array's output channel in its PE fold
@@ -688,8 +691,15 @@ class ComputeSequencer(wiring.Component):
                 self._exits(m)
             # the parameter sections' offsets, as params.sections computes them
             with m.State("SECTIONS0"):
-                m.d.sync += vec.eq(self.vector & is_conv & ~int_w & ~pooling & (f["act_bits"] <= 4)
-                                   & (fs <= self.window_words) & (fo * self.pe <= MAXC))
+                vec_now = (Const(self.vector) & is_conv & ~int_w & ~pooling & (f["act_bits"] <= 4)
+                           & (fs <= self.window_words) & (fo * self.pe <= MAXC))
+                m.d.sync += vec.eq(vec_now)
+                # the array's sums thresholded to one bit a PE fold at a time
+                m.d.sync += tvec.eq(Const(self.threshold_vector) & vec_now
+                                    & ((st & ~_ST["prologue_threshold"]) == _ST["threshold"])
+                                    & (f["out_levels"] == 1) & (f["out_elem"] == 1)
+                                    & ((f["out_c"] & (PE - 1)) == 0)
+                                    & (PE * 8 * cb <= self.banks * W))
                 m.d.sync += svec.eq(Const(self.stem_vector) & is_conv & int_w & ~pooling & ~gpro_conv
                                     & (f["in_elem"] <= 8) & (f["weight_bytes"] == 1)
                                     & (fs <= self.window_words) & (fo * self.pe <= MAXC))
@@ -1471,8 +1481,69 @@ class ComputeSequencer(wiring.Component):
                 m.next = "CORE"
                 with m.If(k == f["jobs"] - 1):
                     m.d.sync += [k.eq(0), gathered.eq(1)]
+                    with m.If(tvec):
+                        m.d.sync += mo.eq(o0)
+                        m.next = "TV_A"
                 with m.Else():
                     m.d.sync += k.eq(k + 1)
+                self._exits(m)
+
+            # ---- one-bit thresholds of a PE fold's sums (tvec) ----------------------------
+            # per PE fold and job: its sums and thresholds (one wide read), its invert
+            # bits, its output word; PE bits merged into it. Each read is addressed by the
+            # state before; the last state addresses the next fold's (job's) first reads.
+            def tv_par(kk):
+                return par_base + kk * pstride
+
+            def tv_thr(kk, oo):
+                return (tv_par(kk) + off_thr + oo * (PE * cb)) << 3
+
+            def tv_inv(kk, oo):
+                return ((tv_par(kk) + off_thr + f["out_c"] * cb) << 3) + oo * PE
+
+            def tv_out(kk, oo):
+                return ((out_base + kk * out_tile + out_row) << 3) + oo * PE
+
+            def tv_issue(m, kk, oo):
+                m.d.comb += [rp_a.addr.eq(kk * AFOLDS + oo), s.raddr.eq(tv_thr(kk, oo) >> wbits)]
+                m.next = "TV_T"
+
+            tv_ge, tv_bits = Signal(PE), Signal(PE)
+            with m.State("TV_A"):
+                tv_issue(m, k, mo)
+                self._exits(m)
+            with m.State("TV_T"):
+                thr_bits = rp.wide >> tv_thr(k, mo)[:wbits]
+                ge = []
+                for i in range(PE):
+                    t_i = Const(0, signed(64))
+                    for c in (1, 2, 4, 8):
+                        if (i + 1) * c * 8 <= self.banks * W:
+                            t_i = Mux(cb == c, thr_bits[i * c * 8:(i + 1) * c * 8].as_signed(), t_i)
+                    ge.append(rp_a.data[32 * i:32 * (i + 1)].as_signed() >= t_i)
+                m.d.sync += tv_ge.eq(Cat(*ge))
+                m.d.comb += s.raddr.eq(tv_inv(k, mo) >> wbits)
+                m.next = "TV_I"
+                self._exits(m)
+            with m.State("TV_I"):
+                m.d.sync += tv_bits.eq(tv_ge ^ (rp.data >> tv_inv(k, mo)[:wbits])[:PE])
+                m.d.comb += s.raddr.eq(tv_out(k, mo) >> wbits)
+                m.next = "TV_O"
+                self._exits(m)
+            with m.State("TV_O"):
+                sh = tv_out(k, mo)[:wbits]
+                m.d.comb += [wp.addr.eq(tv_out(k, mo) >> wbits), wp.en.eq(1),
+                             wp.data.eq((rp.data & ~(Const((1 << PE) - 1, W) << sh))
+                                        | (tv_bits << sh))]
+                with m.If(k == f["jobs"] - 1):
+                    m.d.sync += [k.eq(0), mo.eq(mo + 1)]
+                    with m.If(mo == o1 - 1):
+                        next_pixel(m)
+                    with m.Else():
+                        tv_issue(m, 0, mo + 1)
+                with m.Else():
+                    m.d.sync += k.eq(k + 1)
+                    tv_issue(m, k + 1, mo)
                 self._exits(m)
 
             def got_bias(m, ev):
