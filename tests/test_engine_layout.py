@@ -236,3 +236,43 @@ def test_size_engine_de10nano_default_fits():
 def test_descriptor_decode_of_encoded_fields():
     d = _conv()
     assert decode(encode(d, DESCRIPTOR), DESCRIPTOR) == d
+
+
+def test_core_tiles_keep_whole_blocks_and_stream_in_the_fewest_chunks():
+    """On the core's scratchpad: a descriptor whose blocks fit beside one row keeps them
+    whole (the most rows that do); one whose blocks do not streams its weights in the
+    largest chunk of whole PE folds that fits beside one row (a PE more would not), and
+    no descriptor needs more than the scratchpad."""
+    from dataclasses import replace
+
+    from groupnet_hw.compiler.engine.program import FLAG_BITS
+    from groupnet_hw.compiler.engine.target import core_config, engine_target
+    from groupnet_hw.compiler.engine.tiling import scratchpad_need
+    core = engine_target("de10nano", buffer_bytes=64 << 10).core
+    config = replace(core_config(core), prologue_thresholds=False)
+    model = randomize_eval_state(GroupNet(arch_config("resnet18", bases=5, image_size=32)),
+                                 torch.Generator().manual_seed(0)).eval()
+    program = compile_engine(compile_model(model), config)
+    streamed = 0
+    for d in program.descriptors:
+        if d["opcode"] not in (OPCODE_CODES["CONV"], OPCODE_CODES["HEAD"]):
+            continue
+        need = scratchpad_need(d, config)
+        assert need.bytes <= config.scratchpad
+        one_row_whole = scratchpad_need(dict(d, rows_per_tile=1, flags=d["flags"]
+                                             & ~FLAG_BITS["weight_stream"]), config)
+        if not one_row_whole.streams_weights:
+            assert not need.streams_weights, d["index"]
+            more = dict(d, rows_per_tile=d["rows_per_tile"] + 1)
+            assert d["rows_per_tile"] == d["out_h"] or \
+                scratchpad_need(more, config).bytes > config.scratchpad \
+                or scratchpad_need(more, config).streams_weights
+            continue
+        streamed += 1
+        pe = config.pe
+        assert d["flags"] & FLAG_BITS["weight_stream"] and d["chunk_c"] % pe == 0 \
+            or d["chunk_c"] == d["out_c"]
+        bigger = dict(d, rows_per_tile=1, chunk_c=d["chunk_c"] + pe)
+        assert d["chunk_c"] >= d["out_c"] or \
+            scratchpad_need(bigger, config).bytes > config.scratchpad
+    assert streamed >= 3          # the 256- and 512-channel layers and the head

@@ -59,6 +59,26 @@ Microarchitecture (first version: correctness first, no overlap)
     buffer, written as its last SIMD fold ends; the epilogue reads them channel by
     channel.
 
+    A fold wider than a bus word reads ``banks = pe * simd / data_width`` consecutive
+    words: the scratchpad is ``banks`` block RAMs, word ``a`` in bank ``a % banks``, so
+    any ``banks`` consecutive words are one read (:func:`_banked_scratchpad`).
+
+    Four paths take the common cases off the scalar datapath below:
+
+    - the stem's multiplier array (``svec``: an integer convolution of 8-bit inputs and
+      weights without pooling, ``stem_pe == pe``): the window gathered once per pixel
+      and job as bytes of ``stem_simd`` lanes, then SMVU takes one output channel's
+      ``stem_simd`` products a cycle, its sums in the accumulator buffer;
+    - a head's channel sums (HSUM, HSUM_WR): the map summed per channel first, one
+      element a cycle, into 64-bit sums after the output region; every class then
+      takes ``C`` products over a 1x1 window of the sums;
+    - a PIXEL that only thresholds to one bit a channel (``pvec``): the gather's
+      one-level prologue path on its threshold section (a word of channels a read),
+      then PW merges ``simd`` bits of the window buffer's plane 0 a cycle;
+    - a binary convolution whose only stage is a one-bit threshold (``tvec``): per PE
+      fold and job TV_T (its sums and ``pe`` thresholds, one wide read), TV_I (invert
+      bits), TV_O (``pe`` bits merged into the output word).
+
     Everything else is a scalar datapath under the same state machine, for every output
     row, pixel, channel and job: it walks the window's taps and reads each operand from
     the scratchpad by bit address (an element of 1 to 64 bits never straddles a word:
@@ -111,7 +131,11 @@ Cycles
     whose weight lies in the weight word read last (held from W_D, cleared as each
     convolution starts: consecutive weights of the stem's fold rows and the head's
     class rows), ``in_levels + 1`` more with a prologue threshold, and each window 1
-    more. ``compiler/engine/core_cycles.py`` mirrors these
+    more. The stem's array: per pixel and job the gather, then ``fo * fs * pe + 1``
+    cycles (SMVU, MVU_END); a head's sums ``C * (H * W + 1) + 2`` cycles once; a PIXEL
+    on the lanes per pixel and job 3 cycles, its gather and ``C / simd`` merges; the
+    threshold lanes 1 cycle a pixel and 3 per PE fold and job.
+    ``compiler/engine/core_cycles.py`` mirrors these
     phases and predicts this RTL's cycles; against the cycle model of the intended engine
     (``compiler/engine/cycles.py``: ``arrays`` arrays side by side, overlapped
     transfers) ``benchmarks/engine_core_cycles.py`` measures the ratio on digits.
