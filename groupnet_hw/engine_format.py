@@ -10,7 +10,7 @@ Types are numpy type strings (``u1``, ``<u2``, ``<u4``, ``V43``), all little-end
 from __future__ import annotations
 
 __all__ = ["OPCODE_CODES", "STAGE_BITS", "FLAG_BITS", "DESCRIPTOR_FIELDS", "JOB_FIELDS",
-           "field_offsets", "array_banks"]
+           "field_offsets", "array_banks", "core_paths"]
 
 #: compute opcodes; the sequencer's control opcodes (``END``, ``COPY``, 0x10 and up)
 #: are ``groupnet_hw.engine_opcodes``'s. A program ends with one ``END`` descriptor.
@@ -113,3 +113,24 @@ def array_banks(data_width, pe, simd):
     if ps % data_width == 0 and banks & (banks - 1) == 0:
         return banks, True
     return 1, False
+
+
+def core_paths(data_width, pe, simd, stem_pe, stem_simd):
+    """Which of its vector paths an engine core of these parameters elaborates (the
+    core, its cycle model and its resource estimate read them here):
+
+    - ``banks``, ``vector``: :func:`array_banks`;
+    - ``stem_vector``: the stem's multiplier array (a channel's ``stem_simd`` 8-bit
+      weights one aligned piece of a word, its window lanes one window-buffer word,
+      its sums in the accumulator buffer's words: ``stem_pe == pe``);
+    - ``pixel_vector``: a PIXEL's one-bit outputs leave the window buffer ``simd``
+      lanes at a time;
+    - ``threshold_vector``: a convolution's one-bit thresholds, a PE fold at a time.
+    """
+    banks, vector = array_banks(data_width, pe, simd)
+    pow2 = lambda n: n & (n - 1) == 0        # noqa: E731
+    return dict(banks=banks, vector=vector,
+                stem_vector=(vector and stem_pe == pe and data_width % (stem_simd * 8) == 0
+                             and stem_simd * 8 <= 4 * simd),
+                pixel_vector=pow2(simd) and simd <= data_width,
+                threshold_vector=vector and pow2(pe) and pe <= data_width)

@@ -68,7 +68,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ...engine_format import array_banks
+from ...engine_format import core_paths
 from .program import FLAG_BITS, JOB, OPCODE_CODES, STAGE_BITS, decode
 from .tiling import core_layout
 
@@ -173,14 +173,11 @@ class _Core:
         self.pe, self.simd = p["pe"], p["simd"]
         self.stem_pe, self.stem_simd = p["stem_pe"], p["stem_simd"]
         self.buffer_bytes, self.max_burst = p["buffer_bytes"], p["max_burst"]
-        self.banks, self.vector = array_banks(p["data_width"], self.pe, self.simd)
-        self.threshold_vector = (self.vector and self.pe & (self.pe - 1) == 0
-                                 and self.pe <= p["data_width"])
-        # a PIXEL's one-bit outputs leave the window buffer SIMD lanes at a time
-        self.pixel_vector = self.simd & (self.simd - 1) == 0 and self.simd <= p["data_width"]
-        self.stem_vector = (self.vector and self.stem_pe == self.pe
-                            and p["data_width"] % (8 * self.stem_simd) == 0
-                            and 8 * self.stem_simd <= 4 * self.simd)
+        paths = core_paths(p["data_width"], self.pe, self.simd, self.stem_pe, self.stem_simd)
+        self.banks, self.vector = paths["banks"], paths["vector"]
+        self.stem_vector = paths["stem_vector"]
+        self.pixel_vector = paths["pixel_vector"]
+        self.threshold_vector = paths["threshold_vector"]
         self.window_words = _ceil(p["max_window"], self.simd)
         self.maxc = 1 << max(p["max_out_c"], self.pe).bit_length()
         self.wr_depth = p["buffer_depth"] or 2 * self.max_burst

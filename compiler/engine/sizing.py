@@ -44,7 +44,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ...devices import get_board
-from ...engine_format import array_banks
+from ...engine_format import core_paths
 from .config import EngineConfig
 
 __all__ = ["SizedEngine", "size_engine", "estimate", "CANDIDATES", "estimate_core",
@@ -171,7 +171,8 @@ def core_memories(core_params):
     """
     p = core_params
     w, pe, simd = p["data_width"], p["pe"], p["simd"]
-    banks, vector = array_banks(w, pe, simd)
+    paths = core_paths(w, pe, simd, p["stem_pe"], p["stem_simd"])
+    banks, vector = paths["banks"], paths["vector"]
     maxc = 1 << max(p["max_out_c"], pe).bit_length()
     folds = max(maxc >> (pe.bit_length() - 1 if vector else 0), 1)
     burst = p.get("max_burst", 16)
@@ -236,7 +237,8 @@ def core_features(core_params):
       read multiplexer behind a memory deeper than one block.
     """
     p = core_params
-    vector = array_banks(p["data_width"], p["pe"], p["simd"])[1]
+    vector = core_paths(p["data_width"], p["pe"], p["simd"], p["stem_pe"],
+                        p["stem_simd"])["vector"]
     mux = sum(width * (yosys_m10k_blocks(words, width)[1] - 1)
               for words, width in core_memories(p).values()
               if yosys_m10k_blocks(words, width)[1] > 1)

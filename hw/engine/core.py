@@ -168,7 +168,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ...engine_format import (DESCRIPTOR_FIELDS, FLAG_BITS, OPCODE_CODES, STAGE_BITS,
-                              array_banks, field_offsets)
+                              core_paths, field_offsets)
 from ...engine_opcodes import (COPY, COPY_FIELDS, DESCRIPTOR_BYTES, DESCRIPTOR_MAGIC, END)
 from ...engine_registers import ERROR_CAUSES
 from .avalon import AvalonRegisterSignature
@@ -275,19 +275,14 @@ class ComputeSequencer(wiring.Component):
         # a scratchpad word; other packings run binary convolutions on the scalar path
         # the array reads a fold's pe x simd weight bits as one piece of a scratchpad
         # word, or as `banks` consecutive words (one from each bank of the scratchpad)
-        self.banks, self.vector = array_banks(data_width, pe, simd)
+        paths = core_paths(data_width, pe, simd, stem_pe, stem_simd)
+        self.banks, self.vector = paths["banks"], paths["vector"]
+        self.stem_vector = paths["stem_vector"]
+        self.pixel_vector = paths["pixel_vector"]
+        self.threshold_vector = paths["threshold_vector"]
         if buffer_bytes % (self.bytes_per_word * self.banks):
             raise ValueError(f"buffer_bytes {buffer_bytes} is not whole rows of "
                              f"{self.banks} banks")
-        # the stem's multiplier array: a channel's stem_simd 8-bit weights of a fold are
-        # one aligned piece of a word, its window lanes one window-buffer word, and the
-        # sums land in the accumulator buffer as the array's (stem_pe == pe)
-        self.stem_vector = (self.vector and stem_pe == pe and data_width % (stem_simd * 8) == 0
-                            and stem_simd * 8 <= 4 * simd)
-        # a PIXEL's one-bit outputs leave the window buffer a word of SIMD lanes at a time
-        self.pixel_vector = simd & (simd - 1) == 0 and simd <= data_width
-        # a convolution's one-bit thresholds: a PE fold's bits merged at a time
-        self.threshold_vector = self.vector and pe & (pe - 1) == 0 and pe <= data_width
         self.window_words = -(-max_window // simd)
         self.max_out_c = 1 << max(max_out_c, pe).bit_length()
         cmd = stream.Signature(descriptor_layout(addr_width))
