@@ -209,27 +209,22 @@ def authors_at_224(arch, bases=5, rtl_images=0):
     DE10-Nano, timed, with their peak memory; the core model's cycles; with
     ``rtl_images``, that many 224x224 images of the built-in photos on Verilator
     (12-17 minutes each): bit-exact or not, and the measured cycles per frame."""
-    import subprocess
     import sys
     import tempfile
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from authors_layout import full_size_authors_file
+    from authors_layout import full_size_authors_file, run_cli_measured
     from groupnet_hw.flow import load_build, verify
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         src = full_size_authors_file(tmp, arch, bases=bases)
-        cli = [sys.executable, "-m", "groupnet_hw.cli"]
-        t0 = time.perf_counter()
-        subprocess.run(cli + ["import", str(src), "--arch", arch, "-o", str(tmp / "r.pt")],
-                       check=True, capture_output=True)
-        t1 = time.perf_counter()
-        subprocess.run(cli + ["build", str(tmp / "r.pt"), "--engine", "sequential",
-                              "-o", str(tmp / "out")], check=True, capture_output=True)
-        t2 = time.perf_counter()
-        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        import_s, import_mib = run_cli_measured("import", src, "--arch", arch, "-o",
+                                                tmp / "r.pt")
+        build_s, build_mib = run_cli_measured("build", tmp / "r.pt", "--engine",
+                                              "sequential", "-o", tmp / "out")
         b = load_build(tmp / "out")
-        row = dict(arch=arch, bases=bases, image_size=224, import_seconds=round(t1 - t0, 1),
-                   build_seconds=round(t2 - t1, 1), peak_rss_mb=round(peak),
+        row = dict(arch=arch, bases=bases, image_size=224, import_seconds=round(import_s, 1),
+                   build_seconds=round(build_s, 1),
+                   peak_rss_mb=round(max(import_mib, build_mib)),
                    image_sha256=hashlib.sha256(b.engine.program.image).hexdigest(),
                    descriptors=len(b.engine.program.descriptors),
                    predicted=b.engine.prediction.cycles, fps=b.engine.prediction.fps,

@@ -5,6 +5,10 @@ Geometry can be smaller than ImageNet's (channels, image size) so tests stay fas
 state-dict names are exactly the documented ones.
 """
 
+import subprocess
+import sys
+import time
+
 import torch
 import torch.nn.functional as F
 
@@ -135,3 +139,27 @@ def authors_forward(sd, x, bases, blocks=(2, 2, 2, 2), learned_scales=True):
                 agg = total / bases
             outs = new
     return F.linear(agg.mean(dim=(2, 3)), sd["fc.weight"], sd["fc.bias"])
+
+
+#: runs ``groupnet-hw`` and reports the process's own peak memory (ru_maxrss, KiB)
+_MEASURED_CLI = ("import resource, sys\n"
+                 "from groupnet_hw.cli import main\n"
+                 "try:\n"
+                 "    main(sys.argv[1:], standalone_mode=False)\n"
+                 "finally:\n"
+                 "    print('peak_kib', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,\n"
+                 "          file=sys.stderr)\n")
+
+
+def run_cli_measured(*args):
+    """``groupnet-hw ARGS`` in a fresh Python process, as a user runs it: ``(seconds,
+    peak MiB)``, the peak being that process's own (a test session's or a benchmark's
+    earlier work does not count). Raises ``RuntimeError`` with its output if it fails."""
+    t0 = time.perf_counter()
+    run = subprocess.run([sys.executable, "-c", _MEASURED_CLI, *map(str, args)],
+                         capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    if run.returncode:
+        raise RuntimeError(f"groupnet-hw {' '.join(map(str, args))}: {run.stdout}{run.stderr}")
+    peak = [line for line in run.stderr.splitlines() if line.startswith("peak_kib ")][-1]
+    return seconds, int(peak.split()[1]) / 1024

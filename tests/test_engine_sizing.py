@@ -38,9 +38,10 @@ def test_estimate_core_within_15_percent_of_yosys(name):
 
 
 def test_headline_sizes_recorded():
-    """The three sizes the docs quote are in the JSON, each with its seconds."""
+    """The sizes the docs quote (the engine a build writes, with its default and the
+    tests' scratchpad) are in the JSON for the current RTL, each with its seconds."""
     rec = _recorded()
-    for name in ("small", "medium", "large"):
+    for name in ("engine", "engine-64k"):
         assert rec[name]["yosys_seconds"] > 0 and rec[name]["cells"]["lut"] > 0
 
 
