@@ -427,6 +427,7 @@ class ComputeSequencer(wiring.Component):
         fs, fo, rem_n, rem_o = Signal(A), Signal(A), Signal(signed(A + 1)), Signal(signed(A + 1))
         off_w, off_post, off_thr, off_mix, off_head = (Signal(A, name=n) for n in (
             "off_w", "off_post", "off_thr", "off_mix", "off_head"))
+        thr_inv = Signal(A)
         wbytes = Signal(A)
         jt_bytes, par_base, in_base, side_base, out_base, end = (Signal(A, name=n) for n in (
             "jt_bytes", "par_base", "in_base", "side_base", "out_base", "end"))
@@ -437,6 +438,7 @@ class ComputeSequencer(wiring.Component):
         summed = Signal()
         hc, hx, hy = Signal(16), Signal(16), Signal(16)
         hpix, hrow = Signal(A), Signal(A)
+        hch = Signal(A)           # hc * in_elem, kept (no multiplier)
         in_pix, side_pix, out_pix = Signal(A), Signal(A), Signal(A)
         kh_n, kw_n, ci_n = Signal(16), Signal(16), Signal(16)
         st_r, pad_r, dil_r = Signal(16), Signal(16), Signal(16)
@@ -748,6 +750,8 @@ class ComputeSequencer(wiring.Component):
             with m.State("SECTIONS3"):
                 m.d.sync += off_mix.eq(off_thr + Mux(stage("threshold"), ru(
                     f["out_c"] * f["out_levels"] * cb + ((f["out_c"] + 7) >> 3)), 0))
+                # the thresholds' invert bits (the threshold lanes keep no multiplier)
+                m.d.sync += thr_inv.eq(off_thr + f["out_c"] * f["out_levels"] * cb)
                 m.next = "SECTIONS4"
                 self._exits(m)
             with m.State("SECTIONS4"):
@@ -945,15 +949,15 @@ class ComputeSequencer(wiring.Component):
                 m.next = "CORE"
                 with m.If(is_head & ~summed):
                     # once per descriptor (the first chunk of classes): the channel sums
-                    m.d.sync += [hc.eq(0), hx.eq(0), hy.eq(0), hpix.eq(0), hrow.eq(0),
-                                 acc.eq(0)]
+                    m.d.sync += [hc.eq(0), hch.eq(0), hx.eq(0), hy.eq(0), hpix.eq(0),
+                                 hrow.eq(0), acc.eq(0)]
                     m.next = "HSUM"
                 self._exits(m)
 
             # ---- a head's channel sums: one input element a cycle -------------------------
             # (the head's one tile holds the whole map; sum[c] is 64-bit at sum_base + 8c)
-            def hsum_addr(pix, chan):
-                return ((in_base + pix) << 3) + chan * f["in_elem"]
+            def hsum_addr(pix, chan_bits):
+                return ((in_base + pix) << 3) + chan_bits
             sum_addr = (sum_base << 3) + (hc << 6)
 
             def got_hsum(m, ev):
@@ -967,20 +971,21 @@ class ComputeSequencer(wiring.Component):
                 with m.Else():
                     m.d.sync += [hx.eq(Mux(last_x, 0, hx + 1)), hy.eq(hy + last_x),
                                  hpix.eq(npix), hrow.eq(Mux(last_x, nrow, hrow))]
-                    self._issue(m, "HSUM", hsum_addr(npix, hc), f["in_elem"], f["in_fmt"] == 2)
-            self._read(m, "HSUM", hsum_addr(hpix, hc), f["in_elem"], f["in_fmt"] == 2, got_hsum)
+                    self._issue(m, "HSUM", hsum_addr(npix, hch), f["in_elem"], f["in_fmt"] == 2)
+            self._read(m, "HSUM", hsum_addr(hpix, hch), f["in_elem"], f["in_fmt"] == 2, got_hsum)
             with m.State("HSUM_WR"):
                 sh = sum_addr[:wbits]
                 m.d.comb += [wp.addr.eq(sum_addr >> wbits), wp.en.eq(1),
                              wp.data.eq((rp.data & ~(Const((1 << 64) - 1, W) << sh))
                                         | (acc.as_unsigned() << sh))]
-                m.d.sync += [hc.eq(hc + 1), hx.eq(0), hy.eq(0), hpix.eq(0), hrow.eq(0),
-                             acc.eq(0)]
+                m.d.sync += [hc.eq(hc + 1), hch.eq(hch + f["in_elem"]), hx.eq(0), hy.eq(0),
+                             hpix.eq(0), hrow.eq(0), acc.eq(0)]
                 with m.If(hc == f["in_c"] - 1):
                     m.d.sync += summed.eq(1)
                     m.next = "START"
                 with m.Else():
-                    self._issue(m, "HSUM", hsum_addr(0, hc + 1), f["in_elem"], f["in_fmt"] == 2)
+                    self._issue(m, "HSUM", hsum_addr(0, hch + f["in_elem"]), f["in_elem"],
+                                f["in_fmt"] == 2)
                 self._exits(m)
 
             # ---- the epilogue's stages, in the contract's order -------------------------
@@ -1511,28 +1516,28 @@ class ComputeSequencer(wiring.Component):
             # per PE fold and job: its sums and thresholds (one wide read), its invert
             # bits, its output word; PE bits merged into it. Each read is addressed by the
             # state before; the last state addresses the next fold's (job's) first reads.
-            def tv_par(kk):
-                return par_base + kk * pstride
+            # running addresses of the fold and job (no multipliers): the job's parameter
+            # block, its output pixel, the fold's thresholds (mo * pe * cb bytes)
+            tv_pk, tv_ob, tv_to = Signal(A), Signal(A), Signal(A)
+            tv_thr = (tv_pk + off_thr + tv_to) << 3
+            tv_inv = ((tv_pk + thr_inv) << 3) + (mo << PSH)
+            tv_out = (tv_ob << 3) + (mo << PSH)
 
-            def tv_thr(kk, oo):
-                return (tv_par(kk) + off_thr + oo * (PE * cb)) << 3
-
-            def tv_inv(kk, oo):
-                return ((tv_par(kk) + off_thr + f["out_c"] * cb) << 3) + oo * PE
-
-            def tv_out(kk, oo):
-                return ((out_base + kk * out_tile + out_row) << 3) + oo * PE
-
-            def tv_issue(m, kk, oo):
-                m.d.comb += [rp_a.addr.eq(kk * AFOLDS + oo), s.raddr.eq(tv_thr(kk, oo) >> wbits)]
+            def tv_issue(m, pk, to, abuf_addr):
+                m.d.comb += [rp_a.addr.eq(abuf_addr), s.raddr.eq((pk + off_thr + to) >> (wbits - 3))]
                 m.next = "TV_T"
 
             tv_ge, tv_bits = Signal(PE), Signal(PE)
+            def times_cb(x):      # x * const_bytes (1, 2, 4 or 8): shifts, no multiplier
+                return Mux(cb == 1, x, Mux(cb == 2, x << 1, Mux(cb == 4, x << 2, x << 3)))
+
             with m.State("TV_A"):
-                tv_issue(m, k, mo)
+                to0 = times_cb(mo << PSH)          # the chunk's first fold (o0)
+                m.d.sync += [tv_pk.eq(par_base), tv_ob.eq(out_base + out_row), tv_to.eq(to0)]
+                tv_issue(m, par_base, to0, mo)
                 self._exits(m)
             with m.State("TV_T"):
-                thr_bits = rp.wide >> tv_thr(k, mo)[:wbits]
+                thr_bits = rp.wide >> tv_thr[:wbits]
                 ge = []
                 for i in range(PE):
                     t_i = Const(0, signed(64))
@@ -1541,28 +1546,32 @@ class ComputeSequencer(wiring.Component):
                             t_i = Mux(cb == c, thr_bits[i * c * 8:(i + 1) * c * 8].as_signed(), t_i)
                     ge.append(rp_a.data[32 * i:32 * (i + 1)].as_signed() >= t_i)
                 m.d.sync += tv_ge.eq(Cat(*ge))
-                m.d.comb += s.raddr.eq(tv_inv(k, mo) >> wbits)
+                m.d.comb += s.raddr.eq(tv_inv >> wbits)
                 m.next = "TV_I"
                 self._exits(m)
             with m.State("TV_I"):
-                m.d.sync += tv_bits.eq(tv_ge ^ (rp.data >> tv_inv(k, mo)[:wbits])[:PE])
-                m.d.comb += s.raddr.eq(tv_out(k, mo) >> wbits)
+                m.d.sync += tv_bits.eq(tv_ge ^ (rp.data >> tv_inv[:wbits])[:PE])
+                m.d.comb += s.raddr.eq(tv_out >> wbits)
                 m.next = "TV_O"
                 self._exits(m)
             with m.State("TV_O"):
-                sh = tv_out(k, mo)[:wbits]
-                m.d.comb += [wp.addr.eq(tv_out(k, mo) >> wbits), wp.en.eq(1),
+                sh = tv_out[:wbits]
+                m.d.comb += [wp.addr.eq(tv_out >> wbits), wp.en.eq(1),
                              wp.data.eq((rp.data & ~(Const((1 << PE) - 1, W) << sh))
                                         | (tv_bits << sh))]
                 with m.If(k == f["jobs"] - 1):
-                    m.d.sync += [k.eq(0), mo.eq(mo + 1)]
+                    # the next PE fold, job 0
+                    to_next = tv_to + times_cb(Const(PE, 8))
+                    m.d.sync += [k.eq(0), mo.eq(mo + 1), tv_pk.eq(par_base),
+                                 tv_ob.eq(out_base + out_row), tv_to.eq(to_next)]
                     with m.If(mo == o1 - 1):
                         next_pixel(m)
                     with m.Else():
-                        tv_issue(m, 0, mo + 1)
+                        tv_issue(m, par_base, to_next, mo + 1)
                 with m.Else():
-                    m.d.sync += k.eq(k + 1)
-                    tv_issue(m, k + 1, mo)
+                    m.d.sync += [k.eq(k + 1), tv_pk.eq(tv_pk + pstride),
+                                 tv_ob.eq(tv_ob + out_tile)]
+                    tv_issue(m, tv_pk + pstride, tv_to, ((k + 1) << exact_log2(AFOLDS)) + mo)
                 self._exits(m)
 
             def got_bias(m, ev):
@@ -1791,8 +1800,13 @@ class ComputeSequencer(wiring.Component):
             products = []
             for i in range(SL):
                 xi = x[8 * i:8 * (i + 1)]
-                products.append(Mux(f["in_fmt"] == 2, xi.as_signed(), xi)
-                                * sw[8 * i:8 * (i + 1)].as_signed())
+                xs = Signal(signed(9), name=f"stem_x{i}")
+                m.d.comb += xs.eq(Mux(f["in_fmt"] == 2, xi.as_signed(), xi))
+                wi = sw[8 * i:8 * (i + 1)]
+                # x * w as shifted adds (w's bit 7 weighs -128): logic, not DSP blocks,
+                # which the scalar datapath nearly fills on the DE10-Nano
+                prod = sum(Mux(wi[b], xs << b, 0) for b in range(7)) - Mux(wi[7], xs << 7, 0)
+                products.append(prod)
             while len(products) > 1:      # an adder tree: log2(SL) levels
                 products = [a + b for a, b in zip(products[::2], products[1::2])] \
                     + products[len(products) & ~1:]
