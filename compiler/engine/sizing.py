@@ -145,10 +145,6 @@ _CORE_ALUTS = {"one": 18430.0, "lanes": 34.94, "pe": 88.25, "simd": 97.19,
 #: 82-84 over the six sizes; ECP5 MULT18X18D measured once (``ecp5_pnr``); iCE40
 #: not measured (ECP5's count: the UP5K's 8 SB_MAC16 could not hold the core anyway).
 _CORE_DSP = {"cyclonev": 86, "ecp5": 105, "ice40": 105}
-#: DSP blocks of the stem's multiplier array per lane (``stem_simd`` 9 x 8-bit products)
-#: and one more (Yosys's Cyclone V count of the engine a build writes: 103 against the
-#: 86 of the same scalar datapath without the array); taken for ECP5 too (not measured)
-_STEM_LANE_DSP = 1
 #: LUT4 sites (LUT4 + 2 per CCU2C carry + 6 per DPR16X4) per Cyclone V ALUT: the ECP5
 #: synthesis of ``small`` (35,989 sites) over the Cyclone V count of the same RTL
 #: (19,150 ALUTs, ``superseded/small-limits``); applied to iCE40 too.
@@ -299,10 +295,4 @@ def estimate_core(core_params: dict, family: str = "cyclonev") -> dict:
         logic = aluts * _LUT4_PER_ALUT
     blocks = _core_ram_blocks(p, family)
     return dict(logic=int(round(logic)), ram_bits=blocks * fam.bram_bits,
-                dsp=_CORE_DSP.get(family, _CORE_DSP["ecp5"]) + _stem_array_dsp(p))
-
-
-def _stem_array_dsp(p):
-    """DSP blocks of the stem's multiplier array, when the core elaborates it."""
-    paths = core_paths(p["data_width"], p["pe"], p["simd"], p["stem_pe"], p["stem_simd"])
-    return _STEM_LANE_DSP * p["stem_simd"] + 1 if paths["stem_vector"] else 0
+                dsp=_CORE_DSP.get(family, _CORE_DSP["ecp5"]))

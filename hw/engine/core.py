@@ -818,7 +818,8 @@ class ComputeSequencer(wiring.Component):
                         delta = off_w + chunk_space - off_post
                         m.d.sync += [stream.eq(1), pstride.eq(pstride_s),
                                      off_post.eq(off_post + delta), off_thr.eq(off_thr + delta),
-                                     off_mix.eq(off_mix + delta), off_head.eq(off_head + delta)]
+                                     off_mix.eq(off_mix + delta), off_head.eq(off_head + delta),
+                                     thr_inv.eq(thr_inv + delta)]
                         m.next = "REGIONS0"
                     with m.Else():
                         self._fail(m, "unsupported")
