@@ -12,7 +12,7 @@ the compile time and peak memory, and a what-if: the frame rate if the 32-bit
 fixed-point maps (ranges of the random eval state) were 16-bit (a trained network's).
 
 The *built* half: the engine that ``groupnet-hw build --engine sequential`` writes
-(:func:`groupnet_hw.compiler.engine.target.engine_target`: one 4 x 32 lane array, a
+(:func:`groupnet_hw.compiler.engine.target.engine_target`: one 16 x 32 lane array, a
 256 KiB scratchpad) for the same networks through the flow (compile time and peak
 memory; a network the core cannot run yet is reported with the flow's one-line reason),
 its cycles from the core's model (:mod:`groupnet_hw.compiler.engine.core_cycles`) with
@@ -269,8 +269,10 @@ def write_docs(results, built_rows, rtl_rows, authors, cross, out_md, out_png):
     lines = ["# The layer-sequential engine: measured and predicted",
              "",
              "Written by `benchmarks/engine.py` (numbers in `benchmarks/results/engine.json`).",
-             "The engine as built is `hw/engine/core.py` (one 4 x 32 lane XNOR array, a",
-             "scalar datapath, one scratchpad, no overlap of transfers and compute); the",
+             "The engine as built is `hw/engine/core.py` (one 16 x 32 lane XNOR array, a",
+             "16-lane stem array, threshold lanes, a scalar datapath for the rest, one",
+             "banked scratchpad, no overlap of transfers and compute; its timing at the",
+             "100 MHz target is not closed); the",
              "intended engine is the cycle model of architecture section 12 (5 arrays of",
              "16 x 48 lanes side by side, double-buffered transfers), not built yet. DRAM:",
              "the default DE10-Nano model (1.0 GB/s sustained, 48 cycles latency).",

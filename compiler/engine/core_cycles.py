@@ -28,6 +28,15 @@ Compute per output pixel, channel and job:
   IN_D, PINV_D and PT_D, WEIGHT, a padded lane WEIGHT) and the *folds* (MVU, one fold
   of PE x SIMD lanes a cycle, pipelined; MVU_END); then CORE and per channel and job
   ACC_D and the epilogue;
+- the stem's multiplier array (``svec``): the gather as the array's (bytes of
+  ``stem_simd`` lanes), then SMVU per PE fold, SIMD fold and output channel, MVU_END;
+- a PIXEL on the threshold lanes (``pvec``): per pixel and job CORE, POOL_TAP, the
+  gather with a one-level prologue's reads (G_TAP, G_IN, G_INV, G_THR), EPI and a PW
+  per ``simd`` channels;
+- a convolution's one-bit thresholds on the lanes (``tvec``): after the folds TV_A,
+  then per PE fold and job TV_T, TV_I, TV_O instead of the per-channel epilogue;
+- a head's channel sums, once per descriptor: HSUM, per channel an HSUM_D per input
+  pixel and HSUM_WR, START (:func:`_head_sums`); its classes then take a 1x1 window;
 - scalar path: per channel and job CORE, POOL_TAP, TAP, per tap IN_D, W_D (a
   product: stem, head, binary convolutions the array cannot take; a padded tap
   WEIGHT, W_D; IN_D alone when the tap's weight word is held and no prologue

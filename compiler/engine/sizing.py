@@ -135,16 +135,17 @@ CORE_DEFAULTS = dict(data_width=128, pe=4, simd=8, stem_pe=16, stem_simd=12,
 
 #: Cyclone V ALUTs per unit of each :func:`core_features` feature, fitted (non-negative
 #: least squares, relative errors) to Yosys's counts of ``benchmarks/engine_resources.py``
-#: (``python3 benchmarks/engine_resources.py --fit`` prints them) at six sizes of the RTL
-#: at 95c9d2b. ``job_bits`` is held: no size at that RTL varies ``max_jobs`` (an earlier
-#: sweep, ``superseded`` in the JSON, found nothing on it).
-_CORE_ALUTS = {"one": 18430.0, "lanes": 34.94, "pe": 88.25, "simd": 97.19,
-               "word_bits": 31.88, "job_bits": 0.0, "mux_bits": 3.15}
+#: (``python3 benchmarks/engine_resources.py --fit`` prints them) at the ten sizes of
+#: one RTL (``hw_engine_sha256`` in the JSON); each size left out of the fit is predicted
+#: by the others within 11 %. ``job_bits`` comes out 0 (``small-limits`` halves
+#: ``max_jobs`` and the others explain it).
+_CORE_ALUTS = {"one": 20687.809, "lanes": 40.522, "pe": 142.72, "simd": 81.694,
+               "word_bits": 49.707, "job_bits": 0.0, "mux_bits": 3.512, "stem_lanes": 225.405}
 #: DSP blocks of the scalar datapath (its 64-bit products and the address arithmetic's
 #: run-time products), set by the RTL rather than by any kwarg: Cyclone V MISTRAL_MUL*
-#: 82-84 over the six sizes; ECP5 MULT18X18D measured once (``ecp5_pnr``); iCE40
+#: 87-91 over the ten sizes; ECP5 MULT18X18D measured once (``ecp5_pnr``); iCE40
 #: not measured (ECP5's count: the UP5K's 8 SB_MAC16 could not hold the core anyway).
-_CORE_DSP = {"cyclonev": 86, "ecp5": 105, "ice40": 105}
+_CORE_DSP = {"cyclonev": 87, "ecp5": 105, "ice40": 105}
 #: LUT4 sites (LUT4 + 2 per CCU2C carry + 6 per DPR16X4) per Cyclone V ALUT: the ECP5
 #: synthesis of ``small`` (35,989 sites) over the Cyclone V count of the same RTL
 #: (19,150 ALUTs, ``superseded/small-limits``); applied to iCE40 too.
@@ -234,18 +235,22 @@ def core_features(core_params):
       weight-fold select, the DMA FIFOs' and the descriptor's word paths;
     - ``job_bits``: 64 bits per ``max_jobs`` result register and its select;
     - ``mux_bits``: per memory, ``width x (blocks in the address direction - 1)``: the
-      read multiplexer behind a memory deeper than one block.
+      read multiplexer behind a memory deeper than one block;
+    - ``stem_lanes``: ``stem_simd`` when the core elaborates the stem's multiplier array
+      (each lane's byte gather and shifted-add product); at the sizes measured the
+      banked scratchpad's word select comes with it (the build's engines have both).
     """
     p = core_params
-    vector = core_paths(p["data_width"], p["pe"], p["simd"], p["stem_pe"],
-                        p["stem_simd"])["vector"]
+    paths = core_paths(p["data_width"], p["pe"], p["simd"], p["stem_pe"], p["stem_simd"])
+    vector = paths["vector"]
     mux = sum(width * (yosys_m10k_blocks(words, width)[1] - 1)
               for words, width in core_memories(p).values()
               if yosys_m10k_blocks(words, width)[1] > 1)
     return {"one": 1.0, "lanes": float(p["pe"] * p["simd"] if vector else 0),
             "pe": float(p["pe"]), "simd": float(p["simd"]),
             "word_bits": float(p["data_width"]), "job_bits": 64.0 * p["max_jobs"],
-            "mux_bits": float(mux)}
+            "mux_bits": float(mux),
+            "stem_lanes": float(p["stem_simd"] if paths["stem_vector"] else 0)}
 
 
 def _core_ram_blocks(core_params, family):
