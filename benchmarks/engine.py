@@ -27,7 +27,7 @@ measure are kept from the JSON already there.
 
     python benchmarks/engine.py                       # writes benchmarks/results/engine.json
     python benchmarks/engine.py --arch resnet18 -o /tmp/e.json --no-rtl
-    python benchmarks/engine.py --arch resnet34 --rtl-224 2     # about 35 minutes
+    python benchmarks/engine.py --arch resnet34 --rtl-224 2     # about 20 minutes
 """
 
 from __future__ import annotations
@@ -208,7 +208,7 @@ def authors_at_224(arch, bases=5, rtl_images=0):
     it: ``groupnet-hw import`` and ``groupnet-hw build --engine sequential`` for the
     DE10-Nano, timed, with their peak memory; the core model's cycles; with
     ``rtl_images``, that many 224x224 images of the built-in photos on Verilator
-    (12-17 minutes each): bit-exact or not, and the measured cycles per frame."""
+    (6-9 minutes each): bit-exact or not, and the measured cycles per frame."""
     import sys
     import tempfile
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -376,7 +376,7 @@ def main(argv=None):
     ap.add_argument("--no-rtl", action="store_true", help="skip the Verilator runs")
     ap.add_argument("--rtl-224", type=int, default=0, metavar="N",
                     help="run N 224x224 images of the authors'-layout file on Verilator "
-                         "(12-17 minutes an image)")
+                         "(6-9 minutes an image)")
     ap.add_argument("--docs", type=Path, default=Path(__file__).resolve().parents[1] / "docs",
                     help="where engine.md and engine.png go")
     args = ap.parse_args(argv)

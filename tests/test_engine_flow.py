@@ -113,11 +113,14 @@ def test_a_board_without_a_dram_port_refuses_the_engine(tmp_path):
 
 
 def test_a_layer_the_core_cannot_hold_is_named_at_build_time(tmp_path):
-    """A 32 KiB scratchpad cannot hold the classifier's weights of a 64-channel,
-    100-class head with its input: the build names the descriptor, writes nothing."""
+    """A 32 KiB scratchpad cannot hold one output row of a 512-channel 3x3 layer beside
+    the smallest chunk of its weights (a PE fold: 16 output channels, 9 KB): the build
+    names the descriptor and its layer, says what it needs, and writes nothing."""
     ckpt = zoo_checkpoint(tmp_path / "c.pt", "cifar-small", 1, num_classes=100,
                           stages=[[64, 1, 1], [512, 1, 2]])
-    with pytest.raises(FlowError, match=r"cannot run this network: descriptor \d+ \(fc\)"):
+    with pytest.raises(FlowError, match=r"cannot run this network: descriptor \d+ "
+                                        r"\(blocks_1_\w+_conv\): one output row needs \d+ "
+                                        r"bytes of the engine's 32768-byte scratchpad"):
         build(ckpt, BuildConfig(engine="sequential", engine_scratchpad_kib=32),
               out_dir=tmp_path / "out")
     assert not (tmp_path / "out").exists()
@@ -314,7 +317,7 @@ def test_authors_resnet_k5_at_224_on_the_engine(arch, tmp_path, need_verilator):
     """The paper's networks at full size: a K=5 file in the authors' layout (ImageNet
     widths, 1000 classes, learned scales) imports with ``groupnet-hw import`` and builds
     for the default DE10-Nano engine in at most 60 s and 4 GB, and two 224x224 images
-    run bit-exact on Verilator at the report's cycles (12-17 minutes an image on this
+    run bit-exact on Verilator at the report's cycles (6-9 minutes an image on this
     machine: the engine as built is sequential)."""
     from authors_layout import full_size_authors_file, run_cli_measured
     from groupnet_hw.flow import load_build

@@ -398,7 +398,10 @@ def compile_engine(g, config=None, base=DEFAULT_BASE):
     blocks = []
     for grp, d in zip(groups, descs):
         size = _size_params(d, packing)
-        choose_tiling(d, config)
+        try:
+            choose_tiling(d, config)
+        except ValueError as exc:     # name the layer, as check_program does
+            raise ValueError(f"descriptor {d['index']} ({grp.nodes[0].name}): {exc}") from None
         blocks.append([_param_block(j, d, header, size, grp.mixer, k)
                        for k, j in enumerate(grp.jobs)] if size else [])
     # regions

@@ -98,7 +98,7 @@ def tile_rows(d, config, out_fraction=1.0):
     if not fits(1):
         need_in, need_out = needs(1)
         raise ValueError(
-            f"descriptor {d['index']}: one output row needs {need_in} input and {need_out} "
+            f"one output row needs {need_in} input and {need_out} "
             f"output bytes, more than half the engine's tile buffers (input "
             f"{config.input_buffer}, output {config.output_buffer} bytes, double buffered)")
     return _most_rows(fits, d["out_h"])
@@ -318,6 +318,6 @@ def _scratchpad_rows(d, config):
     if fits_whole(1):
         return _most_rows(fits_whole, d["out_h"])
     if not fits(1):
-        raise ValueError(f"descriptor {d['index']}: one output row needs {need(1).bytes} "
+        raise ValueError(f"one output row needs {need(1).bytes} "
                          f"bytes of the engine's {config.scratchpad}-byte scratchpad")
     return _most_rows(fits, d["out_h"])
