@@ -595,20 +595,19 @@ def _compute(d, lay, rows, channels, folds, core, chunk=0):
     per_oc_epi = sum(_epilogue(d, lay, oc) for oc in range(c0, c1)) \
         if lay["op"] not in _MULTI else 0            # a MIXER's epilogue: in its outputs
     out = dict(gather=0, folds=0, scalar=0, epilogue=0, outputs=0)
-    if lay["pvec"]:
-        # per pixel and job: CORE, POOL_TAP, the gather with the thresholds of a
-        # one-level prologue, EPI, then PW per SIMD channels (their bits merged)
-        out["gather"] = jobs * (3 * px + _wide_gather(d, lay, core, r0, r1))
-        out["outputs"] = jobs * px * (d["out_c"] // core.simd)
-        out["epilogue"] = 1               # START
-        return out
-    if lay["vec"] or lay["svec"]:
-        # per pixel and job: CORE, POOL_TAP, the window, EPI; the folds of [o0, o1)
+    if lay["vec"] or lay["svec"] or lay["pvec"]:
+        # per pixel and job: CORE, POOL_TAP, the window, EPI (a PIXEL on the lanes: the
+        # gather with a one-level prologue's reads); the folds of [o0, o1)
         if not _has(d, "prologue_threshold") or d["in_levels"] == 1:
             taps = _wide_gather(d, lay, core, r0, r1)
         else:
             taps += px                            # TAP: the window's first tap
         out["gather"] = jobs * (3 * px + taps)
+        if lay["pvec"]:
+            # PW per SIMD channels (their bits merged), no folds
+            out["outputs"] = jobs * px * (d["out_c"] // core.simd)
+            out["epilogue"] = 1               # START
+            return out
         # MVU: one fold a cycle (the popcounts of a fold are added while the next one
         # is addressed, a PE fold's sums stored with its last SIMD fold); MVU_END
         # (SMVU: one output channel's SIMD fold a cycle, pe of them per PE fold)

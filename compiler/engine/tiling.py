@@ -272,7 +272,8 @@ def _core_chunks(d, config):
     head), each chunk loaded per row tile, the tile's windows gathered again per chunk.
     Takes the fewest chunks (the largest that fits next to one row tile's rows), then
     the most rows per tile that keep that many; without it the core streams one PE
-    fold at a time."""
+    fold at a time. :func:`tile_rows` has checked that one row fits beside one PE
+    fold."""
     lay = core_layout(d, bpw=config.port_bytes, pe=config.pe, simd=config.simd,
                       stem_pe=config.stem_pe, stem_simd=config.stem_simd,
                       buffer_bytes=config.scratchpad)
@@ -286,16 +287,17 @@ def _core_chunks(d, config):
         return need.bytes <= config.scratchpad
 
     def largest_chunk(rows):
+        """Whole PE folds beside ``rows`` rows, as many as fit (0: not even one)."""
         if not fits(rows, step):
             return 0
         folds = _most_rows(lambda f: fits(rows, f * step), -(-d["out_c"] // step))
         return min(folds * step, d["out_c"])
-    chunk = largest_chunk(1)
-    if not chunk:
-        return          # refused later: the one-row need is named by check_program
-    chunks = -(-d["out_c"] // chunk)
-    rows = _most_rows(lambda r: -(-d["out_c"] // max(largest_chunk(r), 1)) <= chunks
-                      and largest_chunk(r) > 0, d["out_h"])
+
+    def keeps_fewest(rows):
+        chunk = largest_chunk(rows)
+        return chunk > 0 and -(-d["out_c"] // chunk) <= fewest
+    fewest = -(-d["out_c"] // largest_chunk(1))
+    rows = _most_rows(keeps_fewest, d["out_h"])
     chunk = largest_chunk(rows)
     d.update(flags=streamed["flags"], chunk_c=chunk, rows_per_tile=rows,
              n_tiles=-(-d["out_h"] // rows))
