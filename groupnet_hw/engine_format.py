@@ -10,7 +10,7 @@ Types are numpy type strings (``u1``, ``<u2``, ``<u4``, ``V43``), all little-end
 from __future__ import annotations
 
 __all__ = ["OPCODE_CODES", "STAGE_BITS", "FLAG_BITS", "DESCRIPTOR_FIELDS", "JOB_FIELDS",
-           "field_offsets", "array_banks", "core_paths"]
+           "field_offsets", "array_banks", "core_paths", "MUL_BITS"]
 
 #: compute opcodes; the sequencer's control opcodes (``END``, ``COPY``, 0x10 and up)
 #: are ``groupnet_hw.engine_opcodes``'s. A program ends with one ``END`` descriptor.
@@ -20,6 +20,14 @@ OPCODE_CODES = {"INPUT": 1, "CONV": 2, "MAXPOOL": 3, "PIXEL": 4, "MIXER": 5, "GA
 #: the ``stages`` byte: which fused stages a descriptor applies (docs section 12)
 STAGE_BITS = {"prologue_threshold": 1, "postop": 2, "add": 4, "relu": 8, "threshold": 16,
               "gated": 32, "mixer": 64, "maxpool": 128}
+
+#: Operand width of the engine core's scalar multipliers (post-op scale, lambdas, gates,
+#: integer weights and their inputs): signed ``MUL_BITS`` x ``MUL_BITS`` -> 64-bit
+#: products. The contract's values are int64; the compiler's range analysis bounds
+#: every operand, ``compiler/engine/target.py`` refuses a program with one wider, and the
+#: core stops a run on one (error ``unsupported``). ResNet-18/34 K=5 need at most 27
+#: (the classifier's channel sums at 224x224; post-op inputs 21, lambdas 10, gates 9).
+MUL_BITS = 32
 
 #: the ``flags`` byte
 FLAG_BITS = {"side_first": 1, "shared_input": 2, "int_weights": 4, "weight_stream": 8,

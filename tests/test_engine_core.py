@@ -192,6 +192,23 @@ def test_an_output_outside_the_window_is_refused(core):
     assert run.error_code == regs.error_code("write_dma", "above_window")
 
 
+def test_a_multiplier_operand_wider_than_the_core_is_refused(core):
+    """A post-op scale of 2**33: the build's check names the descriptor and the operand
+    width it needs; given the program anyway, the core (32-bit multiplier operands)
+    stops the run with ``unsupported`` rather than truncate the product."""
+    g = compile_model(zoo_model("digits", 1, seed=1))
+    post = next(n for n in g if n.op == "postop")
+    post.attrs["A"] = post.attrs["A"].clone()
+    post.attrs["A"][0] = 1 << 33
+    program = compile_engine(g, CONFIG)
+    with pytest.raises(ValueError, match=r"descriptor \d+ .*post-op scale in \[-?\d+, 8589934592\] "
+                                         r"needs 35-bit multiplier operands"):
+        check_program(program, CORE)
+    run = run_rtl(core, program, frame_image(program, frames_for(g, 1)[0]))
+    assert run.status & 4 and not run.status & 2
+    assert run.error_code == regs.error_code("sequencer", "unsupported")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [2, 3])
 def test_scalar_fallback_bit_exact(tmp_path_factory, seed):

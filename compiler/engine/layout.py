@@ -65,6 +65,9 @@ class EngineProgram:
         Per descriptor, the references it writes (job-table order).
     lifetimes : dict
         Reference -> ``(first, last)`` descriptor indices (written, last read).
+    graph : Graph
+        The integer graph it was compiled from: its value ranges bound what the
+        engine core multiplies (:func:`.target.check_program`).
     """
 
     config: EngineConfig
@@ -75,6 +78,7 @@ class EngineProgram:
     tensors: dict
     outputs: list
     lifetimes: dict = field(default_factory=dict)
+    graph: object = None
 
     @property
     def base(self):
@@ -458,7 +462,7 @@ def compile_engine(g, config=None, base=DEFAULT_BASE):
     decoded = [decode(image[desc_addr - base + i * 128: desc_addr - base + (i + 1) * 128], DESCRIPTOR)
                for i in range(len(descs))]
     return EngineProgram(config, groups, decoded, decode(image[:HEADER.itemsize], HEADER), image,
-                         tensors, outputs, lifetimes)
+                         tensors, outputs, lifetimes, g)
 
 
 def _size_params(d, packing):

@@ -17,7 +17,9 @@ descriptor's job table, parameter blocks and every job's tile rows at once
 - The row tiles are sized for the core's scratchpad by the tiler
   (:func:`.tiling.scratchpad_need` mirrors the core's region layout).
 - :func:`check_program` refuses, at build time and with the descriptor named, a program
-  that the core would stop with its ``unsupported`` error.
+  that the core would stop with its ``unsupported`` error, among them one whose values
+  (the graph's ranges) or constants need wider multiplier operands than the core's
+  ``MUL_BITS``.
 """
 
 from __future__ import annotations
@@ -25,12 +27,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ...devices import BOARDS, get_board
+from ...engine_format import MUL_BITS
+from ...numerics import signed_width
 from .config import DramModel, EngineConfig
 from .program import FLAG_BITS, OPCODE_CODES, STAGE_BITS
 from .sizing import budget_limits, estimate_core
 from .tiling import scratchpad_need
 
-__all__ = ["EngineTarget", "engine_target", "core_config", "compile_for_core", "check_program"]
+__all__ = ["EngineTarget", "engine_target", "core_config", "compile_for_core", "check_program",
+           "multiplier_operands"]
 
 #: The core's fixed limits: K <= 8 bases per block, windows up to 3x3x512 lanes on the
 #: array, up to 512 output channels per job in the accumulator buffer (ResNet-18/34).
@@ -204,12 +209,67 @@ def compile_for_core(g, target):
     return best
 
 
+#: the largest post-op shift: the core rounds in 72 bits (a 64-bit product and offset)
+MAX_POSTOP_SHIFT = 62
+
+
+def multiplier_operands(grp, graph):
+    """``(what, lo, hi)`` of everything the core's multipliers take in descriptor
+    ``grp``: constants from its nodes, values from ``graph``'s ranges (a post-op's input
+    after its pre-ReLU, a mixer's or gate's inputs and aggregate, a head's channel sums,
+    an integer convolution's inputs)."""
+    def span(t):
+        return int(t.min()), int(t.max())
+
+    for n in grp.nodes:
+        a = n.attrs
+        ins = [graph.producer(r) for r in n.inputs]
+        if n.op == "postop":
+            x = ins[0]
+            yield "post-op scale", *span(a["A"])
+            yield ("post-op input", *((max(x.lo, 0), max(x.hi, 0)) if a["pre_relu"]
+                                      else (x.lo, x.hi)))
+        elif n.op in ("mixer", "gate"):
+            if n.op == "mixer":
+                yield "lambda", *span(a["lambdas"])
+            for x in ins:
+                yield f"{n.op} input", x.lo, x.hi
+            if a.get("gates") is not None:
+                yield "gate", *span(a["gates"])
+                yield "gate complement", *span((1 << a["gate_frac"]) - a["gates"])
+                if n.op == "mixer":
+                    yield "aggregate", *a["agg_range"]
+        elif n.op == "head":
+            yield "classifier weight", *span(a["weight"])
+            yield "channel sum", *a["sum_range"]
+        elif n.op == "int_conv":
+            yield "integer weight", *span(a["weight"])
+            yield "integer convolution input", ins[0].lo, ins[0].hi
+
+
+def _operand_refusal(grp, graph):
+    """Why the core's multipliers or rounding cannot take ``grp`` exactly, or None."""
+    for n in grp.nodes:
+        if n.op == "postop" and n.attrs["shift"] > MAX_POSTOP_SHIFT:
+            return (f"{n.name}: a post-op shift of {n.attrs['shift']}, the core rounds "
+                    f"shifts up to {MAX_POSTOP_SHIFT}")
+    for what, lo, hi in multiplier_operands(grp, graph):
+        bits = signed_width(lo, hi)
+        if bits > MUL_BITS:
+            return (f"a {what} in [{lo}, {hi}] needs {bits}-bit multiplier operands, the "
+                    f"core's are {MUL_BITS}-bit")
+    return None
+
+
 def check_program(program, core):
     """Raise ``ValueError`` naming the first descriptor of ``program`` that ``core``
-    would refuse (its ``unsupported`` error at run time)."""
+    would refuse (its ``unsupported`` error at run time), among them one whose
+    multiplier operands (:func:`multiplier_operands`) need more than ``MUL_BITS``."""
     config = core_config(core)
     for d, grp in zip(program.descriptors, program.groups):
         why = _unsupported(d, core)
+        if why is None and program.graph is not None:
+            why = _operand_refusal(grp, program.graph)
         if why is None and d["opcode"] != OPCODE_CODES["INPUT"]:
             need = scratchpad_need(d, config)
             if need.bytes > core["buffer_bytes"]:

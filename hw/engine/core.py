@@ -102,8 +102,14 @@ Microarchitecture (first version: correctness first, no overlap)
     result is merged into its output word (read, merge, write). Every scratchpad read's
     address is driven by the state that decides the read follows, so a read costs only
     its data state, and a stage that does not apply costs no state. The arithmetic is the
-    executor's (``compiler/ops``) on 64-bit values with 128-bit products: exact wherever
-    the compiler's range analysis proves int64 suffices, which it checks for every node.
+    executor's (``compiler/ops``) on 64-bit values: exact wherever the compiler's range
+    analysis proves int64 suffices, which it checks for every node. Its multipliers take
+    signed ``MUL_BITS``-bit operands (``groupnet_hw.engine_format``; 64-bit products):
+    a 64 x 64 multiplier is a chain of partial products that set the clock, and the
+    operands of the paper's networks need at most 27 bits (ResNet-34's channel sums at
+    224x224; post-op inputs 21, lambdas 10). The compiler refuses a
+    program with a wider operand (:func:`~groupnet_hw.compiler.engine.target.check_program`)
+    and the core stops a run on one with ``unsupported``, never a silent wrong value.
 
     The dataflow back end's arithmetic units (``hw/mvu.py``, ``hw/elementwise.py``)
     bake their weights and constants in as elaboration-time constants; the engine reads
@@ -167,8 +173,8 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from ...engine_format import (DESCRIPTOR_FIELDS, FLAG_BITS, OPCODE_CODES, STAGE_BITS,
-                              core_paths, field_offsets)
+from ...engine_format import (DESCRIPTOR_FIELDS, FLAG_BITS, MUL_BITS, OPCODE_CODES,
+                              STAGE_BITS, core_paths, field_offsets)
 from ...engine_opcodes import (COPY, COPY_FIELDS, DESCRIPTOR_BYTES, DESCRIPTOR_MAGIC, END)
 from ...engine_registers import ERROR_CAUSES
 from .avalon import AvalonRegisterSignature
@@ -196,6 +202,21 @@ def _element(word, shift, width, is_signed):
     for w in (1, 2, 4, 8, 16, 32, 64):
         value = Mux(width == w, Mux(is_signed, shifted[:w].as_signed(), shifted[:w]), value)
     return value
+
+
+def _operand(value):
+    """``value``'s low :data:`MUL_BITS` bits, signed: a multiplier's operand."""
+    return value[:MUL_BITS].as_signed()
+
+
+def _fits(*values):
+    """Whether every signed ``value`` is a :data:`MUL_BITS`-bit number (its bits from
+    ``MUL_BITS - 1`` up all equal), so that :func:`_operand` keeps it whole."""
+    ok = Const(1)
+    for v in values:
+        top = v.as_unsigned()[MUL_BITS - 1:]
+        ok = ok & ((top == 0) | (top == (1 << len(top)) - 1))
+    return ok
 
 
 def _banked_scratchpad(m, width, depth, banks, raddr):
@@ -1184,7 +1205,8 @@ class ComputeSequencer(wiring.Component):
             mac = Mux(mac_binary,
                       Mux(f["act_bits"] == 0, Mux(mac_x[0] == mac_w[0], 1, -1),
                           Mux(mac_w[0], mac_x, -mac_x)),
-                      (mac_w * mac_x)[:64].as_signed())
+                      _operand(mac_w) * _operand(mac_x))
+            mac_ok = mac_binary | _fits(mac_w, mac_x)
 
             def to_weight(m):
                 """A tap's value is known: its product (a weight read), or WEIGHT."""
@@ -1214,6 +1236,8 @@ class ComputeSequencer(wiring.Component):
                     m.d.comb += [mac_w.eq(wc_elem), mac_x.eq(ev)]
                     m.d.sync += acc.eq(acc + mac)
                     tap_next(m)
+                    with m.If(~mac_ok):
+                        self._fail(m, "unsupported")
                 with m.Else():
                     to_weight(m)
             p_inv_addr = ((par_k + f["in_c"] * f["in_levels"] * cb) << 3) + ch
@@ -1410,6 +1434,8 @@ class ComputeSequencer(wiring.Component):
                 m.d.sync += [acc.eq(acc + mac), wc_data.eq(rp.data), wc_word.eq(wc_pend),
                              wc_ok.eq(1)]
                 tap_next(m)
+                with m.If(~mac_ok):
+                    self._fail(m, "unsupported")
             self._read(m, "W", wsel, wwid, is_head | int_w, got_weight, address_state=False)
             # after tap_next: a tap whose weight word is held ends in IN_D
             self._read(m, "IN", in_addr, in_width, in_signed, got_input,
@@ -1604,14 +1630,18 @@ class ComputeSequencer(wiring.Component):
                 m.next = "PCALC"
             self._read(m, "PB", 0, cb << 3, 1, got_pb, address_state=False)
             with m.State("PCALC"):
-                v = Mux(pfl[0] & (acc < 0), 0, acc)
-                t = Signal(signed(130))
-                m.d.comb += t.eq(pa * v + pb)
-                half = Signal(signed(130))
-                m.d.comb += half.eq(Mux(pzero, 0, (Const(1, signed(130)) << psh) >> 1))
-                r = Signal(signed(130))
+                v = Signal(signed(64))
+                m.d.comb += v.eq(Mux(pfl[0] & (acc < 0), 0, acc))
+                # a 64-bit product and the offset: 65 bits; shifts up to 62 (the compiler's)
+                t = Signal(signed(72))
+                m.d.comb += t.eq(_operand(pa) * _operand(v) + pb)
+                half = Signal(signed(72))
+                m.d.comb += half.eq(Mux(pzero, 0, (Const(1, signed(72)) << psh) >> 1))
+                r = Signal(signed(72))
                 m.d.comb += r.eq((t + half) >> psh)
                 to_add(m, Mux(pfl[1] & (r < 0), 0, r[:64].as_signed()))
+                with m.If(~_fits(pa, v)):
+                    self._fail(m, "unsupported")
                 self._exits(m)
 
             def got_side(m, ev):
@@ -1638,13 +1668,15 @@ class ComputeSequencer(wiring.Component):
             self._read(m, "GF", 0, cb << 3, 1, got_gf, address_state=False)
 
             def got_lam(m, ev):
-                m.d.sync += msum.eq(msum + (ev * vals[k])[:64].as_signed())
+                m.d.sync += msum.eq(msum + _operand(ev) * _operand(vals[k]))
                 with m.If(k == f["jobs"] - 1):
                     m.d.sync += k.eq(0)
                     m.next = "AGG"
                 with m.Else():
                     m.d.sync += k.eq(k + 1)
                     self._issue(m, "LAM", lam_addr(k + 1), cb << 3, 1)
+                with m.If(~_fits(ev, vals[k])):
+                    self._fail(m, "unsupported")
             self._read(m, "LAM", 0, cb << 3, 1, got_lam, address_state=False)
 
             def to_outputs(m):
@@ -1671,9 +1703,11 @@ class ComputeSequencer(wiring.Component):
 
             def got_gate(m, ev):
                 one = Const(1, signed(64)) << gf[:6]
-                mixed = (ev * vals[k])[:64].as_signed() + ((one - ev) * msum)[:64].as_signed()
+                rest = Signal(signed(64))          # the aggregate's weight 2^f - g
                 mixed_s = Signal(signed(64))
-                m.d.comb += mixed_s.eq(mixed)
+                m.d.comb += [rest.eq(one - ev),
+                             mixed_s.eq(_operand(ev) * _operand(vals[k])
+                                        + _operand(rest) * _operand(msum))]
                 m.d.sync += vals[k].eq(round_shift(mixed_s, gf))
                 with m.If(k == n_out - 1):
                     m.d.sync += k.eq(0)
@@ -1681,6 +1715,8 @@ class ComputeSequencer(wiring.Component):
                 with m.Else():
                     m.d.sync += k.eq(k + 1)
                     self._issue(m, "GATE", gate_addr(k + 1), cb << 3, 1)
+                with m.If(~_fits(ev, rest, vals[k], msum)):
+                    self._fail(m, "unsupported")
             self._read(m, "GATE", 0, cb << 3, 1, got_gate, address_state=False)
 
             # ---- output: merge vals[k] into its word (read by the state before) ------------
