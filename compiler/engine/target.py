@@ -163,6 +163,12 @@ def _unsupported(d, core):
             or (op == OPCODE_CODES["CONV"] and not fl & FLAG_BITS["int_weights"]
                 and d["in_levels"] == 0 and d["act_bits"] == 0 and d["in_fmt"] != 0):
         return "a combination of stages and formats the core does not run"
+    pow2 = lambda v, most: v in [1 << i for i in range(most.bit_length())]   # noqa: E731
+    if not (pow2(d["in_elem"], 64) and pow2(d["out_elem"], 64)) \
+            or (st & STAGE_BITS["add"] and not pow2(d["side_elem"], 64)) \
+            or ((fl & FLAG_BITS["int_weights"] or op == OPCODE_CODES["HEAD"])
+                and not pow2(d["weight_bytes"], 8)):
+        return "element widths (bits) and integer weights (bytes) are powers of two to 64 and 8"
     return None
 
 

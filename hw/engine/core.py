@@ -192,6 +192,16 @@ _FIELDS = field_offsets(DESCRIPTOR_FIELDS)
 _OP = OPCODE_CODES
 _ST = STAGE_BITS
 _FL = FLAG_BITS
+#: the element widths of the contract's formats (bits): powers of two
+_WIDTHS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def _is_pow2(value, most):
+    """Whether ``value`` is a power of two from 1 to ``most``."""
+    ok = Const(0)
+    for c in range(exact_log2(most) + 1):
+        ok = ok | (value == (1 << c))
+    return ok
 
 
 def _element(word, shift, width, is_signed):
@@ -217,6 +227,15 @@ def _fits(*values):
         top = v.as_unsigned()[MUL_BITS - 1:]
         ok = ok & ((top == 0) | (top == (1 << len(top)) - 1))
     return ok
+
+
+def _log2(width, choices):
+    """log2 of ``width``, one of the powers of two ``choices`` (else the largest's):
+    products by element widths and constant sizes become shifts, not multipliers."""
+    out = Const(exact_log2(choices[-1]), 3)
+    for c in reversed(choices[:-1]):
+        out = Mux(width == c, exact_log2(c), out)
+    return out
 
 
 def _banked_scratchpad(m, width, depth, banks, raddr):
@@ -464,6 +483,10 @@ class ComputeSequencer(wiring.Component):
         kh_n, kw_n, ci_n = Signal(16), Signal(16), Signal(16)
         st_r, pad_r, dil_r = Signal(16), Signal(16), Signal(16)
         n_out = Signal(8)         # outputs written per element (1 for a plain mixer)
+        # log2 of the element widths, the constants' and the integer weights' bytes:
+        # the per-element addresses shift rather than multiply
+        in_sh, side_sh, out_sh, cb_sh, wb_sh = (Signal(3, name=n) for n in (
+            "in_sh", "side_sh", "out_sh", "cb_sh", "wb_sh"))
 
         def ru(x):                # up to whole bus words
             return (x + (BPW - 1)) & ~Const(BPW - 1, A)
@@ -567,7 +590,7 @@ class ComputeSequencer(wiring.Component):
         par_k = par_base + kblock * pstride
 
         def const_addr(block, section, idx):
-            return ((block + section + idx * cb) << 3)
+            return ((block + section + (idx << cb_sh)) << 3)
 
         # ---- the write port: loads, clearing, output merges ----------------------------
         m.d.comb += [self.wdata.payload.eq(Mux(copying, self.words.payload, rp.data))]
@@ -618,6 +641,17 @@ class ComputeSequencer(wiring.Component):
                         m.d.sync += [q.eq(q + 1), cc0.eq(cc1), o0.eq(o1),
                                      cstart.eq(cstart + chunk_bytes), kind.eq(4), k.eq(0)]
                         m.next = "LOAD_ENTRY"
+
+        # A value computed inside a state is a signal assigned at the top level: assigned
+        # under the state and its conditions, it would pass through a multiplexer per
+        # level of nesting (the post-op, add, ReLU and mixer chain through about 80 of
+        # them, most of the core's longest path), though only that state reads it.
+        wires = []
+
+        def wire(value, shape, name=None):
+            w = Signal(shape, name=name)
+            wires.append(w.eq(value))
+            return w
 
         with m.FSM(name="state") as fsm:
             with m.State("IDLE"):
@@ -694,7 +728,15 @@ class ComputeSequencer(wiring.Component):
                     | stage("gated") & ~mixing \
                     | (stage("mixer") & ~is_conv) \
                     | (stage("prologue_threshold") & ~is_conv) \
-                    | is_gateop & (f["jobs"] < 2)
+                    | is_gateop & (f["jobs"] < 2) \
+                    | ~_is_pow2(f["in_elem"], 64) | ~_is_pow2(f["out_elem"], 64) \
+                    | stage("add") & ~_is_pow2(f["side_elem"], 64) \
+                    | (int_w | is_head) & ~_is_pow2(f["weight_bytes"], 8)
+                m.d.sync += [in_sh.eq(_log2(f["in_elem"], _WIDTHS)),
+                             side_sh.eq(_log2(f["side_elem"], _WIDTHS)),
+                             out_sh.eq(_log2(f["out_elem"], _WIDTHS)),
+                             cb_sh.eq(_log2(cb, (1, 2, 4, 8))),
+                             wb_sh.eq(_log2(f["weight_bytes"], (1, 2, 4, 8)))]
                 with m.If(bad):
                     self._fail(m, "unsupported")
                 with m.Else():
@@ -1015,7 +1057,7 @@ class ComputeSequencer(wiring.Component):
             # and a stage that does not apply costs no state.
             side_addr = ((side_base + kside * side_bytes + (oy - r0) * f["side_pitch"]
                           + ox * side_pix) << 3) \
-                + oc * f["side_elem"]
+                + (oc << side_sh)
 
             out_row = (oy - r0) * f["out_pitch"] + ox * out_pix
 
@@ -1026,7 +1068,7 @@ class ComputeSequencer(wiring.Component):
             pw_fwd, pw_last = Signal(), Signal(W)
 
             def out_addr(kk):
-                return ((out_base + kk * out_tile + out_row) << 3) + oc * f["out_elem"]
+                return ((out_base + kk * out_tile + out_row) << 3) + (oc << out_sh)
 
             def issue_out(m, kk):
                 """Read output kk's word for OUT_WD to merge into (outputs of different
@@ -1083,8 +1125,7 @@ class ComputeSequencer(wiring.Component):
 
             def to_post(m, value):
                 """The core's value: post-op, else on to the add."""
-                v = Signal(signed(64))
-                m.d.comb += v.eq(value)
+                v = wire(value, signed(64), "post_in")
                 with m.If(stage("postop")):
                     m.d.sync += acc.eq(v)
                     with m.If(pc_valid.bit_select(kblock, 1)):
@@ -1098,8 +1139,7 @@ class ComputeSequencer(wiring.Component):
 
             def to_add(m, value):
                 """After the post-op: add the side input (channels below side_c)."""
-                v = Signal(signed(64))
-                m.d.comb += v.eq(value)
+                v = wire(value, signed(64), "add_in")
                 with m.If(stage("add") & (oc < f["side_c"])):
                     m.d.sync += acc.eq(v)
                     self._issue(m, "SIDE", side_addr, f["side_elem"], f["side_fmt"] == 2)
@@ -1108,12 +1148,10 @@ class ComputeSequencer(wiring.Component):
 
             def to_relu(m, value):
                 """After the add: ReLU, then the threshold's invert bit, or the result."""
-                v = Signal(signed(64))
-                m.d.comb += v.eq(Mux(stage("relu") & (value < 0), 0, value))
+                v = wire(Mux(stage("relu") & (value < 0), 0, value), signed(64), "relu_out")
                 with m.If(stage("threshold")):
                     m.d.sync += acc.eq(v)
-                    self._issue(m, "EINV", ((par_k + off_thr + f["out_c"] * f["out_levels"] * cb)
-                                            << 3) + oc, 1, 0)
+                    self._issue(m, "EINV", ((par_k + thr_inv) << 3) + oc, 1, 0)
                 with m.Else():
                     to_result(m, v)
 
@@ -1164,7 +1202,7 @@ class ComputeSequencer(wiring.Component):
                     & (~per_channel | pvec | (oc < f["in_c"]))
                 addr_ = Mux(summed, (sum_base << 3) + (ci_ << 6),
                             ((in_base + kin * in_tile + (iy_ - ly0).as_unsigned()[:16] * f["in_pitch"]
-                              + ix_.as_unsigned()[:16] * in_pix) << 3) + ch_ * f["in_elem"])
+                              + ix_.as_unsigned()[:16] * in_pix) << 3) + (ch_ << in_sh))
                 return iy_, ix_, ch_, valid_, addr_
 
             iy, ix, ch, in_valid, in_addr = tap_geometry(ky, kx, ci)
@@ -1182,10 +1220,10 @@ class ComputeSequencer(wiring.Component):
             pad_value = Mux(is_conv & ~int_w & (f["act_bits"] == 0), 1, 0)
             widx = wrow + woff
             w_bin_addr = ((par_k + off_w) << 3) + wskew + widx
-            w_int_addr = ((par_k + off_w) << 3) + wskew + widx * (f["weight_bytes"] << 3)
+            w_int_addr = ((par_k + off_w) << 3) + wskew + (widx << (wb_sh + 3))
             # streamed: the chunk of classes [cc0, cc1) from its skew in the first word
             w_head_addr = ((par_k + off_w) << 3) + wskew \
-                + ((oc - cc0) * f["in_c"] + ci) * (f["weight_bytes"] << 3)
+                + (((oc - cc0) * f["in_c"] + ci) << (wb_sh + 3))
             wsel = Signal(A)
             wwid = Signal(7)
             m.d.comb += [wsel.eq(Mux(is_head, w_head_addr, Mux(int_w, w_int_addr, w_bin_addr))),
@@ -1255,8 +1293,7 @@ class ComputeSequencer(wiring.Component):
                 self._read(m, prefix + "INV", 0, 1, 0, got_inv, address_state=False)
 
                 def got_t(m, ev):
-                    hit = Signal(name=prefix.lower() + "hit")
-                    m.d.comb += hit.eq(value >= ev)
+                    hit = wire(value >= ev, 1, prefix.lower() + "hit")
                     m.d.sync += [cnt.eq(cnt + hit), lvl.eq(lvl + 1)]
                     with m.If(lvl == levels - 1):
                         done(m, Mux(inv, levels - (cnt + hit), cnt + hit))
@@ -1278,7 +1315,7 @@ class ComputeSequencer(wiring.Component):
             # the prologue's section, or (pvec) the PIXEL's threshold section: with one
             # level the two are laid out alike
             thr_sec = par_k + Mux(pvec, off_thr, 0)
-            thr_addr = (thr_sec + ci * cb) << 3
+            thr_addr = (thr_sec + (ci << cb_sh)) << 3
             inv_addr = ((thr_sec + f["in_c"] * cb) << 3) + ci
 
             def left_in_word(bitaddr, width, choices):
@@ -1346,15 +1383,14 @@ class ComputeSequencer(wiring.Component):
                 if stem_values is not None:
                     stem_bytes = (Cat(*(Mux(i < n, stem_values[i], 0) for i in range(SL)))
                                   << Cat(Const(0, 3), jb))[:8 * SL]
-                gn = Signal(4 * SIMD)
+                gn = wire(gword | Mux(svec, stem_bytes, Cat(*placed)), 4 * SIMD)
                 full = (j + n) == Mux(svec, SL, SIMD)
-                m.d.comb += [gn.eq(gword | Mux(svec, stem_bytes, Cat(*placed))),
-                             wp_w.addr.eq(sg), wp_w.data.eq(gn), wp_w.en.eq(1)]
+                m.d.comb += [wp_w.addr.eq(sg), wp_w.data.eq(gn), wp_w.en.eq(1)]
                 m.d.sync += [gword.eq(Mux(full, 0, gn)), sg.eq(sg + full),
                              j.eq(Mux(full, 0, j + n)), ci.eq(ci + n)]
                 m.next = "G_TAP"
                 if chain:
-                    nxt = in_addr + n * f["in_elem"]
+                    nxt = in_addr + (n << in_sh)
                     m.d.comb += s.raddr.eq(nxt >> wbits)
                     m.next = "G_IN"
                 with m.If(ci + n == ci_n):
@@ -1494,10 +1530,9 @@ class ComputeSequencer(wiring.Component):
                 # read port returns a word as it was before this cycle's write)
                 sh = pw_bit[:wbits]
                 cur = Mux(pw_fwd, pw_last, rp.data)
-                new = Signal(W)
-                m.d.comb += [new.eq((cur & ~(Const((1 << SIMD) - 1, W) << sh))
-                                    | (rp_w.data[:SIMD] << sh)),
-                             wp.addr.eq(pw_bit >> wbits), wp.data.eq(new), wp.en.eq(1)]
+                new = wire((cur & ~(Const((1 << SIMD) - 1, W) << sh)) | (rp_w.data[:SIMD] << sh),
+                           W, "pw_new")
+                m.d.comb += [wp.addr.eq(pw_bit >> wbits), wp.data.eq(new), wp.en.eq(1)]
                 nxt = pw_bit + SIMD
                 m.d.sync += [pw_last.eq(new), pw_fwd.eq((nxt >> wbits) == (pw_bit >> wbits)),
                              ms.eq(ms + 1)]
@@ -1555,8 +1590,8 @@ class ComputeSequencer(wiring.Component):
                 m.next = "TV_T"
 
             tv_ge, tv_bits = Signal(PE), Signal(PE)
-            def times_cb(x):      # x * const_bytes (1, 2, 4 or 8): shifts, no multiplier
-                return Mux(cb == 1, x, Mux(cb == 2, x << 1, Mux(cb == 4, x << 2, x << 3)))
+            def times_cb(x):      # x * const_bytes (1, 2, 4 or 8): a shift, no multiplier
+                return x << cb_sh
 
             with m.State("TV_A"):
                 to0 = times_cb(mo << PSH)          # the chunk's first fold (o0)
@@ -1630,15 +1665,11 @@ class ComputeSequencer(wiring.Component):
                 m.next = "PCALC"
             self._read(m, "PB", 0, cb << 3, 1, got_pb, address_state=False)
             with m.State("PCALC"):
-                v = Signal(signed(64))
-                m.d.comb += v.eq(Mux(pfl[0] & (acc < 0), 0, acc))
+                v = wire(Mux(pfl[0] & (acc < 0), 0, acc), signed(64), "post_x")
                 # a 64-bit product and the offset: 65 bits; shifts up to 62 (the compiler's)
-                t = Signal(signed(72))
-                m.d.comb += t.eq(_operand(pa) * _operand(v) + pb)
-                half = Signal(signed(72))
-                m.d.comb += half.eq(Mux(pzero, 0, (Const(1, signed(72)) << psh) >> 1))
-                r = Signal(signed(72))
-                m.d.comb += r.eq((t + half) >> psh)
+                t = wire(_operand(pa) * _operand(v) + pb, signed(72), "post_t")
+                half = wire(Mux(pzero, 0, (Const(1, signed(72)) << psh) >> 1), signed(72))
+                r = wire((t + half) >> psh, signed(72), "post_r")
                 to_add(m, Mux(pfl[1] & (r < 0), 0, r[:64].as_signed()))
                 with m.If(~_fits(pa, v)):
                     self._fail(m, "unsupported")
@@ -1691,8 +1722,7 @@ class ComputeSequencer(wiring.Component):
                 return (x + Mux(sh == 0, 0, (Const(1, signed(64)) << sh[:6]) >> 1)) >> sh[:6]
 
             with m.State("AGG"):
-                agg = Signal(signed(64))
-                m.d.comb += agg.eq(round_shift(msum, lf))
+                agg = wire(round_shift(msum, lf), signed(64), "agg")
                 m.d.sync += msum.eq(agg)
                 with m.If(gated):
                     self._issue(m, "GATE", gate_addr(k), cb << 3, 1)
@@ -1703,12 +1733,11 @@ class ComputeSequencer(wiring.Component):
 
             def got_gate(m, ev):
                 one = Const(1, signed(64)) << gf[:6]
-                rest = Signal(signed(64))          # the aggregate's weight 2^f - g
-                mixed_s = Signal(signed(64))
-                m.d.comb += [rest.eq(one - ev),
-                             mixed_s.eq(_operand(ev) * _operand(vals[k])
-                                        + _operand(rest) * _operand(msum))]
-                m.d.sync += vals[k].eq(round_shift(mixed_s, gf))
+                rest = wire(one - ev, signed(64), "gate_rest")    # the aggregate's 2^f - g
+                mixed_s = wire(_operand(ev) * _operand(vals[k]) + _operand(rest) * _operand(msum),
+                               signed(64), "gate_sum")
+                gated_v = wire(round_shift(mixed_s, gf), signed(64), "gated")
+                m.d.sync += vals[k].eq(gated_v)
                 with m.If(k == n_out - 1):
                     m.d.sync += k.eq(0)
                     to_outputs(m)
@@ -1727,11 +1756,10 @@ class ComputeSequencer(wiring.Component):
                 to_post(m, vals[k])
                 self._exits(m)
             with m.State("OUT_WD"):
-                mask = Signal(W)
-                with m.Switch(wwidth):
-                    for w in (1, 2, 4, 8, 16, 32, 64):
-                        with m.Case(w):
-                            m.d.comb += mask.eq((1 << w) - 1)
+                mask_v = Const(0, W)
+                for w in (1, 2, 4, 8, 16, 32, 64):
+                    mask_v = Mux(wwidth == w, (1 << w) - 1, mask_v)
+                mask = wire(mask_v, W, "out_mask")
                 m.d.comb += [wp.addr.eq(wword), wp.en.eq(1),
                              wp.data.eq((rp.data & ~(mask << wshift))
                                         | ((vals[k].as_unsigned() & mask) << wshift))]
@@ -1806,6 +1834,8 @@ class ComputeSequencer(wiring.Component):
         # ---- the XNOR-popcount array: PE channels x SIMD lanes of a fold a cycle ----------
         # The fold issued last cycle: its pe x simd weight bits (one piece of the word
         # read) against window word ms. A PE fold's last SIMD fold stores its pe sums.
+        m.d.comb += wires
+
         wfold_bits = Signal(PS)
         lanes = Signal(SIMD)
         m.d.comb += [wfold_bits.eq(rp.wide >> d_wsh),
