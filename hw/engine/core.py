@@ -642,17 +642,6 @@ class ComputeSequencer(wiring.Component):
                                      cstart.eq(cstart + chunk_bytes), kind.eq(4), k.eq(0)]
                         m.next = "LOAD_ENTRY"
 
-        # A value computed inside a state is a signal assigned at the top level: assigned
-        # under the state and its conditions, it would pass through a multiplexer per
-        # level of nesting (the post-op, add, ReLU and mixer chain through about 80 of
-        # them, most of the core's longest path), though only that state reads it.
-        wires = []
-
-        def wire(value, shape, name=None):
-            w = Signal(shape, name=name)
-            wires.append(w.eq(value))
-            return w
-
         with m.FSM(name="state") as fsm:
             with m.State("IDLE"):
                 with m.If(self.start & ~self.soft_reset):
@@ -1125,7 +1114,8 @@ class ComputeSequencer(wiring.Component):
 
             def to_post(m, value):
                 """The core's value: post-op, else on to the add."""
-                v = wire(value, signed(64), "post_in")
+                v = Signal(signed(64))
+                m.d.comb += v.eq(value)
                 with m.If(stage("postop")):
                     m.d.sync += acc.eq(v)
                     with m.If(pc_valid.bit_select(kblock, 1)):
@@ -1139,7 +1129,8 @@ class ComputeSequencer(wiring.Component):
 
             def to_add(m, value):
                 """After the post-op: add the side input (channels below side_c)."""
-                v = wire(value, signed(64), "add_in")
+                v = Signal(signed(64))
+                m.d.comb += v.eq(value)
                 with m.If(stage("add") & (oc < f["side_c"])):
                     m.d.sync += acc.eq(v)
                     self._issue(m, "SIDE", side_addr, f["side_elem"], f["side_fmt"] == 2)
@@ -1148,7 +1139,8 @@ class ComputeSequencer(wiring.Component):
 
             def to_relu(m, value):
                 """After the add: ReLU, then the threshold's invert bit, or the result."""
-                v = wire(Mux(stage("relu") & (value < 0), 0, value), signed(64), "relu_out")
+                v = Signal(signed(64))
+                m.d.comb += v.eq(Mux(stage("relu") & (value < 0), 0, value))
                 with m.If(stage("threshold")):
                     m.d.sync += acc.eq(v)
                     self._issue(m, "EINV", ((par_k + thr_inv) << 3) + oc, 1, 0)
@@ -1293,7 +1285,8 @@ class ComputeSequencer(wiring.Component):
                 self._read(m, prefix + "INV", 0, 1, 0, got_inv, address_state=False)
 
                 def got_t(m, ev):
-                    hit = wire(value >= ev, 1, prefix.lower() + "hit")
+                    hit = Signal(name=prefix.lower() + "hit")
+                    m.d.comb += hit.eq(value >= ev)
                     m.d.sync += [cnt.eq(cnt + hit), lvl.eq(lvl + 1)]
                     with m.If(lvl == levels - 1):
                         done(m, Mux(inv, levels - (cnt + hit), cnt + hit))
@@ -1383,9 +1376,10 @@ class ComputeSequencer(wiring.Component):
                 if stem_values is not None:
                     stem_bytes = (Cat(*(Mux(i < n, stem_values[i], 0) for i in range(SL)))
                                   << Cat(Const(0, 3), jb))[:8 * SL]
-                gn = wire(gword | Mux(svec, stem_bytes, Cat(*placed)), 4 * SIMD)
+                gn = Signal(4 * SIMD)
                 full = (j + n) == Mux(svec, SL, SIMD)
-                m.d.comb += [wp_w.addr.eq(sg), wp_w.data.eq(gn), wp_w.en.eq(1)]
+                m.d.comb += [gn.eq(gword | Mux(svec, stem_bytes, Cat(*placed))),
+                             wp_w.addr.eq(sg), wp_w.data.eq(gn), wp_w.en.eq(1)]
                 m.d.sync += [gword.eq(Mux(full, 0, gn)), sg.eq(sg + full),
                              j.eq(Mux(full, 0, j + n)), ci.eq(ci + n)]
                 m.next = "G_TAP"
@@ -1530,9 +1524,10 @@ class ComputeSequencer(wiring.Component):
                 # read port returns a word as it was before this cycle's write)
                 sh = pw_bit[:wbits]
                 cur = Mux(pw_fwd, pw_last, rp.data)
-                new = wire((cur & ~(Const((1 << SIMD) - 1, W) << sh)) | (rp_w.data[:SIMD] << sh),
-                           W, "pw_new")
-                m.d.comb += [wp.addr.eq(pw_bit >> wbits), wp.data.eq(new), wp.en.eq(1)]
+                new = Signal(W)
+                m.d.comb += [new.eq((cur & ~(Const((1 << SIMD) - 1, W) << sh))
+                                    | (rp_w.data[:SIMD] << sh)),
+                             wp.addr.eq(pw_bit >> wbits), wp.data.eq(new), wp.en.eq(1)]
                 nxt = pw_bit + SIMD
                 m.d.sync += [pw_last.eq(new), pw_fwd.eq((nxt >> wbits) == (pw_bit >> wbits)),
                              ms.eq(ms + 1)]
@@ -1665,11 +1660,15 @@ class ComputeSequencer(wiring.Component):
                 m.next = "PCALC"
             self._read(m, "PB", 0, cb << 3, 1, got_pb, address_state=False)
             with m.State("PCALC"):
-                v = wire(Mux(pfl[0] & (acc < 0), 0, acc), signed(64), "post_x")
+                v = Signal(signed(64))
+                m.d.comb += v.eq(Mux(pfl[0] & (acc < 0), 0, acc))
                 # a 64-bit product and the offset: 65 bits; shifts up to 62 (the compiler's)
-                t = wire(_operand(pa) * _operand(v) + pb, signed(72), "post_t")
-                half = wire(Mux(pzero, 0, (Const(1, signed(72)) << psh) >> 1), signed(72))
-                r = wire((t + half) >> psh, signed(72), "post_r")
+                t = Signal(signed(72))
+                m.d.comb += t.eq(_operand(pa) * _operand(v) + pb)
+                half = Signal(signed(72))
+                m.d.comb += half.eq(Mux(pzero, 0, (Const(1, signed(72)) << psh) >> 1))
+                r = Signal(signed(72))
+                m.d.comb += r.eq((t + half) >> psh)
                 to_add(m, Mux(pfl[1] & (r < 0), 0, r[:64].as_signed()))
                 with m.If(~_fits(pa, v)):
                     self._fail(m, "unsupported")
@@ -1722,7 +1721,8 @@ class ComputeSequencer(wiring.Component):
                 return (x + Mux(sh == 0, 0, (Const(1, signed(64)) << sh[:6]) >> 1)) >> sh[:6]
 
             with m.State("AGG"):
-                agg = wire(round_shift(msum, lf), signed(64), "agg")
+                agg = Signal(signed(64))
+                m.d.comb += agg.eq(round_shift(msum, lf))
                 m.d.sync += msum.eq(agg)
                 with m.If(gated):
                     self._issue(m, "GATE", gate_addr(k), cb << 3, 1)
@@ -1733,11 +1733,12 @@ class ComputeSequencer(wiring.Component):
 
             def got_gate(m, ev):
                 one = Const(1, signed(64)) << gf[:6]
-                rest = wire(one - ev, signed(64), "gate_rest")    # the aggregate's 2^f - g
-                mixed_s = wire(_operand(ev) * _operand(vals[k]) + _operand(rest) * _operand(msum),
-                               signed(64), "gate_sum")
-                gated_v = wire(round_shift(mixed_s, gf), signed(64), "gated")
-                m.d.sync += vals[k].eq(gated_v)
+                rest = Signal(signed(64))          # the aggregate's weight 2^f - g
+                mixed_s = Signal(signed(64))
+                m.d.comb += [rest.eq(one - ev),
+                             mixed_s.eq(_operand(ev) * _operand(vals[k])
+                                        + _operand(rest) * _operand(msum))]
+                m.d.sync += vals[k].eq(round_shift(mixed_s, gf))
                 with m.If(k == n_out - 1):
                     m.d.sync += k.eq(0)
                     to_outputs(m)
@@ -1756,10 +1757,11 @@ class ComputeSequencer(wiring.Component):
                 to_post(m, vals[k])
                 self._exits(m)
             with m.State("OUT_WD"):
-                mask_v = Const(0, W)
-                for w in (1, 2, 4, 8, 16, 32, 64):
-                    mask_v = Mux(wwidth == w, (1 << w) - 1, mask_v)
-                mask = wire(mask_v, W, "out_mask")
+                mask = Signal(W)
+                with m.Switch(wwidth):
+                    for w in (1, 2, 4, 8, 16, 32, 64):
+                        with m.Case(w):
+                            m.d.comb += mask.eq((1 << w) - 1)
                 m.d.comb += [wp.addr.eq(wword), wp.en.eq(1),
                              wp.data.eq((rp.data & ~(mask << wshift))
                                         | ((vals[k].as_unsigned() & mask) << wshift))]
@@ -1834,8 +1836,6 @@ class ComputeSequencer(wiring.Component):
         # ---- the XNOR-popcount array: PE channels x SIMD lanes of a fold a cycle ----------
         # The fold issued last cycle: its pe x simd weight bits (one piece of the word
         # read) against window word ms. A PE fold's last SIMD fold stores its pe sums.
-        m.d.comb += wires
-
         wfold_bits = Signal(PS)
         lanes = Signal(SIMD)
         m.d.comb += [wfold_bits.eq(rp.wide >> d_wsh),
