@@ -11,6 +11,7 @@ size is also synthesized for ECP5 and placed and routed out of context with
     python3 benchmarks/engine_resources.py                  # every size, then the ECP5 run
     python3 benchmarks/engine_resources.py --sizes small    # one size again (others kept)
     python3 benchmarks/engine_resources.py --no-pnr         # Cyclone V counts only
+    python3 benchmarks/engine_resources.py --pnr-only --no-share   # ECP5, Yosys not sharing
 
 Synthesis runs one size at a time (the tools are single-threaded WebAssembly). The fit
 and the tests use one version of the RTL: after a change to ``hw/engine``, rerun every
@@ -97,7 +98,7 @@ def source_stamp():
             "hw_engine_dirty": bool(_git("status", "--porcelain", "--", "hw/engine"))}
 
 
-def synth_size(name, flow, work, place_and_route=False, timeout=3600):
+def synth_size(name, flow, work, place_and_route=False, timeout=3600, share=True):
     from groupnet_hw.toolchain.synth import synthesize
     params = core_params(name)
     stamp = source_stamp()          # before elaborating: the RTL may change meanwhile
@@ -107,7 +108,7 @@ def synth_size(name, flow, work, place_and_route=False, timeout=3600):
     vfile.write_text(text)
     elaborate = round(time.perf_counter() - t0, 1)
     result = synthesize(vfile, TOP, flow, Path(work) / f"{name}-{flow}",
-                        place_and_route=place_and_route, timeout=timeout,
+                        place_and_route=place_and_route, timeout=timeout, share=share,
                         progress=lambda msg: print(f"  {name}/{flow}: {msg}", flush=True))
     out = {"params": params, "cells": result["cells"],
            "yosys_seconds": result["yosys_seconds"], "elaborate_seconds": elaborate,
@@ -221,6 +222,9 @@ def main(argv=None):
                     help="comma-separated sizes to synthesize again (others keep their counts)")
     ap.add_argument("--no-pnr", action="store_true", help="skip the ECP5 place and route")
     ap.add_argument("--pnr-only", action="store_true", help="only the ECP5 place and route")
+    ap.add_argument("--no-share", action="store_true",
+                    help="the ECP5 run without Yosys's resource sharing (recorded as "
+                         "ecp5_pnr_no_share): what operators shared between states cost")
     ap.add_argument("--pnr-timeout", type=int, default=1200,
                     help="seconds for ECP5 synthesis plus place and route (default 20 min)")
     ap.add_argument("--out", type=Path, default=OUT)
@@ -261,12 +265,13 @@ def main(argv=None):
             t0 = time.perf_counter()
             try:
                 rec = synth_size(PNR_SIZE, "ecp5", tmp, place_and_route=True,
-                                 timeout=args.pnr_timeout)
+                                 timeout=args.pnr_timeout, share=not args.no_share)
             except Exception as exc:  # noqa: BLE001 - recorded, not raised: the counts stand
                 rec = partial_pnr_record(Path(tmp) / f"{PNR_SIZE}-ecp5" / "synth-ecp5", str(exc))
             rec["size"] = PNR_SIZE
             rec["total_seconds"] = round(time.perf_counter() - t0, 1)
-            data["ecp5_pnr"] = rec
+            rec["yosys_share"] = not args.no_share
+            data["ecp5_pnr_no_share" if args.no_share else "ecp5_pnr"] = rec
             print(f"ecp5 {PNR_SIZE}: fmax={rec.get('fmax_mhz')} "
                   f"{rec.get('pnr_error', '')} ({rec['total_seconds']} s)", flush=True)
             args.out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")

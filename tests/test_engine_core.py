@@ -192,6 +192,19 @@ def test_an_output_outside_the_window_is_refused(core):
     assert run.error_code == regs.error_code("write_dma", "above_window")
 
 
+def test_a_value_range_wider_than_the_multipliers_is_refused():
+    """The operand check reads the graph's ranges too: a post-op whose input may reach
+    2**40 is refused at build time, naming the operand and the bits it needs."""
+    g = compile_model(zoo_model("digits", 1, seed=1))
+    post = next(n for n in g if n.op == "postop")
+    src = g.producer(post.inputs[0])
+    src.lo, src.hi = -(1 << 40), 1 << 40
+    program = compile_engine(g, CONFIG)
+    with pytest.raises(ValueError, match=r"post-op input in \[-?\d+, 1099511627776\] needs "
+                                         r"42-bit multiplier operands, the core's are 32-bit"):
+        check_program(program, CORE)
+
+
 def test_a_multiplier_operand_wider_than_the_core_is_refused(core):
     """A post-op scale of 2**33: the build's check names the descriptor and the operand
     width it needs; given the program anyway, the core (32-bit multiplier operands)

