@@ -230,6 +230,8 @@ def authors_at_224(arch, bases=5, rtl_images=0):
                    predicted=b.engine.prediction.cycles, fps=b.engine.prediction.fps,
                    rtl_images=rtl_images)
         if rtl_images:
+            from engine_resources import source_stamp
+            row["hw_engine_sha256"] = source_stamp()["hw_engine_sha256"]
             t3 = time.perf_counter()
             r = verify(tmp / "out", images=rtl_images)
             row.update(exact=r.exact, ok=r.ok, measured=r.cycles_per_frame_measured,
@@ -358,14 +360,18 @@ def _merged(path, new):
         mine = {r["arch"] for r in rows}
         kept = [r for r in old.get(key, []) if r["arch"] not in mine]
         out[key] = sorted(kept + rows, key=lambda r: r["arch"])
-    # an RTL run stays valid while the program it ran is the one built now
+    # an RTL run stays valid while the program it ran is the one built now, on the RTL
+    # of hw/engine as it is now
+    from engine_resources import source_stamp
+    rtl = source_stamp()["hw_engine_sha256"]
     ran = {r["arch"]: r for r in old.get("authors_224", []) if r.get("rtl_images")}
     for r in out.get("authors_224", []):
         before = ran.get(r["arch"])
         if (not r["rtl_images"] and before
-                and before.get("image_sha256") == r.get("image_sha256")):
+                and before.get("image_sha256") == r.get("image_sha256")
+                and before.get("hw_engine_sha256") == rtl):
             r.update({k: before[k] for k in ("rtl_images", "exact", "ok", "measured",
-                                            "error", "rtl_seconds")})
+                                            "error", "rtl_seconds", "hw_engine_sha256")})
     return out
 
 

@@ -12,6 +12,8 @@ size is also synthesized for ECP5 and placed and routed out of context with
     python3 benchmarks/engine_resources.py --sizes small    # one size again (others kept)
     python3 benchmarks/engine_resources.py --no-pnr         # Cyclone V counts only
     python3 benchmarks/engine_resources.py --pnr-only --no-share   # ECP5, Yosys not sharing
+    python3 benchmarks/engine_resources.py --pnr-only --place-only  # nextpnr's estimate after
+                                                                    # placement, no routing
 
 Synthesis runs one size at a time (the tools are single-threaded WebAssembly). The fit
 and the tests use one version of the RTL: after a change to ``hw/engine``, rerun every
@@ -98,7 +100,7 @@ def source_stamp():
             "hw_engine_dirty": bool(_git("status", "--porcelain", "--", "hw/engine"))}
 
 
-def synth_size(name, flow, work, place_and_route=False, timeout=3600, share=True):
+def synth_size(name, flow, work, place_and_route=False, timeout=3600, share=True, route=True):
     from groupnet_hw.toolchain.synth import synthesize
     params = core_params(name)
     stamp = source_stamp()          # before elaborating: the RTL may change meanwhile
@@ -109,11 +111,13 @@ def synth_size(name, flow, work, place_and_route=False, timeout=3600, share=True
     elaborate = round(time.perf_counter() - t0, 1)
     result = synthesize(vfile, TOP, flow, Path(work) / f"{name}-{flow}",
                         place_and_route=place_and_route, timeout=timeout, share=share,
+                        route=route,
                         progress=lambda msg: print(f"  {name}/{flow}: {msg}", flush=True))
     out = {"params": params, "cells": result["cells"],
            "yosys_seconds": result["yosys_seconds"], "elaborate_seconds": elaborate,
            "verilog_bytes": len(text), **stamp}
-    for key in ("fmax_mhz", "target_mhz", "pnr_seconds", "utilization", "critical_path",
+    for key in ("fmax_mhz", "placed_fmax_estimate_mhz", "target_mhz", "pnr_seconds",
+                "utilization", "critical_path",
                 "pnr_error", "seed", "dsp_registers", "bram_registers", "note"):
         if key in result:
             out[key] = result[key]
@@ -130,7 +134,7 @@ def partial_pnr_record(work, error):
     nextpnr's timing estimate after placement (before routing), from ``work``."""
     import re
 
-    from groupnet_hw.toolchain.synth import FLOWS, _count
+    from groupnet_hw.toolchain.synth import FLOWS, _count, placed_fmax_estimate
     rec = {"params": core_params(PNR_SIZE), "pnr_error": error}
     stat = work / "stat.json"
     if stat.is_file():
@@ -138,9 +142,9 @@ def partial_pnr_record(work, error):
     log = work / "nextpnr-seed1.log"
     if log.is_file():
         text = log.read_text(errors="replace")
-        found = re.findall(r"Max frequency for clock '[^']*': ([0-9.]+) MHz", text)
-        if found:
-            rec["placed_fmax_estimate_mhz"] = float(found[0])
+        estimate = placed_fmax_estimate(text)
+        if estimate is not None:
+            rec["placed_fmax_estimate_mhz"] = estimate
         placed = re.search(r"SA placement time ([0-9.]+)s", text)
         heap = re.search(r"HeAP Placer Time: ([0-9.]+)s", text)
         if placed and heap:
@@ -225,6 +229,9 @@ def main(argv=None):
     ap.add_argument("--no-share", action="store_true",
                     help="the ECP5 run without Yosys's resource sharing (recorded as "
                          "ecp5_pnr_no_share): what operators shared between states cost")
+    ap.add_argument("--place-only", action="store_true",
+                    help="ECP5: place without routing and record nextpnr's timing estimate "
+                         "after placement (routing the core takes hours)")
     ap.add_argument("--pnr-timeout", type=int, default=1200,
                     help="seconds for ECP5 synthesis plus place and route (default 20 min)")
     ap.add_argument("--out", type=Path, default=OUT)
@@ -265,7 +272,8 @@ def main(argv=None):
             t0 = time.perf_counter()
             try:
                 rec = synth_size(PNR_SIZE, "ecp5", tmp, place_and_route=True,
-                                 timeout=args.pnr_timeout, share=not args.no_share)
+                                 timeout=args.pnr_timeout, share=not args.no_share,
+                                 route=not args.place_only)
             except Exception as exc:  # noqa: BLE001 - recorded, not raised: the counts stand
                 rec = partial_pnr_record(Path(tmp) / f"{PNR_SIZE}-ecp5" / "synth-ecp5", str(exc))
             rec["size"] = PNR_SIZE

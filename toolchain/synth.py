@@ -149,7 +149,7 @@ def _count(stat, cells):
 
 def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=True,
                timeout=3600, progress=None, seeds=(1,), jobs=None, use_dsp=True, per_module=False,
-               share=True):
+               share=True, route=True):
     """Synthesize (and place and route) ``verilog``; returns the figures as a dict.
 
     Parameters
@@ -183,6 +183,10 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
         default). ``False`` (flows with ``coarse_without_share``: ECP5) leaves every
         operator its own cells, so no path runs from one state's operands through a
         shared multiplier into another state's results.
+    route : bool
+        ``False``: place only (``--no-route``) and report nextpnr's timing estimate after
+        placement as ``placed_fmax_estimate_mhz`` (``fmax_mhz`` None): a design that
+        nextpnr cannot route in reasonable time still gets a timing figure.
 
     Returns
     -------
@@ -262,7 +266,8 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
         netlist = "netlist_pnr.json"
         (work / netlist).write_text(json.dumps(design))
     seeds = list(seeds)
-    runs = _place_and_route_seeds(f, work, netlist, freq_mhz, seeds, jobs, timeout, progress)
+    runs = _place_and_route_seeds(f, work, netlist, freq_mhz, seeds, jobs, timeout, progress,
+                                  route)
     placed = [r for r in runs if "fmax_mhz" in r]
     best = max(placed, key=lambda r: (r["fmax_mhz"] or 0, -r["seed"])) if placed else runs[0]
     # the kept placement's report and logs under the names a single run writes
@@ -290,6 +295,8 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
         return result
     result["pnr_seconds"] = best["pnr_seconds"]
     result["fmax_mhz"] = best["fmax_mhz"]
+    if not route:
+        result["placed_fmax_estimate_mhz"] = best.get("placed_fmax_estimate_mhz")
     result["target_mhz"] = freq_mhz
     result["seed"] = best["seed"]
     result["utilization"] = best["utilization"]
@@ -309,7 +316,8 @@ def _seed_file(name, seed):
     return f"{stem}-seed{seed}.{ext}"
 
 
-def _place_and_route_seeds(f, work, netlist, freq_mhz, seeds, jobs, timeout, progress):
+def _place_and_route_seeds(f, work, netlist, freq_mhz, seeds, jobs, timeout, progress,
+                           route=True):
     """Place and route ``netlist`` once per seed, ``jobs`` at a time (each nextpnr is
     one single-threaded WebAssembly process); one dict per seed, in seed order:
     ``seed`` and ``pnr_seconds`` with ``fmax_mhz``, ``utilization``, ``critical_path``,
@@ -325,13 +333,17 @@ def _place_and_route_seeds(f, work, netlist, freq_mhz, seeds, jobs, timeout, pro
         run = {"seed": seed}
         try:
             _run([*f.pnr, "--json", netlist, "--freq", str(freq_mhz), "--out-of-context",
-                  "--timing-allow-fail", "--seed", str(seed), "--report",
+                  "--timing-allow-fail", *([] if route else ["--no-route"]),
+                  "--seed", str(seed), "--report",
                   _seed_file("pnr", seed), "--detailed-timing-report", "-q",
                   "-l", _seed_file("nextpnr", seed)],
                  work / _seed_file("stdout", seed), timeout, "nextpnr", work)
         except SynthError as exc:
             run["error"] = str(exc)
         else:
+            if not route:
+                run["placed_fmax_estimate_mhz"] = placed_fmax_estimate(
+                    (work / _seed_file("nextpnr", seed)).read_text(errors="replace"))
             run.update(_pnr_figures(json.loads((work / _seed_file("pnr", seed)).read_text()),
                                     freq_mhz))
         run["pnr_seconds"] = round(time.perf_counter() - t0, 1)
@@ -349,6 +361,13 @@ def _place_and_route_seeds(f, work, netlist, freq_mhz, seeds, jobs, timeout, pro
         progress(f"nextpnr: placing and routing on {f.device} ({what})")
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         return list(pool.map(one, seeds))
+
+
+def placed_fmax_estimate(log):
+    """nextpnr's Fmax estimate after placement (the first ``Max frequency`` its log
+    prints, before any routing), or None."""
+    found = re.findall(r"Max frequency for clock '[^']*': ([0-9.]+) MHz", log)
+    return float(found[0]) if found else None
 
 
 def _pnr_figures(rep, freq_mhz):
