@@ -41,6 +41,7 @@ from pathlib import Path
 
 import torch
 
+from engine_resources import source_stamp
 from groupnet_hw.compiler.engine.config import DramModel
 from groupnet_hw.compiler.engine.cycles import descriptor_cycles, predict
 from groupnet_hw.compiler.engine.formats import TensorFormat
@@ -230,7 +231,6 @@ def authors_at_224(arch, bases=5, rtl_images=0):
                    predicted=b.engine.prediction.cycles, fps=b.engine.prediction.fps,
                    rtl_images=rtl_images)
         if rtl_images:
-            from engine_resources import source_stamp
             row["hw_engine_sha256"] = source_stamp()["hw_engine_sha256"]
             t3 = time.perf_counter()
             r = verify(tmp / "out", images=rtl_images)
@@ -362,7 +362,6 @@ def _merged(path, new):
         out[key] = sorted(kept + rows, key=lambda r: r["arch"])
     # an RTL run stays valid while the program it ran is the one built now, on the RTL
     # of hw/engine as it is now
-    from engine_resources import source_stamp
     rtl = source_stamp()["hw_engine_sha256"]
     ran = {r["arch"]: r for r in old.get("authors_224", []) if r.get("rtl_images")}
     for r in out.get("authors_224", []):

@@ -269,7 +269,9 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
     runs = _place_and_route_seeds(f, work, netlist, freq_mhz, seeds, jobs, timeout, progress,
                                   route)
     placed = [r for r in runs if "fmax_mhz" in r]
-    best = max(placed, key=lambda r: (r["fmax_mhz"] or 0, -r["seed"])) if placed else runs[0]
+    # placed only: the seeds compare by nextpnr's estimate after placement
+    speed = "fmax_mhz" if route else "placed_fmax_estimate_mhz"
+    best = max(placed, key=lambda r: (r[speed] or 0, -r["seed"])) if placed else runs[0]
     # the kept placement's report and logs under the names a single run writes
     for name in _SEED_FILES:
         kept = work / _seed_file(name, best["seed"])
@@ -287,7 +289,8 @@ def synthesize(verilog, top, flow, work_dir, *, freq_mhz=100.0, place_and_route=
                 progress("out of DSP sites: again with multipliers in logic")
             retry = synthesize(verilog, top, flow, work_dir, freq_mhz=freq_mhz,
                                place_and_route=True, timeout=timeout, progress=progress,
-                               seeds=seeds, jobs=jobs, use_dsp=False)
+                               seeds=seeds, jobs=jobs, use_dsp=False, share=share,
+                               route=route)
             retry["note"] = (f"{result['cells']['dsp']} DSP blocks inferred, more than the "
                              "device has; synthesized again with multipliers in logic")
             return retry

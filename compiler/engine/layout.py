@@ -63,11 +63,11 @@ class EngineProgram:
         Graph reference -> ``(address, TensorFormat)`` of every tensor in DRAM.
     outputs : list of list of str
         Per descriptor, the references it writes (job-table order).
-    lifetimes : dict
-        Reference -> ``(first, last)`` descriptor indices (written, last read).
     graph : Graph
         The integer graph it was compiled from: its value ranges bound what the
         engine core multiplies (:func:`.target.check_program`).
+    lifetimes : dict
+        Reference -> ``(first, last)`` descriptor indices (written, last read).
     """
 
     config: EngineConfig
@@ -77,8 +77,8 @@ class EngineProgram:
     image: bytearray
     tensors: dict
     outputs: list
+    graph: object
     lifetimes: dict = field(default_factory=dict)
-    graph: object = None
 
     @property
     def base(self):
@@ -462,7 +462,7 @@ def compile_engine(g, config=None, base=DEFAULT_BASE):
     decoded = [decode(image[desc_addr - base + i * 128: desc_addr - base + (i + 1) * 128], DESCRIPTOR)
                for i in range(len(descs))]
     return EngineProgram(config, groups, decoded, decode(image[:HEADER.itemsize], HEADER), image,
-                         tensors, outputs, lifetimes, g)
+                         tensors, outputs, g, lifetimes)
 
 
 def _size_params(d, packing):

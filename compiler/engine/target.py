@@ -163,11 +163,11 @@ def _unsupported(d, core):
             or (op == OPCODE_CODES["CONV"] and not fl & FLAG_BITS["int_weights"]
                 and d["in_levels"] == 0 and d["act_bits"] == 0 and d["in_fmt"] != 0):
         return "a combination of stages and formats the core does not run"
-    pow2 = lambda v, most: v in [1 << i for i in range(most.bit_length())]   # noqa: E731
-    if not (pow2(d["in_elem"], 64) and pow2(d["out_elem"], 64)) \
-            or (st & STAGE_BITS["add"] and not pow2(d["side_elem"], 64)) \
+    widths, sizes = (1, 2, 4, 8, 16, 32, 64), (1, 2, 4, 8)
+    if d["in_elem"] not in widths or d["out_elem"] not in widths \
+            or (st & STAGE_BITS["add"] and d["side_elem"] not in widths) \
             or ((fl & FLAG_BITS["int_weights"] or op == OPCODE_CODES["HEAD"])
-                and not pow2(d["weight_bytes"], 8)):
+                and d["weight_bytes"] not in sizes):
         return "element widths (bits) and integer weights (bytes) are powers of two to 64 and 8"
     return None
 
@@ -274,7 +274,7 @@ def check_program(program, core):
     config = core_config(core)
     for d, grp in zip(program.descriptors, program.groups):
         why = _unsupported(d, core)
-        if why is None and program.graph is not None:
+        if why is None:
             why = _operand_refusal(grp, program.graph)
         if why is None and d["opcode"] != OPCODE_CODES["INPUT"]:
             need = scratchpad_need(d, config)
