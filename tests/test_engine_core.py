@@ -205,17 +205,22 @@ def test_a_value_range_wider_than_the_multipliers_is_refused():
         check_program(program, CORE)
 
 
-def test_a_multiplier_operand_wider_than_the_core_is_refused(core):
-    """A post-op scale of 2**33: the build's check names the descriptor and the operand
-    width it needs; given the program anyway, the core (32-bit multiplier operands)
-    stops the run with ``unsupported`` rather than truncate the product."""
-    g = compile_model(zoo_model("digits", 1, seed=1))
-    post = next(n for n in g if n.op == "postop")
-    post.attrs["A"] = post.attrs["A"].clone()
-    post.attrs["A"][0] = 1 << 33
+@pytest.mark.parametrize("op, attr, bases, operand", [
+    ("postop", "A", 1, "post-op scale"),
+    ("mixer", "lambdas", 2, "lambda"),
+    ("mixer", "gates", 2, "gate")])
+def test_a_multiplier_operand_wider_than_the_core_is_refused(core, op, attr, bases, operand):
+    """A post-op scale, a lambda or a gate of 2**33: the build's check names the
+    descriptor and the operand width it needs; given the program anyway, the core
+    (32-bit multiplier operands) stops the run with ``unsupported`` rather than truncate
+    the product (the mixer's constants when it reads them, at the first mix)."""
+    g = compile_model(zoo_model("digits", bases, seed=1))
+    node = next(n for n in g if n.op == op)
+    node.attrs[attr] = node.attrs[attr].clone()
+    node.attrs[attr][0] = 1 << 33
     program = compile_engine(g, CONFIG)
-    with pytest.raises(ValueError, match=r"descriptor \d+ .*post-op scale in \[-?\d+, 8589934592\] "
-                                         r"needs 35-bit multiplier operands"):
+    with pytest.raises(ValueError, match=rf"descriptor \d+ .*{operand} in \[-?\d+, \d+\] "
+                                         r"needs 3\d-bit multiplier operands"):
         check_program(program, CORE)
     run = run_rtl(core, program, frame_image(program, frames_for(g, 1)[0]))
     assert run.status & 4 and not run.status & 2

@@ -46,8 +46,9 @@ Compute per output pixel, channel and job:
   state, and the state that ends a tap starts the next;
 - epilogue per channel and job: BIAS_D (head), PA_D, PB_D, PCALC (post-op; PS_D and
   PF_D at a block's first element), SIDE_D, EINV_D, ET_D per level (threshold); per
-  channel the fused mixer (LF_D, GF_D, LAM_D per job, AGG, GATE_D per job; a GATE
-  descriptor GF_D and GATE_D per gated input) and per output written OUT_WD (a MIXER or
+  channel the fused mixer (LAM per job, AGG, GATE per job; a GATE descriptor GATE per
+  gated input; its constants read at the descriptor's first mix: LF_D, GF_D, LAML_D per
+  job, GATEL_D per gate) and per output written OUT_WD (a MIXER or
   GATE descriptor runs OUT and its epilogue before each).
 
 The DMAs (``hw/engine/dma.py``) and the DRAM model (``sim/dram_model.h``): a read of
@@ -415,18 +416,31 @@ def _post_first(d, lay):
     return 2 * (1 if lay["op"] in _MULTI else d["jobs"])
 
 
+def _mixing(d, lay):
+    return (lay["op"] == "CONV" and _has(d, "mixer")) or lay["op"] == "MIXER"
+
+
 def _mixer(d, lay):
-    """Per output channel after the jobs: LF_D, GF_D, LAM_D per job, AGG, GATE_D per job
-    when gated (each read addressed by the state before it); a GATE descriptor GF_D and
-    GATE_D per gated input (its last input is the aggregate: no lambdas)."""
+    """Per output channel after the jobs, from the kept constants: LAM per job, AGG,
+    GATE per job when gated; a GATE descriptor GATE per gated input (its last input is
+    the aggregate: no lambdas)."""
     op = lay["op"]
     if op == "GATE":
-        return 1 + d["jobs"] - 1
-    mixing = (op == "CONV" and _has(d, "mixer")) or op == "MIXER"
-    if not mixing:
+        return d["jobs"] - 1
+    if not _mixing(d, lay):
         return 0
     jobs = d["jobs"]
-    return 1 + 1 + jobs + 1 + (jobs if _has(d, "gated") else 0)
+    return jobs + 1 + (jobs if _has(d, "gated") else 0)
+
+
+def _mix_first(d, lay):
+    """The mixer's constants, read at a descriptor's first mix and kept: LF_D, GF_D,
+    LAML_D per job, GATEL_D per gated output (a GATE descriptor GF_D and GATEL_D)."""
+    if lay["op"] == "GATE":
+        return 1 + d["jobs"] - 1
+    if not _mixing(d, lay):
+        return 0
+    return 2 + d["jobs"] + (_n_out(d, lay) if _has(d, "gated") else 0)
 
 
 def _n_out(d, lay):
@@ -777,6 +791,7 @@ def descriptor_core_cycles(d, table, core, label=""):
         seq, drain = _stores(d, lay, table, core, rows)
         phases["stores"] += seq
     phases["epilogue"] += _post_first(d, lay)
+    phases["outputs"] += _mix_first(d, lay)
     # FENCE until the last write's done, then NEXT
     phases["fence"] = 1 + max(drain, 0) + 1
     return _result(d, op, phases, label)

@@ -131,8 +131,10 @@ Cycles
     output element then takes 1 cycle to read its accumulator, 1 per read of its
     epilogue (post-op 2 and 1 of arithmetic: a block's shift and flags are read at its
     first element of the descriptor and kept; add 1, threshold ``out_levels + 1``; a
-    fused mixer per channel ``3 + jobs``, ``+ jobs`` gated; a GATE's ``jobs``) and 1
-    per output merged into its word. A scalar tap costs 2 cycles (input, then weight or
+    fused mixer per channel ``jobs + 1``, ``+ jobs`` gated, a GATE's ``jobs - 1``, from
+    its fractions, lambdas and gates read at the descriptor's first mix and kept:
+    ``2 + jobs`` reads, ``+ jobs`` gated, a GATE's ``jobs``) and 1 per output merged
+    into its word. A scalar tap costs 2 cycles (input, then weight or
     maximum; 1 for a padded tap of a maximum), 1 for a product tap without a prologue
     whose weight lies in the weight word read last (held from W_D, cleared as each
     convolution starts: consecutive weights of the stem's fold rows and the head's
@@ -204,14 +206,29 @@ def _is_pow2(value, most):
     return ok
 
 
-def _element(word, shift, width, is_signed):
+def _any_of(choices):
+    """The value of the one true condition of ``choices`` (``(condition, value)``
+    pairs, at most one true; 0 when none is): an AND-OR select whose depth does not
+    grow with the number of choices, unlike a chain of ``Mux``."""
+    out = Const(0)
+    for cond, value in choices:
+        out = out | Mux(cond, value, 0)
+    return out
+
+
+def _element(word, shift, width, is_signed, sign_at=None):
     """The element of ``width`` bits (1 to 64, a power of two) at bit ``shift`` of
-    ``word``, sign-extended when ``is_signed``: the scratchpad's element reader."""
+    ``word``, sign-extended when ``is_signed``: the scratchpad's element reader.
+    ``sign_at`` is the element's top bit, ``shift + width - 1`` (a register set with the
+    read's address, so that no adder precedes it). The mask of ``width`` and the sign
+    bit are picked side by side with the shift, so a value costs the shifter and one
+    level of logic: it starts most of the core's paths."""
+    if sign_at is None:
+        sign_at = (shift + width - 1)[:len(shift)]
     shifted = word >> shift
-    value = Const(0, signed(64))
-    for w in (1, 2, 4, 8, 16, 32, 64):
-        value = Mux(width == w, Mux(is_signed, shifted[:w].as_signed(), shifted[:w]), value)
-    return value
+    mask = _any_of((width == w, Const((1 << w) - 1, 64)) for w in _WIDTHS)
+    sign = is_signed & word.bit_select(sign_at, 1)
+    return ((shifted[:64] & mask) | Mux(sign, ~mask, 0)).as_signed()
 
 
 def _operand(value):
@@ -365,7 +382,8 @@ class ComputeSequencer(wiring.Component):
         s = self._s
         m.d.comb += s.raddr.eq(bitaddr >> self._wbits)
         m.d.sync += [s.ea_shift.eq(bitaddr[:self._wbits]), s.ea_width.eq(width),
-                     s.ea_signed.eq(is_signed)]
+                     s.ea_signed.eq(is_signed),
+                     s.ea_sign_at.eq(bitaddr[:self._wbits] + width - 1)]
         m.next = name + "_D"
 
     def _exits(self, m):
@@ -458,8 +476,10 @@ class ComputeSequencer(wiring.Component):
         s.ea_shift = Signal(wbits)
         s.ea_width = Signal(7)
         s.ea_signed = Signal()
+        s.ea_sign_at = Signal(wbits)
         s.ev = Signal(signed(64))
-        m.d.comb += s.ev.eq(_element(rp.data, s.ea_shift, s.ea_width, s.ea_signed))
+        m.d.comb += s.ev.eq(_element(rp.data, s.ea_shift, s.ea_width, s.ea_signed,
+                                     s.ea_sign_at))
 
         # ---- run-time layout ----------------------------------------------------------
         A = 32      # byte addresses and sizes inside the scratchpad and DRAM
@@ -515,6 +535,11 @@ class ComputeSequencer(wiring.Component):
         pc_zero = Array(Signal(name=f"pc_zero{i}") for i in range(self.max_jobs))
         pc_fl = Array(Signal(2, name=f"pc_fl{i}") for i in range(self.max_jobs))
         lf, gf = Signal(signed(64)), Signal(signed(64))
+        # the mixer's lambdas, gates and 2^f - gate, read at a descriptor's first mix
+        mix_ok = Signal()
+        lam_r, gate_r, rest_r = (Array(Signal(signed(MUL_BITS), name=f"{n}{i}")
+                                       for i in range(self.max_jobs))
+                                 for n in ("lam_r", "gate_r", "rest_r"))
         msum = Signal(signed(64))
         vec = Signal()            # this descriptor's binary convolution runs on the array
         svec = Signal()           # this integer convolution runs on the stem's array
@@ -565,7 +590,7 @@ class ComputeSequencer(wiring.Component):
                        Mux(int_w, self.stem_pe, self.pe))
         cc0, o0, cstart = Signal(16), Signal(16), Signal(A)
         late = Signal()           # the epilogue runs after a MIXER's mix
-        pky, pkx, cy, cx = Signal(8), Signal(8), Signal(16), Signal(16)
+        pky, pkx = Signal(8), Signal(8)
         pmax = Signal(signed(64))
         pseen = Signal()
         vals = Array(Signal(signed(64), name=f"val{i}") for i in range(self.max_jobs))
@@ -582,12 +607,32 @@ class ComputeSequencer(wiring.Component):
         # one multiply-accumulate for both ways a scalar tap's product is taken
         mac_w, mac_x = Signal(signed(64)), Signal(signed(64))
 
+        # each job's regions: base + job * size, set as the regions are placed, so that
+        # no address multiplies by the job at run time
+        job_par, job_in, job_side, job_out = (
+            Array(Signal(A, name=f"{n}{i}") for i in range(self.max_jobs))
+            for n in ("job_par", "job_in", "job_side", "job_out"))
+        # the window's origin and the tap's offsets (stepped, not multiplied): rows
+        # cys + kyd and columns cxs + kxd of the input; in bytes from the job's input
+        # region crow + kyo and ccol + kxo
+        cys, cxs = Signal(signed(24)), Signal(signed(24))
+        crow, ccol = Signal(signed(A + 2)), Signal(signed(A + 2))
+        kyd, kxd = Signal(16), Signal(16)
+        kyo, kxo = Signal(A), Signal(A)
+        # the descriptor's steps: stride and dilation in rows (bytes) and pixels
+        # (bytes), the padding's pixels; per tile the padding and first row's bytes
+        st_pitch, st_pix, dil_pitch, dil_pix, pad_pix = (Signal(A, name=n) for n in (
+            "st_pitch", "st_pix", "dil_pitch", "dil_pix", "pad_pix"))
+        padly = Signal(A)
+        tb = Signal(A)            # a threshold's first level: its channel * levels
+        ocw = Signal(A)           # (oc - cc0) * C_in: a head's class row, stepped with oc
+        pro_inv = Signal(A)
         cb = f["const_bytes"]
         kin = Mux(flag("shared_input"), 0, k)
         # a MIXER's epilogue reads entry 0's side input and block for every output
         kside = Mux(flag("shared_side") | multi, 0, k)
         kblock = Mux(multi, 0, k)         # the parameter block of job k's epilogue
-        par_k = par_base + kblock * pstride
+        par_k = job_par[kblock]
 
         def const_addr(block, section, idx):
             return ((block + section + (idx << cb_sh)) << 3)
@@ -619,7 +664,7 @@ class ComputeSequencer(wiring.Component):
             """Advance the output channel (and its weight row), then pixel, then row."""
             last_p = p == pe_r - 1
             m.d.sync += [
-                p.eq(Mux(last_p, 0, p + 1)),
+                p.eq(Mux(last_p, 0, p + 1)), ocw.eq(ocw + f["in_c"]),
                 fold.eq(Mux(last_p, fold + fs * pesimd, fold)),
                 wrow.eq(Mux(last_p, fold + fs * pesimd, wrow + simd_r)),
                 oc.eq(oc + 1), k.eq(0)]
@@ -630,7 +675,7 @@ class ComputeSequencer(wiring.Component):
         def next_pixel(m):
             """The next pixel (gather its windows), row, or the tile's stores."""
             m.next = "CORE"
-            m.d.sync += [oc.eq(cc0), p.eq(0), fold.eq(0), wrow.eq(0), ox.eq(ox + 1),
+            m.d.sync += [oc.eq(cc0), ocw.eq(0), p.eq(0), fold.eq(0), wrow.eq(0), ox.eq(ox + 1),
                          gathered.eq(0)]
             with m.If(ox == f["out_w"] - 1):
                 m.d.sync += [ox.eq(0), oy.eq(oy + 1)]
@@ -708,7 +753,7 @@ class ComputeSequencer(wiring.Component):
 
             # ---- what this path runs ----------------------------------------------------
             with m.State("CHECK"):
-                m.d.sync += [pc_valid.eq(0), summed.eq(0)]
+                m.d.sync += [pc_valid.eq(0), summed.eq(0), mix_ok.eq(0)]
                 bad = ((st & _ST["maxpool"]) != 0) & ~is_conv | (f["groups"] != 1) \
                     | (f["jobs"] == 0) | (f["jobs"] > self.max_jobs) \
                     | (op == _OP["CONV"]) & ~int_w & (f["in_levels"] == 0) & (f["act_bits"] == 0) \
@@ -784,6 +829,8 @@ class ComputeSequencer(wiring.Component):
                 m.d.sync += pvec.eq(pixel_lanes)
                 with m.If(pixel_lanes):
                     m.d.sync += ci_n.eq(f["in_c"])      # the gather walks the channels
+                # the prologue's invert bits follow its C_in x levels thresholds
+                m.d.sync += pro_inv.eq(f["in_c"] * f["in_levels"] * cb)
                 m.d.sync += off_w.eq(Mux(stage("prologue_threshold"),
                                          ru(f["in_c"] * f["in_levels"] * cb + ((f["in_c"] + 7) >> 3)), 0))
                 m.d.sync += wbytes.eq(Mux(is_conv, Mux(int_w, fo * fs * pesimd * f["weight_bytes"],
@@ -793,6 +840,9 @@ class ComputeSequencer(wiring.Component):
                 self._exits(m)
             with m.State("SECTIONS1"):
                 m.d.sync += off_post.eq(off_w + ru(wbytes))
+                m.d.sync += [st_pitch.eq(st_r * f["in_pitch"]), st_pix.eq(st_r * in_pix),
+                             dil_pitch.eq(dil_r * f["in_pitch"]), dil_pix.eq(dil_r * in_pix),
+                             pad_pix.eq(pad_r * in_pix)]
                 m.next = "SECTIONS2"
                 self._exits(m)
             with m.State("SECTIONS2"):
@@ -851,13 +901,18 @@ class ComputeSequencer(wiring.Component):
                 self._exits(m)
             with m.State("REGIONS1"):
                 m.d.sync += side_base.eq(in_base + Mux(flag("shared_input"), 1, f["jobs"]) * in_tile)
+                m.d.sync += [job_par[i].eq(par_base + i * pstride) for i in range(self.max_jobs)]
+                m.d.sync += [job_in[i].eq(in_base + i * in_tile) for i in range(self.max_jobs)]
                 m.next = "REGIONS2"
                 self._exits(m)
             with m.State("REGIONS2"):
                 m.d.sync += out_base.eq(side_base + Mux(flag("shared_side"), 1, f["jobs"]) * side_bytes)
+                m.d.sync += [job_side[i].eq(side_base + i * side_bytes)
+                             for i in range(self.max_jobs)]
                 m.next = "REGIONS3"
                 self._exits(m)
             with m.State("REGIONS3"):
+                m.d.sync += [job_out[i].eq(out_base + i * out_tile) for i in range(self.max_jobs)]
                 m.d.sync += [sum_base.eq(out_base + f["jobs"] * out_tile),
                              end.eq(out_base + f["jobs"] * out_tile
                                     + Mux(is_head, ru(f["in_c"] << 3), 0))]
@@ -933,10 +988,8 @@ class ComputeSequencer(wiring.Component):
                                (r1 - r0) * f["side_pitch"], post_bytes, ru(chunk_end) - aligned)
             load_from = fld + by_kind(0, ly0.as_unsigned()[:16] * f["in_pitch"],
                                       r0 * f["side_pitch"], off_post_d, off_w + aligned)
-            load_dest = by_kind(par_base + k * pstride, in_base + k * in_tile,
-                                side_base + k * side_bytes,
-                                par_base + k * pstride + off_w + chunk_space,
-                                par_base + k * pstride + off_w)
+            load_dest = by_kind(job_par[k], job_in[k], job_side[k],
+                                job_par[k] + off_w + chunk_space, job_par[k] + off_w)
             load_skip = by_kind((f["param_bytes"] == 0) | (multi & (k != 0))
                                 | (stream & (off_w == 0)),
                                 flag("shared_input") & (k != 0),
@@ -997,8 +1050,9 @@ class ComputeSequencer(wiring.Component):
                     m.next = "START"
                 self._exits(m)
             with m.State("START"):
-                m.d.sync += [oy.eq(r0), ox.eq(0), oc.eq(cc0), k.eq(0), p.eq(0), fold.eq(0),
-                             wrow.eq(0), gathered.eq(0), ginv_ok.eq(0)]
+                m.d.sync += [oy.eq(r0), ox.eq(0), oc.eq(cc0), ocw.eq(0), k.eq(0), p.eq(0), fold.eq(0),
+                             wrow.eq(0), gathered.eq(0), ginv_ok.eq(0),
+                             padly.eq((pad_r + ly0.as_unsigned()[:16]) * f["in_pitch"])]
                 m.next = "CORE"
                 with m.If(is_head & ~summed):
                     # once per descriptor (the first chunk of classes): the channel sums
@@ -1044,20 +1098,20 @@ class ComputeSequencer(wiring.Component):
             # ---- the epilogue's stages, in the contract's order -------------------------
             # Each stage's first read is addressed by the state that decides it applies,
             # and a stage that does not apply costs no state.
-            side_addr = ((side_base + kside * side_bytes + (oy - r0) * f["side_pitch"]
+            side_addr = ((job_side[kside] + (oy - r0) * f["side_pitch"]
                           + ox * side_pix) << 3) \
                 + (oc << side_sh)
 
             out_row = (oy - r0) * f["out_pitch"] + ox * out_pix
 
             # a PIXEL's bits on the threshold lanes: SIMD channels' bits a piece
-            pw_bit0 = (out_base + k * out_tile + out_row) << 3
+            pw_bit0 = (job_out[k] + out_row) << 3
             LS = exact_log2(SIMD) if self.pixel_vector else 0
             pw_bit = pw_bit0 + (ms << LS)
             pw_fwd, pw_last = Signal(), Signal(W)
 
             def out_addr(kk):
-                return ((out_base + kk * out_tile + out_row) << 3) + (oc << out_sh)
+                return ((job_out[kk] + out_row) << 3) + (oc << out_sh)
 
             def issue_out(m, kk):
                 """Read output kk's word for OUT_WD to merge into (outputs of different
@@ -1077,7 +1131,7 @@ class ComputeSequencer(wiring.Component):
                     m.next = "CORE"
 
             def mix_block(kk):
-                return par_base + Mux(multi, 0, kk) * pstride
+                return job_par[Mux(multi, 0, kk)]
 
             def lam_addr(kk):
                 return const_addr(mix_block(kk), off_mix, Mux(is_mixop, 2 + kk, 2))
@@ -1102,10 +1156,16 @@ class ComputeSequencer(wiring.Component):
                     with m.If(is_gateop):
                         # the last input is the aggregate the others are gated with
                         m.d.sync += msum.eq(value)
-                        self._issue(m, "GF", const_addr(par_base, off_mix, 1), cb << 3, 1)
+                        with m.If(mix_ok):
+                            m.next = "GATE"
+                        with m.Else():
+                            self._issue(m, "GF", const_addr(par_base, off_mix, 1), cb << 3, 1)
                     with m.Elif(mixing):
                         m.d.sync += msum.eq(0)
-                        self._issue(m, "LF", const_addr(par_base, off_mix, 0), cb << 3, 1)
+                        with m.If(mix_ok):
+                            m.next = "LAM"
+                        with m.Else():
+                            self._issue(m, "LF", const_addr(par_base, off_mix, 0), cb << 3, 1)
                     with m.Else():
                         issue_out(m, 0)
                 with m.Else():
@@ -1144,6 +1204,7 @@ class ComputeSequencer(wiring.Component):
                 with m.If(stage("threshold")):
                     m.d.sync += acc.eq(v)
                     self._issue(m, "EINV", ((par_k + thr_inv) << 3) + oc, 1, 0)
+                    m.d.sync += tb.eq(oc * f["out_levels"])
                 with m.Else():
                     to_result(m, v)
 
@@ -1167,7 +1228,10 @@ class ComputeSequencer(wiring.Component):
                          mx.eq(ox * f["pool_stride"] - f["pool_padding"] + pkx)]
             with m.State("POOL_TAP"):
                 # without a pooling stage the convolution's position is the output's
-                m.d.sync += [cy.eq(Mux(pooling, my, oy)), cx.eq(Mux(pooling, mx, ox)),
+                cy_c, cx_c = Mux(pooling, my, oy), Mux(pooling, mx, ox)
+                m.d.sync += [cys.eq(cy_c * st_r - pad_r), cxs.eq(cx_c * st_r - pad_r),
+                             crow.eq(cy_c * st_pitch - padly), ccol.eq(cx_c * st_pix - pad_pix),
+                             kyd.eq(0), kxd.eq(0), kyo.eq(0), kxo.eq(0),
                              acc.eq(0), seen.eq(0), ky.eq(0), kx.eq(0), ci.eq(0), j.eq(0),
                              woff.eq(0), gword.eq(0), sg.eq(0), wc_ok.eq(0)]
                 with m.If(~pooling | ((my >= 0) & (my < f["mid_h"]) & (mx >= 0)
@@ -1179,25 +1243,25 @@ class ComputeSequencer(wiring.Component):
                 with m.Else():
                     m.next = "POOL_NEXT"     # a padded tap: never the maximum
                 self._exits(m)
-            def tap_geometry(ky_, kx_, ci_, suffix=""):
-                """Tap (ky_, kx_, ci_): its input position and channel, whether it lies
+            def tap_geometry(kyd_, kxd_, kyo_, kxo_, ci_, suffix=""):
+                """The tap at (kyd_, kxd_) from the window's origin (offsets kyo_, kxo_
+                bytes), channel ci_: its input position and channel, whether it lies
                 inside the input, and its bit address in the scratchpad."""
-                iy_ = Signal(signed(20), name="iy" + suffix)
-                ix_ = Signal(signed(20), name="ix" + suffix)
+                iy_ = Signal(signed(24), name="iy" + suffix)
+                ix_ = Signal(signed(24), name="ix" + suffix)
                 ch_ = Signal(16, name="ch" + suffix)
-                m.d.comb += [iy_.eq(cy * st_r - pad_r + ky_ * dil_r),
-                             ix_.eq(cx * st_r - pad_r + kx_ * dil_r),
+                m.d.comb += [iy_.eq(cys + kyd_), ix_.eq(cxs + kxd_),
                              ch_.eq(Mux(per_channel & ~pvec, oc, ci_))]
                 # an element-wise core narrower than its output (a subsampled option-A
                 # shortcut with the add's side first): the missing channels are zeros
                 valid_ = (iy_ >= 0) & (iy_ < f["in_h"]) & (ix_ >= 0) & (ix_ < f["in_w"]) \
                     & (~per_channel | pvec | (oc < f["in_c"]))
                 addr_ = Mux(summed, (sum_base << 3) + (ci_ << 6),
-                            ((in_base + kin * in_tile + (iy_ - ly0).as_unsigned()[:16] * f["in_pitch"]
-                              + ix_.as_unsigned()[:16] * in_pix) << 3) + (ch_ << in_sh))
+                            (((job_in[kin] + crow + kyo_ + ccol + kxo_)[:A]) << 3)
+                            + (ch_ << in_sh))
                 return iy_, ix_, ch_, valid_, addr_
 
-            iy, ix, ch, in_valid, in_addr = tap_geometry(ky, kx, ci)
+            iy, ix, ch, in_valid, in_addr = tap_geometry(kyd, kxd, kyo, kxo, ci)
             in_width = Mux(summed, 64, f["in_elem"])           # a tap's input element
             in_signed = summed | (f["in_fmt"] == 2)
             # the scalar path's next tap, so that the state finishing a tap starts it
@@ -1205,17 +1269,23 @@ class ComputeSequencer(wiring.Component):
             last_ci, last_kx = ci == ci_n - 1, summed | (kx == kw_n - 1)
             last_tap = last_ci & last_kx & (summed | (ky == kh_n - 1))
             ky_nx, kx_nx, ci_nx = Signal(16), Signal(16), Signal(16)
+            kyd_nx, kxd_nx, kyo_nx, kxo_nx = (Signal(16), Signal(16), Signal(A), Signal(A))
             m.d.comb += [ci_nx.eq(Mux(last_ci, 0, ci + 1)),
                          kx_nx.eq(Mux(last_ci, Mux(last_kx, 0, kx + 1), kx)),
-                         ky_nx.eq(Mux(last_ci & last_kx, ky + 1, ky))]
-            _, _, _, in_valid_nx, in_addr_nx = tap_geometry(ky_nx, kx_nx, ci_nx, "_nx")
+                         ky_nx.eq(Mux(last_ci & last_kx, ky + 1, ky)),
+                         kxd_nx.eq(Mux(last_ci, Mux(last_kx, 0, kxd + dil_r), kxd)),
+                         kxo_nx.eq(Mux(last_ci, Mux(last_kx, 0, kxo + dil_pix), kxo)),
+                         kyd_nx.eq(Mux(last_ci & last_kx, kyd + dil_r, kyd)),
+                         kyo_nx.eq(Mux(last_ci & last_kx, kyo + dil_pitch, kyo))]
+            _, _, _, in_valid_nx, in_addr_nx = tap_geometry(kyd_nx, kxd_nx, kyo_nx, kxo_nx,
+                                                            ci_nx, "_nx")
             pad_value = Mux(is_conv & ~int_w & (f["act_bits"] == 0), 1, 0)
             widx = wrow + woff
             w_bin_addr = ((par_k + off_w) << 3) + wskew + widx
             w_int_addr = ((par_k + off_w) << 3) + wskew + (widx << (wb_sh + 3))
             # streamed: the chunk of classes [cc0, cc1) from its skew in the first word
             w_head_addr = ((par_k + off_w) << 3) + wskew \
-                + (((oc - cc0) * f["in_c"] + ci) << (wb_sh + 3))
+                + ((ocw + ci) << (wb_sh + 3))
             wsel = Signal(A)
             wwid = Signal(7)
             m.d.comb += [wsel.eq(Mux(is_head, w_head_addr, Mux(int_w, w_int_addr, w_bin_addr))),
@@ -1262,6 +1332,7 @@ class ComputeSequencer(wiring.Component):
                 m.d.sync += [xraw.eq(ev), xv.eq(ev)]
                 with m.If(stage("prologue_threshold")):
                     self._issue(m, "PINV", p_inv_addr, 1, 0)
+                    m.d.sync += tb.eq(ch * f["in_levels"])
                 with m.Elif(wc_hit):
                     m.d.comb += [mac_w.eq(wc_elem), mac_x.eq(ev)]
                     m.d.sync += acc.eq(acc + mac)
@@ -1270,14 +1341,15 @@ class ComputeSequencer(wiring.Component):
                         self._fail(m, "unsupported")
                 with m.Else():
                     to_weight(m)
-            p_inv_addr = ((par_k + f["in_c"] * f["in_levels"] * cb) << 3) + ch
+            p_inv_addr = ((par_k + pro_inv) << 3) + ch
 
             # prologue threshold of the input element: the invert bit, then the levels
             # (the state before INV_D addresses the invert bit; each level's read is
             # addressed by the previous read's data state)
-            def threshold_states(prefix, value, channel, levels, section, done):
+            def threshold_states(prefix, value, levels, section, done):
                 def t_addr(level):
-                    return const_addr(par_k, section, channel * levels + level)
+                    # tb: channel * levels, set by the state that reads the invert bit
+                    return const_addr(par_k, section, tb + level)
 
                 def got_inv(m, ev):
                     m.d.sync += [inv.eq(ev[0]), lvl.eq(0), cnt.eq(0)]
@@ -1297,7 +1369,7 @@ class ComputeSequencer(wiring.Component):
             def prologue_done(m, level):
                 m.d.sync += xv.eq(level)
                 to_weight(m)
-            threshold_states("P", xraw, ch, f["in_levels"], 0, prologue_done)
+            threshold_states("P", xraw, f["in_levels"], 0, prologue_done)
 
             # ---- the array's window, a word at a time -----------------------------------
             # A tap's channels are consecutive elements of one pixel (NHWC), so one
@@ -1309,22 +1381,24 @@ class ComputeSequencer(wiring.Component):
             # level the two are laid out alike
             thr_sec = par_k + Mux(pvec, off_thr, 0)
             thr_addr = (thr_sec + (ci << cb_sh)) << 3
-            inv_addr = ((thr_sec + f["in_c"] * cb) << 3) + ci
+            inv_addr = ((thr_sec + (f["in_c"] << cb_sh)) << 3) + ci
 
             def left_in_word(bitaddr, width, choices):
                 # elements of `width` bits from bitaddr to the end of its word
                 room = W - bitaddr[:wbits]
-                n = room
-                for w in choices:
-                    n = Mux(width == w, room >> exact_log2(w), n)
-                return n
+                return Mux(_any_of((width == w, 1) for w in choices), _any_of(
+                    (width == w, room >> exact_log2(w)) for w in choices), room)
 
             def smaller(a, b):
                 return Mux(a < b, a, b)
 
             lim_c = ci_n - ci
             lim_j = Mux(svec, SL, SIMD) - j[:SIMD.bit_length()]
-            lim_in = left_in_word(in_addr, f["in_elem"], (2, 4, 8, 16, 32, 64))
+            # the input word being read: its bit address, kept from the state that read
+            # it (G_TAP, or the group before of the same tap), so that no address
+            # arithmetic precedes the shifter
+            ga = Signal(A + 3)
+            lim_in = left_in_word(ga, f["in_elem"], (2, 4, 8, 16, 32, 64))
             lim_t = left_in_word(thr_addr, cb << 3, (8, 16, 32, 64))
             lim_v = W - inv_addr[:wbits]
             gl_pad = Signal(range(SIMD + 1))
@@ -1338,23 +1412,27 @@ class ComputeSequencer(wiring.Component):
 
             # the group's lane values (4 bit planes each) from the input word shifted to
             # its first element and, with a prologue, the threshold word
+            # the input's element width and the constants' size, decoded once
+            in_is = {w: Signal(name=f"in_is{w}") for w in _WIDTHS}
+            cb_is = {c: Signal(name=f"cb_is{c}") for c in (1, 2, 4, 8)}
+            in_signed_fmt = Signal()
+            m.d.comb += [*(in_is[w].eq(f["in_elem"] == w) for w in _WIDTHS),
+                         *(cb_is[c].eq(cb == c) for c in cb_is),
+                         in_signed_fmt.eq(f["in_fmt"] == 2)]
             gsrc = Signal(W)
-            m.d.comb += gsrc.eq(Mux(gpro, gin, rp.data >> in_addr[:wbits]))
+            m.d.comb += gsrc.eq(Mux(gpro, gin, rp.data >> ga[:wbits]))
             gth = Signal(W)
             m.d.comb += gth.eq(rp.data >> thr_addr[:wbits])
             gvals, gbytes = [], []      # the binary array's bit planes, the stem's bytes
             for i in range(SIMD):
                 e = Signal(signed(64), name=f"gelem{i}")
                 t = Signal(signed(64), name=f"gthr{i}")
-                ev_i, tv_i = Const(0, 64), Const(0, signed(64))
-                for w in (1, 2, 4, 8, 16, 32, 64):
-                    if (i + 1) * w <= W:
-                        piece = gsrc[i * w:(i + 1) * w]
-                        ev_i = Mux(f["in_elem"] == w,
-                                   Mux(f["in_fmt"] == 2, piece.as_signed(), piece), ev_i)
-                for c in (1, 2, 4, 8):
-                    if (i + 1) * c * 8 <= W:
-                        tv_i = Mux(cb == c, gth[i * c * 8:(i + 1) * c * 8].as_signed(), tv_i)
+                ev_i = _any_of(
+                    (in_is[w], Mux(in_signed_fmt, gsrc[i * w:(i + 1) * w].as_signed(),
+                                   gsrc[i * w:(i + 1) * w]))
+                    for w in _WIDTHS if (i + 1) * w <= W)
+                tv_i = _any_of((cb_is[c], gth[i * c * 8:(i + 1) * c * 8].as_signed())
+                               for c in (1, 2, 4, 8) if (i + 1) * c * 8 <= W)
                 m.d.comb += [e.eq(ev_i), t.eq(tv_i)]
                 g = Signal(4, name=f"glane{i}")
                 m.d.comb += g.eq(Mux(gpro, (e >= t) ^ ginv[i], e[:4]))
@@ -1384,20 +1462,24 @@ class ComputeSequencer(wiring.Component):
                              j.eq(Mux(full, 0, j + n)), ci.eq(ci + n)]
                 m.next = "G_TAP"
                 if chain:
-                    nxt = in_addr + (n << in_sh)
+                    nxt = ga + (n << in_sh)
                     m.d.comb += s.raddr.eq(nxt >> wbits)
+                    m.d.sync += ga.eq(nxt)
                     m.next = "G_IN"
                 with m.If(ci + n == ci_n):
                     m.next = "G_TAP"
-                    m.d.sync += [ci.eq(0), kx.eq(kx + 1)]
+                    m.d.sync += [ci.eq(0), kx.eq(kx + 1), kxd.eq(kxd + dil_r),
+                                 kxo.eq(kxo + dil_pix)]
                     with m.If(kx == kw_n - 1):
-                        m.d.sync += [kx.eq(0), ky.eq(ky + 1)]
+                        m.d.sync += [kx.eq(0), ky.eq(ky + 1), kxd.eq(0), kxo.eq(0),
+                                     kyd.eq(kyd + dil_r), kyo.eq(kyo + dil_pitch)]
                         with m.If(ky == kh_n - 1):
                             m.next = "EPI"
 
             with m.State("G_TAP"):
                 with m.If(in_valid):
                     m.d.comb += s.raddr.eq(in_addr >> wbits)
+                    m.d.sync += ga.eq(in_addr)
                     m.next = "G_IN"
                 with m.Else():
                     pad = Signal(4)
@@ -1405,7 +1487,7 @@ class ComputeSequencer(wiring.Component):
                     gather_write(m, [pad] * SIMD, gl_pad, chain=False)
                 self._exits(m)
             with m.State("G_IN"):
-                shifted_in = rp.data >> in_addr[:wbits]
+                shifted_in = rp.data >> ga[:wbits]
                 with m.If(gpro):
                     m.d.sync += gin.eq(shifted_in)
                     with m.If(ginv_ok & (ginv_wa == (inv_addr >> wbits))):
@@ -1432,9 +1514,11 @@ class ComputeSequencer(wiring.Component):
                 last_j = j == simd_r - 1
                 m.d.sync += [j.eq(Mux(last_j, 0, j + 1)),
                              woff.eq(Mux(last_j, woff + pesimd - (simd_r - 1), woff + 1)),
-                             ci.eq(ci_nx), kx.eq(kx_nx), ky.eq(ky_nx)]
+                             ci.eq(ci_nx), kx.eq(kx_nx), ky.eq(ky_nx), kxd.eq(kxd_nx),
+                             kyd.eq(kyd_nx), kxo.eq(kxo_nx), kyo.eq(kyo_nx)]
                 with m.If(last_tap):
-                    m.d.sync += [kx.eq(0), ky.eq(0)]
+                    m.d.sync += [kx.eq(0), ky.eq(0), kxd.eq(0), kyd.eq(0), kxo.eq(0),
+                                 kyo.eq(0)]
                     m.next = "EPI"
                 with m.Else():
                     start_tap(m, in_valid_nx, in_addr_nx)
@@ -1597,10 +1681,8 @@ class ComputeSequencer(wiring.Component):
                 thr_bits = rp.wide >> tv_thr[:wbits]
                 ge = []
                 for i in range(PE):
-                    t_i = Const(0, signed(64))
-                    for c in (1, 2, 4, 8):
-                        if (i + 1) * c * 8 <= self.banks * W:
-                            t_i = Mux(cb == c, thr_bits[i * c * 8:(i + 1) * c * 8].as_signed(), t_i)
+                    t_i = _any_of((cb_is[c], thr_bits[i * c * 8:(i + 1) * c * 8].as_signed())
+                                  for c in (1, 2, 4, 8) if (i + 1) * c * 8 <= self.banks * W)
                     ge.append(rp_a.data[32 * i:32 * (i + 1)].as_signed() >= t_i)
                 m.d.sync += tv_ge.eq(Cat(*ge))
                 m.d.comb += s.raddr.eq(tv_inv >> wbits)
@@ -1681,9 +1763,13 @@ class ComputeSequencer(wiring.Component):
 
             def epilogue_done(m, level):
                 to_result(m, level)
-            threshold_states("E", acc, oc, f["out_levels"], off_thr, epilogue_done)
+            threshold_states("E", acc, f["out_levels"], off_thr, epilogue_done)
 
             # ---- mixer: lambdas and gates of job k's block (fused) or block 0 (MIXER) ----
+            # The fractions, lambdas and gates are the descriptor's constants: read once,
+            # at its first mix (LF, GF, LAML per job, GATEL per gated output), and kept,
+            # so that every mix after computes from registers (LAM per job, AGG, GATE per
+            # gated output) and no read's value feeds a multiplier.
             def got_lf(m, ev):
                 m.d.sync += lf.eq(ev)
                 self._issue(m, "GF", const_addr(par_base, off_mix, 1), cb << 3, 1)
@@ -1692,22 +1778,45 @@ class ComputeSequencer(wiring.Component):
             def got_gf(m, ev):
                 m.d.sync += gf.eq(ev)
                 with m.If(is_gateop):
-                    self._issue(m, "GATE", gate_addr(k), cb << 3, 1)    # no lambdas
+                    self._issue(m, "GATEL", gate_addr(k), cb << 3, 1)    # no lambdas
                 with m.Else():
-                    self._issue(m, "LAM", lam_addr(k), cb << 3, 1)
+                    self._issue(m, "LAML", lam_addr(k), cb << 3, 1)
             self._read(m, "GF", 0, cb << 3, 1, got_gf, address_state=False)
 
-            def got_lam(m, ev):
-                m.d.sync += msum.eq(msum + _operand(ev) * _operand(vals[k]))
+            def mix_loaded(m):
+                m.d.sync += [k.eq(0), mix_ok.eq(1)]
+                with m.If(mixing):
+                    m.next = "LAM"
+                with m.Else():
+                    m.next = "GATE"
+
+            def got_laml(m, ev):
+                m.d.sync += lam_r[k].eq(_operand(ev))
                 with m.If(k == f["jobs"] - 1):
-                    m.d.sync += k.eq(0)
-                    m.next = "AGG"
+                    with m.If(gated):
+                        m.d.sync += k.eq(0)
+                        self._issue(m, "GATEL", gate_addr(0), cb << 3, 1)
+                    with m.Else():
+                        mix_loaded(m)
                 with m.Else():
                     m.d.sync += k.eq(k + 1)
-                    self._issue(m, "LAM", lam_addr(k + 1), cb << 3, 1)
-                with m.If(~_fits(ev, vals[k])):
+                    self._issue(m, "LAML", lam_addr(k + 1), cb << 3, 1)
+                with m.If(~_fits(ev)):
                     self._fail(m, "unsupported")
-            self._read(m, "LAM", 0, cb << 3, 1, got_lam, address_state=False)
+            self._read(m, "LAML", 0, cb << 3, 1, got_laml, address_state=False)
+
+            def got_gatel(m, ev):
+                rest = Signal(signed(64))          # the aggregate's weight 2^f - g
+                m.d.comb += rest.eq((Const(1, signed(64)) << gf[:6]) - ev)
+                m.d.sync += [gate_r[k].eq(_operand(ev)), rest_r[k].eq(_operand(rest))]
+                with m.If(k == n_out - 1):
+                    mix_loaded(m)
+                with m.Else():
+                    m.d.sync += k.eq(k + 1)
+                    self._issue(m, "GATEL", gate_addr(k + 1), cb << 3, 1)
+                with m.If(~_fits(ev, rest)):
+                    self._fail(m, "unsupported")
+            self._read(m, "GATEL", 0, cb << 3, 1, got_gatel, address_state=False)
 
             def to_outputs(m):
                 """After the mixer: a MIXER's (GATE's) epilogue per output (OUT), else the
@@ -1720,34 +1829,38 @@ class ComputeSequencer(wiring.Component):
             def round_shift(x, sh):
                 return (x + Mux(sh == 0, 0, (Const(1, signed(64)) << sh[:6]) >> 1)) >> sh[:6]
 
+            with m.State("LAM"):
+                m.d.sync += msum.eq(msum + lam_r[k] * _operand(vals[k]))
+                with m.If(k == f["jobs"] - 1):
+                    m.d.sync += k.eq(0)
+                    m.next = "AGG"
+                with m.Else():
+                    m.d.sync += k.eq(k + 1)
+                with m.If(~_fits(vals[k])):
+                    self._fail(m, "unsupported")
+                self._exits(m)
             with m.State("AGG"):
                 agg = Signal(signed(64))
                 m.d.comb += agg.eq(round_shift(msum, lf))
                 m.d.sync += msum.eq(agg)
                 with m.If(gated):
-                    self._issue(m, "GATE", gate_addr(k), cb << 3, 1)
+                    m.next = "GATE"
                 with m.Else():
                     m.d.sync += vals[0].eq(agg)
                     to_outputs(m)
                 self._exits(m)
-
-            def got_gate(m, ev):
-                one = Const(1, signed(64)) << gf[:6]
-                rest = Signal(signed(64))          # the aggregate's weight 2^f - g
+            with m.State("GATE"):
                 mixed_s = Signal(signed(64))
-                m.d.comb += [rest.eq(one - ev),
-                             mixed_s.eq(_operand(ev) * _operand(vals[k])
-                                        + _operand(rest) * _operand(msum))]
+                m.d.comb += mixed_s.eq(gate_r[k] * _operand(vals[k]) + rest_r[k] * _operand(msum))
                 m.d.sync += vals[k].eq(round_shift(mixed_s, gf))
                 with m.If(k == n_out - 1):
                     m.d.sync += k.eq(0)
                     to_outputs(m)
                 with m.Else():
                     m.d.sync += k.eq(k + 1)
-                    self._issue(m, "GATE", gate_addr(k + 1), cb << 3, 1)
-                with m.If(~_fits(ev, rest, vals[k], msum)):
+                with m.If(~_fits(vals[k], msum)):
                     self._fail(m, "unsupported")
-            self._read(m, "GATE", 0, cb << 3, 1, got_gate, address_state=False)
+                self._exits(m)
 
             # ---- output: merge vals[k] into its word (read by the state before) ------------
             with m.State("OUT"):
@@ -1778,7 +1891,7 @@ class ComputeSequencer(wiring.Component):
             # ---- stores: one write-DMA descriptor per job output -------------------------
             def got_out_addr(m, ev):
                 m.d.sync += [fld.eq(ev),
-                             wptr.eq((out_base + k * out_tile) >> exact_log2(BPW)),
+                             wptr.eq(job_out[k] >> exact_log2(BPW)),
                              left.eq((r1 - r0) * f["out_pitch"])]
                 m.next = "STORE_CMD"
             self._read(m, "STORE_ADDR", ((k << 4) + 8) << 3, 32, 0, got_out_addr)
