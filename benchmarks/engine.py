@@ -264,6 +264,20 @@ def crossover(board="de10nano"):
     return rows
 
 
+def _placed_clock():
+    """nextpnr's ECP5 estimate after placement for the current hw/engine RTL (the best of
+    the runs with and without Yosys's sharing) and whether it shared, or None."""
+    path = Path(__file__).parent / "results" / "engine_resources.json"
+    if not path.exists():
+        return None
+    runs = json.loads(path.read_text())
+    rtl = source_stamp()["hw_engine_sha256"]
+    found = [(r["placed_fmax_estimate_mhz"], r.get("yosys_share", True))
+             for r in (runs.get("ecp5_pnr"), runs.get("ecp5_pnr_no_share"))
+             if r and r.get("hw_engine_sha256") == rtl and r.get("placed_fmax_estimate_mhz")]
+    return max(found) if found else None
+
+
 def write_docs(results, built_rows, rtl_rows, authors, cross, out_md, out_png):
     import matplotlib
     matplotlib.use("Agg")
@@ -293,6 +307,18 @@ def write_docs(results, built_rows, rtl_rows, authors, cross, out_md, out_png):
         lines.append(f"- {b['arch']}: " + ", ".join(
             f"{k} {100 * v:.0f} %" for k, v in sorted(b["phases"].items(), key=lambda kv: -kv[1])
             if v >= 0.005))
+    placed = _placed_clock()
+    if placed:
+        mhz, share = placed
+        lines += ["", f"The engine's clock: nextpnr's estimate after placement on ECP5 (the "
+                  f"64 KiB core, pe 4 x simd 8, Yosys {'with' if share else 'without'} "
+                  f"resource sharing; `benchmarks/engine_resources.py --place-only`) is "
+                  f"{mhz:.2f} MHz on this RTL. At that clock the engine as built runs "
+                  + ", ".join(f"{b['arch']} at {b['fps'] * mhz / b['clock_mhz']:.3f} frames/s"
+                              for b in built_rows) + "."]
+    else:
+        lines += ["", "The engine's clock: no ECP5 placement of this RTL is recorded "
+                  "(`benchmarks/engine_resources.py --pnr-only --place-only`)."]
     if rtl_rows:
         lines += ["", "RTL-measured on Verilator (authors' layout, widths 8-64, 32x32, one "
                   "image, 64 KiB scratchpad):", "",

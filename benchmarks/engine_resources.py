@@ -220,6 +220,20 @@ def errors(data):
     return out
 
 
+def _save(path, data, cyclonev_sizes=(), keys=()):
+    """Write ``data``'s records of this run (the Cyclone V ``cyclonev_sizes`` and the
+    top-level ``keys``) into the file as it is now, so that runs at the same time (the
+    sizes on one core, ECP5 on the other) keep each other's records."""
+    now = json.loads(path.read_text()) if path.is_file() else {}
+    now.setdefault("cyclonev", {})
+    for name in cyclonev_sizes:
+        now["cyclonev"][name] = data["cyclonev"][name]
+    for key in keys:
+        now[key] = data[key]
+    path.write_text(json.dumps(now, indent=1, sort_keys=True) + "\n")
+    return now
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default=",".join(SIZES),
@@ -262,7 +276,9 @@ def main(argv=None):
             data["cyclonev"][name] = rec
             print(f"{name}: {rec['cells']} alm={rec['alm']} ({rec['yosys_seconds']} s)",
                   flush=True)
-            args.out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+            _save(args.out, data, [name], ["flow", "sizes"])
+        # the fit over every size recorded, this run's and the file's
+        data = _save(args.out, data, names, ["flow", "sizes"])
         if names:
             supersede_stale(data)
         data["estimate"] = errors(data)
@@ -279,10 +295,11 @@ def main(argv=None):
             rec["size"] = PNR_SIZE
             rec["total_seconds"] = round(time.perf_counter() - t0, 1)
             rec["yosys_share"] = not args.no_share
-            data["ecp5_pnr_no_share" if args.no_share else "ecp5_pnr"] = rec
+            key = "ecp5_pnr_no_share" if args.no_share else "ecp5_pnr"
+            data[key] = rec
             print(f"ecp5 {PNR_SIZE}: fmax={rec.get('fmax_mhz')} "
                   f"{rec.get('pnr_error', '')} ({rec['total_seconds']} s)", flush=True)
-            args.out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+            _save(args.out, data, keys=[key])
     return 0
 
 

@@ -1,0 +1,186 @@
+"""Where the engine core's clock goes: a rough static timing estimate over Yosys's ECP5
+netlist, without placement.
+
+nextpnr reports the core's Fmax after placement (``engine_resources.py --place-only``)
+but not which paths set it, and routing the core takes hours. This script walks the
+synthesized netlist with a per-cell delay model (LUT4 0.45 ns, a multiplier 3.6 ns,
+a block RAM's clock-to-out 4.3 ns, carry chains nearly free along the chain) and a
+fixed 0.9 ns of routing per net, and ranks the registers and block-RAM inputs by the
+latest arrival: a ranking to decide what to change, not a timing figure (it reads
+about 20 % faster than nextpnr's estimate after placement).
+
+    python3 benchmarks/engine_paths.py --size small            # synthesize, then rank
+    python3 benchmarks/engine_paths.py --netlist netlist.json  # rank a netlist
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections import OrderedDict
+from pathlib import Path
+
+from groupnet_hw.toolchain.synth import design_signal
+
+#: routing delay charged to every net (ns)
+ROUTE_NS = 0.9
+#: cells a path starts at: their output port and its delay from the clock (ns)
+STARTS = {"TRELLIS_FF": ("Q", 0.4), "DP16KD": ("DO", 4.3), "PDPW16KD": ("DO", 4.3)}
+#: cells a path ends at (their data inputs)
+ENDS = ("TRELLIS_FF", "DP16KD", "PDPW16KD")
+#: a combinational cell's delay from an input to its output (ns)
+CELL_NS = {"LUT4": 0.45, "CCU2C": 0.45, "PFUMX": 0.25, "L6MUX21": 0.25,
+           "MULT18X18D": 3.6, "ALU54B": 3.0, "TRELLIS_DPR16X4": 0.8}
+_CLOCKS = ("CLK", "CLKA", "CLKB")
+_DPR_READ = ("RAD0", "RAD1", "RAD2", "RAD3")
+
+
+def _top(netlist):
+    return next(m for m in netlist["modules"].values() if m.get("attributes", {}).get("top"))
+
+
+def arrivals(netlist):
+    """Rank the path ends of a Yosys JSON ``netlist`` (a dict) by arrival time.
+
+    Returns ``(ends, worst_path)``: ``ends`` maps ``"design.signal:PORT"`` to ``(ns,
+    bits)``, latest first; ``worst_path`` lists ``(ns, cell type, net name)`` from the
+    start of the latest path to its end."""
+    top = _top(netlist)
+    cells = top["cells"]
+    names = {}
+    for n, net in top["netnames"].items():
+        for b in net["bits"]:
+            if isinstance(b, int) and (b not in names or n.count("$") < names[b].count("$")):
+                names[b] = n
+    driver = {}
+    for cn, c in cells.items():
+        for p, bits in c["connections"].items():
+            if c["port_directions"].get(p) == "output":
+                for b in bits:
+                    if isinstance(b, int):
+                        driver[b] = (cn, p)
+
+    def inputs(cn, port):
+        """(bit, delay to the output) of each input of cell cn's output port."""
+        c = cells[cn]
+        t = c["type"]
+        for p, bits in c["connections"].items():
+            if c["port_directions"].get(p) != "input":
+                continue
+            if t == "TRELLIS_DPR16X4" and p not in _DPR_READ:
+                continue
+            for b in bits:
+                if not isinstance(b, int):
+                    continue
+                if t == "CCU2C" and p == "CIN":
+                    # along the carry chain
+                    yield b, 0.06 if port == "COUT" else 0.3
+                else:
+                    yield b, ROUTE_NS + CELL_NS.get(t, 0.5)
+
+    arrival, via = {}, {}
+
+    def out_time(key):
+        """The arrival at a cell output (iteratively: the core's cones are deep)."""
+        stack = [key]
+        while stack:
+            k = stack[-1]
+            if k in arrival:
+                stack.pop()
+                continue
+            cn, port = k
+            t = cells[cn]["type"]
+            if t in STARTS:
+                arrival[k], via[k] = STARTS[t][1], None
+                stack.pop()
+                continue
+            pending = [driver[b] for b, _ in inputs(cn, port)
+                       if b in driver and driver[b] not in arrival]
+            if pending:
+                stack.extend(pending)
+                continue
+            best, best_bit = 0.0, None
+            for b, d in inputs(cn, port):
+                a = (arrival[driver[b]] if b in driver else 0.0) + d
+                if a > best:
+                    best, best_bit = a, b
+            arrival[k], via[k] = best, best_bit
+            stack.pop()
+        return arrival[key]
+
+    ends = []
+    for cn, c in cells.items():
+        if c["type"] not in ENDS:
+            continue
+        for p, bits in c["connections"].items():
+            if c["port_directions"].get(p) != "input" or p in _CLOCKS:
+                continue
+            for b in bits:
+                if isinstance(b, int):
+                    a = (out_time(driver[b]) if b in driver else 0.0) + ROUTE_NS + 0.1
+                    ends.append((a, cn, p, b))
+    ends.sort(key=lambda e: -e[0])
+    ranked = OrderedDict()
+    for a, cn, p, _ in ends:
+        key = f"{design_signal(cn)}:{p.rstrip('0123456789')}"
+        worst, n = ranked.get(key, (a, 0))
+        ranked[key] = (worst, n + 1)
+    path = []
+    if ends:
+        b = ends[0][3]
+        while b is not None and b in driver:
+            k = driver[b]
+            path.append((arrival[k], cells[k[0]]["type"], names.get(b, "?")))
+            b = via[k]
+    return ranked, list(reversed(path))
+
+
+def synthesized_netlist(size, work):
+    """Yosys's ECP5 netlist of the engine core at ``size`` (engine_resources' sizes),
+    synthesized without resource sharing (its shared operators add paths no cycle
+    uses)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import engine_resources as er
+    from groupnet_hw.toolchain.synth import synthesize
+    verilog = Path(work) / f"{size}.v"
+    verilog.write_text(er.verilog_of(er.core_params(size)))
+    synthesize(verilog, er.TOP, "ecp5", Path(work) / size, place_and_route=False,
+               share=False, progress=print)
+    return json.loads((Path(work) / size / "synth-ecp5" / "netlist.json").read_text())
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--netlist", type=Path, help="a Yosys JSON netlist (synth_ecp5)")
+    src.add_argument("--size", help="synthesize the core at this size of "
+                                    "engine_resources.py first (about 2 minutes)")
+    ap.add_argument("--top", type=int, default=30, help="path ends to list")
+    args = ap.parse_args(argv)
+    if args.netlist:
+        netlist = json.loads(args.netlist.read_text())
+    else:
+        with tempfile.TemporaryDirectory(prefix="engine_paths_") as tmp:
+            netlist = synthesized_netlist(args.size, tmp)
+    ranked, path = arrivals(netlist)
+    if not ranked:
+        print("no register or block-RAM inputs in this netlist")
+        return 1
+    worst = next(iter(ranked.values()))[0]
+    print(f"latest arrival {worst:.1f} ns (about {1000 / worst:.1f} MHz before placement)")
+    for key, (a, n) in list(ranked.items())[:args.top]:
+        print(f"{a:7.1f} ns {n:5d} bits  {key}")
+    print("the latest path:")
+    last = None
+    for a, kind, net in path:
+        if net != last:
+            print(f"  {a:6.1f} {kind:10s} {net[:100]}")
+        last = net
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

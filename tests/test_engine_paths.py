@@ -1,0 +1,50 @@
+"""The rough path ranking of ``benchmarks/engine_paths.py`` on a netlist small enough
+to check by hand: a register-to-register path through a multiplier against a direct
+one and one along a carry chain."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import engine_paths  # noqa: E402
+
+
+def _cell(kind, inputs, outputs):
+    conns = {**inputs, **outputs}
+    dirs = {**{p: "input" for p in inputs}, **{p: "output" for p in outputs}}
+    return {"type": kind, "connections": conns, "port_directions": dirs}
+
+
+def _netlist():
+    # nets: 2 a.Q, 3 lut out, 4 mult out, 5 c.Q, 6 carry0 COUT, 7 carry1 S0, 9 clock
+    cells = {
+        "a_TRELLIS_FF_Q": _cell("TRELLIS_FF", {"CLK": [9], "DI": [1]}, {"Q": [2]}),
+        "lut0": _cell("LUT4", {"A": [2]}, {"Z": [3]}),
+        "mul": _cell("MULT18X18D", {"A0": [3]}, {"P0": [4]}),
+        "b_TRELLIS_FF_Q": _cell("TRELLIS_FF", {"CLK": [9], "DI": [4]}, {"Q": [1]}),
+        "c_TRELLIS_FF_Q": _cell("TRELLIS_FF", {"CLK": [9], "DI": [8]}, {"Q": [5]}),
+        "d_TRELLIS_FF_Q": _cell("TRELLIS_FF", {"CLK": [9], "DI": [5]}, {"Q": [10]}),
+        "carry0": _cell("CCU2C", {"A0": [5]}, {"COUT": [6]}),
+        "carry1": _cell("CCU2C", {"CIN": [6]}, {"S0": [7]}),
+        "e_TRELLIS_FF_Q": _cell("TRELLIS_FF", {"CLK": [9], "DI": [7]}, {"Q": [8]}),
+    }
+    netnames = {"a": {"bits": [2]}, "prod": {"bits": [4]}, "c": {"bits": [5]}}
+    return {"modules": {"top": {"attributes": {"top": 1}, "cells": cells,
+                                "netnames": netnames}}}
+
+
+def test_a_path_through_a_multiplier_ranks_first_and_is_named():
+    ranked, path = engine_paths.arrivals(_netlist())
+    keys = list(ranked)
+    assert keys[0] == "b:DI"
+    r = engine_paths.ROUTE_NS
+    # a.Q, a net and a LUT, a net and the multiplier, the net into b
+    expected = 0.4 + (r + 0.45) + (r + 3.6) + r + 0.1
+    assert ranked["b:DI"][0] == pytest.approx(expected)
+    assert ranked["d:DI"][0] == pytest.approx(0.4 + r + 0.1)
+    # along the carry chain: no routing and no cell delay between CCU2C cells but 0.3
+    assert ranked["e:DI"][0] == pytest.approx(0.4 + (r + 0.45) + 0.3 + r + 0.1)
+    assert [kind for _, kind, _ in path] == ["TRELLIS_FF", "LUT4", "MULT18X18D"]
+    assert path[-1][2] == "prod"
