@@ -137,16 +137,16 @@ CORE_DEFAULTS = dict(data_width=128, pe=4, simd=8, stem_pe=16, stem_simd=12,
 #: least squares, relative errors) to Yosys's counts of ``benchmarks/engine_resources.py``
 #: (``python3 benchmarks/engine_resources.py --fit`` prints them) at the ten sizes of
 #: one RTL (``hw_engine_sha256`` in the JSON); each size left out of the fit is predicted
-#: by the others within 14 % (``small-pe16``; the rest within 5 %). ``job_bits`` comes out 0 (``small-limits`` halves
-#: ``max_jobs`` and the others explain it).
-_CORE_ALUTS = {"one": 19691.365, "lanes": 47.098, "pe": 45.704, "simd": 54.324,
-               "word_bits": 51.299, "job_bits": 0.0, "mux_bits": 4.718, "stem_lanes": 125.652}
+#: by the others within 13 % (``small-pe16``; the rest within 5 %). ``simd`` comes out 0
+#: (the lanes and the bus explain it).
+_CORE_ALUTS = {"one": 19560.348, "lanes": 43.264, "pe": 56.493, "simd": 0.0,
+               "word_bits": 51.953, "job_bits": 5.286, "mux_bits": 4.137, "stem_lanes": 211.173}
 #: DSP blocks of the scalar datapath (its products of 32-bit operands and the address
-#: arithmetic's run-time products), set by the RTL rather than by any kwarg: Cyclone V
-#: MISTRAL_MUL* 71-76 over the ten sizes, 73 at the build's; ECP5 MULT18X18D measured
-#: once (``ecp5_pnr``); iCE40 not measured (ECP5's count: the UP5K's 8 SB_MAC16 could
-#: not hold the core anyway).
-_CORE_DSP = {"cyclonev": 73, "ecp5": 82, "ice40": 82}
+#: arithmetic's per-descriptor products), set by the RTL rather than by any kwarg:
+#: Cyclone V MISTRAL_MUL* 68-73 over the ten sizes, 70 at the build's; ECP5 MULT18X18D
+#: measured once (``ecp5_pnr``); iCE40 not measured (ECP5's count: the UP5K's 8
+#: SB_MAC16 could not hold the core anyway).
+_CORE_DSP = {"cyclonev": 70, "ecp5": 94, "ice40": 94}
 #: LUT4 sites (LUT4 + 2 per CCU2C carry + 6 per DPR16X4) per Cyclone V ALUT: the ECP5
 #: synthesis of ``small`` (35,989 sites) over the Cyclone V count of the same RTL
 #: (19,150 ALUTs, ``superseded/small-limits``); applied to iCE40 too.
