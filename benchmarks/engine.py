@@ -41,7 +41,7 @@ from pathlib import Path
 
 import torch
 
-from engine_resources import source_stamp
+from engine_resources import OUT as RESOURCES_JSON, source_stamp
 from groupnet_hw.compiler.engine.config import DramModel
 from groupnet_hw.compiler.engine.cycles import descriptor_cycles, predict
 from groupnet_hw.compiler.engine.formats import TensorFormat
@@ -267,10 +267,9 @@ def crossover(board="de10nano"):
 def _placed_clock():
     """nextpnr's ECP5 estimate after placement for the current hw/engine RTL (the best of
     the runs with and without Yosys's sharing) and whether it shared, or None."""
-    path = Path(__file__).parent / "results" / "engine_resources.json"
-    if not path.exists():
+    if not RESOURCES_JSON.exists():
         return None
-    runs = json.loads(path.read_text())
+    runs = json.loads(RESOURCES_JSON.read_text())
     rtl = source_stamp()["hw_engine_sha256"]
     found = [(r["placed_fmax_estimate_mhz"], r.get("yosys_share", True))
              for r in (runs.get("ecp5_pnr"), runs.get("ecp5_pnr_no_share"))

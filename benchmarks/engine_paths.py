@@ -143,12 +143,8 @@ def synthesized_netlist(size, work):
     uses)."""
     sys.path.insert(0, str(Path(__file__).parent))
     import engine_resources as er
-    from groupnet_hw.toolchain.synth import synthesize
-    verilog = Path(work) / f"{size}.v"
-    verilog.write_text(er.verilog_of(er.core_params(size)))
-    synthesize(verilog, er.TOP, "ecp5", Path(work) / size, place_and_route=False,
-               share=False, progress=print)
-    return json.loads((Path(work) / size / "synth-ecp5" / "netlist.json").read_text())
+    er.synth_size(size, "ecp5", work, share=False)
+    return json.loads((Path(work) / f"{size}-ecp5" / "synth-ecp5" / "netlist.json").read_text())
 
 
 def main(argv=None):

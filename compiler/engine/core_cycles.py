@@ -437,7 +437,7 @@ def _mix_first(d, lay):
     """The mixer's constants, read at a descriptor's first mix and kept: LF_D, GF_D,
     LAML_D per job, GATEL_D per gated output (a GATE descriptor GF_D and GATEL_D)."""
     if lay["op"] == "GATE":
-        return 1 + d["jobs"] - 1
+        return 1 + _n_out(d, lay)
     if not _mixing(d, lay):
         return 0
     return 2 + d["jobs"] + (_n_out(d, lay) if _has(d, "gated") else 0)
@@ -446,8 +446,7 @@ def _mix_first(d, lay):
 def _n_out(d, lay):
     if lay["op"] == "GATE":
         return d["jobs"] - 1
-    mixing = (lay["op"] == "CONV" and _has(d, "mixer")) or lay["op"] == "MIXER"
-    return 1 if mixing and not _has(d, "gated") else d["jobs"]
+    return 1 if _mixing(d, lay) and not _has(d, "gated") else d["jobs"]
 
 
 def _outputs(d, lay, oc):
