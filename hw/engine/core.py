@@ -1412,6 +1412,16 @@ class ComputeSequencer(wiring.Component):
 
             # the group's lane values (4 bit planes each) from the input word shifted to
             # its first element and, with a prologue, the threshold word
+            binary_act = Signal()
+            m.d.comb += binary_act.eq(f["act_bits"] == 0)
+
+            def lane_planes(value):
+                """A window lane's 4 bit planes: an n-bit level as it is; a binary
+                input x (+1 as 1) as x in plane 0 and ~x in plane 1, so that the array
+                adds the same signed plane sums for both (binary: plane 0's minus
+                plane 1's)."""
+                return Mux(binary_act, Cat(value[0], ~value[0], Const(0, 2)), value)
+
             # the input's element width and the constants' size, decoded once
             in_is = {w: Signal(name=f"in_is{w}") for w in _WIDTHS}
             cb_is = {c: Signal(name=f"cb_is{c}") for c in (1, 2, 4, 8)}
@@ -1435,7 +1445,7 @@ class ComputeSequencer(wiring.Component):
                                for c in (1, 2, 4, 8) if (i + 1) * c * 8 <= W)
                 m.d.comb += [e.eq(ev_i), t.eq(tv_i)]
                 g = Signal(4, name=f"glane{i}")
-                m.d.comb += g.eq(Mux(gpro, (e >= t) ^ ginv[i], e[:4]))
+                m.d.comb += g.eq(lane_planes(Mux(gpro, (e >= t) ^ ginv[i], e[:4])))
                 gvals.append(g)
                 if i < SL:
                     gbytes.append(e[:8])
@@ -1524,8 +1534,9 @@ class ComputeSequencer(wiring.Component):
                     start_tap(m, in_valid_nx, in_addr_nx)
 
             spread = Signal(4 * SIMD)
+            xv_planes = lane_planes(xv[:4])
             for b in range(4):
-                m.d.comb += spread[b * SIMD].eq(xv[b])
+                m.d.comb += spread[b * SIMD].eq(xv_planes[b])
             gnext = Signal(4 * SIMD)
             m.d.comb += gnext.eq(gword | (spread << j[:SIMD.bit_length()]))
             with m.State("WEIGHT"):
@@ -1955,22 +1966,25 @@ class ComputeSequencer(wiring.Component):
                      lanes.eq(Mux(d_nrem >= SIMD, (1 << SIMD) - 1,
                                   (Const(1, SIMD + 1) << d_nrem[:SIMD.bit_length()]) - 1))]
         x = rp_w.data
+        # per bit plane b and PE row i: d_b = popcount(x_b & w_i) - popcount(x_b & ~w_i)
+        # = 2 popcount(x_b & w_i) - popcount(x_b), the second shared by the PE rows;
+        # n-bit levels add sum_b d_b << b (the executor's p @ w - p @ (1 - w)); binary
+        # inputs (plane 1 = ~plane 0) d_0 - d_1 = sum of +-1 products: four popcounts
+        # a PE row for every input format
+        planes_x = [x[b * SIMD:(b + 1) * SIMD] & lanes for b in range(4)]
+        ones = [sum(px[t] for t in range(SIMD)) for px in planes_x]
         sums = []
         for i in range(PE):
             wp_i = wfold_bits[i * SIMD:(i + 1) * SIMD]
-            xnor = sum((~(x[:SIMD] ^ wp_i) & lanes)[t] for t in range(SIMD))
-            planes = 0
-            for b in range(4):
-                xb = x[b * SIMD:(b + 1) * SIMD]
-                plus = sum((xb & wp_i & lanes)[t] for t in range(SIMD))
-                minus = sum((xb & ~wp_i & lanes)[t] for t in range(SIMD))
-                planes = planes + ((plus - minus).as_signed() << b)
+            d = [(2 * sum((px & wp_i)[t] for t in range(SIMD)) - ones[b]).as_signed()
+                 for b, px in enumerate(planes_x)]
+            levels = d[0] + (d[1] << 1) + (d[2] << 2) + (d[3] << 3)
             tot = Signal(signed(32), name=f"fold_sum{i}")
-            m.d.comb += tot.eq(Mux(d_first, 0, pacc[i]) + Mux(f["act_bits"] == 0, xnor, planes))
+            m.d.comb += tot.eq(Mux(d_first, 0, pacc[i]) + Mux(f["act_bits"] == 0, d[0] - d[1],
+                                                              levels))
             with m.If(d_valid & ~svec):
                 m.d.sync += pacc[i].eq(tot)
-            # binary inputs: dot = 2 * popcount(xnor) - N (padded lanes masked)
-            sums.append(Mux(f["act_bits"] == 0, 2 * tot - nwin, tot)[:32])
+            sums.append(tot)
         # the stem's array: channel d_sp's SL products of 8-bit inputs (signed or not) and
         # 8-bit weights; the PE fold's sums are stored with its last channel's last fold
         acc_data = Cat(*sums)
