@@ -23,7 +23,7 @@ from ..compiler.engine.params import (sections, unpack_binary_weights, unpack_bi
                                       unpack_consts, unpack_int_weights)
 from ..compiler.engine.program import (DESCRIPTOR, DESCRIPTOR_MAGIC, END_OPCODE, FLAG_BITS,
                                        HEADER, JOB, MAGIC, OPCODE_CODES, STAGE_BITS,
-                                       ProgramError, decode)
+                                       VERSION, ProgramError, decode)
 from ..compiler.graph import Node
 from ..compiler.ops import op_of
 
@@ -82,6 +82,9 @@ def read_program(program):
     header = decode(raw[:HEADER.itemsize], HEADER)
     if header["magic"] != MAGIC:
         raise ProgramError(f"bad program magic {header['magic']!r}")
+    if header["version"] != VERSION:
+        raise ProgramError(f"program format version {header['version']}, this engine reads "
+                           f"{VERSION}: build the network again")
     off = header["desc_addr"] - header["base"]
     descs = []
     for i in range(header["n_desc"]):
@@ -187,7 +190,8 @@ def _epilogue(d, p, y, side):
     st, c = d["stages"], d["out_c"]
     if st & STAGE_BITS["postop"]:
         head = p.consts("postop", 2)
-        node = _node("postop", c, A=p.consts("postop", c, 2), B=p.consts("postop", c, 2 + c),
+        pairs = p.consts("postop", 2 * c, 2).reshape(c, 2)      # A[c], B[c] side by side
+        node = _node("postop", c, A=pairs[:, 0].contiguous(), B=pairs[:, 1].contiguous(),
                      shift=int(head[0]), pre_relu=bool(int(head[1]) & 1),
                      post_relu=bool(int(head[1]) & 2))
         y = op_of(node).execute(node, [y])

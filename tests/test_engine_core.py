@@ -227,6 +227,24 @@ def test_a_multiplier_operand_wider_than_the_core_is_refused(core, op, attr, bas
     assert run.error_code == regs.error_code("sequencer", "unsupported")
 
 
+@pytest.mark.parametrize("channel", [0, 1])
+def test_a_mixer_input_wider_than_the_multipliers_stops_the_core(core, channel):
+    """A base's value into the mixer past 32 bits (a post-op offset of 2**60 on one
+    channel; the graph's ranges are left as they were, so the build does not see it):
+    the core stops with ``unsupported``. The mixer is not gated (GBD-Net v1), so only
+    the lambda products check the value: channel 0 is the descriptor's first mix (every
+    product in LAM), channel 1 a later one (the first base's product is taken while the
+    next base starts)."""
+    g = compile_model(zoo_model("digits", 2, seed=1, variant="gbd-v1"))
+    post = g["blocks_0_bases_0_layer2_bn"]
+    post.attrs["B"] = post.attrs["B"].clone()
+    post.attrs["B"][channel] = 1 << 60
+    program = compile_engine(g, CONFIG)
+    run = run_rtl(core, program, frame_image(program, frames_for(g, 1)[0]))
+    assert run.status & 4 and not run.status & 2
+    assert run.error_code == regs.error_code("sequencer", "unsupported")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [2, 3])
 def test_scalar_fallback_bit_exact(tmp_path_factory, seed):

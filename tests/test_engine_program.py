@@ -201,6 +201,11 @@ def test_descriptor_outside_image_is_refused():
     raw[:128] = encode(dict(header, n_desc=header["n_desc"] - 1), HEADER)
     with pytest.raises(ProgramError, match="no END"):
         run_program(bytes(raw[:end]), bytearray(program.image), images_for(g, 1))
+    # a program in another format version (version 1 kept a post-op's A and B apart)
+    old = bytearray(program.program_bytes())
+    old[:128] = encode(dict(program.header, version=1), HEADER)
+    with pytest.raises(ProgramError, match="format version 1, this engine reads 2"):
+        run_program(bytes(old), bytearray(program.image), images_for(g, 1))
 
 
 def test_first_mismatch_names_the_corrupted_descriptor():

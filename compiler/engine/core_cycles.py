@@ -27,7 +27,8 @@ Compute per output pixel, channel and job:
   a padded tap's groups G_TAP; EPI; with a prologue of more levels, TAP, per lane
   IN_D, PINV_D and PT_D, WEIGHT, a padded lane WEIGHT) and the *folds* (MVU, one fold
   of PE x SIMD lanes a cycle, pipelined; MVU_END); then CORE and per channel and job
-  ACC_D and the epilogue;
+  ACC_D and the epilogue (with a post-op only the pixel's first ACC_D: a job's
+  accumulator is read with its post-op's pair A, B);
 - the stem's multiplier array (``svec``): the gather as the array's (bytes of
   ``stem_simd`` lanes), then SMVU per PE fold, SIMD fold and output channel, MVU_END;
 - a PIXEL on the threshold lanes (``pvec``): per pixel and job CORE, POOL_TAP, the
@@ -44,12 +45,14 @@ Compute per output pixel, channel and job:
   inputs), EPI; a fused max pooling repeats the convolution per pooling tap
   (POOL_TAP, POOL_NEXT); a read's address is driven by the state before its data
   state, and the state that ends a tap starts the next;
-- epilogue per channel and job: BIAS_D (head), PA_D, PB_D, PCALC (post-op; PS_D and
-  PF_D at a block's first element), SIDE_D, EINV_D, ET_D per level (threshold); per
-  channel the fused mixer (LAM per job, AGG, GATE per job; a GATE descriptor GATE per
-  gated input; its constants read at the descriptor's first mix: LF_D, GF_D, LAML_D per
-  job, GATEL_D per gate) and per output written OUT_WD (a MIXER or
-  GATE descriptor runs OUT and its epilogue before each).
+- epilogue per channel and job: BIAS_D (head), PA_D (the pair A, B), PCALC (post-op;
+  PS_D and PF_D at a block's first element), SIDE_D, EINV_D, ET_D per level
+  (threshold); per channel the fused mixer (LAM for the last job: each other job's
+  lambda product is added in the cycle after its result; AGG; GATE for the first gated
+  output: each next one's gate is computed while OUT_WD writes the one before; a GATE
+  descriptor GATE; its constants read at the descriptor's first mix: LF_D, GF_D, LAML_D
+  per job, GATEL_D per gate, and that mix's LAM for every job) and per output written
+  OUT_WD (a MIXER or GATE descriptor runs OUT and its epilogue before each).
 
 The DMAs (``hw/engine/dma.py``) and the DRAM model (``sim/dram_model.h``): a read of
 ``n`` words accepted in cycle ``t`` has its first word on the bus ``4 + latency``
@@ -396,13 +399,14 @@ def _valid_taps(n_out, stride, pad, dil, k, size, offset=0):
 
 def _epilogue(d, lay, oc):
     """One output element of one job after its core value: BIAS_D (head), post-op
-    (PA_D, PB_D, PCALC; PS_D and PF_D too for a block's first element of the
-    descriptor, :func:`_post_first`), SIDE_D (when ``oc < side_c``), threshold (EINV_D,
+    (PA_D, one read of the pair A[oc], B[oc], and PCALC; PS_D and PF_D too for a block's
+    first element of the descriptor, :func:`_post_first`), SIDE_D (when
+    ``oc < side_c``), threshold (EINV_D,
     ET_D per level): each read is addressed by the state before it, and a stage that
     does not apply costs nothing (ReLU on the way; the result goes on to the next job,
     the mixer or the outputs from the last stage)."""
     c = 1 if lay["is_head"] else 0
-    c += 3 if _has(d, "postop") else 0
+    c += 2 if _has(d, "postop") else 0
     c += 1 if _has(d, "add") and oc < d["side_c"] else 0
     c += 1 + d["out_levels"] if _has(d, "threshold") else 0
     return c
@@ -410,10 +414,13 @@ def _epilogue(d, lay, oc):
 
 def _post_first(d, lay):
     """PS_D and PF_D: the post-op's shift and flags, read at each parameter block's
-    first output element of a descriptor and kept (a MIXER's epilogue: block 0)."""
+    first output element of a descriptor and kept (a MIXER's epilogue: block 0); on
+    the arrays ACC_D for the first channel's jobs after the first (their shift is not
+    kept yet, so their accumulator is not read with their pair)."""
     if not _has(d, "postop"):
         return 0
-    return 2 * (1 if lay["op"] in _MULTI else d["jobs"])
+    arrays = (lay["vec"] or lay["svec"]) and not lay["tvec"] and not lay["pvec"]
+    return 2 * (1 if lay["op"] in _MULTI else d["jobs"]) + (d["jobs"] - 1 if arrays else 0)
 
 
 def _mixing(d, lay):
@@ -421,26 +428,28 @@ def _mixing(d, lay):
 
 
 def _mixer(d, lay):
-    """Per output channel after the jobs, from the kept constants: LAM per job, AGG,
-    GATE per job when gated; a GATE descriptor GATE per gated input (its last input is
-    the aggregate: no lambdas)."""
+    """Per output channel after the jobs, from the kept constants: LAM (the last job's
+    lambda product: each other job's is added in the cycle after its result, while the
+    next job starts), AGG, and GATE when gated (the first output's gate: each next
+    output's is computed while OUT_WD writes the one before); a GATE descriptor GATE."""
     op = lay["op"]
     if op == "GATE":
-        return d["jobs"] - 1
+        return 1
     if not _mixing(d, lay):
         return 0
-    jobs = d["jobs"]
-    return jobs + 1 + (jobs if _has(d, "gated") else 0)
+    return 2 + (1 if _has(d, "gated") else 0)
 
 
 def _mix_first(d, lay):
     """The mixer's constants, read at a descriptor's first mix and kept: LF_D, GF_D,
-    LAML_D per job, GATEL_D per gated output (a GATE descriptor GF_D and GATEL_D)."""
+    LAML_D per job, GATEL_D per gated output (a GATE descriptor GF_D and GATEL_D); and
+    that first mix's LAM for every job but the last (no product was added before the
+    constants were read)."""
     if lay["op"] == "GATE":
         return 1 + _n_out(d, lay)
     if not _mixing(d, lay):
         return 0
-    return 2 + d["jobs"] + (_n_out(d, lay) if _has(d, "gated") else 0)
+    return 2 + d["jobs"] + (_n_out(d, lay) if _has(d, "gated") else 0) + d["jobs"] - 1
 
 
 def _n_out(d, lay):
@@ -630,8 +639,12 @@ def _compute(d, lay, rows, channels, folds, core, chunk=0):
             out["epilogue"] = px * (1 + 3 * jobs * folds) + 1      # and START
             return out
         # per pixel CORE (it addresses the first accumulator; the state before each
-        # other channel and job does), per channel and job ACC_D and the epilogue
-        out["epilogue"] = px + jobs * px * ((c1 - c0) + per_oc_epi)
+        # other channel and job does), per channel and job ACC_D and the epilogue; with
+        # a post-op only a pixel's first ACC_D: the others' accumulators come with
+        # their pair A, B (PA_D), except at the descriptor's first channel
+        # (:func:`_post_first`)
+        acc_d = px if _has(d, "postop") else jobs * px * (c1 - c0)
+        out["epilogue"] = px + acc_d + jobs * px * per_oc_epi
     else:
         n_c = c1 - c0
         if lay["op"] not in ("CONV", "HEAD"):

@@ -271,8 +271,10 @@ def _param_block(job, d, header, size, mixer=None, base=0):
     for n in job.epilogue:
         if n.op == "postop":
             a = n.attrs
+            # A[c] and B[c] side by side: the core reads each channel's pair at once
+            pairs = np.stack([a["A"].numpy().reshape(-1), a["B"].numpy().reshape(-1)], axis=1)
             put("postop", pack_consts([a["shift"], int(a["pre_relu"]) | 2 * int(a["post_relu"])], cb),
-                pack_consts(a["A"].numpy(), cb), pack_consts(a["B"].numpy(), cb))
+                pack_consts(pairs, cb))
         elif n.op == "threshold":
             put("thr", *thr(n))
     return block

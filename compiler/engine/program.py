@@ -26,7 +26,7 @@ __all__ = ["HEADER", "DESCRIPTOR", "JOB", "OPCODE_CODES", "END_OPCODE", "STAGE_B
            "ProgramError"]
 
 MAGIC = b"GNEP"
-VERSION = 1
+VERSION = 2
 DESCRIPTOR_MAGIC = 0x4E44  # "DN" little-endian: a descriptor that is not one stops the engine
 
 
@@ -38,7 +38,7 @@ class ProgramError(ValueError):
 #: (name, numpy type, meaning): the 128-byte program header at the image's base
 _HEADER_FIELDS = [
     ("magic", "S4", "b'GNEP'"),
-    ("version", "<u2", "format version (1)"),
+    ("version", "<u2", "format version (2: a post-op's A and B paired per channel)"),
     ("n_desc", "<u2", "number of descriptors, the final END included"),
     ("base", "<u4", "DRAM address of the image (this header)"),
     ("image_bytes", "<u4", "size of the image: the DMA window is [base, base + image_bytes)"),

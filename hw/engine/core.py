@@ -128,13 +128,16 @@ Cycles
     a tap's channels share a word; a prologue of more levels ``3 + in_levels`` cycles a
     lane), then
     ``ceil(C_out/pe) * ceil(N/simd) + 1`` cycles of folds (``N = k*k*C_in``). Every
-    output element then takes 1 cycle to read its accumulator, 1 per read of its
-    epilogue (post-op 2 and 1 of arithmetic: a block's shift and flags are read at its
-    first element of the descriptor and kept; add 1, threshold ``out_levels + 1``; a
-    fused mixer per channel ``jobs + 1``, ``+ jobs`` gated, a GATE's ``jobs - 1``, from
-    its fractions, lambdas and gates read at the descriptor's first mix and kept:
-    ``2 + jobs`` reads, ``+ jobs`` gated, a GATE's ``jobs``) and 1 per output merged
-    into its word. A scalar tap costs 2 cycles (input, then weight or
+    output element then takes 1 cycle to read its accumulator (with a post-op only a
+    pixel's first element: the others' come with the post-op's pair A, B), 1 per read
+    of its epilogue (post-op 1 and 1 of arithmetic: a block's shift and flags are read
+    at its first element of the descriptor and kept; add 1, threshold
+    ``out_levels + 1``; a fused mixer per channel 2, 3 gated, a GATE's 1: each job's
+    lambda product is added while the next job starts and each gate after the first
+    computed while the output before is written, from the fractions, lambdas and gates
+    read at the descriptor's first mix and kept: ``2 + jobs`` reads, ``+ jobs`` gated,
+    a GATE's ``jobs``, and that mix's ``jobs - 1`` more lambda products) and 1 per
+    output merged into its word. A scalar tap costs 2 cycles (input, then weight or
     maximum; 1 for a padded tap of a maximum), 1 for a product tap without a prologue
     whose weight lies in the weight word read last (held from W_D, cleared as each
     convolution starts: consecutive weights of the stem's fold rows and the head's
@@ -458,6 +461,7 @@ class ComputeSequencer(wiring.Component):
         mixing = (is_conv & stage("mixer")) | is_mixop
         streamable = is_conv | is_head    # the ops with a weights section
         gated = stage("gated")
+        gating = is_gateop | (mixing & gated)    # outputs gated with the aggregate
         pooling = is_conv & stage("maxpool")
         # a binary convolution's prologue threshold, or a PIXEL on the threshold lanes
         # (pvec: its one-level thresholds gathered as a prologue's, a word of lanes a read)
@@ -480,6 +484,13 @@ class ComputeSequencer(wiring.Component):
         s.ev = Signal(signed(64))
         m.d.comb += s.ev.eq(_element(rp.data, s.ea_shift, s.ea_width, s.ea_signed,
                                      s.ea_sign_at))
+        # a pair read (the post-op's A[c] and B[c], side by side and aligned to the
+        # pair's size, so never across a word): the element after ``ev``, of its width
+        shifted = rp.data >> s.ea_shift
+        after = _any_of((s.ea_width == w, shifted[w:]) for w in (8, 16, 32, 64))
+        s.ev_next = Signal(signed(64))
+        m.d.comb += s.ev_next.eq(_element(after, Const(0, wbits), s.ea_width, s.ea_signed,
+                                          (s.ea_width - 1)[:wbits]))
 
         # ---- run-time layout ----------------------------------------------------------
         A = 32      # byte addresses and sizes inside the scratchpad and DRAM
@@ -529,6 +540,9 @@ class ComputeSequencer(wiring.Component):
         valid = Signal()
         pa, pb = Signal(signed(64), name="pa"), Signal(signed(64), name="pb")
         psh, pzero, pfl = Signal(7), Signal(), Signal(2)   # the post-op's shift and flags
+        # PA_D takes the accumulator from the array's buffer too (its read was addressed
+        # with the pair's: no ACC_D)
+        acc_pend = Signal()
         # every block's post-op shift and flags, read at its first output of a descriptor
         pc_valid = Signal(self.max_jobs)
         pc_sh = Array(Signal(7, name=f"pc_sh{i}") for i in range(self.max_jobs))
@@ -541,6 +555,12 @@ class ComputeSequencer(wiring.Component):
                                        for i in range(self.max_jobs))
                                  for n in ("lam_r", "gate_r", "rest_r"))
         msum = Signal(signed(64))
+        # job lam_i's lambda product, added to msum in the cycle after its result (while
+        # the next job's epilogue starts), so that a mix waits for the last job's only
+        lam_pend, lam_i, lam_bad = Signal(), Signal(range(self.max_jobs)), Signal()
+        # the output whose gate is computed next: the first in GATE, each next one while
+        # OUT_WD writes the one before
+        gk = Signal(range(self.max_jobs + 1))
         vec = Signal()            # this descriptor's binary convolution runs on the array
         svec = Signal()           # this integer convolution runs on the stem's array
         tvec = Signal()           # its one-bit thresholds: PE channels at a time (TV_*)
@@ -594,6 +614,9 @@ class ComputeSequencer(wiring.Component):
         pmax = Signal(signed(64))
         pseen = Signal()
         vals = Array(Signal(signed(64), name=f"val{i}") for i in range(self.max_jobs))
+        with m.If(lam_pend):
+            m.d.sync += [msum.eq(Mux(lam_i == 0, 0, msum) + lam_r[lam_i] * _operand(vals[lam_i])),
+                         lam_pend.eq(0), lam_bad.eq(lam_bad | ~_fits(vals[lam_i]))]
         wr_out = Signal(8)        # write-DMA descriptors not yet done
         wword = Signal(range(depth))
         wshift = Signal(wbits)
@@ -668,9 +691,10 @@ class ComputeSequencer(wiring.Component):
                 fold.eq(Mux(last_p, fold + fs * pesimd, fold)),
                 wrow.eq(Mux(last_p, fold + fs * pesimd, wrow + simd_r)),
                 oc.eq(oc + 1), k.eq(0)]
-            next_core(m, 0, oc + 1)
             with m.If(oc == cc1 - 1):
                 next_pixel(m)
+            with m.Else():
+                next_core(m, 0, oc + 1)
 
         def next_pixel(m):
             """The next pixel (gather its windows), row, or the tile's stores."""
@@ -753,7 +777,8 @@ class ComputeSequencer(wiring.Component):
 
             # ---- what this path runs ----------------------------------------------------
             with m.State("CHECK"):
-                m.d.sync += [pc_valid.eq(0), summed.eq(0), mix_ok.eq(0)]
+                m.d.sync += [pc_valid.eq(0), summed.eq(0), mix_ok.eq(0), lam_bad.eq(0),
+                             acc_pend.eq(0)]
                 bad = ((st & _ST["maxpool"]) != 0) & ~is_conv | (f["groups"] != 1) \
                     | (f["jobs"] == 0) | (f["jobs"] > self.max_jobs) \
                     | (op == _OP["CONV"]) & ~int_w & (f["in_levels"] == 0) & (f["act_bits"] == 0) \
@@ -1123,10 +1148,18 @@ class ComputeSequencer(wiring.Component):
 
             def next_core(m, kk, occ):
                 """On to job kk's channel occ: straight to its accumulator when the array
-                has computed the pixel."""
+                has computed the pixel, and with a post-op whose shift and flags are kept
+                straight to its pair A, B (PA_D takes the accumulator: no ACC_D)."""
                 with m.If(arr & gathered):
                     m.d.comb += rp_a.addr.eq(kk * AFOLDS + (occ >> PSH))
-                    m.next = "ACC_D"
+                    kb = Mux(multi, 0, kk)
+                    with m.If(stage("postop") & pc_valid.bit_select(kb, 1)):
+                        m.d.sync += [acc_pend.eq(1), psh.eq(pc_sh[kb]), pzero.eq(pc_zero[kb]),
+                                     pfl.eq(pc_fl[kb])]
+                        self._issue(m, "PA", const_addr(job_par[kb], off_post, 2 + (occ << 1)),
+                                    cb << 3, 1)
+                    with m.Else():
+                        m.next = "ACC_D"
                 with m.Else():
                     m.next = "CORE"
 
@@ -1155,21 +1188,26 @@ class ComputeSequencer(wiring.Component):
                     m.d.sync += k.eq(0)
                     with m.If(is_gateop):
                         # the last input is the aggregate the others are gated with
-                        m.d.sync += msum.eq(value)
+                        m.d.sync += [msum.eq(value), gk.eq(0)]
                         with m.If(mix_ok):
                             m.next = "GATE"
                         with m.Else():
                             self._issue(m, "GF", const_addr(par_base, off_mix, 1), cb << 3, 1)
                     with m.Elif(mixing):
-                        m.d.sync += msum.eq(0)
                         with m.If(mix_ok):
+                            # the jobs before added their products already: LAM adds
+                            # this one's (k stays the last job)
+                            m.d.sync += k.eq(k)
                             m.next = "LAM"
                         with m.Else():
+                            # the first mix: the constants, then LAM for every job
                             self._issue(m, "LF", const_addr(par_base, off_mix, 0), cb << 3, 1)
                     with m.Else():
                         issue_out(m, 0)
                 with m.Else():
                     m.d.sync += k.eq(k + 1)
+                    with m.If(mixing & mix_ok):
+                        m.d.sync += [lam_pend.eq(1), lam_i.eq(k)]
                     next_core(m, k + 1, oc)
 
             def to_post(m, value):
@@ -1180,8 +1218,8 @@ class ComputeSequencer(wiring.Component):
                     m.d.sync += acc.eq(v)
                     with m.If(pc_valid.bit_select(kblock, 1)):
                         m.d.sync += [psh.eq(pc_sh[kblock]), pzero.eq(pc_zero[kblock]),
-                                     pfl.eq(pc_fl[kblock])]
-                        self._issue(m, "PA", const_addr(par_k, off_post, 2 + oc), cb << 3, 1)
+                                     pfl.eq(pc_fl[kblock]), acc_pend.eq(0)]
+                        self._issue(m, "PA", const_addr(par_k, off_post, 2 + (oc << 1)), cb << 3, 1)
                     with m.Else():
                         self._issue(m, "PS", const_addr(par_k, off_post, 0), cb << 3, 1)
                 with m.Else():
@@ -1729,8 +1767,8 @@ class ComputeSequencer(wiring.Component):
             self._read(m, "BIAS", 0, cb << 3, 1, got_bias, address_state=False)
 
             # the post-op's shift and flags (the block's first output only: then kept),
-            # A[oc] and B[oc]: each read addressed by the previous one's data state (PS
-            # or PA by the state that starts the post-op)
+            # then the pair A[oc], B[oc]: each read addressed by the previous one's data
+            # state (PS or PA by the state that starts the post-op)
             def got_ps(m, ev):
                 m.d.sync += [psh.eq(ev[:7]), pzero.eq(ev == 0),
                              pc_sh[kblock].eq(ev[:7]), pc_zero[kblock].eq(ev == 0)]
@@ -1740,18 +1778,17 @@ class ComputeSequencer(wiring.Component):
             def got_pf(m, ev):
                 m.d.sync += [pfl.eq(ev[:2]), pc_fl[kblock].eq(ev[:2]),
                              pc_valid.eq(pc_valid | (1 << kblock))]
-                self._issue(m, "PA", const_addr(par_k, off_post, 2 + oc), cb << 3, 1)
+                self._issue(m, "PA", const_addr(par_k, off_post, 2 + (oc << 1)), cb << 3, 1)
             self._read(m, "PF", 0, cb << 3, 1, got_pf, address_state=False)
 
             def got_pa(m, ev):
-                m.d.sync += pa.eq(ev)
-                self._issue(m, "PB", const_addr(par_k, off_post, 2 + f["out_c"] + oc), cb << 3, 1)
-            self._read(m, "PA", 0, cb << 3, 1, got_pa, address_state=False)
-
-            def got_pb(m, ev):
-                m.d.sync += pb.eq(ev)
+                # A[oc] and B[oc] in one read (a pair: the post-op block interleaves them)
+                m.d.sync += [pa.eq(ev), pb.eq(self._s.ev_next), acc_pend.eq(0)]
+                with m.If(acc_pend):
+                    m.d.sync += acc.eq(rp_a.data.word_select(oc[:PSH] if PSH else 0, 32)
+                                       .as_signed())
                 m.next = "PCALC"
-            self._read(m, "PB", 0, cb << 3, 1, got_pb, address_state=False)
+            self._read(m, "PA", 0, cb << 3, 1, got_pa, address_state=False)
             with m.State("PCALC"):
                 v = Signal(signed(64))
                 m.d.comb += v.eq(Mux(pfl[0] & (acc < 0), 0, acc))
@@ -1779,8 +1816,10 @@ class ComputeSequencer(wiring.Component):
             # ---- mixer: lambdas and gates of job k's block (fused) or block 0 (MIXER) ----
             # The fractions, lambdas and gates are the descriptor's constants: read once,
             # at its first mix (LF, GF, LAML per job, GATEL per gated output), and kept,
-            # so that every mix after computes from registers (LAM per job, AGG, GATE per
-            # gated output) and no read's value feeds a multiplier.
+            # so that every mix after computes from registers and no read's value feeds a
+            # multiplier. Each job's lambda product is added in the cycle after its result
+            # (lam_pend), so LAM takes the last job's only; GATE the first output's gate,
+            # OUT_WD each next one's.
             def got_lf(m, ev):
                 m.d.sync += lf.eq(ev)
                 self._issue(m, "GF", const_addr(par_base, off_mix, 1), cb << 3, 1)
@@ -1795,7 +1834,7 @@ class ComputeSequencer(wiring.Component):
             self._read(m, "GF", 0, cb << 3, 1, got_gf, address_state=False)
 
             def mix_loaded(m):
-                m.d.sync += [k.eq(0), mix_ok.eq(1)]
+                m.d.sync += [k.eq(0), mix_ok.eq(1), gk.eq(0)]
                 with m.If(mixing):
                     m.next = "LAM"
                 with m.Else():
@@ -1841,36 +1880,41 @@ class ComputeSequencer(wiring.Component):
                 return (x + Mux(sh == 0, 0, (Const(1, signed(64)) << sh[:6]) >> 1)) >> sh[:6]
 
             with m.State("LAM"):
-                m.d.sync += msum.eq(msum + lam_r[k] * _operand(vals[k]))
+                # job k's product (from job 0 at a descriptor's first mix, else the last
+                # job's only: the others were added while the next job started)
+                m.d.sync += msum.eq(Mux(k == 0, 0, msum) + lam_r[k] * _operand(vals[k]))
                 with m.If(k == f["jobs"] - 1):
                     m.d.sync += k.eq(0)
                     m.next = "AGG"
                 with m.Else():
                     m.d.sync += k.eq(k + 1)
-                with m.If(~_fits(vals[k])):
+                with m.If(~_fits(vals[k]) | lam_bad):
                     self._fail(m, "unsupported")
                 self._exits(m)
             with m.State("AGG"):
                 agg = Signal(signed(64))
                 m.d.comb += agg.eq(round_shift(msum, lf))
-                m.d.sync += msum.eq(agg)
+                m.d.sync += [msum.eq(agg), gk.eq(0)]
                 with m.If(gated):
                     m.next = "GATE"
                 with m.Else():
                     m.d.sync += vals[0].eq(agg)
                     to_outputs(m)
                 self._exits(m)
-            with m.State("GATE"):
-                mixed_s = Signal(signed(64))
-                m.d.comb += mixed_s.eq(gate_r[k] * _operand(vals[k]) + rest_r[k] * _operand(msum))
-                m.d.sync += vals[k].eq(round_shift(mixed_s, gf))
-                with m.If(k == n_out - 1):
-                    m.d.sync += k.eq(0)
-                    to_outputs(m)
-                with m.Else():
-                    m.d.sync += k.eq(k + 1)
-                with m.If(~_fits(vals[k], msum)):
+            # output gk's gate: in GATE the first output's, then each next one's while
+            # OUT_WD writes the one before (gk is a register: the states share it)
+            mixed_s = Signal(signed(64))
+            m.d.comb += mixed_s.eq(gate_r[gk] * _operand(vals[gk]) + rest_r[gk] * _operand(msum))
+
+            def gate_next(m):
+                m.d.sync += [vals[gk].eq(round_shift(mixed_s, gf)), gk.eq(gk + 1)]
+                with m.If(~_fits(vals[gk], msum)):
                     self._fail(m, "unsupported")
+
+            with m.State("GATE"):
+                m.d.sync += k.eq(0)
+                to_outputs(m)
+                gate_next(m)
                 self._exits(m)
 
             # ---- output: merge vals[k] into its word (read by the state before) ------------
@@ -1897,6 +1941,8 @@ class ComputeSequencer(wiring.Component):
                         m.next = "OUT"
                     with m.Else():
                         issue_out(m, k + 1)
+                    with m.If(gating):
+                        gate_next(m)
                 self._exits(m)
 
             # ---- stores: one write-DMA descriptor per job output -------------------------
