@@ -137,20 +137,19 @@ CORE_DEFAULTS = dict(data_width=128, pe=4, simd=8, stem_pe=16, stem_simd=12,
 #: least squares, relative errors) to Yosys's counts of ``benchmarks/engine_resources.py``
 #: (``python3 benchmarks/engine_resources.py --fit`` prints them) at the ten sizes of
 #: one RTL (``hw_engine_sha256`` in the JSON); each size left out of the fit is predicted
-#: by the others within 13 % (``small-pe16``; the rest within 5 %). ``simd`` comes out 0
-#: (the lanes and the bus explain it).
-_CORE_ALUTS = {"one": 19560.348, "lanes": 43.264, "pe": 56.493, "simd": 0.0,
-               "word_bits": 51.953, "job_bits": 5.286, "mux_bits": 4.137, "stem_lanes": 211.173}
+#: by the others within 10 % (``small-pe16``; the rest within 4 %).
+_CORE_ALUTS = {"one": 20470.432, "lanes": 36.77, "pe": 77.634, "simd": 41.508,
+               "word_bits": 51.897, "job_bits": 4.685, "mux_bits": 4.984, "stem_lanes": 249.765}
 #: DSP blocks of the scalar datapath (its products of 32-bit operands and the address
 #: arithmetic's per-descriptor products), set by the RTL rather than by any kwarg:
-#: Cyclone V MISTRAL_MUL* 68-73 over the ten sizes, 70 at the build's; ECP5 MULT18X18D
+#: Cyclone V MISTRAL_MUL* 72-76 over the ten sizes, 73 at the build's; ECP5 MULT18X18D
 #: measured once (``ecp5_pnr``); iCE40 not measured (ECP5's count: the UP5K's 8
 #: SB_MAC16 could not hold the core anyway).
-_CORE_DSP = {"cyclonev": 70, "ecp5": 94, "ice40": 94}
+_CORE_DSP = {"cyclonev": 73, "ecp5": 100, "ice40": 100}
 #: LUT4 sites (LUT4 + 2 per CCU2C carry + 6 per DPR16X4) per Cyclone V ALUT: the ECP5
-#: synthesis of ``small`` (35,989 sites) over the Cyclone V count of the same RTL
-#: (19,150 ALUTs, ``superseded/small-limits``); applied to iCE40 too.
-_LUT4_PER_ALUT = 1.88
+#: synthesis of ``small`` (46,917 sites, ``ecp5_pnr``) over the Cyclone V count of the
+#: same RTL (31,647 ALUTs); applied to iCE40 too.
+_LUT4_PER_ALUT = 1.48
 
 
 def full_core_params(core_params=None, **overrides):
