@@ -30,7 +30,8 @@ Compute per output pixel, channel and job:
   ACC_D and the epilogue (with a post-op only the pixel's first ACC_D: a job's
   accumulator is read with its post-op's pair A, B);
 - the stem's multiplier array (``svec``): the gather as the array's (bytes of
-  ``stem_simd`` lanes), then SMVU per PE fold, SIMD fold and output channel, MVU_END;
+  ``stem_simd`` lanes), then SMVU per PE fold, SIMD fold and output channel (a pair
+  of channels with ``stem_pair``), MVU_END;
 - a PIXEL on the threshold lanes (``pvec``): per pixel and job CORE, POOL_TAP, the
   gather with a one-level prologue's reads (G_TAP, G_IN, G_INV, G_THR), EPI and a PW
   per ``simd`` channels;
@@ -188,7 +189,7 @@ class _Core:
         self.buffer_bytes, self.max_burst = p["buffer_bytes"], p["max_burst"]
         paths = core_paths(p["data_width"], self.pe, self.simd, self.stem_pe, self.stem_simd)
         self.banks, self.vector = paths["banks"], paths["vector"]
-        self.stem_vector = paths["stem_vector"]
+        self.stem_vector, self.stem_pair = paths["stem_vector"], paths["stem_pair"]
         self.pixel_vector = paths["pixel_vector"]
         self.threshold_vector = paths["threshold_vector"]
         self.window_words = _ceil(p["max_window"], self.simd)
@@ -632,8 +633,10 @@ def _compute(d, lay, rows, channels, folds, core, chunk=0):
             return out
         # MVU: one fold a cycle (the popcounts of a fold are added while the next one
         # is addressed, a PE fold's sums stored with its last SIMD fold); MVU_END
-        # (SMVU: one output channel's SIMD fold a cycle, pe of them per PE fold)
-        out["folds"] = jobs * px * (folds * lay["fs"] * (core.pe if lay["svec"] else 1) + 1)
+        # (SMVU: one output channel's SIMD fold a cycle, two with stem_pair; pe of them
+        # per PE fold)
+        stem_steps = core.pe // (2 if core.stem_pair else 1)
+        out["folds"] = jobs * px * (folds * lay["fs"] * (stem_steps if lay["svec"] else 1) + 1)
         if lay["tvec"]:
             # per pixel TV_A, per PE fold and job TV_T, TV_I, TV_O (its bits merged)
             out["epilogue"] = px * (1 + 3 * jobs * folds) + 1      # and START

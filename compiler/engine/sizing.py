@@ -299,5 +299,8 @@ def estimate_core(core_params: dict, family: str = "cyclonev") -> dict:
     else:
         logic = aluts * _LUT4_PER_ALUT
     blocks = _core_ram_blocks(p, family)
+    paths = core_paths(p["data_width"], p["pe"], p["simd"], p["stem_pe"], p["stem_simd"])
+    # the stem's second channel multiplies in DSP blocks, one a lane
+    stem_dsp = p["stem_simd"] if paths["stem_pair"] else 0
     return dict(logic=int(round(logic)), ram_bits=blocks * fam.bram_bits,
-                dsp=_CORE_DSP.get(family, _CORE_DSP["ecp5"]))
+                dsp=_CORE_DSP.get(family, _CORE_DSP["ecp5"]) + stem_dsp)

@@ -68,7 +68,9 @@ Microarchitecture (first version: correctness first, no overlap)
     - the stem's multiplier array (``svec``: an integer convolution of 8-bit inputs and
       weights without pooling, ``stem_pe == pe``): the window gathered once per pixel
       and job as bytes of ``stem_simd`` lanes, then SMVU takes one output channel's
-      ``stem_simd`` products a cycle, its sums in the accumulator buffer;
+      ``stem_simd`` products a cycle (two channels' with ``stem_pair``: their weights
+      one wide read, the second channel's products in DSP blocks), its sums in the
+      accumulator buffer;
     - a head's channel sums (HSUM, HSUM_WR): the map summed per channel first, one
       element a cycle, into 64-bit sums after the output region; every class then
       takes ``C`` products over a 1x1 window of the sums;
@@ -337,7 +339,7 @@ class ComputeSequencer(wiring.Component):
         # word, or as `banks` consecutive words (one from each bank of the scratchpad)
         paths = core_paths(data_width, pe, simd, stem_pe, stem_simd)
         self.banks, self.vector = paths["banks"], paths["vector"]
-        self.stem_vector = paths["stem_vector"]
+        self.stem_vector, self.stem_pair = paths["stem_vector"], paths["stem_pair"]
         self.pixel_vector = paths["pixel_vector"]
         self.threshold_vector = paths["threshold_vector"]
         if buffer_bytes % (self.bytes_per_word * self.banks):
@@ -614,9 +616,16 @@ class ComputeSequencer(wiring.Component):
         pmax = Signal(signed(64))
         pseen = Signal()
         vals = Array(Signal(signed(64), name=f"val{i}") for i in range(self.max_jobs))
+        # one lambda multiplier: the pending job's product, or in LAM job k's (never in
+        # the same cycle: LAM follows the last job's result, the pending product the
+        # result before)
+        lam_use_k, lam_j = Signal(), Signal(range(self.max_jobs))
+        lam_v, lam_sum = Signal(signed(64)), Signal(signed(64))
+        m.d.comb += [lam_j.eq(Mux(lam_use_k, k, lam_i)), lam_v.eq(vals[lam_j]),
+                     lam_sum.eq(Mux(lam_j == 0, 0, msum) + lam_r[lam_j] * _operand(lam_v))]
         with m.If(lam_pend):
-            m.d.sync += [msum.eq(Mux(lam_i == 0, 0, msum) + lam_r[lam_i] * _operand(vals[lam_i])),
-                         lam_pend.eq(0), lam_bad.eq(lam_bad | ~_fits(vals[lam_i]))]
+            m.d.sync += [msum.eq(lam_sum), lam_pend.eq(0),
+                         lam_bad.eq(lam_bad | ~_fits(lam_v))]
         wr_out = Signal(8)        # write-DMA descriptors not yet done
         wword = Signal(range(depth))
         wshift = Signal(wbits)
@@ -1146,6 +1155,14 @@ class ComputeSequencer(wiring.Component):
                 m.d.sync += [wword.eq(a >> wbits), wshift.eq(a[:wbits]), wwidth.eq(f["out_elem"])]
                 m.next = "OUT_WD"
 
+            def issue_pair(m, kb, occ, pending):
+                """Read the pair A[occ], B[occ] of job block kb's post-op, whose shift and
+                flags are kept (``pending``: PA_D takes the accumulator too)."""
+                m.d.sync += [acc_pend.eq(pending), psh.eq(pc_sh[kb]), pzero.eq(pc_zero[kb]),
+                             pfl.eq(pc_fl[kb])]
+                self._issue(m, "PA", const_addr(job_par[kb], off_post, 2 + (occ << 1)),
+                            cb << 3, 1)
+
             def next_core(m, kk, occ):
                 """On to job kk's channel occ: straight to its accumulator when the array
                 has computed the pixel, and with a post-op whose shift and flags are kept
@@ -1154,10 +1171,7 @@ class ComputeSequencer(wiring.Component):
                     m.d.comb += rp_a.addr.eq(kk * AFOLDS + (occ >> PSH))
                     kb = Mux(multi, 0, kk)
                     with m.If(stage("postop") & pc_valid.bit_select(kb, 1)):
-                        m.d.sync += [acc_pend.eq(1), psh.eq(pc_sh[kb]), pzero.eq(pc_zero[kb]),
-                                     pfl.eq(pc_fl[kb])]
-                        self._issue(m, "PA", const_addr(job_par[kb], off_post, 2 + (occ << 1)),
-                                    cb << 3, 1)
+                        issue_pair(m, kb, occ, 1)
                     with m.Else():
                         m.next = "ACC_D"
                 with m.Else():
@@ -1217,9 +1231,7 @@ class ComputeSequencer(wiring.Component):
                 with m.If(stage("postop")):
                     m.d.sync += acc.eq(v)
                     with m.If(pc_valid.bit_select(kblock, 1)):
-                        m.d.sync += [psh.eq(pc_sh[kblock]), pzero.eq(pc_zero[kblock]),
-                                     pfl.eq(pc_fl[kblock]), acc_pend.eq(0)]
-                        self._issue(m, "PA", const_addr(par_k, off_post, 2 + (oc << 1)), cb << 3, 1)
+                        issue_pair(m, kblock, oc, 0)
                     with m.Else():
                         self._issue(m, "PS", const_addr(par_k, off_post, 0), cb << 3, 1)
                 with m.Else():
@@ -1674,16 +1686,18 @@ class ComputeSequencer(wiring.Component):
                 with m.Else():
                     m.d.comb += [s.raddr.eq(nxt >> wbits), rp_w.addr.eq(ms + 1)]
                 self._exits(m)
+            SPC = 2 if self.stem_pair else 1      # the stem's output channels a cycle
             with m.State("SMVU"):
-                # the stem's array: one output channel's SL weights (an aligned piece of
-                # a word: the packing's (fold, SIMD fold, PE, lane) order, read in
-                # order) against window word ms a cycle, added by the pipeline below
+                # the stem's array: SPC output channels' SL weights each (aligned pieces
+                # of a word, consecutive in the packing's (fold, SIMD fold, PE, lane)
+                # order, read in order) against window word ms a cycle, added by the
+                # pipeline below
                 wbase = ((par_k + off_w) << 3) + wfold
                 m.d.comb += [rp_w.addr.eq(ms), s.raddr.eq(wbase >> wbits)]
                 m.d.sync += [d_valid.eq(1), d_wsh.eq(wbase[:wbits]), d_first.eq(ms == 0),
-                             d_last.eq((ms == fs - 1) & (sp == PE - 1)), d_mo.eq(mo),
-                             d_sp.eq(sp), sp.eq(sp + 1), wfold.eq(wfold + 8 * SL)]
-                with m.If(sp == PE - 1):
+                             d_last.eq((ms == fs - 1) & (sp == PE - SPC)), d_mo.eq(mo),
+                             d_sp.eq(sp), sp.eq(sp + SPC), wfold.eq(wfold + 8 * SL * SPC)]
+                with m.If(sp == PE - SPC):
                     m.d.sync += [sp.eq(0), ms.eq(ms + 1)]
                     with m.If(ms == fs - 1):
                         m.d.sync += [ms.eq(0), mo.eq(mo + 1)]
@@ -1882,13 +1896,14 @@ class ComputeSequencer(wiring.Component):
             with m.State("LAM"):
                 # job k's product (from job 0 at a descriptor's first mix, else the last
                 # job's only: the others were added while the next job started)
-                m.d.sync += msum.eq(Mux(k == 0, 0, msum) + lam_r[k] * _operand(vals[k]))
+                m.d.comb += lam_use_k.eq(1)
+                m.d.sync += msum.eq(lam_sum)
                 with m.If(k == f["jobs"] - 1):
                     m.d.sync += k.eq(0)
                     m.next = "AGG"
                 with m.Else():
                     m.d.sync += k.eq(k + 1)
-                with m.If(~_fits(vals[k]) | lam_bad):
+                with m.If(~_fits(lam_v) | lam_bad):
                     self._fail(m, "unsupported")
                 self._exits(m)
             with m.State("AGG"):
@@ -2031,31 +2046,44 @@ class ComputeSequencer(wiring.Component):
             with m.If(d_valid & ~svec):
                 m.d.sync += pacc[i].eq(tot)
             sums.append(tot)
-        # the stem's array: channel d_sp's SL products of 8-bit inputs (signed or not) and
-        # 8-bit weights; the PE fold's sums are stored with its last channel's last fold
+        # the stem's array: channels d_sp .. d_sp + SPC - 1, SL products each of 8-bit
+        # inputs (signed or not) and 8-bit weights; the PE fold's sums are stored with
+        # its last channels' last fold
         acc_data = Cat(*sums)
         if self.stem_vector:
-            sw = Signal(8 * SL)
-            m.d.comb += sw.eq(rp.data >> d_wsh)
-            products = []
+            SPC = 2 if self.stem_pair else 1
+            sw = Signal(8 * SL * SPC)
+            m.d.comb += sw.eq((rp.wide if SPC == 2 else rp.data) >> d_wsh)
+            xs = []
             for i in range(SL):
                 xi = x[8 * i:8 * (i + 1)]
-                xs = Signal(signed(9), name=f"stem_x{i}")
-                m.d.comb += xs.eq(Mux(f["in_fmt"] == 2, xi.as_signed(), xi))
-                wi = sw[8 * i:8 * (i + 1)]
-                # x * w as shifted adds (w's bit 7 weighs -128): logic, not DSP blocks,
-                # which the scalar datapath nearly fills on the DE10-Nano
-                prod = sum(Mux(wi[b], xs << b, 0) for b in range(7)) - Mux(wi[7], xs << 7, 0)
-                products.append(prod)
-            while len(products) > 1:      # an adder tree: log2(SL) levels
-                products = [a + b for a, b in zip(products[::2], products[1::2])] \
-                    + products[len(products) & ~1:]
-            pacc_a = Array(pacc)
-            stem_tot = Signal(signed(32))
-            m.d.comb += stem_tot.eq(Mux(d_first, 0, pacc_a[d_sp]) + products[0])
-            with m.If(d_valid & svec):
-                m.d.sync += pacc_a[d_sp].eq(stem_tot)
-            stem_sums = [Mux(d_sp == i, stem_tot, pacc[i]) for i in range(PE)]
+                xs.append(Signal(signed(9), name=f"stem_x{i}"))
+                m.d.comb += xs[i].eq(Mux(f["in_fmt"] == 2, xi.as_signed(), xi))
+
+            def stem_product(xi, wi, dsp):
+                if dsp:
+                    return xi * wi.as_signed()
+                # x * w as shifted adds (w's bit 7 weighs -128): logic for the first
+                # channel; DSP blocks for the second, where the DE10-Nano has them left
+                return sum(Mux(wi[b], xi << b, 0) for b in range(7)) - Mux(wi[7], xi << 7, 0)
+
+            stem_tots = []
+            for c in range(SPC):
+                products = [stem_product(xs[i], sw[8 * (c * SL + i):8 * (c * SL + i + 1)], c > 0)
+                            for i in range(SL)]
+                while len(products) > 1:      # an adder tree: log2(SL) levels
+                    products = [a + b for a, b in zip(products[::2], products[1::2])] \
+                        + products[len(products) & ~1:]
+                tot = Signal(signed(32), name=f"stem_tot{c}")
+                mine = Array(pacc[c:] + [Const(0, signed(32))] * c)    # channel d_sp + c's
+                m.d.comb += tot.eq(Mux(d_first, 0, mine[d_sp]) + products[0])
+                stem_tots.append(tot)
+            # d_sp is a multiple of SPC: channel i is the tot of lane i % SPC
+            stem_hit = [d_sp == (i - i % SPC) for i in range(PE)]
+            for i in range(PE):
+                with m.If(d_valid & svec & stem_hit[i]):
+                    m.d.sync += pacc[i].eq(stem_tots[i % SPC])
+            stem_sums = [Mux(stem_hit[i], stem_tots[i % SPC], pacc[i]) for i in range(PE)]
             acc_data = Mux(svec, Cat(*stem_sums), acc_data)
         m.d.comb += [wp_a.addr.eq(k * AFOLDS + d_mo),
                      wp_a.data.eq(acc_data),
