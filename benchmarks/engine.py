@@ -285,7 +285,7 @@ def write_docs(results, built_rows, rtl_rows, authors, cross, out_md, out_png):
              "",
              "Written by `benchmarks/engine.py` (numbers in `benchmarks/results/engine.json`).",
              "The engine as built is `hw/engine/core.py` (one 16 x 32 lane XNOR array, a",
-             "16-lane stem array, threshold lanes, a scalar datapath for the rest, one",
+             "16-lane stem array (two channels a cycle), threshold lanes, a scalar datapath for the rest, one",
              "banked scratchpad, no overlap of transfers and compute; its timing at the",
              "100 MHz target is not closed); the",
              "intended engine is the cycle model of architecture section 12 (5 arrays of",

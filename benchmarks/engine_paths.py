@@ -11,6 +11,12 @@ about 20 % faster than nextpnr's estimate after placement).
 
     python3 benchmarks/engine_paths.py --size small            # synthesize, then rank
     python3 benchmarks/engine_paths.py --netlist netlist.json  # rank a netlist
+    python3 benchmarks/engine_paths.py --netlist netlist.json --routes 12
+        # and where each of the 12 latest ends' paths start and what they pass through
+
+The routes list what a fix must break: one end's path names its start register and the
+signals it passes, so that ends sharing a cause show it (a register after the element
+reader, a table indexed by the job counter).
 """
 
 from __future__ import annotations
@@ -47,6 +53,14 @@ def arrivals(netlist):
     Returns ``(ends, worst_path)``: ``ends`` maps ``"design.signal:PORT"`` to ``(ns,
     bits)``, latest first; ``worst_path`` lists ``(ns, cell type, net name)`` from the
     start of the latest path to its end."""
+    ranked, routes = end_routes(netlist)
+    return ranked, routes[next(iter(ranked))] if ranked else []
+
+
+def end_routes(netlist):
+    """:func:`arrivals`' ranking and, per end, its latest path: ``(ends, routes)``,
+    ``routes`` mapping each key of ``ends`` to ``(ns, cell type, net name)`` from the
+    path's start to the end's latest bit."""
     top = _top(netlist)
     cells = top["cells"]
     names = {}
@@ -122,19 +136,42 @@ def arrivals(netlist):
                     a = (out_time(driver[b]) if b in driver else 0.0) + ROUTE_NS + 0.1
                     ends.append((a, cn, p, b))
     ends.sort(key=lambda e: -e[0])
-    ranked = OrderedDict()
-    for a, cn, p, _ in ends:
+    ranked, latest_bit = OrderedDict(), {}
+    for a, cn, p, b in ends:
         key = f"{design_signal(cn)}:{p.rstrip('0123456789')}"
         worst, n = ranked.get(key, (a, 0))
         ranked[key] = (worst, n + 1)
-    path = []
-    if ends:
-        b = ends[0][3]
+        latest_bit.setdefault(key, b)
+
+    def route(b):
+        path = []
         while b is not None and b in driver:
             k = driver[b]
             path.append((arrival[k], cells[k[0]]["type"], names.get(b, "?")))
             b = via[k]
-    return ranked, list(reversed(path))
+        return list(reversed(path))
+
+    return ranked, {key: route(b) for key, b in latest_bit.items()}
+
+
+#: parts of the names Yosys and ABC give cells' outputs after a register they feed
+_DERIVED = ("$", "_TRELLIS", "_LUT4", "_CCU2C", "_PFUMX", "_L6MUX", "_MULT", "_DP16KD")
+
+
+def _signal(net):
+    """The design signal a net is (None for a net named after a cell: logic that may
+    be shared with other cones)."""
+    return None if net == "?" or any(d in net for d in _DERIVED) else net
+
+
+def route_summary(path):
+    """A path as the design signals it passes, from its start, in order."""
+    seen = []
+    for _, _, net in path:
+        sig = _signal(net)
+        if sig and (not seen or seen[-1] != sig):
+            seen.append(sig)
+    return seen
 
 
 def synthesized_netlist(size, work):
@@ -155,13 +192,16 @@ def main(argv=None):
     src.add_argument("--size", help="synthesize the core at this size of "
                                     "engine_resources.py first (about 2 minutes)")
     ap.add_argument("--top", type=int, default=30, help="path ends to list")
+    ap.add_argument("--routes", type=int, default=0,
+                    help="also list the signals on the latest path of this many ends")
     args = ap.parse_args(argv)
     if args.netlist:
         netlist = json.loads(args.netlist.read_text())
     else:
         with tempfile.TemporaryDirectory(prefix="engine_paths_") as tmp:
             netlist = synthesized_netlist(args.size, tmp)
-    ranked, path = arrivals(netlist)
+    ranked, routes = end_routes(netlist)
+    path = routes[next(iter(ranked))] if ranked else []
     if not ranked:
         print("no register or block-RAM inputs in this netlist")
         return 1
@@ -169,6 +209,15 @@ def main(argv=None):
     print(f"latest arrival {worst:.1f} ns (about {1000 / worst:.1f} MHz before placement)")
     for key, (a, n) in list(ranked.items())[:args.top]:
         print(f"{a:7.1f} ns {n:5d} bits  {key}")
+    if args.routes:
+        # ends whose latest paths pass the same signals share a cause: listed once
+        print(f"the design signals on the latest paths of the {args.routes} latest ends:")
+        groups = OrderedDict()
+        for key in list(ranked)[:args.routes]:
+            groups.setdefault(tuple(route_summary(routes[key])), []).append(key)
+        for signals, keys in groups.items():
+            more = f" (and {len(keys) - 1} more ends)" if len(keys) > 1 else ""
+            print(f"{ranked[keys[0]][0]:7.1f} ns {keys[0]}{more}: {' -> '.join(signals)}")
     print("the latest path:")
     last = None
     for a, kind, net in path:

@@ -48,3 +48,14 @@ def test_a_path_through_a_multiplier_ranks_first_and_is_named():
     assert ranked["e:DI"][0] == pytest.approx(0.4 + (r + 0.45) + 0.3 + r + 0.1)
     assert [kind for _, kind, _ in path] == ["TRELLIS_FF", "LUT4", "MULT18X18D"]
     assert path[-1][2] == "prod"
+
+
+def test_each_end_has_its_own_route_through_the_named_signals():
+    ranked, routes = engine_paths.end_routes(_netlist())
+    assert set(routes) == set(ranked)
+    # b's latest path: from register a through the unnamed LUT output to the product
+    assert engine_paths.route_summary(routes["b:DI"]) == ["a", "prod"]
+    assert engine_paths.route_summary(routes["e:DI"]) == ["c"]
+    # a net named after a cell (logic another cone may share) is not a design signal
+    assert engine_paths.route_summary(
+        [(1.0, "LUT4", "acc_TRELLIS_FF_Q_3_DI_LUT4_Z"), (2.0, "LUT4", "gl")]) == ["gl"]
