@@ -143,6 +143,14 @@ def test_random_configs_bit_exact(core, seed, overrides):
     check_network(core, g, frames_for(g, 2, seed))
 
 
+def test_max_pool_on_the_lanes_bit_exact(core):
+    """The build's programs keep an overlapping max pool as a MAXPOOL descriptor (the
+    core's lanes: a word of 32-bit channels a tap), padded taps at the map's edges."""
+    g = compile_model(random_model(4, **RANDOM_CONFIGS[4]))
+    check_network(core, g, frames_for(g, 2, 4), per_descriptor=True,
+                  config=core_config(CORE))
+
+
 @pytest.mark.parametrize("bases,latency,stall", [(1, 40, 0.3), (3, 40, 0.3)])
 def test_digits_under_latency_and_stalls(core, bases, latency, stall):
     g = compile_model(zoo_model("digits", bases, seed=bases))

@@ -20,7 +20,8 @@ from test_engine_core import (CONFIG, CORE, LANES_NET, PACKING, PIXEL_CONFIG, SM
                               frames_for, run_rtl, zoo_model)
 from test_engine_program import RANDOM_CONFIGS
 from groupnet_hw.compiler.engine.config import EngineConfig
-from groupnet_hw.compiler.engine.core_cycles import predict_core
+from groupnet_hw.compiler.engine.core_cycles import _Core, _layout, predict_core
+from groupnet_hw.compiler.engine.program import OPCODE_CODES
 from groupnet_hw.compiler.engine.layout import compile_engine
 from groupnet_hw.compiler.engine.target import core_config
 from groupnet_hw.compiler.passes import compile_model
@@ -84,6 +85,20 @@ def test_threshold_lanes_and_stem_array_exact(core):
     head that sums its map first: every descriptor to the cycle."""
     g = compile_model(random_model(6, **LANES_NET))
     pred, whole = check(core, g, 6, PIXEL_CONFIG, CORE, "fast", per_descriptor=True)
+    assert pred.cycles == whole
+
+
+def test_max_pool_on_the_lanes_exact(core):
+    """A build keeps an overlapping max pool (random4's 3x3 stride-2 pool of the stem's
+    32-bit sums, padded at the map's edges) as a MAXPOOL descriptor, which the core runs
+    on its lanes: every descriptor to the cycle."""
+    g, seed = _network("random4")
+    config = core_config(CORE)
+    program = compile_engine(g, config)
+    model = _Core(CORE, *DRAMS["fast"])
+    assert [_layout(d, model)["mvec"] for d in program.descriptors
+            if d["opcode"] == OPCODE_CODES["MAXPOOL"]] == [True]
+    pred, whole = check(core, g, seed, config, CORE, "fast", per_descriptor=True)
     assert pred.cycles == whole
 
 

@@ -270,9 +270,15 @@ def _layout(d, core):
             and d["stages"] == STAGE_BITS["threshold"] and d["out_levels"] == 1
             and d["out_elem"] == 1 and d["kernel"] == 1 and d["in_c"] == d["out_c"]
             and d["out_c"] % core.simd == 0)
+    # a MAXPOOL of 32-bit elements whose pixels fill whole words: on the lanes
+    mvec = (d["opcode"] == OPCODE_CODES["MAXPOOL"] and not _has(d, "prologue_threshold")
+            and d["jobs"] == 1 and d["in_c"] == d["out_c"] and d["in_elem"] == 32
+            and d["in_c"] % (core.bpw * 8 // 32) == 0
+            and d["in_pitch"] % core.bpw == 0)
     # a head's classes take their products over its channel sums: a 1x1 window
     win = (1, 1) if lay["is_head"] else (lay["kh"], d["kernel"])
     return dict(lay, op=_OPCODES.get(d["opcode"], ""), vec=vec, svec=svec, pvec=pvec, tvec=tvec,
+                mvec=mvec,
                 win_h=win[0], win_w=win[1],
                 chunk_c=lay["chunk_in"] if lay["stream"] else d["out_c"],
                 pad=0 if lay["is_head"] else d["padding"],
@@ -402,13 +408,14 @@ def _epilogue(d, lay, oc):
     """One output element of one job after its core value: BIAS_D (head), post-op
     (PA_D, one read of the pair A[oc], B[oc], and PCALC; PS_D and PF_D too for a block's
     first element of the descriptor, :func:`_post_first`), SIDE_D (when
-    ``oc < side_c``), threshold (EINV_D,
+    ``oc < side_c``; after a post-op none: PA_D reads the side input and PCALC adds
+    it), threshold (EINV_D,
     ET_D per level): each read is addressed by the state before it, and a stage that
     does not apply costs nothing (ReLU on the way; the result goes on to the next job,
     the mixer or the outputs from the last stage)."""
     c = 1 if lay["is_head"] else 0
     c += 2 if _has(d, "postop") else 0
-    c += 1 if _has(d, "add") and oc < d["side_c"] else 0
+    c += 1 if _has(d, "add") and oc < d["side_c"] and not _has(d, "postop") else 0
     c += 1 + d["out_levels"] if _has(d, "threshold") else 0
     return c
 
@@ -661,7 +668,15 @@ def _compute(d, lay, rows, channels, folds, core, chunk=0):
             if not _has(d, "prologue_threshold"):
                 # product taps whose weight word is held take 1 cycle, not 2
                 taps -= _held_weight_taps(d, lay, core, channels, chunk, ws)
-        if lay["pooling"]:
+        if lay["mvec"]:
+            # per word of channels POOL_TAP, then a cycle a tap (MP_TAP for a padded
+            # one, MP_D for one inside the map, MP_TAP before it when it is the
+            # window's first: the state before each other tap addresses it); the
+            # last tap's cycle starts the epilogue
+            words = n_c // (core.bpw * 8 // 32)
+            window = words * (px * (1 + lay["win_h"] * lay["win_w"])
+                              + _first_tap_inside(d, lay, r0, r1))
+        elif lay["pooling"]:
             # per pooling tap: POOL_TAP, POOL_NEXT; inside the map the convolution
             # (TAP, the taps) and EPI
             window = n_c * (2 * ws["pool_taps"] + 2 * ws["pool_in"]) + taps
@@ -674,6 +689,14 @@ def _compute(d, lay, rows, channels, folds, core, chunk=0):
     if lay["is_head"] and chunk == 0:
         out["scalar"] += _head_sums(d)
     return out
+
+
+def _first_tap_inside(d, lay, r0, r1):
+    """Output pixels of rows ``[r0, r1)`` whose window's first tap lies inside the input."""
+    st, pad = lay["st"], lay["pad"]
+    rows = sum(1 for oy in range(r0, r1) if 0 <= oy * st - pad < d["in_h"])
+    cols = sum(1 for ox in range(d["out_w"]) if 0 <= ox * st - pad < d["in_w"])
+    return rows * cols
 
 
 def _head_sums(d):

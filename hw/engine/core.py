@@ -63,7 +63,7 @@ Microarchitecture (first version: correctness first, no overlap)
     words: the scratchpad is ``banks`` block RAMs, word ``a`` in bank ``a % banks``, so
     any ``banks`` consecutive words are one read (:func:`_banked_scratchpad`).
 
-    Four paths take the common cases off the scalar datapath below:
+    Five paths take the common cases off the scalar datapath below:
 
     - the stem's multiplier array (``svec``: an integer convolution of 8-bit inputs and
       weights without pooling, ``stem_pe == pe``): the window gathered once per pixel
@@ -79,7 +79,12 @@ Microarchitecture (first version: correctness first, no overlap)
       then PW merges ``simd`` bits of the window buffer's plane 0 a cycle;
     - a binary convolution whose only stage is a one-bit threshold (``tvec``): per PE
       fold and job TV_T (its sums and ``pe`` thresholds, one wide read), TV_I (invert
-      bits), TV_O (``pe`` bits merged into the output word).
+      bits), TV_O (``pe`` bits merged into the output word);
+    - a MAXPOOL of 32-bit elements whose pixels fill whole words (``mvec``; the
+      stem's sums ResNet pools): per pixel and word of channels, MP_TAP then MP_D per
+      tap, each read a word whose ``data_width / 32`` elements are compared lane by
+      lane, so a window costs a cycle a tap for the word's channels; each channel then
+      takes its maximum from its lane (CORE) into the scalar epilogue.
 
     Everything else is a scalar datapath under the same state machine, for every output
     row, pixel, channel and job: it walks the window's taps and reads each operand from
@@ -566,6 +571,11 @@ class ComputeSequencer(wiring.Component):
         vec = Signal()            # this descriptor's binary convolution runs on the array
         svec = Signal()           # this integer convolution runs on the stem's array
         tvec = Signal()           # its one-bit thresholds: PE channels at a time (TV_*)
+        mvec = Signal()           # a MAXPOOL on the lanes: a word of channels a tap (MP_*)
+        ML = W // 32              # its lanes: a word's 32-bit elements
+        mlane = Array(Signal(signed(33), name=f"mlane{i}") for i in range(ML))
+        mseen = Signal()          # a tap of the window was inside the map
+        mready = Signal()         # mlane holds the maxima of the current word's channels
         arr = vec | svec          # either array: the window gathered, sums in accs
         SL = self.stem_simd
         sp = Signal(8)            # the stem array's output channel in its PE fold
@@ -855,6 +865,12 @@ class ComputeSequencer(wiring.Component):
                 m.d.sync += svec.eq(Const(self.stem_vector) & is_conv & int_w & ~pooling & ~gpro_conv
                                     & (f["in_elem"] <= 8) & (f["weight_bytes"] == 1)
                                     & (fs <= self.window_words) & (fo * self.pe <= MAXC))
+                # a MAXPOOL of 32-bit elements, a pixel's channels whole words (the
+                # regions and pitches start on words: every tap's word is aligned)
+                m.d.sync += mvec.eq((op == _OP["MAXPOOL"]) & (st & _ST["prologue_threshold"] == 0)
+                                    & (f["jobs"] == 1) & (f["in_c"] == f["out_c"])
+                                    & (f["in_elem"] == 32) & ((f["in_c"] & (ML - 1)) == 0)
+                                    & ((f["in_pitch"] & (BPW - 1)) == 0))
                 # a PIXEL that only thresholds to one bit a channel, SIMD channels a word
                 pixel_lanes = (Const(self.pixel_vector) & (op == _OP["PIXEL"])
                                & (st == _ST["threshold"]) & (f["out_levels"] == 1)
@@ -1085,7 +1101,7 @@ class ComputeSequencer(wiring.Component):
                 self._exits(m)
             with m.State("START"):
                 m.d.sync += [oy.eq(r0), ox.eq(0), oc.eq(cc0), ocw.eq(0), k.eq(0), p.eq(0), fold.eq(0),
-                             wrow.eq(0), gathered.eq(0), ginv_ok.eq(0),
+                             wrow.eq(0), gathered.eq(0), ginv_ok.eq(0), mready.eq(0),
                              padly.eq((pad_r + ly0.as_unsigned()[:16]) * f["in_pitch"])]
                 m.next = "CORE"
                 with m.If(is_head & ~summed):
@@ -1259,12 +1275,17 @@ class ComputeSequencer(wiring.Component):
                     to_result(m, v)
 
             # ---- compute: one output element of one job ----------------------------------
+            # the channel's lane in its word of the max pool's lanes
+            m_lane = oc[:exact_log2(ML)]
             with m.State("CORE"):
                 m.d.sync += [pky.eq(0), pkx.eq(0), pseen.eq(0)]
                 with m.If(arr & gathered):
                     # the array computed this pixel's channels
                     m.d.comb += rp_a.addr.eq(k * AFOLDS + (oc >> PSH))
                     m.next = "ACC_D"
+                with m.Elif(mvec & mready & (m_lane != 0)):
+                    # the max pool's lanes hold this channel's maximum
+                    to_post(m, mlane[m_lane])
                 with m.Else():
                     m.next = "POOL_TAP"
                 self._exits(m)
@@ -1283,11 +1304,14 @@ class ComputeSequencer(wiring.Component):
                              crow.eq(cy_c * st_pitch - padly), ccol.eq(cx_c * st_pix - pad_pix),
                              kyd.eq(0), kxd.eq(0), kyo.eq(0), kxo.eq(0),
                              acc.eq(0), seen.eq(0), ky.eq(0), kx.eq(0), ci.eq(0), j.eq(0),
-                             woff.eq(0), gword.eq(0), sg.eq(0), wc_ok.eq(0)]
+                             woff.eq(0), gword.eq(0), sg.eq(0), wc_ok.eq(0), mseen.eq(0),
+                             *(mlane[i].eq(0) for i in range(ML))]
                 with m.If(~pooling | ((my >= 0) & (my < f["mid_h"]) & (mx >= 0)
                                       & (mx < f["mid_w"]))):
                     with m.If(wide_g):
                         m.next = "G_TAP"
+                    with m.Elif(mvec):
+                        m.next = "MP_TAP"
                     with m.Else():
                         m.next = "TAP"
                 with m.Else():
@@ -1376,6 +1400,47 @@ class ComputeSequencer(wiring.Component):
 
             with m.State("TAP"):
                 start_tap(m, in_valid, in_addr)
+                self._exits(m)
+
+            # ---- the max pool's lanes: a word of channels a tap --------------------------
+            # each tap's word, read by the state before MP_D; its lanes' maxima over the
+            # taps inside the map (padded ones never count), then the channel's into the
+            # epilogue; the word's other channels take theirs in CORE
+            m_new = []
+            for i in range(ML):
+                e32 = rp.data[32 * i:32 * (i + 1)]
+                v = Mux(f["in_fmt"] == 2, e32.as_signed(), e32)
+                lane = Signal(signed(33), name=f"mlane_new{i}")
+                m.d.comb += lane.eq(Mux(mseen & (mlane[i] > v), mlane[i], v))
+                m_new.append(lane)
+            m_new = Array(m_new)
+
+            def mp_next(m, value):
+                """After a tap: the next one (its word read now when it is inside the map),
+                or the channel's maximum ``value`` into the epilogue."""
+                m.d.sync += [ci.eq(ci_nx), kx.eq(kx_nx), ky.eq(ky_nx), kxd.eq(kxd_nx),
+                             kyd.eq(kyd_nx), kxo.eq(kxo_nx), kyo.eq(kyo_nx)]
+                with m.If(last_tap):
+                    m.d.sync += [kx.eq(0), ky.eq(0), kxd.eq(0), kyd.eq(0), kxo.eq(0), kyo.eq(0),
+                                 mready.eq(1)]
+                    to_post(m, value)
+                with m.Elif(in_valid_nx):
+                    m.d.comb += s.raddr.eq(in_addr_nx >> wbits)
+                    m.next = "MP_D"
+                with m.Else():
+                    m.next = "MP_TAP"
+
+            with m.State("MP_TAP"):
+                with m.If(in_valid):
+                    m.d.comb += s.raddr.eq(in_addr >> wbits)
+                    m.next = "MP_D"
+                with m.Else():
+                    mp_next(m, mlane[m_lane])
+                self._exits(m)
+            with m.State("MP_D"):
+                m.d.sync += [mlane[i].eq(m_new[i]) for i in range(ML)]
+                m.d.sync += mseen.eq(1)
+                mp_next(m, m_new[m_lane])
                 self._exits(m)
 
             def got_input(m, ev):
@@ -1795,12 +1860,17 @@ class ComputeSequencer(wiring.Component):
                 self._issue(m, "PA", const_addr(par_k, off_post, 2 + (oc << 1)), cb << 3, 1)
             self._read(m, "PF", 0, cb << 3, 1, got_pf, address_state=False)
 
+            post_add = stage("add") & (oc < f["side_c"])
+
             def got_pa(m, ev):
-                # A[oc] and B[oc] in one read (a pair: the post-op block interleaves them)
+                # A[oc] and B[oc] in one read (a pair: the post-op block interleaves them);
+                # the side input the add takes after the post-op is read now, for PCALC
                 m.d.sync += [pa.eq(ev), pb.eq(self._s.ev_next), acc_pend.eq(0)]
                 with m.If(acc_pend):
                     m.d.sync += acc.eq(rp_a.data.word_select(oc[:PSH] if PSH else 0, 32)
                                        .as_signed())
+                with m.If(post_add):
+                    self._issue(m, "SIDE", side_addr, f["side_elem"], f["side_fmt"] == 2)
                 m.next = "PCALC"
             self._read(m, "PA", 0, cb << 3, 1, got_pa, address_state=False)
             with m.State("PCALC"):
@@ -1813,7 +1883,12 @@ class ComputeSequencer(wiring.Component):
                 m.d.comb += half.eq(Mux(pzero, 0, (Const(1, signed(72)) << psh) >> 1))
                 r = Signal(signed(72))
                 m.d.comb += r.eq((t + half) >> psh)
-                to_add(m, Mux(pfl[1] & (r < 0), 0, r[:64].as_signed()))
+                post = Signal(signed(64))
+                m.d.comb += post.eq(Mux(pfl[1] & (r < 0), 0, r[:64].as_signed()))
+                with m.If(post_add):
+                    to_relu(m, post + self._s.ev)      # the side input PA_D read
+                with m.Else():
+                    to_relu(m, post)
                 with m.If(~_fits(pa, v)):
                     self._fail(m, "unsupported")
                 self._exits(m)
