@@ -39,6 +39,8 @@ Compute per output pixel, channel and job:
   then per PE fold and job TV_T, TV_I, TV_O instead of the per-channel epilogue;
 - a head's channel sums, once per descriptor: HSUM, per channel an HSUM_D per input
   pixel and HSUM_WR, START (:func:`_head_sums`); its classes then take a 1x1 window;
+- a MAXPOOL on the lanes (``mvec``): per pixel and channel CORE; per word of channels
+  POOL_TAP, then a cycle a tap (MP_TAP, MP_D), the last starting the epilogue;
 - scalar path: per channel and job CORE, POOL_TAP, TAP, per tap IN_D, W_D (a
   product: stem, head, binary convolutions the array cannot take; a padded tap
   WEIGHT, W_D; IN_D alone when the tap's weight word is held and no prologue
@@ -46,8 +48,9 @@ Compute per output pixel, channel and job:
   inputs), EPI; a fused max pooling repeats the convolution per pooling tap
   (POOL_TAP, POOL_NEXT); a read's address is driven by the state before its data
   state, and the state that ends a tap starts the next;
-- epilogue per channel and job: BIAS_D (head), PA_D (the pair A, B), PCALC (post-op;
-  PS_D and PF_D at a block's first element), SIDE_D, EINV_D, ET_D per level
+- epilogue per channel and job: BIAS_D (head), PA_D (the pair A, B; the side input
+  after a post-op), PCALC (post-op and that add; PS_D and PF_D at a block's first
+  element), SIDE_D (an add without a post-op), EINV_D, ET_D per level
   (threshold); per channel the fused mixer (LAM for the last job: each other job's
   lambda product is added in the cycle after its result; AGG; GATE for the first gated
   output: each next one's gate is computed while OUT_WD writes the one before; a GATE

@@ -138,7 +138,8 @@ Cycles
     output element then takes 1 cycle to read its accumulator (with a post-op only a
     pixel's first element: the others' come with the post-op's pair A, B), 1 per read
     of its epilogue (post-op 1 and 1 of arithmetic: a block's shift and flags are read
-    at its first element of the descriptor and kept; add 1, threshold
+    at its first element of the descriptor and kept; add 1, none after a post-op: its
+    side input is read with the pair's data; threshold
     ``out_levels + 1``; a fused mixer per channel 2, 3 gated, a GATE's 1: each job's
     lambda product is added while the next job starts and each gate after the first
     computed while the output before is written, from the fractions, lambdas and gates
@@ -150,7 +151,9 @@ Cycles
     convolution starts: consecutive weights of the stem's fold rows and the head's
     class rows), ``in_levels + 1`` more with a prologue threshold, and each window 1
     more. The stem's array: per pixel and job the gather, then ``fo * fs * pe + 1``
-    cycles (SMVU, MVU_END); a head's sums ``C * (H * W + 1) + 2`` cycles once; a PIXEL
+    cycles (SMVU, MVU_END; ``pe / 2`` with ``stem_pair``); the max-pool lanes per
+    pixel a cycle a channel (CORE) and per word of channels ``k*k + 1`` (one more when
+    the window's first tap is inside the map); a head's sums ``C * (H * W + 1) + 2`` cycles once; a PIXEL
     on the lanes per pixel and job 3 cycles, its gather and ``C / simd`` merges; the
     threshold lanes 1 cycle a pixel and 3 per PE fold and job.
     ``compiler/engine/core_cycles.py`` mirrors these
