@@ -7,8 +7,9 @@ parameters, so the session's build cache serves one Verilator build to both modu
 Per descriptor the RTL's cycles are measured as benchmarks/engine_core_cycles.py does:
 the program cut after descriptor ``i`` (its successor rewritten as END) minus the
 program cut after ``i - 1``. The model must be within 2 % per frame; the default tier
-checks digits K=1 (every descriptor too) and the pooled stem with conv shortcuts under
-the slower DRAM, ``-m slow`` the rest: every digits K and random configuration at both
+checks digits K=1 (every descriptor too), the max pool on the core's lanes (every
+descriptor, exact) and the pooled stem with conv shortcuts under the slower DRAM,
+``-m slow`` the rest: every digits K and random configuration at both
 DRAM settings, row tiles, weight streaming on a small scratchpad, a head that streams
 its weights and GATE descriptors, and a read DMA with one burst in flight.
 """
