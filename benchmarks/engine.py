@@ -229,7 +229,7 @@ def authors_at_224(arch, bases=5, rtl_images=0):
                    image_sha256=hashlib.sha256(b.engine.program.image).hexdigest(),
                    descriptors=len(b.engine.program.descriptors),
                    predicted=b.engine.prediction.cycles, fps=b.engine.prediction.fps,
-                   rtl_images=rtl_images)
+                   rtl_images=rtl_images, **threshold_placements(b))
         if rtl_images:
             row["hw_engine_sha256"] = source_stamp()["hw_engine_sha256"]
             t3 = time.perf_counter()
@@ -238,6 +238,22 @@ def authors_at_224(arch, bases=5, rtl_images=0):
                        error=r.cycles_per_frame_measured / row["predicted"] - 1,
                        rtl_seconds=round(time.perf_counter() - t3))
     return row
+
+
+def threshold_placements(b):
+    """The core model's cycles per frame of a build's graph compiled both ways the
+    compiler chooses between (``EngineConfig.prologue_thresholds``): a binary
+    convolution's input thresholds in its gather, or as PIXEL descriptors."""
+    from dataclasses import replace
+    from groupnet_hw.compiler.engine.core_cycles import predict_core
+    from groupnet_hw.compiler.engine.layout import compile_engine
+    target = b.engine.target
+    out = {}
+    for key, prologues in (("prologue_cycles", True), ("pixel_cycles", False)):
+        program = compile_engine(b.graph, replace(target.config, prologue_thresholds=prologues))
+        out[key] = predict_core(program, target.core, target.dram.latency,
+                                target.dram.bytes_per_cycle).cycles
+    return out
 
 
 #: (label, arch, bases) of the crossover rows
@@ -342,6 +358,14 @@ def write_docs(results, built_rows, rtl_rows, authors, cross, out_md, out_png):
             lines.append(f"| {r['arch']} K={r['bases']} | {r['import_seconds']} s | "
                          f"{r['build_seconds']} s | {r['peak_rss_mb']:,} MB | "
                          f"{r['descriptors']} | {r['predicted']:,} | {r['fps']:.3f} | {rtl} |")
+        placed = [r for r in authors if "pixel_cycles" in r]
+        if placed:
+            lines += ["", "The input thresholds of these files' binary convolutions, placed "
+                      "both ways the compiler chooses between (the core model's cycles "
+                      "per frame; the build keeps the fewer): " + "; ".join(
+                          f"{r['arch']} {r['pixel_cycles']:,} as PIXEL descriptors, "
+                          f"{r['prologue_cycles']:,} in the convolutions' gathers"
+                          for r in placed) + "."]
     lines += ["", "Dataflow against the engine on the DE10-Nano (dataflow at the board's "
               "50 MHz, the engine at 100 MHz):", "",
               "| network | dataflow frames/s | engine as built | engine intended |",
