@@ -238,8 +238,9 @@ def core_features(core_params):
     - ``mux_bits``: per memory, ``width x (blocks in the address direction - 1)``: the
       read multiplexer behind a memory deeper than one block;
     - ``stem_lanes``: ``stem_simd`` when the core elaborates the stem's multiplier array
-      (each lane's byte gather and shifted-add product); at the sizes measured the
-      banked scratchpad's word select comes with it (the build's engines have both).
+      (each lane's byte gather and shifted-add product, and with ``stem_pair`` the
+      second channel's adders); at the sizes measured the banked scratchpad's word
+      select and the channel pairs come with it (the build's engines have all three).
     """
     p = core_params
     paths = core_paths(p["data_width"], p["pe"], p["simd"], p["stem_pe"], p["stem_simd"])
