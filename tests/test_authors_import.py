@@ -131,3 +131,13 @@ def test_import_and_info_commands(tmp_path):
     r = runner.invoke(main, ["import", str(src), "--arch", "resnet34", "-o", str(tmp_path / "x.pt")])
     assert r.exit_code == 2 and r.output.startswith("error: ") and len(r.output.splitlines()) == 1
     assert not (tmp_path / "x.pt").exists()
+
+
+def test_a_commands_measured_peak_is_its_own_not_its_parents():
+    """The done-when's memory figure (``run_cli_measured``): a command run by a process
+    holding 600 MB reports its own peak, not the parent's size at the fork."""
+    from authors_layout import run_cli_measured
+    held = torch.ones(600 * 1024 * 1024 // 4)      # touched pages: resident in this process
+    _, peak_mib = run_cli_measured("--help")
+    assert peak_mib < 500, peak_mib
+    del held
