@@ -101,6 +101,8 @@ def test_max_pool_on_the_lanes_exact(core):
             if d["opcode"] == OPCODE_CODES["MAXPOOL"]] == [True]
     pred, whole = check(core, g, seed, config, CORE, "fast", per_descriptor=True)
     assert pred.cycles == whole
+    pool = [p for p in pred.descriptors if p.opcode == "MAXPOOL"]
+    assert pool[0].phases["pool"] > pool[0].phases["scalar"] > 0
 
 
 def test_pooled_stem_conv_shortcuts_slow_dram(core):

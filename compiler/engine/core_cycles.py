@@ -40,7 +40,8 @@ Compute per output pixel, channel and job:
 - a head's channel sums, once per descriptor: HSUM, per channel an HSUM_D per input
   pixel and HSUM_WR, START (:func:`_head_sums`); its classes then take a 1x1 window;
 - a MAXPOOL on the lanes (``mvec``): per pixel and channel CORE; per word of channels
-  POOL_TAP, then a cycle a tap (MP_TAP, MP_D), the last starting the epilogue;
+  the *pool*: POOL_TAP, then a cycle a tap (MP_TAP, MP_D), the last starting the
+  epilogue;
 - scalar path: per channel and job CORE, POOL_TAP, TAP, per tap IN_D, W_D (a
   product: stem, head, binary convolutions the array cannot take; a padded tap
   WEIGHT, W_D; IN_D alone when the tap's weight word is held and no prologue
@@ -137,7 +138,8 @@ class CoreDescriptorCycles:
         From the descriptor's FETCH to the next descriptor's FETCH.
     phases : dict
         Cycles per phase (``fetch``, ``setup``, ``loads``, ``clear``, ``gather``,
-        ``folds``, ``scalar``, ``epilogue``, ``outputs``, ``stores``, ``fence``); they
+        ``folds``, ``scalar``, ``pool``, ``epilogue``, ``outputs``, ``stores``,
+        ``fence``); they
         add up to ``cycles``.
     dominant : str
         The phase with the most cycles.
@@ -627,7 +629,7 @@ def _compute(d, lay, rows, channels, folds, core, chunk=0):
     taps = valid_c * ws["valid"] + pad_c * (ws["taps"] - ws["valid"])
     per_oc_epi = sum(_epilogue(d, lay, oc) for oc in range(c0, c1)) \
         if lay["op"] not in _MULTI else 0            # a MIXER's epilogue: in its outputs
-    out = dict(gather=0, folds=0, scalar=0, epilogue=0, outputs=0)
+    out = dict(gather=0, folds=0, scalar=0, pool=0, epilogue=0, outputs=0)
     if lay["vec"] or lay["svec"] or lay["pvec"]:
         # per pixel and job: CORE, POOL_TAP, the window, EPI (a PIXEL on the lanes: the
         # gather with a one-level prologue's reads); the folds of [o0, o1)
@@ -677,8 +679,9 @@ def _compute(d, lay, rows, channels, folds, core, chunk=0):
             # window's first: the state before each other tap addresses it); the
             # last tap's cycle starts the epilogue
             words = n_c // (core.bpw * 8 // 32)
-            window = words * (px * (1 + lay["win_h"] * lay["win_w"])
-                              + _first_tap_inside(d, lay, r0, r1))
+            out["pool"] = jobs * words * (px * (1 + lay["win_h"] * lay["win_w"])
+                                          + _first_tap_inside(d, lay, r0, r1))
+            window = 0
         elif lay["pooling"]:
             # per pooling tap: POOL_TAP, POOL_NEXT; inside the map the convolution
             # (TAP, the taps) and EPI
@@ -809,8 +812,8 @@ def descriptor_core_cycles(d, table, core, label=""):
         return _result(d, op, phases, label)
     lay = _layout(d, core)
     phases["setup"] = _setup(d, lay, core)
-    for name in ("loads", "clear", "gather", "folds", "scalar", "epilogue", "outputs",
-                 "stores"):
+    for name in ("loads", "clear", "gather", "folds", "scalar", "pool", "epilogue",
+                 "outputs", "stores"):
         phases[name] = 0
     drain = 0
     for t in range(d["n_tiles"]):
