@@ -35,7 +35,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import resource
+import sys
 import time
 from pathlib import Path
 
@@ -50,6 +50,9 @@ from groupnet_hw.compiler.engine.sizing import size_engine
 from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.models.groupnet import GroupNet, randomize_eval_state
 from groupnet_hw.models.zoo import arch_config
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from peak_memory import peak_rss_kib, reset_peak_rss  # noqa: E402  (the tests' helper)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "engine.json"
 #: sustained GB/s of the sensitivity rows (1.0: the default model; 3.2: DDR3-800 x32 peak)
@@ -70,29 +73,16 @@ def _narrowed(d, port):
     return d
 
 
-def _reset_peak_rss():
-    """Start this process's resident-size high-water mark again (Linux: ``VmHWM`` from
-    now on), so that each network's figure is its own build's, not the largest so far."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
-
-
 def _peak_rss_mb():
-    """This process's peak resident size since :func:`_reset_peak_rss` (MiB)."""
-    try:
-        with open("/proc/self/status") as f:
-            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
-    except (OSError, StopIteration):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """This process's peak resident size (MiB) since the network's work started
+    (``reset_peak_rss``: each network's figure is its own, not the largest so far)."""
+    return peak_rss_kib() / 1024
 
 
 def run(arch, bases=5, seed=0, board="de10nano"):
     model = randomize_eval_state(GroupNet(arch_config(arch, bases=bases)),
                                  torch.Generator().manual_seed(seed)).eval()
-    _reset_peak_rss()
+    reset_peak_rss()
     t0 = time.perf_counter()
     g = compile_model(model)
     t1 = time.perf_counter()
@@ -179,7 +169,7 @@ def built(arch, bases=5, seed=0):
     from groupnet_hw.compiler.engine.target import compile_for_core, engine_target
     from groupnet_hw.flow import BuildConfig, FlowError, build
     model = _model(arch, bases, seed)
-    _reset_peak_rss()
+    reset_peak_rss()
     t0 = time.perf_counter()
     reason = None
     try:
@@ -203,9 +193,7 @@ def built(arch, bases=5, seed=0):
 def rtl_measured(arch, bases=5):
     """An authors'-layout file (ResNet depth, widths 8-64, 32x32, learned scales) built
     for the 64 KiB engine and verified on one image: measured against predicted."""
-    import sys
     import tempfile
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from authors_layout import narrow_authors_model
     from groupnet_hw.flow import BuildConfig, build, verify
     widths = (8, 16, 32, 64)
@@ -227,9 +215,7 @@ def authors_at_224(arch, bases=5, rtl_images=0):
     DE10-Nano, timed, with their peak memory; the core model's cycles; with
     ``rtl_images``, that many 224x224 images of the built-in photos on Verilator
     (6-9 minutes each): bit-exact or not, and the measured cycles per frame."""
-    import sys
     import tempfile
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from authors_layout import full_size_authors_file, run_cli_measured
     from groupnet_hw.flow import load_build, verify
     with tempfile.TemporaryDirectory() as tmp:

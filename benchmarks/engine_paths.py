@@ -201,10 +201,10 @@ def main(argv=None):
         with tempfile.TemporaryDirectory(prefix="engine_paths_") as tmp:
             netlist = synthesized_netlist(args.size, tmp)
     ranked, routes = end_routes(netlist)
-    path = routes[next(iter(ranked))] if ranked else []
     if not ranked:
         print("no register or block-RAM inputs in this netlist")
         return 1
+    path = routes[next(iter(ranked))]
     worst = next(iter(ranked.values()))[0]
     print(f"latest arrival {worst:.1f} ns (about {1000 / worst:.1f} MHz before placement)")
     for key, (a, n) in list(ranked.items())[:args.top]:

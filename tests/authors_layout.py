@@ -12,6 +12,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+from peak_memory import TESTS
+
 BN = ("weight", "bias", "running_mean", "running_var")
 
 
@@ -141,23 +143,16 @@ def authors_forward(sd, x, bases, blocks=(2, 2, 2, 2), learned_scales=True):
     return F.linear(agg.mean(dim=(2, 3)), sd["fc.weight"], sd["fc.bias"])
 
 
-#: runs ``groupnet-hw`` and reports the process's own peak memory (ru_maxrss, KiB)
-#: Linux's ``ru_maxrss`` of a process started by fork and exec is at least its parent's
-#: resident size at the fork (the exec records the forked copy's high-water mark), so a
-#: benchmark holding 2 GB would read 2 GB for every command it runs; ``VmHWM`` is the
-#: exec'd image's own high-water mark (``ru_maxrss`` where /proc is absent).
-_MEASURED_CLI = ("import resource, sys\n"
+#: runs ``groupnet-hw`` and reports the process's own peak memory (KiB; not its
+#: parent's size at the fork: :mod:`peak_memory`)
+_MEASURED_CLI = ("import sys\n"
+                 f"sys.path.insert(0, {TESTS!r})\n"
+                 "from peak_memory import peak_rss_kib\n"
                  "from groupnet_hw.cli import main\n"
-                 "def peak_kib():\n"
-                 "    try:\n"
-                 "        with open('/proc/self/status') as f:\n"
-                 "            return next(int(l.split()[1]) for l in f if l.startswith('VmHWM:'))\n"
-                 "    except (OSError, StopIteration):\n"
-                 "        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
                  "try:\n"
                  "    main(sys.argv[1:], standalone_mode=False)\n"
                  "finally:\n"
-                 "    print('peak_kib', peak_kib(), file=sys.stderr)\n")
+                 "    print('peak_kib', peak_rss_kib(), file=sys.stderr)\n")
 
 
 def run_cli_measured(*args):

@@ -25,6 +25,7 @@ from groupnet_hw.models.groupnet import GroupNet, GroupNetConfig
 from groupnet_hw.models.quantize import (QUANT_LIMITS, QuantConfig, quantize_affine,
                                          quantize_scalar, quantize_weights_pow2)
 from conftest import random_model
+from peak_memory import TESTS
 
 MAX_SECONDS = 5.0
 MAX_RSS_BYTES = 1024 ** 3
@@ -295,7 +296,9 @@ def test_quantize_functions_refuse_extremes_quickly():
 
 
 _RUNNER = r"""
-import json, resource, sys, time
+import json, sys, time
+sys.path.insert(0, sys.argv[2])
+from peak_memory import peak_rss_kib   # this process image's own peak, not pytest's
 import groupnet_hw.models.checkpoint  # import cost outside the per-case timing
 from groupnet_hw.cli import main
 for name, path, out in json.loads(sys.argv[1]):
@@ -307,13 +310,7 @@ for name, path, out in json.loads(sys.argv[1]):
         code = exc.code
     print(json.dumps({"case": name, "seconds": time.perf_counter() - start, "code": code}),
           flush=True)
-# VmHWM belongs to this process image; ru_maxrss can carry the RSS of the (large)
-# pytest process that forked us over the exec
-try:
-    peak = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
-except (OSError, StopIteration):
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"maxrss_bytes": peak * 1024}))
+print(json.dumps({"maxrss_bytes": peak_rss_kib() * 1024}))
 """
 
 
@@ -321,7 +318,7 @@ def test_all_hostile_files_in_one_real_process(hostile, tmp_path):
     """Time and peak memory of refusing every case, in one process (ru_maxrss is per process)."""
     _, files = hostile
     jobs = [[name, str(path), str(tmp_path / f"out-{name}")] for name, path in files.items()]
-    proc = subprocess.run([sys.executable, "-c", _RUNNER, json.dumps(jobs)],
+    proc = subprocess.run([sys.executable, "-c", _RUNNER, json.dumps(jobs), TESTS],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]

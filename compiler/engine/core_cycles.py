@@ -679,8 +679,8 @@ def _compute(d, lay, rows, channels, folds, core, chunk=0):
             # window's first: the state before each other tap addresses it); the
             # last tap's cycle starts the epilogue
             words = n_c // (core.bpw * 8 // 32)
-            out["pool"] = jobs * words * (px * (1 + lay["win_h"] * lay["win_w"])
-                                          + _first_tap_inside(d, lay, r0, r1))
+            first_inside = ws["rows_valid"][0] * ws["cols_valid"][0]
+            out["pool"] = jobs * words * (px * (1 + lay["win_h"] * lay["win_w"]) + first_inside)
             window = 0
         elif lay["pooling"]:
             # per pooling tap: POOL_TAP, POOL_NEXT; inside the map the convolution
@@ -695,14 +695,6 @@ def _compute(d, lay, rows, channels, folds, core, chunk=0):
     if lay["is_head"] and chunk == 0:
         out["scalar"] += _head_sums(d)
     return out
-
-
-def _first_tap_inside(d, lay, r0, r1):
-    """Output pixels of rows ``[r0, r1)`` whose window's first tap lies inside the input."""
-    st, pad = lay["st"], lay["pad"]
-    rows = sum(1 for oy in range(r0, r1) if 0 <= oy * st - pad < d["in_h"])
-    cols = sum(1 for ox in range(d["out_w"]) if 0 <= ox * st - pad < d["in_w"])
-    return rows * cols
 
 
 def _head_sums(d):
