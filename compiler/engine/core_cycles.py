@@ -425,6 +425,21 @@ def _epilogue(d, lay, oc):
     return c
 
 
+def _read_ahead(d, lay, oc):
+    """The jobs of channel ``oc`` whose post-op runs from a pair read ahead (PCALC to
+    PCALC, no PA_D): on the arrays, with a post-op and no threshold after it, every job
+    after the first when the channel has no side input, after the second when it is
+    shared (job 0 reads it, the others keep it), none when each job reads its own. Not
+    at a descriptor's first channel (:func:`_post_first`): the next job's shift and
+    flags are not kept yet."""
+    if not ((lay["vec"] or lay["svec"]) and _has(d, "postop")
+            and not _has(d, "threshold") and lay["op"] not in _MULTI):
+        return 0
+    if not (_has(d, "add") and oc < d["side_c"]):
+        return max(0, d["jobs"] - 1)
+    return max(0, d["jobs"] - 2) if _flag(d, "shared_side") else 0
+
+
 def _post_first(d, lay):
     """PS_D and PF_D: the post-op's shift and flags, read at each parameter block's
     first output element of a descriptor and kept (a MIXER's epilogue: block 0); on
@@ -433,7 +448,8 @@ def _post_first(d, lay):
     if not _has(d, "postop"):
         return 0
     arrays = (lay["vec"] or lay["svec"]) and not lay["tvec"] and not lay["pvec"]
-    return 2 * (1 if lay["op"] in _MULTI else d["jobs"]) + (d["jobs"] - 1 if arrays else 0)
+    return (2 * (1 if lay["op"] in _MULTI else d["jobs"]) + (d["jobs"] - 1 if arrays else 0)
+            + _read_ahead(d, lay, 0))
 
 
 def _mixing(d, lay):
@@ -659,7 +675,8 @@ def _compute(d, lay, rows, channels, folds, core, chunk=0):
         # their pair A, B (PA_D), except at the descriptor's first channel
         # (:func:`_post_first`)
         acc_d = px if _has(d, "postop") else jobs * px * (c1 - c0)
-        out["epilogue"] = px + acc_d + jobs * px * per_oc_epi
+        ahead = sum(_read_ahead(d, lay, oc) for oc in range(c0, c1))
+        out["epilogue"] = px + acc_d + jobs * px * per_oc_epi - px * ahead
     else:
         n_c = c1 - c0
         if lay["op"] not in ("CONV", "HEAD"):

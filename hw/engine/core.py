@@ -1864,16 +1864,42 @@ class ComputeSequencer(wiring.Component):
             self._read(m, "PF", 0, cb << 3, 1, got_pf, address_state=False)
 
             post_add = stage("add") & (oc < f["side_c"])
+            # a shared side input is the same element for every job of a channel: job 0
+            # reads it, the others take it from side_keep
+            side_kept = flag("shared_side") & ~multi & (k != 0)
+            side_keep = Signal(signed(64))
+            # the post-op pipelined over a channel's jobs: where job k needs no side read,
+            # the read port fetches job k+1's pair (and the accumulator buffer its sum)
+            # during job k's own data state, so job k+1 goes from PCALC straight to PCALC
+            pipe = Signal()           # in PCALC: the pair arriving is job k+1's
+
+            def pipelines(kk):
+                """Job kk's post-op can run from a pair read ahead (its shift and flags
+                kept, its sum in the array's buffer, no side read, no stage after the
+                add that reads)."""
+                return ((kk < f["jobs"]) & arr & gathered & ~multi & ~stage("threshold")
+                        & ~(post_add & ~flag("shared_side"))
+                        & pc_valid.bit_select(kk, 1))
+
+            def read_ahead(m, kk):
+                """Address job kk's pair A, B and accumulator for the next PCALC."""
+                m.d.comb += rp_a.addr.eq(kk * AFOLDS + (oc >> PSH))
+                self._issue(m, "PA", const_addr(job_par[kk], off_post, 2 + (oc << 1)),
+                            cb << 3, 1)
+                m.d.sync += pipe.eq(1)
+                m.next = "PCALC"
 
             def got_pa(m, ev):
                 # A[oc] and B[oc] in one read (a pair: the post-op block interleaves them);
                 # the side input the add takes after the post-op is read now, for PCALC
-                m.d.sync += [pa.eq(ev), pb.eq(self._s.ev_next), acc_pend.eq(0)]
+                m.d.sync += [pa.eq(ev), pb.eq(self._s.ev_next), acc_pend.eq(0), pipe.eq(0)]
                 with m.If(acc_pend):
                     m.d.sync += acc.eq(rp_a.data.word_select(oc[:PSH] if PSH else 0, 32)
                                        .as_signed())
-                with m.If(post_add):
+                with m.If(post_add & ~side_kept):
                     self._issue(m, "SIDE", side_addr, f["side_elem"], f["side_fmt"] == 2)
+                with m.Elif(pipelines(k + 1)):
+                    read_ahead(m, k + 1)
                 m.next = "PCALC"
             self._read(m, "PA", 0, cb << 3, 1, got_pa, address_state=False)
             with m.State("PCALC"):
@@ -1888,10 +1914,24 @@ class ComputeSequencer(wiring.Component):
                 m.d.comb += r.eq((t + half) >> psh)
                 post = Signal(signed(64))
                 m.d.comb += post.eq(Mux(pfl[1] & (r < 0), 0, r[:64].as_signed()))
+                side_v = Mux(side_kept, side_keep, self._s.ev)   # else PA_D read it
                 with m.If(post_add):
-                    to_relu(m, post + self._s.ev)      # the side input PA_D read
+                    to_relu(m, post + side_v)
+                    m.d.sync += side_keep.eq(side_v)
                 with m.Else():
                     to_relu(m, post)
+                with m.If(pipe):
+                    # job k+1's pair and sum arrive now (read ahead): its PCALC is next,
+                    # and job k+2's pair is read ahead when it can be
+                    kn = k + 1
+                    m.d.sync += [pa.eq(self._s.ev), pb.eq(self._s.ev_next), acc_pend.eq(0),
+                                 acc.eq(rp_a.data.word_select(oc[:PSH] if PSH else 0, 32)
+                                        .as_signed()),
+                                 psh.eq(pc_sh[kn]), pzero.eq(pc_zero[kn]), pfl.eq(pc_fl[kn]),
+                                 pipe.eq(0)]
+                    m.next = "PCALC"
+                    with m.If(pipelines(k + 2)):
+                        read_ahead(m, k + 2)
                 with m.If(~_fits(pa, v)):
                     self._fail(m, "unsupported")
                 self._exits(m)
