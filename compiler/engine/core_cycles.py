@@ -425,17 +425,19 @@ def _epilogue(d, lay, oc):
     return c
 
 
-def _read_ahead(d, lay, oc):
+def _read_ahead(d, lay, oc, table=False):
     """The jobs of channel ``oc`` whose post-op runs from a pair read ahead (PCALC to
-    PCALC, no PA_D): on the arrays, with a post-op and no threshold after it, every job
-    after the first when the channel has no side input, after the second when it is
-    shared (job 0 reads it, the others keep it), none when each job reads its own. Not
-    at a descriptor's first channel (:func:`_post_first`): the next job's shift and
-    flags are not kept yet."""
+    PCALC, no PA_D): on the arrays, with a post-op and no threshold after it. From the
+    pair table (``table``: a pixel after the descriptor's first, constants of at most
+    32 bits) every job after the first; else through the read port, every job after
+    the first when the channel has no side input, after the second when it is shared
+    (job 0 reads it, the others keep it), none when each job reads its own. Not at a
+    descriptor's first channel (:func:`_post_first`): the next job's shift and flags
+    are not kept yet."""
     if not ((lay["vec"] or lay["svec"]) and _has(d, "postop")
             and not _has(d, "threshold") and lay["op"] not in _MULTI):
         return 0
-    if not (_has(d, "add") and oc < d["side_c"]):
+    if (table and d["const_bytes"] <= 4) or not (_has(d, "add") and oc < d["side_c"]):
         return max(0, d["jobs"] - 1)
     return max(0, d["jobs"] - 2) if _flag(d, "shared_side") else 0
 
@@ -675,8 +677,12 @@ def _compute(d, lay, rows, channels, folds, core, chunk=0):
         # their pair A, B (PA_D), except at the descriptor's first channel
         # (:func:`_post_first`)
         acc_d = px if _has(d, "postop") else jobs * px * (c1 - c0)
-        ahead = sum(_read_ahead(d, lay, oc) for oc in range(c0, c1))
-        out["epilogue"] = px + acc_d + jobs * px * per_oc_epi - px * ahead
+        # the pair table holds a channel's pairs after the descriptor's first pixel
+        first = 1 if r0 == 0 else 0
+        ahead = sum(first * _read_ahead(d, lay, oc)
+                    + (px - first) * _read_ahead(d, lay, oc, table=True)
+                    for oc in range(c0, c1))
+        out["epilogue"] = px + acc_d + jobs * px * per_oc_epi - ahead
     else:
         n_c = c1 - c0
         if lay["op"] not in ("CONV", "HEAD"):

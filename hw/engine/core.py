@@ -57,7 +57,10 @@ Microarchitecture (first version: correctness first, no overlap)
     ``(popcount(x_b & w) - popcount(x_b & ~w)) << b`` (n-bit levels: the executor's
     ``p @ w - p @ (1 - w)``). A PE fold's ``pe`` sums are one entry of the accumulator
     buffer, written as its last SIMD fold ends; the epilogue reads them channel by
-    channel.
+    channel. A *pair table* (``max_jobs x max_out_c`` entries of the post-op's A and B,
+    32 bits each) keeps the pairs the descriptor's first pixel reads, so that at every
+    later pixel a job's pair comes from it while the scratchpad's read port fetches the
+    job's side input: a channel's post-ops then take a cycle a job.
 
     A fold wider than a bus word reads ``banks = pe * simd / data_width`` consecutive
     words: the scratchpad is ``banks`` block RAMs, word ``a`` in bank ``a % banks``, so
@@ -139,7 +142,12 @@ Cycles
     pixel's first element: the others' come with the post-op's pair A, B), 1 per read
     of its epilogue (post-op 1 and 1 of arithmetic: a block's shift and flags are read
     at its first element of the descriptor and kept; add 1, none after a post-op: its
-    side input is read with the pair's data; threshold
+    side input is read with the pair's data; on the arrays without a threshold, a
+    channel's jobs after the first take 1 for both: the next job's pair and sum are
+    read ahead during this job's data state, from the pair table (every job's pairs,
+    kept from the descriptor's first pixel; constants of at most 32 bits) while the
+    read port fetches its side input, or, at the first pixel, through the read port
+    when that job reads no side input (none, or a shared one kept from job 0); threshold
     ``out_levels + 1``; a fused mixer per channel 2, 3 gated, a GATE's 1: each job's
     lambda product is added while the next job starts and each gate after the first
     computed while the output before is written, from the fractions, lambdas and gates
@@ -433,6 +441,13 @@ class ComputeSequencer(wiring.Component):
         m.submodules.accs = abuf = Memory(shape=unsigned(32 * PE), depth=self.max_jobs * AFOLDS,
                                           init=[])
         rp_a, wp_a = abuf.read_port(), abuf.write_port()
+        # every job's post-op pairs A, B (32 bits each) of a descriptor's channels, kept
+        # from the reads of its first pixel, so that a later pixel's next job takes its
+        # pair here while the read port fetches its side input
+        TB = max(self.max_out_c - 1, 1).bit_length()
+        m.submodules.pairs = ptab = Memory(shape=unsigned(64), depth=self.max_jobs << TB,
+                                           init=[])
+        rp_t, wp_t = ptab.read_port(), ptab.write_port()
 
         # ---- the descriptor: a shift register of its words --------------------------
         desc = Signal(8 * DESCRIPTOR_BYTES)
@@ -1151,9 +1166,11 @@ class ComputeSequencer(wiring.Component):
             # ---- the epilogue's stages, in the contract's order -------------------------
             # Each stage's first read is addressed by the state that decides it applies,
             # and a stage that does not apply costs no state.
-            side_addr = ((job_side[kside] + (oy - r0) * f["side_pitch"]
-                          + ox * side_pix) << 3) \
-                + (oc << side_sh)
+            side_pixel = (oy - r0) * f["side_pitch"] + ox * side_pix
+
+            def side_addr_of(kk):
+                return ((job_side[kk] + side_pixel) << 3) + (oc << side_sh)
+            side_addr = side_addr_of(kside)
 
             out_row = (oy - r0) * f["out_pitch"] + ox * out_pix
 
@@ -1418,14 +1435,21 @@ class ComputeSequencer(wiring.Component):
                 m_new.append(lane)
             m_new = Array(m_new)
 
-            def mp_next(m, value):
-                """After a tap: the next one (its word read now when it is inside the map),
-                or the channel's maximum ``value`` into the epilogue."""
+            def step_tap(m):
+                """The window's tap counters to the next tap, or back to the first after
+                the last."""
                 m.d.sync += [ci.eq(ci_nx), kx.eq(kx_nx), ky.eq(ky_nx), kxd.eq(kxd_nx),
                              kyd.eq(kyd_nx), kxo.eq(kxo_nx), kyo.eq(kyo_nx)]
                 with m.If(last_tap):
-                    m.d.sync += [kx.eq(0), ky.eq(0), kxd.eq(0), kyd.eq(0), kxo.eq(0), kyo.eq(0),
-                                 mready.eq(1)]
+                    m.d.sync += [kx.eq(0), ky.eq(0), kxd.eq(0), kyd.eq(0), kxo.eq(0),
+                                 kyo.eq(0)]
+
+            def mp_next(m, value):
+                """After a tap: the next one (its word read now when it is inside the map),
+                or the channel's maximum ``value`` into the epilogue."""
+                step_tap(m)
+                with m.If(last_tap):
+                    m.d.sync += mready.eq(1)
                     to_post(m, value)
                 with m.Elif(in_valid_nx):
                     m.d.comb += s.raddr.eq(in_addr_nx >> wbits)
@@ -1641,12 +1665,9 @@ class ComputeSequencer(wiring.Component):
             def tap_next(m):
                 last_j = j == simd_r - 1
                 m.d.sync += [j.eq(Mux(last_j, 0, j + 1)),
-                             woff.eq(Mux(last_j, woff + pesimd - (simd_r - 1), woff + 1)),
-                             ci.eq(ci_nx), kx.eq(kx_nx), ky.eq(ky_nx), kxd.eq(kxd_nx),
-                             kyd.eq(kyd_nx), kxo.eq(kxo_nx), kyo.eq(kyo_nx)]
+                             woff.eq(Mux(last_j, woff + pesimd - (simd_r - 1), woff + 1))]
+                step_tap(m)
                 with m.If(last_tap):
-                    m.d.sync += [kx.eq(0), ky.eq(0), kxd.eq(0), kyd.eq(0), kxo.eq(0),
-                                 kyo.eq(0)]
                     m.next = "EPI"
                 with m.Else():
                     start_tap(m, in_valid_nx, in_addr_nx)
@@ -1868,38 +1889,57 @@ class ComputeSequencer(wiring.Component):
             # reads it, the others take it from side_keep
             side_kept = flag("shared_side") & ~multi & (k != 0)
             side_keep = Signal(signed(64))
-            # the post-op pipelined over a channel's jobs: where job k needs no side read,
-            # the read port fetches job k+1's pair (and the accumulator buffer its sum)
-            # during job k's own data state, so job k+1 goes from PCALC straight to PCALC
-            pipe = Signal()           # in PCALC: the pair arriving is job k+1's
 
-            def pipelines(kk):
-                """Job kk's post-op can run from a pair read ahead (its shift and flags
-                kept, its sum in the array's buffer, no side read, no stage after the
-                add that reads)."""
+            def side_read(kk):
+                """Job kk's add reads its side input (job 0's, when they share one)."""
+                return post_add & ~(flag("shared_side") & ~multi & (kk != 0))
+
+            # The post-op pipelined over a channel's jobs: job k+1's pair A, B and sum are
+            # read during job k's data state, so job k+1 goes from PCALC straight to
+            # PCALC. The pair comes from the pair table once the descriptor's first pixel
+            # has filled it (the read port then fetches job k+1's side input), else
+            # through the read port when job k+1 reads no side input.
+            pipe = Signal()           # in PCALC: job k+1's pair and sum arrive
+            pipe_t = Signal()         # ... its pair from the pair table
+            tab_ok = (f["const_bytes"] <= 4) & ~((oy == 0) & (ox == 0))
+
+            def ahead_ok(kk):
+                """Job kk's post-op can run from a pair read ahead: its shift and flags
+                kept, its sum in the array's buffer, no stage after the add that reads."""
                 return ((kk < f["jobs"]) & arr & gathered & ~multi & ~stage("threshold")
-                        & ~(post_add & ~flag("shared_side"))
                         & pc_valid.bit_select(kk, 1))
 
-            def read_ahead(m, kk):
-                """Address job kk's pair A, B and accumulator for the next PCALC."""
-                m.d.comb += rp_a.addr.eq(kk * AFOLDS + (oc >> PSH))
-                self._issue(m, "PA", const_addr(job_par[kk], off_post, 2 + (oc << 1)),
-                            cb << 3, 1)
-                m.d.sync += pipe.eq(1)
-                m.next = "PCALC"
+            def read_ahead(m, kk, port_free):
+                """Address job kk's pair and sum for the next PCALC, if it can be."""
+                m.d.sync += pipe.eq(0)
+                with m.If(ahead_ok(kk) & tab_ok):
+                    m.d.comb += [rp_t.addr.eq(Cat(oc[:TB], kk)),
+                                 rp_a.addr.eq(kk * AFOLDS + (oc >> PSH))]
+                    m.d.sync += [pipe.eq(1), pipe_t.eq(1)]
+                    m.next = "PCALC"
+                with m.Elif(ahead_ok(kk) & port_free & ~side_read(kk)):
+                    m.d.comb += rp_a.addr.eq(kk * AFOLDS + (oc >> PSH))
+                    self._issue(m, "PA", const_addr(job_par[kk], off_post, 2 + (oc << 1)),
+                                cb << 3, 1)
+                    m.d.sync += [pipe.eq(1), pipe_t.eq(0)]
+                    m.next = "PCALC"
+
+            def keep_pair(m, kk):
+                """The pair the read port brings now into the table (job kk's)."""
+                m.d.comb += [wp_t.addr.eq(Cat(oc[:TB], kk)), wp_t.en.eq(1),
+                             wp_t.data.eq(Cat(self._s.ev[:32], self._s.ev_next[:32]))]
 
             def got_pa(m, ev):
                 # A[oc] and B[oc] in one read (a pair: the post-op block interleaves them);
                 # the side input the add takes after the post-op is read now, for PCALC
-                m.d.sync += [pa.eq(ev), pb.eq(self._s.ev_next), acc_pend.eq(0), pipe.eq(0)]
+                m.d.sync += [pa.eq(ev), pb.eq(self._s.ev_next), acc_pend.eq(0)]
+                keep_pair(m, k)
                 with m.If(acc_pend):
                     m.d.sync += acc.eq(rp_a.data.word_select(oc[:PSH] if PSH else 0, 32)
                                        .as_signed())
-                with m.If(post_add & ~side_kept):
+                with m.If(side_read(k)):
                     self._issue(m, "SIDE", side_addr, f["side_elem"], f["side_fmt"] == 2)
-                with m.Elif(pipelines(k + 1)):
-                    read_ahead(m, k + 1)
+                read_ahead(m, k + 1, ~side_read(k))
                 m.next = "PCALC"
             self._read(m, "PA", 0, cb << 3, 1, got_pa, address_state=False)
             with m.State("PCALC"):
@@ -1921,17 +1961,23 @@ class ComputeSequencer(wiring.Component):
                 with m.Else():
                     to_relu(m, post)
                 with m.If(pipe):
-                    # job k+1's pair and sum arrive now (read ahead): its PCALC is next,
-                    # and job k+2's pair is read ahead when it can be
+                    # job k+1's pair and sum arrive now (read ahead): its PCALC is next;
+                    # its side input is read now, and job k+2's pair ahead when it can be
                     kn = k + 1
-                    m.d.sync += [pa.eq(self._s.ev), pb.eq(self._s.ev_next), acc_pend.eq(0),
+                    m.d.sync += [pa.eq(Mux(pipe_t, rp_t.data[:32].as_signed(), self._s.ev)),
+                                 pb.eq(Mux(pipe_t, rp_t.data[32:].as_signed(),
+                                           self._s.ev_next)),
                                  acc.eq(rp_a.data.word_select(oc[:PSH] if PSH else 0, 32)
                                         .as_signed()),
                                  psh.eq(pc_sh[kn]), pzero.eq(pc_zero[kn]), pfl.eq(pc_fl[kn]),
-                                 pipe.eq(0)]
+                                 acc_pend.eq(0)]
+                    with m.If(~pipe_t):
+                        keep_pair(m, kn)
+                    with m.If(side_read(kn)):
+                        self._issue(m, "SIDE", side_addr_of(kn), f["side_elem"],
+                                    f["side_fmt"] == 2)
                     m.next = "PCALC"
-                    with m.If(pipelines(k + 2)):
-                        read_ahead(m, k + 2)
+                    read_ahead(m, k + 2, ~side_read(kn))
                 with m.If(~_fits(pa, v)):
                     self._fail(m, "unsupported")
                 self._exits(m)
