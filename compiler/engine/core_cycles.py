@@ -199,6 +199,7 @@ class _Core:
         self.threshold_vector = paths["threshold_vector"]
         self.window_words = _ceil(p["max_window"], self.simd)
         self.maxc = 1 << max(p["max_out_c"], self.pe).bit_length()
+        self.pair_c = 1 << max(p["max_out_c"] - 1, 1).bit_length()      # the pair table
         self.wr_depth = p["buffer_depth"] or 2 * self.max_burst
         self.latency = latency
         # the token bucket holds at most one word (or one cycle's bytes): a word every
@@ -425,11 +426,11 @@ def _epilogue(d, lay, oc):
     return c
 
 
-def _read_ahead(d, lay, oc, table=False):
+def _read_ahead(d, lay, oc, core=None):
     """The jobs of channel ``oc`` whose post-op runs from a pair read ahead (PCALC to
     PCALC, no PA_D): on the arrays, with a post-op and no threshold after it. From the
-    pair table (``table``: a pixel after the descriptor's first, constants of at most
-    32 bits) every job after the first; else through the read port, every job after
+    pair table (``core`` given: a pixel after the descriptor's first; constants of at
+    most 32 bits, at most the table's channels) every job after the first; else through the read port, every job after
     the first when the channel has no side input, after the second when it is shared
     (job 0 reads it, the others keep it), none when each job reads its own. Not at a
     descriptor's first channel (:func:`_post_first`): the next job's shift and flags
@@ -437,7 +438,8 @@ def _read_ahead(d, lay, oc, table=False):
     if not ((lay["vec"] or lay["svec"]) and _has(d, "postop")
             and not _has(d, "threshold") and lay["op"] not in _MULTI):
         return 0
-    if (table and d["const_bytes"] <= 4) or not (_has(d, "add") and oc < d["side_c"]):
+    table = core is not None and d["const_bytes"] <= 4 and d["out_c"] <= core.pair_c
+    if table or not (_has(d, "add") and oc < d["side_c"]):
         return max(0, d["jobs"] - 1)
     return max(0, d["jobs"] - 2) if _flag(d, "shared_side") else 0
 
@@ -680,7 +682,7 @@ def _compute(d, lay, rows, channels, folds, core, chunk=0):
         # the pair table holds a channel's pairs after the descriptor's first pixel
         first = 1 if r0 == 0 else 0
         ahead = sum(first * _read_ahead(d, lay, oc)
-                    + (px - first) * _read_ahead(d, lay, oc, table=True)
+                    + (px - first) * _read_ahead(d, lay, oc, core)
                     for oc in range(c0, c1))
         out["epilogue"] = px + acc_d + jobs * px * per_oc_epi - ahead
     else:

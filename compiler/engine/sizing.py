@@ -168,7 +168,8 @@ def core_memories(core_params):
     (``hw/engine/core.py``, ``dma.py``): the scratchpad (one bus word wide), the array's
     window buffer (``ceil(max_window / simd)`` words of 4 bit planes x ``simd``), the
     accumulator buffer (``max_jobs x max_out_c`` 32-bit sums, ``pe`` to a word, with
-    ``max_out_c`` rounded as the core rounds it) and the two DMAs' block-RAM FIFOs
+    ``max_out_c`` rounded as the core rounds it), the post-op pair table (``max_jobs x
+    max_out_c`` pairs of 32-bit constants) and the two DMAs' block-RAM FIFOs
     (a :class:`~amaranth.lib.fifo.SyncFIFOBuffered` keeps ``depth - 1`` rows in memory).
     """
     p = core_params
@@ -185,6 +186,7 @@ def core_memories(core_params):
     return {**pad,
             "window": (-(-p["max_window"] // simd), 4 * simd),
             "accumulators": (p["max_jobs"] * folds, 32 * pe),
+            "pairs": (p["max_jobs"] << max(p["max_out_c"] - 1, 1).bit_length(), 64),
             "read_fifo": (rd_depth - 1, w),
             "write_fifo": (2 * burst - 1, w)}
 

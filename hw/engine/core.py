@@ -145,7 +145,8 @@ Cycles
     side input is read with the pair's data; on the arrays without a threshold, a
     channel's jobs after the first take 1 for both: the next job's pair and sum are
     read ahead during this job's data state, from the pair table (every job's pairs,
-    kept from the descriptor's first pixel; constants of at most 32 bits) while the
+    kept from the descriptor's first pixel; constants of at most 32 bits, at most
+    ``max_out_c`` channels) while the
     read port fetches its side input, or, at the first pixel, through the read port
     when that job reads no side input (none, or a shared one kept from job 0); threshold
     ``out_levels + 1``; a fused mixer per channel 2, 3 gated, a GATE's 1: each job's
@@ -363,6 +364,9 @@ class ComputeSequencer(wiring.Component):
                              f"{self.banks} banks")
         self.window_words = -(-max_window // simd)
         self.max_out_c = 1 << max(max_out_c, pe).bit_length()
+        # the pair table's channels: max_out_c's power of two (a wider descriptor reads
+        # its pairs through the read port)
+        self.pair_bits = max(max_out_c - 1, 1).bit_length()
         cmd = stream.Signature(descriptor_layout(addr_width))
         super().__init__({
             "start": In(1),
@@ -444,7 +448,7 @@ class ComputeSequencer(wiring.Component):
         # every job's post-op pairs A, B (32 bits each) of a descriptor's channels, kept
         # from the reads of its first pixel, so that a later pixel's next job takes its
         # pair here while the read port fetches its side input
-        TB = max(self.max_out_c - 1, 1).bit_length()
+        TB = self.pair_bits
         m.submodules.pairs = ptab = Memory(shape=unsigned(64), depth=self.max_jobs << TB,
                                            init=[])
         rp_t, wp_t = ptab.read_port(), ptab.write_port()
@@ -1901,7 +1905,8 @@ class ComputeSequencer(wiring.Component):
             # through the read port when job k+1 reads no side input.
             pipe = Signal()           # in PCALC: job k+1's pair and sum arrive
             pipe_t = Signal()         # ... its pair from the pair table
-            tab_ok = (f["const_bytes"] <= 4) & ~((oy == 0) & (ox == 0))
+            tab_ok = ((f["const_bytes"] <= 4) & (f["out_c"] <= (1 << TB))
+                      & ~((oy == 0) & (ox == 0)))
 
             def ahead_ok(kk):
                 """Job kk's post-op can run from a pair read ahead: its shift and flags
