@@ -18,10 +18,10 @@ import pytest
 
 from conftest import random_model
 from test_engine_core import (CONFIG, CORE, LANES_NET, PACKING, PIXEL_CONFIG, SMALL, _build,
-                              frames_for, run_rtl, zoo_model)
+                              check_network, frames_for, run_rtl, zoo_model)
 from test_engine_program import RANDOM_CONFIGS
 from groupnet_hw.compiler.engine.config import EngineConfig
-from groupnet_hw.compiler.engine.core_cycles import _Core, _layout, predict_core
+from groupnet_hw.compiler.engine.core_cycles import _Core, _layout, _read_ahead, predict_core
 from groupnet_hw.compiler.engine.program import OPCODE_CODES
 from groupnet_hw.compiler.engine.layout import compile_engine
 from groupnet_hw.compiler.engine.target import core_config
@@ -103,6 +103,44 @@ def test_max_pool_on_the_lanes_exact(core):
     assert pred.cycles == whole
     pool = [p for p in pred.descriptors if p.opcode == "MAXPOOL"]
     assert pool[0].phases["pool"] > pool[0].phases["scalar"] > 0
+
+
+def _read_ahead_jobs(program, core_params):
+    """Per descriptor: the jobs of channel 0 read ahead through the read port (the
+    first pixel) and from the pair table (later pixels), as the model counts them."""
+    model = _Core(core_params, *DRAMS["fast"])
+    return [(_read_ahead(d, _layout(d, model), 0), _read_ahead(d, _layout(d, model), 0, model))
+            for d in program.descriptors]
+
+
+def test_post_ops_read_ahead_exact(core):
+    """Digits K=3's fused blocks: a shared side input (job 0 reads it, two jobs read
+    ahead through the read port at the first pixel) and one per base (none at the first
+    pixel; from the pair table after it, two jobs a channel): every descriptor to the
+    cycle and every output bit-exact."""
+    g, seed = _network("digits3")
+    program = compile_engine(g, CONFIG)
+    ahead = _read_ahead_jobs(program, CORE)
+    assert (1, 2) in ahead and (0, 2) in ahead
+    check_network(core, g, frames_for(g, 1, seed))
+    pred, whole = check(core, g, seed, CONFIG, CORE, "fast", per_descriptor=True)
+    assert pred.cycles == whole
+
+
+@SLOW
+def test_pairs_wider_than_the_table_exact(tmp_path_factory):
+    """A core whose pair table holds 8 channels (``max_out_c=8``; its array takes 16):
+    digits K=3's 16-channel blocks read every pair through the read port, bit-exact and
+    to the cycle."""
+    params = dict(CORE, max_out_c=8)
+    build = _build(tmp_path_factory, "narrow_pairs", max_out_c=8)
+    g, seed = _network("digits3")
+    program = compile_engine(g, CONFIG)
+    ahead = _read_ahead_jobs(program, params)
+    assert (1, 1) in ahead and all(s == t for s, t in ahead)
+    check_network(build, g, frames_for(g, 1, seed))
+    pred, whole = check(build, g, seed, CONFIG, params, "fast", per_descriptor=True)
+    assert pred.cycles == whole
 
 
 def test_pooled_stem_conv_shortcuts_slow_dram(core):

@@ -51,7 +51,9 @@ Compute per output pixel, channel and job:
   state, and the state that ends a tap starts the next;
 - epilogue per channel and job: BIAS_D (head), PA_D (the pair A, B; the side input
   after a post-op), PCALC (post-op and that add; PS_D and PF_D at a block's first
-  element), SIDE_D (an add without a post-op), EINV_D, ET_D per level
+  element; on the arrays without a threshold a job whose pair was read ahead during
+  the job before's data state takes PCALC alone, :func:`_read_ahead`), SIDE_D (an
+  add without a post-op), EINV_D, ET_D per level
   (threshold); per channel the fused mixer (LAM for the last job: each other job's
   lambda product is added in the cycle after its result; AGG; GATE for the first gated
   output: each next one's gate is computed while OUT_WD writes the one before; a GATE
