@@ -14,7 +14,8 @@ Phases of a descriptor (docs/architecture.md section 13):
 - *setup*: CHECK, FOLDS (``ceil`` by subtraction), SECTIONS0-4, STREAM0-1, TILESZ0-1,
   REGIONS0-4 (twice when the weights stream), TABLE_CMD, TABLE_RECV;
 - per row tile: TILE0-3, the *loads* (LOAD_ENTRY, LOAD_CMD, LOAD_RECV per kind and
-  job), CLEAR, START, the *compute* (CORE and what follows it per output element),
+  job), CLEAR (none when the output rows are whole words of elements), START, the
+  *compute* (CORE and what follows it per output element),
   the *stores* (STORE_ADDR, STORE_CMD, STORE_RD, STORE_SEND per job), per weight chunk
   when the weights stream (a convolution's output channels, a head's classes);
 - *fence*: FENCE (the write DMA's last ``done``), NEXT.
@@ -54,8 +55,8 @@ Compute per output pixel, channel and job:
   element; on the arrays without a threshold a job whose pair was read ahead during
   the job before's data state takes PCALC alone, :func:`_read_ahead`), SIDE_D (an
   add without a post-op), EINV_D, ET_D per level
-  (threshold); per channel the fused mixer (LAM for the last job: each other job's
-  lambda product is added in the cycle after its result; AGG; GATE for the first gated
+  (threshold); per channel the fused mixer (AGG with the last job's lambda product:
+  each other job's is added in the cycle after its result; GATE for the first gated
   output: each next one's gate is computed while OUT_WD writes the one before; a GATE
   descriptor GATE; its constants read at the descriptor's first mix: LF_D, GF_D, LAML_D
   per job, GATEL_D per gate, and that mix's LAM for every job) and per output written
@@ -396,9 +397,20 @@ def _shared(core, writing):
 
 def _clear(d, lay, core):
     """CLEAR: every job's output region of a tile (and a head's channel sums after
-    them) zeroed, one word a cycle."""
+    them) zeroed, one word a cycle; none when the output rows are whole words of
+    elements and nothing else (every bit is then written by a merge)."""
+    if _dense_out(d, lay, core):
+        return 0
     sums = core.ru(8 * d["in_c"]) if lay["is_head"] else 0
     return (d["jobs"] * d["rows_per_tile"] * d["out_pitch"] + sums) // core.bpw
+
+
+def _dense_out(d, lay, core):
+    """FOLDS's test: no head, whole bytes a pixel, rows of exactly ``out_w`` pixels and
+    whole bus words."""
+    bits = d["out_c"] * d["out_elem"]
+    return (not lay["is_head"] and bits % 8 == 0 and d["out_pitch"] == d["out_w"] * bits // 8
+            and d["out_pitch"] % core.bpw == 0)
 
 
 def _valid_taps(n_out, stride, pad, dil, k, size, offset=0):
@@ -463,28 +475,28 @@ def _mixing(d, lay):
 
 
 def _mixer(d, lay):
-    """Per output channel after the jobs, from the kept constants: LAM (the last job's
-    lambda product: each other job's is added in the cycle after its result, while the
-    next job starts), AGG, and GATE when gated (the first output's gate: each next
+    """Per output channel after the jobs, from the kept constants: AGG (with the last
+    job's lambda product: each other job's is added in the cycle after its result,
+    while the next job starts), and GATE when gated (the first output's gate: each next
     output's is computed while OUT_WD writes the one before); a GATE descriptor GATE."""
     op = lay["op"]
     if op == "GATE":
         return 1
     if not _mixing(d, lay):
         return 0
-    return 2 + (1 if _has(d, "gated") else 0)
+    return 1 + (1 if _has(d, "gated") else 0)
 
 
 def _mix_first(d, lay):
     """The mixer's constants, read at a descriptor's first mix and kept: LF_D, GF_D,
     LAML_D per job, GATEL_D per gated output (a GATE descriptor GF_D and GATEL_D); and
-    that first mix's LAM for every job but the last (no product was added before the
-    constants were read)."""
+    that first mix's LAM for every job (no product was added before the constants were
+    read; its AGG then adds none)."""
     if lay["op"] == "GATE":
         return 1 + _n_out(d, lay)
     if not _mixing(d, lay):
         return 0
-    return 2 + d["jobs"] + (_n_out(d, lay) if _has(d, "gated") else 0) + d["jobs"] - 1
+    return 2 + d["jobs"] + (_n_out(d, lay) if _has(d, "gated") else 0) + d["jobs"]
 
 
 def _n_out(d, lay):

@@ -26,8 +26,9 @@ Microarchitecture (first version: correctness first, no overlap)
     Per descriptor the work is strictly sequential: fetch (the read DMA), load the job
     table and the blocks, then per row tile the input rows (the reference model's row
     range: the window's halo, a pooling stage's convolution rows) and side rows (one
-    read-DMA descriptor each, the words written in order), clear the output regions,
-    compute, one write-DMA descriptor per job's tile rows; after the last tile the fence
+    read-DMA descriptor each, the words written in order), clear the output regions
+    (unless their rows are whole words of elements and nothing else: every bit is then
+    written by a merge), compute, one write-DMA descriptor per job's tile rows; after the last tile the fence
     (every write's ``done``) before the next fetch. A convolution whose whole blocks do
     not fit streams its weights: the blocks are loaded without them, and per tile one
     chunk of output channels' weights at a time (the compiler's ``chunk_c``, else one
@@ -129,7 +130,7 @@ Microarchitecture (first version: correctness first, no overlap)
 Cycles
     Per descriptor: the fetch (read latency + 128 bytes), the loads (each a read-DMA
     descriptor: latency + its words at up to one per cycle), ``out_bytes / bytes per
-    word`` cycles of clearing per job, then the compute, then two cycles per output
+    word`` cycles of clearing per job (none for dense rows), then the compute, then two cycles per output
     word written (plus the write latency) and the fence. A binary convolution on the
     array takes per output pixel and job 3 cycles (CORE, POOL_TAP, EPI), the gather
     (per tap 1, per group of lanes 1 for its input word, 2 more with a one-level
@@ -149,11 +150,12 @@ Cycles
     ``max_out_c`` channels) while the
     read port fetches its side input, or, at the first pixel, through the read port
     when that job reads no side input (none, or a shared one kept from job 0); threshold
-    ``out_levels + 1``; a fused mixer per channel 2, 3 gated, a GATE's 1: each job's
-    lambda product is added while the next job starts and each gate after the first
-    computed while the output before is written, from the fractions, lambdas and gates
-    read at the descriptor's first mix and kept: ``2 + jobs`` reads, ``+ jobs`` gated,
-    a GATE's ``jobs``, and that mix's ``jobs - 1`` more lambda products) and 1 per
+    ``out_levels + 1``; a fused mixer per channel 1, 2 gated, a GATE's 1: each job's
+    lambda product is added while the next job starts, the last job's by the
+    aggregate's own cycle, and each gate after the first computed while the output
+    before is written, from the fractions, lambdas and gates read at the descriptor's
+    first mix and kept: ``2 + jobs`` reads, ``+ jobs`` gated, a GATE's ``jobs``, and
+    that mix's ``jobs`` lambda products) and 1 per
     output merged into its word. A scalar tap costs 2 cycles (input, then weight or
     maximum; 1 for a padded tap of a maximum), 1 for a product tap without a prologue
     whose weight lies in the weight word read last (held from W_D, cleared as each
@@ -540,6 +542,7 @@ class ComputeSequencer(wiring.Component):
         hpix, hrow = Signal(A), Signal(A)
         hch = Signal(A)           # hc * in_elem, kept (no multiplier)
         in_pix, side_pix, out_pix = Signal(A), Signal(A), Signal(A)
+        dense_out = Signal()      # the output rows are whole words of elements
         kh_n, kw_n, ci_n = Signal(16), Signal(16), Signal(16)
         st_r, pad_r, dil_r = Signal(16), Signal(16), Signal(16)
         n_out = Signal(8)         # outputs written per element (1 for a plain mixer)
@@ -580,6 +583,8 @@ class ComputeSequencer(wiring.Component):
         lf, gf = Signal(signed(64)), Signal(signed(64))
         # the mixer's lambdas, gates and 2^f - gate, read at a descriptor's first mix
         mix_ok = Signal()
+        # AGG adds the last job's lambda product itself (no LAM after the first mix)
+        agg_add = Signal()
         lam_r, gate_r, rest_r = (Array(Signal(signed(MUL_BITS), name=f"{n}{i}")
                                        for i in range(self.max_jobs))
                                  for n in ("lam_r", "gate_r", "rest_r"))
@@ -819,7 +824,7 @@ class ComputeSequencer(wiring.Component):
             # ---- what this path runs ----------------------------------------------------
             with m.State("CHECK"):
                 m.d.sync += [pc_valid.eq(0), summed.eq(0), mix_ok.eq(0), lam_bad.eq(0),
-                             acc_pend.eq(0)]
+                             agg_add.eq(0), acc_pend.eq(0)]
                 bad = ((st & _ST["maxpool"]) != 0) & ~is_conv | (f["groups"] != 1) \
                     | (f["jobs"] == 0) | (f["jobs"] > self.max_jobs) \
                     | (op == _OP["CONV"]) & ~int_w & (f["in_levels"] == 0) & (f["act_bits"] == 0) \
@@ -863,6 +868,12 @@ class ComputeSequencer(wiring.Component):
                     m.next = "FOLDS"
                 self._exits(m)
             with m.State("FOLDS"):
+                # an output tile whose rows are whole words of elements and nothing else
+                # (no padding bit, no head's sums) is written whole by its merges: no
+                # CLEAR (the merges keep the bits outside their element)
+                m.d.sync += dense_out.eq(~is_head & ((out_pix << 3) == f["out_c"] * f["out_elem"])
+                                         & (f["out_pitch"] == f["out_w"] * out_pix)
+                                         & (f["out_pitch"][:exact_log2(BPW)] == 0))
                 # ceil(N / simd) and ceil(C_out / pe) by subtraction (no divider)
                 with m.If(rem_n > 0):
                     m.d.sync += [rem_n.eq(rem_n - simd_r), fs.eq(fs + 1)]
@@ -1088,7 +1099,7 @@ class ComputeSequencer(wiring.Component):
                         with m.Default():
                             with m.If((kind == 2) & stream):
                                 m.d.sync += kind.eq(4)
-                            with m.Elif(q == 0):
+                            with m.Elif((q == 0) & ~dense_out):
                                 m.d.sync += wptr.eq(out_base >> exact_log2(BPW))
                                 m.next = "CLEAR"
                             with m.Else():
@@ -1249,10 +1260,10 @@ class ComputeSequencer(wiring.Component):
                             self._issue(m, "GF", const_addr(par_base, off_mix, 1), cb << 3, 1)
                     with m.Elif(mixing):
                         with m.If(mix_ok):
-                            # the jobs before added their products already: LAM adds
+                            # the jobs before added their products already: AGG adds
                             # this one's (k stays the last job)
-                            m.d.sync += k.eq(k)
-                            m.next = "LAM"
+                            m.d.sync += [k.eq(k), agg_add.eq(1)]
+                            m.next = "AGG"
                         with m.Else():
                             # the first mix: the constants, then LAM for every job
                             self._issue(m, "LF", const_addr(par_base, off_mix, 0), cb << 3, 1)
@@ -2076,14 +2087,19 @@ class ComputeSequencer(wiring.Component):
                     self._fail(m, "unsupported")
                 self._exits(m)
             with m.State("AGG"):
+                # the sum with the last job's product (agg_add: the jobs' results came
+                # straight from their epilogues), else LAM's
+                m.d.comb += lam_use_k.eq(agg_add)
                 agg = Signal(signed(64))
-                m.d.comb += agg.eq(round_shift(msum, lf))
-                m.d.sync += [msum.eq(agg), gk.eq(0)]
+                m.d.comb += agg.eq(round_shift(Mux(agg_add, lam_sum, msum), lf))
+                m.d.sync += [msum.eq(agg), gk.eq(0), k.eq(0), agg_add.eq(0)]
                 with m.If(gated):
                     m.next = "GATE"
                 with m.Else():
                     m.d.sync += vals[0].eq(agg)
                     to_outputs(m)
+                with m.If(agg_add & (~_fits(lam_v) | lam_bad)):
+                    self._fail(m, "unsupported")
                 self._exits(m)
             # output gk's gate: in GATE the first output's, then each next one's while
             # OUT_WD writes the one before (gk is a register: the states share it)
