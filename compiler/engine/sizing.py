@@ -137,20 +137,20 @@ CORE_DEFAULTS = dict(data_width=128, pe=4, simd=8, stem_pe=16, stem_simd=12,
 #: least squares, relative errors) to Yosys's counts of ``benchmarks/engine_resources.py``
 #: (``python3 benchmarks/engine_resources.py --fit`` prints them) at the ten sizes of
 #: one RTL (``hw_engine_sha256`` in the JSON); each size left out of the fit is predicted
-#: by the others within 11 % (``small-pe16``; the rest within 4 %).
-_CORE_ALUTS = {"one": 20534.55, "lanes": 42.851, "pe": 56.155, "simd": 15.678,
-               "word_bits": 57.945, "job_bits": 5.626, "mux_bits": 5.128, "stem_lanes": 178.806}
+#: by the others within 8 % (``small-pe16``; the rest within 3 %).
+_CORE_ALUTS = {"one": 21683.336, "lanes": 30.522, "pe": 117.442, "simd": 60.961,
+               "word_bits": 55.571, "job_bits": 5.752, "mux_bits": 7.143, "stem_lanes": 392.169}
 #: DSP blocks of the scalar datapath (its products of 32-bit operands and the address
 #: arithmetic's per-descriptor products), set by the RTL rather than by any kwarg:
-#: Cyclone V MISTRAL_MUL* 71-73 over the eight sizes without the stem's channel pairs
-#: (the pairs' second channel adds ``stem_simd``: 90 and 86 at the build's two);
+#: Cyclone V MISTRAL_MUL* 73-78 over the eight sizes without the stem's channel pairs
+#: (the pairs' second channel adds ``stem_simd``: 93 and 92 at the build's two);
 #: ECP5 MULT18X18D measured once (``ecp5_pnr``); iCE40 not measured (ECP5's count:
 #: the UP5K's 8 SB_MAC16 could not hold the core anyway).
-_CORE_DSP = {"cyclonev": 73, "ecp5": 98, "ice40": 98}
+_CORE_DSP = {"cyclonev": 77, "ecp5": 105, "ice40": 105}
 #: LUT4 sites (LUT4 + 2 per CCU2C carry + 6 per DPR16X4) per Cyclone V ALUT: the ECP5
-#: synthesis of ``small`` (49,309 sites, ``ecp5_pnr``) over the Cyclone V count of the
-#: same RTL (32,954 ALUTs); applied to iCE40 too.
-_LUT4_PER_ALUT = 1.50
+#: synthesis of ``small`` (49,305 sites, ``ecp5_pnr``) over the Cyclone V count of the
+#: same RTL (34,105 ALUTs); applied to iCE40 too.
+_LUT4_PER_ALUT = 1.45
 
 
 def full_core_params(core_params=None, **overrides):
