@@ -444,11 +444,11 @@ def _read_ahead(d, lay, oc, core=None):
     """The jobs of channel ``oc`` whose post-op runs from a pair read ahead (PCALC to
     PCALC, no PA_D): on the arrays, with a post-op and no threshold after it. From the
     pair table (``core`` given: a pixel after the descriptor's first; constants of at
-    most 32 bits, at most the table's channels) every job after the first; else through the read port, every job after
-    the first when the channel has no side input, after the second when it is shared
-    (job 0 reads it, the others keep it), none when each job reads its own. Not at a
-    descriptor's first channel (:func:`_post_first`): the next job's shift and flags
-    are not kept yet."""
+    most 32 bits, at most the table's channels) every job after the first; else
+    through the read port, every job after the first when the channel has no side
+    input, after the second when it is shared (job 0 reads it, the others keep it),
+    none when each job reads its own. Not at a descriptor's first channel
+    (:func:`_post_first`): the next job's shift and flags are not kept yet."""
     if not ((lay["vec"] or lay["svec"]) and _has(d, "postop")
             and not _has(d, "threshold") and lay["op"] not in _MULTI):
         return 0
