@@ -10,7 +10,7 @@ Types are numpy type strings (``u1``, ``<u2``, ``<u4``, ``V43``), all little-end
 from __future__ import annotations
 
 __all__ = ["OPCODE_CODES", "STAGE_BITS", "FLAG_BITS", "DESCRIPTOR_FIELDS", "JOB_FIELDS",
-           "field_offsets", "array_banks", "core_paths", "MUL_BITS"]
+           "field_offsets", "pair_table_bits", "array_banks", "core_paths", "MUL_BITS"]
 
 #: compute opcodes; the sequencer's control opcodes (``END``, ``COPY``, 0x10 and up)
 #: are ``groupnet_hw.engine_opcodes``'s. A program ends with one ``END`` descriptor.
@@ -121,6 +121,13 @@ def array_banks(data_width, pe, simd):
     if ps % data_width == 0 and banks & (banks - 1) == 0:
         return banks, True
     return 1, False
+
+
+def pair_table_bits(max_out_c):
+    """Address bits of one job's channels in the core's post-op pair table: ``max_out_c``
+    rounded up to a power of two (a descriptor with more channels reads its pairs
+    through the scratchpad's read port)."""
+    return max(max_out_c - 1, 1).bit_length()
 
 
 def core_paths(data_width, pe, simd, stem_pe, stem_simd):

@@ -109,8 +109,8 @@ def _read_ahead_jobs(program, core_params):
     """Per descriptor: the jobs of channel 0 read ahead through the read port (the
     first pixel) and from the pair table (later pixels), as the model counts them."""
     model = _Core(core_params, *DRAMS["fast"])
-    return [(_read_ahead(d, _layout(d, model), 0), _read_ahead(d, _layout(d, model), 0, model))
-            for d in program.descriptors]
+    lays = [(d, _layout(d, model)) for d in program.descriptors]
+    return [(_read_ahead(d, lay, 0), _read_ahead(d, lay, 0, model)) for d, lay in lays]
 
 
 def test_post_ops_read_ahead_exact(core):

@@ -89,7 +89,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ...engine_format import core_paths
+from ...engine_format import core_paths, pair_table_bits
 from .program import FLAG_BITS, JOB, OPCODE_CODES, STAGE_BITS, decode
 from .tiling import core_layout
 
@@ -202,7 +202,7 @@ class _Core:
         self.threshold_vector = paths["threshold_vector"]
         self.window_words = _ceil(p["max_window"], self.simd)
         self.maxc = 1 << max(p["max_out_c"], self.pe).bit_length()
-        self.pair_c = 1 << max(p["max_out_c"] - 1, 1).bit_length()      # the pair table
+        self.pair_c = 1 << pair_table_bits(p["max_out_c"])      # the pair table's channels
         self.wr_depth = p["buffer_depth"] or 2 * self.max_burst
         self.latency = latency
         # the token bucket holds at most one word (or one cycle's bytes): a word every

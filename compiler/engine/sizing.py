@@ -44,7 +44,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ...devices import get_board
-from ...engine_format import core_paths
+from ...engine_format import core_paths, pair_table_bits
 from .config import EngineConfig
 
 __all__ = ["SizedEngine", "size_engine", "estimate", "CANDIDATES", "estimate_core",
@@ -186,7 +186,7 @@ def core_memories(core_params):
     return {**pad,
             "window": (-(-p["max_window"] // simd), 4 * simd),
             "accumulators": (p["max_jobs"] * folds, 32 * pe),
-            "pairs": (p["max_jobs"] << max(p["max_out_c"] - 1, 1).bit_length(), 64),
+            "pairs": (p["max_jobs"] << pair_table_bits(p["max_out_c"]), 64),
             "read_fifo": (rd_depth - 1, w),
             "write_fifo": (2 * burst - 1, w)}
 
