@@ -38,11 +38,11 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results" / "engine_resources.json"
 
 #: name -> EngineCore kwargs (the rest are EngineCore's defaults: stem_pe=16,
-#: stem_simd=12, max_jobs=8, max_window=4608, max_out_c=512). The sizes from ``small``
-#: to ``small-limits`` change one thing of ``small`` each (the array's width, its PE
-#: count, the scratchpad, the bus word, the limits) so that the fit can tell the
-#: per-unit costs apart; ``engine`` and ``engine-64k`` (:data:`HEADLINE`) are the engine
-#: a build writes.
+#: stem_simd=12, max_jobs=8, max_window=4608, max_out_c=512, planes=4). The sizes from
+#: ``small`` to ``small-planes1`` change one thing of ``small`` each (the array's width,
+#: its PE count, the scratchpad, the bus word, the limits, the bit planes) so that the
+#: fit can tell the per-unit costs apart; ``engine``, ``engine-nbit`` and ``engine-64k``
+#: (:data:`HEADLINE`) are the engines a build writes.
 SIZES = {
     "small": dict(data_width=128, pe=4, simd=8, buffer_bytes=64 * 1024),
     "medium": dict(data_width=128, pe=8, simd=16, buffer_bytes=128 * 1024),
@@ -53,17 +53,22 @@ SIZES = {
     "small-dw64": dict(data_width=64, pe=4, simd=8, buffer_bytes=64 * 1024),
     "small-limits": dict(data_width=128, pe=4, simd=8, buffer_bytes=64 * 1024, max_jobs=4,
                          max_window=2304, max_out_c=256),
-    # the engine a build writes for the DE10-Nano (16 x 32 lanes from four scratchpad
-    # banks, the stem's multiplier array), and with the tests' 64 KiB scratchpad
-    "engine": dict(data_width=128, pe=16, simd=32, stem_pe=16, stem_simd=16,
-                   buffer_bytes=256 * 1024),
+    "small-planes1": dict(data_width=128, pe=4, simd=8, buffer_bytes=64 * 1024, planes=1),
+    # the engine a build writes for the DE10-Nano and a binary network (16 x 64 lanes of
+    # one bit plane from eight scratchpad banks, the stem's multiplier array), the one
+    # for 2- and 4-bit activations (16 x 32 lanes of four planes from four banks), and
+    # that one with the tests' 64 KiB scratchpad
+    "engine": dict(data_width=128, pe=16, simd=64, stem_pe=16, stem_simd=16,
+                   buffer_bytes=256 * 1024, planes=1),
+    "engine-nbit": dict(data_width=128, pe=16, simd=32, stem_pe=16, stem_simd=16,
+                        buffer_bytes=256 * 1024),
     "engine-64k": dict(data_width=128, pe=16, simd=32, stem_pe=16, stem_simd=16,
                        buffer_bytes=64 * 1024),
 }
-HEADLINE = ("engine", "engine-64k")
+HEADLINE = ("engine", "engine-nbit", "engine-64k")
 #: EngineCore's defaults for the kwargs a size does not set (recorded with each size)
 DEFAULTS = dict(data_width=128, pe=4, simd=8, stem_pe=16, stem_simd=12, buffer_bytes=32768,
-                max_jobs=8, max_window=4608, max_out_c=512)
+                max_jobs=8, max_window=4608, max_out_c=512, planes=4)
 #: the size placed and routed on ECP5
 PNR_SIZE = "small"
 TOP = "engine_core"

@@ -10,7 +10,8 @@ Types are numpy type strings (``u1``, ``<u2``, ``<u4``, ``V43``), all little-end
 from __future__ import annotations
 
 __all__ = ["OPCODE_CODES", "STAGE_BITS", "FLAG_BITS", "DESCRIPTOR_FIELDS", "JOB_FIELDS",
-           "field_offsets", "pair_table_bits", "array_banks", "core_paths", "MUL_BITS"]
+           "field_offsets", "pair_table_bits", "accumulator_channels", "array_banks",
+           "core_paths", "ARRAY_PLANES", "DENSE_PIXEL_BYTES", "MUL_BITS"]
 
 #: compute opcodes; the sequencer's control opcodes (``END``, ``COPY``, 0x10 and up)
 #: are ``groupnet_hw.engine_opcodes``'s. A program ends with one ``END`` descriptor.
@@ -130,7 +131,24 @@ def pair_table_bits(max_out_c):
     return max(max_out_c - 1, 1).bit_length()
 
 
-def core_paths(data_width, pe, simd, stem_pe, stem_simd):
+#: the widest output pixel (bytes, a power of two) whose tile rows, when they are whole
+#: bus words of pixels and nothing else, the engine core writes without clearing them
+#: first (wider or other pixels are cleared: ``out_w * pixel bytes`` is then a shift)
+DENSE_PIXEL_BYTES = 4096
+
+#: the XNOR-popcount array's bit planes a core may have: 4 takes binary and 2- and
+#: 4-bit activations, 1 binary activations alone (one XNOR popcount per PE row)
+ARRAY_PLANES = (1, 4)
+
+
+def accumulator_channels(max_out_c, pe):
+    """Output channels a job's entries of the core's accumulator buffer hold (the array
+    takes a descriptor of at most this many): ``max(max_out_c, pe)`` rounded up to a
+    power of two."""
+    return 1 << (max(max_out_c, pe) - 1).bit_length()
+
+
+def core_paths(data_width, pe, simd, stem_pe, stem_simd, planes=4):
     """Which of its vector paths an engine core of these parameters elaborates (the
     core, its cycle model and its resource estimate read them here):
 
@@ -142,8 +160,14 @@ def core_paths(data_width, pe, simd, stem_pe, stem_simd):
       one read of the banked scratchpad: ``banks`` at least 2, ``pe`` even);
     - ``pixel_vector``: a PIXEL's one-bit outputs leave the window buffer ``simd``
       lanes at a time;
-    - ``threshold_vector``: a convolution's one-bit thresholds, a PE fold at a time.
+    - ``threshold_vector``: a convolution's one-bit thresholds, a PE fold at a time;
+    - ``max_act_bits``: the widest activations the array takes (``act_bits``; 0 is
+      binary): 4 with 4 bit planes, 0 with one;
+    - ``window_bits``: a window-buffer word: ``planes`` bits of ``simd`` lanes, or the
+      stem's ``stem_simd`` bytes when wider.
     """
+    if planes not in ARRAY_PLANES:
+        raise ValueError(f"planes must be one of {ARRAY_PLANES}, not {planes!r}")
     banks, vector = array_banks(data_width, pe, simd)
     pow2 = lambda n: n & (n - 1) == 0        # noqa: E731
     stem_vector = (vector and stem_pe == pe and data_width % (stem_simd * 8) == 0
@@ -151,4 +175,6 @@ def core_paths(data_width, pe, simd, stem_pe, stem_simd):
     return dict(banks=banks, vector=vector, stem_vector=stem_vector,
                 stem_pair=stem_vector and banks >= 2 and pe % 2 == 0,
                 pixel_vector=pow2(simd) and simd <= data_width,
-                threshold_vector=vector and pow2(pe) and pe <= data_width)
+                threshold_vector=vector and pow2(pe) and pe <= data_width,
+                max_act_bits=0 if planes == 1 else planes,
+                window_bits=max(planes * simd, 8 * stem_simd if stem_vector else 0))

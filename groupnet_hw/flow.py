@@ -35,7 +35,8 @@ from typing import Callable
 from .compiler.artifact import BuildError, BuildManifest, file_sha256, read_manifest, write_manifest
 from .compiler.engine.cycles import predict as predict_engine
 from .compiler.engine.report import engine_report, render_engine_text
-from .compiler.engine.target import SCRATCHPAD_BYTES, compile_for_core, engine_target
+from .compiler.engine.target import (SCRATCHPAD_BYTES, array_planes, compile_for_core,
+                                     engine_target)
 from .compiler.frontend import lower
 from .compiler.passes import run_passes
 from .compiler.report import render_text
@@ -320,7 +321,8 @@ def _schedule(b: Build, source, out_dir):
     try:
         kib = b.config.engine_scratchpad_kib
         target = engine_target(b.config.board, b.config.engine_clock_mhz,
-                               buffer_bytes=kib and kib * 1024, max_util=b.config.max_util)
+                               buffer_bytes=kib and kib * 1024, max_util=b.config.max_util,
+                               planes=array_planes(b.graph))
         program, prediction = compile_for_core(b.graph, target)
     except ValueError as exc:
         raise FlowError(f"the layer-sequential engine cannot run this network: {exc}") from None

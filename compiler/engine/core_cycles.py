@@ -89,7 +89,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ...engine_format import core_paths, pair_table_bits
+from ...engine_format import (DENSE_PIXEL_BYTES, accumulator_channels, core_paths,
+                              pair_table_bits)
 from .program import FLAG_BITS, JOB, OPCODE_CODES, STAGE_BITS, decode
 from .tiling import core_layout
 
@@ -195,13 +196,15 @@ class _Core:
         self.pe, self.simd = p["pe"], p["simd"]
         self.stem_pe, self.stem_simd = p["stem_pe"], p["stem_simd"]
         self.buffer_bytes, self.max_burst = p["buffer_bytes"], p["max_burst"]
-        paths = core_paths(p["data_width"], self.pe, self.simd, self.stem_pe, self.stem_simd)
+        paths = core_paths(p["data_width"], self.pe, self.simd, self.stem_pe, self.stem_simd,
+                           p["planes"])
         self.banks, self.vector = paths["banks"], paths["vector"]
         self.stem_vector, self.stem_pair = paths["stem_vector"], paths["stem_pair"]
         self.pixel_vector = paths["pixel_vector"]
         self.threshold_vector = paths["threshold_vector"]
+        self.max_act_bits = paths["max_act_bits"]
         self.window_words = _ceil(p["max_window"], self.simd)
-        self.maxc = 1 << max(p["max_out_c"], self.pe).bit_length()
+        self.maxc = accumulator_channels(p["max_out_c"], self.pe)
         self.pair_c = 1 << pair_table_bits(p["max_out_c"])      # the pair table's channels
         self.wr_depth = p["buffer_depth"] or 2 * self.max_burst
         self.latency = latency
@@ -262,7 +265,7 @@ def _layout(d, core):
     lay = core_layout(d, bpw=core.bpw, pe=core.pe, simd=core.simd, stem_pe=core.stem_pe,
                       stem_simd=core.stem_simd, buffer_bytes=core.buffer_bytes)
     vec = (core.vector and lay["is_conv"] and not lay["int_w"] and not lay["pooling"]
-           and d["act_bits"] <= 4 and lay["fs"] <= core.window_words
+           and d["act_bits"] <= core.max_act_bits and lay["fs"] <= core.window_words
            and lay["fo"] * core.pe <= core.maxc)
     # the sums' one-bit thresholds, a PE fold at a time (TV_*)
     tvec = (vec and core.threshold_vector
@@ -406,10 +409,12 @@ def _clear(d, lay, core):
 
 
 def _dense_out(d, lay, core):
-    """FOLDS's test: no head, whole bytes a pixel, rows of exactly ``out_w`` pixels and
-    whole bus words."""
+    """FOLDS's test: no head, pixels of a power of two bytes up to
+    ``DENSE_PIXEL_BYTES``, rows of exactly ``out_w`` pixels and whole bus words."""
     bits = d["out_c"] * d["out_elem"]
-    return (not lay["is_head"] and bits % 8 == 0 and d["out_pitch"] == d["out_w"] * bits // 8
+    pix = bits // 8
+    return (not lay["is_head"] and bits % 8 == 0 and pix & (pix - 1) == 0
+            and pix <= DENSE_PIXEL_BYTES and d["out_pitch"] == d["out_w"] * pix
             and d["out_pitch"] % core.bpw == 0)
 
 

@@ -44,7 +44,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ...devices import get_board
-from ...engine_format import core_paths, pair_table_bits
+from ...engine_format import accumulator_channels, core_paths, pair_table_bits
 from .config import EngineConfig
 
 __all__ = ["SizedEngine", "size_engine", "estimate", "CANDIDATES", "estimate_core",
@@ -131,14 +131,15 @@ def size_engine(board="de10nano", max_util=0.9, clock_mhz=100.0):
 #: :class:`~groupnet_hw.hw.engine.core.EngineCore`'s defaults for the sizing kwargs.
 CORE_DEFAULTS = dict(data_width=128, pe=4, simd=8, stem_pe=16, stem_simd=12,
                      buffer_bytes=32768, max_jobs=8, max_window=4608, max_out_c=512,
-                     max_burst=16, buffer_depth=None)
+                     max_burst=16, buffer_depth=None, planes=4)
 
 #: Cyclone V ALUTs per unit of each :func:`core_features` feature, fitted (non-negative
 #: least squares, relative errors) to Yosys's counts of ``benchmarks/engine_resources.py``
 #: (``python3 benchmarks/engine_resources.py --fit`` prints them) at the ten sizes of
 #: one RTL (``hw_engine_sha256`` in the JSON); each size left out of the fit is predicted
 #: by the others within 8 % (``small-pe16``; the rest within 3 %).
-_CORE_ALUTS = {"one": 21683.336, "lanes": 30.522, "pe": 117.442, "simd": 60.961,
+_CORE_ALUTS = {"one": 21683.336, "lanes": 15.13, "plane_lanes": 5.13, "pe": 117.442,
+               "simd": 60.961,
                "word_bits": 55.571, "job_bits": 5.752, "mux_bits": 7.143, "stem_lanes": 392.169}
 #: DSP blocks of the scalar datapath (its products of 32-bit operands and the address
 #: arithmetic's per-descriptor products), set by the RTL rather than by any kwarg:
@@ -166,7 +167,8 @@ def full_core_params(core_params=None, **overrides):
 def core_memories(core_params):
     """``{name: (words, width)}``: the memories of an EngineCore as elaborated
     (``hw/engine/core.py``, ``dma.py``): the scratchpad (one bus word wide), the array's
-    window buffer (``ceil(max_window / simd)`` words of 4 bit planes x ``simd``), the
+    window buffer (``ceil(max_window / simd)`` words of ``planes`` bit planes x ``simd``,
+    or of the stem's ``stem_simd`` bytes when wider), the
     accumulator buffer (``max_jobs x max_out_c`` 32-bit sums, ``pe`` to a word, with
     ``max_out_c`` rounded as the core rounds it), the post-op pair table (``max_jobs x
     max_out_c`` pairs of 32-bit constants) and the two DMAs' block-RAM FIFOs
@@ -174,9 +176,9 @@ def core_memories(core_params):
     """
     p = core_params
     w, pe, simd = p["data_width"], p["pe"], p["simd"]
-    paths = core_paths(w, pe, simd, p["stem_pe"], p["stem_simd"])
+    paths = core_paths(w, pe, simd, p["stem_pe"], p["stem_simd"], p["planes"])
     banks, vector = paths["banks"], paths["vector"]
-    maxc = 1 << max(p["max_out_c"], pe).bit_length()
+    maxc = accumulator_channels(p["max_out_c"], pe)
     folds = max(maxc >> (pe.bit_length() - 1 if vector else 0), 1)
     burst = p.get("max_burst", 16)
     rd_depth = p.get("buffer_depth") or 4 * burst
@@ -184,7 +186,7 @@ def core_memories(core_params):
     pad = {"scratchpad": (words, w)} if banks == 1 else {
         f"scratchpad{b}": (words // banks, w) for b in range(banks)}
     return {**pad,
-            "window": (-(-p["max_window"] // simd), 4 * simd),
+            "window": (-(-p["max_window"] // simd), paths["window_bits"]),
             "accumulators": (p["max_jobs"] * folds, 32 * pe),
             "pairs": (p["max_jobs"] << pair_table_bits(p["max_out_c"]), 64),
             "read_fifo": (rd_depth - 1, w),
@@ -227,9 +229,10 @@ def core_features(core_params):
     - ``one``: the fixed part: the compute sequencer's state machine and descriptor
       register, the 64-bit scalar datapath (element reader, products, epilogue), the
       DMAs' and register file's control;
-    - ``lanes``: ``pe x simd`` XNOR lanes of the array (each feeds nine popcounts: the
-      binary one and plus and minus of the four bit planes), zero when the packing does
-      not divide the bus word (binary convolutions then run on the scalar path);
+    - ``lanes``: ``pe x simd`` XNOR lanes of the array (a lane's first bit plane: its
+      AND or XNOR and its share of a popcount), zero when the packing does not divide
+      the bus word (binary convolutions then run on the scalar path);
+    - ``plane_lanes``: ``lanes x (planes - 1)``: the other bit planes' popcounts;
     - ``pe``: per PE the 32-bit accumulate, the bit planes' shifted sums and the
       accumulator buffer's lane select;
     - ``simd``: the window gather (4 x ``simd`` bit planes shifted into place) and the
@@ -245,12 +248,14 @@ def core_features(core_params):
       select and the channel pairs come with it (the build's engines have all three).
     """
     p = core_params
-    paths = core_paths(p["data_width"], p["pe"], p["simd"], p["stem_pe"], p["stem_simd"])
+    paths = core_paths(p["data_width"], p["pe"], p["simd"], p["stem_pe"], p["stem_simd"],
+                       p["planes"])
     vector = paths["vector"]
     mux = sum(width * (yosys_m10k_blocks(words, width)[1] - 1)
               for words, width in core_memories(p).values()
               if yosys_m10k_blocks(words, width)[1] > 1)
-    return {"one": 1.0, "lanes": float(p["pe"] * p["simd"] if vector else 0),
+    lanes = p["pe"] * p["simd"] if vector else 0
+    return {"one": 1.0, "lanes": float(lanes), "plane_lanes": float(lanes * (p["planes"] - 1)),
             "pe": float(p["pe"]), "simd": float(p["simd"]),
             "word_bits": float(p["data_width"]), "job_bits": 64.0 * p["max_jobs"],
             "mux_bits": float(mux),
@@ -303,7 +308,8 @@ def estimate_core(core_params: dict, family: str = "cyclonev") -> dict:
     else:
         logic = aluts * _LUT4_PER_ALUT
     blocks = _core_ram_blocks(p, family)
-    paths = core_paths(p["data_width"], p["pe"], p["simd"], p["stem_pe"], p["stem_simd"])
+    paths = core_paths(p["data_width"], p["pe"], p["simd"], p["stem_pe"], p["stem_simd"],
+                       p["planes"])
     # the stem's second channel multiplies in DSP blocks, one a lane
     stem_dsp = p["stem_simd"] if paths["stem_pair"] else 0
     return dict(logic=int(round(logic)), ram_bits=blocks * fam.bram_bits,

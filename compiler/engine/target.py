@@ -34,7 +34,7 @@ from .program import FLAG_BITS, OPCODE_CODES, STAGE_BITS
 from .sizing import budget_limits, estimate_core
 from .tiling import scratchpad_need
 
-__all__ = ["EngineTarget", "engine_target", "core_config", "compile_for_core", "check_program",
+__all__ = ["EngineTarget", "engine_target", "array_planes", "core_config", "compile_for_core", "check_program",
            "multiplier_operands"]
 
 #: The core's fixed limits: K <= 8 bases per block, windows up to 3x3x512 lanes on the
@@ -98,9 +98,21 @@ def core_config(core, clock_mhz=100.0):
                         scratchpad=core["buffer_bytes"], fuse_overlapping_pools=False)
 
 
-def engine_target(board="de10nano", clock_mhz=100.0, buffer_bytes=None, max_util=None):
-    """The engine for ``board``: a 128-lane array (``pe x simd`` = one bus word of
-    weights, so a fold's weights are one scratchpad read) and the largest scratchpad of
+def array_planes(graph):
+    """The bit planes the array of an engine for ``graph`` needs: 1 when every binary
+    convolution takes binary activations (one XNOR popcount a PE row), else 4 (2- and
+    4-bit activations as bit planes)."""
+    return 1 if all(n.attrs.get("in_bits", 0) == 0 for n in graph.nodes
+                    if n.op == "bin_conv") else 4
+
+
+def engine_target(board="de10nano", clock_mhz=100.0, buffer_bytes=None, max_util=None,
+                  planes=4):
+    """The engine for ``board``: an array of ``ARRAY_PE`` PE rows whose ``simd`` lanes
+    are a quarter of the bus word with 4 bit ``planes`` (a window word's planes are one
+    bus word) or half of it with one (binary activations alone: a lane costs about half
+    as much, so twice the lanes fit), its fold's weights four or eight bus words, one
+    from each bank of the scratchpad; and the largest scratchpad of
     :data:`SCRATCHPAD_BYTES` up to ``buffer_bytes`` whose resource estimate
     (:func:`.sizing.estimate_core`) fits ``max_util`` of every budgeted resource of the
     board (``None``: the largest, unchecked).
@@ -121,13 +133,12 @@ def engine_target(board="de10nano", clock_mhz=100.0, buffer_bytes=None, max_util
         raise ValueError(f"buffer_bytes {buffer_bytes} is below the smallest scratchpad "
                          f"({SCRATCHPAD_BYTES[-1]} bytes)")
     for size in sizes:
-        # a fold's weights are four bus words, one from each bank of the scratchpad;
         # the stem's multiplier array: pe output channels a fold (its sums share the
         # binary array's accumulator words), a bus word's 8-bit weights per channel
-        core = dict(data_width=width, pe=ARRAY_PE, simd=width // 4, stem_pe=ARRAY_PE,
-                    stem_simd=width // 8,
+        core = dict(data_width=width, pe=ARRAY_PE, simd=width // (4 if planes == 4 else 2),
+                    stem_pe=ARRAY_PE, stem_simd=width // 8,
                     buffer_bytes=size, max_jobs=MAX_JOBS, max_window=MAX_WINDOW,
-                    max_out_c=MAX_OUT_C)
+                    max_out_c=MAX_OUT_C, planes=planes)
         target = EngineTarget(board, core, core_config(core, clock_mhz),
                               DramModel.at_clock(clock_mhz))
         if max_util is None or target.fits(max_util):

@@ -28,40 +28,43 @@ Microarchitecture (first version: correctness first, no overlap)
     range: the window's halo, a pooling stage's convolution rows) and side rows (one
     read-DMA descriptor each, the words written in order), clear the output regions
     (unless their rows are whole words of elements and nothing else: every bit is then
-    written by a merge), compute, one write-DMA descriptor per job's tile rows; after the last tile the fence
-    (every write's ``done``) before the next fetch. A convolution whose whole blocks do
-    not fit streams its weights: the blocks are loaded without them, and per tile one
-    chunk of output channels' weights at a time (the compiler's ``chunk_c``, else one
-    PE fold) is loaded and its channels computed, before the tile is written. A head
-    whose block does not fit (a 1000-class classifier) streams ``W[classes][C]`` the
-    same way, ``pe`` classes' rows a chunk (the bias stays). A descriptor whose regions
-    do not fit the scratchpad, or whose opcode or stages this path does not implement
-    (REPEAT, a fused max-pooling stage, channel groups, more than ``max_jobs`` jobs),
-    stops the run with the sequencer's error ``unsupported`` before any of its reads:
-    never a silent wrong result.
+    written by a merge), compute, one write-DMA descriptor per job's tile rows; after
+    the last tile the fence (every write's ``done``) before the next fetch. A
+    convolution whose whole blocks do not fit streams its weights: the blocks are loaded
+    without them, and per tile one chunk of output channels' weights at a time (the
+    compiler's ``chunk_c``, else one PE fold) is loaded and its channels computed,
+    before the tile is written. A head whose block does not fit (a 1000-class
+    classifier) streams ``W[classes][C]`` the same way, ``pe`` classes' rows a chunk
+    (the bias stays). A descriptor whose regions do not fit the scratchpad, or whose
+    opcode or stages this path does not implement (REPEAT, a fused max-pooling stage,
+    channel groups, more than ``max_jobs`` jobs), stops the run with the sequencer's
+    error ``unsupported`` before any of its reads: never a silent wrong result.
 
     Binary convolutions run on an XNOR-popcount array of ``pe x simd`` lanes (one,
     time-shared by the jobs): per output pixel and job the window is *gathered* once,
     tap-major and channel-minor (the weight packing's order), into a window buffer of
-    ``simd``-lane words holding 4 bit planes: the input element, the prologue threshold
-    (``in_levels`` comparisons and the invert bit), padding (bit 1 for binary inputs,
-    level 0 for n-bit ones). A tap's channels are consecutive elements of one pixel
-    (NHWC), so the gather reads a scratchpad word once for a group of lanes: as many as
-    remain of the tap, of the word, of the window word being built and, with a
-    one-level prologue threshold, whose thresholds and invert bits lie in one word each
-    (the invert-bit word is kept while it serves; a prologue of more levels is gathered
-    lane by lane). A group's read addresses the next group's input word of the tap. Then each fold ``(o, s)``
-    reads its ``pe x simd`` weight bits as one piece of a scratchpad word and the window
-    word ``s``, one fold a cycle (the next fold is addressed while this one's popcounts
-    are added), and the ``pe`` lanes add ``popcount(~(x ^ w) & valid)`` (binary inputs;
-    ``2 * sum - N`` at the end) or, per bit plane ``b``,
-    ``(popcount(x_b & w) - popcount(x_b & ~w)) << b`` (n-bit levels: the executor's
-    ``p @ w - p @ (1 - w)``). A PE fold's ``pe`` sums are one entry of the accumulator
-    buffer, written as its last SIMD fold ends; the epilogue reads them channel by
-    channel. A *pair table* (``max_jobs x max_out_c`` entries of the post-op's A and B,
-    32 bits each) keeps the pairs the descriptor's first pixel reads, so that at every
-    later pixel a job's pair comes from it while the scratchpad's read port fetches the
-    job's side input: a channel's post-ops then take a cycle a job.
+    ``simd``-lane words holding ``planes`` bit planes: the input element, the prologue
+    threshold (``in_levels`` comparisons and the invert bit), padding (bit 1 for binary
+    inputs, level 0 for n-bit ones). With 4 planes the array takes binary, 2- and 4-bit
+    activations; with one (a network of binary activations alone) only binary ones, at
+    one popcount a PE row instead of four, so twice the lanes cost about the same logic
+    (n-bit convolutions then run on the scalar path). A tap's channels are consecutive
+    elements of one pixel (NHWC), so the gather reads a scratchpad word once for a group
+    of lanes: as many as remain of the tap, of the word, of the window word being built
+    and, with a one-level prologue threshold, whose thresholds and invert bits lie in
+    one word each (the invert-bit word is kept while it serves; a prologue of more
+    levels is gathered lane by lane). A group's read addresses the next group's input
+    word of the tap. Then each fold ``(o, s)`` reads its ``pe x simd`` weight bits as
+    one piece of a scratchpad word and the window word ``s``, one fold a cycle (the next
+    fold is addressed while this one's popcounts are added), and the ``pe`` lanes add
+    ``popcount(~(x ^ w) & valid)`` (binary inputs; ``2 * sum - N`` at the end) or, per
+    bit plane ``b``, ``(popcount(x_b & w) - popcount(x_b & ~w)) << b`` (n-bit levels:
+    the executor's ``p @ w - p @ (1 - w)``). A PE fold's ``pe`` sums are one entry of
+    the accumulator buffer, written as its last SIMD fold ends; the epilogue reads them
+    channel by channel. A *pair table* (``max_jobs x max_out_c`` entries of the
+    post-op's A and B, 32 bits each) keeps the pairs the descriptor's first pixel reads,
+    so that at every later pixel a job's pair comes from it while the scratchpad's read
+    port fetches the job's side input: a channel's post-ops then take a cycle a job.
 
     A fold wider than a bus word reads ``banks = pe * simd / data_width`` consecutive
     words: the scratchpad is ``banks`` block RAMs, word ``a`` in bank ``a % banks``, so
@@ -130,45 +133,44 @@ Microarchitecture (first version: correctness first, no overlap)
 Cycles
     Per descriptor: the fetch (read latency + 128 bytes), the loads (each a read-DMA
     descriptor: latency + its words at up to one per cycle), ``out_bytes / bytes per
-    word`` cycles of clearing per job (none for dense rows), then the compute, then two cycles per output
-    word written (plus the write latency) and the fence. A binary convolution on the
-    array takes per output pixel and job 3 cycles (CORE, POOL_TAP, EPI), the gather
-    (per tap 1, per group of lanes 1 for its input word, 2 more with a one-level
-    prologue threshold (its thresholds, and its invert bits unless their word was the
-    last read), 1 per group of a padded tap: about ``k*k*ceil(C_in/simd)`` groups when
-    a tap's channels share a word; a prologue of more levels ``3 + in_levels`` cycles a
-    lane), then
-    ``ceil(C_out/pe) * ceil(N/simd) + 1`` cycles of folds (``N = k*k*C_in``). Every
-    output element then takes 1 cycle to read its accumulator (with a post-op only a
-    pixel's first element: the others' come with the post-op's pair A, B), 1 per read
-    of its epilogue (post-op 1 and 1 of arithmetic: a block's shift and flags are read
-    at its first element of the descriptor and kept; add 1, none after a post-op: its
-    side input is read with the pair's data; on the arrays without a threshold, a
-    channel's jobs after the first take 1 for both: the next job's pair and sum are
-    read ahead during this job's data state, from the pair table (every job's pairs,
-    kept from the descriptor's first pixel; constants of at most 32 bits, at most
-    ``max_out_c`` channels) while the
-    read port fetches its side input, or, at the first pixel, through the read port
-    when that job reads no side input (none, or a shared one kept from job 0); threshold
+    word`` cycles of clearing per job (none for dense rows: pixels of a power of two
+    bytes up to ``DENSE_PIXEL_BYTES``, rows of whole words of pixels), then the compute,
+    then two cycles per output word written (plus the write latency) and the fence. A
+    binary convolution on the array takes per output pixel and job 3 cycles (CORE,
+    POOL_TAP, EPI), the gather (per tap 1, per group of lanes 1 for its input word, 2
+    more with a one-level prologue threshold (its thresholds, and its invert bits unless
+    their word was the last read), 1 per group of a padded tap: about
+    ``k*k*ceil(C_in/simd)`` groups when a tap's channels share a word; a prologue of
+    more levels ``3 + in_levels`` cycles a lane), then ``ceil(C_out/pe) * ceil(N/simd) +
+    1`` cycles of folds (``N = k*k*C_in``). Every output element then takes 1 cycle to
+    read its accumulator (with a post-op only a pixel's first element: the others' come
+    with the post-op's pair A, B), 1 per read of its epilogue (post-op 1 and 1 of
+    arithmetic: a block's shift and flags are read at its first element of the
+    descriptor and kept; add 1, none after a post-op: its side input is read with the
+    pair's data; on the arrays without a threshold, a channel's jobs after the first
+    take 1 for both: the next job's pair and sum are read ahead during this job's data
+    state, from the pair table (every job's pairs, kept from the descriptor's first
+    pixel; constants of at most 32 bits, at most ``max_out_c`` channels) while the read
+    port fetches its side input, or, at the first pixel, through the read port when that
+    job reads no side input (none, or a shared one kept from job 0); threshold
     ``out_levels + 1``; a fused mixer per channel 1, 2 gated, a GATE's 1: each job's
-    lambda product is added while the next job starts, the last job's by the
-    aggregate's own cycle, and each gate after the first computed while the output
-    before is written, from the fractions, lambdas and gates read at the descriptor's
-    first mix and kept: ``2 + jobs`` reads, ``+ jobs`` gated, a GATE's ``jobs``, and
-    that mix's ``jobs`` lambda products) and 1 per
-    output merged into its word. A scalar tap costs 2 cycles (input, then weight or
-    maximum; 1 for a padded tap of a maximum), 1 for a product tap without a prologue
-    whose weight lies in the weight word read last (held from W_D, cleared as each
-    convolution starts: consecutive weights of the stem's fold rows and the head's
-    class rows), ``in_levels + 1`` more with a prologue threshold, and each window 1
-    more. The stem's array: per pixel and job the gather, then ``fo * fs * pe + 1``
-    cycles (SMVU, MVU_END; ``pe / 2`` with ``stem_pair``); the max-pool lanes per
-    pixel a cycle a channel (CORE) and per word of channels ``k*k + 1`` (one more when
-    the window's first tap is inside the map); a head's sums ``C * (H * W + 1) + 2`` cycles once; a PIXEL
-    on the lanes per pixel and job 3 cycles, its gather and ``C / simd`` merges; the
-    threshold lanes 1 cycle a pixel and 3 per PE fold and job.
-    ``compiler/engine/core_cycles.py`` mirrors these
-    phases and predicts this RTL's cycles; against the cycle model of the intended engine
+    lambda product is added while the next job starts, the last job's by the aggregate's
+    own cycle, and each gate after the first computed while the output before is
+    written, from the fractions, lambdas and gates read at the descriptor's first mix
+    and kept: ``2 + jobs`` reads, ``+ jobs`` gated, a GATE's ``jobs``, and that mix's
+    ``jobs`` lambda products) and 1 per output merged into its word. A scalar tap costs
+    2 cycles (input, then weight or maximum; 1 for a padded tap of a maximum), 1 for a
+    product tap without a prologue whose weight lies in the weight word read last (held
+    from W_D, cleared as each convolution starts: consecutive weights of the stem's fold
+    rows and the head's class rows), ``in_levels + 1`` more with a prologue threshold,
+    and each window 1 more. The stem's array: per pixel and job the gather, then ``fo *
+    fs * pe + 1`` cycles (SMVU, MVU_END; ``pe / 2`` with ``stem_pair``); the max-pool
+    lanes per pixel a cycle a channel (CORE) and per word of channels ``k*k + 1`` (one
+    more when the window's first tap is inside the map); a head's sums ``C * (H * W + 1)
+    + 2`` cycles once; a PIXEL on the lanes per pixel and job 3 cycles, its gather and
+    ``C / simd`` merges; the threshold lanes 1 cycle a pixel and 3 per PE fold and job.
+    ``compiler/engine/core_cycles.py`` mirrors these phases and predicts this RTL's
+    cycles; against the cycle model of the intended engine
     (``compiler/engine/cycles.py``: ``arrays`` arrays side by side, overlapped
     transfers) ``benchmarks/engine_core_cycles.py`` measures the ratio on digits.
     ``stem_pe`` and ``stem_simd`` fix only the integer weight packing it reads.
@@ -191,6 +193,9 @@ max_window : int
     Most window lanes (``k*k*C_in``) the array's window buffer holds.
 max_out_c : int
     Most output channels the accumulator buffer holds per job.
+planes : int
+    The array's bit planes (``groupnet_hw.engine_format.ARRAY_PLANES``): 4 takes binary,
+    2- and 4-bit activations; 1 binary activations alone.
 """
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
@@ -200,7 +205,8 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ...engine_format import (DESCRIPTOR_FIELDS, FLAG_BITS, MUL_BITS, OPCODE_CODES,
-                              STAGE_BITS, core_paths, field_offsets)
+                              STAGE_BITS, DENSE_PIXEL_BYTES, accumulator_channels,
+                              core_paths, field_offsets, pair_table_bits)
 from ...engine_opcodes import (COPY, COPY_FIELDS, DESCRIPTOR_BYTES, DESCRIPTOR_MAGIC, END)
 from ...engine_registers import ERROR_CAUSES
 from .avalon import AvalonRegisterSignature
@@ -338,7 +344,8 @@ class ComputeSequencer(wiring.Component):
     """
 
     def __init__(self, *, data_width=128, addr_width=32, pe=4, simd=8, stem_pe=16,
-                 stem_simd=12, buffer_bytes=32768, max_jobs=8, max_window=4608, max_out_c=512):
+                 stem_simd=12, buffer_bytes=32768, max_jobs=8, max_window=4608, max_out_c=512,
+                 planes=4):
         if data_width not in (64, 128):
             raise ValueError(f"data_width must be 64 or 128, not {data_width!r}")
         if buffer_bytes % (data_width // 8) or buffer_bytes < 1024:
@@ -352,23 +359,22 @@ class ComputeSequencer(wiring.Component):
         self.descriptor_words = DESCRIPTOR_BYTES // self.bytes_per_word
         self.pe, self.simd, self.stem_pe, self.stem_simd = pe, simd, stem_pe, stem_simd
         self.buffer_bytes, self.max_jobs = buffer_bytes, max_jobs
-        # the XNOR-popcount array reads a fold's pe x simd weight bits as one piece of
-        # a scratchpad word; other packings run binary convolutions on the scalar path
         # the array reads a fold's pe x simd weight bits as one piece of a scratchpad
-        # word, or as `banks` consecutive words (one from each bank of the scratchpad)
-        paths = core_paths(data_width, pe, simd, stem_pe, stem_simd)
+        # word, or as `banks` consecutive words (one from each bank of the scratchpad);
+        # other packings run binary convolutions on the scalar path
+        paths = core_paths(data_width, pe, simd, stem_pe, stem_simd, planes)
         self.banks, self.vector = paths["banks"], paths["vector"]
         self.stem_vector, self.stem_pair = paths["stem_vector"], paths["stem_pair"]
         self.pixel_vector = paths["pixel_vector"]
         self.threshold_vector = paths["threshold_vector"]
+        self.planes, self.max_act_bits = planes, paths["max_act_bits"]
+        self.window_bits = paths["window_bits"]
         if buffer_bytes % (self.bytes_per_word * self.banks):
             raise ValueError(f"buffer_bytes {buffer_bytes} is not whole rows of "
                              f"{self.banks} banks")
         self.window_words = -(-max_window // simd)
-        self.max_out_c = 1 << max(max_out_c, pe).bit_length()
-        # the pair table's channels: max_out_c's power of two (a wider descriptor reads
-        # its pairs through the read port)
-        self.pair_bits = max(max_out_c - 1, 1).bit_length()
+        self.max_out_c = accumulator_channels(max_out_c, pe)
+        self.pair_bits = pair_table_bits(max_out_c)
         cmd = stream.Signature(descriptor_layout(addr_width))
         super().__init__({
             "start": In(1),
@@ -435,8 +441,10 @@ class ComputeSequencer(wiring.Component):
         s.raddr = Signal(range(depth))
         rp, wp = _banked_scratchpad(m, W, depth, self.banks, s.raddr)
         PE, SIMD, PS = self.pe, self.simd, self.pe * self.simd
+        NP, WB = self.planes, self.window_bits
         # the window of one output pixel and job, bit-plane b of lane j at b*SIMD + j
-        m.submodules.window = wbuf = Memory(shape=unsigned(4 * SIMD), depth=self.window_words,
+        # (the stem's array: byte i of its lanes at 8*i)
+        m.submodules.window = wbuf = Memory(shape=unsigned(WB), depth=self.window_words,
                                             init=[])
         rp_w, wp_w = wbuf.read_port(), wbuf.write_port()
         # every job's accumulators of one output pixel, a PE fold's pe channels per entry
@@ -610,7 +618,7 @@ class ComputeSequencer(wiring.Component):
         wide_g = vec & (~gpro | (f["in_levels"] == 1)) | svec | pvec
         gathered = Signal()       # this pixel's windows are convolved (accs holds them)
         nwin = Signal(A)          # k*k*C_in: the window's lanes
-        gword = Signal(4 * SIMD)
+        gword = Signal(WB)
         # the gather's last invert-bit word read (a job's are the same for every tap and
         # pixel), valid from its read until the next tile's or chunk's loads
         ginv_word, ginv_wa, ginv_ok = Signal(W), Signal(A), Signal()
@@ -870,9 +878,13 @@ class ComputeSequencer(wiring.Component):
             with m.State("FOLDS"):
                 # an output tile whose rows are whole words of elements and nothing else
                 # (no padding bit, no head's sums) is written whole by its merges: no
-                # CLEAR (the merges keep the bits outside their element)
+                # CLEAR (the merges keep the bits outside their element). Pixels of a
+                # power of two bytes up to DENSE_PIXEL_BYTES: out_w * out_pix is a shift
+                rows_of = _any_of((out_pix == (1 << c), f["out_w"] << c)
+                                  for c in range(exact_log2(DENSE_PIXEL_BYTES) + 1))
                 m.d.sync += dense_out.eq(~is_head & ((out_pix << 3) == f["out_c"] * f["out_elem"])
-                                         & (f["out_pitch"] == f["out_w"] * out_pix)
+                                         & _is_pow2(out_pix, DENSE_PIXEL_BYTES)
+                                         & (f["out_pitch"] == rows_of)
                                          & (f["out_pitch"][:exact_log2(BPW)] == 0))
                 # ceil(N / simd) and ceil(C_out / pe) by subtraction (no divider)
                 with m.If(rem_n > 0):
@@ -886,7 +898,8 @@ class ComputeSequencer(wiring.Component):
                 self._exits(m)
             # the parameter sections' offsets, as params.sections computes them
             with m.State("SECTIONS0"):
-                vec_now = (Const(self.vector) & is_conv & ~int_w & ~pooling & (f["act_bits"] <= 4)
+                vec_now = (Const(self.vector) & is_conv & ~int_w & ~pooling
+                           & (f["act_bits"] <= self.max_act_bits)
                            & (fs <= self.window_words) & (fo * self.pe <= MAXC))
                 m.d.sync += vec.eq(vec_now)
                 # the array's sums thresholded to one bit a PE fold at a time
@@ -1567,16 +1580,18 @@ class ComputeSequencer(wiring.Component):
             ginv = Signal(SIMD)       # the group's invert bits
             m.d.comb += ginv.eq(ginv_word >> inv_addr[:wbits])
 
-            # the group's lane values (4 bit planes each) from the input word shifted to
+            # the group's lane values (NP bit planes each) from the input word shifted to
             # its first element and, with a prologue, the threshold word
             binary_act = Signal()
             m.d.comb += binary_act.eq(f["act_bits"] == 0)
 
             def lane_planes(value):
-                """A window lane's 4 bit planes: an n-bit level as it is; a binary
-                input x (+1 as 1) as x in plane 0 and ~x in plane 1, so that the array
-                adds the same signed plane sums for both (binary: plane 0's minus
-                plane 1's)."""
+                """A window lane's NP bit planes. With 4: an n-bit level as it is; a
+                binary input x (+1 as 1) as x in plane 0 and ~x in plane 1, so that the
+                array adds the same signed plane sums for both (binary: plane 0's
+                minus plane 1's). With 1 (binary inputs alone): x."""
+                if NP == 1:
+                    return value[0]
                 return Mux(binary_act, Cat(value[0], ~value[0], Const(0, 2)), value)
 
             # the input's element width and the constants' size, decoded once
@@ -1601,27 +1616,27 @@ class ComputeSequencer(wiring.Component):
                 tv_i = _any_of((cb_is[c], gth[i * c * 8:(i + 1) * c * 8].as_signed())
                                for c in (1, 2, 4, 8) if (i + 1) * c * 8 <= W)
                 m.d.comb += [e.eq(ev_i), t.eq(tv_i)]
-                g = Signal(4, name=f"glane{i}")
+                g = Signal(NP, name=f"glane{i}")
                 m.d.comb += g.eq(lane_planes(Mux(gpro, (e >= t) ^ ginv[i], e[:4])))
                 gvals.append(g)
                 if i < SL:
                     gbytes.append(e[:8])
 
             def gather_write(m, values, n, chain, stem_values=None):
-                """Lanes [j, j + n) of window word sg get values[:n] (4 bit planes of
+                """Lanes [j, j + n) of window word sg get values[:n] (NP bit planes of
                 SIMD lanes; the stem's array: stem_values[:n], bytes of SL lanes, zeros
                 when None); then the next group (with ``chain``, one of the same tap has
                 its input word read now)."""
                 placed = []
                 jb = j[:SIMD.bit_length()]
-                for b in range(4):
+                for b in range(NP):
                     plane = Cat(*(values[i][b] & (i < n) for i in range(SIMD)))
                     placed.append((plane << jb)[:SIMD])
                 stem_bytes = Const(0, 8 * SL)
                 if stem_values is not None:
                     stem_bytes = (Cat(*(Mux(i < n, stem_values[i], 0) for i in range(SL)))
                                   << Cat(Const(0, 3), jb))[:8 * SL]
-                gn = Signal(4 * SIMD)
+                gn = Signal(WB)
                 full = (j + n) == Mux(svec, SL, SIMD)
                 m.d.comb += [gn.eq(gword | Mux(svec, stem_bytes, Cat(*placed))),
                              wp_w.addr.eq(sg), wp_w.data.eq(gn), wp_w.en.eq(1)]
@@ -1649,7 +1664,7 @@ class ComputeSequencer(wiring.Component):
                     m.d.sync += ga.eq(in_addr)
                     m.next = "G_IN"
                 with m.Else():
-                    pad = Signal(4)
+                    pad = Signal(NP)
                     m.d.comb += pad.eq(pad_value)
                     gather_write(m, [pad] * SIMD, gl_pad, chain=False)
                 self._exits(m)
@@ -1687,11 +1702,11 @@ class ComputeSequencer(wiring.Component):
                 with m.Else():
                     start_tap(m, in_valid_nx, in_addr_nx)
 
-            spread = Signal(4 * SIMD)
-            xv_planes = lane_planes(xv[:4])
-            for b in range(4):
+            spread = Signal(WB)
+            xv_planes = Cat(lane_planes(xv[:4]))
+            for b in range(NP):
                 m.d.comb += spread[b * SIMD].eq(xv_planes[b])
-            gnext = Signal(4 * SIMD)
+            gnext = Signal(WB)
             m.d.comb += gnext.eq(gword | (spread << j[:SIMD.bit_length()]))
             with m.State("WEIGHT"):
                 with m.If(per_channel):
@@ -1900,14 +1915,20 @@ class ComputeSequencer(wiring.Component):
             self._read(m, "PF", 0, cb << 3, 1, got_pf, address_state=False)
 
             post_add = stage("add") & (oc < f["side_c"])
-            # a shared side input is the same element for every job of a channel: job 0
-            # reads it, the others take it from side_keep
-            side_kept = flag("shared_side") & ~multi & (k != 0)
+
+            def shares_side(kk):
+                """A shared side input is the same element for every job of a channel:
+                job 0 reads it, job kk (not 0) takes it from side_keep."""
+                return flag("shared_side") & ~multi & (kk != 0)
+
+            side_kept = shares_side(k)
             side_keep = Signal(signed(64))
+            # the channel's sum in the array's accumulator word read
+            acc_word = rp_a.data.word_select(oc[:PSH] if PSH else 0, 32).as_signed()
 
             def side_read(kk):
                 """Job kk's add reads its side input (job 0's, when they share one)."""
-                return post_add & ~(flag("shared_side") & ~multi & (kk != 0))
+                return post_add & ~shares_side(kk)
 
             # The post-op pipelined over a channel's jobs: job k+1's pair A, B and sum are
             # read during job k's data state, so job k+1 goes from PCALC straight to
@@ -1951,8 +1972,7 @@ class ComputeSequencer(wiring.Component):
                 m.d.sync += [pa.eq(ev), pb.eq(self._s.ev_next), acc_pend.eq(0)]
                 keep_pair(m, k)
                 with m.If(acc_pend):
-                    m.d.sync += acc.eq(rp_a.data.word_select(oc[:PSH] if PSH else 0, 32)
-                                       .as_signed())
+                    m.d.sync += acc.eq(acc_word)
                 with m.If(side_read(k)):
                     self._issue(m, "SIDE", side_addr, f["side_elem"], f["side_fmt"] == 2)
                 read_ahead(m, k + 1, ~side_read(k))
@@ -1983,8 +2003,7 @@ class ComputeSequencer(wiring.Component):
                     m.d.sync += [pa.eq(Mux(pipe_t, rp_t.data[:32].as_signed(), self._s.ev)),
                                  pb.eq(Mux(pipe_t, rp_t.data[32:].as_signed(),
                                            self._s.ev_next)),
-                                 acc.eq(rp_a.data.word_select(oc[:PSH] if PSH else 0, 32)
-                                        .as_signed()),
+                                 acc.eq(acc_word),
                                  psh.eq(pc_sh[kn]), pzero.eq(pc_zero[kn]), pfl.eq(pc_fl[kn]),
                                  acc_pend.eq(0)]
                     with m.If(~pipe_t):
@@ -2216,18 +2235,26 @@ class ComputeSequencer(wiring.Component):
         # = 2 popcount(x_b & w_i) - popcount(x_b), the second shared by the PE rows;
         # n-bit levels add sum_b d_b << b (the executor's p @ w - p @ (1 - w)); binary
         # inputs (plane 1 = ~plane 0) d_0 - d_1 = sum of +-1 products: four popcounts
-        # a PE row for every input format
-        planes_x = [x[b * SIMD:(b + 1) * SIMD] & lanes for b in range(4)]
-        ones = [sum(px[t] for t in range(SIMD)) for px in planes_x]
+        # a PE row for every input format. One plane (binary inputs alone): the sum of
+        # +-1 products is 2 popcount(~(x ^ w_i)) - n, one popcount a PE row
+        planes_x = [x[b * SIMD:(b + 1) * SIMD] & lanes for b in range(NP)]
+        if NP == 1:
+            n_lanes = sum(lanes[t] for t in range(SIMD))
+        else:
+            ones = [sum(px[t] for t in range(SIMD)) for px in planes_x]
         sums = []
         for i in range(PE):
             wp_i = wfold_bits[i * SIMD:(i + 1) * SIMD]
-            d = [(2 * sum((px & wp_i)[t] for t in range(SIMD)) - ones[b]).as_signed()
-                 for b, px in enumerate(planes_x)]
-            levels = d[0] + (d[1] << 1) + (d[2] << 2) + (d[3] << 3)
             tot = Signal(signed(32), name=f"fold_sum{i}")
-            m.d.comb += tot.eq(Mux(d_first, 0, pacc[i]) + Mux(f["act_bits"] == 0, d[0] - d[1],
-                                                              levels))
+            if NP == 1:
+                agree = ~(planes_x[0] ^ wp_i) & lanes
+                fold = (2 * sum(agree[t] for t in range(SIMD)) - n_lanes).as_signed()
+            else:
+                d = [(2 * sum((px & wp_i)[t] for t in range(SIMD)) - ones[b]).as_signed()
+                     for b, px in enumerate(planes_x)]
+                levels = d[0] + (d[1] << 1) + (d[2] << 2) + (d[3] << 3)
+                fold = Mux(f["act_bits"] == 0, d[0] - d[1], levels)
+            m.d.comb += tot.eq(Mux(d_first, 0, pacc[i]) + fold)
             with m.If(d_valid & ~svec):
                 m.d.sync += pacc[i].eq(tot)
             sums.append(tot)
@@ -2290,8 +2317,8 @@ class EngineCore(wiring.Component):
     Wiring and error priority as :class:`~.sequencer.EngineShell`'s (read DMA, write
     DMA, sequencer). Parameters: ``data_width`` (64 or 128), ``max_burst``,
     ``max_outstanding``, ``buffer_depth`` as ``EngineShell``'s; ``pe``, ``simd``,
-    ``stem_pe``, ``stem_simd``, ``buffer_bytes``, ``max_jobs`` as
-    :class:`ComputeSequencer`'s.
+    ``stem_pe``, ``stem_simd``, ``buffer_bytes``, ``max_jobs``, ``max_window``,
+    ``max_out_c``, ``planes`` as :class:`ComputeSequencer`'s.
 
     Attributes
     ----------
@@ -2301,7 +2328,7 @@ class EngineCore(wiring.Component):
 
     def __init__(self, *, data_width=128, max_burst=16, max_outstanding=4, buffer_depth=None,
                  pe=4, simd=8, stem_pe=16, stem_simd=12, buffer_bytes=32768, max_jobs=8,
-                 max_window=4608, max_out_c=512):
+                 max_window=4608, max_out_c=512, planes=4):
         self.rdma = ReadDMA(data_width=data_width, max_burst=max_burst,
                             max_outstanding=max_outstanding, buffer_depth=buffer_depth)
         self.wdma = WriteDMA(data_width=data_width, max_burst=max_burst)
@@ -2309,7 +2336,8 @@ class EngineCore(wiring.Component):
         self.sequencer = ComputeSequencer(data_width=data_width, pe=pe, simd=simd,
                                           stem_pe=stem_pe, stem_simd=stem_simd,
                                           buffer_bytes=buffer_bytes, max_jobs=max_jobs,
-                                          max_window=max_window, max_out_c=max_out_c)
+                                          max_window=max_window, max_out_c=max_out_c,
+                                          planes=planes)
         super().__init__({
             "rd": Out(self.rdma.bus_signature),
             "wr": Out(self.wdma.bus_signature),

