@@ -12,8 +12,8 @@ the compile time and peak memory, and a what-if: the frame rate if the 32-bit
 fixed-point maps (ranges of the random eval state) were 16-bit (a trained network's).
 
 The *built* half: the engine that ``groupnet-hw build --engine sequential`` writes
-(:func:`groupnet_hw.compiler.engine.target.engine_target`: one 16 x 32 lane array, a
-256 KiB scratchpad) for the same networks through the flow (compile time and peak
+(:func:`groupnet_hw.compiler.engine.target.engine_target`: one array of 16 x 64 lanes
+of one bit plane, the networks' activations being binary; a 256 KiB scratchpad) for the same networks through the flow (compile time and peak
 memory; a network the core cannot run yet is reported with the flow's one-line reason),
 its cycles from the core's model (:mod:`groupnet_hw.compiler.engine.core_cycles`) with
 the phases they go to; RTL-measured cycles on Verilator (64 KiB scratchpad) for files
@@ -303,8 +303,9 @@ def write_docs(results, built_rows, rtl_rows, authors, cross, out_md, out_png):
     lines = ["# The layer-sequential engine: measured and predicted",
              "",
              "Written by `benchmarks/engine.py` (numbers in `benchmarks/results/engine.json`).",
-             "The engine as built is `hw/engine/core.py` (one 16 x 32 lane XNOR array, a",
-             "16-lane stem array (two channels a cycle), threshold lanes, a scalar datapath for the rest, one",
+             "The engine as built is `hw/engine/core.py` (for these binary networks one",
+             "XNOR array of 16 x 64 lanes of one bit plane, a 16-lane stem array (two",
+             "channels a cycle), threshold lanes, a scalar datapath for the rest, one",
              "banked scratchpad, no overlap of transfers and compute; its timing at the",
              "100 MHz target is not closed); the",
              "intended engine is the cycle model of architecture section 12 (5 arrays of",

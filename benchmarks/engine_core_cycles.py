@@ -1,8 +1,10 @@
 """The engine's compute path (hw/engine/core.py) in RTL: measured cycles per frame and per
 descriptor against the cycle model's prediction (compiler/engine/cycles.py).
 
-The digits Group-Net (random eval state, seed K) at K = 1, 2, 3 is compiled for a small
-engine (2 arrays of 4 x 8 lanes, 128-bit ports) and run on the fast Verilator path
+The digits Group-Net (random eval state, seed K) at K = 1, 2, 3 is compiled for the
+tests' engines (tests/test_engine_core.py's 16 x 32 lanes of 4 bit planes and
+tests/test_engine_planes.py's 16 x 64 lanes of one, the engine a build writes for a
+binary network; 64 KiB scratchpad, 128-bit ports) and run on the fast Verilator path
 under the cycle model's DRAM (latency 48 cycles, 10 bytes per cycle: the DE10-Nano
 default at 100 MHz). Per descriptor the RTL's cycles are the difference between runs
 of the program cut after it and before it. Two predictions are reported beside the
@@ -37,15 +39,16 @@ from groupnet_hw.sim.engine_verify import cut_after, frame_image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import test_engine_core as T  # noqa: E402  (the tests' helpers: frames, cuts, runs)
+import test_engine_planes as P  # noqa: E402  (the binary engine)
 
 DRAM = DramModel(latency=48, bytes_per_cycle=10.0)
 
 
-def measure(build, bases):
+def measure(build, bases, core_params, config):
     g = compile_model(T.zoo_model("digits", bases, seed=bases))
-    program = compile_engine(g, T.CONFIG)
+    program = compile_engine(g, config)
     pred = predict(program, DRAM)
-    core = predict_core(program, T.CORE, DRAM.latency, DRAM.bytes_per_cycle)
+    core = predict_core(program, core_params, DRAM.latency, DRAM.bytes_per_cycle)
     image = frame_image(program, T.frames_for(g, 1)[0])
     kw = dict(latency=DRAM.latency, bytes_per_cycle=DRAM.bytes_per_cycle)
     whole = T.run_rtl(build, program, image, **kw).cycles
@@ -71,24 +74,32 @@ def main(argv=None):
     ap.add_argument("-o", "--output", default=str(Path(__file__).parent / "results"
                                                   / "engine_core_cycles.json"))
     args = ap.parse_args(argv)
-    path = Path(tempfile.mkdtemp(prefix="engine_core_")) / "engine_core.v"
-    path.write_text(verilog.convert(EngineCore(**T.CORE), name="engine_core"))
-    t0 = time.time()
-    build = build_engine_rtl(path, "engine_core")
-    out = {"engine": T.CORE, "dram": {"latency": DRAM.latency,
-                                      "bytes_per_cycle": DRAM.bytes_per_cycle},
-           "build_seconds": round(time.time() - t0, 1),
-           "networks": [measure(build, k) for k in (1, 2, 3)]}
+    out = {"dram": {"latency": DRAM.latency, "bytes_per_cycle": DRAM.bytes_per_cycle}}
+    for key, core, config in (("nbit", T.CORE, T.CONFIG),
+                              ("binary", P.BINARY_CORE, P.BINARY_CONFIG)):
+        path = Path(tempfile.mkdtemp(prefix="engine_core_")) / "engine_core.v"
+        path.write_text(verilog.convert(EngineCore(**core), name="engine_core"))
+        t0 = time.time()
+        build = build_engine_rtl(path, "engine_core")
+        out[key] = {"engine": core, "build_seconds": round(time.time() - t0, 1),
+                    "networks": [measure(build, k, core, config) for k in (1, 2, 3)]}
     Path(args.output).write_text(json.dumps(out, indent=1) + "\n")
-    for n in out["networks"]:
-        print(f"digits K={n['bases']}: RTL {n['rtl']:,} cycles/frame, predicted "
-              f"{n['predicted']:,}, ratio {n['ratio']}; core model {n['core_predicted']:,} "
-              f"({100 * n['core_error']:+.2f} %)")
-        for r in n["descriptors"]:
-            print(f"  {r['index']:2d} {r['opcode']:9s} jobs {r['jobs']}  RTL {r['rtl']:8,}  "
-                  f"predicted {r['predicted']:6,}  x{r['ratio']:<6}  core model "
-                  f"{r['core_predicted']:8,} ({100 * r['core_error']:+.2f} %, "
-                  f"{r['core_dominant']})")
+    for key in ("nbit", "binary"):
+        e = out[key]["engine"]
+        print(f"{e['pe']} x {e['simd']} lanes, {e['planes']} bit plane(s):")
+        for n in out[key]["networks"]:
+            _print_network(n)
+
+
+def _print_network(n):
+    print(f"digits K={n['bases']}: RTL {n['rtl']:,} cycles/frame, predicted "
+          f"{n['predicted']:,}, ratio {n['ratio']}; core model {n['core_predicted']:,} "
+          f"({100 * n['core_error']:+.2f} %)")
+    for r in n["descriptors"]:
+        print(f"  {r['index']:2d} {r['opcode']:9s} jobs {r['jobs']}  RTL {r['rtl']:8,}  "
+              f"predicted {r['predicted']:6,}  x{r['ratio']:<6}  core model "
+              f"{r['core_predicted']:8,} ({100 * r['core_error']:+.2f} %, "
+              f"{r['core_dominant']})")
 
 
 if __name__ == "__main__":

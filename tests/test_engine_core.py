@@ -1,9 +1,11 @@
 # amaranth: UnusedElaboratable=no
 """The engine's compute path in RTL (hw/engine/core.py) against the reference model.
 
-Small networks are compiled for the engine a build writes with a 64 KiB scratchpad
-(one 4 x 32 lane array, 128-bit ports; programs tiled for two arrays), the memory image with a frame written runs in ``EngineCore``'s Verilog on the
-fast Verilator path with the C++ DRAM model, and the image after the run must equal
+Small networks are compiled for the engine a build writes for 2- and 4-bit activations
+with a 64 KiB scratchpad (one 16 x 32 lane array of 4 bit planes, 128-bit ports;
+programs tiled for two arrays; tests/test_engine_planes.py runs the binary networks'
+one-plane engine), the memory image with a frame written runs in ``EngineCore``'s
+Verilog on the fast Verilator path with the C++ DRAM model, and the image after the run must equal
 the reference model's (sim/engine_model.py) byte for byte: logits and every tensor
 and row padding. Every descriptor's output is checked by running the program cut
 after that descriptor (its successor rewritten as END) and comparing the outputs it
@@ -40,8 +42,9 @@ from groupnet_hw.sim.engine_verify import (cut_after, descriptor_outputs, frame_
 
 SLOW = pytest.mark.slow
 
-#: the engine a build writes with a 64 KiB scratchpad (``build --engine-scratchpad 64``):
-#: the same Verilog as tests/test_engine_flow.py's, so one Verilator build serves both
+#: the engine a build writes with a 64 KiB scratchpad (``build --engine-scratchpad 64``)
+#: for a network with 2- or 4-bit activations: the same Verilog as tests/test_engine_flow.py's
+#: builds of those, so one Verilator build serves both
 CORE = engine_target("de10nano", buffer_bytes=64 << 10).core
 #: the core's weight packing (binary and the stem's), which its programs must share
 PACKING = {k: CORE[k] for k in ("pe", "simd", "stem_pe", "stem_simd")}

@@ -50,10 +50,11 @@ def test_headline_sizes_recorded():
     ("simd", (4, 8, 16, 32)),
     ("buffer_bytes", (16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 512 << 10)),
     ("max_jobs", (1, 2, 4, 8)),
+    ("planes", (1, 4)),
 ])
 def test_estimate_core_monotone(key, values):
-    """More PEs, lanes, scratchpad or jobs never estimate less logic or DSP, on every
-    family; a larger scratchpad never less block RAM. (Block RAM is not monotone in
+    """More PEs, lanes, bit planes, scratchpad or jobs never estimate less logic or DSP,
+    on every family; a larger scratchpad never less block RAM. (Block RAM is not monotone in
     ``pe``: the accumulator buffer's ``32 x pe``-bit words change Yosys's aspect ratio,
     2,048 x 128 bits takes 26 M10K at 2048 x 5 where 4,096 x 64 takes 32 at 4096 x 2.)"""
     for family in ("cyclonev", "ecp5", "ice40"):

@@ -71,6 +71,13 @@ def engine_report(program, target, core, intended, *, reason=None, estimate=None
         estimate=estimate)
 
 
+def _planes(core):
+    """The array's bit planes, as the report says them."""
+    if core.get("planes", 4) == 1:
+        return "one bit plane: binary activations"
+    return f"{core.get('planes', 4)} bit planes: binary, 2- and 4-bit activations"
+
+
 def render_engine_text(report):
     """``report.txt`` of an engine build."""
     e, f, mem = report["engine"], report["frame"], report["memory"]
@@ -79,7 +86,8 @@ def render_engine_text(report):
     if report.get("reason"):
         lines.append(f"  chosen because {report['reason']}")
     lines += [
-        f"  core: one array of {core['pe']} PE x {core['simd']} SIMD XNOR lanes, "
+        f"  core: one array of {core['pe']} PE x {core['simd']} SIMD XNOR lanes "
+        f"({_planes(core)}), "
         f"{core['data_width']}-bit Avalon-MM ports, {core['buffer_bytes'] // 1024} KiB "
         f"scratchpad, up to {core['max_jobs']} jobs per descriptor",
         f"  clock: {e['clock_mhz']:g} MHz (the engine's own; a PLL output on the board; the "
