@@ -32,10 +32,10 @@ ALMs; LUT4-based families count two LUT4s per ALM), block-RAM bits and multiplie
 These per-unit costs are rough engineering estimates, NOT yet calibrated against
 Yosys or Quartus for that engine (the dataflow back end's model is, and so is
 :func:`estimate_core` for the core that exists, whose Yosys counts say the guesses are
-low: about 22 ALMs per XNOR lane, not 0.75, since each lane feeds nine popcounts, and
-about 14,000 ALMs and 83 DSP blocks for its 64-bit scalar datapath, control and DMAs
-at 128-bit ports, not 4,000 ALMs). The ladder of candidates tops out at 5 arrays x 16 PE x 48 SIMD:
-K = 5 bases run in one round, and the cycle model already predicts ResNet-18 K=5 to be
+low: about 13 ALMs per XNOR lane of one bit plane and 23 of four, not 0.75, and about
+13,000 ALMs and 74 DSP blocks for its 64-bit scalar datapath, control and DMAs at
+128-bit ports, not 4,000 ALMs). The ladder of candidates tops out at 5 arrays x 16 PE
+x 48 SIMD: K = 5 bases run in one round, and the cycle model already predicts ResNet-18 K=5 to be
 DRAM-bound on the DE10-Nano at that size, so more lanes would buy nothing there.
 """
 
@@ -135,23 +135,24 @@ CORE_DEFAULTS = dict(data_width=128, pe=4, simd=8, stem_pe=16, stem_simd=12,
 
 #: Cyclone V ALUTs per unit of each :func:`core_features` feature, fitted (non-negative
 #: least squares, relative errors) to Yosys's counts of ``benchmarks/engine_resources.py``
-#: (``python3 benchmarks/engine_resources.py --fit`` prints them) at the ten sizes of
+#: (``python3 benchmarks/engine_resources.py --fit`` prints them) at the twelve sizes of
 #: one RTL (``hw_engine_sha256`` in the JSON); each size left out of the fit is predicted
-#: by the others within 8 % (``small-pe16``; the rest within 3 %).
-_CORE_ALUTS = {"one": 21683.336, "lanes": 15.13, "plane_lanes": 5.13, "pe": 117.442,
-               "simd": 60.961,
-               "word_bits": 55.571, "job_bits": 5.752, "mux_bits": 7.143, "stem_lanes": 392.169}
+#: by the others within 7 % (``engine``, the one size of one bit plane with the stem's
+#: array; the rest within 2 %).
+_CORE_ALUTS = {"one": 21520.658, "lanes": 20.56, "plane_lanes": 5.2, "pe": 30.332,
+               "simd": 0.0, "word_bits": 60.598, "job_bits": 7.021, "mux_bits": 5.169,
+               "stem_lanes": 358.351}
 #: DSP blocks of the scalar datapath (its products of 32-bit operands and the address
 #: arithmetic's per-descriptor products), set by the RTL rather than by any kwarg:
-#: Cyclone V MISTRAL_MUL* 73-78 over the eight sizes without the stem's channel pairs
-#: (the pairs' second channel adds ``stem_simd``: 93 and 92 at the build's two);
+#: Cyclone V MISTRAL_MUL* 72-77 over the nine sizes without the stem's channel pairs
+#: (the pairs' second channel adds ``stem_simd``: 90-92 at the build's three);
 #: ECP5 MULT18X18D measured once (``ecp5_pnr``); iCE40 not measured (ECP5's count:
 #: the UP5K's 8 SB_MAC16 could not hold the core anyway).
-_CORE_DSP = {"cyclonev": 77, "ecp5": 105, "ice40": 105}
+_CORE_DSP = {"cyclonev": 74, "ecp5": 101, "ice40": 101}
 #: LUT4 sites (LUT4 + 2 per CCU2C carry + 6 per DPR16X4) per Cyclone V ALUT: the ECP5
-#: synthesis of ``small`` (49,305 sites, ``ecp5_pnr``) over the Cyclone V count of the
-#: same RTL (34,105 ALUTs); applied to iCE40 too.
-_LUT4_PER_ALUT = 1.45
+#: synthesis of ``small`` (52,868 sites, ``ecp5_pnr``) over the Cyclone V count of the
+#: same RTL (34,692 ALUTs); applied to iCE40 too.
+_LUT4_PER_ALUT = 1.52
 
 
 def full_core_params(core_params=None, **overrides):
@@ -173,8 +174,9 @@ def core_memories(core_params):
     ``max_out_c`` rounded as the core rounds it), the post-op pair table (``max_jobs x
     max_out_c`` pairs of 32-bit constants) and the two DMAs' block-RAM FIFOs
     (a :class:`~amaranth.lib.fifo.SyncFIFOBuffered` keeps ``depth - 1`` rows in memory).
+    Keyword arguments ``core_params`` does not give take the core's defaults.
     """
-    p = core_params
+    p = full_core_params(core_params)
     w, pe, simd = p["data_width"], p["pe"], p["simd"]
     paths = core_paths(w, pe, simd, p["stem_pe"], p["stem_simd"], p["planes"])
     banks, vector = paths["banks"], paths["vector"]
@@ -246,8 +248,10 @@ def core_features(core_params):
       (each lane's byte gather and shifted-add product, and with ``stem_pair`` the
       second channel's adders); at the sizes measured the banked scratchpad's word
       select and the channel pairs come with it (the build's engines have all three).
+
+    Keyword arguments ``core_params`` does not give take the core's defaults.
     """
-    p = core_params
+    p = full_core_params(core_params)
     paths = core_paths(p["data_width"], p["pe"], p["simd"], p["stem_pe"], p["stem_simd"],
                        p["planes"])
     vector = paths["vector"]
@@ -293,10 +297,9 @@ def estimate_core(core_params: dict, family: str = "cyclonev") -> dict:
     ratio per memory (ECP5 ``small``: 55 DP16KD estimated, 51 measured, its write FIFO
     being LUT RAM there).
 
-    Against Yosys at the six recorded sizes (RTL at 95c9d2b): logic within 0.1 %
-    (six sizes, six free coefficients: the fit nearly interpolates), each size left out
-    of the fit and predicted by the others within 14 % (``small`` +13 %, ``small-pe16``
-    +11 %, the rest within 5 %); M10K exact; DSP within 2 blocks.
+    Against Yosys at the twelve recorded sizes (``engine_resources.json``): logic within
+    0.8 %, each size left out of the fit and predicted by the others within 7 %
+    (``engine`` -6.7 %, the rest within 2 %); M10K exact; DSP within 5 blocks.
     """
     from ...devices import get_family
     p = full_core_params(core_params)
