@@ -192,7 +192,7 @@ def compile_for_core(g, target):
     each, then a tap's channels per read). The core's cycle model
     (:func:`.core_cycles.predict_core`, under ``target.dram``) decides, for the
     whole program: wide maps favour the PIXEL descriptors (ResNet-18 K=5 at 224x224
-    in the authors' layout: 87 M cycles against 198 M), small ones the prologue.
+    in the authors' layout: 66 M cycles against 180 M), small ones the prologue.
 
     Returns
     -------
