@@ -68,21 +68,27 @@ def test_builds_pick_the_planes_from_the_activations():
     assert b.engine.target.core["planes"] == 1 and b.engine.target.core["simd"] == 64
 
 
-def test_binary_network_on_one_plane_exact(binary_core):
-    """Digits K=3 (shared and per-base side inputs, padding, stride 2) and random1
-    (odd channels, BPAC dilations) on the one-plane array: bit-exact, every descriptor
-    to the cycle of the model, and the convolutions on the array."""
-    for g, seed in ((compile_model(zoo_model("digits", 3, seed=3)), 0),
-                    (compile_model(random_model(1, **RANDOM_CONFIGS[1])), 1)):
-        program, runs = check_network(binary_core, g, frames_for(g, 1, seed),
-                                      config=BINARY_CONFIG, per_descriptor=seed == 0,
-                                      latency=DRAM[0], bytes_per_cycle=DRAM[1])
-        model = _Core(BINARY_CORE, *DRAM)
-        binary = [_layout(d, model)["vec"] for d in program.descriptors
-                  if d["opcode"] == OPCODE_CODES["CONV"]
-                  and not d["flags"] & FLAG_BITS["int_weights"]]
-        assert binary and all(binary)
-        assert predict_core(program, BINARY_CORE, *DRAM).cycles == runs[0].cycles
+@pytest.mark.parametrize("name", ["digits3", "random0", "random1", "random4"])
+def test_binary_network_on_one_plane_exact(binary_core, name):
+    """Digits K=3 (shared and per-base side inputs, padding, stride 2; every descriptor
+    checked), random0 (K=1, odd channels, stride 2), random1 (odd channels, BPAC
+    dilations) and random4 (a pooled 5x5 stride-2 stem, conv shortcuts) on the
+    one-plane array: bit-exact, to the cycle of the model, the binary convolutions on
+    the array."""
+    if name == "digits3":
+        g, seed = compile_model(zoo_model("digits", 3, seed=3)), 0
+    else:
+        seed = int(name[-1])
+        g = compile_model(random_model(seed, **RANDOM_CONFIGS[seed]))
+    program, runs = check_network(binary_core, g, frames_for(g, 1, seed),
+                                  config=BINARY_CONFIG, per_descriptor=name == "digits3",
+                                  latency=DRAM[0], bytes_per_cycle=DRAM[1])
+    model = _Core(BINARY_CORE, *DRAM)
+    binary = [_layout(d, model)["vec"] for d in program.descriptors
+              if d["opcode"] == OPCODE_CODES["CONV"]
+              and not d["flags"] & FLAG_BITS["int_weights"]]
+    assert binary and all(binary)
+    assert predict_core(program, BINARY_CORE, *DRAM).cycles == runs[0].cycles
 
 
 def test_two_bit_network_on_the_scalar_path_exact(binary_core):
