@@ -40,7 +40,8 @@ __all__ = ["EngineTarget", "engine_target", "array_planes", "core_config", "comp
 #: The core's fixed limits: K <= 8 bases per block, windows up to 3x3x512 lanes on the
 #: array, up to 512 output channels per job in the accumulator buffer (ResNet-18/34).
 MAX_JOBS, MAX_WINDOW, MAX_OUT_C = 8, 4608, 512
-#: the array's PE rows: with ``simd`` a quarter of the bus, 16 x 32 lanes at 128 bits
+#: the array's PE rows: with ``simd`` a quarter of the bus (4 bit planes) or half of it (one),
+#: 16 x 32 or 16 x 64 lanes at 128 bits
 ARRAY_PE = 16
 #: scratchpad sizes tried, largest first (halved until the board's block RAM takes it)
 SCRATCHPAD_BYTES = (256 << 10, 128 << 10, 64 << 10, 32 << 10)
