@@ -52,6 +52,9 @@ def test_an_engine_build_writes_its_verilog_image_program_and_report(digits_engi
     assert len(rows) == len(b.engine.program.descriptors)
     assert report["frame"]["cycles"] == b.engine.prediction.cycles > sum(r["cycles"] for r in rows)
     assert report["engine"]["core"]["buffer_bytes"] == 64 * 1024
+    # digits' activations are binary: the array of one bit plane and 16 x 64 lanes
+    assert (report["engine"]["core"]["planes"], report["engine"]["core"]["simd"]) == (1, 64)
+    assert "16 PE x 64 SIMD XNOR lanes (one bit plane" in (out / "report.txt").read_text()
     assert report["frame"]["fps"] == pytest.approx(100e6 / report["frame"]["cycles"])
     for r in rows:
         assert r["bound"] in ("compute", "memory") and sum(r["phases"].values()) == r["cycles"]
