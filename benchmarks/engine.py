@@ -12,18 +12,19 @@ the compile time and peak memory, and a what-if: the frame rate if the 32-bit
 fixed-point maps (ranges of the random eval state) were 16-bit (a trained network's).
 
 The *built* half: the engine that ``groupnet-hw build --engine sequential`` writes
-(:func:`groupnet_hw.compiler.engine.target.engine_target`: one array of 16 x 64 lanes
-of one bit plane, the networks' activations being binary; a 256 KiB scratchpad) for the same networks through the flow (compile time and peak
-memory; a network the core cannot run yet is reported with the flow's one-line reason),
-its cycles from the core's model (:mod:`groupnet_hw.compiler.engine.core_cycles`) with
-the phases they go to; RTL-measured cycles on Verilator (64 KiB scratchpad) for files
-in the Group-Net authors' layout at ResNet-18 and ResNet-34 depth, narrow and at 32x32;
-full-size K=5 files in the authors' layout through ``groupnet-hw import`` and ``build``
-(times, peak memory, predicted cycles; with ``--rtl-224 N``, N 224x224 images on
-Verilator, bit-exact and measured cycles); and frames/s of the dataflow design (at the
-board clock) against the engine (at its clock) on digits and CIFAR-size networks.
-Writes ``docs/engine.md`` and ``docs/engine.png``; rows of networks a run does not
-measure are kept from the JSON already there.
+(:func:`groupnet_hw.compiler.engine.target.engine_target`: one array of 16 x 64 lanes of
+one bit plane, the networks' activations being binary; a 256 KiB scratchpad) for the
+same networks through the flow (compile time and peak memory; a network the core cannot
+run yet is reported with the flow's one-line reason), its cycles from the core's model
+(:mod:`groupnet_hw.compiler.engine.core_cycles`) with the phases they go to;
+RTL-measured cycles on Verilator (64 KiB scratchpad) for files in the Group-Net authors'
+layout at ResNet-18 and ResNet-34 depth, narrow and at 32x32; full-size K=5 files in the
+authors' layout through ``groupnet-hw import`` and ``build`` (times, peak memory,
+predicted cycles; with ``--rtl-224 N``, N 224x224 images on Verilator, bit-exact and
+measured cycles); and frames/s of the dataflow design (at the board clock) against the
+engine (at its clock) on digits and CIFAR-size networks. Writes ``docs/engine.md`` and
+``docs/engine.png``; rows of networks a run does not measure are kept from the JSON
+already there.
 
     python benchmarks/engine.py                       # writes benchmarks/results/engine.json
     python benchmarks/engine.py --arch resnet18 -o /tmp/e.json --no-rtl

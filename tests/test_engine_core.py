@@ -5,9 +5,9 @@ Small networks are compiled for the engine a build writes for 2- and 4-bit activ
 with a 64 KiB scratchpad (one 16 x 32 lane array of 4 bit planes, 128-bit ports;
 programs tiled for two arrays; tests/test_engine_planes.py runs the binary networks'
 one-plane engine), the memory image with a frame written runs in ``EngineCore``'s
-Verilog on the fast Verilator path with the C++ DRAM model, and the image after the run must equal
-the reference model's (sim/engine_model.py) byte for byte: logits and every tensor
-and row padding. Every descriptor's output is checked by running the program cut
+Verilog on the fast Verilator path with the C++ DRAM model, and the image after the
+run must equal the reference model's (sim/engine_model.py) byte for byte: logits and
+every tensor and row padding. Every descriptor's output is checked by running the program cut
 after that descriptor (its successor rewritten as END) and comparing the outputs it
 wrote with the integer executor's through ``first_mismatch``, which names the first
 diverging descriptor. One Verilator build (cached for the session) serves every run.
@@ -43,13 +43,19 @@ from groupnet_hw.sim.engine_verify import (cut_after, descriptor_outputs, frame_
 SLOW = pytest.mark.slow
 
 #: the engine a build writes with a 64 KiB scratchpad (``build --engine-scratchpad 64``)
-#: for a network with 2- or 4-bit activations: the same Verilog as tests/test_engine_flow.py's
-#: builds of those, so one Verilator build serves both
+#: for a network with 2- or 4-bit activations: the same Verilog as
+#: tests/test_engine_flow.py's builds of those, so one Verilator build serves both
 CORE = engine_target("de10nano", buffer_bytes=64 << 10).core
 #: the core's weight packing (binary and the stem's), which its programs must share
 PACKING = {k: CORE[k] for k in ("pe", "simd", "stem_pe", "stem_simd")}
-#: programs compiled for two arrays of the core's packing (the contract's tiling)
-CONFIG = EngineConfig(arrays=2, **PACKING, port_bytes=16)
+
+
+def two_array_config(core):
+    """Programs compiled for two arrays of ``core``'s packing (the contract's tiling)."""
+    return EngineConfig(arrays=2, port_bytes=16, **{k: core[k] for k in PACKING})
+
+
+CONFIG = two_array_config(CORE)
 
 
 #: name -> the Verilog file of each build made here (the lint test reads the shared one)

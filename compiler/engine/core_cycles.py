@@ -89,9 +89,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ...engine_format import (DENSE_PIXEL_BYTES, accumulator_channels, core_paths,
-                              pair_table_bits)
+from ...engine_format import DENSE_PIXEL_BYTES, accumulator_channels, pair_table_bits
 from .program import FLAG_BITS, JOB, OPCODE_CODES, STAGE_BITS, decode
+from .sizing import CORE_DEFAULTS, core_paths_of, full_core_params
 from .tiling import core_layout
 
 __all__ = ["CoreDescriptorCycles", "CoreFrameCycles", "CORE_DEFAULTS", "RUN_OVERHEAD",
@@ -100,12 +100,6 @@ __all__ = ["CoreDescriptorCycles", "CoreFrameCycles", "CORE_DEFAULTS", "RUN_OVER
 _OPCODES = {v: k for k, v in OPCODE_CODES.items()}
 #: opcodes whose jobs are the inputs of one mix: one parameter block and side input
 _MULTI = ("MIXER", "GATE")
-
-#: ``EngineCore``'s keyword defaults (``hw/engine/core.py``; ``buffer_depth`` None: the
-#: DMAs' own defaults).
-CORE_DEFAULTS = dict(data_width=128, max_burst=16, max_outstanding=4, buffer_depth=None,
-                     pe=4, simd=8, stem_pe=16, stem_simd=12, buffer_bytes=32768, max_jobs=8,
-                     max_window=4608, max_out_c=512)
 
 #: Cycles of a run outside its descriptors: START reaching the sequencer, the END
 #: descriptor's DECODE raising DONE, the register file and the host's STATUS read.
@@ -191,13 +185,12 @@ class _Core:
     """The core's parameters and the DRAM's, with the derived constants."""
 
     def __init__(self, core_params, latency, bytes_per_cycle):
-        p = dict(CORE_DEFAULTS, **(core_params or {}))
+        p = full_core_params(core_params)
         self.bpw = p["data_width"] // 8
         self.pe, self.simd = p["pe"], p["simd"]
         self.stem_pe, self.stem_simd = p["stem_pe"], p["stem_simd"]
         self.buffer_bytes, self.max_burst = p["buffer_bytes"], p["max_burst"]
-        paths = core_paths(p["data_width"], self.pe, self.simd, self.stem_pe, self.stem_simd,
-                           p["planes"])
+        paths = core_paths_of(p)
         self.banks, self.vector = paths["banks"], paths["vector"]
         self.stem_vector, self.stem_pair = paths["stem_vector"], paths["stem_pair"]
         self.pixel_vector = paths["pixel_vector"]

@@ -72,10 +72,12 @@ def engine_report(program, target, core, intended, *, reason=None, estimate=None
 
 
 def _planes(core):
-    """The array's bit planes, as the report says them."""
-    if core.get("planes", 4) == 1:
+    """The array's bit planes, as the report says them (4 in a report that predates
+    them)."""
+    planes = core.get("planes", 4)
+    if planes == 1:
         return "one bit plane: binary activations"
-    return f"{core.get('planes', 4)} bit planes: binary, 2- and 4-bit activations"
+    return f"{planes} bit planes: binary, 2- and 4-bit activations"
 
 
 def render_engine_text(report):

@@ -35,8 +35,9 @@ Yosys or Quartus for that engine (the dataflow back end's model is, and so is
 low: about 13 ALMs per XNOR lane of one bit plane and 23 of four, not 0.75, and about
 13,000 ALMs and 74 DSP blocks for its 64-bit scalar datapath, control and DMAs at
 128-bit ports, not 4,000 ALMs). The ladder of candidates tops out at 5 arrays x 16 PE
-x 48 SIMD: K = 5 bases run in one round, and the cycle model already predicts ResNet-18 K=5 to be
-DRAM-bound on the DE10-Nano at that size, so more lanes would buy nothing there.
+x 48 SIMD: K = 5 bases run in one round, and the cycle model already predicts ResNet-18
+K=5 to be DRAM-bound on the DE10-Nano at that size, so more lanes would buy nothing
+there.
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ from ...engine_format import accumulator_channels, core_paths, pair_table_bits
 from .config import EngineConfig
 
 __all__ = ["SizedEngine", "size_engine", "estimate", "CANDIDATES", "estimate_core",
-           "core_features", "core_memories", "yosys_m10k_blocks", "full_core_params",
-           "CORE_DEFAULTS"]
+           "core_features", "core_memories", "core_paths_of", "yosys_m10k_blocks",
+           "full_core_params", "CORE_DEFAULTS"]
 
 #: (arrays, pe, simd), most preferred first
 CANDIDATES = ((5, 16, 48), (5, 16, 32), (4, 16, 32), (3, 16, 32), (2, 16, 32), (2, 8, 32),
@@ -128,10 +129,11 @@ def size_engine(board="de10nano", max_util=0.9, clock_mhz=100.0):
 
 # ---------------------------------------------------------------- the core as built
 
-#: :class:`~groupnet_hw.hw.engine.core.EngineCore`'s defaults for the sizing kwargs.
+#: :class:`~groupnet_hw.hw.engine.core.EngineCore`'s keyword defaults (the sizing's and
+#: the cycle model's; ``buffer_depth`` None: the DMAs' own defaults).
 CORE_DEFAULTS = dict(data_width=128, pe=4, simd=8, stem_pe=16, stem_simd=12,
                      buffer_bytes=32768, max_jobs=8, max_window=4608, max_out_c=512,
-                     max_burst=16, buffer_depth=None, planes=4)
+                     max_burst=16, max_outstanding=4, buffer_depth=None, planes=4)
 
 #: Cyclone V ALUTs per unit of each :func:`core_features` feature, fitted (non-negative
 #: least squares, relative errors) to Yosys's counts of ``benchmarks/engine_resources.py``
@@ -159,10 +161,18 @@ def full_core_params(core_params=None, **overrides):
     """Every sizing kwarg of an :class:`~groupnet_hw.hw.engine.core.EngineCore`: the given
     ones over the core's defaults (:data:`CORE_DEFAULTS`)."""
     params = {**CORE_DEFAULTS, **(core_params or {}), **overrides}
-    unknown = set(params) - set(CORE_DEFAULTS) - {"max_outstanding", "addr_width"}
+    unknown = set(params) - set(CORE_DEFAULTS) - {"addr_width"}
     if unknown:
         raise ValueError(f"unknown EngineCore kwarg(s): {', '.join(sorted(unknown))}")
     return params
+
+
+def core_paths_of(core_params):
+    """:func:`~groupnet_hw.engine_format.core_paths` of an EngineCore's kwargs (missing
+    ones take the core's defaults)."""
+    p = full_core_params(core_params)
+    return core_paths(p["data_width"], p["pe"], p["simd"], p["stem_pe"], p["stem_simd"],
+                      p["planes"])
 
 
 def core_memories(core_params):
@@ -178,7 +188,7 @@ def core_memories(core_params):
     """
     p = full_core_params(core_params)
     w, pe, simd = p["data_width"], p["pe"], p["simd"]
-    paths = core_paths(w, pe, simd, p["stem_pe"], p["stem_simd"], p["planes"])
+    paths = core_paths_of(p)
     banks, vector = paths["banks"], paths["vector"]
     maxc = accumulator_channels(p["max_out_c"], pe)
     folds = max(maxc >> (pe.bit_length() - 1 if vector else 0), 1)
@@ -237,7 +247,7 @@ def core_features(core_params):
     - ``plane_lanes``: ``lanes x (planes - 1)``: the other bit planes' popcounts;
     - ``pe``: per PE the 32-bit accumulate, the bit planes' shifted sums and the
       accumulator buffer's lane select;
-    - ``simd``: the window gather (4 x ``simd`` bit planes shifted into place) and the
+    - ``simd``: the window gather (``planes x simd`` bits shifted into place) and the
       lane mask;
     - ``word_bits``: ``data_width``: the element reader's shifter, the output merge, the
       weight-fold select, the DMA FIFOs' and the descriptor's word paths;
@@ -252,12 +262,10 @@ def core_features(core_params):
     Keyword arguments ``core_params`` does not give take the core's defaults.
     """
     p = full_core_params(core_params)
-    paths = core_paths(p["data_width"], p["pe"], p["simd"], p["stem_pe"], p["stem_simd"],
-                       p["planes"])
+    paths = core_paths_of(p)
     vector = paths["vector"]
     mux = sum(width * (yosys_m10k_blocks(words, width)[1] - 1)
-              for words, width in core_memories(p).values()
-              if yosys_m10k_blocks(words, width)[1] > 1)
+              for words, width in core_memories(p).values())
     lanes = p["pe"] * p["simd"] if vector else 0
     return {"one": 1.0, "lanes": float(lanes), "plane_lanes": float(lanes * (p["planes"] - 1)),
             "pe": float(p["pe"]), "simd": float(p["simd"]),
@@ -311,8 +319,7 @@ def estimate_core(core_params: dict, family: str = "cyclonev") -> dict:
     else:
         logic = aluts * _LUT4_PER_ALUT
     blocks = _core_ram_blocks(p, family)
-    paths = core_paths(p["data_width"], p["pe"], p["simd"], p["stem_pe"], p["stem_simd"],
-                       p["planes"])
+    paths = core_paths_of(p)
     # the stem's second channel multiplies in DSP blocks, one a lane
     stem_dsp = p["stem_simd"] if paths["stem_pair"] else 0
     return dict(logic=int(round(logic)), ram_bits=blocks * fam.bram_bits,

@@ -34,8 +34,8 @@ from .program import FLAG_BITS, OPCODE_CODES, STAGE_BITS
 from .sizing import budget_limits, estimate_core
 from .tiling import scratchpad_need
 
-__all__ = ["EngineTarget", "engine_target", "array_planes", "core_config", "compile_for_core", "check_program",
-           "multiplier_operands"]
+__all__ = ["EngineTarget", "engine_target", "array_planes", "core_config", "compile_for_core",
+           "check_program", "multiplier_operands"]
 
 #: The core's fixed limits: K <= 8 bases per block, windows up to 3x3x512 lanes on the
 #: array, up to 512 output channels per job in the accumulator buffer (ResNet-18/34).
