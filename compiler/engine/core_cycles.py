@@ -60,7 +60,10 @@ Compute per output pixel, channel and job:
   output: each next one's gate is computed while OUT_WD writes the one before; a GATE
   descriptor GATE; its constants read at the descriptor's first mix: LF_D, GF_D, LAML_D
   per job, GATEL_D per gate, and that mix's LAM for every job) and per output written
-  OUT_WD (a MIXER or GATE descriptor runs OUT and its epilogue before each).
+  OUT_WD (a MIXER or GATE descriptor runs OUT and its epilogue before each); outputs
+  of 8 bits or more but a MIXER's or GATE's go to the output writer, which gates and
+  writes them beside the next channel: only a chunk's last channel's cost their cycles
+  (DRAIN, :func:`_writes_behind`).
 
 The DMAs (``hw/engine/dma.py``) and the DRAM model (``sim/dram_model.h``): a read of
 ``n`` words accepted in cycle ``t`` has its first word on the bus ``4 + latency``
@@ -503,6 +506,12 @@ def _n_out(d, lay):
     return 1 if _mixing(d, lay) and not _has(d, "gated") else d["jobs"]
 
 
+def _writes_behind(d, lay):
+    """The output writer writes this descriptor's outputs (8 bits or more, not a MIXER's
+    or GATE's: byte enables, no read of their word)."""
+    return lay["op"] not in _MULTI and d["out_elem"] >= 8
+
+
 def _outputs(d, lay, oc):
     """Per output channel: OUT_WD per output written (its word read by the state before);
     a MIXER (GATE) descriptor's OUT and epilogue (:func:`_epilogue`) before each."""
@@ -727,7 +736,15 @@ def _compute(d, lay, rows, channels, folds, core, chunk=0):
             window = n_c * 3 * px + taps            # POOL_TAP, TAP, the taps, EPI
         out["scalar"] = jobs * (n_c * px + window)      # CORE
         out["epilogue"] = jobs * px * per_oc_epi
-    out["outputs"] = px * sum(_mixer(d, lay) + _outputs(d, lay, oc) for oc in range(c0, c1))
+    per_oc = [_mixer(d, lay) + _outputs(d, lay, oc) for oc in range(c0, c1)]
+    if _writes_behind(d, lay):
+        # the output writer takes each channel's gates and writes beside the next
+        # channel (AGG stays); DRAIN waits for the chunk's last channel's (as many cycles
+        # as GATE and OUT_WD took)
+        beside = 1 if _mixing(d, lay) else 0
+        out["outputs"] = px * (c1 - c0) * beside + per_oc[-1] - beside
+    else:
+        out["outputs"] = px * sum(per_oc)
     out["epilogue"] += 1                  # START
     if lay["is_head"] and chunk == 0:
         out["scalar"] += _head_sums(d)

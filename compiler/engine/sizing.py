@@ -177,7 +177,8 @@ def core_paths_of(core_params):
 
 def core_memories(core_params):
     """``{name: (words, width)}``: the memories of an EngineCore as elaborated
-    (``hw/engine/core.py``, ``dma.py``): the scratchpad (one bus word wide), the array's
+    (``hw/engine/core.py``, ``dma.py``): the scratchpad (a bus word wide, in ``banks``
+    banks of one block RAM per byte lane), the array's
     window buffer (``ceil(max_window / simd)`` words of ``planes`` bit planes x ``simd``,
     or of the stem's ``stem_simd`` bytes when wider), the
     accumulator buffer (``max_jobs x max_out_c`` 32-bit sums, ``pe`` to a word, with
@@ -195,8 +196,9 @@ def core_memories(core_params):
     burst = p.get("max_burst", 16)
     rd_depth = p.get("buffer_depth") or 4 * burst
     words = p["buffer_bytes"] // (w // 8)
-    pad = {"scratchpad": (words, w)} if banks == 1 else {
-        f"scratchpad{b}": (words // banks, w) for b in range(banks)}
+    # a bank is a block RAM per byte lane (the writer's byte enables)
+    pad = {f"scratchpad{b}_{lane}": (words // banks, 8)
+           for b in range(banks) for lane in range(w // 8)}
     return {**pad,
             "window": (-(-p["max_window"] // simd), paths["window_bits"]),
             "accumulators": (p["max_jobs"] * folds, 32 * pe),

@@ -23,8 +23,9 @@ Microarchitecture (first version: correctness first, no overlap)
     output every job's output rows of the tile, zeroed first (row padding is zeros)
     ====== ============================================================================
 
-    Per descriptor the work is strictly sequential: fetch (the read DMA), load the job
-    table and the blocks, then per row tile the input rows (the reference model's row
+    Per descriptor the work is sequential (but for the output writer, below): fetch (the
+    read DMA), load the job table and the blocks, then per row tile the input rows (the
+    reference model's row
     range: the window's halo, a pooling stage's convolution rows) and side rows (one
     read-DMA descriptor each, the words written in order), clear the output regions
     (unless their rows are whole words of elements and nothing else: every bit is then
@@ -112,8 +113,13 @@ Microarchitecture (first version: correctness first, no overlap)
     first and applies its epilogue after, with entry 0's block and side input. A GATE
     descriptor runs as a gated MIXER whose aggregate is its last input (no lambdas):
     its ``jobs - 1`` outputs are the others gated with it (the authors' in-place
-    defect). Each
-    result is merged into its output word (read, merge, write). Every scratchpad read's
+    defect). A
+    result of 8 bits or more (not a MIXER's or GATE's) goes to the *output writer*: the
+    scratchpad's write port takes byte enables, so the writer writes the element's bytes
+    alone without reading its word, one output a cycle (gated first, each gate the cycle
+    before its write), while the sequencer goes on to the next channel; before a tile's
+    stores (or the next chunk's loads) DRAIN waits for it. A narrower result is merged
+    into its output word (read, merge, write: OUT_WD). Every scratchpad read's
     address is driven by the state that decides the read follows, so a read costs only
     its data state, and a stage that does not apply costs no state. The arithmetic is the
     executor's (``compiler/ops``) on 64-bit values: exact wherever the compiler's range
@@ -158,7 +164,9 @@ Cycles
     own cycle, and each gate after the first computed while the output before is
     written, from the fractions, lambdas and gates read at the descriptor's first mix
     and kept: ``2 + jobs`` reads, ``+ jobs`` gated, a GATE's ``jobs``, and that mix's
-    ``jobs`` lambda products) and 1 per output merged into its word. A scalar tap costs
+    ``jobs`` lambda products) and 1 per output merged into its word; with the output
+    writer the gates and writes cost nothing but at a chunk's last channel (DRAIN, as
+    many cycles as they took before). A scalar tap costs
     2 cycles (input, then weight or maximum; 1 for a padded tap of a maximum), 1 for a
     product tap without a prologue whose weight lies in the weight word read last (held
     from W_D, cleared as each convolution starts: consecutive weights of the stem's fold
@@ -286,35 +294,47 @@ def _log2(width, choices):
 
 
 def _banked_scratchpad(m, width, depth, banks, raddr):
-    """The scratchpad: ``depth`` words of ``width`` bits in ``banks`` block RAMs, word
-    ``a`` in bank ``a % banks``, so that any ``banks`` consecutive words are read in one
-    cycle (a fold's weights for an array wider than a word). Returns ``(rp, wp)``:
-    ``rp.data`` is word ``raddr`` and ``rp.wide`` words ``raddr .. raddr + banks - 1``,
-    both the cycle after the address; ``wp.addr``, ``wp.data`` and ``wp.en`` write one
-    word."""
+    """The scratchpad: ``depth`` words of ``width`` bits in ``banks`` banks, word ``a`` in
+    bank ``a % banks``, so that any ``banks`` consecutive words are read in one cycle (a
+    fold's weights for an array wider than a word). Returns ``(rp, wp)``: ``rp.data`` is
+    word ``raddr`` and ``rp.wide`` words ``raddr .. raddr + banks - 1``, both the cycle
+    after the address; ``wp.addr``, ``wp.data`` and ``wp.en`` write one word, of it the
+    bytes ``wp.bytes`` selects (all unless driven): an element of 8 bits or more is
+    written without reading its word first.
+
+    A bank is ``width / 8`` block RAMs of one byte lane each, every one with its own write
+    enable: Yosys maps a memory with byte enables only to the aspect ratios whose data
+    bits divide a byte (4096 x 2 on an M10K: 64 blocks for a 2048-word bank of 16-byte
+    words), while a byte lane of its own takes the best one (2048 x 5: 32 blocks)."""
     rp = type("ScratchpadRead", (), {})()
     wp = type("ScratchpadWrite", (), {})()
     wp.addr, wp.data, wp.en = Signal(range(depth), name="sp_waddr"), Signal(width), Signal()
+    wp.bytes = Signal(width // 8, init=(1 << width // 8) - 1, name="sp_wbytes")
     rp.data, rp.wide = Signal(width, name="sp_rdata"), Signal(width * banks, name="sp_wide")
-    if banks == 1:
-        m.submodules.buf = buf = Memory(shape=unsigned(width), depth=depth, init=[])
-        r, w = buf.read_port(), buf.write_port()
-        m.d.comb += [r.addr.eq(raddr), w.addr.eq(wp.addr), w.data.eq(wp.data), w.en.eq(wp.en),
-                     rp.data.eq(r.data), rp.wide.eq(r.data)]
-        return rp, wp
     nb = exact_log2(banks)
-    first = Signal(nb)            # the bank of word raddr, as its data arrive
-    m.d.sync += first.eq(raddr[:nb])
     data = []
     for b in range(banks):
-        m.submodules[f"buf{b}"] = mem = Memory(shape=unsigned(width), depth=depth // banks,
-                                               init=[])
-        r, w = mem.read_port(), mem.write_port()
-        # of the words raddr .. raddr + banks - 1, the one bank b holds
-        m.d.comb += [r.addr.eq((raddr + (Const(b, nb) - raddr[:nb])[:nb]) >> nb),
-                     w.addr.eq(wp.addr >> nb), w.data.eq(wp.data),
-                     w.en.eq(wp.en & (wp.addr[:nb] == b))]
-        data.append(r.data)
+        lanes = []
+        for lane in range(width // 8):
+            name = f"buf{b}_{lane}" if banks > 1 else f"buf_{lane}"
+            m.submodules[name] = mem = Memory(shape=unsigned(8), depth=depth // banks, init=[])
+            r, w = mem.read_port(), mem.write_port()
+            hit = wp.en & wp.bytes[lane]
+            if banks > 1:
+                # of the words raddr .. raddr + banks - 1, the one bank b holds
+                m.d.comb += r.addr.eq((raddr + (Const(b, nb) - raddr[:nb])[:nb]) >> nb)
+                hit = hit & (wp.addr[:nb] == b)
+            else:
+                m.d.comb += r.addr.eq(raddr)
+            m.d.comb += [w.addr.eq(wp.addr >> nb), w.data.eq(wp.data[8 * lane:8 * lane + 8]),
+                         w.en.eq(hit)]
+            lanes.append(r.data)
+        data.append(Cat(*lanes))
+    if banks == 1:
+        m.d.comb += [rp.data.eq(data[0]), rp.wide.eq(data[0])]
+        return rp, wp
+    first = Signal(nb)            # the bank of word raddr, as its data arrive
+    m.d.sync += first.eq(raddr[:nb])
     data = Array(data)
     m.d.comb += [rp.wide.eq(Cat(*(data[(first + o)[:nb]] for o in range(banks)))),
                  rp.data.eq(data[first])]
@@ -596,8 +616,11 @@ class ComputeSequencer(wiring.Component):
         lam_r, gate_r, rest_r = (Array(Signal(signed(MUL_BITS), name=f"{n}{i}")
                                        for i in range(self.max_jobs))
                                  for n in ("lam_r", "gate_r", "rest_r"))
-        msum = Signal(signed(64))
-        # job lam_i's lambda product, added to msum in the cycle after its result (while
+        # the aggregate the gates take (msum), and the lambda products' running sum
+        # (lsum): apart, so that the output writer gates a channel's outputs with its
+        # aggregate while the next channel's products are summed
+        msum, lsum = Signal(signed(64)), Signal(signed(64))
+        # job lam_i's lambda product, added to lsum in the cycle after its result (while
         # the next job's epilogue starts), so that a mix waits for the last job's only
         lam_pend, lam_i, lam_bad = Signal(), Signal(range(self.max_jobs)), Signal()
         # the output whose gate is computed next: the first in GATE, each next one while
@@ -667,14 +690,43 @@ class ComputeSequencer(wiring.Component):
         lam_use_k, lam_j = Signal(), Signal(range(self.max_jobs))
         lam_v, lam_sum = Signal(signed(64)), Signal(signed(64))
         m.d.comb += [lam_j.eq(Mux(lam_use_k, k, lam_i)), lam_v.eq(vals[lam_j]),
-                     lam_sum.eq(Mux(lam_j == 0, 0, msum) + lam_r[lam_j] * _operand(lam_v))]
+                     lam_sum.eq(Mux(lam_j == 0, 0, lsum) + lam_r[lam_j] * _operand(lam_v))]
         with m.If(lam_pend):
-            m.d.sync += [msum.eq(lam_sum), lam_pend.eq(0),
+            m.d.sync += [lsum.eq(lam_sum), lam_pend.eq(0),
                          lam_bad.eq(lam_bad | ~_fits(lam_v))]
         wr_out = Signal(8)        # write-DMA descriptors not yet done
         wword = Signal(range(depth))
         wshift = Signal(wbits)
         wwidth = Signal(7)
+        # The output writer: outputs of 8 bits or more (not a MIXER's or GATE's) are
+        # written with byte enables, without reading their word, so a channel's outputs
+        # are handed to it and written (gated first, when the mixer gates) while the
+        # sequencer goes on to the next channel; DRAIN waits for it before a tile's stores
+        ow_on = Signal()          # this descriptor's outputs go through the writer
+        ow_busy = Signal()        # writing a channel's outputs (or computing the first gate)
+        ow_wr = Signal()          # ... and writes output ow_k this cycle
+        ow_k = Signal(range(self.max_jobs))
+        ow_gate = Signal()        # gated: output ow_k's value is ow_val (computed a cycle before)
+        ow_val = Signal(signed(64))
+        ow_off = Signal(A + 3)    # the channel's bit offset in every job's output region
+        ow_start = Signal()       # a channel handed over this cycle
+        ow_bad = Signal()         # a gate's operand did not fit the multiplier
+        ow_last = Signal()        # writes the channel's last output this cycle
+        drain_load = Signal()     # after DRAIN: the next chunk's loads, else the stores
+        m.d.comb += ow_on.eq(~multi & (f["out_elem"] >= 8))
+        # an output element merged into its word (OUT_WD: the word read the cycle before;
+        # the writer: its bytes alone written, the rest of the word disabled)
+        out_mask, out_bytes = Signal(64), Signal(W // 8)
+        with m.Switch(wwidth):
+            for w in (1, 2, 4, 8, 16, 32, 64):
+                with m.Case(w):
+                    m.d.comb += out_mask.eq((1 << w) - 1)
+                    if w >= 8:
+                        m.d.comb += out_bytes.eq(((1 << w // 8) - 1) << (wshift >> 3))
+        out_value = Mux(ow_busy, Mux(ow_gate, ow_val, vals[ow_k]), vals[k]).as_unsigned()
+        out_word = Signal(W)
+        m.d.comb += out_word.eq((rp.data & ~(out_mask << wshift))
+                                | ((out_value & out_mask) << wshift))
         # the scalar path's last weight word read (W_D): a tap whose weight lies in it
         # takes its product in IN_D, one cycle; cleared as each convolution starts
         wc_data, wc_word, wc_pend, wc_ok = (Signal(W, name="wc_data"),
@@ -764,6 +816,10 @@ class ComputeSequencer(wiring.Component):
                         m.d.sync += [q.eq(q + 1), cc0.eq(cc1), o0.eq(o1),
                                      cstart.eq(cstart + chunk_bytes), kind.eq(4), k.eq(0)]
                         m.next = "LOAD_ENTRY"
+                    with m.If(ow_start):
+                        # the writer has the tile's last outputs: they go first
+                        m.d.sync += drain_load.eq(cc1 != f["out_c"])
+                        m.next = "DRAIN"
 
         with m.FSM(name="state") as fsm:
             with m.State("IDLE"):
@@ -1208,8 +1264,11 @@ class ComputeSequencer(wiring.Component):
             pw_bit = pw_bit0 + (ms << LS)
             pw_fwd, pw_last = Signal(), Signal(W)
 
+            out_off = Signal(A + 3)       # the channel's bit offset in an output region
+            m.d.comb += out_off.eq((out_row << 3) + (oc << out_sh))
+
             def out_addr(kk):
-                return ((job_out[kk] + out_row) << 3) + (oc << out_sh)
+                return (job_out[kk] << 3) + out_off
 
             def issue_out(m, kk):
                 """Read output kk's word for OUT_WD to merge into (outputs of different
@@ -1218,6 +1277,24 @@ class ComputeSequencer(wiring.Component):
                 m.d.comb += s.raddr.eq(a >> wbits)
                 m.d.sync += [wword.eq(a >> wbits), wshift.eq(a[:wbits]), wwidth.eq(f["out_elem"])]
                 m.next = "OUT_WD"
+
+            def out_first(m, gate):
+                """The channel's outputs: to the writer (``gate``: it computes each one's
+                gate first), and on to the next channel; else OUT_WD merges them."""
+                with m.If(ow_on):
+                    a = out_addr(0)
+                    m.d.comb += ow_start.eq(1)
+                    m.d.sync += [wword.eq(a >> wbits), wshift.eq(a[:wbits]),
+                                 wwidth.eq(f["out_elem"]), ow_off.eq(out_off), ow_k.eq(0),
+                                 ow_gate.eq(gate), ow_busy.eq(1), ow_wr.eq(not gate)]
+                    next_c(m)
+                    with m.If(ow_bad):
+                        self._fail(m, "unsupported")
+                with m.Else():
+                    if gate:
+                        m.next = "GATE"
+                    else:
+                        issue_out(m, 0)
 
             def issue_pair(m, kb, occ, pending):
                 """Read the pair A[occ], B[occ] of job block kb's post-op, whose shift and
@@ -1281,7 +1358,7 @@ class ComputeSequencer(wiring.Component):
                             # the first mix: the constants, then LAM for every job
                             self._issue(m, "LF", const_addr(par_base, off_mix, 0), cb << 3, 1)
                     with m.Else():
-                        issue_out(m, 0)
+                        out_first(m, 0)
                 with m.Else():
                     m.d.sync += k.eq(k + 1)
                     with m.If(mixing & mix_ok):
@@ -2087,7 +2164,7 @@ class ComputeSequencer(wiring.Component):
                 with m.If(multi):
                     m.next = "OUT"
                 with m.Else():
-                    issue_out(m, 0)
+                    out_first(m, 0)
 
             def round_shift(x, sh):
                 return (x + Mux(sh == 0, 0, (Const(1, signed(64)) << sh[:6]) >> 1)) >> sh[:6]
@@ -2096,7 +2173,7 @@ class ComputeSequencer(wiring.Component):
                 # job k's product (from job 0 at a descriptor's first mix, else the last
                 # job's only: the others were added while the next job started)
                 m.d.comb += lam_use_k.eq(1)
-                m.d.sync += msum.eq(lam_sum)
+                m.d.sync += lsum.eq(lam_sum)
                 with m.If(k == f["jobs"] - 1):
                     m.d.sync += k.eq(0)
                     m.next = "AGG"
@@ -2110,9 +2187,11 @@ class ComputeSequencer(wiring.Component):
                 # straight from their epilogues), else LAM's
                 m.d.comb += lam_use_k.eq(agg_add)
                 agg = Signal(signed(64))
-                m.d.comb += agg.eq(round_shift(Mux(agg_add, lam_sum, msum), lf))
+                m.d.comb += agg.eq(round_shift(Mux(agg_add, lam_sum, lsum), lf))
                 m.d.sync += [msum.eq(agg), gk.eq(0), k.eq(0), agg_add.eq(0)]
-                with m.If(gated):
+                with m.If(gated & ~multi):
+                    out_first(m, 1)
+                with m.Elif(gated):
                     m.next = "GATE"
                 with m.Else():
                     m.d.sync += vals[0].eq(agg)
@@ -2144,14 +2223,7 @@ class ComputeSequencer(wiring.Component):
                 to_post(m, vals[k])
                 self._exits(m)
             with m.State("OUT_WD"):
-                mask = Signal(W)
-                with m.Switch(wwidth):
-                    for w in (1, 2, 4, 8, 16, 32, 64):
-                        with m.Case(w):
-                            m.d.comb += mask.eq((1 << w) - 1)
-                m.d.comb += [wp.addr.eq(wword), wp.en.eq(1),
-                             wp.data.eq((rp.data & ~(mask << wshift))
-                                        | ((vals[k].as_unsigned() & mask) << wshift))]
+                m.d.comb += [wp.addr.eq(wword), wp.en.eq(1), wp.data.eq(out_word)]
                 with m.If(k == n_out - 1):
                     next_c(m)
                 with m.Else():
@@ -2162,6 +2234,18 @@ class ComputeSequencer(wiring.Component):
                         issue_out(m, k + 1)
                     with m.If(gating):
                         gate_next(m)
+                self._exits(m)
+
+            with m.State("DRAIN"):
+                # the writer's last outputs of the tile, before its stores or the next
+                # chunk's loads (its last write is this cycle's, or it is done)
+                with m.If(~ow_busy | ow_last):
+                    with m.If(drain_load):
+                        m.next = "LOAD_ENTRY"
+                    with m.Else():
+                        m.next = "STORE_ADDR"
+                with m.If(ow_bad):
+                    self._fail(m, "unsupported")
                 self._exits(m)
 
             # ---- stores: one write-DMA descriptor per job output -------------------------
@@ -2300,6 +2384,31 @@ class ComputeSequencer(wiring.Component):
         m.d.comb += [wp_a.addr.eq(k * AFOLDS + d_mo),
                      wp_a.data.eq(acc_data),
                      wp_a.en.eq(d_valid & d_last)]
+
+        # ---- the output writer: one output a cycle, beside the sequencer ----------------
+        # Output ow_k is written in the cycle after the one that addressed it (the hand-
+        # over for the first); gated, each output's gate is computed (gk) the cycle before
+        # its write, from its job's value, which the next channel's job replaces no
+        # earlier than at the end of that cycle, and from msum, which only the next
+        # hand-over replaces.
+        m.d.comb += ow_last.eq(ow_busy & ow_wr & (ow_k == n_out - 1))
+        with m.If(ow_busy & ow_wr):
+            m.d.comb += [wp.addr.eq(wword), wp.en.eq(1), wp.data.eq(out_word),
+                         wp.bytes.eq(out_bytes)]
+        with m.If(ow_busy & ~ow_start):
+            with m.If(ow_gate & ~ow_last):
+                m.d.sync += [ow_val.eq(round_shift(mixed_s, gf)), gk.eq(gk + 1)]
+                with m.If(~_fits(vals[gk], msum)):
+                    m.d.sync += ow_bad.eq(1)
+            with m.If(ow_last):
+                m.d.sync += [ow_busy.eq(0), ow_wr.eq(0)]
+            with m.Else():
+                m.d.sync += ow_wr.eq(1)
+                with m.If(ow_wr):
+                    a = (job_out[ow_k + 1] << 3) + ow_off
+                    m.d.sync += [ow_k.eq(ow_k + 1), wword.eq(a >> wbits), wshift.eq(a[:wbits])]
+        with m.If(fsm.ongoing("IDLE")):
+            m.d.sync += [ow_busy.eq(0), ow_wr.eq(0), ow_bad.eq(0)]
 
         m.d.comb += [
             self.wdata.valid.eq(Mux(copying, self.words.valid, fsm.ongoing("STORE_SEND"))),
