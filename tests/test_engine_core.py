@@ -262,6 +262,27 @@ def test_a_mixer_input_wider_than_the_multipliers_stops_the_core(core, channel):
     assert run.error_code == regs.error_code("sequencer", "unsupported")
 
 
+def test_a_gated_aggregate_wider_than_the_multipliers_stops_the_core(core):
+    """An aggregate past 32 bits (every lambda 2**30 and no fraction bits, each within
+    the multipliers; the graph's ranges are left as they were, so the build does not
+    see it): the output
+    writer, which gates the outputs with it beside the next channel, stops the run with
+    ``unsupported`` at the next hand-over or before the tile's stores, and the
+    descriptor's outputs never reach DRAM."""
+    g = compile_model(zoo_model("digits", 2, seed=1))
+    mixer = next(n for n in g if n.op == "mixer" and n.attrs["gates"] is not None)
+    mixer.attrs["lambdas"] = torch.full_like(mixer.attrs["lambdas"], 1 << 30)
+    mixer.attrs["lambda_frac"] = 0
+    program = compile_engine(g, CONFIG)
+    image = frame_image(program, frames_for(g, 1)[0])
+    run = run_rtl(core, program, image)
+    assert run.status & 4 and not run.status & 2
+    assert run.error_code == regs.error_code("sequencer", "unsupported")
+    i = next(i for i, grp in enumerate(program.groups) if mixer in grp.nodes)
+    after, before = (descriptor_outputs(program, im, i) for im in (run.image_after, image))
+    assert after and all(torch.equal(a, b) for a, b in zip(after, before))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [2, 3])
 def test_scalar_fallback_bit_exact(tmp_path_factory, seed):
