@@ -139,22 +139,23 @@ CORE_DEFAULTS = dict(data_width=128, pe=4, simd=8, stem_pe=16, stem_simd=12,
 #: least squares, relative errors) to Yosys's counts of ``benchmarks/engine_resources.py``
 #: (``python3 benchmarks/engine_resources.py --fit`` prints them) at the twelve sizes of
 #: one RTL (``hw_engine_sha256`` in the JSON); each size left out of the fit is predicted
-#: by the others within 7 % (``engine``, the one size of one bit plane with the stem's
-#: array; the rest within 2 %).
-_CORE_ALUTS = {"one": 21520.658, "lanes": 20.56, "plane_lanes": 5.2, "pe": 30.332,
-               "simd": 0.0, "word_bits": 60.598, "job_bits": 7.021, "mux_bits": 5.169,
-               "stem_lanes": 358.351}
+#: by the others within 6 % (``engine``, the one size of one bit plane with the stem's
+#: array, -5.4 %; the rest within 1.4 %).
+_CORE_ALUTS = {"one": 22243.688, "lanes": 23.299, "plane_lanes": 7.021, "pe": 7.852,
+               "simd": 0.0, "word_bits": 63.186, "job_bits": 5.31, "mux_bits": 6.961,
+               "stem_lanes": 171.978}
 #: DSP blocks of the scalar datapath (its products of 32-bit operands and the address
 #: arithmetic's per-descriptor products), set by the RTL rather than by any kwarg:
-#: Cyclone V MISTRAL_MUL* 72-77 over the nine sizes without the stem's channel pairs
-#: (the pairs' second channel adds ``stem_simd``: 90-92 at the build's three);
-#: ECP5 MULT18X18D measured once (``ecp5_pnr``); iCE40 not measured (ECP5's count:
-#: the UP5K's 8 SB_MAC16 could not hold the core anyway).
-_CORE_DSP = {"cyclonev": 74, "ecp5": 101, "ice40": 101}
+#: Cyclone V MISTRAL_MUL* 78-83 over the nine sizes without the stem's channel pairs
+#: (the pairs' second channel adds ``stem_simd``: 94-98 at the build's three; the
+#: output writer's gate multiplier runs beside the post-op's, so Yosys shares it with
+#: no other); ECP5 MULT18X18D measured once (``ecp5_pnr``); iCE40 not measured (ECP5's
+#: count: the UP5K's 8 SB_MAC16 could not hold the core anyway).
+_CORE_DSP = {"cyclonev": 80, "ecp5": 107, "ice40": 107}
 #: LUT4 sites (LUT4 + 2 per CCU2C carry + 6 per DPR16X4) per Cyclone V ALUT: the ECP5
-#: synthesis of ``small`` (52,868 sites, ``ecp5_pnr``) over the Cyclone V count of the
-#: same RTL (34,692 ALUTs); applied to iCE40 too.
-_LUT4_PER_ALUT = 1.52
+#: synthesis of ``small`` (49,675 sites, ``ecp5_pnr``) over the Cyclone V count of the
+#: same RTL (35,022 ALUTs); applied to iCE40 too.
+_LUT4_PER_ALUT = 1.42
 
 
 def full_core_params(core_params=None, **overrides):
