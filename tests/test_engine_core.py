@@ -265,10 +265,9 @@ def test_a_mixer_input_wider_than_the_multipliers_stops_the_core(core, channel):
 def test_a_gated_aggregate_wider_than_the_multipliers_stops_the_core(core):
     """An aggregate past 32 bits (every lambda 2**30 and no fraction bits, each within
     the multipliers; the graph's ranges are left as they were, so the build does not
-    see it): the output
-    writer, which gates the outputs with it beside the next channel, stops the run with
-    ``unsupported`` at the next hand-over or before the tile's stores, and the
-    descriptor's outputs never reach DRAM."""
+    see it): the output writer, which gates the outputs with it beside the next
+    channel, stops the run with ``unsupported`` at the next hand-over or before the
+    tile's stores, and the descriptor's outputs never reach DRAM."""
     g = compile_model(zoo_model("digits", 2, seed=1))
     mixer = next(n for n in g if n.op == "mixer" and n.attrs["gates"] is not None)
     mixer.attrs["lambdas"] = torch.full_like(mixer.attrs["lambdas"], 1 << 30)
