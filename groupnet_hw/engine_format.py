@@ -156,8 +156,9 @@ def core_paths(data_width, pe, simd, stem_pe, stem_simd, planes=4):
     - ``stem_vector``: the stem's multiplier array (a channel's ``stem_simd`` 8-bit
       weights one aligned piece of a word, its window lanes one window-buffer word,
       its sums in the accumulator buffer's words: ``stem_pe == pe``);
-    - ``stem_pair``: the stem's array takes two output channels a cycle (their weights
-      one read of the banked scratchpad: ``banks`` at least 2, ``pe`` even);
+    - ``stem_channels``: the output channels the stem's array takes a cycle: 4 with
+      at least four banks (their weights one read of the banked scratchpad), 2 with
+      two, else 1 (``pe`` a multiple of them);
     - ``pixel_vector``: a PIXEL's one-bit outputs leave the window buffer ``simd``
       lanes at a time;
     - ``threshold_vector``: a convolution's one-bit thresholds, a PE fold at a time;
@@ -173,7 +174,8 @@ def core_paths(data_width, pe, simd, stem_pe, stem_simd, planes=4):
     stem_vector = (vector and stem_pe == pe and data_width % (stem_simd * 8) == 0
                    and stem_simd * 8 <= 4 * simd)
     return dict(banks=banks, vector=vector, stem_vector=stem_vector,
-                stem_pair=stem_vector and banks >= 2 and pe % 2 == 0,
+                stem_channels=next((c for c in (4, 2) if stem_vector and banks >= c
+                                    and pe % c == 0), 1),
                 pixel_vector=pow2(simd) and simd <= data_width,
                 threshold_vector=vector and pow2(pe) and pe <= data_width,
                 max_act_bits=0 if planes == 1 else planes,

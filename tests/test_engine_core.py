@@ -193,6 +193,31 @@ def test_a_corrupted_descriptor_stops_before_it_acts(core, opcode, cause):
     assert run.image_after == bytes(expected)
 
 
+def test_constants_other_than_4_or_8_bytes_are_refused(core):
+    """The threshold lanes take a PE fold's constants at multiples of 32 bits, so the
+    core runs constants of 4 or 8 bytes only (what the compiler writes): a descriptor
+    saying 2 stops the run with ``unsupported`` before it acts, and the compiler's
+    check refuses such a program naming the descriptor."""
+    from groupnet_hw.engine_format import DESCRIPTOR_FIELDS, OPCODE_CODES, field_offsets
+    g = compile_model(zoo_model("digits", 2, seed=2))
+    program = compile_engine(g, CONFIG)
+    image = frame_image(program, frames_for(g, 1)[0])
+    bad = next(i for i, d in enumerate(program.descriptors)
+               if d["opcode"] == OPCODE_CODES["CONV"])
+    at = _descriptor_offset(program, bad)
+    corrupted = bytearray(image)
+    corrupted[at + field_offsets(DESCRIPTOR_FIELDS)["const_bytes"][0]] = 2
+    run = run_rtl(core, program, corrupted)
+    assert run.status & 4 and not run.status & 2
+    assert run.error_code == regs.error_code("sequencer", "unsupported")
+    expected = bytearray(run_rtl(core, program, cut_after(program, image, bad - 1)).image_after)
+    expected[at:at + DESCRIPTOR.itemsize] = corrupted[at:at + DESCRIPTOR.itemsize]
+    assert run.image_after == bytes(expected)
+    program.descriptors[bad]["const_bytes"] = 2
+    with pytest.raises(ValueError, match=rf"descriptor {bad} .*constants of 2 bytes"):
+        check_program(program, CORE)
+
+
 def test_an_output_outside_the_window_is_refused(core):
     """A job table whose output address lies past the window: the write DMA refuses it
     before any access (the DRAM model's guard fails a run that touches outside), and

@@ -21,7 +21,8 @@ from test_engine_core import (CONFIG, CORE, LANES_NET, PACKING, PIXEL_CONFIG, SM
                               check_network, frames_for, run_rtl, zoo_model)
 from test_engine_program import RANDOM_CONFIGS
 from groupnet_hw.compiler.engine.config import EngineConfig
-from groupnet_hw.compiler.engine.core_cycles import _Core, _layout, _read_ahead, predict_core
+from groupnet_hw.compiler.engine.core_cycles import (_Core, _chained, _layout, _read_ahead,
+                                                    predict_core)
 from groupnet_hw.compiler.engine.program import OPCODE_CODES
 from groupnet_hw.compiler.engine.layout import compile_engine
 from groupnet_hw.compiler.engine.target import core_config
@@ -77,7 +78,14 @@ def check(build, g, seed, config, core_params, dram, per_descriptor=False):
 
 
 def test_digits_k1_per_descriptor(core):
+    """Every descriptor to the cycle, among them fused mixers whose outputs go to the
+    writer: a pixel's channels chained (the last job's PCALC reads the next channel's
+    job 0 ahead, so AGG goes on to its PCALC)."""
     g, seed = _network("digits1")
+    model = _Core(CORE, *DRAMS["fast"])
+    program = compile_engine(g, CONFIG)
+    assert any(_chained(d, _layout(d, model), model) for d in program.descriptors
+               if d["opcode"] != OPCODE_CODES["INPUT"])
     check(core, g, seed, CONFIG, CORE, "fast", per_descriptor=True)
 
 

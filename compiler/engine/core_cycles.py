@@ -31,8 +31,8 @@ Compute per output pixel, channel and job:
   ACC_D and the epilogue (with a post-op only the pixel's first ACC_D: a job's
   accumulator is read with its post-op's pair A, B);
 - the stem's multiplier array (``svec``): the gather as the array's (bytes of
-  ``stem_simd`` lanes), then SMVU per PE fold, SIMD fold and output channel (a pair
-  of channels with ``stem_pair``), MVU_END;
+  ``stem_simd`` lanes), then SMVU per PE fold, SIMD fold and ``stem_channels``
+  output channels, MVU_END;
 - a PIXEL on the threshold lanes (``pvec``): per pixel and job CORE, POOL_TAP, the
   gather with a one-level prologue's reads (G_TAP, G_IN, G_INV, G_THR), EPI and a PW
   per ``simd`` channels;
@@ -195,7 +195,7 @@ class _Core:
         self.buffer_bytes, self.max_burst = p["buffer_bytes"], p["max_burst"]
         paths = core_paths_of(p)
         self.banks, self.vector = paths["banks"], paths["vector"]
-        self.stem_vector, self.stem_pair = paths["stem_vector"], paths["stem_pair"]
+        self.stem_vector, self.stem_channels = paths["stem_vector"], paths["stem_channels"]
         self.pixel_vector = paths["pixel_vector"]
         self.threshold_vector = paths["threshold_vector"]
         self.max_act_bits = paths["max_act_bits"]
@@ -450,13 +450,31 @@ def _read_ahead(d, lay, oc, core=None):
     input, after the second when it is shared (job 0 reads it, the others keep it),
     none when each job reads its own. Not at a descriptor's first channel
     (:func:`_post_first`): the next job's shift and flags are not kept yet."""
-    if not ((lay["vec"] or lay["svec"]) and _has(d, "postop")
-            and not _has(d, "threshold") and lay["op"] not in _MULTI):
+    if not _post_ahead(d, lay):
         return 0
-    table = core is not None and d["const_bytes"] <= 4 and d["out_c"] <= core.pair_c
-    if table or not (_has(d, "add") and oc < d["side_c"]):
+    if _table(d, core) or not (_has(d, "add") and oc < d["side_c"]):
         return max(0, d["jobs"] - 1)
     return max(0, d["jobs"] - 2) if _flag(d, "shared_side") else 0
+
+
+def _post_ahead(d, lay):
+    """A job's post-op can run from a pair read ahead (the core's ``ahead_ok``)."""
+    return ((lay["vec"] or lay["svec"]) and _has(d, "postop")
+            and not _has(d, "threshold") and lay["op"] not in _MULTI)
+
+
+def _table(d, core):
+    """Whether a pixel after the descriptor's first takes its pairs from the pair table
+    (``core`` given: constants of at most 32 bits, at most the table's channels)."""
+    return core is not None and d["const_bytes"] <= 4 and d["out_c"] <= core.pair_c
+
+
+def _chained(d, lay, core):
+    """Whether a channel after a pixel's first (of a chunk) skips job 0's PA_D too: a
+    fused mixer whose outputs go to the writer, its pairs in the table (a pixel after the
+    descriptor's first); the last job's PCALC reads job 0's pair and sum ahead for AGG."""
+    return (_post_ahead(d, lay) and _table(d, core) and _mixing(d, lay)
+            and _writes_behind(d, lay))
 
 
 def _post_first(d, lay):
@@ -686,9 +704,9 @@ def _compute(d, lay, rows, channels, folds, core, chunk=0):
             return out
         # MVU: one fold a cycle (the popcounts of a fold are added while the next one
         # is addressed, a PE fold's sums stored with its last SIMD fold); MVU_END
-        # (SMVU: one output channel's SIMD fold a cycle, two with stem_pair; pe of them
-        # per PE fold)
-        stem_steps = core.pe // (2 if core.stem_pair else 1)
+        # (SMVU: stem_channels output channels' SIMD fold a cycle, pe of them per PE
+        # fold)
+        stem_steps = core.pe // core.stem_channels
         out["folds"] = jobs * px * (folds * lay["fs"] * (stem_steps if lay["svec"] else 1) + 1)
         if lay["tvec"]:
             # per pixel TV_A, per PE fold and job TV_T, TV_I, TV_O (its bits merged)
@@ -705,6 +723,8 @@ def _compute(d, lay, rows, channels, folds, core, chunk=0):
         ahead = sum(first * _read_ahead(d, lay, oc)
                     + (px - first) * _read_ahead(d, lay, oc, core)
                     for oc in range(c0, c1))
+        if _chained(d, lay, core):
+            ahead += (px - first) * (c1 - c0 - 1)
         out["epilogue"] = px + acc_d + jobs * px * per_oc_epi - ahead
     else:
         n_c = c1 - c0

@@ -143,7 +143,7 @@ CORE_DEFAULTS = dict(data_width=128, pe=4, simd=8, stem_pe=16, stem_simd=12,
 #: array, -5.4 %; the rest within 1.4 %).
 _CORE_ALUTS = {"one": 22243.688, "lanes": 23.299, "plane_lanes": 7.021, "pe": 7.852,
                "simd": 0.0, "word_bits": 63.186, "job_bits": 5.31, "mux_bits": 6.961,
-               "stem_lanes": 171.978}
+               "stem_lanes": 24.05}
 #: DSP blocks of the scalar datapath (its products of 32-bit operands and the address
 #: arithmetic's per-descriptor products), set by the RTL rather than by any kwarg:
 #: Cyclone V MISTRAL_MUL* 78-83 over the nine sizes without the stem's channel pairs
@@ -257,10 +257,11 @@ def core_features(core_params):
     - ``job_bits``: 64 bits per ``max_jobs`` result register and its select;
     - ``mux_bits``: per memory, ``width x (blocks in the address direction - 1)``: the
       read multiplexer behind a memory deeper than one block;
-    - ``stem_lanes``: ``stem_simd`` when the core elaborates the stem's multiplier array
-      (each lane's byte gather and shifted-add product, and with ``stem_pair`` the
-      second channel's adders); at the sizes measured the banked scratchpad's word
-      select and the channel pairs come with it (the build's engines have all three).
+    - ``stem_lanes``: when the core elaborates the stem's multiplier array, its lanes
+      whose products are shifted adds in logic: ``stem_simd`` per output channel it
+      takes a cycle but the second (DSP blocks), each with its byte gather and adder
+      tree; at the sizes measured the banked scratchpad's word select comes with it
+      (the build's engines have all of them).
 
     Keyword arguments ``core_params`` does not give take the core's defaults.
     """
@@ -274,7 +275,8 @@ def core_features(core_params):
             "pe": float(p["pe"]), "simd": float(p["simd"]),
             "word_bits": float(p["data_width"]), "job_bits": 64.0 * p["max_jobs"],
             "mux_bits": float(mux),
-            "stem_lanes": float(p["stem_simd"] if paths["stem_vector"] else 0)}
+            "stem_lanes": float(p["stem_simd"] * max(1, paths["stem_channels"] - 1)
+                                if paths["stem_vector"] else 0)}
 
 
 def _core_ram_blocks(core_params, family):
@@ -324,6 +326,6 @@ def estimate_core(core_params: dict, family: str = "cyclonev") -> dict:
     blocks = _core_ram_blocks(p, family)
     paths = core_paths_of(p)
     # the stem's second channel multiplies in DSP blocks, one a lane
-    stem_dsp = p["stem_simd"] if paths["stem_pair"] else 0
+    stem_dsp = p["stem_simd"] if paths["stem_channels"] > 1 else 0
     return dict(logic=int(round(logic)), ram_bits=blocks * fam.bram_bits,
                 dsp=_CORE_DSP.get(family, _CORE_DSP["ecp5"]) + stem_dsp)

@@ -181,6 +181,8 @@ def _unsupported(d, core):
             or ((fl & FLAG_BITS["int_weights"] or op == OPCODE_CODES["HEAD"])
                 and d["weight_bytes"] not in sizes):
         return "element widths (bits) and integer weights (bytes) are powers of two to 64 and 8"
+    if d["const_bytes"] not in (4, 8):
+        return f"constants of {d['const_bytes']} bytes (the core takes 4 or 8)"
     return None
 
 

@@ -25,9 +25,9 @@ Microarchitecture (first version: correctness first, no overlap)
 
     Per descriptor the work is sequential (but for the output writer, below): fetch (the
     read DMA), load the job table and the blocks, then per row tile the input rows (the
-    reference model's row
-    range: the window's halo, a pooling stage's convolution rows) and side rows (one
-    read-DMA descriptor each, the words written in order), clear the output regions
+    reference model's row range: the window's halo, a pooling stage's convolution rows)
+    and side rows (one read-DMA descriptor each, the words written in order), clear the
+    output regions
     (unless their rows are whole words of elements and nothing else: every bit is then
     written by a merge), compute, one write-DMA descriptor per job's tile rows; after
     the last tile the fence (every write's ``done``) before the next fetch. A
@@ -75,10 +75,10 @@ Microarchitecture (first version: correctness first, no overlap)
 
     - the stem's multiplier array (``svec``: an integer convolution of 8-bit inputs and
       weights without pooling, ``stem_pe == pe``): the window gathered once per pixel
-      and job as bytes of ``stem_simd`` lanes, then SMVU takes one output channel's
-      ``stem_simd`` products a cycle (two channels' with ``stem_pair``: their weights
-      one wide read, the second channel's products in DSP blocks), its sums in the
-      accumulator buffer;
+      and job as bytes of ``stem_simd`` lanes, then SMVU takes ``stem_channels`` output
+      channels' ``stem_simd`` products a cycle (four on the build's engine: their
+      weights one wide read; the second channel's products in DSP blocks, the others'
+      in logic), its sums in the accumulator buffer;
     - a head's channel sums (HSUM, HSUM_WR): the map summed per channel first, one
       element a cycle, into 64-bit sums after the output region; every class then
       takes ``C`` products over a 1x1 window of the sums;
@@ -158,7 +158,9 @@ Cycles
     state, from the pair table (every job's pairs, kept from the descriptor's first
     pixel; constants of at most 32 bits, at most ``max_out_c`` channels) while the read
     port fetches its side input, or, at the first pixel, through the read port when that
-    job reads no side input (none, or a shared one kept from job 0); threshold
+    job reads no side input (none, or a shared one kept from job 0), and job 0 of a
+    pixel's later channels too when a fused mixer's outputs go to the writer and its
+    pairs come from the table (the last job's PCALC reads it ahead for AGG); threshold
     ``out_levels + 1``; a fused mixer per channel 1, 2 gated, a GATE's 1: each job's
     lambda product is added while the next job starts, the last job's by the aggregate's
     own cycle, and each gate after the first computed while the output before is
@@ -172,7 +174,7 @@ Cycles
     from W_D, cleared as each convolution starts: consecutive weights of the stem's fold
     rows and the head's class rows), ``in_levels + 1`` more with a prologue threshold,
     and each window 1 more. The stem's array: per pixel and job the gather, then ``fo *
-    fs * pe + 1`` cycles (SMVU, MVU_END; ``pe / 2`` with ``stem_pair``); the max-pool
+    fs * pe / stem_channels + 1`` cycles (SMVU, MVU_END); the max-pool
     lanes per pixel a cycle a channel (CORE) and per word of channels ``k*k + 1`` (one
     more when the window's first tap is inside the map); a head's sums ``C * (H * W + 1)
     + 2`` cycles once; a PIXEL on the lanes per pixel and job 3 cycles, its gather and
@@ -234,6 +236,9 @@ _ST = STAGE_BITS
 _FL = FLAG_BITS
 #: the element widths of the contract's formats (bits): powers of two
 _WIDTHS = (1, 2, 4, 8, 16, 32, 64)
+#: a parameter block's constant sizes (``const_bytes``: the compiler writes 4 or 8; the
+#: core refuses others, so that the threshold lanes' pieces start at 32-bit multiples)
+_CONST_BYTES = (4, 8)
 
 
 def _is_pow2(value, most):
@@ -252,6 +257,25 @@ def _any_of(choices):
     for cond, value in choices:
         out = out | Mux(cond, value, 0)
     return out
+
+
+def _aligned_piece(value, shift, granularity, width):
+    """``(value >> shift)[:width]`` for a ``shift`` the layout keeps a multiple of
+    ``granularity`` (a power of two): one mux over the ``2**len(shift) / granularity``
+    places a piece can start, not a barrel shifter whose stages below the granularity
+    would only ever shift by zero. A granularity of the whole shift range is no mux."""
+    g = exact_log2(granularity)
+    places = 1 << max(len(shift) - g, 0)
+    if places == 1:
+        return value[:width]
+    padded = Cat(value, Const(0, width))
+    return Array(padded[j * granularity:j * granularity + width]
+                 for j in range(places))[shift[g:]]
+
+
+def _pow2_part(n):
+    """The largest power of two dividing ``n`` (``n`` > 0)."""
+    return n & -n
 
 
 def _element(word, shift, width, is_signed, sign_at=None):
@@ -384,7 +408,7 @@ class ComputeSequencer(wiring.Component):
         # other packings run binary convolutions on the scalar path
         paths = core_paths(data_width, pe, simd, stem_pe, stem_simd, planes)
         self.banks, self.vector = paths["banks"], paths["vector"]
-        self.stem_vector, self.stem_pair = paths["stem_vector"], paths["stem_pair"]
+        self.stem_vector, self.stem_channels = paths["stem_vector"], paths["stem_channels"]
         self.pixel_vector = paths["pixel_vector"]
         self.threshold_vector = paths["threshold_vector"]
         self.planes, self.max_act_bits = planes, paths["max_act_bits"]
@@ -697,7 +721,6 @@ class ComputeSequencer(wiring.Component):
         wr_out = Signal(8)        # write-DMA descriptors not yet done
         wword = Signal(range(depth))
         wshift = Signal(wbits)
-        wwidth = Signal(7)
         # The output writer: outputs of 8 bits or more (not a MIXER's or GATE's) are
         # written with byte enables, without reading their word, so a channel's outputs
         # are handed to it and written (gated first, when the mixer gates) while the
@@ -708,6 +731,9 @@ class ComputeSequencer(wiring.Component):
         ow_k = Signal(range(self.max_jobs))
         ow_gate = Signal()        # gated: output ow_k's value is ow_val (computed a cycle before)
         ow_val = Signal(signed(64))
+        # output gk gated (round_shift(g x + (2^f - g) agg, gate_frac)), and whether
+        # an operand did not fit the multiplier: for GATE, OUT_WD and the writer
+        gated_v, gate_bad = Signal(signed(64)), Signal()
         ow_off = Signal(A + 3)    # the channel's bit offset in every job's output region
         ow_start = Signal()       # a channel handed over this cycle
         ow_bad = Signal()         # a gate's operand did not fit the multiplier
@@ -717,7 +743,7 @@ class ComputeSequencer(wiring.Component):
         # an output element merged into its word (OUT_WD: the word read the cycle before;
         # the writer: its bytes alone written, the rest of the word disabled)
         out_mask, out_bytes = Signal(64), Signal(W // 8)
-        with m.Switch(wwidth):
+        with m.Switch(f["out_elem"]):
             for w in (1, 2, 4, 8, 16, 32, 64):
                 with m.Case(w):
                     m.d.comb += out_mask.eq((1 << w) - 1)
@@ -900,11 +926,12 @@ class ComputeSequencer(wiring.Component):
                     | is_gateop & (f["jobs"] < 2) \
                     | ~_is_pow2(f["in_elem"], 64) | ~_is_pow2(f["out_elem"], 64) \
                     | stage("add") & ~_is_pow2(f["side_elem"], 64) \
-                    | (int_w | is_head) & ~_is_pow2(f["weight_bytes"], 8)
+                    | (int_w | is_head) & ~_is_pow2(f["weight_bytes"], 8) \
+                    | (cb != 4) & (cb != 8)
                 m.d.sync += [in_sh.eq(_log2(f["in_elem"], _WIDTHS)),
                              side_sh.eq(_log2(f["side_elem"], _WIDTHS)),
                              out_sh.eq(_log2(f["out_elem"], _WIDTHS)),
-                             cb_sh.eq(_log2(cb, (1, 2, 4, 8))),
+                             cb_sh.eq(_log2(cb, _CONST_BYTES)),
                              wb_sh.eq(_log2(f["weight_bytes"], (1, 2, 4, 8)))]
                 with m.If(bad):
                     self._fail(m, "unsupported")
@@ -1267,25 +1294,28 @@ class ComputeSequencer(wiring.Component):
             out_off = Signal(A + 3)       # the channel's bit offset in an output region
             m.d.comb += out_off.eq((out_row << 3) + (oc << out_sh))
 
-            def out_addr(kk):
-                return (job_out[kk] << 3) + out_off
+            def out_addr(kk, offset=out_off):
+                return (job_out[kk] << 3) + offset
+
+            def aim_out(m, bitaddr):
+                """The next output write (OUT_WD's or the writer's) goes to ``bitaddr``."""
+                m.d.sync += [wword.eq(bitaddr >> wbits), wshift.eq(bitaddr[:wbits])]
 
             def issue_out(m, kk):
                 """Read output kk's word for OUT_WD to merge into (outputs of different
                 jobs lie in different regions, so never the word OUT_WD writes now)."""
                 a = out_addr(kk)
                 m.d.comb += s.raddr.eq(a >> wbits)
-                m.d.sync += [wword.eq(a >> wbits), wshift.eq(a[:wbits]), wwidth.eq(f["out_elem"])]
+                aim_out(m, a)
                 m.next = "OUT_WD"
 
             def out_first(m, gate):
                 """The channel's outputs: to the writer (``gate``: it computes each one's
                 gate first), and on to the next channel; else OUT_WD merges them."""
                 with m.If(ow_on):
-                    a = out_addr(0)
                     m.d.comb += ow_start.eq(1)
-                    m.d.sync += [wword.eq(a >> wbits), wshift.eq(a[:wbits]),
-                                 wwidth.eq(f["out_elem"]), ow_off.eq(out_off), ow_k.eq(0),
+                    aim_out(m, out_addr(0))
+                    m.d.sync += [ow_off.eq(out_off), ow_k.eq(0),
                                  ow_gate.eq(gate), ow_busy.eq(1), ow_wr.eq(not gate)]
                     next_c(m)
                     with m.If(ow_bad):
@@ -1673,7 +1703,7 @@ class ComputeSequencer(wiring.Component):
 
             # the input's element width and the constants' size, decoded once
             in_is = {w: Signal(name=f"in_is{w}") for w in _WIDTHS}
-            cb_is = {c: Signal(name=f"cb_is{c}") for c in (1, 2, 4, 8)}
+            cb_is = {c: Signal(name=f"cb_is{c}") for c in _CONST_BYTES}
             in_signed_fmt = Signal()
             m.d.comb += [*(in_is[w].eq(f["in_elem"] == w) for w in _WIDTHS),
                          *(cb_is[c].eq(cb == c) for c in cb_is),
@@ -1691,7 +1721,7 @@ class ComputeSequencer(wiring.Component):
                                    gsrc[i * w:(i + 1) * w]))
                     for w in _WIDTHS if (i + 1) * w <= W)
                 tv_i = _any_of((cb_is[c], gth[i * c * 8:(i + 1) * c * 8].as_signed())
-                               for c in (1, 2, 4, 8) if (i + 1) * c * 8 <= W)
+                               for c in _CONST_BYTES if (i + 1) * c * 8 <= W)
                 m.d.comb += [e.eq(ev_i), t.eq(tv_i)]
                 g = Signal(NP, name=f"glane{i}")
                 m.d.comb += g.eq(lane_planes(Mux(gpro, (e >= t) ^ ginv[i], e[:4])))
@@ -1780,7 +1810,7 @@ class ComputeSequencer(wiring.Component):
                     start_tap(m, in_valid_nx, in_addr_nx)
 
             spread = Signal(WB)
-            xv_planes = Cat(lane_planes(xv[:4]))
+            xv_planes = lane_planes(xv[:4])
             for b in range(NP):
                 m.d.comb += spread[b * SIMD].eq(xv_planes[b])
             gnext = Signal(WB)
@@ -1882,7 +1912,7 @@ class ComputeSequencer(wiring.Component):
                 with m.Else():
                     m.d.comb += [s.raddr.eq(nxt >> wbits), rp_w.addr.eq(ms + 1)]
                 self._exits(m)
-            SPC = 2 if self.stem_pair else 1      # the stem's output channels a cycle
+            SPC = self.stem_channels      # the stem's output channels a cycle
             with m.State("SMVU"):
                 # the stem's array: SPC output channels' SL weights each (aligned pieces
                 # of a word, consecutive in the packing's (fold, SIMD fold, PE, lane)
@@ -1928,7 +1958,7 @@ class ComputeSequencer(wiring.Component):
                 m.next = "TV_T"
 
             tv_ge, tv_bits = Signal(PE), Signal(PE)
-            def times_cb(x):      # x * const_bytes (1, 2, 4 or 8): a shift, no multiplier
+            def times_cb(x):      # x * const_bytes (4 or 8): a shift, no multiplier
                 return x << cb_sh
 
             with m.State("TV_A"):
@@ -1937,18 +1967,23 @@ class ComputeSequencer(wiring.Component):
                 tv_issue(m, par_base, to0, mo)
                 self._exits(m)
             with m.State("TV_T"):
-                thr_bits = rp.wide >> tv_thr[:wbits]
+                # a PE fold's thresholds start at a multiple of pe constants of 4 or 8
+                # bytes after their word-aligned section
+                thr_bits = _aligned_piece(rp.wide, tv_thr[:wbits], min(PE * 32, W),
+                                          self.banks * W)
                 ge = []
                 for i in range(PE):
                     t_i = _any_of((cb_is[c], thr_bits[i * c * 8:(i + 1) * c * 8].as_signed())
-                                  for c in (1, 2, 4, 8) if (i + 1) * c * 8 <= self.banks * W)
+                                  for c in _CONST_BYTES if (i + 1) * c * 8 <= self.banks * W)
                     ge.append(rp_a.data[32 * i:32 * (i + 1)].as_signed() >= t_i)
                 m.d.sync += tv_ge.eq(Cat(*ge))
                 m.d.comb += s.raddr.eq(tv_inv >> wbits)
                 m.next = "TV_I"
                 self._exits(m)
             with m.State("TV_I"):
-                m.d.sync += tv_bits.eq(tv_ge ^ (rp.data >> tv_inv[:wbits])[:PE])
+                # the invert bits start at a byte; a PE fold's, pe bits after
+                m.d.sync += tv_bits.eq(tv_ge ^ _aligned_piece(rp.data, tv_inv[:wbits],
+                                                              min(PE, 8), PE))
                 m.d.comb += s.raddr.eq(tv_out >> wbits)
                 m.next = "TV_O"
                 self._exits(m)
@@ -2000,8 +2035,14 @@ class ComputeSequencer(wiring.Component):
 
             side_kept = shares_side(k)
             side_keep = Signal(signed(64))
-            # the channel's sum in the array's accumulator word read
-            acc_word = rp_a.data.word_select(oc[:PSH] if PSH else 0, 32).as_signed()
+            # the next channel's job 0 chained behind the last job (AGG, below): its
+            # pair and sum were read ahead in the last job's PCALC
+            chain = Signal()
+            m.d.sync += chain.eq(0)
+            # the channel's sum in the array's accumulator word read (the next one's in
+            # AGG when chained)
+            acc_c = Mux(chain, oc + 1, oc)
+            acc_word = rp_a.data.word_select(acc_c[:PSH] if PSH else 0, 32).as_signed()
 
             def side_read(kk):
                 """Job kk's add reads its side input (job 0's, when they share one)."""
@@ -2023,12 +2064,13 @@ class ComputeSequencer(wiring.Component):
                 return ((kk < f["jobs"]) & arr & gathered & ~multi & ~stage("threshold")
                         & pc_valid.bit_select(kk, 1))
 
-            def read_ahead(m, kk, port_free):
-                """Address job kk's pair and sum for the next PCALC, if it can be."""
+            def read_ahead(m, kk, port_free, ch=oc):
+                """Address job kk's pair and sum of channel ch for the next PCALC, if it
+                can be."""
                 m.d.sync += pipe.eq(0)
                 with m.If(ahead_ok(kk) & tab_ok):
-                    m.d.comb += [rp_t.addr.eq(Cat(oc[:TB], kk)),
-                                 rp_a.addr.eq(kk * AFOLDS + (oc >> PSH))]
+                    m.d.comb += [rp_t.addr.eq(Cat(ch[:TB], kk)),
+                                 rp_a.addr.eq(kk * AFOLDS + (ch >> PSH))]
                     m.d.sync += [pipe.eq(1), pipe_t.eq(1)]
                     m.next = "PCALC"
                 with m.Elif(ahead_ok(kk) & port_free & ~side_read(kk)):
@@ -2055,6 +2097,29 @@ class ComputeSequencer(wiring.Component):
                 read_ahead(m, k + 1, ~side_read(k))
                 m.next = "PCALC"
             self._read(m, "PA", 0, cb << 3, 1, got_pa, address_state=False)
+
+            # A fused mixer's channel whose outputs go to the writer hands them over in
+            # AGG and goes on to the next channel there: when that channel's job 0 can
+            # run from the pair table, the last job's PCALC reads its pair and sum, and
+            # AGG goes straight to its PCALC (no PA_D): a channel then takes a cycle a
+            # job and AGG, as many as the writer takes for its gates and writes.
+            chain_ok = ((k == f["jobs"] - 1) & mixing & mix_ok & ow_on & (oc + 1 != cc1)
+                        & ahead_ok(0) & tab_ok)
+
+            def chain_next(m):
+                """In AGG: job 0 of the next channel from the pair and sum read ahead, on
+                to its PCALC; its side input is read now, job 1's pair ahead."""
+                nc = oc + 1
+                side0 = stage("add") & (nc < f["side_c"])
+                m.d.sync += [pa.eq(rp_t.data[:32].as_signed()), pb.eq(rp_t.data[32:].as_signed()),
+                             acc.eq(acc_word), psh.eq(pc_sh[0]), pzero.eq(pc_zero[0]),
+                             pfl.eq(pc_fl[0]), acc_pend.eq(0)]
+                with m.If(side0):
+                    self._issue(m, "SIDE", ((job_side[0] + side_pixel) << 3) + (nc << side_sh),
+                                f["side_elem"], f["side_fmt"] == 2)
+                m.next = "PCALC"
+                read_ahead(m, 1, ~side0, nc)
+
             with m.State("PCALC"):
                 v = Signal(signed(64))
                 m.d.comb += v.eq(Mux(pfl[0] & (acc < 0), 0, acc))
@@ -2090,6 +2155,10 @@ class ComputeSequencer(wiring.Component):
                                     f["side_fmt"] == 2)
                     m.next = "PCALC"
                     read_ahead(m, k + 2, ~side_read(kn))
+                with m.If(chain_ok):
+                    # the last job: the next channel's job 0 pair and sum, for AGG
+                    m.d.comb += [rp_t.addr.eq((oc + 1)[:TB]), rp_a.addr.eq((oc + 1) >> PSH)]
+                    m.d.sync += chain.eq(1)
                 with m.If(~_fits(pa, v)):
                     self._fail(m, "unsupported")
                 self._exits(m)
@@ -2196,17 +2265,23 @@ class ComputeSequencer(wiring.Component):
                 with m.Else():
                     m.d.sync += vals[0].eq(agg)
                     to_outputs(m)
+                with m.If(chain & ~ow_bad):
+                    # (out_first handed the outputs over and stepped to the next channel)
+                    chain_next(m)
                 with m.If(agg_add & (~_fits(lam_v) | lam_bad)):
                     self._fail(m, "unsupported")
                 self._exits(m)
             # output gk's gate: in GATE the first output's, then each next one's while
             # OUT_WD writes the one before (gk is a register: the states share it)
+            # (GATE and OUT_WD keep it in vals[gk], the output writer in ow_val)
             mixed_s = Signal(signed(64))
-            m.d.comb += mixed_s.eq(gate_r[gk] * _operand(vals[gk]) + rest_r[gk] * _operand(msum))
+            m.d.comb += [mixed_s.eq(gate_r[gk] * _operand(vals[gk]) + rest_r[gk] * _operand(msum)),
+                         gated_v.eq(round_shift(mixed_s, gf)),
+                         gate_bad.eq(~_fits(vals[gk], msum))]
 
             def gate_next(m):
-                m.d.sync += [vals[gk].eq(round_shift(mixed_s, gf)), gk.eq(gk + 1)]
-                with m.If(~_fits(vals[gk], msum)):
+                m.d.sync += [vals[gk].eq(gated_v), gk.eq(gk + 1)]
+                with m.If(gate_bad):
                     self._fail(m, "unsupported")
 
             with m.State("GATE"):
@@ -2311,7 +2386,9 @@ class ComputeSequencer(wiring.Component):
         # read) against window word ms. A PE fold's last SIMD fold stores its pe sums.
         wfold_bits = Signal(PS)
         lanes = Signal(SIMD)
-        m.d.comb += [wfold_bits.eq(rp.wide >> d_wsh),
+        # a fold starts at a multiple of pe x simd bits, or of a word when it is wider:
+        # sections and regions are whole words and folds follow each other
+        m.d.comb += [wfold_bits.eq(_aligned_piece(rp.wide, d_wsh, min(_pow2_part(PS), W), PS)),
                      lanes.eq(Mux(d_nrem >= SIMD, (1 << SIMD) - 1,
                                   (Const(1, SIMD + 1) << d_nrem[:SIMD.bit_length()]) - 1))]
         x = rp_w.data
@@ -2347,9 +2424,11 @@ class ComputeSequencer(wiring.Component):
         # its last channels' last fold
         acc_data = Cat(*sums)
         if self.stem_vector:
-            SPC = 2 if self.stem_pair else 1
+            SPC = self.stem_channels
             sw = Signal(8 * SL * SPC)
-            m.d.comb += sw.eq((rp.wide if SPC == 2 else rp.data) >> d_wsh)
+            # a channel's weights are an aligned piece of a word (stem_vector)
+            m.d.comb += sw.eq(_aligned_piece(rp.wide if SPC > 1 else rp.data, d_wsh,
+                                             min(8 * SL, W), 8 * SL * SPC))
             xs = []
             for i in range(SL):
                 xi = x[8 * i:8 * (i + 1)]
@@ -2359,20 +2438,21 @@ class ComputeSequencer(wiring.Component):
             def stem_product(xi, wi, dsp):
                 if dsp:
                     return xi * wi.as_signed()
-                # x * w as shifted adds (w's bit 7 weighs -128): logic for the first
-                # channel; DSP blocks for the second, where the DE10-Nano has them left
+                # x * w as shifted adds (w's bit 7 weighs -128): logic for every channel
+                # but the second, which takes DSP blocks (what the DE10-Nano has left)
                 return sum(Mux(wi[b], xi << b, 0) for b in range(7)) - Mux(wi[7], xi << 7, 0)
 
             stem_tots = []
             for c in range(SPC):
-                products = [stem_product(xs[i], sw[8 * (c * SL + i):8 * (c * SL + i + 1)], c > 0)
+                products = [stem_product(xs[i], sw[8 * (c * SL + i):8 * (c * SL + i + 1)], c == 1)
                             for i in range(SL)]
                 while len(products) > 1:      # an adder tree: log2(SL) levels
                     products = [a + b for a, b in zip(products[::2], products[1::2])] \
                         + products[len(products) & ~1:]
                 tot = Signal(signed(32), name=f"stem_tot{c}")
-                mine = Array(pacc[c:] + [Const(0, signed(32))] * c)    # channel d_sp + c's
-                m.d.comb += tot.eq(Mux(d_first, 0, mine[d_sp]) + products[0])
+                # channel d_sp + c's sum (d_sp is a multiple of SPC)
+                mine = Array(pacc[c::SPC])[d_sp[exact_log2(SPC):]]
+                m.d.comb += tot.eq(Mux(d_first, 0, mine) + products[0])
                 stem_tots.append(tot)
             # d_sp is a multiple of SPC: channel i is the tot of lane i % SPC
             stem_hit = [d_sp == (i - i % SPC) for i in range(PE)]
@@ -2397,16 +2477,16 @@ class ComputeSequencer(wiring.Component):
                          wp.bytes.eq(out_bytes)]
         with m.If(ow_busy & ~ow_start):
             with m.If(ow_gate & ~ow_last):
-                m.d.sync += [ow_val.eq(round_shift(mixed_s, gf)), gk.eq(gk + 1)]
-                with m.If(~_fits(vals[gk], msum)):
+                m.d.sync += [ow_val.eq(gated_v), gk.eq(gk + 1)]
+                with m.If(gate_bad):
                     m.d.sync += ow_bad.eq(1)
             with m.If(ow_last):
                 m.d.sync += [ow_busy.eq(0), ow_wr.eq(0)]
             with m.Else():
                 m.d.sync += ow_wr.eq(1)
                 with m.If(ow_wr):
-                    a = (job_out[ow_k + 1] << 3) + ow_off
-                    m.d.sync += [ow_k.eq(ow_k + 1), wword.eq(a >> wbits), wshift.eq(a[:wbits])]
+                    m.d.sync += ow_k.eq(ow_k + 1)
+                    aim_out(m, out_addr(ow_k + 1, ow_off))
         with m.If(fsm.ongoing("IDLE")):
             m.d.sync += [ow_busy.eq(0), ow_wr.eq(0), ow_bad.eq(0)]
 
