@@ -297,6 +297,18 @@ def _placed_clock():
     return max(found) if found else None
 
 
+def _built_core():
+    """The DE10-Nano engine a build writes for these binary networks, in words."""
+    from groupnet_hw.compiler.engine.target import engine_target
+    from groupnet_hw.engine_format import core_paths
+    c = engine_target("de10nano", planes=1).core
+    paths = core_paths(c["data_width"], c["pe"], c["simd"], c["stem_pe"], c["stem_simd"],
+                       c["planes"])
+    n = paths["stem_channels"]
+    return (f"one XNOR array of {c['pe']} x {c['simd']} lanes of one bit plane, a "
+            f"{c['stem_simd']}-lane stem array ({n} channel{'s' if n > 1 else ''} a cycle)")
+
+
 def write_docs(results, built_rows, rtl_rows, authors, cross, out_md, out_png):
     import matplotlib
     matplotlib.use("Agg")
@@ -304,9 +316,8 @@ def write_docs(results, built_rows, rtl_rows, authors, cross, out_md, out_png):
     lines = ["# The layer-sequential engine: measured and predicted",
              "",
              "Written by `benchmarks/engine.py` (numbers in `benchmarks/results/engine.json`).",
-             "The engine as built is `hw/engine/core.py` (for these binary networks one",
-             "XNOR array of 16 x 64 lanes of one bit plane, a 16-lane stem array (two",
-             "channels a cycle), threshold lanes, a scalar datapath for the rest, one",
+             "The engine as built is `hw/engine/core.py` (for these binary networks",
+             f"{_built_core()}, threshold lanes, a scalar datapath for the rest, one",
              "banked scratchpad, no overlap of transfers and compute; its timing at the",
              "100 MHz target is not closed); the",
              "intended engine is the cycle model of architecture section 12 (5 arrays of",

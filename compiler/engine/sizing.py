@@ -139,23 +139,23 @@ CORE_DEFAULTS = dict(data_width=128, pe=4, simd=8, stem_pe=16, stem_simd=12,
 #: least squares, relative errors) to Yosys's counts of ``benchmarks/engine_resources.py``
 #: (``python3 benchmarks/engine_resources.py --fit`` prints them) at the twelve sizes of
 #: one RTL (``hw_engine_sha256`` in the JSON); each size left out of the fit is predicted
-#: by the others within 6 % (``engine``, the one size of one bit plane with the stem's
-#: array, -5.4 %; the rest within 1.4 %).
-_CORE_ALUTS = {"one": 22243.688, "lanes": 23.299, "plane_lanes": 7.021, "pe": 7.852,
-               "simd": 0.0, "word_bits": 63.186, "job_bits": 5.31, "mux_bits": 6.961,
-               "stem_lanes": 24.05}
+#: by the others within 8 % (``engine``, the one size of one bit plane with the stem's
+#: array, -7.4 %; the rest within 2 %).
+_CORE_ALUTS = {"one": 22409.453, "lanes": 12.285, "plane_lanes": 6.221, "pe": 64.329,
+               "simd": 44.898, "word_bits": 53.567, "job_bits": 5.653, "mux_bits": 6.519,
+               "stem_lanes": 198.806}
 #: DSP blocks of the scalar datapath (its products of 32-bit operands and the address
 #: arithmetic's per-descriptor products), set by the RTL rather than by any kwarg:
-#: Cyclone V MISTRAL_MUL* 78-83 over the nine sizes without the stem's channel pairs
-#: (the pairs' second channel adds ``stem_simd``: 94-98 at the build's three; the
+#: Cyclone V MISTRAL_MUL* 79-83 over the nine sizes without the stem's array (its
+#: second channel adds ``stem_simd``: 97-98 at the build's three; the
 #: output writer's gate multiplier runs beside the post-op's, so Yosys shares it with
 #: no other); ECP5 MULT18X18D measured once (``ecp5_pnr``); iCE40 not measured (ECP5's
 #: count: the UP5K's 8 SB_MAC16 could not hold the core anyway).
 _CORE_DSP = {"cyclonev": 80, "ecp5": 107, "ice40": 107}
 #: LUT4 sites (LUT4 + 2 per CCU2C carry + 6 per DPR16X4) per Cyclone V ALUT: the ECP5
-#: synthesis of ``small`` (49,675 sites, ``ecp5_pnr``) over the Cyclone V count of the
-#: same RTL (35,022 ALUTs); applied to iCE40 too.
-_LUT4_PER_ALUT = 1.42
+#: synthesis of ``small`` (49,413 sites, ``ecp5_pnr``) over the Cyclone V count of the
+#: same RTL (34,161 ALUTs); applied to iCE40 too.
+_LUT4_PER_ALUT = 1.45
 
 
 def full_core_params(core_params=None, **overrides):
@@ -311,8 +311,8 @@ def estimate_core(core_params: dict, family: str = "cyclonev") -> dict:
     being LUT RAM there).
 
     Against Yosys at the twelve recorded sizes (``engine_resources.json``): logic within
-    0.8 %, each size left out of the fit and predicted by the others within 7 %
-    (``engine`` -6.7 %, the rest within 2 %); M10K exact; DSP within 5 blocks.
+    0.5 %, each size left out of the fit and predicted by the others within 8 %
+    (``engine`` -7.4 %, the rest within 1.2 %); M10K exact; DSP within 3 blocks.
     """
     from ...devices import get_family
     p = full_core_params(core_params)
