@@ -299,12 +299,10 @@ def _placed_clock():
 
 def _built_core():
     """The DE10-Nano engine a build writes for these binary networks, in words."""
+    from groupnet_hw.compiler.engine.sizing import core_paths_of
     from groupnet_hw.compiler.engine.target import engine_target
-    from groupnet_hw.engine_format import core_paths
     c = engine_target("de10nano", planes=1).core
-    paths = core_paths(c["data_width"], c["pe"], c["simd"], c["stem_pe"], c["stem_simd"],
-                       c["planes"])
-    n = paths["stem_channels"]
+    n = core_paths_of(c)["stem_channels"]
     return (f"one XNOR array of {c['pe']} x {c['simd']} lanes of one bit plane, a "
             f"{c['stem_simd']}-lane stem array ({n} channel{'s' if n > 1 else ''} a cycle)")
 
