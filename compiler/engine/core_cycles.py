@@ -22,11 +22,11 @@ Phases of a descriptor (docs/architecture.md section 13):
 
 Compute per output pixel, channel and job:
 
-- XNOR-popcount array (``vec``): per pixel and job the *gather* (CORE, POOL_TAP, per
-  window tap G_TAP, then per group of lanes read from one word G_IN and, with a
-  one-level prologue threshold, G_INV (unless its word was the last read) and G_THR;
-  a padded tap's groups G_TAP; EPI; with a prologue of more levels, TAP, per lane
-  IN_D, PINV_D and PT_D, WEIGHT, a padded lane WEIGHT) and the *folds* (MVU, one fold
+- XNOR-popcount array (``vec``): per pixel and job the *gather* (CORE, POOL_TAP, G_TAP
+  for the window's first tap, then per group of lanes read from one word G_IN and,
+  with a one-level prologue threshold, G_INV (unless its word was the last read) and
+  G_THR; a padded tap's groups G_TAP; with a prologue of more levels, TAP, per lane
+  IN_D, PINV_D and PT_D, WEIGHT, a padded lane WEIGHT, EPI) and the *folds* (MVU, one fold
   of PE x SIMD lanes a cycle, pipelined; MVU_END); then CORE and per channel and job
   ACC_D and the epilogue (with a post-op only the pixel's first ACC_D: a job's
   accumulator is read with its post-op's pair A, B);
@@ -555,10 +555,11 @@ def _wide_gather(d, lay, core, r0, r1):
     takes the lanes left of its tap, of the window word being built (``simd``), of
     the input word and, with a prologue, of the threshold and invert-bit words (the
     regions start on words, so the offsets in a word are the pixel's and channel's).
-    A valid tap: G_TAP, then per group G_IN (a later group's input word is read by the
-    state before), with the prologue G_INV when its invert-bit word is not the one
-    last read (none after START; the jobs' words alternate when there are several),
-    and G_THR; a padded tap: G_TAP per group."""
+    A valid tap: G_TAP when it is the window's first (a later tap's input word is read
+    by the last group of the tap before), then per group G_IN (a later group's input
+    word is read by the state before), with the prologue G_INV when its invert-bit word
+    is not the one last read (none after START; the jobs' words alternate when there
+    are several), and G_THR; a padded tap: G_TAP per group."""
     w, c = core.bpw * 8, d["in_c"]
     simd = core.stem_simd if lay["svec"] else core.simd      # lanes of a window word
     e, cbits = d["in_elem"], d["const_bytes"] * 8
@@ -566,8 +567,10 @@ def _wide_gather(d, lay, core, r0, r1):
     in_pix = _ceil(c * e, 8) * 8
     inv0 = c * cbits
 
-    def tap(valid, j0, off, held):
+    def tap(valid, j0, off, held, window_first):
         ci, j, cycles, first = 0, j0, 0, True
+        if valid and not window_first:
+            cycles -= 1
         while ci < c:
             n = min(c - ci, simd - j)
             if not valid:
@@ -595,7 +598,7 @@ def _wide_gather(d, lay, core, r0, r1):
                     ix = ox * st - pad + kx * dil
                     valid = 0 <= iy < d["in_h"] and 0 <= ix < d["in_w"]
                     key = (valid, ((ky * kw + kx) * c) % simd,
-                           (ix * in_pix) % w if valid else 0, held)
+                           (ix * in_pix) % w if valid else 0, held, ky == kx == 0)
                     if key not in memo:
                         memo[key] = tap(*key)
                     cycles, held = memo[key]
@@ -696,7 +699,10 @@ def _compute(d, lay, rows, channels, folds, core, chunk=0):
             taps = _wide_gather(d, lay, core, r0, r1)
         else:
             taps += px                            # TAP: the window's first tap
-        out["gather"] = jobs * (3 * px + taps)
+        # EPI only on the threshold lanes and after a lane-by-lane window: the array's
+        # window goes from its last group's write straight to the folds
+        epi = 1 if lay["pvec"] or _has(d, "prologue_threshold") and d["in_levels"] != 1 else 0
+        out["gather"] = jobs * ((2 + epi) * px + taps)
         if lay["pvec"]:
             # PW per SIMD channels (their bits merged), no folds
             out["outputs"] = jobs * px * (d["out_c"] // core.simd)

@@ -614,6 +614,8 @@ class ComputeSequencer(wiring.Component):
         wptr = Signal(range(depth + 1))
         left = Signal(A)
         oy, ox, oc = Signal(16), Signal(16), Signal(16)
+        oc_next = Signal(16)      # the channel after oc (next_c, the fused mixer's chain)
+        m.d.comb += oc_next.eq(oc + 1)
         ky, kx, ci = Signal(16), Signal(16), Signal(16)
         j, woff = Signal(16), Signal(A)         # SIMD lane and offset in the fold
         p, wrow, fold = Signal(16), Signal(A), Signal(A)  # PE, its row, the fold's start
@@ -822,11 +824,11 @@ class ComputeSequencer(wiring.Component):
                 p.eq(Mux(last_p, 0, p + 1)), ocw.eq(ocw + f["in_c"]),
                 fold.eq(Mux(last_p, fold + fs * pesimd, fold)),
                 wrow.eq(Mux(last_p, fold + fs * pesimd, wrow + simd_r)),
-                oc.eq(oc + 1), k.eq(0)]
+                oc.eq(oc_next), k.eq(0)]
             with m.If(oc == cc1 - 1):
                 next_pixel(m)
             with m.Else():
-                next_core(m, 0, oc + 1)
+                next_core(m, 0, oc_next)
 
         def next_pixel(m):
             """The next pixel (gather its windows), row, or the tile's stores."""
@@ -1495,7 +1497,10 @@ class ComputeSequencer(wiring.Component):
             in_signed = summed | (f["in_fmt"] == 2)
             # the scalar path's next tap, so that the state finishing a tap starts it
             # a summed head's window is the sums' 1x1
-            last_ci, last_kx = ci == ci_n - 1, summed | (kx == kw_n - 1)
+            # the array's gather ends a tap a group at a time (tap_end, in its states):
+            # the next tap is then the one after the tap, whatever ci is
+            tap_end = Signal()
+            last_ci, last_kx = (ci == ci_n - 1) | tap_end, summed | (kx == kw_n - 1)
             last_tap = last_ci & last_kx & (summed | (ky == kh_n - 1))
             ky_nx, kx_nx, ci_nx = Signal(16), Signal(16), Signal(16)
             kyd_nx, kxd_nx, kyo_nx, kxo_nx = (Signal(16), Signal(16), Signal(A), Signal(A))
@@ -1755,15 +1760,33 @@ class ComputeSequencer(wiring.Component):
                     m.d.comb += s.raddr.eq(nxt >> wbits)
                     m.d.sync += ga.eq(nxt)
                     m.next = "G_IN"
+                m.d.comb += tap_end.eq(1)
                 with m.If(ci + n == ci_n):
-                    m.next = "G_TAP"
-                    m.d.sync += [ci.eq(0), kx.eq(kx + 1), kxd.eq(kxd + dil_r),
-                                 kxo.eq(kxo + dil_pix)]
-                    with m.If(kx == kw_n - 1):
-                        m.d.sync += [kx.eq(0), ky.eq(ky + 1), kxd.eq(0), kxo.eq(0),
-                                     kyd.eq(kyd + dil_r), kyo.eq(kyo + dil_pitch)]
-                        with m.If(ky == kh_n - 1):
-                            m.next = "EPI"
+                    # the tap's last group: the next tap's input word is read now (a
+                    # padded tap's groups take G_TAP), and after the window's last tap
+                    # the array's folds start
+                    step_tap(m)
+                    with m.If(last_tap):
+                        window_gathered(m)
+                    with m.Elif(in_valid_nx):
+                        m.d.comb += s.raddr.eq(in_addr_nx >> wbits)
+                        m.d.sync += ga.eq(in_addr_nx)
+                        m.next = "G_IN"
+                    with m.Else():
+                        m.next = "G_TAP"
+
+            def window_gathered(m):
+                """The window is in the window buffer: the array's folds start (its first
+                read of the buffer follows this cycle's write), or EPI (the pixel's
+                threshold lanes read window word 0 at once)."""
+                with m.If(vec):
+                    m.d.sync += [mo.eq(o0), ms.eq(0), nrem.eq(nwin), wfold.eq(wskew)]
+                    m.next = "MVU"
+                with m.Elif(svec):
+                    m.d.sync += [mo.eq(o0), ms.eq(0), sp.eq(0), wfold.eq(wskew)]
+                    m.next = "SMVU"
+                with m.Else():
+                    m.next = "EPI"
 
             with m.State("G_TAP"):
                 with m.If(in_valid):
@@ -1844,12 +1867,8 @@ class ComputeSequencer(wiring.Component):
 
             # ---- epilogue ---------------------------------------------------------------
             with m.State("EPI"):
-                with m.If(vec):
-                    m.d.sync += [mo.eq(o0), ms.eq(0), nrem.eq(nwin), wfold.eq(wskew)]
-                    m.next = "MVU"
-                with m.Elif(svec):
-                    m.d.sync += [mo.eq(o0), ms.eq(0), sp.eq(0), wfold.eq(wskew)]
-                    m.next = "SMVU"
+                with m.If(vec | svec):
+                    window_gathered(m)   # a window gathered lane by lane (WEIGHT)
                 with m.Elif(pvec):
                     # the pixel's bits to its output: window word 0 and its output word
                     m.d.comb += [s.raddr.eq(pw_bit0 >> wbits), rp_w.addr.eq(0)]
@@ -2041,7 +2060,7 @@ class ComputeSequencer(wiring.Component):
             m.d.sync += chain.eq(0)
             # the channel's sum in the array's accumulator word read (the next one's in
             # AGG when chained)
-            acc_c = Mux(chain, oc + 1, oc)
+            acc_c = Mux(chain, oc_next, oc)
             acc_word = rp_a.data.word_select(acc_c[:PSH] if PSH else 0, 32).as_signed()
 
             def side_read(kk):
@@ -2103,13 +2122,13 @@ class ComputeSequencer(wiring.Component):
             # run from the pair table, the last job's PCALC reads its pair and sum, and
             # AGG goes straight to its PCALC (no PA_D): a channel then takes a cycle a
             # job and AGG, as many as the writer takes for its gates and writes.
-            chain_ok = ((k == f["jobs"] - 1) & mixing & mix_ok & ow_on & (oc + 1 != cc1)
+            chain_ok = ((k == f["jobs"] - 1) & mixing & mix_ok & ow_on & (oc_next != cc1)
                         & ahead_ok(0) & tab_ok)
 
             def chain_next(m):
                 """In AGG: job 0 of the next channel from the pair and sum read ahead, on
                 to its PCALC; its side input is read now, job 1's pair ahead."""
-                nc = oc + 1
+                nc = oc_next
                 side0 = stage("add") & (nc < f["side_c"])
                 m.d.sync += [pa.eq(rp_t.data[:32].as_signed()), pb.eq(rp_t.data[32:].as_signed()),
                              acc.eq(acc_word), psh.eq(pc_sh[0]), pzero.eq(pc_zero[0]),
@@ -2157,7 +2176,7 @@ class ComputeSequencer(wiring.Component):
                     read_ahead(m, k + 2, ~side_read(kn))
                 with m.If(chain_ok):
                     # the last job: the next channel's job 0 pair and sum, for AGG
-                    m.d.comb += [rp_t.addr.eq((oc + 1)[:TB]), rp_a.addr.eq((oc + 1) >> PSH)]
+                    m.d.comb += [rp_t.addr.eq(oc_next[:TB]), rp_a.addr.eq(oc_next >> PSH)]
                     m.d.sync += chain.eq(1)
                 with m.If(~_fits(pa, v)):
                     self._fail(m, "unsupported")
