@@ -142,15 +142,16 @@ Cycles
     word`` cycles of clearing per job (none for dense rows: pixels of a power of two
     bytes up to ``DENSE_PIXEL_BYTES``, rows of whole words of pixels), then the compute,
     then two cycles per output word written (plus the write latency) and the fence. A
-    binary convolution on the array takes per output pixel and job 3 cycles (CORE,
-    POOL_TAP, EPI), the gather (per tap 1, per group of lanes 1 for its input word, 2
-    more with a one-level prologue threshold (its thresholds, and its invert bits unless
-    their word was the last read), 1 per group of a padded tap: about
-    ``k*k*ceil(C_in/simd)`` groups when a tap's channels share a word; a prologue of
-    more levels ``3 + in_levels`` cycles a lane), then ``ceil(C_out/pe) * ceil(N/simd) +
-    1`` cycles of folds (``N = k*k*C_in``). Every output element then takes 1 cycle to
-    read its accumulator (with a post-op only a pixel's first element: the others' come
-    with the post-op's pair A, B), 1 per read of its epilogue (post-op 1 and 1 of
+    binary convolution on the array takes per output pixel and job 2 cycles (CORE,
+    POOL_TAP), the gather (1 for the window's first tap, whose input word no tap
+    before addressed; per group of lanes 1 for its input word, 2 more with a one-level
+    prologue threshold (its thresholds, and its invert bits unless their word was the
+    last read), 1 per group of a padded tap: about ``k*k*ceil(C_in/simd)`` groups when
+    a tap's channels share a word; a prologue of more levels ``3 + in_levels`` cycles
+    a lane and EPI), then ``ceil(C_out/pe) * ceil(N/simd) + 1`` cycles of folds (``N =
+    k*k*C_in``): the window's last group starts them. Every output element then takes
+    1 cycle to read its accumulator (with a post-op only a pixel's first element: the
+    others' come with the post-op's pair A, B), 1 per read of its epilogue (post-op 1 and 1 of
     arithmetic: a block's shift and flags are read at its first element of the
     descriptor and kept; add 1, none after a post-op: its side input is read with the
     pair's data; on the arrays without a threshold, a channel's jobs after the first
