@@ -32,7 +32,7 @@ MUL_BITS = 32
 
 #: the ``flags`` byte
 FLAG_BITS = {"side_first": 1, "shared_input": 2, "int_weights": 4, "weight_stream": 8,
-             "shared_side": 16}
+             "shared_side": 16, "sliced": 32}
 
 
 #: (name, numpy type, meaning): one 128-byte descriptor
@@ -41,7 +41,9 @@ DESCRIPTOR_FIELDS = [
     ("stages", "u1", "fused stages (STAGE_BITS)"),
     ("flags", "u1", "FLAG_BITS: side operand first; all jobs read one input; integer "
                     "weights; weight streaming (weight chunks outside the row tiles); "
-                    "all jobs read one side input"),
+                    "all jobs read one side input; channel slices (the core: one row "
+                    "tile, its weight chunks outermost, each chunk's outputs stored and "
+                    "side inputs loaded as slices of every pixel)"),
     ("jobs", "u1", "job-table entries (bases, or a mixer's inputs)"),
     ("kernel", "u1", "window size k (1 for element-wise ops)"),
     ("stride", "u1", "window stride (subsample: its stride)"),

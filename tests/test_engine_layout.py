@@ -241,7 +241,8 @@ def test_descriptor_decode_of_encoded_fields():
 def test_core_tiles_keep_whole_blocks_and_stream_in_the_fewest_chunks():
     """On the core's scratchpad: a descriptor whose blocks fit beside one row keeps them
     whole (the most rows that do); one whose blocks do not streams its weights in the
-    largest chunk of whole PE folds that fits beside one row (a PE more would not), and
+    largest chunk of whole PE folds that fits beside one row (a PE more would not), or
+    in channel slices of the whole map (the largest chunk dividing its channels), and
     no descriptor needs more than the scratchpad."""
     from dataclasses import replace
 
@@ -253,7 +254,7 @@ def test_core_tiles_keep_whole_blocks_and_stream_in_the_fewest_chunks():
     model = randomize_eval_state(GroupNet(arch_config("resnet18", bases=5, image_size=32)),
                                  torch.Generator().manual_seed(0)).eval()
     program = compile_engine(compile_model(model), config)
-    streamed = 0
+    streamed = sliced = 0
     for d in program.descriptors:
         if d["opcode"] not in (OPCODE_CODES["CONV"], OPCODE_CODES["HEAD"]):
             continue
@@ -272,7 +273,18 @@ def test_core_tiles_keep_whole_blocks_and_stream_in_the_fewest_chunks():
         pe = config.pe
         assert d["flags"] & FLAG_BITS["weight_stream"] and d["chunk_c"] % pe == 0 \
             or d["chunk_c"] == d["out_c"]
+        if d["flags"] & FLAG_BITS["sliced"]:
+            # channel slices: the whole map in one tile, the largest chunk dividing the
+            # channels that fits beside it
+            sliced += 1
+            assert d["n_tiles"] == 1 and d["out_c"] % d["chunk_c"] == 0
+            larger = [c for c in range(d["chunk_c"] + pe, d["out_c"] + 1, pe)
+                      if d["out_c"] % c == 0]
+            assert not larger or scratchpad_need(dict(d, chunk_c=larger[0]),
+                                                 config).bytes > config.scratchpad
+            continue
         bigger = dict(d, rows_per_tile=1, chunk_c=d["chunk_c"] + pe)
         assert d["chunk_c"] >= d["out_c"] or \
             scratchpad_need(bigger, config).bytes > config.scratchpad
     assert streamed >= 3          # the 256- and 512-channel layers and the head
+    assert sliced >= 1            # a 512-channel fused mixer would reload per row

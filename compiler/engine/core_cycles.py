@@ -17,7 +17,10 @@ Phases of a descriptor (docs/architecture.md section 13):
   job), CLEAR (none when the output rows are whole words of elements), START, the
   *compute* (CORE and what follows it per output element),
   the *stores* (STORE_ADDR, STORE_CMD, STORE_RD, STORE_SEND per job), per weight chunk
-  when the weights stream (a convolution's output channels, a head's classes);
+  when the weights stream (a convolution's output channels, a head's classes); with
+  channel slices one tile, each chunk loading its side slices and weights and storing
+  its output slices (a descriptor a pixel's piece, STORE_PIECES until the last is
+  taken);
 - *fence*: FENCE (the write DMA's last ``done``), NEXT.
 
 Compute per output pixel, channel and job:
@@ -214,9 +217,12 @@ class _Core:
     def ru(self, x):
         return _ceil(x, self.bpw) * self.bpw
 
-    def read(self, nbytes, addr=0):
+    def read(self, nbytes, addr=0, pieces=None):
         """Cycles from the command state (FETCH, TABLE_CMD, LOAD_CMD) to the state after
         the last word: the command, the DMA's latency, one word per ``p`` cycles.
+        ``pieces``: a strided read's ``(addr, nbytes)`` descriptors (``nbytes`` their
+        sum), each taken the cycle after the one before issued its last command, its
+        own first command three cycles later.
 
         The read DMA's bursts (:func:`_burst_sizes`) are accepted one a cycle while
         fewer than ``max_outstanding`` are in flight and its buffer has credit for all
@@ -225,15 +231,19 @@ class _Core:
         next burst is accepted well before the words in flight are used up), so only
         the first word waits for the latency. Smaller limits (not measured) make a
         burst wait for the latency again."""
-        sizes = _burst_sizes(addr, nbytes, self)
-        if len(sizes) <= self.max_outstanding and nbytes // self.bpw <= self.rd_depth:
+        bursts = [(n, i == 0) for a, m in (pieces or [(addr, nbytes)])
+                  for i, n in enumerate(_burst_sizes(a, m, self))]
+        sizes = [n for n, _ in bursts]
+        if not pieces and len(sizes) <= self.max_outstanding \
+                and nbytes // self.bpw <= self.rd_depth:
             words = nbytes // self.bpw
             return int(1 + _READ_DELAY + self.latency + (words - 1) * self.p)
         accepted, ends, arrivals = [], [], []      # per burst; per word
         arrive = None
         asked = 0
-        for b, n in enumerate(sizes):
-            c = 4 if b == 0 else accepted[-1] + 1             # SUM, CHECK, RUN, command
+        for b, (n, opens) in enumerate(bursts):
+            # SUM, CHECK, RUN, command (a later descriptor: taken after the last command)
+            c = 4 if b == 0 else accepted[-1] + (4 if opens else 1)
             if b >= self.max_outstanding:
                 c = max(c, ends[b - self.max_outstanding] + 2)
             # credit: the words asked for before this burst, less those already taken
@@ -331,7 +341,9 @@ def _loads(d, lay, table, core, tile, rows, chunk, writing=0):
     bandwidth from the reads (:func:`_shared`)."""
     r0, r1, ly0, ly1 = rows
     op, jobs, stream = lay["op"], d["jobs"], lay["stream"]
-    if chunk:
+    if chunk and lay["sliced"]:
+        kinds = ([2] if _has(d, "add") else []) + [4]   # the chunk's side slices too
+    elif chunk:
         kinds = [4]
     else:
         kinds = ([0, 3] if stream else [0]) if tile == 0 else []
@@ -351,7 +363,7 @@ def _loads(d, lay, table, core, tile, rows, chunk, writing=0):
             elif kind == 2:
                 skip = not _has(d, "add") or (
                     (_flag(d, "shared_side") or op in _MULTI) and k != 0)
-                fld, n = e["side_addr"], (r1 - r0) * d["side_pitch"]
+                fld, n = e["side_addr"], lay["side"] if lay["sliced"] else (r1 - r0) * d["side_pitch"]
             elif kind == 3:
                 skip = lay["post_bytes"] == 0
                 fld, n = e["param_addr"], lay["post_bytes"]
@@ -362,8 +374,10 @@ def _loads(d, lay, table, core, tile, rows, chunk, writing=0):
                 cend = min(cstart + lay["chunk_bytes"], lay["wbytes"])
                 n = core.ru(cend) - (cstart & ~(core.bpw - 1))
             if not (skip or fld == 0):
-                total += core.read(n, fld + _load_offset(d, lay, kind, rows, chunk, core)) \
-                    - 1 + _shared(core, writing - total)
+                at = fld + _load_offset(d, lay, kind, rows, chunk, core)
+                pieces = _slices(d, lay, at, d["side_elem"], d["side_c"]) \
+                    if kind == 2 and lay["sliced"] else None
+                total += core.read(n, at, pieces) - 1 + _shared(core, writing - total)
                 writing = 0
     return total
 
@@ -374,12 +388,21 @@ def _load_offset(d, lay, kind, rows, chunk, core):
     if kind == 1:
         return ly0 * d["in_pitch"]
     if kind == 2:
+        if lay["sliced"]:
+            return chunk * lay["chunk_in"] * d["side_elem"] // 8
         return r0 * d["side_pitch"]
     if kind == 3:
         return d["param_bytes"] - lay["post_bytes"]
     if kind == 4:
         return lay["off_w"] + ((chunk * lay["chunk_bytes"]) & ~(core.bpw - 1))
     return 0
+
+
+def _slices(d, lay, at, elem, channels):
+    """A sliced tensor's pieces from ``at`` (the chunk's first channel of pixel 0): the
+    chunk's channels of each pixel, a pixel's channels apart."""
+    piece, pix = lay["chunk_in"] * elem // 8, channels * elem // 8
+    return [(at + i * pix, piece) for i in range(d["out_h"] * d["out_w"])]
 
 
 def _shared(core, writing):
@@ -401,7 +424,7 @@ def _clear(d, lay, core):
     if _dense_out(d, lay, core):
         return 0
     sums = core.ru(8 * d["in_c"]) if lay["is_head"] else 0
-    return (d["jobs"] * d["rows_per_tile"] * d["out_pitch"] + sums) // core.bpw
+    return (d["jobs"] * lay["out_tile"] + sums) // core.bpw
 
 
 def _dense_out(d, lay, core):
@@ -807,15 +830,30 @@ class _WriteDMA:
         self.last_beat = None    # cycle the last beat was accepted
         self.idle = 0            # first cycle the DMA takes a descriptor
 
-    def store(self, t, addr, nbytes):
+    def store(self, t, addr, nbytes, pieces=None):
         """STORE_CMD at cycle ``t`` (held until the DMA is idle: the previous store's
         last burst started), then STORE_RD and STORE_SEND per word: a push every two
         cycles, later when the FIFO is full. A burst starts once its words are counted
         in the FIFO and the previous burst's last beat is accepted; a beat per ``p``
-        cycles. Returns the cycle of the sequencer's next state."""
+        cycles. ``pieces``: a strided store's ``(addr, nbytes)`` descriptors, each after
+        the first offered from STORE_RD on and taken when the DMA is idle; the
+        sequencer moves on once the last is taken (STORE_PIECES). Returns the cycle of
+        the sequencer's next state."""
         core, p = self.core, self.core.p
         t = max(t, self.idle)            # STORE_CMD
         push = t + 2                     # STORE_RD, then the first STORE_SEND
+        last_push = taken = t
+        for i, (a, n) in enumerate(pieces or [(addr, nbytes)]):
+            if i:
+                taken = max(t + 1, self.idle)
+            last_push = self._piece(taken, a, n, push)
+            push = last_push + 2
+        return max(last_push, taken) + 1
+
+    def _piece(self, t, addr, nbytes, push):
+        """One descriptor taken at ``t``, its first word pushed at ``push``; returns
+        the cycle of its last push."""
+        core, p = self.core, self.core.p
         for size in _burst_sizes(addr, nbytes, core):
             w = len(self.leave)
             for j in range(w, w + size):
@@ -837,17 +875,17 @@ class _WriteDMA:
                 beat += p
             self.last_beat = beat
             self.idle = start + 1
-        return last_push + 1
+        return last_push
 
     def done(self):
         """The cycle the write DMA's ``done`` pulse is high (after the last beat)."""
         return self.last_beat + 1
 
 
-def _stores(d, lay, table, core, rows):
+def _stores(d, lay, table, core, rows, chunk=0):
     """STORE_ADDR (two cycles), STORE_CMD and the pushes of every output of a tile
-    (:class:`_WriteDMA`); returns (cycles, cycles after them until the last write's
-    ``done``)."""
+    (:class:`_WriteDMA`), or of a chunk's slices; returns (cycles, cycles after them
+    until the last write's ``done``)."""
     r0, r1 = rows[0], rows[1]
     dma = _WriteDMA(core)
     t = 0
@@ -856,6 +894,11 @@ def _stores(d, lay, table, core, rows):
         fld = table[k]["out_addr"]
         if fld == 0:
             t += 1                       # STORE_CMD: no output
+            continue
+        if lay["sliced"]:
+            at = fld + chunk * lay["chunk_in"] * d["out_elem"] // 8
+            t = dma.store(t, at, lay["out_tile"],
+                          _slices(d, lay, at, d["out_elem"], d["out_c"]))
             continue
         t = dma.store(t, fld + r0 * d["out_pitch"], (r1 - r0) * d["out_pitch"])
     drain = dma.done() - t if dma.last_beat is not None else 0
@@ -897,15 +940,20 @@ def descriptor_core_cycles(d, table, core, label=""):
             c1 = min(c0 + lay["chunk_c"], d["out_c"])
             o0 = q * lay["fpc"] if lay["stream"] else 0
             o1 = min(o0 + lay["fpc"], lay["fo"]) if lay["stream"] else lay["fo"]
-            # the previous tile's writes drain while this tile loads (TILE0-3 first)
-            writing = drain - 4 if q == 0 and t else 0
+            # the previous tile's (chunk's) writes drain while this one loads (a tile:
+            # TILE0-3 first)
+            writing = drain - 4 if q == 0 and t else drain if q and lay["sliced"] else 0
             phases["loads"] += _loads(d, lay, table, core, t, rows, q, writing)
             if q == 0:
                 phases["clear"] += _clear(d, lay, core)
             for name, c in _compute(d, lay, rows, (c0, c1), o1 - o0, core, q).items():
                 phases[name] += c
-        seq, drain = _stores(d, lay, table, core, rows)
-        phases["stores"] += seq
+            if lay["sliced"]:
+                seq, drain = _stores(d, lay, table, core, rows, q)
+                phases["stores"] += seq
+        if not lay["sliced"]:
+            seq, drain = _stores(d, lay, table, core, rows)
+            phases["stores"] += seq
     phases["epilogue"] += _post_first(d, lay)
     phases["outputs"] += _mix_first(d, lay)
     # FENCE until the last write's done, then NEXT

@@ -14,6 +14,13 @@ folds whose weights fit half the buffer), the row tiles inside, each weight read
 the input is then read once if the whole of it fits half the input buffer (resident),
 else once per chunk. The compiler takes whichever moves fewer bytes; the values are the
 same either way, so the reference model runs the row tiles alone.
+
+On the core's scratchpad (``hw/engine/core.py``) the chunks run inside each row tile,
+so a descriptor whose weights stream in several tiles reads them all once per tile.
+Where the whole map fits in one tile with one chunk's channels of its outputs and side
+inputs (*channel slices*, ``sliced``), it takes that instead: every weight is read
+once, and the chunk's outputs are stored (side inputs loaded) a pixel's slice at a
+time.
 """
 
 from __future__ import annotations
@@ -232,6 +239,11 @@ def core_layout(d, *, bpw, pe, simd, stem_pe, stem_simd, buffer_bytes):
     rpt = d["rows_per_tile"]
     side = rpt * d["side_pitch"] if stage("add") else 0
     out_tile = rpt * d["out_pitch"]
+    sliced = bool(fl & FLAG_BITS["sliced"])
+    if sliced:      # one chunk's channels of every pixel
+        npix = d["out_h"] * d["out_w"]
+        side = npix * (chunk_in * d["side_elem"] // 8) if stage("add") else 0
+        out_tile = npix * (chunk_in * d["out_elem"] // 8)
     crows = ((rpt - 1) * d["pool_stride"] + d["pool_kernel"]) if pooling else rpt
     kh, stride, dil = (d["in_h"], 1, 1) if is_head else (d["kernel"], d["stride"], d["dilation"])
     irows = min((crows - 1) * stride + dil * (kh - 1) + 1, d["in_h"])
@@ -246,12 +258,12 @@ def core_layout(d, *, bpw, pe, simd, stem_pe, stem_simd, buffer_bytes):
     whole = end(d["param_bytes"])
     # one chunk in place of the weights, and a word for a misaligned chunk
     streamed = end(off_w + ru(chunk_bytes) + bpw + post_bytes)
-    stream = (is_conv or is_head) and whole > buffer_bytes
+    stream = (is_conv or is_head) and (whole > buffer_bytes or sliced)
     return dict(is_conv=is_conv, is_head=is_head, int_w=int_w, pooling=pooling, pe_r=pe_r,
                 simd_r=simd_r, n=n, fs=fs, fo=fo, fpc=fpc, chunk_in=chunk_in, off_w=off_w,
                 wbytes=wbytes, post_bytes=post_bytes, chunk_bytes=chunk_bytes, kh=kh,
                 st=stride, dil=dil, irows=irows, jt_bytes=ru(jobs * 16), out_tile=out_tile,
-                whole=whole, streamed=streamed, stream=stream)
+                side=side, sliced=sliced, whole=whole, streamed=streamed, stream=stream)
 
 
 def scratchpad_need(d, config):
@@ -301,6 +313,37 @@ def _core_chunks(d, config):
     chunk = largest_chunk(rows)
     d.update(flags=streamed["flags"], chunk_c=chunk, rows_per_tile=rows,
              n_tiles=-(-d["out_h"] // rows))
+    sliced = _sliced_chunk(d, config, lay)
+    if d["n_tiles"] > 1 and sliced:
+        # every row tile loads all the weights again; in slices they load once
+        d.update(flags=d["flags"] | FLAG_BITS["sliced"], chunk_c=sliced,
+                 rows_per_tile=d["out_h"], n_tiles=1)
+
+
+def _sliced_chunk(d, config, lay):
+    """The largest chunk of output channels whose slices fit the scratchpad with the
+    whole map in one tile (``sliced``), or 0 when the descriptor cannot take slices: a
+    convolution without pooling whose chunks divide its channels, each chunk's slice of
+    a pixel (output, side input) whole bus words, a side input as wide as the output
+    (no option-A zeros)."""
+    if not lay["is_conv"] or lay["pooling"] or lay["is_head"]:
+        return 0
+    add = bool(d["stages"] & STAGE_BITS["add"])
+    if add and d["side_c"] != d["out_c"]:
+        return 0
+    word = config.port_bytes * 8
+
+    def whole_words(c):
+        return (c * d["out_elem"]) % word == 0 and (not add or (c * d["side_elem"]) % word == 0)
+    sliced = dict(d, flags=d["flags"] | FLAG_BITS["weight_stream"] | FLAG_BITS["sliced"],
+                  rows_per_tile=d["out_h"], n_tiles=1)
+    best = 0
+    for c in range(lay["pe_r"], d["out_c"] + 1, lay["pe_r"]):
+        if d["out_c"] % c == 0 and whole_words(c):
+            if scratchpad_need(dict(sliced, chunk_c=c), config).bytes > config.scratchpad:
+                break
+            best = c
+    return best
 
 
 def _scratchpad_rows(d, config):

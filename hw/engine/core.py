@@ -34,12 +34,22 @@ Microarchitecture (first version: correctness first, no overlap)
     convolution whose whole blocks do not fit streams its weights: the blocks are loaded
     without them, and per tile one chunk of output channels' weights at a time (the
     compiler's ``chunk_c``, else one PE fold) is loaded and its channels computed,
-    before the tile is written. A head whose block does not fit (a 1000-class
+    before the tile is written. With *channel slices* (the ``sliced`` flag: the
+    compiler's choice where row tiles would load every chunk again) the map is one
+    tile and the output and side regions hold one chunk's channels of every pixel: per
+    chunk its side slices and weights are loaded, its channels computed and its output
+    slices stored, so every weight is read once. A slice is a piece a pixel (the
+    chunk's channels of it, a pixel's channels apart in DRAM), one DMA descriptor
+    each, offered while the words move (the DMAs take the next descriptor as the one
+    before issues its last command). A head whose block does not fit (a 1000-class
     classifier) streams ``W[classes][C]`` the same way, ``pe`` classes' rows a chunk
     (the bias stays). A descriptor whose regions do not fit the scratchpad, or whose
     opcode or stages this path does not implement (REPEAT, a fused max-pooling stage,
-    channel groups, more than ``max_jobs`` jobs), stops the run with the sequencer's
-    error ``unsupported`` before any of its reads: never a silent wrong result.
+    channel groups, more than ``max_jobs`` jobs, slices other than a streamed
+    convolution's in one tile with chunks dividing its channels, whole-word slices of
+    outputs of 8 bits or more and a side input as wide as the output), stops the run
+    with the sequencer's error ``unsupported`` before any of its reads: never a silent
+    wrong result.
 
     Binary convolutions run on an XNOR-popcount array of ``pe x simd`` lanes (one,
     time-shared by the jobs): per output pixel and job the window is *gathered* once,
@@ -138,7 +148,8 @@ Microarchitecture (first version: correctness first, no overlap)
 
 Cycles
     Per descriptor: the fetch (read latency + 128 bytes), the loads (each a read-DMA
-    descriptor: latency + its words at up to one per cycle), ``out_bytes / bytes per
+    descriptor: latency + its words at up to one per cycle; a slice's pieces follow
+    each other), ``out_bytes / bytes per
     word`` cycles of clearing per job (none for dense rows: pixels of a power of two
     bytes up to ``DENSE_PIXEL_BYTES``, rows of whole words of pixels), then the compute,
     then two cycles per output word written (plus the write latency) and the fence. A
@@ -595,6 +606,18 @@ class ComputeSequencer(wiring.Component):
         hpix, hrow = Signal(A), Signal(A)
         hch = Signal(A)           # hc * in_elem, kept (no multiplier)
         in_pix, side_pix, out_pix = Signal(A), Signal(A), Signal(A)
+        # channel slices (``sliced``): one chunk's channels of every pixel in the output
+        # and side regions, stored and loaded per chunk as a piece a pixel
+        sliced = Signal()
+        rem_s = Signal(signed(18))    # out_c less whole chunks: 0 when they divide it
+        npix = Signal(24)             # the map's pixels (a slice's pieces)
+        npc = Signal(A + 3)           # npix x chunk: a slice's elements
+        o_slice, s_slice = Signal(A), Signal(A)     # a pixel's slice: bytes
+        sl_out, sl_side = Signal(A), Signal(A)      # the pixel's slice: offsets
+        # pieces: a strided load or store's DMA descriptors after its first, issued
+        # while its words move
+        pcs_left = Signal(24)
+        pcs_addr, pcs_len, pcs_stride = Signal(A), Signal(A), Signal(A)
         dense_out = Signal()      # the output rows are whole words of elements
         kh_n, kw_n, ci_n = Signal(16), Signal(16), Signal(16)
         st_r, pad_r, dil_r = Signal(16), Signal(16), Signal(16)
@@ -818,6 +841,16 @@ class ComputeSequencer(wiring.Component):
             chunk_end.eq(Mux(cstart + chunk_bytes < wbytes, cstart + chunk_bytes, wbytes)),
         ]
 
+        def issue_pieces(m, cmd):
+            """A strided load's or store's pieces after its first: one DMA descriptor
+            each, ``pcs_stride`` bytes apart, offered while the words move (the DMAs
+            take a descriptor as soon as the one before has issued its last command)."""
+            with m.If(pcs_left != 0):
+                m.d.comb += [cmd.valid.eq(1), cmd.payload.address.eq(pcs_addr),
+                             cmd.payload.length.eq(pcs_len)]
+                with m.If(cmd.ready):
+                    m.d.sync += [pcs_left.eq(pcs_left - 1), pcs_addr.eq(pcs_addr + pcs_stride)]
+
         def next_c(m):
             """Advance the output channel (and its weight row), then pixel, then row."""
             last_p = p == pe_r - 1
@@ -835,19 +868,21 @@ class ComputeSequencer(wiring.Component):
             """The next pixel (gather its windows), row, or the tile's stores."""
             m.next = "CORE"
             m.d.sync += [oc.eq(cc0), ocw.eq(0), p.eq(0), fold.eq(0), wrow.eq(0), ox.eq(ox + 1),
-                         gathered.eq(0)]
+                         gathered.eq(0), sl_out.eq(sl_out + o_slice),
+                         sl_side.eq(sl_side + s_slice)]
             with m.If(ox == f["out_w"] - 1):
                 m.d.sync += [ox.eq(0), oy.eq(oy + 1)]
                 with m.If(oy == r1 - 1):
+                    # (channel slices: every chunk's slices are stored before the next)
                     m.next = "STORE_ADDR"
-                    with m.If(cc1 != f["out_c"]):
+                    with m.If((cc1 != f["out_c"]) & ~sliced):
                         # the tile's next chunk of channels: its weights, then again
                         m.d.sync += [q.eq(q + 1), cc0.eq(cc1), o0.eq(o1),
                                      cstart.eq(cstart + chunk_bytes), kind.eq(4), k.eq(0)]
                         m.next = "LOAD_ENTRY"
                     with m.If(ow_start):
                         # the writer has the tile's last outputs: they go first
-                        m.d.sync += drain_load.eq(cc1 != f["out_c"])
+                        m.d.sync += drain_load.eq((cc1 != f["out_c"]) & ~sliced)
                         m.next = "DRAIN"
 
         with m.FSM(name="state") as fsm:
@@ -947,7 +982,8 @@ class ComputeSequencer(wiring.Component):
                         nwin.eq(f["kernel"] * f["kernel"] * f["in_c"]),
                         rem_c.eq(chunk_in), chunk_r.eq(chunk_in), fpc.eq(0), stream.eq(0),
                         rem_o.eq(Mux(is_conv, f["out_c"], 0)),
-                        fs.eq(0), fo.eq(0),
+                        fs.eq(0), fo.eq(0), sliced.eq(flag("sliced")),
+                        rem_s.eq(Mux(flag("sliced"), f["out_c"], 0)),
                         kh_n.eq(Mux(is_head, f["in_h"], f["kernel"])),
                         kw_n.eq(Mux(is_head, f["in_w"], f["kernel"])),
                         ci_n.eq(Mux(per_channel, 1, f["in_c"])),
@@ -979,7 +1015,11 @@ class ComputeSequencer(wiring.Component):
                     m.d.sync += [rem_o.eq(rem_o - pe_r), fo.eq(fo + 1)]
                 with m.If(rem_c > 0):
                     m.d.sync += [rem_c.eq(rem_c - pe_r), fpc.eq(fpc + 1)]
-                with m.If((rem_n <= 0) & (rem_o <= 0) & (rem_c <= 0)):
+                with m.If(rem_s > 0):
+                    m.d.sync += rem_s.eq(rem_s - chunk_r)
+                m.d.sync += [o_slice.eq((chunk_r << out_sh) >> 3),
+                             s_slice.eq((chunk_r << side_sh) >> 3)]
+                with m.If((rem_n <= 0) & (rem_o <= 0) & (rem_c <= 0) & (rem_s <= 0)):
                     m.next = "SECTIONS0"
                 self._exits(m)
             # the parameter sections' offsets, as params.sections computes them
@@ -1019,6 +1059,17 @@ class ComputeSequencer(wiring.Component):
                                                        (fo * fs * pesimd + 7) >> 3),
                                           Mux(is_head, f["out_c"] * f["in_c"] * f["weight_bytes"], 0)))
                 m.next = "SECTIONS1"
+                # channel slices: a streamed convolution in one row tile, its chunks
+                # dividing its channels, a pixel's slices whole words, outputs of whole
+                # bytes (the writer's), a side input as wide as the output
+                word_bits = Const(8 * BPW - 1, 16)
+                slice_bad = (~is_conv | pooling | ~flag("weight_stream") | (f["chunk_c"] == 0)
+                             | (f["n_tiles"] != 1) | (rem_s != 0) | (f["out_elem"] < 8)
+                             | (((chunk_r << out_sh) & word_bits) != 0)
+                             | stage("add") & ((f["side_c"] != f["out_c"])
+                                               | (((chunk_r << side_sh) & word_bits) != 0)))
+                with m.If(sliced & slice_bad):
+                    self._fail(m, "unsupported")
                 self._exits(m)
             with m.State("SECTIONS1"):
                 m.d.sync += off_post.eq(off_w + ru(wbytes))
@@ -1069,16 +1120,21 @@ class ComputeSequencer(wiring.Component):
             # a tile's regions hold its rows only: the most input rows a tile reads
             with m.State("TILESZ0"):
                 raw = (crows - 1) * st_r + dil_r * (kh_n - 1) + 1
-                m.d.sync += irows.eq(Mux(raw > f["in_h"], f["in_h"], raw))
+                m.d.sync += [irows.eq(Mux(raw > f["in_h"], f["in_h"], raw)),
+                             npix.eq(f["out_h"] * f["out_w"])]
                 m.next = "TILESZ1"
                 self._exits(m)
             with m.State("TILESZ1"):
-                m.d.sync += in_tile.eq(irows.as_unsigned()[:16] * f["in_pitch"])
+                m.d.sync += [in_tile.eq(irows.as_unsigned()[:16] * f["in_pitch"]),
+                             npc.eq(npix * chunk_r)]
                 m.next = "REGIONS0"
                 self._exits(m)
             with m.State("REGIONS0"):
                 m.d.sync += [par_base.eq(jt_bytes),
                              in_base.eq(jt_bytes + f["jobs"] * pstride)]
+                with m.If(sliced):
+                    m.d.sync += [out_tile.eq((npc << out_sh) >> 3),
+                                 side_bytes.eq(Mux(stage("add"), (npc << side_sh) >> 3, 0))]
                 m.next = "REGIONS1"
                 self._exits(m)
             with m.State("REGIONS1"):
@@ -1101,7 +1157,8 @@ class ComputeSequencer(wiring.Component):
                 m.next = "REGIONS4"
                 self._exits(m)
             with m.State("REGIONS4"):
-                with m.If(end > self.buffer_bytes):
+                # (channel slices stream their weights whatever the size)
+                with m.If((end > self.buffer_bytes) | sliced & ~stream):
                     with m.If(~stream & streamable):
                         # whole blocks do not fit: a chunk of weights at a time
                         delta = off_w + chunk_space - off_post
@@ -1167,9 +1224,13 @@ class ComputeSequencer(wiring.Component):
                                                                    Mux(kind == 3, v[3], v[4]))))
             load_len = by_kind(Mux(stream, off_w, f["param_bytes"]),
                                (ly1 - ly0).as_unsigned()[:16] * f["in_pitch"],
-                               (r1 - r0) * f["side_pitch"], post_bytes, ru(chunk_end) - aligned)
+                               Mux(sliced, side_bytes, (r1 - r0) * f["side_pitch"]), post_bytes,
+                               ru(chunk_end) - aligned)
+            # a side input in slices: the chunk's channels of each pixel, a piece each
+            side_pieces = sliced & (kind == 2)
             load_from = fld + by_kind(0, ly0.as_unsigned()[:16] * f["in_pitch"],
-                                      r0 * f["side_pitch"], off_post_d, off_w + aligned)
+                                      Mux(sliced, (cc0 << side_sh) >> 3, r0 * f["side_pitch"]),
+                                      off_post_d, off_w + aligned)
             load_dest = by_kind(job_par[k], job_in[k], job_side[k],
                                 job_par[k] + off_w + chunk_space, job_par[k] + off_w)
             load_skip = by_kind((f["param_bytes"] == 0) | (multi & (k != 0))
@@ -1212,14 +1273,18 @@ class ComputeSequencer(wiring.Component):
                     load_next(m)
                 with m.Else():
                     m.d.comb += [self.rd_cmd.valid.eq(1), self.rd_cmd.payload.address.eq(load_from),
-                                 self.rd_cmd.payload.length.eq(load_len)]
+                                 self.rd_cmd.payload.length.eq(Mux(side_pieces, s_slice, load_len))]
                     with m.If(self.rd_cmd.ready):
-                        m.d.sync += [wptr.eq(load_dest >> exact_log2(BPW)), left.eq(load_len)]
+                        m.d.sync += [wptr.eq(load_dest >> exact_log2(BPW)), left.eq(load_len),
+                                     pcs_left.eq(Mux(side_pieces, npix - 1, 0)),
+                                     pcs_addr.eq(load_from + side_pix), pcs_len.eq(s_slice),
+                                     pcs_stride.eq(side_pix)]
                         m.next = "LOAD_RECV"
                 self._exits(m)
             with m.State("LOAD_RECV"):
                 m.d.comb += [words_ready.eq(1), wp.addr.eq(wptr), wp.data.eq(self.words.payload),
                              wp.en.eq(self.words.valid)]
+                issue_pieces(m, self.rd_cmd)
                 with m.If(self.words.valid):
                     m.d.sync += [wptr.eq(wptr + 1), left.eq(left - BPW)]
                     with m.If(left == BPW):
@@ -1234,6 +1299,7 @@ class ComputeSequencer(wiring.Component):
             with m.State("START"):
                 m.d.sync += [oy.eq(r0), ox.eq(0), oc.eq(cc0), ocw.eq(0), k.eq(0), p.eq(0), fold.eq(0),
                              wrow.eq(0), gathered.eq(0), ginv_ok.eq(0), mready.eq(0),
+                             sl_out.eq(0), sl_side.eq(0),
                              padly.eq((pad_r + ly0.as_unsigned()[:16]) * f["in_pitch"])]
                 m.next = "CORE"
                 with m.If(is_head & ~summed):
@@ -1280,13 +1346,17 @@ class ComputeSequencer(wiring.Component):
             # ---- the epilogue's stages, in the contract's order -------------------------
             # Each stage's first read is addressed by the state that decides it applies,
             # and a stage that does not apply costs no state.
-            side_pixel = (oy - r0) * f["side_pitch"] + ox * side_pix
+            # with channel slices a pixel's slice follows the one before, its channels
+            # counted from the chunk's first
+            side_pixel = Mux(sliced, sl_side, (oy - r0) * f["side_pitch"] + ox * side_pix)
+            oc_rel = Signal(16)
+            m.d.comb += oc_rel.eq(Mux(sliced, oc - cc0, oc))
 
             def side_addr_of(kk):
-                return ((job_side[kk] + side_pixel) << 3) + (oc << side_sh)
+                return ((job_side[kk] + side_pixel) << 3) + (oc_rel << side_sh)
             side_addr = side_addr_of(kside)
 
-            out_row = (oy - r0) * f["out_pitch"] + ox * out_pix
+            out_row = Mux(sliced, sl_out, (oy - r0) * f["out_pitch"] + ox * out_pix)
 
             # a PIXEL's bits on the threshold lanes: SIMD channels' bits a piece
             pw_bit0 = (job_out[k] + out_row) << 3
@@ -1295,7 +1365,7 @@ class ComputeSequencer(wiring.Component):
             pw_fwd, pw_last = Signal(), Signal(W)
 
             out_off = Signal(A + 3)       # the channel's bit offset in an output region
-            m.d.comb += out_off.eq((out_row << 3) + (oc << out_sh))
+            m.d.comb += out_off.eq((out_row << 3) + (oc_rel << out_sh))
 
             def out_addr(kk, offset=out_off):
                 return (job_out[kk] << 3) + offset
@@ -2135,8 +2205,8 @@ class ComputeSequencer(wiring.Component):
                              acc.eq(acc_word), psh.eq(pc_sh[0]), pzero.eq(pc_zero[0]),
                              pfl.eq(pc_fl[0]), acc_pend.eq(0)]
                 with m.If(side0):
-                    self._issue(m, "SIDE", ((job_side[0] + side_pixel) << 3) + (nc << side_sh),
-                                f["side_elem"], f["side_fmt"] == 2)
+                    self._issue(m, "SIDE", ((job_side[0] + side_pixel) << 3)
+                                + ((oc_rel + 1)[:16] << side_sh), f["side_elem"], f["side_fmt"] == 2)
                 m.next = "PCALC"
                 read_ahead(m, 1, ~side0, nc)
 
@@ -2347,13 +2417,22 @@ class ComputeSequencer(wiring.Component):
             def got_out_addr(m, ev):
                 m.d.sync += [fld.eq(ev),
                              wptr.eq(job_out[k] >> exact_log2(BPW)),
-                             left.eq((r1 - r0) * f["out_pitch"])]
+                             left.eq(Mux(sliced, out_tile, (r1 - r0) * f["out_pitch"]))]
                 m.next = "STORE_CMD"
             self._read(m, "STORE_ADDR", ((k << 4) + 8) << 3, 32, 0, got_out_addr)
 
+            # a store's last piece is issued (or this cycle)
+            pieces_issued = (pcs_left == 0) | (pcs_left == 1) & self.wr_cmd.ready
+
             def store_next(m):
                 with m.If(k == n_out - 1):
-                    with m.If(tile == f["n_tiles"] - 1):
+                    with m.If(sliced & (cc1 != f["out_c"])):
+                        # the next chunk: its side slices, its weights, then again
+                        m.d.sync += [q.eq(q + 1), cc0.eq(cc1), o0.eq(o1),
+                                     cstart.eq(cstart + chunk_bytes),
+                                     kind.eq(Mux(stage("add"), 2, 4)), k.eq(0)]
+                        m.next = "LOAD_ENTRY"
+                    with m.Elif(tile == f["n_tiles"] - 1):
                         m.next = "FENCE"
                     with m.Else():
                         m.d.sync += [tile.eq(tile + 1), r0.eq(r0 + f["rows_per_tile"]),
@@ -2367,25 +2446,42 @@ class ComputeSequencer(wiring.Component):
                 with m.If(fld == 0):
                     store_next(m)
                 with m.Else():
+                    # in slices: the chunk's channels of each pixel, a piece each
+                    store_from = fld + Mux(sliced, (cc0 << out_sh) >> 3, r0 * f["out_pitch"])
                     m.d.comb += [self.wr_cmd.valid.eq(1),
-                                 self.wr_cmd.payload.address.eq(fld + r0 * f["out_pitch"]),
-                                 self.wr_cmd.payload.length.eq((r1 - r0) * f["out_pitch"])]
+                                 self.wr_cmd.payload.address.eq(store_from),
+                                 self.wr_cmd.payload.length.eq(
+                                     Mux(sliced, o_slice, (r1 - r0) * f["out_pitch"]))]
                     with m.If(self.wr_cmd.ready):
+                        m.d.sync += [pcs_left.eq(Mux(sliced, npix - 1, 0)),
+                                     pcs_addr.eq(store_from + out_pix), pcs_len.eq(o_slice),
+                                     pcs_stride.eq(out_pix)]
                         m.next = "STORE_RD"
                 self._exits(m)
             with m.State("STORE_RD"):
                 m.d.comb += s.raddr.eq(wptr)
+                issue_pieces(m, self.wr_cmd)
                 m.next = "STORE_SEND"
                 self._exits(m)
             with m.State("STORE_SEND"):
                 # the read port keeps reading the same word while the DMA holds it
                 m.d.comb += [s.raddr.eq(wptr), self.wdata.valid.eq(1)]
+                issue_pieces(m, self.wr_cmd)
                 with m.If(self.wdata.ready):
                     m.d.sync += [wptr.eq(wptr + 1), left.eq(left - BPW)]
                     with m.If(left == BPW):
-                        store_next(m)
+                        with m.If(pieces_issued):
+                            store_next(m)
+                        with m.Else():
+                            m.next = "STORE_PIECES"
                     with m.Else():
                         m.next = "STORE_RD"
+                self._exits(m)
+            with m.State("STORE_PIECES"):
+                # the words are in the write DMA's buffer: its last pieces' descriptors
+                issue_pieces(m, self.wr_cmd)
+                with m.If(pieces_issued):
+                    store_next(m)
                 self._exits(m)
             with m.State("FENCE"):
                 # every output is on the bus before the next fetch (see Sequencer)
