@@ -109,6 +109,23 @@ def test_the_engine_is_sized_within_max_util(tmp_path):
         build(ckpt, BuildConfig(engine="sequential", max_util=0.05), stop_after="schedule")
 
 
+def test_an_n_bit_network_takes_half_the_rows_when_the_full_array_is_over_budget(
+        tmp_path, need_verilator):
+    """2-bit activations need the array of four bit planes; when all 16 PE rows of it
+    need more logic than --max-util allows, the build takes 8 rows (the first size that
+    fits), and that engine runs bit-exact at the report's cycles."""
+    from groupnet_hw.compiler.engine.target import engine_target
+    ckpt = zoo_checkpoint(tmp_path / "n.pt", "digits", 2, seed=2, act_bits=2)
+    b = build(ckpt, BuildConfig(**SMALL_ENGINE), out_dir=tmp_path / "out")
+    core = b.engine.target.core
+    full = engine_target("de10nano", buffer_bytes=64 << 10, planes=4)
+    assert core["planes"] == 4 and core["pe"] == (16 if full.fits(0.9) else 8)
+    assert b.engine.report["estimate"]["utilisation"]["logic"] <= 0.9
+    result = verify(tmp_path / "out", images=2)
+    assert result.ok and result.exact == 2, result.first_mismatch
+    assert abs(result.cycles_per_frame_measured / b.engine.prediction.cycles - 1) <= 0.02
+
+
 def test_a_board_without_a_dram_port_refuses_the_engine(tmp_path):
     ckpt = zoo_checkpoint(tmp_path / "d.pt", "digits", 1)
     with pytest.raises(FlowError, match="ulx3s has no DRAM port"):

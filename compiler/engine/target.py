@@ -116,7 +116,7 @@ def engine_target(board="de10nano", clock_mhz=100.0, buffer_bytes=None, max_util
     from each bank of the scratchpad; and the largest scratchpad of
     :data:`SCRATCHPAD_BYTES` up to ``buffer_bytes`` whose resource estimate
     (:func:`.sizing.estimate_core`) fits ``max_util`` of every budgeted resource of the
-    board (``None``: the largest, unchecked).
+    board (``None``: the largest, unchecked), else the same with half the PE rows.
 
     Raises
     ------
@@ -133,17 +133,20 @@ def engine_target(board="de10nano", clock_mhz=100.0, buffer_bytes=None, max_util
     if not sizes:
         raise ValueError(f"buffer_bytes {buffer_bytes} is below the smallest scratchpad "
                          f"({SCRATCHPAD_BYTES[-1]} bytes)")
-    for size in sizes:
-        # the stem's multiplier array: pe output channels a fold (its sums share the
-        # binary array's accumulator words), a bus word's 8-bit weights per channel
-        core = dict(data_width=width, pe=ARRAY_PE, simd=width // (4 if planes == 4 else 2),
-                    stem_pe=ARRAY_PE, stem_simd=width // 8,
-                    buffer_bytes=size, max_jobs=MAX_JOBS, max_window=MAX_WINDOW,
-                    max_out_c=MAX_OUT_C, planes=planes)
-        target = EngineTarget(board, core, core_config(core, clock_mhz),
-                              DramModel.at_clock(clock_mhz))
-        if max_util is None or target.fits(max_util):
-            return target
+    # the full array first at every scratchpad size, then half its PE rows (the
+    # scratchpad takes block RAM, the rows logic)
+    for pe in (ARRAY_PE, ARRAY_PE // 2):
+        for size in sizes:
+            # the stem's multiplier array: pe output channels a fold (its sums share the
+            # binary array's accumulator words), a bus word's 8-bit weights per channel
+            core = dict(data_width=width, pe=pe, simd=width // (4 if planes == 4 else 2),
+                        stem_pe=pe, stem_simd=width // 8,
+                        buffer_bytes=size, max_jobs=MAX_JOBS, max_window=MAX_WINDOW,
+                        max_out_c=MAX_OUT_C, planes=planes)
+            target = EngineTarget(board, core, core_config(core, clock_mhz),
+                                  DramModel.at_clock(clock_mhz))
+            if max_util is None or target.fits(max_util):
+                return target
     est = target.estimate()
     worst = max(est["utilisation"], key=est["utilisation"].get)
     raise ValueError(f"the engine's smallest configuration needs {est['cells'][worst]:,} "
