@@ -363,7 +363,8 @@ def _loads(d, lay, table, core, tile, rows, chunk, writing=0):
             elif kind == 2:
                 skip = not _has(d, "add") or (
                     (_flag(d, "shared_side") or op in _MULTI) and k != 0)
-                fld, n = e["side_addr"], lay["side"] if lay["sliced"] else (r1 - r0) * d["side_pitch"]
+                fld = e["side_addr"]
+                n = lay["side"] if lay["sliced"] else (r1 - r0) * d["side_pitch"]
             elif kind == 3:
                 skip = lay["post_bytes"] == 0
                 fld, n = e["param_addr"], lay["post_bytes"]
