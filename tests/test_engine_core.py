@@ -193,26 +193,34 @@ def test_a_corrupted_descriptor_stops_before_it_acts(core, opcode, cause):
     assert run.image_after == bytes(expected)
 
 
-def test_constants_other_than_4_or_8_bytes_are_refused(core):
-    """The threshold lanes take a PE fold's constants at multiples of 32 bits, so the
-    core runs constants of 4 or 8 bytes only (what the compiler writes): a descriptor
-    saying 2 stops the run with ``unsupported`` before it acts, and the compiler's
-    check refuses such a program naming the descriptor."""
-    from groupnet_hw.engine_format import DESCRIPTOR_FIELDS, OPCODE_CODES, field_offsets
-    g = compile_model(zoo_model("digits", 2, seed=2))
-    program = compile_engine(g, CONFIG)
-    image = frame_image(program, frames_for(g, 1)[0])
-    bad = next(i for i, d in enumerate(program.descriptors)
-               if d["opcode"] == OPCODE_CODES["CONV"])
+def _refused_in_rtl(core, program, image, bad, field, value):
+    """Descriptor ``bad``'s ``field`` set to ``value`` in ``image``: the run stops with
+    ``unsupported`` before that descriptor acts, DRAM as the descriptors before it left
+    it."""
+    from groupnet_hw.engine_format import DESCRIPTOR_FIELDS, field_offsets
     at = _descriptor_offset(program, bad)
     corrupted = bytearray(image)
-    corrupted[at + field_offsets(DESCRIPTOR_FIELDS)["const_bytes"][0]] = 2
+    corrupted[at + field_offsets(DESCRIPTOR_FIELDS)[field][0]] = value
     run = run_rtl(core, program, corrupted)
     assert run.status & 4 and not run.status & 2
     assert run.error_code == regs.error_code("sequencer", "unsupported")
     expected = bytearray(run_rtl(core, program, cut_after(program, image, bad - 1)).image_after)
     expected[at:at + DESCRIPTOR.itemsize] = corrupted[at:at + DESCRIPTOR.itemsize]
     assert run.image_after == bytes(expected)
+
+
+def test_constants_other_than_4_or_8_bytes_are_refused(core):
+    """The threshold lanes take a PE fold's constants at multiples of 32 bits, so the
+    core runs constants of 4 or 8 bytes only (what the compiler writes): a descriptor
+    saying 2 stops the run with ``unsupported`` before it acts, and the compiler's
+    check refuses such a program naming the descriptor."""
+    from groupnet_hw.engine_format import OPCODE_CODES
+    g = compile_model(zoo_model("digits", 2, seed=2))
+    program = compile_engine(g, CONFIG)
+    image = frame_image(program, frames_for(g, 1)[0])
+    bad = next(i for i, d in enumerate(program.descriptors)
+               if d["opcode"] == OPCODE_CODES["CONV"])
+    _refused_in_rtl(core, program, image, bad, "const_bytes", 2)
     program.descriptors[bad]["const_bytes"] = 2
     with pytest.raises(ValueError, match=rf"descriptor {bad} .*constants of 2 bytes"):
         check_program(program, CORE)
@@ -562,21 +570,12 @@ def test_a_sliced_descriptor_the_core_cannot_take_is_refused(core):
     """Channel slices need the whole map in one row tile: a sliced descriptor saying
     two tiles stops the run with ``unsupported`` before it acts, and the compiler's
     check names it."""
-    from groupnet_hw.engine_format import DESCRIPTOR_FIELDS, field_offsets
     g = compile_model(random_model(3, **SLICED_NETS[1]))
     config = core_config(CORE)
     program = compile_engine(g, config)
     image = frame_image(program, frames_for(g, 1)[0])
     bad = _sliced(program)[0]
-    at = _descriptor_offset(program, bad)
-    corrupted = bytearray(image)
-    corrupted[at + field_offsets(DESCRIPTOR_FIELDS)["n_tiles"][0]] = 2
-    run = run_rtl(core, program, corrupted)
-    assert run.status & 4 and not run.status & 2
-    assert run.error_code == regs.error_code("sequencer", "unsupported")
-    expected = bytearray(run_rtl(core, program, cut_after(program, image, bad - 1)).image_after)
-    expected[at:at + DESCRIPTOR.itemsize] = corrupted[at:at + DESCRIPTOR.itemsize]
-    assert run.image_after == bytes(expected)
+    _refused_in_rtl(core, program, image, bad, "n_tiles", 2)
     program.descriptors[bad]["n_tiles"] = 2
     with pytest.raises(ValueError, match=rf"descriptor {bad} .*channel slices"):
         check_program(program, CORE)

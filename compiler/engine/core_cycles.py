@@ -949,12 +949,9 @@ def descriptor_core_cycles(d, table, core, label=""):
                 phases["clear"] += _clear(d, lay, core)
             for name, c in _compute(d, lay, rows, (c0, c1), o1 - o0, core, q).items():
                 phases[name] += c
-            if lay["sliced"]:
+            if lay["sliced"] or q == chunks - 1:      # slices: every chunk's
                 seq, drain = _stores(d, lay, table, core, rows, q)
                 phases["stores"] += seq
-        if not lay["sliced"]:
-            seq, drain = _stores(d, lay, table, core, rows)
-            phases["stores"] += seq
     phases["epilogue"] += _post_first(d, lay)
     phases["outputs"] += _mix_first(d, lay)
     # FENCE until the last write's done, then NEXT

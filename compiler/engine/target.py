@@ -32,7 +32,7 @@ from ...numerics import signed_width
 from .config import DramModel, EngineConfig
 from .program import FLAG_BITS, OPCODE_CODES, STAGE_BITS
 from .sizing import budget_limits, estimate_core
-from .tiling import scratchpad_need
+from .tiling import scratchpad_need, slices_fit
 
 __all__ = ["EngineTarget", "engine_target", "array_planes", "core_config", "compile_for_core",
            "check_program", "multiplier_operands"]
@@ -186,22 +186,12 @@ def _unsupported(d, core):
         return "element widths (bits) and integer weights (bytes) are powers of two to 64 and 8"
     if d["const_bytes"] not in (4, 8):
         return f"constants of {d['const_bytes']} bytes (the core takes 4 or 8)"
-    if fl & FLAG_BITS["sliced"] and not _sliceable(d, core):
+    if fl & FLAG_BITS["sliced"] and not (fl & FLAG_BITS["weight_stream"] and d["n_tiles"] == 1
+                                         and slices_fit(d, d["chunk_c"], core["data_width"])):
         return ("channel slices need a streamed convolution in one row tile whose chunks "
-                "divide its channels, slices of whole bus words and a side input as wide "
-                "as the output")
+                "divide its channels, outputs of 8 bits or more, slices of whole bus "
+                "words and a side input as wide as the output")
     return None
-
-
-def _sliceable(d, core):
-    """The core's CHECK of a ``sliced`` descriptor."""
-    word = core["data_width"]
-    add = d["stages"] & STAGE_BITS["add"]
-    c = d["chunk_c"]
-    return (d["opcode"] == OPCODE_CODES["CONV"] and not d["stages"] & STAGE_BITS["maxpool"]
-            and d["flags"] & FLAG_BITS["weight_stream"] and c != 0 and d["n_tiles"] == 1
-            and d["out_c"] % c == 0 and (c * d["out_elem"]) % word == 0
-            and (not add or (d["side_c"] == d["out_c"] and (c * d["side_elem"]) % word == 0)))
 
 
 def compile_for_core(g, target):

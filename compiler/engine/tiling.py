@@ -31,7 +31,7 @@ from .formats import round_up
 from .program import FLAG_BITS, OPCODE_CODES, STAGE_BITS
 
 __all__ = ["conv_rows", "core_row_range", "input_rows_read", "tile_rows", "choose_tiling",
-           "buffered_in_row", "input_resident", "n_chunks", "round_tensors",
+           "buffered_in_row", "input_resident", "n_chunks", "round_tensors", "slices_fit",
            "ScratchpadNeed", "scratchpad_need", "core_layout"]
 
 
@@ -313,33 +313,36 @@ def _core_chunks(d, config):
     chunk = largest_chunk(rows)
     d.update(flags=streamed["flags"], chunk_c=chunk, rows_per_tile=rows,
              n_tiles=-(-d["out_h"] // rows))
-    sliced = _sliced_chunk(d, config, lay)
-    if d["n_tiles"] > 1 and sliced:
-        # every row tile loads all the weights again; in slices they load once
+    # every row tile loads all the weights again; in slices they load once
+    sliced = _sliced_chunk(d, config, lay) if d["n_tiles"] > 1 else 0
+    if sliced:
         d.update(flags=d["flags"] | FLAG_BITS["sliced"], chunk_c=sliced,
                  rows_per_tile=d["out_h"], n_tiles=1)
 
 
-def _sliced_chunk(d, config, lay):
-    """The largest chunk of output channels whose slices fit the scratchpad with the
-    whole map in one tile (``sliced``), or 0 when the descriptor cannot take slices: a
-    convolution without pooling whose chunks divide its channels, each chunk's slice of
-    a pixel (output, side input) whole bus words, a side input as wide as the output
-    (no option-A zeros)."""
-    if not lay["is_conv"] or lay["pooling"] or lay["is_head"]:
-        return 0
-    add = bool(d["stages"] & STAGE_BITS["add"])
-    if add and d["side_c"] != d["out_c"]:
-        return 0
-    word = config.port_bytes * 8
+def slices_fit(d, chunk, word_bits):
+    """Whether the core takes channel slices of ``chunk`` output channels for ``d`` (its
+    CHECK, the map in one tile aside): a convolution without pooling whose chunks
+    divide its channels, outputs of 8 bits or more (the writer's), each chunk's slice
+    of a pixel (output, side input) whole bus words of ``word_bits``, a side input as
+    wide as the output (no option-A zeros)."""
+    add = d["stages"] & STAGE_BITS["add"]
+    return (d["opcode"] == OPCODE_CODES["CONV"] and not d["stages"] & STAGE_BITS["maxpool"]
+            and d["out_elem"] >= 8 and chunk != 0 and d["out_c"] % chunk == 0
+            and (chunk * d["out_elem"]) % word_bits == 0
+            and (not add or (d["side_c"] == d["out_c"]
+                             and (chunk * d["side_elem"]) % word_bits == 0)))
 
-    def whole_words(c):
-        return (c * d["out_elem"]) % word == 0 and (not add or (c * d["side_elem"]) % word == 0)
+
+def _sliced_chunk(d, config, lay):
+    """The largest chunk of whole PE folds that the core takes in slices
+    (:func:`slices_fit`) and whose slices fit the scratchpad with the whole map in one
+    tile (``sliced``), or 0."""
     sliced = dict(d, flags=d["flags"] | FLAG_BITS["weight_stream"] | FLAG_BITS["sliced"],
                   rows_per_tile=d["out_h"], n_tiles=1)
     best = 0
     for c in range(lay["pe_r"], d["out_c"] + 1, lay["pe_r"]):
-        if d["out_c"] % c == 0 and whole_words(c):
+        if slices_fit(d, c, config.port_bytes * 8):
             if scratchpad_need(dict(sliced, chunk_c=c), config).bytes > config.scratchpad:
                 break
             best = c
