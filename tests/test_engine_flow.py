@@ -9,12 +9,16 @@ serves the RTL tests; its Verilator build is cached for the session.
 """
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
 from click.testing import CliRunner
 
 from groupnet_hw.cli import main
+from groupnet_hw.compiler.engine.core_cycles import predict_core
+from groupnet_hw.compiler.engine.layout import compile_engine
+from groupnet_hw.engine_format import FLAG_BITS
 from groupnet_hw.flow import ENGINE_IMAGE, ENGINE_NAME, BuildConfig, FlowError, build, verify
 from groupnet_hw.models.checkpoint import save_checkpoint
 from groupnet_hw.models.groupnet import GroupNet, randomize_eval_state
@@ -256,8 +260,9 @@ def test_wide_maps_threshold_in_pixel_descriptors_on_the_engine(tmp_path, need_v
     """Over 12x12 maps of 64 channels the core's cycle model finds it cheaper to write
     each base's input levels once (PIXEL descriptors; ten thresholds of one input run
     as 8 + 2 jobs, the core's most) than to gather 32-bit elements with their
-    thresholds in every window: the build takes that program, and it runs bit-exact on
-    Verilator at the model's cycles."""
+    thresholds in every window, and to threshold each map in a descriptor of its own
+    than with the other maps of its block: the build takes that program, and it runs
+    bit-exact on Verilator at the model's cycles."""
     from authors_layout import narrow_authors_model
     model, _ = narrow_authors_model(tmp_path, bases=5, image_size=48, widths=(64, 64),
                                     blocks=(1, 1))
@@ -266,6 +271,16 @@ def test_wide_maps_threshold_in_pixel_descriptors_on_the_engine(tmp_path, need_v
     program = b.engine.program
     assert not program.config.prologue_thresholds
     assert [len(grp.jobs) for grp in program.groups if grp.opcode == "PIXEL"][:2] == [8, 2]
+    # the maps the second block's bases and shortcuts both threshold: one descriptor a
+    # map, its input loaded once for both (group_by_tensor), cheaper by the same model
+    assert program.config.group_by_tensor
+    pairs = [d for d, grp in zip(program.descriptors, program.groups)
+             if grp.opcode == "PIXEL" and d["jobs"] == 2 and d["flags"] & FLAG_BITS["shared_input"]]
+    assert len(pairs) >= 5
+    by_producer = compile_engine(b.graph, replace(program.config, group_by_tensor=False))
+    dram = b.engine.target.dram
+    assert b.engine.prediction.cycles < predict_core(
+        by_producer, b.engine.target.core, dram.latency, dram.bytes_per_cycle).cycles
     images = torch.randint(0, 256, (1, 3, 48, 48), dtype=torch.uint8,
                            generator=torch.Generator().manual_seed(3))
     result = verify(tmp_path / "out", images=images)

@@ -67,6 +67,12 @@ class EngineConfig:
         False for the core as built, whose gather reads a wide element per lane and
         its thresholds beside it: a PIXEL descriptor writes the levels as packed bits
         once per base, and the convolution gathers a tap's channels in one read.
+    group_by_tensor : bool
+        Jobs without weights (PIXEL, MAXPOOL, SUBSAMPLE) share a descriptor only with
+        jobs that read the same tensor (fusion rule 4), so that each descriptor loads
+        its input once for all its jobs; False: with every job whose input comes from
+        the same descriptor (fewer descriptors, one input load a job). The core's cycle
+        model decides for the core (:func:`.target.compile_for_core`).
     """
 
     arrays: int = 5
@@ -84,6 +90,7 @@ class EngineConfig:
     scratchpad: int = 0
     fuse_overlapping_pools: bool = True
     prologue_thresholds: bool = True
+    group_by_tensor: bool = False
 
     def __post_init__(self):
         _positive("EngineConfig", arrays=self.arrays, pe=self.pe, simd=self.simd,

@@ -30,7 +30,11 @@ Fusion rules, decided on ops and edges only (no node name is read):
    bits, a whole tap of channels per read).
 4. Groups: jobs with one opcode and equal geometry, formats and stage structure whose
    main inputs come from the same group (or the same node) form one descriptor, unless
-   one depends on another. Descriptors are ordered topologically.
+   one depends on another. Descriptors are ordered topologically. Jobs without
+   weights (every opcode but ``CONV``) may instead group only with jobs that read the
+   same tensors (``EngineConfig.group_by_tensor``): such a group is split by input
+   tensor, after the convolutions are grouped, so that each part reads its input
+   once for all its jobs (``shared_input``) where the group read one tensor a job.
 5. Base mixing on chip: a mixer (aggregation, soft gates) whose inputs are exactly the
    results of one convolution group, each read by the mixer alone, joins that group
    when the group runs in one round (K <= arrays): the K arrays' results meet in the
@@ -386,6 +390,18 @@ def _order(g, jobs, groups, job_of, index):
             [[m] for m in groups[worst]]
 
 
+def _by_tensor(grp):
+    """A group of jobs without weights as one group per input tensor (rule 4), in the
+    order of their first jobs; others whole. The parts keep the group's place in the
+    order: no job of one part depends on another's."""
+    if grp.opcode == "CONV" or grp.mixer is not None:
+        return [grp]
+    parts = {}
+    for job in grp.jobs:
+        parts.setdefault(tuple(main_ref(job)), []).append(job)
+    return [grp] if len(parts) == 1 else [Group(jobs) for jobs in parts.values()]
+
+
 def _mix_on_chip(g, groups, arrays):
     """Rule 5: a mixer over exactly one convolution group's results joins it."""
     by_last = {}
@@ -417,7 +433,7 @@ def _mix_on_chip(g, groups, arrays):
     return out
 
 
-def fuse(g, arrays=None, overlapping_pools=True, prologues=True):
+def fuse(g, arrays=None, overlapping_pools=True, prologues=True, by_tensor=False):
     """The graph's nodes as descriptor groups in execution order.
 
     Parameters
@@ -431,6 +447,8 @@ def fuse(g, arrays=None, overlapping_pools=True, prologues=True):
     prologues : bool
         A threshold that only a binary convolution reads is applied as the convolution
         reads its input (rule 3); False: it is a PIXEL descriptor that writes levels.
+    by_tensor : bool
+        Jobs without weights group only with jobs that read the same tensors (rule 4).
 
     Returns
     -------
@@ -441,6 +459,8 @@ def fuse(g, arrays=None, overlapping_pools=True, prologues=True):
     groups = _group(g, jobs)
     if arrays:
         groups = _mix_on_chip(g, groups, arrays)
+    if by_tensor:
+        groups = [part for grp in groups for part in _by_tensor(grp)]
     seen = [n.name for grp in groups for n in grp.nodes]
     if sorted(seen) != sorted(n.name for n in g) or len(seen) != len(set(seen)):
         raise AssertionError("fusion did not place every node exactly once")

@@ -84,6 +84,12 @@ class EngineProgram:
     def base(self):
         return self.header["base"]
 
+    def replace_descriptor(self, i, d):
+        """Descriptor ``i`` as ``d`` (another tiling of it), in the image too."""
+        o = self.header["desc_addr"] - self.base + i * DESCRIPTOR.itemsize
+        self.image[o:o + DESCRIPTOR.itemsize] = encode(d, DESCRIPTOR)
+        self.descriptors[i] = decode(self.image[o:o + DESCRIPTOR.itemsize], DESCRIPTOR)
+
     def program_bytes(self):
         """The header and descriptors (what the sequencer fetches)."""
         end = self.header["desc_addr"] - self.base + self.header["n_desc"] * DESCRIPTOR.itemsize
@@ -386,7 +392,8 @@ def compile_engine(g, config=None, base=DEFAULT_BASE):
     packing = dict(port_bytes=port, arrays=config.arrays, pe=config.pe, simd=config.simd,
                    stem_pe=config.stem_pe, stem_simd=config.stem_simd)
     groups, fmts, outputs = _fit_groups(fuse(g, config.arrays, config.fuse_overlapping_pools,
-                                             config.prologue_thresholds),
+                                             config.prologue_thresholds,
+                                             config.group_by_tensor),
                                         g, config, packing)
     # lifetimes: written by its descriptor, last read by its last reader
     lifetimes = {r: (i, i) for i, outs in enumerate(outputs) for r in outs}

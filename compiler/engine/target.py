@@ -32,7 +32,7 @@ from ...numerics import signed_width
 from .config import DramModel, EngineConfig
 from .program import FLAG_BITS, OPCODE_CODES, STAGE_BITS
 from .sizing import budget_limits, estimate_core
-from .tiling import scratchpad_need, slices_fit
+from .tiling import core_tilings, scratchpad_need, slices_fit
 
 __all__ = ["EngineTarget", "engine_target", "array_planes", "core_config", "compile_for_core",
            "check_program", "multiplier_operands"]
@@ -195,15 +195,28 @@ def _unsupported(d, core):
 
 
 def compile_for_core(g, target):
-    """The program of integer graph ``g`` for ``target``'s core, with the cheaper of
-    the two ways to apply a binary convolution's input threshold
-    (``EngineConfig.prologue_thresholds``): in the convolution's gather, which reads a
-    wide element per lane and the thresholds beside it, or as PIXEL descriptors that
-    write the levels as packed bits once (a descriptor of fetch, loads and stores
-    each, then a tap's channels per read). The core's cycle model
-    (:func:`.core_cycles.predict_core`, under ``target.dram``) decides, for the
-    whole program: wide maps favour the PIXEL descriptors (ResNet-18 K=5 at 224x224
-    in the authors' layout: 66 M cycles against 180 M), small ones the prologue.
+    """The program of integer graph ``g`` for ``target``'s core, with the cheapest of
+    the ways the compiler may cut the network into descriptors, each a field of
+    :class:`EngineConfig` that the core's cycle model
+    (:func:`.core_cycles.predict_core`, under ``target.dram``) decides for the whole
+    program:
+
+    - where a binary convolution's input threshold is applied
+      (``prologue_thresholds``): in the convolution's gather, which reads a wide
+      element per lane and the thresholds beside it, or as PIXEL descriptors that
+      write the levels as packed bits once (a descriptor of fetch, loads and stores
+      each, then a tap's channels per read). Wide maps favour the PIXEL descriptors
+      (ResNet-18 K=5 at 224x224 in the authors' layout: 66 M cycles against 180 M),
+      small ones the prologue;
+    - then, with the better of those, which element-wise jobs share a descriptor
+      (``group_by_tensor``): every job whose input one descriptor wrote (fewer
+      descriptors), or only jobs that read the same tensor (each input loaded once,
+      more rows a tile). ResNet-18's PIXEL descriptors that threshold four blocks'
+      maps for two consumers each favour the second.
+
+    Then each descriptor of the cheaper program whose weights stream takes the
+    cheapest of its tilings (:func:`.tiling.core_tilings`: chunk sizes, row tiles,
+    channel slices) by the same model.
 
     Returns
     -------
@@ -213,28 +226,59 @@ def compile_for_core(g, target):
     Raises
     ------
     ValueError
-        Neither program runs on the core (the first reason, as :func:`check_program`).
+        No program runs on the core (the first reason, as :func:`check_program`).
     """
     from .core_cycles import predict_core
     from .layout import compile_engine
     best, error = None, None
-    for prologues in (True, False):
+
+    def consider(config):
+        nonlocal best, error
         try:
-            program = compile_engine(g, replace(target.config, prologue_thresholds=prologues))
+            program = compile_engine(g, config)
             check_program(program, target.core)
         except ValueError as exc:
             error = error or exc
-            continue
+            return None
         prediction = predict_core(program, target.core, target.dram.latency,
                                   target.dram.bytes_per_cycle)
         if best is None or prediction.cycles < best[1].cycles:
             best = (program, prediction)
-        if prologues and not any(d["stages"] & STAGE_BITS["prologue_threshold"]
-                                 for d in program.descriptors):
+        return program
+
+    for prologues in (True, False):
+        program = consider(replace(target.config, prologue_thresholds=prologues))
+        if prologues and program is not None and not any(
+                d["stages"] & STAGE_BITS["prologue_threshold"] for d in program.descriptors):
             break       # no prologue to trade: the other program is this one
+    if best is not None:
+        chosen = best[0].config
+        if not chosen.group_by_tensor:
+            consider(replace(chosen, group_by_tensor=True))
     if best is None:
         raise error
-    return best
+    program = best[0]
+    _tile_by_model(program, target)
+    return program, predict_core(program, target.core, target.dram.latency,
+                                 target.dram.bytes_per_cycle)
+
+
+def _tile_by_model(program, target):
+    """Give each descriptor of ``program`` whose weights stream the tiling of
+    :func:`.tiling.core_tilings` (or its own) that the core's cycle model predicts
+    fewest cycles for, under ``target.dram``."""
+    from .core_cycles import _Core, _job_table, descriptor_core_cycles
+    core = _Core(target.core, target.dram.latency, target.dram.bytes_per_cycle)
+    for i, d in enumerate(program.descriptors):
+        others = list(core_tilings(d, program.config))
+        if not others:
+            continue
+        table = _job_table(program, d)
+        best = min([d] + others,
+                   key=lambda e: descriptor_core_cycles(e, table, core).cycles)
+        if best is not d:
+            program.replace_descriptor(i, best)
+    check_program(program, target.core)
 
 
 #: the largest post-op shift: the core rounds in 72 bits (a 64-bit product and offset)

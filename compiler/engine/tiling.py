@@ -32,7 +32,7 @@ from .program import FLAG_BITS, OPCODE_CODES, STAGE_BITS
 
 __all__ = ["conv_rows", "core_row_range", "input_rows_read", "tile_rows", "choose_tiling",
            "buffered_in_row", "input_resident", "n_chunks", "round_tensors", "slices_fit",
-           "ScratchpadNeed", "scratchpad_need", "core_layout"]
+           "ScratchpadNeed", "scratchpad_need", "core_layout", "core_tilings"]
 
 
 def conv_rows(d, rows):
@@ -318,6 +318,46 @@ def _core_chunks(d, config):
     if sliced:
         d.update(flags=d["flags"] | FLAG_BITS["sliced"], chunk_c=sliced,
                  rows_per_tile=d["out_h"], n_tiles=1)
+
+
+def core_tilings(d, config):
+    """The other tilings the core takes for a descriptor whose weights stream
+    (``weight_stream``, :func:`_core_chunks` chose one): for each count of row tiles,
+    the largest chunk of whole PE folds (or all channels) whose rows fit that count,
+    and the whole map in channel slices of the largest chunk that :func:`slices_fit`
+    and the scratchpad allow. A cost model picks (:func:`.target.compile_for_core`):
+    fewer chunks gather every window fewer times, fewer row tiles load every weight
+    fewer times.
+
+    Yields
+    ------
+    dict
+        ``d`` with ``rows_per_tile``, ``n_tiles``, ``chunk_c`` and the flags set.
+    """
+    if not d["flags"] & FLAG_BITS["weight_stream"]:
+        return
+    lay = core_layout(d, bpw=config.port_bytes, pe=config.pe, simd=config.simd,
+                      stem_pe=config.stem_pe, stem_simd=config.stem_simd,
+                      buffer_bytes=config.scratchpad)
+    rowwise = d["flags"] & ~FLAG_BITS["sliced"]
+    tiles, sliced = None, False
+    for chunk in [d["out_c"]] + list(range(d["out_c"] // lay["pe_r"] * lay["pe_r"], 0,
+                                           -lay["pe_r"])):
+        def fits(rows, chunk=chunk):
+            e = dict(d, flags=rowwise, rows_per_tile=rows, chunk_c=chunk)
+            return scratchpad_need(e, config).bytes <= config.scratchpad
+        if fits(1):
+            rows = _most_rows(fits, d["out_h"])
+            n = -(-d["out_h"] // rows)
+            if tiles is None or n < tiles:
+                tiles = n
+                yield dict(d, flags=rowwise, rows_per_tile=rows, chunk_c=chunk, n_tiles=n)
+        if not sliced and slices_fit(d, chunk, config.port_bytes * 8):
+            e = dict(d, flags=rowwise | FLAG_BITS["sliced"], rows_per_tile=d["out_h"],
+                     chunk_c=chunk, n_tiles=1)
+            if scratchpad_need(e, config).bytes <= config.scratchpad:
+                sliced = True
+                yield e
 
 
 def slices_fit(d, chunk, word_bits):
