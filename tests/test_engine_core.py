@@ -79,6 +79,7 @@ def core(tmp_path_factory):
 
 def zoo_model(arch, bases, seed=1, variant="groupnet"):
     cfg = arch_config(arch, bases=bases, variant=variant)
+    torch.manual_seed(seed)       # the weights' initialisation: not the test order's
     return randomize_eval_state(GroupNet(cfg), torch.Generator().manual_seed(seed)).eval()
 
 

@@ -27,6 +27,7 @@ def zoo_model(arch, bases, seed=1, variant="groupnet", **overrides):
     for k, v in overrides.items():
         setattr(cfg, k, v)
     cfg.validate()
+    torch.manual_seed(seed)       # the weights' initialisation: not the test order's
     return randomize_eval_state(GroupNet(cfg), torch.Generator().manual_seed(seed)).eval()
 
 
