@@ -66,7 +66,8 @@ class EngineConfig:
         rule 3). True for the intended engine (thresholds applied as rows arrive);
         False for the core as built, whose gather reads a wide element per lane and
         its thresholds beside it: a PIXEL descriptor writes the levels as packed bits
-        once per base, and the convolution gathers a tap's channels in one read.
+        once per base, and the convolution gathers a tap's channels in one read (a 1x1
+        convolution, which thresholds no element twice, keeps its prologue).
     group_by_tensor : bool
         Jobs without weights (PIXEL, MAXPOOL, SUBSAMPLE) share a descriptor only with
         jobs that read the same tensor (fusion rule 4), so that each descriptor loads

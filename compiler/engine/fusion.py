@@ -27,7 +27,10 @@ Fusion rules, decided on ops and edges only (no node name is read):
    unless the target gathers wide elements slowly (``EngineConfig.prologue_thresholds``
    False: the core as built reads a 32-bit element per lane and the thresholds beside
    it, so a PIXEL descriptor writes the levels once and the convolution gathers packed
-   bits, a whole tap of channels per read).
+   bits, a whole tap of channels per read). A 1x1 convolution takes its prologue
+   either way: its windows read each element at most once (a strided one, a quarter
+   of them), so the gather thresholds no element twice, and the levels need not go to
+   DRAM and back.
 4. Groups: jobs with one opcode and equal geometry, formats and stage structure whose
    main inputs come from the same group (or the same node) form one descriptor, unless
    one depends on another. Descriptors are ordered topologically. Jobs without
@@ -230,10 +233,11 @@ def _jobs(g, overlapping_pools=True, prologues=True):
     """Every node in exactly one job (rules 1-3)."""
     assigned, jobs = set(), []
     index = {n.name: i for i, n in enumerate(g)}
-    # rule 3's candidates: thresholds that only a binary convolution reads
+    # rule 3's candidates: thresholds that only a binary convolution reads (a 1x1 one's
+    # window thresholds each element once at most: always)
     prologue_of = {}
     for n in g:
-        if n.op == "bin_conv" and prologues:
+        if n.op == "bin_conv" and (prologues or n.attrs.get("kernel", 1) == 1):
             p = g.producer(n.inputs[0])
             if (p.op == "threshold" and n.inputs[0] == p.name
                     and [c.name for c in g.consumers(p.name)] == [n.name]):
@@ -446,7 +450,8 @@ def fuse(g, arrays=None, overlapping_pools=True, prologues=True, by_tensor=False
         A convolution also pools on chip when its pooling windows overlap (rule 2).
     prologues : bool
         A threshold that only a binary convolution reads is applied as the convolution
-        reads its input (rule 3); False: it is a PIXEL descriptor that writes levels.
+        reads its input (rule 3); False: it is a PIXEL descriptor that writes levels,
+        unless the convolution is 1x1.
     by_tensor : bool
         Jobs without weights group only with jobs that read the same tensors (rule 4).
 
