@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from groupnet_hw.cli import main
 from groupnet_hw.compiler.engine.core_cycles import predict_core
 from groupnet_hw.compiler.engine.layout import compile_engine
-from groupnet_hw.engine_format import FLAG_BITS
+from groupnet_hw.engine_format import FLAG_BITS, STAGE_BITS
 from groupnet_hw.flow import ENGINE_IMAGE, ENGINE_NAME, BuildConfig, FlowError, build, verify
 from groupnet_hw.models.checkpoint import save_checkpoint
 from groupnet_hw.models.groupnet import GroupNet, randomize_eval_state
@@ -258,27 +258,29 @@ def test_authors_fixed_mean_resnet_runs_its_gates_on_the_engine(tmp_path, need_v
 
 def test_wide_maps_threshold_in_pixel_descriptors_on_the_engine(tmp_path, need_verilator):
     """Over 12x12 maps of 64 channels the core's cycle model finds it cheaper to write
-    each base's input levels once (PIXEL descriptors; ten thresholds of one input run
-    as 8 + 2 jobs, the core's most) than to gather 32-bit elements with their
-    thresholds in every window, and to threshold each map in a descriptor of its own
-    than with the other maps of its block: the build takes that program, and it runs
-    bit-exact on Verilator at the model's cycles."""
+    each base's input levels once (PIXEL descriptors; the five thresholds of the
+    block's input run as one descriptor of 5 jobs) than to gather 32-bit elements with
+    their thresholds in every window of a 3x3 convolution, and to threshold each
+    base's own map in a descriptor of its own than with the other bases' maps; the
+    1x1 shortcut convolutions take their thresholds as they read their input (each
+    element once). The build takes that program, and it runs bit-exact on Verilator
+    at the model's cycles."""
     from authors_layout import narrow_authors_model
     model, _ = narrow_authors_model(tmp_path, bases=5, image_size=48, widths=(64, 64),
                                     blocks=(1, 1))
     save_checkpoint(tmp_path / "r.pt", model)
     b = build(tmp_path / "r.pt", BuildConfig(**SMALL_ENGINE), out_dir=tmp_path / "out")
     program = b.engine.program
-    assert not program.config.prologue_thresholds
-    assert [len(grp.jobs) for grp in program.groups if grp.opcode == "PIXEL"][:2] == [8, 2]
-    # the maps the second block's bases and shortcuts both threshold: one descriptor a
-    # map, its input loaded once for both (group_by_tensor), cheaper by the same model
-    assert program.config.group_by_tensor
-    pairs = [d for d, grp in zip(program.descriptors, program.groups)
-             if grp.opcode == "PIXEL" and d["jobs"] == 2 and d["flags"] & FLAG_BITS["shared_input"]]
-    assert len(pairs) >= 5
-    by_producer = compile_engine(b.graph, replace(program.config, group_by_tensor=False))
+    assert not program.config.prologue_thresholds and program.config.group_by_tensor
+    convs = [d for d, grp in zip(program.descriptors, program.groups) if grp.opcode == "CONV"]
+    assert all(bool(d["stages"] & STAGE_BITS["prologue_threshold"]) == (d["kernel"] == 1)
+               for d in convs[1:])
+    assert any(d["kernel"] == 1 for d in convs)
+    pixels = [d for d, grp in zip(program.descriptors, program.groups) if grp.opcode == "PIXEL"]
+    assert pixels[0]["jobs"] == 5 and pixels[0]["flags"] & FLAG_BITS["shared_input"]
+    assert sum(d["jobs"] == 1 for d in pixels) >= 10
     dram = b.engine.target.dram
+    by_producer = compile_engine(b.graph, replace(program.config, group_by_tensor=False))
     assert b.engine.prediction.cycles < predict_core(
         by_producer, b.engine.target.core, dram.latency, dram.bytes_per_cycle).cycles
     images = torch.randint(0, 256, (1, 3, 48, 48), dtype=torch.uint8,

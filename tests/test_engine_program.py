@@ -308,14 +308,15 @@ def test_bases_that_do_not_fit_the_scratchpad_together_take_turns(tmp_path):
 @pytest.mark.parametrize("seed,overrides", list(enumerate(RANDOM_CONFIGS)))
 def test_random_configs_without_prologue_thresholds_bit_exact(seed, overrides):
     """The other way of rule 3 (the core's choice for wide maps): every threshold a
-    convolution would apply as it reads becomes a PIXEL job writing levels, and the
-    programs stay bit-exact (odd channels, K=1..4, stride 2, dilation, n-bit)."""
+    3x3 convolution would apply as it reads becomes a PIXEL job writing levels (a 1x1
+    convolution keeps its prologue), and the programs stay bit-exact (odd channels,
+    K=1..4, stride 2, dilation, n-bit)."""
     from dataclasses import replace
     g = compile_model(random_model(seed, **overrides))
     with_prologues = compile_engine(g, EngineConfig())
     without = assert_bit_exact(g, images_for(g, 2, seed),
                                replace(EngineConfig(), prologue_thresholds=False))
     prologue_bit = STAGE_BITS["prologue_threshold"]
-    assert not any(d["stages"] & prologue_bit for d in without.descriptors)
+    assert all(d["kernel"] == 1 for d in without.descriptors if d["stages"] & prologue_bit)
     if any(d["stages"] & prologue_bit for d in with_prologues.descriptors):
         assert _opcodes(without).count("PIXEL") > _opcodes(with_prologues).count("PIXEL")
