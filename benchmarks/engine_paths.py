@@ -17,12 +17,18 @@ about 20 % faster than nextpnr's estimate after placement).
 The routes list what a fix must break: one end's path names its start register and the
 signals it passes, so that ends sharing a cause show it (a register after the element
 reader, a table indexed by the job counter).
+
+``--cones N`` ranks where the logic goes instead (ECP5 or Cyclone V netlists): each
+LUT counted for the register, block RAM or multiplier it feeds first, by design signal.
+
+    python3 benchmarks/engine_paths.py --netlist netlist.json --cones 30
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 from collections import OrderedDict
@@ -41,6 +47,19 @@ CELL_NS = {"LUT4": 0.45, "CCU2C": 0.45, "PFUMX": 0.25, "L6MUX21": 0.25,
            "MULT18X18D": 3.6, "ALU54B": 3.0, "TRELLIS_DPR16X4": 0.8}
 _CLOCKS = ("CLK", "CLKA", "CLKB")
 _DPR_READ = ("RAD0", "RAD1", "RAD2", "RAD3")
+
+
+#: logic cells a cone counts, in LUTs (a carry cell of ECP5 is two)
+LOGIC_LUTS = {"LUT4": 1, "CCU2C": 2, "MISTRAL_ALUT6": 1, "MISTRAL_ALUT5": 1,
+              "MISTRAL_ALUT4": 1, "MISTRAL_ALUT3": 1, "MISTRAL_ALUT2": 1, "MISTRAL_NOT": 1,
+              "MISTRAL_ALUT_ARITH": 1}
+#: cells a cone ends at: registers, then block RAM and multipliers (named by kind)
+_REGISTERS = ("TRELLIS_FF", "MISTRAL_FF")
+_CONE_ENDS = {"DP16KD": "block RAM", "PDPW16KD": "block RAM", "MISTRAL_M10K": "block RAM",
+              "MULT18X18D": "multiplier", "ALU54B": "multiplier",
+              "MISTRAL_MUL27X27": "multiplier", "MISTRAL_MUL18X18": "multiplier",
+              "MISTRAL_MUL9X9": "multiplier", "TRELLIS_DPR16X4": "LUT RAM",
+              "MISTRAL_MLAB": "LUT RAM"}
 
 
 def _top(netlist):
@@ -154,6 +173,70 @@ def end_routes(netlist):
     return ranked, {key: route(b) for key, b in latest_bit.items()}
 
 
+def logic_cones(netlist):
+    """Where the logic of a Yosys JSON ``netlist`` (ECP5 or Cyclone V) goes: each logic
+    cell counted (:data:`LOGIC_LUTS`) for the register, block RAM or multiplier that
+    its fan-out reaches first (breadth first, so logic shared by several cones counts
+    once, for the nearest), by design signal. Returns ``[(name, luts)]``, largest
+    first; a register is named by its output's design signal, a block RAM or
+    multiplier by its cell and kind."""
+    top = _top(netlist)
+    cells = top["cells"]
+    names = {}
+    for n, net in top["netnames"].items():
+        for b in net["bits"]:
+            if isinstance(b, int) and (b not in names or n.count("$") < names[b].count("$")):
+                names[b] = n
+    readers = {}
+    for cn, c in cells.items():
+        for p, bits in c["connections"].items():
+            if c["port_directions"].get(p) == "input":
+                for b in bits:
+                    if isinstance(b, int):
+                        readers.setdefault(b, []).append(cn)
+
+    def outputs(cn):
+        c = cells[cn]
+        return [b for p, bits in c["connections"].items()
+                if c["port_directions"].get(p) == "output" for b in bits if isinstance(b, int)]
+
+    def end_name(cn):
+        c = cells[cn]
+        if c["type"] in _REGISTERS:
+            q = outputs(cn)
+            return _cell_signal(names.get(q[0], cn) if q else cn)
+        return f"{_cell_signal(cn)} ({_CONE_ENDS[c['type']]})"
+
+    counts = {}
+    for cn, c in cells.items():
+        if c["type"] not in LOGIC_LUTS:
+            continue
+        seen, frontier, end = {cn}, [cn], None
+        while frontier and end is None:
+            step = []
+            for x in frontier:
+                for b in outputs(x):
+                    for y in readers.get(b, ()):
+                        if cells[y]["type"] in _REGISTERS or cells[y]["type"] in _CONE_ENDS:
+                            end = end or end_name(y)
+                        elif y not in seen:
+                            seen.add(y)
+                            step.append(y)
+            frontier = step
+        key = end or "(no register)"
+        counts[key] = counts.get(key, 0) + LOGIC_LUTS[c["type"]]
+    return sorted(counts.items(), key=lambda kv: -kv[1])
+
+
+def _cell_signal(name):
+    """:func:`design_signal` of a net or cell name of either family (Cyclone V's cells
+    carry ``_MISTRAL_`` suffixes, escaped names a backslash; a memory's block RAMs
+    their position), or the name itself for an unnamed signal (``$signal$12``)."""
+    raw = name.lstrip("\\").split("_MISTRAL_")[0]
+    sig = re.sub(r"(\.\d+)+$", "", design_signal(raw))
+    return raw if sig.endswith(".") or not sig else sig
+
+
 #: parts of the names Yosys and ABC give cells' outputs after a register they feed
 _DERIVED = ("$", "_TRELLIS", "_LUT4", "_CCU2C", "_PFUMX", "_L6MUX", "_MULT", "_DP16KD")
 
@@ -192,6 +275,9 @@ def main(argv=None):
     src.add_argument("--size", help="synthesize the core at this size of "
                                     "engine_resources.py first (about 2 minutes)")
     ap.add_argument("--top", type=int, default=30, help="path ends to list")
+    ap.add_argument("--cones", type=int, default=0, metavar="N",
+                    help="rank where the logic goes instead: the N registers, block RAMs "
+                         "and multipliers fed by the most LUTs")
     ap.add_argument("--routes", type=int, default=0,
                     help="also list the signals on the latest path of this many ends")
     args = ap.parse_args(argv)
@@ -200,6 +286,13 @@ def main(argv=None):
     else:
         with tempfile.TemporaryDirectory(prefix="engine_paths_") as tmp:
             netlist = synthesized_netlist(args.size, tmp)
+    if args.cones:
+        cones = logic_cones(netlist)
+        total = sum(n for _, n in cones)
+        print(f"{total} LUTs; the {args.cones} largest cones:")
+        for name, n in cones[:args.cones]:
+            print(f"{n:8d} {100 * n / total:5.1f} %  {name}")
+        return 0
     ranked, routes = end_routes(netlist)
     if not ranked:
         print("no register or block-RAM inputs in this netlist")

@@ -59,3 +59,22 @@ def test_each_end_has_its_own_route_through_the_named_signals():
     # a net named after a cell (logic another cone may share) is not a design signal
     assert engine_paths.route_summary(
         [(1.0, "LUT4", "acc_TRELLIS_FF_Q_3_DI_LUT4_Z"), (2.0, "LUT4", "gl")]) == ["gl"]
+
+
+def test_logic_is_counted_for_the_register_or_multiplier_it_feeds_first():
+    # lut0 feeds the multiplier; the two carry cells (two LUTs each) feed register e
+    cones = dict(engine_paths.logic_cones(_netlist()))
+    assert cones == {"e": 4, "mul (multiplier)": 1}
+
+
+def test_cyclone_v_cells_count_and_name_their_register():
+    cells = {
+        "\\x_MISTRAL_FF_Q": _cell("MISTRAL_FF", {"CLK": [9], "DATAIN": [3]}, {"Q": [2]}),
+        "l0": _cell("MISTRAL_ALUT6", {"A": [2]}, {"Q": [4]}),
+        "l1": _cell("MISTRAL_ALUT_ARITH", {"A": [4]}, {"SO": [3]}),
+        "ram": _cell("MISTRAL_M10K", {"A1DATA": [4]}, {"B1DATA": [5]}),
+    }
+    netlist = {"modules": {"top": {"attributes": {"top": 1}, "cells": cells,
+                                   "netnames": {"unit.x": {"bits": [2]}}}}}
+    # l0 reaches the block RAM and (through l1) the register: the block RAM is nearer
+    assert dict(engine_paths.logic_cones(netlist)) == {"ram (block RAM)": 1, "unit.x": 1}
