@@ -376,7 +376,9 @@ def write_docs(results, built_rows, rtl_rows, authors, cross, out_md, out_png):
         if placed:
             lines += ["", "The input thresholds of these files' binary convolutions, placed "
                       "both ways the compiler chooses between (the core model's cycles "
-                      "per frame; the build keeps the fewer): " + "; ".join(
+                      "per frame, jobs grouped by producer and the tiler's own tiling; "
+                      "the build keeps the fewer, then groups and tiles it by the same "
+                      "model): " + "; ".join(
                           f"{r['arch']} {r['pixel_cycles']:,} as PIXEL descriptors, "
                           f"{r['prologue_cycles']:,} in the convolutions' gathers"
                           for r in placed) + "."]
