@@ -283,6 +283,10 @@ def test_wide_maps_threshold_in_pixel_descriptors_on_the_engine(tmp_path, need_v
     by_producer = compile_engine(b.graph, replace(program.config, group_by_tensor=False))
     assert b.engine.prediction.cycles < predict_core(
         by_producer, b.engine.target.core, dram.latency, dram.bytes_per_cycle).cycles
+    report = (tmp_path / "out" / "report.txt").read_text()
+    assert (f"program: {len(program.descriptors)} descriptors; binary convolutions' input "
+            "thresholds in PIXEL descriptors") in report
+    assert "element-wise jobs grouped by the tensor they read" in report
     images = torch.randint(0, 256, (1, 3, 48, 48), dtype=torch.uint8,
                            generator=torch.Generator().manual_seed(3))
     result = verify(tmp_path / "out", images=images)

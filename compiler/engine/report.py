@@ -63,6 +63,9 @@ def engine_report(program, target, core, intended, *, reason=None, estimate=None
                    lane_utilisation=intended.binary_macs / (core.cycles * lanes),
                    memory_bound=sum(r["bound"] == "memory" for r in rows),
                    phases=core.phases),
+        program=dict(descriptors=len(rows),
+                     prologue_thresholds=program.config.prologue_thresholds,
+                     group_by_tensor=program.config.group_by_tensor),
         intended=dict(cycles=intended.cycles, fps=intended.fps,
                       arrays=program.config.arrays,
                       lane_utilisation=intended.lane_utilisation),
@@ -96,6 +99,18 @@ def render_engine_text(report):
         "core's timing at it is not closed yet, architecture.md section 13)",
         f"  DRAM model: {e['dram']['latency']} cycles latency, "
         f"{e['dram']['bytes_per_cycle']:g} bytes/cycle ({e['dram']['gbytes_per_s']:.2f} GB/s)",
+    ]
+    prog = report.get("program")
+    if prog:        # each choice the core's cycle model made (target.compile_for_core)
+        lines.append(
+            f"  program: {prog['descriptors']} descriptors; binary convolutions' input "
+            "thresholds " + ("in their gathers" if prog["prologue_thresholds"]
+                             else "in PIXEL descriptors that write levels (1x1 ones: in "
+                                  "their gathers)")
+            + "; element-wise jobs grouped by "
+            + ("the tensor they read" if prog["group_by_tensor"] else "their producer")
+            + " (each the faster by the core's cycle model)")
+    lines += [
         "",
         f"{'#':>3} {'opcode':<9} {'jobs':>4} {'tiles':>5} {'cycles':>12} {'mostly':<8} "
         f"{'lanes':>6} {'DRAM bytes':>12}  nodes",
