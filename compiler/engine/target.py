@@ -206,13 +206,14 @@ def compile_for_core(g, target):
       element per lane and the thresholds beside it, or as PIXEL descriptors that
       write the levels as packed bits once (a descriptor of fetch, loads and stores
       each, then a tap's channels per read). Wide maps favour the PIXEL descriptors
-      (ResNet-18 K=5 at 224x224 in the authors' layout: 66 M cycles against 180 M),
-      small ones the prologue;
+      (ResNet-18 K=5 at 224x224 in the authors' layout: 46 M cycles against 179 M),
+      small ones the prologue (a 1x1 convolution keeps its prologue either way,
+      fusion rule 3);
     - then, with the better of those, which element-wise jobs share a descriptor
       (``group_by_tensor``): every job whose input one descriptor wrote (fewer
       descriptors), or only jobs that read the same tensor (each input loaded once,
-      more rows a tile). ResNet-18's PIXEL descriptors that threshold four blocks'
-      maps for two consumers each favour the second.
+      more rows a tile). ResNet-18's PIXEL descriptors, each base's map thresholded
+      for its first convolution, favour the second.
 
     Then each descriptor of the cheaper program whose weights stream takes the
     cheapest of its tilings (:func:`.tiling.core_tilings`: chunk sizes, row tiles,
