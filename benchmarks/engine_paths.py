@@ -62,6 +62,29 @@ _CONE_ENDS = {"DP16KD": "block RAM", "PDPW16KD": "block RAM", "MISTRAL_M10K": "b
               "MISTRAL_MLAB": "LUT RAM"}
 
 
+def _net_maps(netlist):
+    """The top module's ``(cells, names, driver, readers)``: per net bit its most
+    readable name (fewest ``$``), its driving ``(cell, port)`` and the cells reading it."""
+    top = _top(netlist)
+    cells = top["cells"]
+    names, driver, readers = {}, {}, {}
+    for n, net in top["netnames"].items():
+        for b in net["bits"]:
+            if isinstance(b, int) and (b not in names or n.count("$") < names[b].count("$")):
+                names[b] = n
+    for cn, c in cells.items():
+        for p, bits in c["connections"].items():
+            output = c["port_directions"].get(p) == "output"
+            for b in bits:
+                if not isinstance(b, int):
+                    continue
+                if output:
+                    driver[b] = (cn, p)
+                elif c["port_directions"].get(p) == "input":
+                    readers.setdefault(b, []).append(cn)
+    return cells, names, driver, readers
+
+
 def _top(netlist):
     return next(m for m in netlist["modules"].values() if m.get("attributes", {}).get("top"))
 
@@ -80,20 +103,7 @@ def end_routes(netlist):
     """:func:`arrivals`' ranking and, per end, its latest path: ``(ends, routes)``,
     ``routes`` mapping each key of ``ends`` to ``(ns, cell type, net name)`` from the
     path's start to the end's latest bit."""
-    top = _top(netlist)
-    cells = top["cells"]
-    names = {}
-    for n, net in top["netnames"].items():
-        for b in net["bits"]:
-            if isinstance(b, int) and (b not in names or n.count("$") < names[b].count("$")):
-                names[b] = n
-    driver = {}
-    for cn, c in cells.items():
-        for p, bits in c["connections"].items():
-            if c["port_directions"].get(p) == "output":
-                for b in bits:
-                    if isinstance(b, int):
-                        driver[b] = (cn, p)
+    cells, names, driver, _ = _net_maps(netlist)
 
     def inputs(cn, port):
         """(bit, delay to the output) of each input of cell cn's output port."""
@@ -180,20 +190,7 @@ def logic_cones(netlist):
     once, for the nearest), by design signal. Returns ``[(name, luts)]``, largest
     first; a register is named by its output's design signal, a block RAM or
     multiplier by its cell and kind."""
-    top = _top(netlist)
-    cells = top["cells"]
-    names = {}
-    for n, net in top["netnames"].items():
-        for b in net["bits"]:
-            if isinstance(b, int) and (b not in names or n.count("$") < names[b].count("$")):
-                names[b] = n
-    readers = {}
-    for cn, c in cells.items():
-        for p, bits in c["connections"].items():
-            if c["port_directions"].get(p) == "input":
-                for b in bits:
-                    if isinstance(b, int):
-                        readers.setdefault(b, []).append(cn)
+    cells, names, _, readers = _net_maps(netlist)
 
     def outputs(cn):
         c = cells[cn]

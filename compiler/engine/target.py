@@ -252,34 +252,37 @@ def compile_for_core(g, target):
         if prologues and program is not None and not any(
                 d["stages"] & STAGE_BITS["prologue_threshold"] for d in program.descriptors):
             break       # no prologue to trade: the other program is this one
-    if best is not None:
-        chosen = best[0].config
-        if not chosen.group_by_tensor:
-            consider(replace(chosen, group_by_tensor=True))
     if best is None:
         raise error
-    program = best[0]
-    _tile_by_model(program, target)
-    return program, predict_core(program, target.core, target.dram.latency,
-                                 target.dram.bytes_per_cycle)
+    if not best[0].config.group_by_tensor:
+        consider(replace(best[0].config, group_by_tensor=True))
+    program, prediction = best
+    if _tile_by_model(program, prediction, target):
+        check_program(program, target.core)
+        prediction = predict_core(program, target.core, target.dram.latency,
+                                  target.dram.bytes_per_cycle)
+    return program, prediction
 
 
-def _tile_by_model(program, target):
+def _tile_by_model(program, prediction, target):
     """Give each descriptor of ``program`` whose weights stream the tiling of
-    :func:`.tiling.core_tilings` (or its own) that the core's cycle model predicts
-    fewest cycles for, under ``target.dram``."""
+    :func:`.tiling.core_tilings` that the core's cycle model predicts fewer cycles for,
+    under ``target.dram``, than its own (``prediction``'s). Returns whether any
+    descriptor changed."""
     from .core_cycles import _Core, _job_table, descriptor_core_cycles
     core = _Core(target.core, target.dram.latency, target.dram.bytes_per_cycle)
+    changed = False
     for i, d in enumerate(program.descriptors):
         others = list(core_tilings(d, program.config))
         if not others:
             continue
         table = _job_table(program, d)
-        best = min([d] + others,
-                   key=lambda e: descriptor_core_cycles(e, table, core).cycles)
-        if best is not d:
-            program.replace_descriptor(i, best)
-    check_program(program, target.core)
+        cycles = [descriptor_core_cycles(e, table, core).cycles for e in others]
+        j = min(range(len(others)), key=cycles.__getitem__)
+        if cycles[j] < prediction.descriptors[i].cycles:
+            program.replace_descriptor(i, others[j])
+            changed = True
+    return changed
 
 
 #: the largest post-op shift: the core rounds in 72 bits (a 64-bit product and offset)

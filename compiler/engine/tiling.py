@@ -295,8 +295,7 @@ def _core_chunks(d, config):
     streamed = dict(d, flags=d["flags"] | FLAG_BITS["weight_stream"])
 
     def fits(rows, chunk):
-        need = scratchpad_need(dict(streamed, rows_per_tile=rows, chunk_c=chunk), config)
-        return need.bytes <= config.scratchpad
+        return _fits(streamed, config, rows_per_tile=rows, chunk_c=chunk)
 
     def largest_chunk(rows):
         """Whole PE folds beside ``rows`` rows, as many as fit (0: not even one)."""
@@ -340,24 +339,26 @@ def core_tilings(d, config):
                       stem_pe=config.stem_pe, stem_simd=config.stem_simd,
                       buffer_bytes=config.scratchpad)
     rowwise = d["flags"] & ~FLAG_BITS["sliced"]
-    tiles, sliced = None, False
+    tiles = None
     for chunk in [d["out_c"]] + list(range(d["out_c"] // lay["pe_r"] * lay["pe_r"], 0,
                                            -lay["pe_r"])):
         def fits(rows, chunk=chunk):
-            e = dict(d, flags=rowwise, rows_per_tile=rows, chunk_c=chunk)
-            return scratchpad_need(e, config).bytes <= config.scratchpad
+            return _fits(d, config, flags=rowwise, rows_per_tile=rows, chunk_c=chunk)
         if fits(1):
             rows = _most_rows(fits, d["out_h"])
             n = -(-d["out_h"] // rows)
             if tiles is None or n < tiles:
                 tiles = n
                 yield dict(d, flags=rowwise, rows_per_tile=rows, chunk_c=chunk, n_tiles=n)
-        if not sliced and slices_fit(d, chunk, config.port_bytes * 8):
-            e = dict(d, flags=rowwise | FLAG_BITS["sliced"], rows_per_tile=d["out_h"],
-                     chunk_c=chunk, n_tiles=1)
-            if scratchpad_need(e, config).bytes <= config.scratchpad:
-                sliced = True
-                yield e
+    sliced = _sliced_chunk(d, config, lay)
+    if sliced:
+        yield dict(d, flags=rowwise | FLAG_BITS["sliced"], rows_per_tile=d["out_h"],
+                   chunk_c=sliced, n_tiles=1)
+
+
+def _fits(d, config, **fields):
+    """Whether ``d`` with ``fields`` set takes no more than the core's scratchpad."""
+    return scratchpad_need(dict(d, **fields), config).bytes <= config.scratchpad
 
 
 def slices_fit(d, chunk, word_bits):
@@ -383,7 +384,7 @@ def _sliced_chunk(d, config, lay):
     best = 0
     for c in range(lay["pe_r"], d["out_c"] + 1, lay["pe_r"]):
         if slices_fit(d, c, config.port_bytes * 8):
-            if scratchpad_need(dict(sliced, chunk_c=c), config).bytes > config.scratchpad:
+            if not _fits(sliced, config, chunk_c=c):
                 break
             best = c
     return best
