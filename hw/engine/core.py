@@ -1502,6 +1502,24 @@ class ComputeSequencer(wiring.Component):
                 with m.Else():
                     to_result(m, v)
 
+            def weight_address(woff_, ci_):
+                """The bit address of the weight of the tap at lane offset ``woff_`` and
+                channel ``ci_`` of the current output channel and job."""
+                widx = wrow + woff_
+                w_bin_addr = ((par_k + off_w) << 3) + wskew + widx
+                w_int_addr = ((par_k + off_w) << 3) + wskew + (widx << (wb_sh + 3))
+                # streamed: the chunk of classes [cc0, cc1) from its skew in the first word
+                w_head_addr = ((par_k + off_w) << 3) + wskew \
+                    + ((ocw + ci_) << (wb_sh + 3))
+                return Mux(is_head, w_head_addr, Mux(int_w, w_int_addr, w_bin_addr))
+
+            # the tap's weight address, set with the tap (POOL_TAP, tap_next): its read,
+            # the held weight word's test and the element's shift then start at a register
+            # rather than after the address arithmetic
+            wsel = Signal(A)
+            wwid = Signal(7)
+            m.d.comb += wwid.eq(Mux(is_head | int_w, f["weight_bytes"] << 3, 1))
+
             # ---- compute: one output element of one job ----------------------------------
             # the channel's lane in its word of the max pool's lanes
             m_lane = oc[:exact_log2(ML)]
@@ -1533,6 +1551,7 @@ class ComputeSequencer(wiring.Component):
                              kyd.eq(0), kxd.eq(0), kyo.eq(0), kxo.eq(0),
                              acc.eq(0), seen.eq(0), ky.eq(0), kx.eq(0), ci.eq(0), j.eq(0),
                              woff.eq(0), gword.eq(0), sg.eq(0), wc_ok.eq(0), mseen.eq(0),
+                             wsel.eq(weight_address(0, 0)),
                              *(mlane[i].eq(0) for i in range(ML))]
                 with m.If(~pooling | ((my >= 0) & (my < f["mid_h"]) & (mx >= 0)
                                       & (mx < f["mid_w"]))):
@@ -1585,16 +1604,7 @@ class ComputeSequencer(wiring.Component):
             _, _, _, in_valid_nx, in_addr_nx = tap_geometry(kyd_nx, kxd_nx, kyo_nx, kxo_nx,
                                                             ci_nx, "_nx")
             pad_value = Mux(is_conv & ~int_w & (f["act_bits"] == 0), 1, 0)
-            widx = wrow + woff
-            w_bin_addr = ((par_k + off_w) << 3) + wskew + widx
-            w_int_addr = ((par_k + off_w) << 3) + wskew + (widx << (wb_sh + 3))
-            # streamed: the chunk of classes [cc0, cc1) from its skew in the first word
-            w_head_addr = ((par_k + off_w) << 3) + wskew \
-                + ((ocw + ci) << (wb_sh + 3))
-            wsel = Signal(A)
-            wwid = Signal(7)
-            m.d.comb += [wsel.eq(Mux(is_head, w_head_addr, Mux(int_w, w_int_addr, w_bin_addr))),
-                         wwid.eq(Mux(is_head | int_w, f["weight_bytes"] << 3, 1))]
+
 
             def issue_weight(m):
                 self._issue(m, "W", wsel, wwid, is_head | int_w)
@@ -1752,16 +1762,21 @@ class ComputeSequencer(wiring.Component):
             # arithmetic precedes the shifter
             ga = Signal(A + 3)
             lim_in = left_in_word(ga, f["in_elem"], (2, 4, 8, 16, 32, 64))
-            lim_t = left_in_word(thr_addr, cb << 3, (8, 16, 32, 64))
-            lim_v = W - inv_addr[:wbits]
+            # a prologue's threshold and invert-bit offsets in their words, kept by G_IN
+            # for G_THR (ci does not change between them), so that the group's size and
+            # its thresholds' shifts start at registers, not after the address arithmetic
+            thr_sh, inv_sh = Signal(wbits), Signal(wbits)
+            lim_t = left_in_word(thr_sh, cb << 3, (8, 16, 32, 64))
+            lim_v = W - inv_sh
             gl_pad = Signal(range(SIMD + 1))
-            gl = Signal(range(SIMD + 1))
+            gl_in = Signal(range(SIMD + 1))     # without a prologue (G_IN)
+            gl = Signal(range(SIMD + 1))        # with one (G_THR)
             m.d.comb += [gl_pad.eq(smaller(lim_c, lim_j)),
-                         gl.eq(smaller(gl_pad, Mux(gpro, smaller(lim_in, smaller(lim_t, lim_v)),
-                                                   lim_in)))]
+                         gl_in.eq(smaller(gl_pad, lim_in)),
+                         gl.eq(smaller(gl_in, smaller(lim_t, lim_v)))]
             gin = Signal(W)           # the input word, shifted to the group's first element
             ginv = Signal(SIMD)       # the group's invert bits
-            m.d.comb += ginv.eq(ginv_word >> inv_addr[:wbits])
+            m.d.comb += ginv.eq(ginv_word >> inv_sh)
 
             # the group's lane values (NP bit planes each) from the input word shifted to
             # its first element and, with a prologue, the threshold word
@@ -1784,26 +1799,39 @@ class ComputeSequencer(wiring.Component):
             m.d.comb += [*(in_is[w].eq(f["in_elem"] == w) for w in _WIDTHS),
                          *(cb_is[c].eq(cb == c) for c in cb_is),
                          in_signed_fmt.eq(f["in_fmt"] == 2)]
-            gsrc = Signal(W)
-            m.d.comb += gsrc.eq(Mux(gpro, gin, rp.data >> ga[:wbits]))
+            # G_IN takes the read word's elements as they are (their low bits: levels, or
+            # the stem's bytes), G_THR compares the kept word's elements (gin) with the
+            # thresholds: apart, so that G_IN's path from the read to the window word
+            # does not pass a comparison only G_THR makes
+            g_word = Signal(W)
+            m.d.comb += g_word.eq(rp.data >> ga[:wbits])
             gth = Signal(W)
-            m.d.comb += gth.eq(rp.data >> thr_addr[:wbits])
-            gvals, gbytes = [], []      # the binary array's bit planes, the stem's bytes
+            m.d.comb += gth.eq(rp.data >> thr_sh)
+
+            def lane_element(word, i):
+                """Lane ``i``'s element of ``word``, of the input's width and signedness
+                (a signal narrower than 64 bits takes its low bits)."""
+                return _any_of(
+                    (in_is[w], Mux(in_signed_fmt, word[i * w:(i + 1) * w].as_signed(),
+                                   word[i * w:(i + 1) * w]))
+                    for w in _WIDTHS if (i + 1) * w <= W)
+
+            gvals_in, gvals, gbytes = [], [], []   # the array's bit planes, the stem's bytes
             for i in range(SIMD):
+                e_in = Signal(8, name=f"gin_elem{i}")
                 e = Signal(signed(64), name=f"gelem{i}")
                 t = Signal(signed(64), name=f"gthr{i}")
-                ev_i = _any_of(
-                    (in_is[w], Mux(in_signed_fmt, gsrc[i * w:(i + 1) * w].as_signed(),
-                                   gsrc[i * w:(i + 1) * w]))
-                    for w in _WIDTHS if (i + 1) * w <= W)
                 tv_i = _any_of((cb_is[c], gth[i * c * 8:(i + 1) * c * 8].as_signed())
                                for c in _CONST_BYTES if (i + 1) * c * 8 <= W)
-                m.d.comb += [e.eq(ev_i), t.eq(tv_i)]
-                g = Signal(NP, name=f"glane{i}")
-                m.d.comb += g.eq(lane_planes(Mux(gpro, (e >= t) ^ ginv[i], e[:4])))
+                m.d.comb += [e_in.eq(lane_element(g_word, i)), e.eq(lane_element(gin, i)),
+                             t.eq(tv_i)]
+                g_in, g = Signal(NP, name=f"glane_in{i}"), Signal(NP, name=f"glane{i}")
+                m.d.comb += [g_in.eq(lane_planes(e_in[:4])),
+                             g.eq(lane_planes((e >= t) ^ ginv[i]))]
+                gvals_in.append(g_in)
                 gvals.append(g)
                 if i < SL:
-                    gbytes.append(e[:8])
+                    gbytes.append(e_in)
 
             def gather_write(m, values, n, chain, stem_values=None):
                 """Lanes [j, j + n) of window word sg get values[:n] (NP bit planes of
@@ -1870,9 +1898,9 @@ class ComputeSequencer(wiring.Component):
                     gather_write(m, [pad] * SIMD, gl_pad, chain=False)
                 self._exits(m)
             with m.State("G_IN"):
-                shifted_in = rp.data >> ga[:wbits]
                 with m.If(gpro):
-                    m.d.sync += gin.eq(shifted_in)
+                    m.d.sync += [gin.eq(g_word), thr_sh.eq(thr_addr[:wbits]),
+                                 inv_sh.eq(inv_addr[:wbits])]
                     with m.If(ginv_ok & (ginv_wa == (inv_addr >> wbits))):
                         m.d.comb += s.raddr.eq(thr_addr >> wbits)
                         m.next = "G_THR"
@@ -1880,7 +1908,7 @@ class ComputeSequencer(wiring.Component):
                         m.d.comb += s.raddr.eq(inv_addr >> wbits)
                         m.next = "G_INV"
                 with m.Else():
-                    gather_write(m, gvals, gl, chain=True,
+                    gather_write(m, gvals_in, gl_in, chain=True,
                                  stem_values=gbytes if self.stem_vector else None)
                 self._exits(m)
             with m.State("G_INV"):
@@ -1895,8 +1923,9 @@ class ComputeSequencer(wiring.Component):
 
             def tap_next(m):
                 last_j = j == simd_r - 1
-                m.d.sync += [j.eq(Mux(last_j, 0, j + 1)),
-                             woff.eq(Mux(last_j, woff + pesimd - (simd_r - 1), woff + 1))]
+                woff_nx = Mux(last_j, woff + pesimd - (simd_r - 1), woff + 1)
+                m.d.sync += [j.eq(Mux(last_j, 0, j + 1)), woff.eq(woff_nx),
+                             wsel.eq(weight_address(woff_nx, ci_nx))]
                 step_tap(m)
                 with m.If(last_tap):
                     m.next = "EPI"
