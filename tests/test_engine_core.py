@@ -24,7 +24,7 @@ from test_engine_program import RANDOM_CONFIGS
 from groupnet_hw import engine_registers as regs
 from groupnet_hw.compiler.engine.config import EngineConfig
 from groupnet_hw.compiler.engine.layout import compile_engine
-from groupnet_hw.compiler.engine.program import DESCRIPTOR, JOB
+from groupnet_hw.compiler.engine.program import DESCRIPTOR, JOB, OPCODE_CODES, STAGE_BITS
 from groupnet_hw.compiler.engine.core_cycles import predict_core
 from groupnet_hw.compiler.engine.target import (check_program, compile_for_core, core_config,
                                                engine_target)
@@ -390,6 +390,30 @@ def test_pixel_thresholds_on_the_lanes_bit_exact(core):
     assert len(lanes) >= 2 and all(not p.phases["scalar"] for p in lanes)
     stem = next(p for p in pred.descriptors if p.opcode == "CONV")
     assert stem.phases["folds"] and not stem.phases["scalar"]     # the stem's array
+
+
+@pytest.mark.parametrize("config", [CONFIG, PIXEL_CONFIG], ids=["prologue", "pixel"])
+def test_inverted_thresholds_gathered_a_group_at_a_time_bit_exact(core, config):
+    """One-bit thresholds whose invert bits differ from channel to channel, gathered as
+    convolutions' prologues and on the PIXEL lanes: 4-byte thresholds lie four to a
+    word, so a tap's channels are gathered in groups, each with its own invert bits
+    from the invert-bit word. The networks' own gathered thresholds are their blocks'
+    input signs, never inverted, so here a random half of those channels are."""
+    g = compile_model(random_model(6, **LANES_NET))
+    gen = torch.Generator().manual_seed(6)
+    flipped = 0
+    for n in g.nodes:
+        if n.op == "threshold" and not n.attrs["invert"].any():
+            n.attrs["invert"] = torch.randint(0, 2, n.attrs["invert"].shape, generator=gen,
+                                              dtype=n.attrs["invert"].dtype)
+            flipped += 1
+    assert flipped >= 2
+    program, _ = check_network(core, g, frames_for(g, 2, 6), config=config)
+    # the flipped thresholds are gathered: prologues, or PIXEL descriptors on the lanes
+    gathered = [d for d in program.descriptors
+                if d["stages"] & STAGE_BITS["prologue_threshold"]
+                or d["opcode"] == OPCODE_CODES["PIXEL"]]
+    assert gathered
 
 
 #: small buffers: the compiler splits the outputs into several row tiles (and streams
