@@ -1816,7 +1816,7 @@ class ComputeSequencer(wiring.Component):
                                    word[i * w:(i + 1) * w]))
                     for w in _WIDTHS if (i + 1) * w <= W)
 
-            gvals_in, gvals, gbytes = [], [], []   # the array's bit planes, the stem's bytes
+            gvals, gbytes = [], []      # the array's bit planes, the stem's bytes
             for i in range(SIMD):
                 e_in = Signal(8, name=f"gin_elem{i}")
                 e = Signal(signed(64), name=f"gelem{i}")
@@ -1828,10 +1828,15 @@ class ComputeSequencer(wiring.Component):
                 g_in, g = Signal(NP, name=f"glane_in{i}"), Signal(NP, name=f"glane{i}")
                 m.d.comb += [g_in.eq(lane_planes(e_in[:4])),
                              g.eq(lane_planes((e >= t) ^ ginv[i]))]
-                gvals_in.append(g_in)
-                gvals.append(g)
+                # one lane value for both states (gpro is the descriptor's), so that
+                # they share the placement into the window word
+                gv = Signal(NP, name=f"gval{i}")
+                m.d.comb += gv.eq(Mux(gpro, g, g_in))
+                gvals.append(gv)
                 if i < SL:
                     gbytes.append(e_in)
+            gn_lanes = Signal(range(SIMD + 1))
+            m.d.comb += gn_lanes.eq(Mux(gpro, gl, gl_in))
 
             def gather_write(m, values, n, chain, stem_values=None):
                 """Lanes [j, j + n) of window word sg get values[:n] (NP bit planes of
@@ -1908,7 +1913,7 @@ class ComputeSequencer(wiring.Component):
                         m.d.comb += s.raddr.eq(inv_addr >> wbits)
                         m.next = "G_INV"
                 with m.Else():
-                    gather_write(m, gvals_in, gl_in, chain=True,
+                    gather_write(m, gvals, gn_lanes, chain=True,
                                  stem_values=gbytes if self.stem_vector else None)
                 self._exits(m)
             with m.State("G_INV"):
@@ -1918,7 +1923,7 @@ class ComputeSequencer(wiring.Component):
                 m.next = "G_THR"
                 self._exits(m)
             with m.State("G_THR"):
-                gather_write(m, gvals, gl, chain=True)
+                gather_write(m, gvals, gn_lanes, chain=True)
                 self._exits(m)
 
             def tap_next(m):
