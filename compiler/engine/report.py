@@ -85,7 +85,7 @@ def _planes(core):
 
 def render_engine_text(report):
     """``report.txt`` of an engine build."""
-    e, f, mem = report["engine"], report["frame"], report["memory"]
+    e, f, mem, prog = (report[k] for k in ("engine", "frame", "memory", "program"))
     core = e["core"]
     lines = [f"layer-sequential engine for {report['board']}"]
     if report.get("reason"):
@@ -99,18 +99,14 @@ def render_engine_text(report):
         "core's timing at it is not closed yet, architecture.md section 13)",
         f"  DRAM model: {e['dram']['latency']} cycles latency, "
         f"{e['dram']['bytes_per_cycle']:g} bytes/cycle ({e['dram']['gbytes_per_s']:.2f} GB/s)",
-    ]
-    prog = report.get("program")
-    if prog:        # each choice the core's cycle model made (target.compile_for_core)
-        lines.append(
-            f"  program: {prog['descriptors']} descriptors; binary convolutions' input "
-            "thresholds " + ("in their gathers" if prog["prologue_thresholds"]
-                             else "in PIXEL descriptors that write levels (1x1 ones: in "
-                                  "their gathers)")
-            + "; element-wise jobs grouped by "
-            + ("the tensor they read" if prog["group_by_tensor"] else "their producer")
-            + " (each the faster by the core's cycle model)")
-    lines += [
+        # each choice the core's cycle model made (target.compile_for_core)
+        f"  program: {prog['descriptors']} descriptors; binary convolutions' input "
+        "thresholds " + ("in their gathers" if prog["prologue_thresholds"]
+                         else "in PIXEL descriptors that write levels (1x1 ones: in "
+                              "their gathers)")
+        + "; element-wise jobs grouped by "
+        + ("the tensor they read" if prog["group_by_tensor"] else "their producer")
+        + " (each the faster by the core's cycle model)",
         "",
         f"{'#':>3} {'opcode':<9} {'jobs':>4} {'tiles':>5} {'cycles':>12} {'mostly':<8} "
         f"{'lanes':>6} {'DRAM bytes':>12}  nodes",
