@@ -164,6 +164,9 @@ def core_paths(data_width, pe, simd, stem_pe, stem_simd, planes=4):
     - ``pixel_vector``: a PIXEL's one-bit outputs leave the window buffer ``simd``
       lanes at a time;
     - ``threshold_vector``: a convolution's one-bit thresholds, a PE fold at a time;
+    - ``pixel_thresholds``: a PIXEL of 8-, 16- or 32-bit inputs on those threshold
+      lanes, ``pe`` channels a fold (their inputs one read of the banked scratchpad:
+      ``pe`` 32-bit elements fit ``banks`` words);
     - ``max_act_bits``: the widest activations the array takes (``act_bits``; 0 is
       binary): 4 with 4 bit planes, 0 with one;
     - ``window_bits``: a window-buffer word: ``planes`` bits of ``simd`` lanes, or the
@@ -180,5 +183,8 @@ def core_paths(data_width, pe, simd, stem_pe, stem_simd, planes=4):
                                     and pe % c == 0), 1),
                 pixel_vector=pow2(simd) and simd <= data_width,
                 threshold_vector=vector and pow2(pe) and pe <= data_width,
+                pixel_thresholds=(vector and pow2(pe) and pe <= data_width
+                                  and pow2(simd) and simd <= data_width
+                                  and pe * 32 <= banks * data_width),
                 max_act_bits=0 if planes == 1 else planes,
                 window_bits=max(planes * simd, 8 * stem_simd if stem_vector else 0))

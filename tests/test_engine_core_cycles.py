@@ -90,9 +90,34 @@ def test_digits_k1_per_descriptor(core):
 
 
 def test_threshold_lanes_and_stem_array_exact(core):
-    """PIXEL descriptors on the threshold lanes, the stem's multiplier array and a
-    head that sums its map first: every descriptor to the cycle."""
+    """PIXEL descriptors on the threshold lanes (ptv: 16-bit inputs, three jobs with a
+    shared input and three with their own, two PE folds each), the stem's multiplier
+    array and a head that sums its map first: every descriptor to the cycle."""
     g = compile_model(random_model(6, **LANES_NET))
+    model = _Core(CORE, *DRAMS["fast"])
+    routes = [_layout(d, model)["ptv"] for d in compile_engine(g, PIXEL_CONFIG).descriptors
+              if d["opcode"] == OPCODE_CODES["PIXEL"]]
+    assert routes == [True, True]
+    pred, whole = check(core, g, 6, PIXEL_CONFIG, CORE, "fast", per_descriptor=True)
+    assert pred.cycles == whole
+
+
+def test_pixel_of_64_bit_inputs_on_the_window_lanes_exact(core):
+    """A PIXEL whose inputs the threshold lanes do not take (64-bit: the stem's range
+    widened past 32 bits, so its map is written 64 bits an element) is gathered on the
+    window lanes (pvec) while the next block's PIXEL takes the threshold lanes: every
+    descriptor's outputs equal to the executor's, under stalls, and every descriptor
+    to the cycle."""
+    g = compile_model(random_model(6, **LANES_NET))
+    stem = next(n for n in g.nodes if n.name == "stem_1")
+    stem.lo, stem.hi = -(1 << 40), 1 << 40
+    model = _Core(CORE, *DRAMS["fast"])
+    pixels = [(d["in_elem"], _layout(d, model)["pvec"], _layout(d, model)["ptv"])
+              for d in compile_engine(g, PIXEL_CONFIG).descriptors
+              if d["opcode"] == OPCODE_CODES["PIXEL"]]
+    assert pixels == [(64, True, False), (16, True, True)]
+    check_network(core, g, frames_for(g, 1, 6), config=PIXEL_CONFIG, per_descriptor=True,
+                  stall=0.3)
     pred, whole = check(core, g, 6, PIXEL_CONFIG, CORE, "fast", per_descriptor=True)
     assert pred.cycles == whole
 

@@ -36,9 +36,12 @@ Compute per output pixel, channel and job:
 - the stem's multiplier array (``svec``): the gather as the array's (bytes of
   ``stem_simd`` lanes), then SMVU per PE fold, SIMD fold and ``stem_channels``
   output channels, MVU_END;
-- a PIXEL on the threshold lanes (``pvec``): per pixel and job CORE, POOL_TAP, the
+- a PIXEL on the window lanes (``pvec``): per pixel and job CORE, POOL_TAP, the
   gather with a one-level prologue's reads (G_TAP, G_IN, G_INV, G_THR), EPI and a PW
   per ``simd`` channels;
+- a PIXEL of 8- to 32-bit inputs on the threshold lanes (``ptv``, the core's
+  ``pixel_thresholds``): per pixel CORE, POOL_TAP, TV_A, then per PE fold and job
+  PT_X (its inputs), TV_T, TV_I, TV_O;
 - a convolution's one-bit thresholds on the lanes (``tvec``): after the folds TV_A,
   then per PE fold and job TV_T, TV_I, TV_O instead of the per-channel epilogue;
 - a head's channel sums, once per descriptor: HSUM, per channel an HSUM_D per input
@@ -201,6 +204,7 @@ class _Core:
         self.stem_vector, self.stem_channels = paths["stem_vector"], paths["stem_channels"]
         self.pixel_vector = paths["pixel_vector"]
         self.threshold_vector = paths["threshold_vector"]
+        self.pixel_thresholds = paths["pixel_thresholds"]
         self.max_act_bits = paths["max_act_bits"]
         self.window_words = _ceil(p["max_window"], self.simd)
         self.maxc = accumulator_channels(p["max_out_c"], self.pe)
@@ -288,6 +292,13 @@ def _layout(d, core):
             and d["stages"] == STAGE_BITS["threshold"] and d["out_levels"] == 1
             and d["out_elem"] == 1 and d["kernel"] == 1 and d["in_c"] == d["out_c"]
             and d["out_c"] % core.simd == 0)
+    # such a PIXEL of 8- to 32-bit inputs on the threshold lanes: a fold's PE inputs
+    # start on a word (whole-word pixels, PE elements at least a word)
+    ptv = (pvec and core.pixel_thresholds and d["in_elem"] in (8, 16, 32)
+           and core.pe * d["in_elem"] >= core.bpw * 8
+           and (d["in_c"] * d["in_elem"] // 8) % core.bpw == 0
+           and d["out_c"] % core.pe == 0
+           and core.pe * 8 * d["const_bytes"] <= core.banks * core.bpw * 8)
     # a MAXPOOL of 32-bit elements whose pixels fill whole words: on the lanes
     mvec = (d["opcode"] == OPCODE_CODES["MAXPOOL"] and not _has(d, "prologue_threshold")
             and d["jobs"] == 1 and d["in_c"] == d["out_c"] and d["in_elem"] == 32
@@ -295,7 +306,8 @@ def _layout(d, core):
             and d["in_pitch"] % core.bpw == 0)
     # a head's classes take their products over its channel sums: a 1x1 window
     win = (1, 1) if lay["is_head"] else (lay["kh"], d["kernel"])
-    return dict(lay, op=_OPCODES.get(d["opcode"], ""), vec=vec, svec=svec, pvec=pvec, tvec=tvec,
+    return dict(lay, op=_OPCODES.get(d["opcode"], ""), vec=vec, svec=svec, pvec=pvec, ptv=ptv,
+                tvec=tvec,
                 mvec=mvec,
                 win_h=win[0], win_w=win[1],
                 chunk_c=lay["chunk_in"] if lay["stream"] else d["out_c"],
@@ -716,6 +728,13 @@ def _compute(d, lay, rows, channels, folds, core, chunk=0):
     per_oc_epi = sum(_epilogue(d, lay, oc) for oc in range(c0, c1)) \
         if lay["op"] not in _MULTI else 0            # a MIXER's epilogue: in its outputs
     out = dict(gather=0, folds=0, scalar=0, pool=0, epilogue=0, outputs=0)
+    if lay["ptv"]:
+        # per pixel CORE, POOL_TAP (the gather's), TV_A; per PE fold and job PT_X (the
+        # gather's: its inputs), TV_T, TV_I, TV_O (their bits merged)
+        folds = d["out_c"] // core.pe
+        out["gather"] = px * (2 + jobs * folds)
+        out["epilogue"] = px * (1 + 3 * jobs * folds) + 1      # and START
+        return out
     if lay["vec"] or lay["svec"] or lay["pvec"]:
         # per pixel and job: CORE, POOL_TAP, the window, EPI (a PIXEL on the lanes: the
         # gather with a one-level prologue's reads); the folds of [o0, o1)

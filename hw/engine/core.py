@@ -423,6 +423,7 @@ class ComputeSequencer(wiring.Component):
         self.stem_vector, self.stem_channels = paths["stem_vector"], paths["stem_channels"]
         self.pixel_vector = paths["pixel_vector"]
         self.threshold_vector = paths["threshold_vector"]
+        self.pixel_thresholds = paths["pixel_thresholds"]
         self.planes, self.max_act_bits = planes, paths["max_act_bits"]
         self.window_bits = paths["window_bits"]
         if buffer_bytes % (self.bytes_per_word * self.banks):
@@ -561,6 +562,9 @@ class ComputeSequencer(wiring.Component):
         # a binary convolution's prologue threshold, or a PIXEL on the threshold lanes
         # (pvec: its one-level thresholds gathered as a prologue's, a word of lanes a read)
         pvec = Signal()
+        # such a PIXEL of 8- to 32-bit inputs on the threshold lanes instead: PE channels'
+        # inputs one wide read a fold (PT_X), then TV_T, TV_I, TV_O as a convolution's
+        ptv = Signal()
         gpro_conv = stage("prologue_threshold")
         gpro = gpro_conv | pvec
 
@@ -1049,6 +1053,14 @@ class ComputeSequencer(wiring.Component):
                                & (f["out_elem"] == 1) & (f["kernel"] == 1)
                                & (f["in_c"] == f["out_c"]) & ((f["out_c"] & (SIMD - 1)) == 0))
                 m.d.sync += pvec.eq(pixel_lanes)
+                # a fold's PE inputs start on a word (whole-word pixels, PE elements at
+                # least a word) and lie in one wide read, as do its PE thresholds
+                m.d.sync += ptv.eq(Const(self.pixel_thresholds) & pixel_lanes
+                                   & _any_of((f["in_elem"] == w, 1) for w in (8, 16, 32)
+                                             if PE * w >= W)
+                                   & ((in_pix & (BPW - 1)) == 0)
+                                   & ((f["out_c"] & (PE - 1)) == 0)
+                                   & (PE * 8 * cb <= self.banks * W))
                 with m.If(pixel_lanes):
                     m.d.sync += ci_n.eq(f["in_c"])      # the gather walks the channels
                 # the prologue's invert bits follow its C_in x levels thresholds
@@ -1553,8 +1565,12 @@ class ComputeSequencer(wiring.Component):
                              woff.eq(0), gword.eq(0), sg.eq(0), wc_ok.eq(0), mseen.eq(0),
                              wsel.eq(weight_address(0, 0)),
                              *(mlane[i].eq(0) for i in range(ML))]
-                with m.If(~pooling | ((my >= 0) & (my < f["mid_h"]) & (mx >= 0)
-                                      & (mx < f["mid_w"]))):
+                with m.If(ptv):
+                    # every job's PE folds from the first (TV_A reads its inputs)
+                    m.d.sync += mo.eq(0)
+                    m.next = "TV_A"
+                with m.Elif(~pooling | ((my >= 0) & (my < f["mid_h"]) & (mx >= 0)
+                                        & (mx < f["mid_w"]))):
                     with m.If(wide_g):
                         m.next = "G_TAP"
                     with m.Elif(mvec):
@@ -2070,9 +2086,15 @@ class ComputeSequencer(wiring.Component):
             # per PE fold and job: its sums and thresholds (one wide read), its invert
             # bits, its output word; PE bits merged into it. Each read is addressed by the
             # state before; the last state addresses the next fold's (job's) first reads.
+            # A PIXEL on these lanes (ptv) takes its PE inputs instead of sums: one wide
+            # read (PT_X) before the thresholds'.
             # running addresses of the fold and job (no multipliers): the job's parameter
-            # block, its output pixel, the fold's thresholds (mo * pe * cb bytes)
+            # block, its output pixel, the fold's thresholds (mo * pe * cb bytes); a
+            # PIXEL's input piece (bits) and job 0's of the fold
             tv_pk, tv_ob, tv_to = Signal(A), Signal(A), Signal(A)
+            tv_ib, tv_ib0 = Signal(A + 3), Signal(A + 3)
+            # the PIXEL's inputs of the fold, as 33-bit signed values (any 32-bit input)
+            tp_x = [Signal(signed(33), name=f"tp_x{i}") for i in range(PE)]
             tv_thr = (tv_pk + off_thr + tv_to) << 3
             tv_inv = ((tv_pk + thr_inv) << 3) + (mo << PSH)
             tv_out = (tv_ob << 3) + (mo << PSH)
@@ -2085,11 +2107,32 @@ class ComputeSequencer(wiring.Component):
             def times_cb(x):      # x * const_bytes (4 or 8): a shift, no multiplier
                 return x << cb_sh
 
+            def pt_issue(m, ib):
+                # a PIXEL's fold: its inputs first
+                m.d.comb += s.raddr.eq(ib >> wbits)
+                m.next = "PT_X"
+
             with m.State("TV_A"):
                 to0 = times_cb(mo << PSH)          # the chunk's first fold (o0)
                 m.d.sync += [tv_pk.eq(par_base), tv_ob.eq(out_base + out_row), tv_to.eq(to0)]
-                tv_issue(m, par_base, to0, mo)
+                with m.If(ptv):
+                    # job 0's pixel (POOL_TAP set its position; channel 0)
+                    m.d.sync += [tv_ib.eq(in_addr), tv_ib0.eq(in_addr)]
+                    pt_issue(m, in_addr)
+                with m.Else():
+                    tv_issue(m, par_base, to0, mo)
                 self._exits(m)
+            if self.pixel_thresholds:
+                with m.State("PT_X"):
+                    # the fold's PE inputs start the wide read (ptv's conditions)
+                    for i in range(PE):
+                        lane = _any_of(
+                            (in_is[w], Mux(in_signed_fmt, rp.wide[i * w:(i + 1) * w].as_signed(),
+                                           rp.wide[i * w:(i + 1) * w]))
+                            for w in (8, 16, 32) if PE * w >= W and (i + 1) * w <= self.banks * W)
+                        m.d.sync += tp_x[i].eq(lane)
+                    tv_issue(m, tv_pk, tv_to, 0)
+                    self._exits(m)
             with m.State("TV_T"):
                 # a PE fold's thresholds start at a multiple of pe constants of 4 or 8
                 # bytes after their word-aligned section
@@ -2099,7 +2142,10 @@ class ComputeSequencer(wiring.Component):
                 for i in range(PE):
                     t_i = _any_of((cb_is[c], thr_bits[i * c * 8:(i + 1) * c * 8].as_signed())
                                   for c in _CONST_BYTES if (i + 1) * c * 8 <= self.banks * W)
-                    ge.append(rp_a.data[32 * i:32 * (i + 1)].as_signed() >= t_i)
+                    x_i = rp_a.data[32 * i:32 * (i + 1)].as_signed()
+                    if self.pixel_thresholds:
+                        x_i = Mux(ptv, tp_x[i], x_i)
+                    ge.append(x_i >= t_i)
                 m.d.sync += tv_ge.eq(Cat(*ge))
                 m.d.comb += s.raddr.eq(tv_inv >> wbits)
                 m.next = "TV_I"
@@ -2119,16 +2165,26 @@ class ComputeSequencer(wiring.Component):
                 with m.If(k == f["jobs"] - 1):
                     # the next PE fold, job 0
                     to_next = tv_to + times_cb(Const(PE, 8))
+                    ib_next = tv_ib0 + (Const(PE, 8) << in_sh)
                     m.d.sync += [k.eq(0), mo.eq(mo + 1), tv_pk.eq(par_base),
-                                 tv_ob.eq(out_base + out_row), tv_to.eq(to_next)]
-                    with m.If(mo == o1 - 1):
+                                 tv_ob.eq(out_base + out_row), tv_to.eq(to_next),
+                                 tv_ib.eq(ib_next), tv_ib0.eq(ib_next)]
+                    with m.If(Mux(ptv, ((mo + 1) << PSH) == f["out_c"], mo == o1 - 1)):
                         next_pixel(m)
+                    with m.Elif(ptv):
+                        pt_issue(m, ib_next)
                     with m.Else():
                         tv_issue(m, par_base, to_next, mo + 1)
                 with m.Else():
+                    # the next job's input region (none apart when they share one)
+                    ib_job = tv_ib + Mux(flag("shared_input"), 0, in_tile << 3)
                     m.d.sync += [k.eq(k + 1), tv_pk.eq(tv_pk + pstride),
-                                 tv_ob.eq(tv_ob + out_tile)]
-                    tv_issue(m, tv_pk + pstride, tv_to, ((k + 1) << exact_log2(AFOLDS)) + mo)
+                                 tv_ob.eq(tv_ob + out_tile), tv_ib.eq(ib_job)]
+                    with m.If(ptv):
+                        pt_issue(m, ib_job)
+                    with m.Else():
+                        tv_issue(m, tv_pk + pstride, tv_to,
+                                 ((k + 1) << exact_log2(AFOLDS)) + mo)
                 self._exits(m)
 
             def got_bias(m, ev):
