@@ -167,6 +167,9 @@ def core_paths(data_width, pe, simd, stem_pe, stem_simd, planes=4):
     - ``pixel_thresholds``: a PIXEL of 8-, 16- or 32-bit inputs on those threshold
       lanes, ``pe`` channels a fold (their inputs one read of the banked scratchpad:
       ``pe`` 32-bit elements fit ``banks`` words);
+    - ``sums_writer``: an array convolution of one job without stages (its outputs
+      are its 32-bit sums) writes a PE fold's sums as whole words (``pe * 32`` bits, a multiple
+      of a word);
     - ``max_act_bits``: the widest activations the array takes (``act_bits``; 0 is
       binary): 4 with 4 bit planes, 0 with one;
     - ``window_bits``: a window-buffer word: ``planes`` bits of ``simd`` lanes, or the
@@ -186,5 +189,6 @@ def core_paths(data_width, pe, simd, stem_pe, stem_simd, planes=4):
                 pixel_thresholds=(vector and pow2(pe) and pe <= data_width
                                   and pow2(simd) and simd <= data_width
                                   and pe * 32 <= banks * data_width),
+                sums_writer=vector and pow2(pe) and (pe * 32) % data_width == 0,
                 max_act_bits=0 if planes == 1 else planes,
                 window_bits=max(planes * simd, 8 * stem_simd if stem_vector else 0))

@@ -138,6 +138,29 @@ def test_max_pool_on_the_lanes_exact(core):
     assert pool[0].phases["pool"] > pool[0].phases["scalar"] > 0
 
 
+#: a pooled stem of 32 channels (two PE folds): its sums are a descriptor's outputs
+POOLED_STEM = dict(image_size=16, stem_channels=32, stem_kernel=5, stem_stride=2,
+                   stem_pool=True, stages=[[32, 1, 1]], bases=2)
+
+
+def test_stem_sums_written_a_word_at_a_time_exact(core):
+    """A stem followed by an overlapping max pool writes its 32-bit sums unchanged: the
+    sums writer (swr) stores a PE fold's sums as whole words from the accumulator
+    buffer, a word a cycle, instead of an element a cycle through the output writer:
+    every descriptor's outputs equal to the executor's, under stalls, and every
+    descriptor to the cycle."""
+    g = compile_model(random_model(7, **POOLED_STEM))
+    config = core_config(CORE)
+    model = _Core(CORE, *DRAMS["fast"])
+    writers = [d["opcode"] for d in compile_engine(g, config).descriptors
+               if _layout(d, model)["swr"]]
+    assert writers == [OPCODE_CODES["CONV"]]
+    check_network(core, g, frames_for(g, 1, 7), config=config, per_descriptor=True,
+                  stall=0.3)
+    pred, whole = check(core, g, 7, config, CORE, "fast", per_descriptor=True)
+    assert pred.cycles == whole
+
+
 def _read_ahead_jobs(program, core_params):
     """Per descriptor: the jobs of channel 0 read ahead through the read port (the
     first pixel) and from the pair table (later pixels), as the model counts them."""

@@ -258,40 +258,63 @@ def test_authors_fixed_mean_resnet_runs_its_gates_on_the_engine(tmp_path, need_v
 
 def test_wide_maps_threshold_in_pixel_descriptors_on_the_engine(tmp_path, need_verilator):
     """Over 12x12 maps of 64 channels the core's cycle model finds it cheaper to write
-    each base's input levels once (PIXEL descriptors; the five thresholds of the
-    block's input run as one descriptor of 5 jobs) than to gather 32-bit elements with
-    their thresholds in every window of a 3x3 convolution, and to threshold each
-    base's own map in a descriptor of its own than with the other bases' maps; the
+    each base's input levels once (PIXEL descriptors on the threshold lanes; the five
+    thresholds of the block's input run as one descriptor of 5 jobs) than to gather
+    32-bit elements with their thresholds in every window of a 3x3 convolution; the
     1x1 shortcut convolutions take their thresholds as they read their input (each
-    element once). The build takes that program, and it runs bit-exact on Verilator
-    at the model's cycles."""
+    element once). The build takes the cheapest of the four programs (thresholds as
+    prologues or PIXELs, element-wise jobs grouped by producer or by the tensor they
+    read), and it runs bit-exact on Verilator at the model's cycles; so does the other
+    grouping's program, on the same engine."""
     from authors_layout import narrow_authors_model
+    from groupnet_hw.compiler.execute import execute
+    from groupnet_hw.sim.engine_model import run_program
+    from groupnet_hw.sim.engine_rtl import build_engine_rtl
+    from groupnet_hw.sim.engine_verify import frame_image, run_program_rtl
     model, _ = narrow_authors_model(tmp_path, bases=5, image_size=48, widths=(64, 64),
                                     blocks=(1, 1))
     save_checkpoint(tmp_path / "r.pt", model)
     b = build(tmp_path / "r.pt", BuildConfig(**SMALL_ENGINE), out_dir=tmp_path / "out")
     program = b.engine.program
-    assert not program.config.prologue_thresholds and program.config.group_by_tensor
+    assert not program.config.prologue_thresholds
     convs = [d for d, grp in zip(program.descriptors, program.groups) if grp.opcode == "CONV"]
     assert all(bool(d["stages"] & STAGE_BITS["prologue_threshold"]) == (d["kernel"] == 1)
                for d in convs[1:])
     assert any(d["kernel"] == 1 for d in convs)
     pixels = [d for d, grp in zip(program.descriptors, program.groups) if grp.opcode == "PIXEL"]
     assert pixels[0]["jobs"] == 5 and pixels[0]["flags"] & FLAG_BITS["shared_input"]
-    assert sum(d["jobs"] == 1 for d in pixels) >= 10
     dram = b.engine.target.dram
-    by_producer = compile_engine(b.graph, replace(program.config, group_by_tensor=False))
-    assert b.engine.prediction.cycles < predict_core(
-        by_producer, b.engine.target.core, dram.latency, dram.bytes_per_cycle).cycles
+
+    def cycles(prog):
+        return predict_core(prog, b.engine.target.core, dram.latency,
+                            dram.bytes_per_cycle).cycles
+    others = {(pro, by_tensor): compile_engine(b.graph, replace(
+        program.config, prologue_thresholds=pro, group_by_tensor=by_tensor))
+        for pro in (False, True) for by_tensor in (False, True)}
+    assert b.engine.prediction.cycles == min(cycles(p) for p in others.values())
+    other = others[(False, not program.config.group_by_tensor)]
+    assert len(other.descriptors) != len(program.descriptors)
     report = (tmp_path / "out" / "report.txt").read_text()
     assert (f"program: {len(program.descriptors)} descriptors; binary convolutions' input "
             "thresholds in PIXEL descriptors") in report
-    assert "element-wise jobs grouped by the tensor they read" in report
+    grouping = "the tensor they read" if program.config.group_by_tensor else "their producer"
+    assert f"element-wise jobs grouped by {grouping}" in report
     images = torch.randint(0, 256, (1, 3, 48, 48), dtype=torch.uint8,
                            generator=torch.Generator().manual_seed(3))
     result = verify(tmp_path / "out", images=images)
     assert result.ok and result.exact == 1, result.first_mismatch
     assert abs(result.cycles_per_frame_measured / b.engine.prediction.cycles - 1) <= 0.02
+    # the other grouping on the build's engine: the reference model's image after the
+    # run, byte for byte, at the model's cycles
+    rtl = build_engine_rtl(tmp_path / "out" / f"{ENGINE_NAME}.v", ENGINE_NAME)
+    image = frame_image(other, images[0])
+    ref = bytearray(image)
+    logits, _ = run_program(other, ref, images[0].unsqueeze(0))
+    assert torch.equal(logits[0], execute(b.graph, images)[b.graph.output][0].reshape(-1))
+    run = run_program_rtl(rtl, other, image, latency=dram.latency,
+                          bytes_per_cycle=dram.bytes_per_cycle, max_cycles=20_000_000)
+    assert run.image_after == bytes(ref)
+    assert run.cycles == cycles(other)
 
 
 #: narrow ResNet widths (the paper's depth) that keep a trained network's RTL run short

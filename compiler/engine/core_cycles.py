@@ -44,6 +44,9 @@ Compute per output pixel, channel and job:
   PT_X (its inputs), TV_T, TV_I, TV_O;
 - a convolution's one-bit thresholds on the lanes (``tvec``): after the folds TV_A,
   then per PE fold and job TV_T, TV_I, TV_O instead of the per-channel epilogue;
+- an array's 32-bit sums without a stage, one job (``swr``, the core's
+  ``sums_writer``): after the folds SW_A, then per PE fold its sums written a word a
+  cycle (SW_W);
 - a head's channel sums, once per descriptor: HSUM, per channel an HSUM_D per input
   pixel and HSUM_WR, START (:func:`_head_sums`); its classes then take a 1x1 window;
 - a MAXPOOL on the lanes (``mvec``): per pixel and channel CORE; per word of channels
@@ -205,6 +208,7 @@ class _Core:
         self.pixel_vector = paths["pixel_vector"]
         self.threshold_vector = paths["threshold_vector"]
         self.pixel_thresholds = paths["pixel_thresholds"]
+        self.sums_writer = paths["sums_writer"]
         self.max_act_bits = paths["max_act_bits"]
         self.window_words = _ceil(p["max_window"], self.simd)
         self.maxc = accumulator_channels(p["max_out_c"], self.pe)
@@ -299,6 +303,11 @@ def _layout(d, core):
            and (d["in_c"] * d["in_elem"] // 8) % core.bpw == 0
            and d["out_c"] % core.pe == 0
            and core.pe * 8 * d["const_bytes"] <= core.banks * core.bpw * 8)
+    # an array's 32-bit sums without a stage: a PE fold's written as whole words
+    swr = (core.sums_writer and (vec or svec) and d["stages"] == 0 and d["jobs"] == 1
+           and not lay["is_head"]
+           and not d["flags"] & FLAG_BITS["sliced"] and d["out_elem"] == 32
+           and (d["out_c"] * 4) % core.bpw == 0 and d["out_c"] % core.pe == 0)
     # a MAXPOOL of 32-bit elements whose pixels fill whole words: on the lanes
     mvec = (d["opcode"] == OPCODE_CODES["MAXPOOL"] and not _has(d, "prologue_threshold")
             and d["jobs"] == 1 and d["in_c"] == d["out_c"] and d["in_elem"] == 32
@@ -307,7 +316,7 @@ def _layout(d, core):
     # a head's classes take their products over its channel sums: a 1x1 window
     win = (1, 1) if lay["is_head"] else (lay["kh"], d["kernel"])
     return dict(lay, op=_OPCODES.get(d["opcode"], ""), vec=vec, svec=svec, pvec=pvec, ptv=ptv,
-                tvec=tvec,
+                tvec=tvec, swr=swr,
                 mvec=mvec,
                 win_h=win[0], win_w=win[1],
                 chunk_c=lay["chunk_in"] if lay["stream"] else d["out_c"],
@@ -760,6 +769,10 @@ def _compute(d, lay, rows, channels, folds, core, chunk=0):
         if lay["tvec"]:
             # per pixel TV_A, per PE fold and job TV_T, TV_I, TV_O (its bits merged)
             out["epilogue"] = px * (1 + 3 * jobs * folds) + 1      # and START
+            return out
+        if lay["swr"]:
+            # per pixel SW_A, per PE fold its pe sums a word a cycle (SW_W)
+            out["epilogue"] = px * (1 + folds * core.pe * 32 // (core.bpw * 8)) + 1
             return out
         # per pixel CORE (it addresses the first accumulator; the state before each
         # other channel and job does), per channel and job ACC_D and the epilogue; with

@@ -81,7 +81,7 @@ Microarchitecture (first version: correctness first, no overlap)
     words: the scratchpad is ``banks`` block RAMs, word ``a`` in bank ``a % banks``, so
     any ``banks`` consecutive words are one read (:func:`_banked_scratchpad`).
 
-    Five paths take the common cases off the scalar datapath below:
+    Seven paths take the common cases off the scalar datapath below:
 
     - the stem's multiplier array (``svec``: an integer convolution of 8-bit inputs and
       weights without pooling, ``stem_pe == pe``): the window gathered once per pixel
@@ -95,9 +95,17 @@ Microarchitecture (first version: correctness first, no overlap)
     - a PIXEL that only thresholds to one bit a channel (``pvec``): the gather's
       one-level prologue path on its threshold section (a word of channels a read),
       then PW merges ``simd`` bits of the window buffer's plane 0 a cycle;
+    - such a PIXEL of 8-, 16- or 32-bit inputs whose pixels are whole words (``ptv``,
+      where ``pixel_thresholds``: ``pe`` 32-bit elements fit one wide read): per PE
+      fold and job PT_X (its ``pe`` inputs, one wide read), then the threshold lanes'
+      TV_T, TV_I, TV_O below;
     - a binary convolution whose only stage is a one-bit threshold (``tvec``): per PE
       fold and job TV_T (its sums and ``pe`` thresholds, one wide read), TV_I (invert
       bits), TV_O (``pe`` bits merged into the output word);
+    - an array's convolution of one job and no stage, its outputs its 32-bit sums
+      (``swr``, where ``sums_writer``; ResNet's stem before its pool): per PE fold SW_W
+      writes the accumulator entry as ``pe * 32 / data_width`` whole words, a word a
+      cycle, instead of an element a cycle through the output writer;
     - a MAXPOOL of 32-bit elements whose pixels fill whole words (``mvec``; the
       stem's sums ResNet pools): per pixel and word of channels, MP_TAP then MP_D per
       tap, each read a word whose ``data_width / 32`` elements are compared lane by
@@ -190,7 +198,9 @@ Cycles
     lanes per pixel a cycle a channel (CORE) and per word of channels ``k*k + 1`` (one
     more when the window's first tap is inside the map); a head's sums ``C * (H * W + 1)
     + 2`` cycles once; a PIXEL on the lanes per pixel and job 3 cycles, its gather and
-    ``C / simd`` merges; the threshold lanes 1 cycle a pixel and 3 per PE fold and job.
+    ``C / simd`` merges (``ptv``: per pixel 3, per PE fold and job 4); the threshold
+    lanes 1 cycle a pixel and 3 per PE fold and job; the sums writer 1 a pixel and a
+    word a cycle.
     ``compiler/engine/core_cycles.py`` mirrors these phases and predicts this RTL's
     cycles; against the cycle model of the intended engine
     (``compiler/engine/cycles.py``: ``arrays`` arrays side by side, overlapped
@@ -424,6 +434,7 @@ class ComputeSequencer(wiring.Component):
         self.pixel_vector = paths["pixel_vector"]
         self.threshold_vector = paths["threshold_vector"]
         self.pixel_thresholds = paths["pixel_thresholds"]
+        self.sums_writer = paths["sums_writer"]
         self.planes, self.max_act_bits = planes, paths["max_act_bits"]
         self.window_bits = paths["window_bits"]
         if buffer_bytes % (self.bytes_per_word * self.banks):
@@ -683,6 +694,7 @@ class ComputeSequencer(wiring.Component):
         vec = Signal()            # this descriptor's binary convolution runs on the array
         svec = Signal()           # this integer convolution runs on the stem's array
         tvec = Signal()           # its one-bit thresholds: PE channels at a time (TV_*)
+        swr = Signal()            # its 32-bit sums are its outputs: a word at a time (SW_*)
         mvec = Signal()           # a MAXPOOL on the lanes: a word of channels a tap (MP_*)
         ML = W // 32              # its lanes: a word's 32-bit elements
         mlane = Array(Signal(signed(33), name=f"mlane{i}") for i in range(ML))
@@ -1085,6 +1097,13 @@ class ComputeSequencer(wiring.Component):
                 self._exits(m)
             with m.State("SECTIONS1"):
                 m.d.sync += off_post.eq(off_w + ru(wbytes))
+                # an array's sums without a stage, written as they are: a PE fold's a
+                # few whole words (pixels of whole words, PE sums at least a word)
+                m.d.sync += swr.eq(Const(self.sums_writer) & (vec | svec) & (st == 0)
+                                   & (f["jobs"] == 1)
+                                   & ~is_head & ~flag("sliced") & (f["out_elem"] == 32)
+                                   & ((out_pix & (BPW - 1)) == 0)
+                                   & ((f["out_c"] & (PE - 1)) == 0))
                 m.d.sync += [st_pitch.eq(st_r * f["in_pitch"]), st_pix.eq(st_r * in_pix),
                              dil_pitch.eq(dil_r * f["in_pitch"]), dil_pix.eq(dil_r * in_pix),
                              pad_pix.eq(pad_r * in_pix)]
@@ -2078,6 +2097,9 @@ class ComputeSequencer(wiring.Component):
                     with m.If(tvec):
                         m.d.sync += mo.eq(o0)
                         m.next = "TV_A"
+                    with m.Elif(swr):
+                        m.d.sync += mo.eq(o0)
+                        m.next = "SW_A"
                 with m.Else():
                     m.d.sync += k.eq(k + 1)
                 self._exits(m)
@@ -2186,6 +2208,34 @@ class ComputeSequencer(wiring.Component):
                         tv_issue(m, tv_pk + pstride, tv_to,
                                  ((k + 1) << exact_log2(AFOLDS)) + mo)
                 self._exits(m)
+
+            # ---- an array's 32-bit sums as its outputs (swr: one job) ----------------------
+            # per PE fold: its accumulator entry (addressed the cycle before and held, so
+            # its data stay) written as SWN words of the output pixel, a word a cycle
+            if self.sums_writer:
+                SWN = PE * 32 // W
+                sw_i = Signal(range(SWN))
+                sw_word = Signal(A)           # the fold's first output word
+                with m.State("SW_A"):
+                    m.d.comb += rp_a.addr.eq(mo)
+                    m.d.sync += [sw_word.eq((out_base + out_row + (mo << (PSH + 2)))
+                                            >> exact_log2(BPW)), sw_i.eq(0)]
+                    m.next = "SW_W"
+                    self._exits(m)
+                with m.State("SW_W"):
+                    m.d.comb += [rp_a.addr.eq(mo), wp.addr.eq(sw_word + sw_i), wp.en.eq(1),
+                                 wp.data.eq(Array(rp_a.data[W * i:W * (i + 1)]
+                                                  for i in range(SWN))[sw_i])]
+                    m.d.sync += sw_i.eq(sw_i + 1)
+                    with m.If(sw_i == SWN - 1):
+                        m.d.sync += [sw_i.eq(0), sw_word.eq(sw_word + SWN)]
+                        with m.If(mo != o1 - 1):
+                            # the next PE fold: its entry is read now
+                            m.d.comb += rp_a.addr.eq(mo + 1)
+                            m.d.sync += mo.eq(mo + 1)
+                        with m.Else():
+                            next_pixel(m)
+                    self._exits(m)
 
             def got_bias(m, ev):
                 to_post(m, acc + ev)
