@@ -163,6 +163,19 @@ def _model(arch, bases, seed=0, **fields):
                                 torch.Generator().manual_seed(seed)).eval()
 
 
+def dram_floor(program, halve_32_bit=False):
+    """Bytes a frame that any engine running ``program`` with its tensors in DRAM moves
+    at least: the parameters and the input read once, every other tensor written once
+    and read once (the output written once). With ``halve_32_bit`` the 32-bit maps
+    count as 16-bit ones (what narrower maps would allow)."""
+    name_in, name_out = program.graph.input, program.graph.output
+    total = program.header["param_bytes"]
+    for name, (_, f) in program.tensors.items():
+        n = f.nbytes // 2 if halve_32_bit and f.kind == "fixed" and f.elem_bits == 32 else f.nbytes
+        total += n if name in (name_in, name_out) else 2 * n
+    return total
+
+
 def built(arch, bases=5, seed=0):
     """The flow's engine build of ``arch`` up to its program (no Verilog), timed, and
     the core model's cycles (also when the flow refuses the network: the reason)."""
@@ -183,7 +196,13 @@ def built(arch, bases=5, seed=0):
     seconds = time.perf_counter() - t0
     dram = target.dram
     c = predict_core(program, target.core, dram.latency, dram.bytes_per_cycle)
+    # the fastest any engine could run this program under the DRAM model: its floor of
+    # traffic at the model's sustained bytes a cycle
+    per_s = dram.bytes_per_cycle * target.config.clock_mhz * 1e6
+    floor, floor16 = dram_floor(program), dram_floor(program, halve_32_bit=True)
     return dict(arch=arch, bases=bases, core=target.core, clock_mhz=target.config.clock_mhz,
+                dram_floor=dict(bytes=floor, fps=per_s / floor, bytes_16bit_maps=floor16,
+                                fps_16bit_maps=per_s / floor16),
                 flow_refused=reason, flow_seconds=round(seconds, 1),
                 peak_rss_mb=round(_peak_rss_mb()), cycles=c.cycles, fps=c.fps,
                 phases={k: v / c.cycles for k, v in c.phases.items()},
@@ -331,6 +350,17 @@ def write_docs(results, built_rows, rtl_rows, authors, cross, out_md, out_png):
         lines.append(f"| {r['arch']} | {r['cycles_per_frame']:,} | {r['fps']:.1f} | "
                      f"{r['dram_bytes_per_frame'] / 1e6:.1f} | {b['cycles']:,} | "
                      f"{b['fps']:.3f} | {flow} |")
+    for b in built_rows:
+        f = b.get("dram_floor")
+        if f:
+            lines += ["", f"The floor of {b['arch']}'s DRAM traffic, for any engine that keeps "
+                      "the build's tensors in DRAM (the parameters and the input read once, "
+                      "every other tensor written and read once; "
+                      "`benchmarks/engine.py:dram_floor`): "
+                      f"{f['bytes'] / 1e6:.1f} MB a frame, so at most {f['fps']:.1f} "
+                      "frames/s under the default DRAM model, whatever its compute; with "
+                      f"the 32-bit maps 16 bits wide {f['bytes_16bit_maps'] / 1e6:.1f} MB, "
+                      f"{f['fps_16bit_maps']:.1f} frames/s."]
     lines += ["", "Where the built engine's cycles go (share of the frame):", ""]
     for b in built_rows:
         lines.append(f"- {b['arch']}: " + ", ".join(

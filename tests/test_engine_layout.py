@@ -288,3 +288,23 @@ def test_core_tiles_keep_whole_blocks_and_stream_in_the_fewest_chunks():
             scratchpad_need(bigger, config).bytes > config.scratchpad
     assert streamed >= 3          # the 256- and 512-channel layers and the head
     assert sliced >= 1            # a 512-channel fused mixer would reload per row
+
+
+@pytest.mark.parametrize("arch,bases", [("digits", 1), ("digits", 3), ("cifar", 2)])
+def test_dram_floor_never_above_a_programs_traffic(arch, bases):
+    """benchmarks/engine.py's DRAM floor (parameters and input read once, every other
+    tensor written and read once) bounds what the intended engine's cycle model counts
+    for the same program from below, and narrower maps only lower it."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from engine import dram_floor
+    model = randomize_eval_state(GroupNet(arch_config(arch, bases=bases)),
+                                 torch.Generator().manual_seed(bases)).eval()
+    config = size_engine("de10nano").config
+    program = compile_engine(compile_model(model), config)
+    floor = dram_floor(program)
+    tensors = sum(f.nbytes for _, f in program.tensors.values())
+    assert program.header["param_bytes"] + tensors < floor < 2 * tensors + program.header["param_bytes"]
+    assert floor <= predict(program, DramModel.at_clock(config.clock_mhz)).dram_bytes
+    assert dram_floor(program, halve_32_bit=True) <= floor
