@@ -634,3 +634,20 @@ def test_a_sliced_descriptor_the_core_cannot_take_is_refused(core):
     program.descriptors[bad]["n_tiles"] = 2
     with pytest.raises(ValueError, match=rf"descriptor {bad} .*channel slices"):
         check_program(program, CORE)
+
+
+@pytest.mark.parametrize("overrides,absent", [
+    (dict(data_width=64, simd=8), "pixel_thresholds"),     # pe 32-bit inputs > a wide read
+    (dict(pe=2, simd=64), "sums_writer"),                  # a PE fold's sums < a word
+])
+def test_cores_without_an_optional_path_elaborate(overrides, absent):
+    """A core whose parameters leave out the PIXEL's threshold lanes or the sums writer
+    elaborates without their states (the state machine never names a state it lacks);
+    the slow tier runs such cores' Verilog."""
+    from amaranth.hdl import Fragment
+    from groupnet_hw.engine_format import core_paths
+    params = dict(CORE, **overrides)
+    paths = core_paths(params["data_width"], params["pe"], params["simd"], params["stem_pe"],
+                       params["stem_simd"], params["planes"])
+    assert not paths[absent]
+    Fragment.get(EngineCore(**params), None)

@@ -2097,9 +2097,10 @@ class ComputeSequencer(wiring.Component):
                     with m.If(tvec):
                         m.d.sync += mo.eq(o0)
                         m.next = "TV_A"
-                    with m.Elif(swr):
-                        m.d.sync += mo.eq(o0)
-                        m.next = "SW_A"
+                    if self.sums_writer:      # (a core without it has no SW_* states)
+                        with m.Elif(swr):
+                            m.d.sync += mo.eq(o0)
+                            m.next = "SW_A"
                 with m.Else():
                     m.d.sync += k.eq(k + 1)
                 self._exits(m)
@@ -2134,14 +2135,28 @@ class ComputeSequencer(wiring.Component):
                 m.d.comb += s.raddr.eq(ib >> wbits)
                 m.next = "PT_X"
 
+            # a core without the PIXEL's threshold lanes elaborates no PT_X, nor goes there
+            def next_fold(m, ib, *tv_args):
+                # a PIXEL's next fold reads its inputs, a convolution's its sums
+                if self.pixel_thresholds:
+                    with m.If(ptv):
+                        pt_issue(m, ib)
+                    with m.Else():
+                        tv_issue(m, *tv_args)
+                else:
+                    tv_issue(m, *tv_args)
+
             with m.State("TV_A"):
                 to0 = times_cb(mo << PSH)          # the chunk's first fold (o0)
                 m.d.sync += [tv_pk.eq(par_base), tv_ob.eq(out_base + out_row), tv_to.eq(to0)]
-                with m.If(ptv):
-                    # job 0's pixel (POOL_TAP set its position; channel 0)
-                    m.d.sync += [tv_ib.eq(in_addr), tv_ib0.eq(in_addr)]
-                    pt_issue(m, in_addr)
-                with m.Else():
+                if self.pixel_thresholds:
+                    with m.If(ptv):
+                        # job 0's pixel (POOL_TAP set its position; channel 0)
+                        m.d.sync += [tv_ib.eq(in_addr), tv_ib0.eq(in_addr)]
+                        pt_issue(m, in_addr)
+                    with m.Else():
+                        tv_issue(m, par_base, to0, mo)
+                else:
                     tv_issue(m, par_base, to0, mo)
                 self._exits(m)
             if self.pixel_thresholds:
@@ -2191,22 +2206,25 @@ class ComputeSequencer(wiring.Component):
                     m.d.sync += [k.eq(0), mo.eq(mo + 1), tv_pk.eq(par_base),
                                  tv_ob.eq(out_base + out_row), tv_to.eq(to_next),
                                  tv_ib.eq(ib_next), tv_ib0.eq(ib_next)]
-                    with m.If(Mux(ptv, ((mo + 1) << PSH) == f["out_c"], mo == o1 - 1)):
-                        next_pixel(m)
-                    with m.Elif(ptv):
-                        pt_issue(m, ib_next)
-                    with m.Else():
-                        tv_issue(m, par_base, to_next, mo + 1)
+                    if self.pixel_thresholds:
+                        with m.If(Mux(ptv, ((mo + 1) << PSH) == f["out_c"], mo == o1 - 1)):
+                            next_pixel(m)
+                        with m.Elif(ptv):
+                            pt_issue(m, ib_next)
+                        with m.Else():
+                            tv_issue(m, par_base, to_next, mo + 1)
+                    else:
+                        with m.If(mo == o1 - 1):
+                            next_pixel(m)
+                        with m.Else():
+                            tv_issue(m, par_base, to_next, mo + 1)
                 with m.Else():
                     # the next job's input region (none apart when they share one)
                     ib_job = tv_ib + Mux(flag("shared_input"), 0, in_tile << 3)
                     m.d.sync += [k.eq(k + 1), tv_pk.eq(tv_pk + pstride),
                                  tv_ob.eq(tv_ob + out_tile), tv_ib.eq(ib_job)]
-                    with m.If(ptv):
-                        pt_issue(m, ib_job)
-                    with m.Else():
-                        tv_issue(m, tv_pk + pstride, tv_to,
-                                 ((k + 1) << exact_log2(AFOLDS)) + mo)
+                    next_fold(m, ib_job, tv_pk + pstride, tv_to,
+                              ((k + 1) << exact_log2(AFOLDS)) + mo)
                 self._exits(m)
 
             # ---- an array's 32-bit sums as its outputs (swr: one job) ----------------------
