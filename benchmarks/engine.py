@@ -198,7 +198,7 @@ def built(arch, bases=5, seed=0):
     c = predict_core(program, target.core, dram.latency, dram.bytes_per_cycle)
     # the fastest any engine could run this program under the DRAM model: its floor of
     # traffic at the model's sustained bytes a cycle
-    per_s = dram.bytes_per_cycle * target.config.clock_mhz * 1e6
+    per_s = dram.gbytes_per_s(target.config.clock_mhz) * 1e9
     floor, floor16 = dram_floor(program), dram_floor(program, halve_32_bit=True)
     return dict(arch=arch, bases=bases, core=target.core, clock_mhz=target.config.clock_mhz,
                 dram_floor=dict(bytes=floor, fps=per_s / floor, bytes_16bit_maps=floor16,

@@ -168,8 +168,8 @@ def core_paths(data_width, pe, simd, stem_pe, stem_simd, planes=4):
       lanes, ``pe`` channels a fold (their inputs one read of the banked scratchpad:
       ``pe`` 32-bit elements fit ``banks`` words);
     - ``sums_writer``: an array convolution of one job without stages (its outputs
-      are its 32-bit sums) writes a PE fold's sums as whole words (``pe * 32`` bits, a multiple
-      of a word);
+      are its 32-bit sums) writes a PE fold's sums as whole words (``pe * 32`` bits,
+      a multiple of a word);
     - ``max_act_bits``: the widest activations the array takes (``act_bits``; 0 is
       binary): 4 with 4 bit planes, 0 with one;
     - ``window_bits``: a window-buffer word: ``planes`` bits of ``simd`` lanes, or the
@@ -181,13 +181,13 @@ def core_paths(data_width, pe, simd, stem_pe, stem_simd, planes=4):
     pow2 = lambda n: n & (n - 1) == 0        # noqa: E731
     stem_vector = (vector and stem_pe == pe and data_width % (stem_simd * 8) == 0
                    and stem_simd * 8 <= 4 * simd)
+    pixel_vector = pow2(simd) and simd <= data_width
+    threshold_vector = vector and pow2(pe) and pe <= data_width
     return dict(banks=banks, vector=vector, stem_vector=stem_vector,
                 stem_channels=next((c for c in (4, 2) if stem_vector and banks >= c
                                     and pe % c == 0), 1),
-                pixel_vector=pow2(simd) and simd <= data_width,
-                threshold_vector=vector and pow2(pe) and pe <= data_width,
-                pixel_thresholds=(vector and pow2(pe) and pe <= data_width
-                                  and pow2(simd) and simd <= data_width
+                pixel_vector=pixel_vector, threshold_vector=threshold_vector,
+                pixel_thresholds=(pixel_vector and threshold_vector
                                   and pe * 32 <= banks * data_width),
                 sums_writer=vector and pow2(pe) and (pe * 32) % data_width == 0,
                 max_act_bits=0 if planes == 1 else planes,

@@ -645,9 +645,7 @@ def test_cores_without_an_optional_path_elaborate(overrides, absent):
     elaborates without their states (the state machine never names a state it lacks);
     the slow tier runs such cores' Verilog."""
     from amaranth.hdl import Fragment
-    from groupnet_hw.engine_format import core_paths
+    from groupnet_hw.compiler.engine.sizing import core_paths_of
     params = dict(CORE, **overrides)
-    paths = core_paths(params["data_width"], params["pe"], params["simd"], params["stem_pe"],
-                       params["stem_simd"], params["planes"])
-    assert not paths[absent]
+    assert not core_paths_of(params)[absent]
     Fragment.get(EngineCore(**params), None)

@@ -112,9 +112,9 @@ def test_pixel_of_64_bit_inputs_on_the_window_lanes_exact(core):
     stem = next(n for n in g.nodes if n.name == "stem_1")
     stem.lo, stem.hi = -(1 << 40), 1 << 40
     model = _Core(CORE, *DRAMS["fast"])
-    pixels = [(d["in_elem"], _layout(d, model)["pvec"], _layout(d, model)["ptv"])
-              for d in compile_engine(g, PIXEL_CONFIG).descriptors
-              if d["opcode"] == OPCODE_CODES["PIXEL"]]
+    lays = [(d["in_elem"], _layout(d, model)) for d in compile_engine(g, PIXEL_CONFIG).descriptors
+            if d["opcode"] == OPCODE_CODES["PIXEL"]]
+    pixels = [(elem, lay["pvec"], lay["ptv"]) for elem, lay in lays]
     assert pixels == [(64, True, False), (16, True, True)]
     check_network(core, g, frames_for(g, 1, 6), config=PIXEL_CONFIG, per_descriptor=True,
                   stall=0.3)

@@ -281,11 +281,12 @@ def _layout(d, core):
     vec = (core.vector and lay["is_conv"] and not lay["int_w"] and not lay["pooling"]
            and d["act_bits"] <= core.max_act_bits and lay["fs"] <= core.window_words
            and lay["fo"] * core.pe <= core.maxc)
+    # a PE fold's one-bit thresholds: pe of them in one wide read, pe channels a fold
+    fold_thresholds = (d["out_levels"] == 1 and d["out_elem"] == 1 and d["out_c"] % core.pe == 0
+                       and core.pe * 8 * d["const_bytes"] <= core.banks * core.bpw * 8)
     # the sums' one-bit thresholds, a PE fold at a time (TV_*)
-    tvec = (vec and core.threshold_vector
-            and d["stages"] & ~STAGE_BITS["prologue_threshold"] == STAGE_BITS["threshold"]
-            and d["out_levels"] == 1 and d["out_elem"] == 1 and d["out_c"] % core.pe == 0
-            and core.pe * 8 * d["const_bytes"] <= core.banks * core.bpw * 8)
+    tvec = (vec and core.threshold_vector and fold_thresholds
+            and d["stages"] & ~STAGE_BITS["prologue_threshold"] == STAGE_BITS["threshold"])
     # the stem's multiplier array: 8-bit inputs and weights
     svec = (core.stem_vector and lay["is_conv"] and lay["int_w"] and not lay["pooling"]
             and not _has(d, "prologue_threshold") and d["in_elem"] <= 8
@@ -298,11 +299,9 @@ def _layout(d, core):
             and d["out_c"] % core.simd == 0)
     # such a PIXEL of 8- to 32-bit inputs on the threshold lanes: a fold's PE inputs
     # start on a word (whole-word pixels, PE elements at least a word)
-    ptv = (pvec and core.pixel_thresholds and d["in_elem"] in (8, 16, 32)
+    ptv = (pvec and core.pixel_thresholds and fold_thresholds and d["in_elem"] in (8, 16, 32)
            and core.pe * d["in_elem"] >= core.bpw * 8
-           and (d["in_c"] * d["in_elem"] // 8) % core.bpw == 0
-           and d["out_c"] % core.pe == 0
-           and core.pe * 8 * d["const_bytes"] <= core.banks * core.bpw * 8)
+           and (d["in_c"] * d["in_elem"] // 8) % core.bpw == 0)
     # an array's 32-bit sums without a stage: a PE fold's written as whole words
     swr = (core.sums_writer and (vec or svec) and d["stages"] == 0 and d["jobs"] == 1
            and not lay["is_head"]
