@@ -40,10 +40,12 @@ Compute per output pixel, channel and job:
   gather with a one-level prologue's reads (G_TAP, G_IN, G_INV, G_THR), EPI and a PW
   per ``simd`` channels;
 - a PIXEL of 8- to 32-bit inputs on the threshold lanes (``ptv``, the core's
-  ``pixel_thresholds``): per pixel CORE, POOL_TAP, TV_A, then per PE fold and job
-  PT_X (its inputs), TV_T, TV_I, TV_O;
+  ``pixel_thresholds``): per pixel CORE, POOL_TAP, TV_A, then per job and PE fold
+  PT_X (its inputs) and the threshold lanes (:func:`_threshold_lanes`);
 - a convolution's one-bit thresholds on the lanes (``tvec``): after the folds TV_A,
-  then per PE fold and job TV_T, TV_I, TV_O instead of the per-channel epilogue;
+  then per job and PE fold TV_T, with TV_I and TV_O where the fold starts a word of
+  invert bits or of outputs (or is the job's first), instead of the per-channel
+  epilogue;
 - an array's 32-bit sums without a stage, one job (``swr``, the core's
   ``sums_writer``): after the folds SW_A, then per PE fold its sums written a word a
   cycle (SW_W);
@@ -721,6 +723,29 @@ def _held_weight_taps(d, lay, core, channels, chunk, ws):
     return held
 
 
+def _threshold_lanes(d, core, r0, r1, m0, m1):
+    """The threshold lanes' cycles (``tvec``, ``ptv``) over the pixels of rows ``[r0,
+    r1)`` and PE folds ``[m0, m1)``: per job and fold TV_T; TV_I where the fold is the
+    job's first or its invert bits start a word (their section starts on one); TV_O
+    where it is the job's first or its output bits start a word, and for the pixel's
+    last fold (its bits otherwise merge into the kept word in the next fold's first
+    cycle)."""
+    pe, w, jobs = core.pe, core.bpw * 8, d["jobs"]
+    inv = sum(1 for f in range(m0, m1) if f == m0 or f * pe % w == 0)
+    pix = d["out_c"] // 8                 # a pixel's bytes: a bit a channel
+    by_offset = {}
+    total = 0
+    for y in range(r1 - r0):
+        for x in range(d["out_w"]):
+            b = (y * d["out_pitch"] + x * pix) * 8 % w      # the regions start on words
+            if b not in by_offset:
+                out = sum(1 for f in range(m0, m1) if f == m0 or (b + f * pe) % w == 0)
+                last_kept = m1 - m0 > 1 and (b + (m1 - 1) * pe) % w != 0
+                by_offset[b] = jobs * (m1 - m0 + inv + out) + int(last_kept)
+            total += by_offset[b]
+    return total
+
+
 def _compute(d, lay, rows, channels, folds, core, chunk=0):
     """START and the compute of one tile (one chunk of channels ``[c0, c1)`` and PE
     folds ``folds``): per pixel and job the gather and the array's folds (``vec``), or
@@ -737,11 +762,11 @@ def _compute(d, lay, rows, channels, folds, core, chunk=0):
         if lay["op"] not in _MULTI else 0            # a MIXER's epilogue: in its outputs
     out = dict(gather=0, folds=0, scalar=0, pool=0, epilogue=0, outputs=0)
     if lay["ptv"]:
-        # per pixel CORE, POOL_TAP (the gather's), TV_A; per PE fold and job PT_X (the
-        # gather's: its inputs), TV_T, TV_I, TV_O (their bits merged)
+        # per pixel CORE, POOL_TAP (the gather's), TV_A; per job and PE fold PT_X (the
+        # gather's: its inputs) and the threshold lanes
         folds = d["out_c"] // core.pe
         out["gather"] = px * (2 + jobs * folds)
-        out["epilogue"] = px * (1 + 3 * jobs * folds) + 1      # and START
+        out["epilogue"] = px + _threshold_lanes(d, core, r0, r1, 0, folds) + 1   # and START
         return out
     if lay["vec"] or lay["svec"] or lay["pvec"]:
         # per pixel and job: CORE, POOL_TAP, the window, EPI (a PIXEL on the lanes: the
@@ -766,8 +791,9 @@ def _compute(d, lay, rows, channels, folds, core, chunk=0):
         stem_steps = core.pe // core.stem_channels
         out["folds"] = jobs * px * (folds * lay["fs"] * (stem_steps if lay["svec"] else 1) + 1)
         if lay["tvec"]:
-            # per pixel TV_A, per PE fold and job TV_T, TV_I, TV_O (its bits merged)
-            out["epilogue"] = px * (1 + 3 * jobs * folds) + 1      # and START
+            # per pixel TV_A, per job and PE fold the threshold lanes
+            m0 = c0 // core.pe                  # the chunk's first PE fold
+            out["epilogue"] = px + _threshold_lanes(d, core, r0, r1, m0, m0 + folds) + 1
             return out
         if lay["swr"]:
             # per pixel SW_A, per PE fold its pe sums a word a cycle (SW_W)

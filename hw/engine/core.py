@@ -96,12 +96,17 @@ Microarchitecture (first version: correctness first, no overlap)
       one-level prologue path on its threshold section (a word of channels a read),
       then PW merges ``simd`` bits of the window buffer's plane 0 a cycle;
     - such a PIXEL of 8-, 16- or 32-bit inputs whose pixels are whole words (``ptv``,
-      where ``pixel_thresholds``: ``pe`` 32-bit elements fit one wide read): per PE
-      fold and job PT_X (its ``pe`` inputs, one wide read), then the threshold lanes'
-      TV_T, TV_I, TV_O below;
-    - a binary convolution whose only stage is a one-bit threshold (``tvec``): per PE
-      fold and job TV_T (its sums and ``pe`` thresholds, one wide read), TV_I (invert
-      bits), TV_O (``pe`` bits merged into the output word);
+      where ``pixel_thresholds``: ``pe`` 32-bit elements fit one wide read): per job
+      and PE fold PT_X (its ``pe`` inputs, one wide read), then the threshold lanes
+      below;
+    - a binary convolution whose only stage is a one-bit threshold (``tvec``): per job
+      and PE fold (a job's folds one after another) TV_T (its sums and ``pe``
+      thresholds, one wide read); TV_I (invert bits) only where the fold is the job's
+      first or its invert bits start a word, else they come from the word TV_I kept;
+      TV_O (``pe`` bits merged into the output word, read) only where the fold is the
+      job's first or its bits start a word, and at the pixel's last fold, else the
+      bits are merged into the word TV_O kept and written in the next fold's first
+      cycle;
     - an array's convolution of one job and no stage, its outputs its 32-bit sums
       (``swr``, where ``sums_writer``; ResNet's stem before its pool): per PE fold SW_W
       writes the accumulator entry as ``pe * 32 / data_width`` whole words, a word a
@@ -198,8 +203,10 @@ Cycles
     lanes per pixel a cycle a channel (CORE) and per word of channels ``k*k + 1`` (one
     more when the window's first tap is inside the map); a head's sums ``C * (H * W + 1)
     + 2`` cycles once; a PIXEL on the lanes per pixel and job 3 cycles, its gather and
-    ``C / simd`` merges (``ptv``: per pixel 3, per PE fold and job 4); the threshold
-    lanes 1 cycle a pixel and 3 per PE fold and job; the sums writer 1 a pixel and a
+    ``C / simd`` merges (``ptv``: per pixel 3, per PE fold and job 2 and the threshold
+    lanes' reads of words); the threshold lanes 1 cycle a pixel, 1 per PE fold and job,
+    and per job and pixel 1 per invert-bit word and 1 per output word its folds touch
+    (1 more at a pixel's last fold unless it starts its word); the sums writer 1 a pixel and a
     word a cycle.
     ``compiler/engine/core_cycles.py`` mirrors these phases and predicts this RTL's
     cycles; against the cycle model of the intended engine
@@ -574,7 +581,7 @@ class ComputeSequencer(wiring.Component):
         # (pvec: its one-level thresholds gathered as a prologue's, a word of lanes a read)
         pvec = Signal()
         # such a PIXEL of 8- to 32-bit inputs on the threshold lanes instead: PE channels'
-        # inputs one wide read a fold (PT_X), then TV_T, TV_I, TV_O as a convolution's
+        # inputs one wide read a fold (PT_X), then the threshold lanes as a convolution's
         ptv = Signal()
         gpro_conv = stage("prologue_threshold")
         gpro = gpro_conv | pvec
@@ -1044,12 +1051,14 @@ class ComputeSequencer(wiring.Component):
                            & (f["act_bits"] <= self.max_act_bits)
                            & (fs <= self.window_words) & (fo * self.pe <= MAXC))
                 m.d.sync += vec.eq(vec_now)
-                # the array's sums thresholded to one bit a PE fold at a time
-                m.d.sync += tvec.eq(Const(self.threshold_vector) & vec_now
-                                    & ((st & ~_ST["prologue_threshold"]) == _ST["threshold"])
-                                    & (f["out_levels"] == 1) & (f["out_elem"] == 1)
-                                    & ((f["out_c"] & (PE - 1)) == 0)
-                                    & (PE * 8 * cb <= self.banks * W))
+                # a PE fold's one-bit thresholds: pe of them in one wide read, pe
+                # channels a fold (the threshold lanes, TV_*: the array's sums, tvec,
+                # or a PIXEL's inputs, ptv)
+                fold_thresholds = ((f["out_levels"] == 1) & (f["out_elem"] == 1)
+                                   & ((f["out_c"] & (PE - 1)) == 0)
+                                   & (PE * 8 * cb <= self.banks * W))
+                m.d.sync += tvec.eq(Const(self.threshold_vector) & vec_now & fold_thresholds
+                                    & ((st & ~_ST["prologue_threshold"]) == _ST["threshold"]))
                 m.d.sync += svec.eq(Const(self.stem_vector) & is_conv & int_w & ~pooling & ~gpro_conv
                                     & (f["in_elem"] <= 8) & (f["weight_bytes"] == 1)
                                     & (fs <= self.window_words) & (fo * self.pe <= MAXC))
@@ -1070,9 +1079,7 @@ class ComputeSequencer(wiring.Component):
                 m.d.sync += ptv.eq(Const(self.pixel_thresholds) & pixel_lanes
                                    & _any_of((f["in_elem"] == w, 1) for w in (8, 16, 32)
                                              if PE * w >= W)
-                                   & ((in_pix & (BPW - 1)) == 0)
-                                   & ((f["out_c"] & (PE - 1)) == 0)
-                                   & (PE * 8 * cb <= self.banks * W))
+                                   & ((in_pix & (BPW - 1)) == 0) & fold_thresholds)
                 with m.If(pixel_lanes):
                     m.d.sync += ci_n.eq(f["in_c"])      # the gather walks the channels
                 # the prologue's invert bits follow its C_in x levels thresholds
@@ -2106,58 +2113,100 @@ class ComputeSequencer(wiring.Component):
                 self._exits(m)
 
             # ---- one-bit thresholds of a PE fold's sums (tvec) ----------------------------
-            # per PE fold and job: its sums and thresholds (one wide read), its invert
-            # bits, its output word; PE bits merged into it. Each read is addressed by the
-            # state before; the last state addresses the next fold's (job's) first reads.
-            # A PIXEL on these lanes (ptv) takes its PE inputs instead of sums: one wide
-            # read (PT_X) before the thresholds'.
-            # running addresses of the fold and job (no multipliers): the job's parameter
-            # block, its output pixel, the fold's thresholds (mo * pe * cb bytes); a
-            # PIXEL's input piece (bits) and job 0's of the fold
-            tv_pk, tv_ob, tv_to = Signal(A), Signal(A), Signal(A)
-            tv_ib, tv_ib0 = Signal(A + 3), Signal(A + 3)
+            # per job and PE fold (a job's folds one after another, so that they share its
+            # invert-bit word and its output word): its sums and thresholds (one wide read,
+            # TV_T); its invert bits (TV_I, only where they start a word, else from the
+            # word TV_I kept); its PE bits merged into the output word: read in TV_O where
+            # they start a word, else merged into the word TV_O kept and written in the
+            # next fold's first cycle (the pixel's last fold goes through TV_O to write
+            # it). Each read is addressed by the state before. A PIXEL on these lanes (ptv)
+            # takes its PE inputs instead of sums: one wide read (PT_X) before the
+            # thresholds'.
+            # running addresses of the job and fold (no multipliers): the job's parameter
+            # block, its output pixel, the fold's thresholds (mo * pe * cb bytes) and the
+            # first fold's; a PIXEL's input piece (bits) and the job's first fold's
+            tv_pk, tv_ob, tv_to, tv_to0 = Signal(A), Signal(A), Signal(A), Signal(A)
+            tv_ib, tv_ibj = Signal(A + 3), Signal(A + 3)
+            tv_m0 = Signal(16)            # the first fold (o0; a PIXEL's 0)
+            tv_j1 = Signal()              # this is the job's first fold
             # the PIXEL's inputs of the fold, as 33-bit signed values (any 32-bit input)
             tp_x = [Signal(signed(33), name=f"tp_x{i}") for i in range(PE)]
             tv_thr = (tv_pk + off_thr + tv_to) << 3
             tv_inv = ((tv_pk + thr_inv) << 3) + (mo << PSH)
             tv_out = (tv_ob << 3) + (mo << PSH)
+            tv_ge, tv_invp = Signal(PE), Signal(PE)
+            tv_iw, tv_ow = Signal(W), Signal(W)     # the invert-bit word, the output word
+            tv_owa = Signal(A)            # the output word's address
+            tv_pend, tv_psh = Signal(), Signal(wbits)   # a fold's bits to merge at tv_psh
+            tv_from_ow = Signal()         # TV_O merges into tv_ow (no read)
+            last_fold = Mux(ptv, ((mo + 1) << PSH) == f["out_c"], mo == o1 - 1)
+            pixel_last = (k == f["jobs"] - 1) & last_fold
 
-            def tv_issue(m, pk, to, abuf_addr):
-                m.d.comb += [rp_a.addr.eq(abuf_addr), s.raddr.eq((pk + off_thr + to) >> (wbits - 3))]
-                m.next = "TV_T"
-
-            tv_ge, tv_bits = Signal(PE), Signal(PE)
             def times_cb(x):      # x * const_bytes (4 or 8): a shift, no multiplier
                 return x << cb_sh
 
-            def pt_issue(m, ib):
-                # a PIXEL's fold: its inputs first
-                m.d.comb += s.raddr.eq(ib >> wbits)
-                m.next = "PT_X"
-
-            # a core without the PIXEL's threshold lanes elaborates no PT_X, nor goes there
-            def next_fold(m, ib, *tv_args):
-                # a PIXEL's next fold reads its inputs, a convolution's its sums
+            def fold_start(m, ib, pk, to, abuf_addr):
+                # a fold's first read: a PIXEL's inputs, a convolution's sums and
+                # thresholds (a core without the PIXEL's lanes has no PT_X)
+                def sums():
+                    m.d.comb += [rp_a.addr.eq(abuf_addr),
+                                 s.raddr.eq((pk + off_thr + to) >> (wbits - 3))]
+                    m.next = "TV_T"
                 if self.pixel_thresholds:
                     with m.If(ptv):
-                        pt_issue(m, ib)
+                        m.d.comb += s.raddr.eq(ib >> wbits)
+                        m.next = "PT_X"
                     with m.Else():
-                        tv_issue(m, *tv_args)
+                        sums()
                 else:
-                    tv_issue(m, *tv_args)
+                    sums()
+
+            def next_fold(m):
+                with m.If(last_fold):
+                    # the next job's first fold (the next input region, unless shared)
+                    ib_job = tv_ibj + Mux(flag("shared_input"), 0, in_tile << 3)
+                    m.d.sync += [k.eq(k + 1), mo.eq(tv_m0), tv_to.eq(tv_to0), tv_j1.eq(1),
+                                 tv_pk.eq(tv_pk + pstride), tv_ob.eq(tv_ob + out_tile),
+                                 tv_ib.eq(ib_job), tv_ibj.eq(ib_job)]
+                    fold_start(m, ib_job, tv_pk + pstride, tv_to0,
+                               ((k + 1) << exact_log2(AFOLDS)) + tv_m0)
+                with m.Else():
+                    to_next = tv_to + times_cb(Const(PE, 8))
+                    ib_next = tv_ib + (Const(PE, 8) << in_sh)
+                    m.d.sync += [mo.eq(mo + 1), tv_to.eq(to_next), tv_ib.eq(ib_next),
+                                 tv_j1.eq(0)]
+                    fold_start(m, ib_next, tv_pk, to_next,
+                               (k << exact_log2(AFOLDS)) + mo + 1)
+
+            def bits_known(m):
+                # the fold's bits are known at the end of this cycle: merged into the
+                # kept output word next cycle, or in TV_O (a word's first fold reads it)
+                out_kept = ~tv_j1 & (tv_out[:wbits] != 0)
+                with m.If(out_kept & ~pixel_last):
+                    m.d.sync += [tv_pend.eq(1), tv_psh.eq(tv_out[:wbits])]
+                    next_fold(m)
+                with m.Else():
+                    m.d.sync += tv_from_ow.eq(out_kept)
+                    m.d.comb += s.raddr.eq(tv_out >> wbits)
+                    m.next = "TV_O"
+
+            def merged(word, sh):
+                return (word & ~(Const((1 << PE) - 1, W) << sh)) | ((tv_ge ^ tv_invp) << sh)
+
+            def write_pending(m):
+                # the last fold's bits, into the kept output word
+                with m.If(tv_pend):
+                    m.d.comb += [wp.addr.eq(tv_owa), wp.en.eq(1),
+                                 wp.data.eq(merged(tv_ow, tv_psh))]
+                    m.d.sync += [tv_ow.eq(merged(tv_ow, tv_psh)), tv_pend.eq(0)]
 
             with m.State("TV_A"):
-                to0 = times_cb(mo << PSH)          # the chunk's first fold (o0)
-                m.d.sync += [tv_pk.eq(par_base), tv_ob.eq(out_base + out_row), tv_to.eq(to0)]
-                if self.pixel_thresholds:
-                    with m.If(ptv):
-                        # job 0's pixel (POOL_TAP set its position; channel 0)
-                        m.d.sync += [tv_ib.eq(in_addr), tv_ib0.eq(in_addr)]
-                        pt_issue(m, in_addr)
-                    with m.Else():
-                        tv_issue(m, par_base, to0, mo)
-                else:
-                    tv_issue(m, par_base, to0, mo)
+                to0 = times_cb(mo << PSH)          # the first fold's
+                m.d.sync += [tv_pk.eq(par_base), tv_ob.eq(out_base + out_row), tv_to.eq(to0),
+                             tv_to0.eq(to0), tv_m0.eq(mo), tv_j1.eq(1), tv_pend.eq(0),
+                             tv_ib.eq(in_addr), tv_ibj.eq(in_addr)]
+                # (a PIXEL's: job 0's pixel, POOL_TAP set its position; channel 0)
+                fold_start(m, in_addr, par_base, to0, mo)
                 self._exits(m)
             if self.pixel_thresholds:
                 with m.State("PT_X"):
@@ -2166,11 +2215,14 @@ class ComputeSequencer(wiring.Component):
                         lane = _any_of(
                             (in_is[w], Mux(in_signed_fmt, rp.wide[i * w:(i + 1) * w].as_signed(),
                                            rp.wide[i * w:(i + 1) * w]))
-                            for w in (8, 16, 32) if PE * w >= W and (i + 1) * w <= self.banks * W)
+                            for w in (8, 16, 32) if PE * w >= W)
                         m.d.sync += tp_x[i].eq(lane)
-                    tv_issue(m, tv_pk, tv_to, 0)
+                    write_pending(m)
+                    m.d.comb += s.raddr.eq(tv_thr >> wbits)
+                    m.next = "TV_T"
                     self._exits(m)
             with m.State("TV_T"):
+                write_pending(m)
                 # a PE fold's thresholds start at a multiple of pe constants of 4 or 8
                 # bytes after their word-aligned section
                 thr_bits = _aligned_piece(rp.wide, tv_thr[:wbits], min(PE * 32, W),
@@ -2184,47 +2236,29 @@ class ComputeSequencer(wiring.Component):
                         x_i = Mux(ptv, tp_x[i], x_i)
                     ge.append(x_i >= t_i)
                 m.d.sync += tv_ge.eq(Cat(*ge))
-                m.d.comb += s.raddr.eq(tv_inv >> wbits)
-                m.next = "TV_I"
+                # the invert bits start at a byte; a PE fold's, pe bits after
+                with m.If(~tv_j1 & (tv_inv[:wbits] != 0)):
+                    m.d.sync += tv_invp.eq(_aligned_piece(tv_iw, tv_inv[:wbits], min(PE, 8), PE))
+                    bits_known(m)
+                with m.Else():
+                    m.d.comb += s.raddr.eq(tv_inv >> wbits)
+                    m.next = "TV_I"
                 self._exits(m)
             with m.State("TV_I"):
-                # the invert bits start at a byte; a PE fold's, pe bits after
-                m.d.sync += tv_bits.eq(tv_ge ^ _aligned_piece(rp.data, tv_inv[:wbits],
-                                                              min(PE, 8), PE))
-                m.d.comb += s.raddr.eq(tv_out >> wbits)
-                m.next = "TV_O"
+                m.d.sync += [tv_iw.eq(rp.data),
+                             tv_invp.eq(_aligned_piece(rp.data, tv_inv[:wbits], min(PE, 8), PE))]
+                bits_known(m)
                 self._exits(m)
             with m.State("TV_O"):
                 sh = tv_out[:wbits]
-                m.d.comb += [wp.addr.eq(tv_out >> wbits), wp.en.eq(1),
-                             wp.data.eq((rp.data & ~(Const((1 << PE) - 1, W) << sh))
-                                        | (tv_bits << sh))]
-                with m.If(k == f["jobs"] - 1):
-                    # the next PE fold, job 0
-                    to_next = tv_to + times_cb(Const(PE, 8))
-                    ib_next = tv_ib0 + (Const(PE, 8) << in_sh)
-                    m.d.sync += [k.eq(0), mo.eq(mo + 1), tv_pk.eq(par_base),
-                                 tv_ob.eq(out_base + out_row), tv_to.eq(to_next),
-                                 tv_ib.eq(ib_next), tv_ib0.eq(ib_next)]
-                    if self.pixel_thresholds:
-                        with m.If(Mux(ptv, ((mo + 1) << PSH) == f["out_c"], mo == o1 - 1)):
-                            next_pixel(m)
-                        with m.Elif(ptv):
-                            pt_issue(m, ib_next)
-                        with m.Else():
-                            tv_issue(m, par_base, to_next, mo + 1)
-                    else:
-                        with m.If(mo == o1 - 1):
-                            next_pixel(m)
-                        with m.Else():
-                            tv_issue(m, par_base, to_next, mo + 1)
+                word = merged(Mux(tv_from_ow, tv_ow, rp.data), sh)
+                m.d.comb += [wp.addr.eq(tv_out >> wbits), wp.en.eq(1), wp.data.eq(word)]
+                m.d.sync += [tv_ow.eq(word), tv_owa.eq(tv_out >> wbits)]
+                with m.If(pixel_last):
+                    m.d.sync += k.eq(0)
+                    next_pixel(m)
                 with m.Else():
-                    # the next job's input region (none apart when they share one)
-                    ib_job = tv_ib + Mux(flag("shared_input"), 0, in_tile << 3)
-                    m.d.sync += [k.eq(k + 1), tv_pk.eq(tv_pk + pstride),
-                                 tv_ob.eq(tv_ob + out_tile), tv_ib.eq(ib_job)]
-                    next_fold(m, ib_job, tv_pk + pstride, tv_to,
-                              ((k + 1) << exact_log2(AFOLDS)) + mo)
+                    next_fold(m)
                 self._exits(m)
 
             # ---- an array's 32-bit sums as its outputs (swr: one job) ----------------------
