@@ -173,7 +173,11 @@ def core_paths(data_width, pe, simd, stem_pe, stem_simd, planes=4):
     - ``max_act_bits``: the widest activations the array takes (``act_bits``; 0 is
       binary): 4 with 4 bit planes, 0 with one;
     - ``window_bits``: a window-buffer word: ``planes`` bits of ``simd`` lanes, or the
-      stem's ``stem_simd`` bytes when wider.
+      stem's ``stem_simd`` bytes when wider;
+    - ``window_pairs``: one bit plane and window-buffer words of at least ``2 * simd``
+      bits (the stem's), and bus words as wide: a binary window's SIMD folds lie two a
+      buffer word, so that the gather takes a whole input word of ``2 * simd`` binary
+      channels a cycle.
     """
     if planes not in ARRAY_PLANES:
         raise ValueError(f"planes must be one of {ARRAY_PLANES}, not {planes!r}")
@@ -183,6 +187,7 @@ def core_paths(data_width, pe, simd, stem_pe, stem_simd, planes=4):
                    and stem_simd * 8 <= 4 * simd)
     pixel_vector = pow2(simd) and simd <= data_width
     threshold_vector = vector and pow2(pe) and pe <= data_width
+    window_bits = max(planes * simd, 8 * stem_simd if stem_vector else 0)
     return dict(banks=banks, vector=vector, stem_vector=stem_vector,
                 stem_channels=next((c for c in (4, 2) if stem_vector and banks >= c
                                     and pe % c == 0), 1),
@@ -191,4 +196,6 @@ def core_paths(data_width, pe, simd, stem_pe, stem_simd, planes=4):
                                   and pe * 32 <= banks * data_width),
                 sums_writer=vector and pow2(pe) and (pe * 32) % data_width == 0,
                 max_act_bits=0 if planes == 1 else planes,
-                window_bits=max(planes * simd, 8 * stem_simd if stem_vector else 0))
+                window_bits=window_bits,
+                window_pairs=(vector and planes == 1 and window_bits >= 2 * simd
+                              and data_width >= 2 * simd))

@@ -212,6 +212,7 @@ class _Core:
         self.pixel_thresholds = paths["pixel_thresholds"]
         self.sums_writer = paths["sums_writer"]
         self.max_act_bits = paths["max_act_bits"]
+        self.window_pairs = paths["window_pairs"]
         self.window_words = _ceil(p["max_window"], self.simd)
         self.maxc = accumulator_channels(p["max_out_c"], self.pe)
         self.pair_c = 1 << pair_table_bits(p["max_out_c"])      # the pair table's channels
@@ -613,11 +614,17 @@ def _wide_gather(d, lay, core, r0, r1):
     in_pix = _ceil(c * e, 8) * 8
     inv0 = c * cbits
 
-    def tap(valid, j0, off, held, window_first):
-        ci, j, cycles, first = 0, j0, 0, True
+    # window pairs: a group takes a whole input word of 2 * simd binary lanes where it
+    # starts a buffer word (two window words) and the tap has them
+    pairs = (core.window_pairs and lay["vec"] and not prologue and e == 1)
+    span = 2 * simd if pairs else simd       # lane positions that decide a group
+
+    def tap(valid, l0, off, held, window_first):
+        ci, pos, cycles, first = 0, l0, 0, True
         if valid and not window_first:
             cycles -= 1
         while ci < c:
+            j = pos % simd
             n = min(c - ci, simd - j)
             if not valid:
                 cycles += 1
@@ -628,9 +635,13 @@ def _wide_gather(d, lay, core, r0, r1):
                 cycles += (3 if first else 2) + (word != held)
                 held = word
             else:
-                n = min(n, (w - (off + ci * e) % w) // e)
+                lim_in = (w - (off + ci * e) % w) // e
+                if pairs and pos == 0 and c - ci >= 2 * simd and lim_in >= 2 * simd:
+                    n = 2 * simd
+                else:
+                    n = min(n, lim_in)
                 cycles += 2 if first else 1
-            ci, j, first = ci + n, (j + n) % simd, False
+            ci, pos, first = ci + n, (pos + n) % span, False
         return cycles, held
     memo, total, held = {}, 0, None
     kh, kw, st, pad, dil = lay["kh"], d["kernel"], lay["st"], lay["pad"], lay["dil"]
@@ -643,7 +654,7 @@ def _wide_gather(d, lay, core, r0, r1):
                 for kx in range(kw):
                     ix = ox * st - pad + kx * dil
                     valid = 0 <= iy < d["in_h"] and 0 <= ix < d["in_w"]
-                    key = (valid, ((ky * kw + kx) * c) % simd,
+                    key = (valid, ((ky * kw + kx) * c) % span,
                            (ix * in_pix) % w if valid else 0, held, ky == kx == 0)
                     if key not in memo:
                         memo[key] = tap(*key)

@@ -443,7 +443,7 @@ class ComputeSequencer(wiring.Component):
         self.pixel_thresholds = paths["pixel_thresholds"]
         self.sums_writer = paths["sums_writer"]
         self.planes, self.max_act_bits = planes, paths["max_act_bits"]
-        self.window_bits = paths["window_bits"]
+        self.window_bits, self.window_pairs = paths["window_bits"], paths["window_pairs"]
         if buffer_bytes % (self.bytes_per_word * self.banks):
             raise ValueError(f"buffer_bytes {buffer_bytes} is not whole rows of "
                              f"{self.banks} banks")
@@ -521,7 +521,17 @@ class ComputeSequencer(wiring.Component):
         # (the stem's array: byte i of its lanes at 8*i)
         m.submodules.window = wbuf = Memory(shape=unsigned(WB), depth=self.window_words,
                                             init=[])
-        rp_w, wp_w = wbuf.read_port(), wbuf.write_port()
+        # with window pairs a binary window's SIMD folds lie two a buffer word (fold w
+        # in word w / 2, its low half when w is even), written a half or a word at once
+        PAIRS = self.window_pairs
+        rp_w = wbuf.read_port()
+        wp_w = wbuf.write_port(granularity=WB // 2) if PAIRS else wbuf.write_port()
+        # the window word a state reads (its data the next cycle, win_x) or writes
+        rw_word = Signal(range(self.window_words), name="win_rword")
+        ww_word = Signal(range(self.window_words), name="win_wword")
+        ww_data, ww_en = Signal(WB, name="win_wdata"), Signal(name="win_wen")
+        ww_pair = Signal(name="win_wpair")      # a whole buffer word: folds sg, sg + 1
+        win_x = Signal(WB, name="win_x")
         # every job's accumulators of one output pixel, a PE fold's pe channels per entry
         # (k * MAXC / PE + fold) so that a fold's sums are stored in the cycle they end
         MAXC = self.max_out_c
@@ -703,6 +713,24 @@ class ComputeSequencer(wiring.Component):
         tvec = Signal()           # its one-bit thresholds: PE channels at a time (TV_*)
         swr = Signal()            # its 32-bit sums are its outputs: a word at a time (SW_*)
         mvec = Signal()           # a MAXPOOL on the lanes: a word of channels a tap (MP_*)
+        # the window buffer's ports: with window pairs a binary descriptor's (not the
+        # stem's) fold w is half w % 2 of word w / 2
+        paired, w_half = Signal(), Signal()
+        m.d.comb += paired.eq(Const(PAIRS) & ~svec)
+        m.d.sync += w_half.eq(paired & rw_word[0])
+        if PAIRS:
+            H = WB // 2
+            half_write = paired & ~ww_pair
+            m.d.comb += [rp_w.addr.eq(Mux(paired, rw_word >> 1, rw_word)),
+                         win_x.eq(Cat(Mux(w_half, rp_w.data[H:H + SIMD], rp_w.data[:SIMD]),
+                                      rp_w.data[SIMD:])),
+                         wp_w.addr.eq(Mux(paired, ww_word >> 1, ww_word)),
+                         wp_w.data.eq(Mux(half_write, Cat(ww_data[:H], ww_data[:H]), ww_data)),
+                         wp_w.en.eq(Mux(ww_en, Mux(half_write, Mux(ww_word[0], 0b10, 0b01),
+                                                   0b11), 0))]
+        else:
+            m.d.comb += [rp_w.addr.eq(rw_word), win_x.eq(rp_w.data), wp_w.addr.eq(ww_word),
+                         wp_w.data.eq(ww_data), wp_w.en.eq(ww_en)]
         ML = W // 32              # its lanes: a word's 32-bit elements
         mlane = Array(Signal(signed(33), name=f"mlane{i}") for i in range(ML))
         mseen = Signal()          # a tap of the window was inside the map
@@ -1879,12 +1907,23 @@ class ComputeSequencer(wiring.Component):
                     gbytes.append(e_in)
             gn_lanes = Signal(range(SIMD + 1))
             m.d.comb += gn_lanes.eq(Mux(gpro, gl, gl_in))
+            # a group of two window words (window pairs): a binary input word's 2 * SIMD
+            # lanes from the start of a buffer word, all of them the tap's
+            g_pair = None
+            if PAIRS:
+                g_pair = Signal()
+                m.d.comb += g_pair.eq(paired & vec & (f["in_elem"] == 1) & (j == 0) & ~sg[0]
+                                      & (lim_c >= 2 * SIMD) & (lim_in >= 2 * SIMD))
 
-            def gather_write(m, values, n, chain, stem_values=None):
+            def gather_write(m, values, n, chain, stem_values=None, pair=None):
                 """Lanes [j, j + n) of window word sg get values[:n] (NP bit planes of
                 SIMD lanes; the stem's array: stem_values[:n], bytes of SL lanes, zeros
                 when None); then the next group (with ``chain``, one of the same tap has
-                its input word read now)."""
+                its input word read now). Where ``pair`` holds instead, window words sg
+                and sg + 1 (one buffer word) get the input word's 2 * SIMD binary lanes
+                (window pairs: j is 0, sg even, the tap and the input word have them)."""
+                if pair is not None:
+                    n = Mux(pair, 2 * SIMD, n)
                 placed = []
                 jb = j[:SIMD.bit_length()]
                 for b in range(NP):
@@ -1897,9 +1936,15 @@ class ComputeSequencer(wiring.Component):
                 gn = Signal(WB)
                 full = (j + n) == Mux(svec, SL, SIMD)
                 m.d.comb += [gn.eq(gword | Mux(svec, stem_bytes, Cat(*placed))),
-                             wp_w.addr.eq(sg), wp_w.data.eq(gn), wp_w.en.eq(1)]
+                             ww_word.eq(sg), ww_data.eq(gn), ww_en.eq(1)]
                 m.d.sync += [gword.eq(Mux(full, 0, gn)), sg.eq(sg + full),
                              j.eq(Mux(full, 0, j + n)), ci.eq(ci + n)]
+                if pair is not None:
+                    with m.If(pair):
+                        H = WB // 2
+                        m.d.comb += [ww_pair.eq(1), ww_data.eq(
+                            Cat(g_word[:SIMD], Const(0, H - SIMD), g_word[SIMD:2 * SIMD]))]
+                        m.d.sync += [gword.eq(0), sg.eq(sg + 2), j.eq(0)]
                 m.next = "G_TAP"
                 if chain:
                     nxt = ga + (n << in_sh)
@@ -1955,7 +2000,7 @@ class ComputeSequencer(wiring.Component):
                         m.d.comb += s.raddr.eq(inv_addr >> wbits)
                         m.next = "G_INV"
                 with m.Else():
-                    gather_write(m, gvals, gn_lanes, chain=True,
+                    gather_write(m, gvals, gn_lanes, chain=True, pair=g_pair,
                                  stem_values=gbytes if self.stem_vector else None)
                 self._exits(m)
             with m.State("G_INV"):
@@ -1993,7 +2038,7 @@ class ComputeSequencer(wiring.Component):
                 with m.Elif(vec):
                     # gather: the tap's value (its bit planes) into lane j of fold sg
                     last_j = j == SIMD - 1
-                    m.d.comb += [wp_w.addr.eq(sg), wp_w.data.eq(gnext), wp_w.en.eq(1)]
+                    m.d.comb += [ww_word.eq(sg), ww_data.eq(gnext), ww_en.eq(1)]
                     m.d.sync += [gword.eq(Mux(last_j, 0, gnext)), sg.eq(sg + last_j)]
                     tap_next(m)
                 with m.Else():
@@ -2018,7 +2063,7 @@ class ComputeSequencer(wiring.Component):
                     window_gathered(m)   # a window gathered lane by lane (WEIGHT)
                 with m.Elif(pvec):
                     # the pixel's bits to its output: window word 0 and its output word
-                    m.d.comb += [s.raddr.eq(pw_bit0 >> wbits), rp_w.addr.eq(0)]
+                    m.d.comb += [s.raddr.eq(pw_bit0 >> wbits), rw_word.eq(0)]
                     m.d.sync += [ms.eq(0), pw_fwd.eq(0)]
                     m.next = "PW"
                 with m.Elif(pooling):
@@ -2045,7 +2090,7 @@ class ComputeSequencer(wiring.Component):
             with m.State("MVU"):
                 # one fold's addresses a cycle; its data are added by the pipeline below
                 wbase = ((par_k + off_w) << 3) + wfold
-                m.d.comb += [rp_w.addr.eq(ms), s.raddr.eq(wbase >> wbits)]
+                m.d.comb += [rw_word.eq(ms), s.raddr.eq(wbase >> wbits)]
                 m.d.sync += [d_valid.eq(1), d_wsh.eq(wbase[:wbits]), d_first.eq(ms == 0),
                              d_last.eq(ms == fs - 1), d_nrem.eq(nrem), d_mo.eq(mo),
                              ms.eq(ms + 1), nrem.eq(nrem - SIMD), wfold.eq(wfold + PS)]
@@ -2063,7 +2108,7 @@ class ComputeSequencer(wiring.Component):
                 cur = Mux(pw_fwd, pw_last, rp.data)
                 new = Signal(W)
                 m.d.comb += [new.eq((cur & ~(Const((1 << SIMD) - 1, W) << sh))
-                                    | (rp_w.data[:SIMD] << sh)),
+                                    | (win_x[:SIMD] << sh)),
                              wp.addr.eq(pw_bit >> wbits), wp.data.eq(new), wp.en.eq(1)]
                 nxt = pw_bit + SIMD
                 m.d.sync += [pw_last.eq(new), pw_fwd.eq((nxt >> wbits) == (pw_bit >> wbits)),
@@ -2076,7 +2121,7 @@ class ComputeSequencer(wiring.Component):
                         m.d.sync += k.eq(k + 1)
                         m.next = "CORE"
                 with m.Else():
-                    m.d.comb += [s.raddr.eq(nxt >> wbits), rp_w.addr.eq(ms + 1)]
+                    m.d.comb += [s.raddr.eq(nxt >> wbits), rw_word.eq(ms + 1)]
                 self._exits(m)
             SPC = self.stem_channels      # the stem's output channels a cycle
             with m.State("SMVU"):
@@ -2085,7 +2130,7 @@ class ComputeSequencer(wiring.Component):
                 # order, read in order) against window word ms a cycle, added by the
                 # pipeline below
                 wbase = ((par_k + off_w) << 3) + wfold
-                m.d.comb += [rp_w.addr.eq(ms), s.raddr.eq(wbase >> wbits)]
+                m.d.comb += [rw_word.eq(ms), s.raddr.eq(wbase >> wbits)]
                 m.d.sync += [d_valid.eq(1), d_wsh.eq(wbase[:wbits]), d_first.eq(ms == 0),
                              d_last.eq((ms == fs - 1) & (sp == PE - SPC)), d_mo.eq(mo),
                              d_sp.eq(sp), sp.eq(sp + SPC), wfold.eq(wfold + 8 * SL * SPC)]
@@ -2699,7 +2744,7 @@ class ComputeSequencer(wiring.Component):
         m.d.comb += [wfold_bits.eq(_aligned_piece(rp.wide, d_wsh, min(_pow2_part(PS), W), PS)),
                      lanes.eq(Mux(d_nrem >= SIMD, (1 << SIMD) - 1,
                                   (Const(1, SIMD + 1) << d_nrem[:SIMD.bit_length()]) - 1))]
-        x = rp_w.data
+        x = win_x
         # per bit plane b and PE row i: d_b = popcount(x_b & w_i) - popcount(x_b & ~w_i)
         # = 2 popcount(x_b & w_i) - popcount(x_b), the second shared by the PE rows;
         # n-bit levels add sum_b d_b << b (the executor's p @ w - p @ (1 - w)); binary
