@@ -15,7 +15,7 @@ from conftest import random_model
 from test_engine_core import (CORE, _build, check_network, frames_for, two_array_config,
                               zoo_model)
 from test_engine_program import RANDOM_CONFIGS
-from groupnet_hw.compiler.engine.core_cycles import _Core, _layout, predict_core
+from groupnet_hw.compiler.engine.core_cycles import _Core, _layout, _wide_gather, predict_core
 from groupnet_hw.compiler.engine.program import FLAG_BITS, OPCODE_CODES
 from groupnet_hw.compiler.engine.sizing import core_memories, core_paths_of, estimate_core
 from groupnet_hw.compiler.engine.target import array_planes, engine_target
@@ -80,6 +80,31 @@ def test_binary_network_on_one_plane_exact(binary_core, name):
               and not d["flags"] & FLAG_BITS["int_weights"]]
     assert binary and all(binary)
     assert predict_core(program, BINARY_CORE, *DRAM).cycles == runs[0].cycles
+
+
+def test_wide_binary_windows_gather_two_window_words_a_cycle(binary_core):
+    """Window pairs: taps of 128 binary channels (a whole input word, two window words)
+    and of 192 (a pair, then a half word whose next tap starts mid-word), padding,
+    stride 2 and weights streamed through the 64 KiB scratchpad, on the one-plane
+    engine: bit-exact, every descriptor's outputs checked, to the cycle of the model;
+    and the model's gather of the array's convolutions is cheaper with pairs than
+    without, so the RTL took pair groups."""
+    g = compile_model(random_model(7, image_size=6, stem_channels=16,
+                                   stages=[[128, 1, 1], [192, 1, 2]], bases=2))
+    program, runs = check_network(binary_core, g, frames_for(g, 1, 7), config=BINARY_CONFIG,
+                                  per_descriptor=True, latency=DRAM[0],
+                                  bytes_per_cycle=DRAM[1])
+    assert predict_core(program, BINARY_CORE, *DRAM).cycles == runs[0].cycles
+    paired, plain = _Core(BINARY_CORE, *DRAM), _Core(BINARY_CORE, *DRAM)
+    plain.window_pairs = False
+    assert paired.window_pairs and not core_paths_of(CORE)["window_pairs"]
+    convs = [d for d in program.descriptors if _layout(d, paired)["vec"]]
+
+    def gather(core):
+        return [_wide_gather(d, _layout(d, core), core, 0, d["out_h"]) for d in convs]
+    with_pairs, without = gather(paired), gather(plain)
+    assert all(a <= b for a, b in zip(with_pairs, without))
+    assert sum(with_pairs) < sum(without)
 
 
 def test_two_bit_network_on_the_scalar_path_exact(binary_core):

@@ -64,8 +64,12 @@ Microarchitecture (first version: correctness first, no overlap)
     of lanes: as many as remain of the tap, of the word, of the window word being built
     and, with a one-level prologue threshold, whose thresholds and invert bits lie in
     one word each (the invert-bit word is kept while it serves; a prologue of more
-    levels is gathered lane by lane). A group's read addresses the next group's input
-    word of the tap. Then each fold ``(o, s)`` reads its ``pe x simd`` weight bits as
+    levels is gathered lane by lane). With *window pairs* (one bit plane, a window-buffer
+    word of at least ``2 * simd`` bits: the build's binary engine, whose words are the
+    stem's 16 bytes) a binary descriptor's window words lie two a buffer word, and a
+    group that starts a buffer word takes ``2 * simd`` lanes where the tap and the
+    input word have them: a whole 128-bit word of binary channels a cycle. A group's
+    read addresses the next group's input word of the tap. Then each fold ``(o, s)`` reads its ``pe x simd`` weight bits as
     one piece of a scratchpad word and the window word ``s``, one fold a cycle (the next
     fold is addressed while this one's popcounts are added), and the ``pe`` lanes add
     ``popcount(~(x ^ w) & valid)`` (binary inputs; ``2 * sum - N`` at the end) or, per
