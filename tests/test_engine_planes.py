@@ -42,7 +42,7 @@ def test_binary_engine_has_twice_the_lanes_and_one_plane():
     # its window word holds the stem's bytes, wider than one plane of lanes
     paths = core_paths_of(BINARY_CORE)
     assert (paths["window_bits"], paths["max_act_bits"], paths["banks"]) == (128, 0, 8)
-    assert core_memories(BINARY_CORE)["window"][1] == 128
+    assert core_memories(BINARY_CORE)["window_lo"][1] == 64      # window pairs: halves
     # a one-plane lane costs less: twice the lanes estimated within 10 % of the logic
     one, four = estimate_core(BINARY_CORE), estimate_core(wide)
     assert one["logic"] < 1.1 * four["logic"]

@@ -182,7 +182,8 @@ def core_memories(core_params):
     (``hw/engine/core.py``, ``dma.py``): the scratchpad (a bus word wide, in ``banks``
     banks of one block RAM per byte lane), the array's
     window buffer (``ceil(max_window / simd)`` words of ``planes`` bit planes x ``simd``,
-    or of the stem's ``stem_simd`` bytes when wider), the
+    or of the stem's ``stem_simd`` bytes when wider; with window pairs two memories of
+    half a word each), the
     accumulator buffer (``max_jobs x max_out_c`` 32-bit sums, ``pe`` to a word, with
     ``max_out_c`` rounded as the core rounds it), the post-op pair table (``max_jobs x
     max_out_c`` pairs of 32-bit constants) and the two DMAs' block-RAM FIFOs
@@ -201,8 +202,12 @@ def core_memories(core_params):
     # a bank is a block RAM per byte lane (the writer's byte enables)
     pad = {f"scratchpad{b}_{lane}": (words // banks, 8)
            for b in range(banks) for lane in range(w // 8)}
-    return {**pad,
-            "window": (-(-p["max_window"] // simd), paths["window_bits"]),
+    # with window pairs the window buffer is two memories, a half word each
+    window_words = -(-p["max_window"] // simd)
+    window = ({"window_lo": (window_words, paths["window_bits"] // 2),
+               "window_hi": (window_words, paths["window_bits"] // 2)}
+              if paths["window_pairs"] else {"window": (window_words, paths["window_bits"])})
+    return {**pad, **window,
             "accumulators": (p["max_jobs"] * folds, 32 * pe),
             "pairs": (p["max_jobs"] << pair_table_bits(p["max_out_c"]), 64),
             "read_fifo": (rd_depth - 1, w),

@@ -523,13 +523,21 @@ class ComputeSequencer(wiring.Component):
         NP, WB = self.planes, self.window_bits
         # the window of one output pixel and job, bit-plane b of lane j at b*SIMD + j
         # (the stem's array: byte i of its lanes at 8*i)
-        m.submodules.window = wbuf = Memory(shape=unsigned(WB), depth=self.window_words,
-                                            init=[])
         # with window pairs a binary window's SIMD folds lie two a buffer word (fold w
-        # in word w / 2, its low half when w is even), written a half or a word at once
+        # in word w / 2, its low half when w is even), written a half or a word at once:
+        # each half a memory of its own (Yosys maps a memory with partial write enables
+        # to flip-flops on Cyclone V, 9,216 of them here)
         PAIRS = self.window_pairs
-        rp_w = wbuf.read_port()
-        wp_w = wbuf.write_port(granularity=WB // 2) if PAIRS else wbuf.write_port()
+        if PAIRS:
+            halves = []
+            for name in ("window_lo", "window_hi"):
+                m.submodules[name] = mem = Memory(shape=unsigned(WB // 2),
+                                                  depth=self.window_words, init=[])
+                halves.append((mem.read_port(), mem.write_port()))
+        else:
+            m.submodules.window = wbuf = Memory(shape=unsigned(WB), depth=self.window_words,
+                                                init=[])
+            rp_w, wp_w = wbuf.read_port(), wbuf.write_port()
         # the window word a state reads (its data the next cycle, win_x) or writes
         rw_word = Signal(range(self.window_words), name="win_rword")
         ww_word = Signal(range(self.window_words), name="win_wword")
@@ -724,14 +732,18 @@ class ComputeSequencer(wiring.Component):
         m.d.sync += w_half.eq(paired & rw_word[0])
         if PAIRS:
             H = WB // 2
-            half_write = paired & ~ww_pair
-            m.d.comb += [rp_w.addr.eq(Mux(paired, rw_word >> 1, rw_word)),
-                         win_x.eq(Cat(Mux(w_half, rp_w.data[H:H + SIMD], rp_w.data[:SIMD]),
-                                      rp_w.data[SIMD:])),
-                         wp_w.addr.eq(Mux(paired, ww_word >> 1, ww_word)),
-                         wp_w.data.eq(Mux(half_write, Cat(ww_data[:H], ww_data[:H]), ww_data)),
-                         wp_w.en.eq(Mux(ww_en, Mux(half_write, Mux(ww_word[0], 0b10, 0b01),
-                                                   0b11), 0))]
+            (rp_lo, wp_lo), (rp_hi, wp_hi) = halves
+            half_write = paired & ~ww_pair       # one window word: the half of its parity
+            raddr = Mux(paired, rw_word >> 1, rw_word)
+            waddr = Mux(paired, ww_word >> 1, ww_word)
+            m.d.comb += [rp_lo.addr.eq(raddr), rp_hi.addr.eq(raddr),
+                         win_x.eq(Cat(Mux(w_half, rp_hi.data[:SIMD], rp_lo.data[:SIMD]),
+                                      rp_lo.data[SIMD:], rp_hi.data)),
+                         wp_lo.addr.eq(waddr), wp_hi.addr.eq(waddr),
+                         wp_lo.data.eq(ww_data[:H]),
+                         wp_hi.data.eq(Mux(half_write, ww_data[:H], ww_data[H:])),
+                         wp_lo.en.eq(ww_en & ~(half_write & ww_word[0])),
+                         wp_hi.en.eq(ww_en & ~(half_write & ~ww_word[0]))]
         else:
             m.d.comb += [rp_w.addr.eq(rw_word), win_x.eq(rp_w.data), wp_w.addr.eq(ww_word),
                          wp_w.data.eq(ww_data), wp_w.en.eq(ww_en)]
