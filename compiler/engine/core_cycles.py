@@ -601,7 +601,9 @@ def _wide_gather(d, lay, core, r0, r1):
     """G_TAP, G_IN, G_INV, G_THR over one job's windows of the tile's pixels. A group
     takes the lanes left of its tap, of the window word being built (``simd``), of
     the input word and, with a prologue, of the threshold and invert-bit words (the
-    regions start on words, so the offsets in a word are the pixel's and channel's).
+    regions start on words, so the offsets in a word are the pixel's and channel's);
+    with window pairs, a binary group that starts a buffer word (two window words)
+    takes ``2 * simd`` lanes where its tap and its input word have them.
     A valid tap: G_TAP when it is the window's first (a later tap's input word is read
     by the last group of the tap before), then per group G_IN (a later group's input
     word is read by the state before), with the prologue G_INV when its invert-bit word
