@@ -64,6 +64,10 @@ SIZES = {
                         buffer_bytes=256 * 1024),
     "engine-64k": dict(data_width=128, pe=16, simd=32, stem_pe=16, stem_simd=16,
                        buffer_bytes=64 * 1024),
+    # the binary engine with half the stem's lanes: what the sizing takes when the full
+    # one is over --max-util (engine_target's next shape)
+    "engine-stem8": dict(data_width=128, pe=16, simd=64, stem_pe=16, stem_simd=8,
+                         buffer_bytes=256 * 1024, planes=1),
 }
 HEADLINE = ("engine", "engine-nbit", "engine-64k")
 #: EngineCore's defaults for the kwargs a size does not set (recorded with each size)

@@ -113,17 +113,55 @@ def test_the_engine_is_sized_within_max_util(tmp_path):
         build(ckpt, BuildConfig(engine="sequential", max_util=0.05), stop_after="schedule")
 
 
-def test_an_n_bit_network_takes_half_the_rows_when_the_full_array_is_over_budget(
+def _shape(core):
+    """A core's place in :data:`~groupnet_hw.compiler.engine.target.ARRAY_SHAPES`."""
+    from groupnet_hw.compiler.engine.target import ARRAY_SHAPES
+    return ARRAY_SHAPES.index((core["pe"], core["data_width"] // 8 // core["stem_simd"]))
+
+
+@pytest.mark.parametrize("planes", [1, 4])
+def test_a_tighter_max_util_takes_a_slower_array_shape_never_a_faster_one(planes):
+    """Lowering --max-util walks ARRAY_SHAPES in order (half the stem's lanes before
+    half the PE rows): the chosen shape never gets faster, every choice fits, and the
+    shape before it fits at no scratchpad size."""
+    from groupnet_hw.compiler.engine.target import (ARRAY_SHAPES, SCRATCHPAD_BYTES,
+                                                    EngineTarget, core_config,
+                                                    engine_target)
+    top = max(engine_target("de10nano", planes=planes).estimate()["utilisation"].values())
+    last, seen = 0, set()
+    for step in range(60):
+        util = top * (1 - step / 80)
+        try:
+            t = engine_target("de10nano", max_util=util, planes=planes)
+        except ValueError:
+            break
+        shape = _shape(t.core)
+        assert shape >= last and t.fits(util)
+        for size in SCRATCHPAD_BYTES if shape else ():
+            pe, fraction = ARRAY_SHAPES[shape - 1]
+            faster = dict(engine_target("de10nano", buffer_bytes=size, planes=planes).core,
+                          pe=pe, stem_pe=pe, stem_simd=t.core["data_width"] // 8 // fraction)
+            assert not EngineTarget("de10nano", faster, core_config(faster),
+                                    t.dram).fits(util)
+        last = shape
+        seen.add(shape)
+    # (half the PE rows with the full stem takes more DSP blocks than the full rows with
+    # half the stem: below the latter's DSP share, the walk goes on to both halved)
+    assert {0, 1} <= seen and seen & {2, 3}
+
+
+def test_an_n_bit_network_takes_a_smaller_shape_when_the_full_array_is_over_budget(
         tmp_path, need_verilator):
-    """2-bit activations need the array of four bit planes; when all 16 PE rows of it
-    need more logic than --max-util allows, the build takes 8 rows (the first size that
-    fits), and that engine runs bit-exact at the report's cycles."""
+    """2-bit activations need the array of four bit planes; when the full array and
+    stem need more logic than --max-util allows, the build takes the first of the
+    smaller shapes that fits (half the stem's lanes, then half the PE rows), and that
+    engine runs bit-exact at the report's cycles."""
     from groupnet_hw.compiler.engine.target import engine_target
     ckpt = zoo_checkpoint(tmp_path / "n.pt", "digits", 2, seed=2, act_bits=2)
     b = build(ckpt, BuildConfig(**SMALL_ENGINE), out_dir=tmp_path / "out")
     core = b.engine.target.core
     full = engine_target("de10nano", buffer_bytes=64 << 10, planes=4)
-    assert core["planes"] == 4 and core["pe"] == (16 if full.fits(0.9) else 8)
+    assert core["planes"] == 4 and (_shape(core) == 0) == full.fits(0.9)
     assert b.engine.report["estimate"]["utilisation"]["logic"] <= 0.9
     result = verify(tmp_path / "out", images=2)
     assert result.ok and result.exact == 2, result.first_mismatch

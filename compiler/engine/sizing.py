@@ -142,9 +142,9 @@ CORE_DEFAULTS = dict(data_width=128, pe=4, simd=8, stem_pe=16, stem_simd=12,
 #: by the others within 11 % (``engine``, the one size of one bit plane with the stem's
 #: array, -10.7 %; the rest within 0.7 %). Lanes, PE rows and SIMD lanes vary together
 #: in the twelve sizes, so their split is loose (``pe`` fits at 0).
-_CORE_ALUTS = {"one": 23884.648, "lanes": 17.42, "plane_lanes": 7.217, "pe": 0.0,
-               "simd": 7.487, "word_bits": 53.258, "job_bits": 5.419, "mux_bits": 5.599,
-               "stem_lanes": 148.386}
+_CORE_ALUTS = {"one": 23388.355, "lanes": 11.829, "plane_lanes": 5.659, "pe": 84.808,
+               "simd": 46.787, "word_bits": 60.003, "job_bits": 6.382, "mux_bits": 4.88,
+               "stem_lanes": 246.117}
 #: DSP blocks of the scalar datapath (its products of 32-bit operands and the address
 #: arithmetic's per-descriptor products), set by the RTL rather than by any kwarg:
 #: Cyclone V MISTRAL_MUL* 77-82 over the nine sizes without the stem's array (its

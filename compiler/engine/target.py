@@ -45,6 +45,12 @@ MAX_JOBS, MAX_WINDOW, MAX_OUT_C = 8, 4608, 512
 ARRAY_PE = 16
 #: scratchpad sizes tried, largest first (halved until the board's block RAM takes it)
 SCRATCHPAD_BYTES = (256 << 10, 128 << 10, 64 << 10, 32 << 10)
+#: the array's shapes tried, fastest first, as (PE rows, the stem's lanes per channel
+#: in bus bytes' fractions): the full array and stem; half the stem's lanes (a bus word
+#: is 16 of its 8-bit weights; half costs ResNet-18's stem about 10 % of the frame, and
+#: its binary windows their pairs); half the PE rows (the binary layers' folds, a third
+#: of the frame, take twice as long); both halved
+ARRAY_SHAPES = ((ARRAY_PE, 1), (ARRAY_PE, 2), (ARRAY_PE // 2, 1), (ARRAY_PE // 2, 2))
 
 
 @dataclass(frozen=True)
@@ -113,10 +119,12 @@ def engine_target(board="de10nano", clock_mhz=100.0, buffer_bytes=None, max_util
     are a quarter of the bus word with 4 bit ``planes`` (a window word's planes are one
     bus word) or half of it with one (binary activations alone: a lane costs about half
     as much, so twice the lanes fit), its fold's weights four or eight bus words, one
-    from each bank of the scratchpad; and the largest scratchpad of
-    :data:`SCRATCHPAD_BYTES` up to ``buffer_bytes`` whose resource estimate
-    (:func:`.sizing.estimate_core`) fits ``max_util`` of every budgeted resource of the
-    board (``None``: the largest, unchecked), else the same with half the PE rows.
+    from each bank of the scratchpad; a stem array of a bus word's 8-bit weights per
+    channel; and the largest scratchpad of :data:`SCRATCHPAD_BYTES` up to
+    ``buffer_bytes`` whose resource estimate (:func:`.sizing.estimate_core`) fits
+    ``max_util`` of every budgeted resource of the board (``None``: the largest,
+    unchecked). Where no scratchpad fits, the next of :data:`ARRAY_SHAPES`: half the
+    stem's lanes, then half the PE rows, then both.
 
     Raises
     ------
@@ -133,14 +141,14 @@ def engine_target(board="de10nano", clock_mhz=100.0, buffer_bytes=None, max_util
     if not sizes:
         raise ValueError(f"buffer_bytes {buffer_bytes} is below the smallest scratchpad "
                          f"({SCRATCHPAD_BYTES[-1]} bytes)")
-    # the full array first at every scratchpad size, then half its PE rows (the
-    # scratchpad takes block RAM, the rows logic)
-    for pe in (ARRAY_PE, ARRAY_PE // 2):
+    # each shape at every scratchpad size before the next, slower shape (the
+    # scratchpad takes block RAM, the array and the stem logic)
+    for pe, stem_fraction in ARRAY_SHAPES:
         for size in sizes:
             # the stem's multiplier array: pe output channels a fold (its sums share the
-            # binary array's accumulator words), a bus word's 8-bit weights per channel
+            # binary array's accumulator words)
             core = dict(data_width=width, pe=pe, simd=width // (4 if planes == 4 else 2),
-                        stem_pe=pe, stem_simd=width // 8,
+                        stem_pe=pe, stem_simd=width // 8 // stem_fraction,
                         buffer_bytes=size, max_jobs=MAX_JOBS, max_window=MAX_WINDOW,
                         max_out_c=MAX_OUT_C, planes=planes)
             target = EngineTarget(board, core, core_config(core, clock_mhz),
