@@ -196,6 +196,7 @@ def built(arch, bases=5, seed=0):
     seconds = time.perf_counter() - t0
     dram = target.dram
     c = predict_core(program, target.core, dram.latency, dram.bytes_per_cycle)
+    shapes = array_shapes(model, target)
     # the fastest any engine could run this program under the DRAM model: its floor of
     # traffic at the model's sustained bytes a cycle
     per_s = dram.gbytes_per_s(target.config.clock_mhz) * 1e9
@@ -205,9 +206,31 @@ def built(arch, bases=5, seed=0):
                                 fps_16bit_maps=per_s / floor16),
                 flow_refused=reason, flow_seconds=round(seconds, 1),
                 peak_rss_mb=round(_peak_rss_mb()), cycles=c.cycles, fps=c.fps,
-                phases={k: v / c.cycles for k, v in c.phases.items()},
+                phases={k: v / c.cycles for k, v in c.phases.items()}, shapes=shapes,
                 descriptors=[dict(index=d.index, opcode=d.opcode, cycles=d.cycles,
                                   dominant=d.dominant, label=d.label) for d in c.descriptors])
+
+
+def array_shapes(model, target):
+    """The core model's cycles of ``model`` on each of the sizing's array shapes
+    (``target.ARRAY_SHAPES``: the build takes the first that fits ``--max-util``) at the
+    build's scratchpad, with each shape's logic share of the board's estimate."""
+    from groupnet_hw.compiler.engine.core_cycles import predict_core
+    from groupnet_hw.compiler.engine.target import (ARRAY_SHAPES, EngineTarget,
+                                                    compile_for_core, core_config)
+    g = compile_model(model)
+    rows = []
+    for pe, stem_fraction in ARRAY_SHAPES:
+        core = dict(target.core, pe=pe, stem_pe=pe,
+                    stem_simd=target.core["data_width"] // 8 // stem_fraction)
+        t = EngineTarget(target.board, core, core_config(core, target.config.clock_mhz),
+                         target.dram)
+        c = predict_core(compile_for_core(g, t)[0], core, t.dram.latency,
+                         t.dram.bytes_per_cycle)
+        rows.append(dict(pe=pe, stem_simd=core["stem_simd"], cycles=c.cycles,
+                         logic=t.estimate()["utilisation"]["logic"],
+                         built=all(core[k] == target.core[k] for k in core)))
+    return rows
 
 
 def rtl_measured(arch, bases=5):
@@ -361,6 +384,20 @@ def write_docs(results, built_rows, rtl_rows, authors, cross, out_md, out_png):
                       "frames/s under the default DRAM model, whatever its compute; with "
                       f"the 32-bit maps 16 bits wide {f['bytes_16bit_maps'] / 1e6:.1f} MB, "
                       f"{f['fps_16bit_maps']:.1f} frames/s."]
+    rows = [b for b in built_rows if b.get("shapes")]
+    if rows:
+        lines += ["", "The array shapes the build's sizing walks, fastest first "
+                  "(`target.ARRAY_SHAPES`; it takes the first whose resource estimate "
+                  "fits `--max-util`, 0.9 by default): the core model's cycles per frame "
+                  "at the build's scratchpad and each shape's estimated share of the "
+                  "DE10-Nano's logic:", "",
+                  "| PE rows x stem lanes | logic | "
+                  + " | ".join(f"{b['arch']} cycles/frame" for b in rows) + " |",
+                  "|---|---:|" + "---:|" * len(rows)]
+        for k, s in enumerate(rows[0]["shapes"]):
+            mark = " (built)" if s["built"] else ""
+            lines.append(f"| {s['pe']} x {s['stem_simd']}{mark} | {100 * s['logic']:.1f} % | "
+                         + " | ".join(f"{b['shapes'][k]['cycles']:,}" for b in rows) + " |")
     lines += ["", "Where the built engine's cycles go (share of the frame):", ""]
     for b in built_rows:
         lines.append(f"- {b['arch']}: " + ", ".join(

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from groupnet_hw.cli import main
 from groupnet_hw.compiler.engine.core_cycles import predict_core
 from groupnet_hw.compiler.engine.layout import compile_engine
+from groupnet_hw.compiler.engine.report import render_engine_text
 from groupnet_hw.engine_format import FLAG_BITS, STAGE_BITS
 from groupnet_hw.flow import ENGINE_IMAGE, ENGINE_NAME, BuildConfig, FlowError, build, verify
 from groupnet_hw.models.checkpoint import save_checkpoint
@@ -106,6 +107,14 @@ def test_the_engine_is_sized_within_max_util(tmp_path):
     est = full.engine.report["estimate"]
     assert set(est["cells"]) == {"logic", "ram_bits", "dsp"}
     assert all(0 < u <= 0.9 for u in est["utilisation"].values())
+    # the report names each faster shape it passed over and what it would have needed
+    from groupnet_hw.compiler.engine.target import engine_target
+    passed_over = full.engine.report["engine"]["passed_over"]
+    assert bool(passed_over) == (not engine_target("de10nano", planes=1).fits(0.9))
+    for shape in passed_over:
+        assert shape["utilisation"] > 0.9 and shape["max_util"] == 0.9
+        assert (f"not {shape['pe']} PE rows with a {shape['stem_simd']}-lane stem"
+                in render_engine_text(full.engine.report))
     small = build(ckpt, BuildConfig(engine="sequential", engine_scratchpad_kib=32),
                   stop_after="schedule")
     assert small.engine.report["estimate"]["cells"]["ram_bits"] < est["cells"]["ram_bits"]

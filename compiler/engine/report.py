@@ -94,7 +94,11 @@ def render_engine_text(report):
         f"  core: one array of {core['pe']} PE x {core['simd']} SIMD XNOR lanes "
         f"({_planes(core)}), "
         f"{core['data_width']}-bit Avalon-MM ports, {core['buffer_bytes'] // 1024} KiB "
-        f"scratchpad, up to {core['max_jobs']} jobs per descriptor",
+        f"scratchpad, up to {core['max_jobs']} jobs per descriptor, a stem array of "
+        f"{core['stem_simd']} lanes a channel",
+        *(f"  (not {p['pe']} PE rows with a {p['stem_simd']}-lane stem: they would need "
+          f"{100 * p['utilisation']:.1f} % of the board's {p['resource']}, over --max-util "
+          f"{p['max_util']:g})" for p in e.get("passed_over", ())),
         f"  clock: {e['clock_mhz']:g} MHz (the engine's own; a PLL output on the board; the "
         "core's timing at it is not closed yet, architecture.md section 13)",
         f"  DRAM model: {e['dram']['latency']} cycles latency, "

@@ -137,18 +137,18 @@ CORE_DEFAULTS = dict(data_width=128, pe=4, simd=8, stem_pe=16, stem_simd=12,
 
 #: Cyclone V ALUTs per unit of each :func:`core_features` feature, fitted (non-negative
 #: least squares, relative errors) to Yosys's counts of ``benchmarks/engine_resources.py``
-#: (``python3 benchmarks/engine_resources.py --fit`` prints them) at the twelve sizes of
-#: one RTL (``hw_engine_sha256`` in the JSON); each size left out of the fit is predicted
-#: by the others within 11 % (``engine``, the one size of one bit plane with the stem's
-#: array, -10.7 %; the rest within 0.7 %). Lanes, PE rows and SIMD lanes vary together
-#: in the twelve sizes, so their split is loose (``pe`` fits at 0).
+#: (``python3 benchmarks/engine_resources.py --fit`` prints them) at the thirteen sizes
+#: of one RTL (``hw_engine_sha256`` in the JSON), within 0.9 % of each; each size left
+#: out of the fit is predicted by the others within 6 % (``small-pe16`` +6.0 %, the two
+#: one-plane engines with the stem's array -3.0 % and +3.4 %). Lanes, PE rows and SIMD
+#: lanes vary together in the thirteen sizes, so their split is loose.
 _CORE_ALUTS = {"one": 23388.355, "lanes": 11.829, "plane_lanes": 5.659, "pe": 84.808,
                "simd": 46.787, "word_bits": 60.003, "job_bits": 6.382, "mux_bits": 4.88,
                "stem_lanes": 246.117}
 #: DSP blocks of the scalar datapath (its products of 32-bit operands and the address
 #: arithmetic's per-descriptor products), set by the RTL rather than by any kwarg:
-#: Cyclone V MISTRAL_MUL* 77-82 over the nine sizes without the stem's array (its
-#: second channel adds ``stem_simd``: 93-97 at the build's three; the
+#: Cyclone V MISTRAL_MUL* 76-81 over the nine sizes without the stem's array (its
+#: second channel adds ``stem_simd``: 84 with 8 lanes, 95-96 with 16; the
 #: output writer's gate multiplier runs beside the post-op's, so Yosys shares it with
 #: no other); ECP5 MULT18X18D measured once (``ecp5_pnr``); iCE40 not measured (ECP5's
 #: count: the UP5K's 8 SB_MAC16 could not hold the core anyway).
@@ -316,9 +316,9 @@ def estimate_core(core_params: dict, family: str = "cyclonev") -> dict:
     ratio per memory (ECP5 ``small``: 55 DP16KD estimated, 51 measured, its write FIFO
     being LUT RAM there).
 
-    Against Yosys at the twelve recorded sizes (``engine_resources.json``): logic within
-    0.5 %, each size left out of the fit and predicted by the others within 8 %
-    (``engine`` -7.4 %, the rest within 1.2 %); M10K exact; DSP within 3 blocks.
+    Against Yosys at the thirteen recorded sizes (``engine_resources.json``): logic
+    within 0.9 %, each size left out of the fit and predicted by the others within 6 %;
+    M10K exact; DSP within 4 blocks.
     """
     from ...devices import get_family
     p = full_core_params(core_params)

@@ -66,12 +66,17 @@ class EngineTarget:
         What the compiler compiles for (:func:`core_config` of ``core``).
     dram : DramModel
         The default DRAM model at the engine clock.
+    passed_over : tuple of dict
+        The faster :data:`ARRAY_SHAPES` that :func:`engine_target` did not take, each
+        with ``pe``, ``stem_simd``, the ``resource`` furthest over ``max_util`` and its
+        ``utilisation`` at the smallest scratchpad.
     """
 
     board: str
     core: dict
     config: EngineConfig
     dram: DramModel
+    passed_over: tuple = ()
 
     def estimate(self):
         """The core's resource estimate (:func:`.sizing.estimate_core`) against the
@@ -89,6 +94,7 @@ class EngineTarget:
 
     def to_dict(self):
         return dict(board=self.board, core=dict(self.core), clock_mhz=self.config.clock_mhz,
+                    passed_over=[dict(p) for p in self.passed_over],
                     dram=dict(latency=self.dram.latency,
                               bytes_per_cycle=self.dram.bytes_per_cycle,
                               gbytes_per_s=self.dram.gbytes_per_s(self.config.clock_mhz)))
@@ -143,6 +149,7 @@ def engine_target(board="de10nano", clock_mhz=100.0, buffer_bytes=None, max_util
                          f"({SCRATCHPAD_BYTES[-1]} bytes)")
     # each shape at every scratchpad size before the next, slower shape (the
     # scratchpad takes block RAM, the array and the stem logic)
+    passed_over = []
     for pe, stem_fraction in ARRAY_SHAPES:
         for size in sizes:
             # the stem's multiplier array: pe output channels a fold (its sums share the
@@ -152,9 +159,15 @@ def engine_target(board="de10nano", clock_mhz=100.0, buffer_bytes=None, max_util
                         buffer_bytes=size, max_jobs=MAX_JOBS, max_window=MAX_WINDOW,
                         max_out_c=MAX_OUT_C, planes=planes)
             target = EngineTarget(board, core, core_config(core, clock_mhz),
-                                  DramModel.at_clock(clock_mhz))
+                                  DramModel.at_clock(clock_mhz), tuple(passed_over))
             if max_util is None or target.fits(max_util):
                 return target
+        # what this shape needs at the smallest scratchpad (the report says why the
+        # build's engine is smaller)
+        util = target.estimate()["utilisation"]
+        worst = max(util, key=util.get)
+        passed_over.append(dict(pe=pe, stem_simd=core["stem_simd"], resource=worst,
+                                utilisation=util[worst], max_util=max_util))
     est = target.estimate()
     worst = max(est["utilisation"], key=est["utilisation"].get)
     raise ValueError(f"the engine's smallest configuration needs {est['cells'][worst]:,} "
