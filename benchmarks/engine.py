@@ -343,10 +343,11 @@ def _built_core():
     """The DE10-Nano engine a build writes for these binary networks, in words."""
     from groupnet_hw.compiler.engine.sizing import core_paths_of
     from groupnet_hw.compiler.engine.target import engine_target
-    c = engine_target("de10nano", planes=1).core
+    from groupnet_hw.flow import BuildConfig
+    c = engine_target("de10nano", planes=1, max_util=BuildConfig().max_util).core
     n = core_paths_of(c)["stem_channels"]
     return (f"one XNOR array of {c['pe']} x {c['simd']} lanes of one bit plane, a "
-            f"{c['stem_simd']}-lane stem array ({n} channel{'s' if n > 1 else ''} a cycle)")
+            f"stem array of {c['stem_simd']} lanes ({n} channel{'s' if n > 1 else ''} a cycle)")
 
 
 def write_docs(results, built_rows, rtl_rows, authors, cross, out_md, out_png):

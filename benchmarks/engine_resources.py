@@ -41,8 +41,8 @@ OUT = ROOT / "benchmarks" / "results" / "engine_resources.json"
 #: stem_simd=12, max_jobs=8, max_window=4608, max_out_c=512, planes=4). The sizes from
 #: ``small`` to ``small-planes1`` change one thing of ``small`` each (the array's width,
 #: its PE count, the scratchpad, the bus word, the limits, the bit planes) so that the
-#: fit can tell the per-unit costs apart; ``engine``, ``engine-nbit`` and ``engine-64k``
-#: (:data:`HEADLINE`) are the engines a build writes.
+#: fit can tell the per-unit costs apart; ``engine``, ``engine-nbit``, ``engine-64k`` and
+#: ``engine-stem8`` (:data:`HEADLINE`) are the engines a build writes or passes over.
 SIZES = {
     "small": dict(data_width=128, pe=4, simd=8, buffer_bytes=64 * 1024),
     "medium": dict(data_width=128, pe=8, simd=16, buffer_bytes=128 * 1024),
@@ -54,22 +54,23 @@ SIZES = {
     "small-limits": dict(data_width=128, pe=4, simd=8, buffer_bytes=64 * 1024, max_jobs=4,
                          max_window=2304, max_out_c=256),
     "small-planes1": dict(data_width=128, pe=4, simd=8, buffer_bytes=64 * 1024, planes=1),
-    # the engine a build writes for the DE10-Nano and a binary network (16 x 64 lanes of
-    # one bit plane from eight scratchpad banks, the stem's multiplier array), the one
-    # for 2- and 4-bit activations (16 x 32 lanes of four planes from four banks), and
-    # that one with the tests' 64 KiB scratchpad
+    # the full shape of the DE10-Nano's engines (engine_target's first ARRAY_SHAPES):
+    # for a binary network (16 x 64 lanes of one bit plane from eight scratchpad banks,
+    # the stem's multiplier array of 16 lanes a channel), for 2- and 4-bit activations
+    # (16 x 32 lanes of four planes from four banks), and that one with the tests'
+    # 64 KiB scratchpad; each is over --max-util 0.9
     "engine": dict(data_width=128, pe=16, simd=64, stem_pe=16, stem_simd=16,
                    buffer_bytes=256 * 1024, planes=1),
     "engine-nbit": dict(data_width=128, pe=16, simd=32, stem_pe=16, stem_simd=16,
                         buffer_bytes=256 * 1024),
     "engine-64k": dict(data_width=128, pe=16, simd=32, stem_pe=16, stem_simd=16,
                        buffer_bytes=64 * 1024),
-    # the binary engine with half the stem's lanes: what the sizing takes when the full
-    # one is over --max-util (engine_target's next shape)
+    # the binary engine with half the stem's lanes (engine_target's next shape): the one
+    # a build writes at the default --max-util
     "engine-stem8": dict(data_width=128, pe=16, simd=64, stem_pe=16, stem_simd=8,
                          buffer_bytes=256 * 1024, planes=1),
 }
-HEADLINE = ("engine", "engine-nbit", "engine-64k")
+HEADLINE = ("engine", "engine-nbit", "engine-64k", "engine-stem8")
 #: EngineCore's defaults for the kwargs a size does not set (recorded with each size)
 DEFAULTS = dict(data_width=128, pe=4, simd=8, stem_pe=16, stem_simd=12, buffer_bytes=32768,
                 max_jobs=8, max_window=4608, max_out_c=512, planes=4)
