@@ -461,7 +461,11 @@ def _read_folding(path):
               help="Frames per second to reach at the board clock; fails with what it would "
                    "take if the board cannot.")
 @click.option("--max-util", type=click.FloatRange(0, 1, min_open=True), default=DEFAULTS.max_util,
-              show_default=True, help="Fraction of each board resource the design may use.")
+              show_default=True,
+              help="Fraction of each board resource the design may use. The engine takes "
+                   "the fastest array shape within it (full array and stem, half the "
+                   "stem's lanes, half the PE rows); report.txt names the shapes it "
+                   "passed over.")
 @click.option("--folding", "folding_file", type=click.Path(dir_okay=False), default=None,
               help='JSON file {"<conv node>": [PE, SIMD], ...} overriding the chosen folding '
                    "(node names as in report.txt).")
