@@ -68,7 +68,7 @@ class EngineTarget:
         The default DRAM model at the engine clock.
     passed_over : tuple of dict
         The faster :data:`ARRAY_SHAPES` that :func:`engine_target` did not take, each
-        with ``pe``, ``stem_simd``, the ``resource`` furthest over ``max_util`` and its
+        with ``pe``, ``stem_simd``, its most used ``resource`` (over ``max_util``) and its
         ``utilisation`` at the smallest scratchpad.
     """
 
