@@ -188,15 +188,15 @@ def built(arch, bases=5, seed=0):
     reason = None
     try:
         b = build(model, BuildConfig(engine="sequential"), stop_after="schedule")
-        program, target = b.engine.program, b.engine.target
+        g, program, target = b.graph, b.engine.program, b.engine.target
     except FlowError as exc:
         reason = str(exc)
-        target = engine_target("de10nano")
-        program = compile_for_core(compile_model(model), target)[0]
+        g, target = compile_model(model), engine_target("de10nano")
+        program = compile_for_core(g, target)[0]
     seconds = time.perf_counter() - t0
     dram = target.dram
     c = predict_core(program, target.core, dram.latency, dram.bytes_per_cycle)
-    shapes = array_shapes(model, target)
+    shapes = array_shapes(g, target)
     # the fastest any engine could run this program under the DRAM model: its floor of
     # traffic at the model's sustained bytes a cycle
     per_s = dram.gbytes_per_s(target.config.clock_mhz) * 1e9
@@ -211,25 +211,25 @@ def built(arch, bases=5, seed=0):
                                   dominant=d.dominant, label=d.label) for d in c.descriptors])
 
 
-def array_shapes(model, target):
-    """The core model's cycles of ``model`` on each of the sizing's array shapes
-    (``target.ARRAY_SHAPES``: the build takes the first that fits ``--max-util``) at the
-    build's scratchpad, with each shape's logic share of the board's estimate."""
+def array_shapes(g, target):
+    """The core model's cycles of integer graph ``g`` on each of the sizing's array
+    shapes (``target.ARRAY_SHAPES``: the build takes the first that fits
+    ``--max-util``) at the build's scratchpad, with each shape's logic share of the
+    board's estimate."""
     from groupnet_hw.compiler.engine.core_cycles import predict_core
     from groupnet_hw.compiler.engine.target import (ARRAY_SHAPES, EngineTarget,
-                                                    compile_for_core, core_config)
-    g = compile_model(model)
+                                                    compile_for_core, core_config,
+                                                    with_shape)
     rows = []
-    for pe, stem_fraction in ARRAY_SHAPES:
-        core = dict(target.core, pe=pe, stem_pe=pe,
-                    stem_simd=target.core["data_width"] // 8 // stem_fraction)
+    for shape in ARRAY_SHAPES:
+        core = with_shape(target.core, shape)
         t = EngineTarget(target.board, core, core_config(core, target.config.clock_mhz),
                          target.dram)
         c = predict_core(compile_for_core(g, t)[0], core, t.dram.latency,
                          t.dram.bytes_per_cycle)
-        rows.append(dict(pe=pe, stem_simd=core["stem_simd"], cycles=c.cycles,
+        rows.append(dict(pe=core["pe"], stem_simd=core["stem_simd"], cycles=c.cycles,
                          logic=t.estimate()["utilisation"]["logic"],
-                         built=all(core[k] == target.core[k] for k in core)))
+                         built=core == target.core))
     return rows
 
 

@@ -135,7 +135,7 @@ def test_a_tighter_max_util_takes_a_slower_array_shape_never_a_faster_one(planes
     shape before it fits at no scratchpad size."""
     from groupnet_hw.compiler.engine.target import (ARRAY_SHAPES, SCRATCHPAD_BYTES,
                                                     EngineTarget, core_config,
-                                                    engine_target)
+                                                    engine_target, with_shape)
     top = max(engine_target("de10nano", planes=planes).estimate()["utilisation"].values())
     last, seen = 0, set()
     for step in range(60):
@@ -147,9 +147,8 @@ def test_a_tighter_max_util_takes_a_slower_array_shape_never_a_faster_one(planes
         shape = _shape(t.core)
         assert shape >= last and t.fits(util)
         for size in SCRATCHPAD_BYTES if shape else ():
-            pe, fraction = ARRAY_SHAPES[shape - 1]
-            faster = dict(engine_target("de10nano", buffer_bytes=size, planes=planes).core,
-                          pe=pe, stem_pe=pe, stem_simd=t.core["data_width"] // 8 // fraction)
+            faster = with_shape(engine_target("de10nano", buffer_bytes=size,
+                                              planes=planes).core, ARRAY_SHAPES[shape - 1])
             assert not EngineTarget("de10nano", faster, core_config(faster),
                                     t.dram).fits(util)
         last = shape

@@ -34,8 +34,8 @@ from .program import FLAG_BITS, OPCODE_CODES, STAGE_BITS
 from .sizing import budget_limits, estimate_core
 from .tiling import core_tilings, scratchpad_need, slices_fit
 
-__all__ = ["EngineTarget", "engine_target", "array_planes", "core_config", "compile_for_core",
-           "check_program", "multiplier_operands"]
+__all__ = ["EngineTarget", "engine_target", "array_planes", "with_shape", "core_config",
+           "compile_for_core", "check_program", "multiplier_operands"]
 
 #: The core's fixed limits: K <= 8 bases per block, windows up to 3x3x512 lanes on the
 #: array, up to 512 output channels per job in the accumulator buffer (ResNet-18/34).
@@ -51,6 +51,14 @@ SCRATCHPAD_BYTES = (256 << 10, 128 << 10, 64 << 10, 32 << 10)
 #: its binary windows their pairs); half the PE rows (the binary layers' folds, a third
 #: of the frame, take twice as long); both halved
 ARRAY_SHAPES = ((ARRAY_PE, 1), (ARRAY_PE, 2), (ARRAY_PE // 2, 1), (ARRAY_PE // 2, 2))
+
+
+def with_shape(core, shape):
+    """``core`` with the PE rows and stem lanes of ``shape``, one of :data:`ARRAY_SHAPES`
+    (the stem's array: ``pe`` output channels a fold, its sums sharing the binary
+    array's accumulator words)."""
+    pe, stem_fraction = shape
+    return dict(core, pe=pe, stem_pe=pe, stem_simd=core["data_width"] // 8 // stem_fraction)
 
 
 @dataclass(frozen=True)
@@ -150,14 +158,13 @@ def engine_target(board="de10nano", clock_mhz=100.0, buffer_bytes=None, max_util
     # each shape at every scratchpad size before the next, slower shape (the
     # scratchpad takes block RAM, the array and the stem logic)
     passed_over = []
-    for pe, stem_fraction in ARRAY_SHAPES:
+    for shape in ARRAY_SHAPES:
         for size in sizes:
-            # the stem's multiplier array: pe output channels a fold (its sums share the
-            # binary array's accumulator words)
-            core = dict(data_width=width, pe=pe, simd=width // (4 if planes == 4 else 2),
-                        stem_pe=pe, stem_simd=width // 8 // stem_fraction,
-                        buffer_bytes=size, max_jobs=MAX_JOBS, max_window=MAX_WINDOW,
-                        max_out_c=MAX_OUT_C, planes=planes)
+            full = dict(data_width=width, pe=ARRAY_PE, simd=width // (4 if planes == 4 else 2),
+                        stem_pe=ARRAY_PE, stem_simd=width // 8, buffer_bytes=size,
+                        max_jobs=MAX_JOBS, max_window=MAX_WINDOW, max_out_c=MAX_OUT_C,
+                        planes=planes)
+            core = with_shape(full, shape)
             target = EngineTarget(board, core, core_config(core, clock_mhz),
                                   DramModel.at_clock(clock_mhz), tuple(passed_over))
             if max_util is None or target.fits(max_util):
@@ -166,7 +173,7 @@ def engine_target(board="de10nano", clock_mhz=100.0, buffer_bytes=None, max_util
         # build's engine is smaller)
         util = target.estimate()["utilisation"]
         worst = max(util, key=util.get)
-        passed_over.append(dict(pe=pe, stem_simd=core["stem_simd"], resource=worst,
+        passed_over.append(dict(pe=core["pe"], stem_simd=core["stem_simd"], resource=worst,
                                 utilisation=util[worst], max_util=max_util))
     est = target.estimate()
     worst = max(est["utilisation"], key=est["utilisation"].get)
