@@ -172,12 +172,11 @@ def core_paths(data_width, pe, simd, stem_pe, stem_simd, planes=4):
       a multiple of a word);
     - ``max_act_bits``: the widest activations the array takes (``act_bits``; 0 is
       binary): 4 with 4 bit planes, 0 with one;
-    - ``window_bits``: a window-buffer word: ``planes`` bits of ``simd`` lanes, or the
-      stem's ``stem_simd`` bytes when wider;
-    - ``window_pairs``: one bit plane and window-buffer words of at least ``2 * simd``
-      bits (the stem's), and bus words as wide: a binary window's SIMD folds lie two a
-      buffer word, so that the gather takes a whole input word of ``2 * simd`` binary
-      channels a cycle.
+    - ``window_pairs``: one bit plane on the array, and bus words of at least
+      ``2 * simd`` bits: a binary window's SIMD folds lie two a buffer word, so that the
+      gather takes a whole input word of ``2 * simd`` binary channels a cycle;
+    - ``window_bits``: a window-buffer word: ``planes`` bits of ``simd`` lanes, two
+      folds' with window pairs, or the stem's ``stem_simd`` bytes when wider.
     """
     if planes not in ARRAY_PLANES:
         raise ValueError(f"planes must be one of {ARRAY_PLANES}, not {planes!r}")
@@ -187,7 +186,9 @@ def core_paths(data_width, pe, simd, stem_pe, stem_simd, planes=4):
                    and stem_simd * 8 <= 4 * simd)
     pixel_vector = pow2(simd) and simd <= data_width
     threshold_vector = vector and pow2(pe) and pe <= data_width
-    window_bits = max(planes * simd, 8 * stem_simd if stem_vector else 0)
+    window_pairs = vector and planes == 1 and data_width >= 2 * simd
+    window_bits = max(planes * simd * (2 if window_pairs else 1),
+                      8 * stem_simd if stem_vector else 0)
     return dict(banks=banks, vector=vector, stem_vector=stem_vector,
                 stem_channels=next((c for c in (4, 2) if stem_vector and banks >= c
                                     and pe % c == 0), 1),
@@ -196,6 +197,10 @@ def core_paths(data_width, pe, simd, stem_pe, stem_simd, planes=4):
                                   and pe * 32 <= banks * data_width),
                 sums_writer=vector and pow2(pe) and (pe * 32) % data_width == 0,
                 max_act_bits=0 if planes == 1 else planes,
-                window_bits=window_bits,
-                window_pairs=(vector and planes == 1 and window_bits >= 2 * simd
-                              and data_width >= 2 * simd))
+                window_bits=window_bits, window_pairs=window_pairs)
+
+
+def window_words(max_window, simd):
+    """The window buffer's words: a window of ``max_window`` lanes in folds of ``simd``
+    (with window pairs two folds share a buffer word; the buffer keeps a word a fold)."""
+    return -(-max_window // simd)

@@ -39,9 +39,11 @@ def test_binary_engine_has_twice_the_lanes_and_one_plane():
     wide = CORE
     assert (BINARY_CORE["planes"], wide["planes"]) == (1, 4)
     assert BINARY_CORE["pe"] * BINARY_CORE["simd"] == 2 * wide["pe"] * wide["simd"]
-    # its window word holds the stem's bytes, wider than one plane of lanes
-    paths = core_paths_of(BINARY_CORE)
-    assert (paths["window_bits"], paths["max_act_bits"], paths["banks"]) == (128, 0, 8)
+    # its window word holds two SIMD folds (window pairs), whatever the stem's width
+    for stem_simd in (8, 16):
+        paths = core_paths_of({**BINARY_CORE, "stem_simd": stem_simd})
+        assert (paths["window_bits"], paths["window_pairs"], paths["max_act_bits"],
+                paths["banks"]) == (128, True, 0, 8)
     assert core_memories(BINARY_CORE)["window_lo"][1] == 64      # window pairs: halves
     # a one-plane lane costs less: twice the lanes estimated within 10 % of the logic
     one, four = estimate_core(BINARY_CORE), estimate_core(wide)

@@ -103,7 +103,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ...engine_format import DENSE_PIXEL_BYTES, accumulator_channels, pair_table_bits
+from ...engine_format import (DENSE_PIXEL_BYTES, accumulator_channels, pair_table_bits,
+                              window_words)
 from .program import FLAG_BITS, JOB, OPCODE_CODES, STAGE_BITS, decode
 from .sizing import CORE_DEFAULTS, core_paths_of, full_core_params
 from .tiling import core_layout
@@ -213,7 +214,7 @@ class _Core:
         self.sums_writer = paths["sums_writer"]
         self.max_act_bits = paths["max_act_bits"]
         self.window_pairs = paths["window_pairs"]
-        self.window_words = _ceil(p["max_window"], self.simd)
+        self.window_words = window_words(p["max_window"], self.simd)
         self.maxc = accumulator_channels(p["max_out_c"], self.pe)
         self.pair_c = 1 << pair_table_bits(p["max_out_c"])      # the pair table's channels
         self.wr_depth = p["buffer_depth"] or 2 * self.max_burst

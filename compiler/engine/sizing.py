@@ -45,7 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ...devices import get_board
-from ...engine_format import accumulator_channels, core_paths, pair_table_bits
+from ...engine_format import accumulator_channels, core_paths, pair_table_bits, window_words
 from .config import EngineConfig
 
 __all__ = ["SizedEngine", "size_engine", "estimate", "CANDIDATES", "estimate_core",
@@ -182,8 +182,8 @@ def core_memories(core_params):
     (``hw/engine/core.py``, ``dma.py``): the scratchpad (a bus word wide, in ``banks``
     banks of one block RAM per byte lane), the array's
     window buffer (``ceil(max_window / simd)`` words of ``planes`` bit planes x ``simd``,
-    or of the stem's ``stem_simd`` bytes when wider; with window pairs two memories of
-    half a word each), the
+    or of the stem's ``stem_simd`` bytes when wider; with window pairs words of two
+    folds, in two memories of half a word each), the
     accumulator buffer (``max_jobs x max_out_c`` 32-bit sums, ``pe`` to a word, with
     ``max_out_c`` rounded as the core rounds it), the post-op pair table (``max_jobs x
     max_out_c`` pairs of 32-bit constants) and the two DMAs' block-RAM FIFOs
@@ -203,10 +203,10 @@ def core_memories(core_params):
     pad = {f"scratchpad{b}_{lane}": (words // banks, 8)
            for b in range(banks) for lane in range(w // 8)}
     # with window pairs the window buffer is two memories, a half word each
-    window_words = -(-p["max_window"] // simd)
-    window = ({"window_lo": (window_words, paths["window_bits"] // 2),
-               "window_hi": (window_words, paths["window_bits"] // 2)}
-              if paths["window_pairs"] else {"window": (window_words, paths["window_bits"])})
+    fold_words = window_words(p["max_window"], simd)
+    window = ({"window_lo": (fold_words, paths["window_bits"] // 2),
+               "window_hi": (fold_words, paths["window_bits"] // 2)}
+              if paths["window_pairs"] else {"window": (fold_words, paths["window_bits"])})
     return {**pad, **window,
             "accumulators": (p["max_jobs"] * folds, 32 * pe),
             "pairs": (p["max_jobs"] << pair_table_bits(p["max_out_c"]), 64),

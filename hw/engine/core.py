@@ -249,7 +249,7 @@ from amaranth.utils import exact_log2
 
 from ...engine_format import (DESCRIPTOR_FIELDS, FLAG_BITS, MUL_BITS, OPCODE_CODES,
                               STAGE_BITS, DENSE_PIXEL_BYTES, accumulator_channels,
-                              core_paths, field_offsets, pair_table_bits)
+                              core_paths, field_offsets, pair_table_bits, window_words)
 from ...engine_opcodes import (COPY, COPY_FIELDS, DESCRIPTOR_BYTES, DESCRIPTOR_MAGIC, END)
 from ...engine_registers import ERROR_CAUSES
 from .avalon import AvalonRegisterSignature
@@ -451,7 +451,7 @@ class ComputeSequencer(wiring.Component):
         if buffer_bytes % (self.bytes_per_word * self.banks):
             raise ValueError(f"buffer_bytes {buffer_bytes} is not whole rows of "
                              f"{self.banks} banks")
-        self.window_words = -(-max_window // simd)
+        self.window_words = window_words(max_window, simd)
         self.max_out_c = accumulator_channels(max_out_c, pe)
         self.pair_bits = pair_table_bits(max_out_c)
         cmd = stream.Signature(descriptor_layout(addr_width))
@@ -1938,7 +1938,9 @@ class ComputeSequencer(wiring.Component):
                 its input word read now). Where ``pair`` holds instead, window words sg
                 and sg + 1 (one buffer word) get the input word's 2 * SIMD binary lanes
                 (window pairs: j is 0, sg even, the tap and the input word have them)."""
-                if pair is not None:
+                if pair is None:
+                    pair = Const(0)
+                else:
                     n = Mux(pair, 2 * SIMD, n)
                 placed = []
                 jb = j[:SIMD.bit_length()]
@@ -1950,17 +1952,17 @@ class ComputeSequencer(wiring.Component):
                     stem_bytes = (Cat(*(Mux(i < n, stem_values[i], 0) for i in range(SL)))
                                   << Cat(Const(0, 3), jb))[:8 * SL]
                 gn = Signal(WB)
-                full = (j + n) == Mux(svec, SL, SIMD)
-                m.d.comb += [gn.eq(gword | Mux(svec, stem_bytes, Cat(*placed))),
-                             ww_word.eq(sg), ww_data.eq(gn), ww_en.eq(1)]
-                m.d.sync += [gword.eq(Mux(full, 0, gn)), sg.eq(sg + full),
-                             j.eq(Mux(full, 0, j + n)), ci.eq(ci + n)]
-                if pair is not None:
-                    with m.If(pair):
-                        H = WB // 2
-                        m.d.comb += [ww_pair.eq(1), ww_data.eq(
-                            Cat(g_word[:SIMD], Const(0, H - SIMD), g_word[SIMD:2 * SIMD]))]
-                        m.d.sync += [gword.eq(0), sg.eq(sg + 2), j.eq(0)]
+                # a window word filled, or a pair's two (a buffer word)
+                done = Mux(pair, 2, (j + n) == Mux(svec, SL, SIMD))
+                m.d.comb += gn.eq(gword | Mux(svec, stem_bytes, Cat(*placed)))
+                if PAIRS:
+                    two = Cat(g_word[:SIMD], Const(0, WB // 2 - SIMD), g_word[SIMD:2 * SIMD])
+                    m.d.comb += [ww_pair.eq(pair), ww_data.eq(Mux(pair, two, gn))]
+                else:
+                    m.d.comb += ww_data.eq(gn)
+                m.d.comb += [ww_word.eq(sg), ww_en.eq(1)]
+                m.d.sync += [gword.eq(Mux(done != 0, 0, gn)), sg.eq(sg + done),
+                             j.eq(Mux(done != 0, 0, j + n)), ci.eq(ci + n)]
                 m.next = "G_TAP"
                 if chain:
                     nxt = ga + (n << in_sh)
@@ -2188,7 +2190,7 @@ class ComputeSequencer(wiring.Component):
             # first fold's; a PIXEL's input piece (bits) and the job's first fold's
             tv_pk, tv_ob, tv_to, tv_to0 = Signal(A), Signal(A), Signal(A), Signal(A)
             tv_ib, tv_ibj = Signal(A + 3), Signal(A + 3)
-            tv_m0 = Signal(16)            # the first fold (o0; a PIXEL's 0)
+            tv_m0 = Mux(ptv, 0, o0)       # the first fold (MVU and POOL_TAP leave mo there)
             tv_j1 = Signal()              # this is the job's first fold
             # the PIXEL's inputs of the fold, as 33-bit signed values (any 32-bit input)
             tp_x = [Signal(signed(33), name=f"tp_x{i}") for i in range(PE)]
@@ -2264,7 +2266,7 @@ class ComputeSequencer(wiring.Component):
             with m.State("TV_A"):
                 to0 = times_cb(mo << PSH)          # the first fold's
                 m.d.sync += [tv_pk.eq(par_base), tv_ob.eq(out_base + out_row), tv_to.eq(to0),
-                             tv_to0.eq(to0), tv_m0.eq(mo), tv_j1.eq(1), tv_pend.eq(0),
+                             tv_to0.eq(to0), tv_j1.eq(1), tv_pend.eq(0),
                              tv_ib.eq(in_addr), tv_ibj.eq(in_addr)]
                 # (a PIXEL's: job 0's pixel, POOL_TAP set its position; channel 0)
                 fold_start(m, in_addr, par_base, to0, mo)
