@@ -22,11 +22,18 @@ def random_images(seed, n, size):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def rtl_cache(tmp_path_factory):
-    """One content-keyed cache of compiled RTL for the whole session: a design that
-    several tests simulate is compiled by Verilator once. Set as the default cache so
-    that nothing reaches the user's own (``~/.cache/groupnet-hw/sim``)."""
-    root = tmp_path_factory.mktemp("rtl_cache")
+def rtl_cache(tmp_path_factory, worker_id):
+    """One content-keyed cache of compiled RTL for the whole run: a design that several
+    tests simulate is compiled by Verilator once, also when the tests run on different
+    xdist workers (the folder is their common parent; a build holds its entry's lock,
+    so the second worker waits for the first's binary instead of compiling it again).
+    Set as the default cache so that nothing reaches the user's own
+    (``~/.cache/groupnet-hw/sim``)."""
+    if worker_id == "master":
+        root = tmp_path_factory.mktemp("rtl_cache")
+    else:
+        root = tmp_path_factory.getbasetemp().parent / "rtl_cache"
+        root.mkdir(exist_ok=True)
     old = os.environ.get("GROUPNET_HW_RTL_CACHE")
     os.environ["GROUPNET_HW_RTL_CACHE"] = str(root)
     yield root

@@ -35,7 +35,7 @@ from groupnet_hw.hw.engine.core import EngineCore
 from groupnet_hw.models.groupnet import GroupNet, randomize_eval_state
 from groupnet_hw.models.zoo import arch_config
 from groupnet_hw.sim import toolchain
-from groupnet_hw.flow import ENGINE_NAME, engine_verilog
+from groupnet_hw.flow import ENGINE_NAME, BuildConfig, engine_verilog
 from groupnet_hw.sim.engine_model import first_mismatch, run_program
 from groupnet_hw.sim.engine_rtl import build_engine_rtl
 from groupnet_hw.sim.engine_verify import (cut_after, descriptor_outputs, frame_image,
@@ -43,10 +43,11 @@ from groupnet_hw.sim.engine_verify import (cut_after, descriptor_outputs, frame_
 
 SLOW = pytest.mark.slow
 
-#: the engine a build writes with a 64 KiB scratchpad (``build --engine-scratchpad 64``)
-#: for a network with 2- or 4-bit activations: the same Verilog as
-#: tests/test_engine_flow.py's builds of those, so one Verilator build serves both
-CORE = engine_target("de10nano", buffer_bytes=64 << 10).core
+#: the engine a build writes with a 64 KiB scratchpad (``build --engine-scratchpad 64``,
+#: the default ``--max-util``) for a network with 2- or 4-bit activations: the same
+#: Verilog as tests/test_engine_flow.py's builds of those, so one Verilator build serves
+#: both (the cache is shared by the test workers)
+CORE = engine_target("de10nano", buffer_bytes=64 << 10, max_util=BuildConfig().max_util).core
 #: the core's weight packing (binary and the stem's), which its programs must share
 PACKING = {k: CORE[k] for k in ("pe", "simd", "stem_pe", "stem_simd")}
 
@@ -77,8 +78,8 @@ def core(tmp_path_factory):
     return _build(tmp_path_factory, "engine")
 
 
-def zoo_model(arch, bases, seed=1, variant="groupnet"):
-    cfg = arch_config(arch, bases=bases, variant=variant)
+def zoo_model(arch, bases, seed=1, variant="groupnet", **fields):
+    cfg = arch_config(arch, bases=bases, variant=variant, **fields)
     torch.manual_seed(seed)       # the weights' initialisation: not the test order's
     return randomize_eval_state(GroupNet(cfg), torch.Generator().manual_seed(seed)).eval()
 
@@ -603,7 +604,7 @@ def test_the_cycle_model_picks_each_streamed_descriptors_tiling(core):
     whole map, one row tile, so the weights load once). The program runs bit-exact at
     the predicted cycles, fewer than the tiler's program."""
     g = compile_model(random_model(3, **SLICED_NETS[0]))
-    target = engine_target("de10nano", buffer_bytes=64 << 10)
+    target = engine_target("de10nano", buffer_bytes=64 << 10, max_util=BuildConfig().max_util)
     assert target.core == CORE
     program, prediction = compile_for_core(g, target)
     tiler = compile_engine(g, program.config)

@@ -11,8 +11,11 @@ checks digits K=1 (every descriptor too), the max pool on the core's lanes (ever
 descriptor, exact) and the pooled stem with conv shortcuts under the slower DRAM,
 ``-m slow`` the rest: every digits K and random configuration at both
 DRAM settings, row tiles, weight streaming on a small scratchpad, a head that streams
-its weights and GATE descriptors, and a read DMA with one burst in flight.
+its weights and GATE descriptors, a read DMA with one burst in flight, and the full
+16-lane stem (the fastest shape, over the default budget).
 """
+
+from dataclasses import replace
 
 import pytest
 
@@ -25,7 +28,7 @@ from groupnet_hw.compiler.engine.core_cycles import (_Core, _chained, _layout, _
                                                     predict_core)
 from groupnet_hw.compiler.engine.program import OPCODE_CODES
 from groupnet_hw.compiler.engine.layout import compile_engine
-from groupnet_hw.compiler.engine.target import core_config
+from groupnet_hw.compiler.engine.target import ARRAY_SHAPES, core_config, with_shape
 from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.flow import ENGINE_NAME
 from groupnet_hw.sim.engine_verify import cut_after, frame_image
@@ -100,6 +103,23 @@ def test_threshold_lanes_and_stem_array_exact(core):
     assert routes == [True, True]
     pred, whole = check(core, g, 6, PIXEL_CONFIG, CORE, "fast", per_descriptor=True)
     assert pred.cycles == whole
+
+
+@SLOW
+def test_full_stem_shape_exact(tmp_path_factory):
+    """The fastest shape (``target.ARRAY_SHAPES[0]``: 16 stem lanes, four channels a
+    cycle), which a build takes only where the estimate leaves room (the default tier's
+    engine is the build's half stem): the stem's array, the threshold lanes and the head
+    bit-exact and every descriptor to the cycle."""
+    full = with_shape(CORE, ARRAY_SHAPES[0])
+    assert full["stem_simd"] == 2 * CORE["stem_simd"]
+    build = _build(tmp_path_factory, "full_stem", **full)
+    g = compile_model(random_model(6, **LANES_NET))
+    config = replace(PIXEL_CONFIG, stem_simd=full["stem_simd"])
+    pred, whole = check(build, g, 6, config, full, "fast", per_descriptor=True)
+    assert pred.cycles == whole
+    stem = next(p for p in pred.descriptors if p.opcode == "CONV")
+    assert stem.phases["folds"] and not stem.phases["scalar"]     # the stem's array
 
 
 def test_pixel_of_64_bit_inputs_on_the_window_lanes_exact(core):

@@ -23,8 +23,10 @@ from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.flow import BuildConfig, build
 from groupnet_hw.hw.engine.core import EngineCore
 
-#: the engine a build writes for a binary network with a 64 KiB scratchpad
-BINARY_CORE = engine_target("de10nano", buffer_bytes=64 << 10, planes=1).core
+#: the engine a build writes for a binary network with a 64 KiB scratchpad (the default
+#: ``--max-util``): the same Verilog as tests/test_engine_flow.py's digits builds
+BINARY_CORE = engine_target("de10nano", buffer_bytes=64 << 10, planes=1,
+                            max_util=BuildConfig().max_util).core
 BINARY_CONFIG = two_array_config(BINARY_CORE)
 #: the cycle model's DRAM (DE10-Nano at 100 MHz)
 DRAM = (48, 10.0)
@@ -33,6 +35,18 @@ DRAM = (48, 10.0)
 @pytest.fixture(scope="module")
 def binary_core(tmp_path_factory):
     return _build(tmp_path_factory, "planes1", **BINARY_CORE)
+
+
+@pytest.mark.parametrize("act_bits", [1, 2])
+def test_the_tested_engines_are_the_builds(act_bits):
+    """The engines these tests and tests/test_engine_core.py simulate are the ones a
+    64 KiB build writes for digits (binary, then 2-bit activations), so the flow tests'
+    Verilator builds are theirs too: one compile for each, whatever the resource
+    estimate's shape choice."""
+    model = zoo_model("digits", 2, seed=2, act_bits=act_bits)
+    b = build(model, BuildConfig(engine="sequential", engine_scratchpad_kib=64),
+              stop_after="schedule")
+    assert b.engine.target.core == (BINARY_CORE if act_bits == 1 else CORE)
 
 
 def test_binary_engine_has_twice_the_lanes_and_one_plane():
