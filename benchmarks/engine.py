@@ -42,7 +42,7 @@ from pathlib import Path
 
 import torch
 
-from engine_resources import OUT as RESOURCES_JSON, source_stamp
+from engine_resources import OUT as RESOURCES_JSON, is_current, source_stamp
 from groupnet_hw.compiler.engine.config import DramModel
 from groupnet_hw.compiler.engine.cycles import descriptor_cycles, predict
 from groupnet_hw.compiler.engine.formats import TensorFormat
@@ -332,10 +332,9 @@ def _placed_clock():
     if not RESOURCES_JSON.exists():
         return None
     runs = json.loads(RESOURCES_JSON.read_text())
-    rtl = source_stamp()["hw_engine_sha256"]
     found = [(r["placed_fmax_estimate_mhz"], r.get("yosys_share", True))
              for r in (runs.get("ecp5_pnr"), runs.get("ecp5_pnr_no_share"))
-             if r and r.get("hw_engine_sha256") == rtl and r.get("placed_fmax_estimate_mhz")]
+             if r and r.get("placed_fmax_estimate_mhz") and is_current(r)]
     return max(found) if found else None
 
 

@@ -16,9 +16,14 @@ size is also synthesized for ECP5 and placed and routed out of context with
                                                                     # placement, no routing
 
 Synthesis runs one size at a time (the tools are single-threaded WebAssembly). The fit
-and the tests use one version of the RTL: after a change to ``hw/engine``, rerun every
-size (records of other RTL move to ``superseded``), then ``--fit`` and copy its
-coefficients into ``sizing._CORE_ALUTS``.
+and the tests use one version of the RTL: a record is current while it was synthesized
+from the current ``hw/engine`` sources or from the same Verilog as the size elaborates
+now (``verilog_sha256``, source locations left out). After a change to ``hw/engine``,
+``--stale`` synthesizes only the sizes whose Verilog changed (records of other RTL move
+to ``superseded``), then ``--fit`` and copy its coefficients into
+``sizing._CORE_ALUTS``.
+
+    python3 benchmarks/engine_resources.py --stale --no-pnr   # the sizes the change touched
 
     python3 benchmarks/engine_resources.py --fit     # coefficients and errors, no synthesis
 """
@@ -100,6 +105,42 @@ def _git(*args):
         return None
 
 
+def verilog_stamp(params):
+    """A hash of the Verilog a size elaborates to (``emit_src=False``: no source
+    locations), recorded with its counts as ``verilog_sha256``."""
+    return hashlib.sha256(verilog_of(params).encode()).hexdigest()[:16]
+
+
+_VERILOG_STAMPS = {}
+
+
+def is_current(record):
+    """Whether ``record`` (a size's counts, or an ECP5 run) is of the RTL as it is now:
+    synthesized from the current hw/engine sources, or from a Verilog equal to what its
+    ``params`` elaborate to now. An edit of hw/engine that leaves a size's Verilog as it
+    was (a path that size does not elaborate, a comment) keeps its counts: Yosys maps
+    the same netlist to the same cells."""
+    if record.get("hw_engine_sha256") == source_stamp()["hw_engine_sha256"]:
+        return True
+    if "verilog_sha256" not in record:
+        return False
+    key = json.dumps(record["params"], sort_keys=True)
+    if key not in _VERILOG_STAMPS:
+        _VERILOG_STAMPS[key] = verilog_stamp(record["params"])
+    return record["verilog_sha256"] == _VERILOG_STAMPS[key]
+
+
+def stamp_current_records(data):
+    """Add ``verilog_sha256`` to the records of the current sources that lack it (those
+    synthesized before the script recorded it), so that they outlive an edit elsewhere."""
+    current = source_stamp()["hw_engine_sha256"]
+    records = list(data.get("cyclonev", {}).values()) + [
+        data[k] for k in ("ecp5_pnr", "ecp5_pnr_no_share") if data.get(k)]
+    for r in records:
+        if "verilog_sha256" not in r and r.get("hw_engine_sha256") == current:
+            r["verilog_sha256"] = verilog_stamp(r["params"])
+
+
 def source_stamp():
     """Which RTL was synthesized: the last commit of hw/engine and a hash of the files."""
     digest = hashlib.sha256()
@@ -125,7 +166,8 @@ def synth_size(name, flow, work, place_and_route=False, timeout=3600, share=True
                         progress=lambda msg: print(f"  {name}/{flow}: {msg}", flush=True))
     out = {"params": params, "cells": result["cells"],
            "yosys_seconds": result["yosys_seconds"], "elaborate_seconds": elaborate,
-           "verilog_bytes": len(text), **stamp}
+           "verilog_bytes": len(text),
+           "verilog_sha256": hashlib.sha256(text.encode()).hexdigest()[:16], **stamp}
     for key in ("fmax_mhz", "placed_fmax_estimate_mhz", "target_mhz", "pnr_seconds",
                 "utilization", "critical_path",
                 "pnr_error", "seed", "dsp_registers", "bram_registers", "note"):
@@ -207,10 +249,9 @@ def fit(data, prior=None):
 
 
 def supersede_stale(data):
-    """Move the Cyclone V records of other RTL than the current (``hw_engine_sha256``)
-    to ``superseded``: the fit and the tests use one version of the RTL."""
-    current = source_stamp()["hw_engine_sha256"]
-    stale = [n for n, r in data["cyclonev"].items() if r.get("hw_engine_sha256") != current]
+    """Move the Cyclone V records of other RTL than the current (:func:`is_current`) to
+    ``superseded``: the fit and the tests use one version of the RTL."""
+    stale = [n for n, r in data["cyclonev"].items() if not is_current(r)]
     for name in stale:
         data.setdefault("superseded", {})[name] = data["cyclonev"].pop(name)
         print(f"{name}: synthesized from other RTL, moved to 'superseded'", flush=True)
@@ -248,6 +289,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default=",".join(SIZES),
                     help="comma-separated sizes to synthesize again (others keep their counts)")
+    ap.add_argument("--stale", action="store_true",
+                    help="synthesize only the sizes (of --sizes) whose record is missing or "
+                         "of other Verilog than the current RTL elaborates")
     ap.add_argument("--no-pnr", action="store_true", help="skip the ECP5 place and route")
     ap.add_argument("--pnr-only", action="store_true", help="only the ECP5 place and route")
     ap.add_argument("--no-share", action="store_true",
@@ -268,6 +312,10 @@ def main(argv=None):
     if unknown:
         ap.error(f"unknown size(s): {', '.join(sorted(unknown))}; known: {', '.join(SIZES)}")
     data = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    if args.stale:
+        names = [n for n in names if n not in data.get("cyclonev", {})
+                 or not is_current(data["cyclonev"][n])]
+        print(f"sizes of other RTL: {', '.join(names) or 'none'}", flush=True)
     if args.fit:
         print("fitted ALUTs per feature:", json.dumps(fit(data)))
         print(json.dumps(errors(data), indent=1))
@@ -289,6 +337,7 @@ def main(argv=None):
             _save(args.out, data, [name], ["flow", "sizes"])
         # the fit over every size recorded, this run's and the file's
         data = _save(args.out, data, names, ["flow", "sizes"])
+        stamp_current_records(data)
         if names:
             supersede_stale(data)
         data["estimate"] = errors(data)

@@ -119,3 +119,25 @@ def test_smallest_size_synthesized_again(tmp_path):
     assert est["logic"] == pytest.approx(rec["alm"], rel=TOLERANCE)
     assert est["ram_bits"] == rec["cells"]["bram"] * 10240
     assert est["dsp"] == pytest.approx(rec["cells"]["dsp"], rel=TOLERANCE)
+
+
+def test_a_record_stays_current_while_its_verilog_is_unchanged():
+    """A size's counts outlive an edit of hw/engine that leaves its Verilog as it was
+    (``verilog_sha256``), and no other: a record of other sources is current only with
+    the hash of what its parameters elaborate to now."""
+    import sys
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import engine_resources as bench
+    finally:
+        sys.path.pop(0)
+    params = bench.core_params("small-dw64")
+    now = bench.verilog_stamp(params)
+    old_sources = dict(params=params, hw_engine_sha256="0" * 16)
+    assert bench.is_current(dict(old_sources, verilog_sha256=now))
+    assert not bench.is_current(dict(old_sources, verilog_sha256="f" * 16))
+    assert not bench.is_current(old_sources)
+    assert bench.is_current(dict(params=params, **bench.source_stamp()))
+    data = {"cyclonev": {"a": dict(old_sources, verilog_sha256="f" * 16),
+                         "b": dict(old_sources, verilog_sha256=now)}}
+    assert bench.supersede_stale(data) == ["a"] and list(data["cyclonev"]) == ["b"]
