@@ -11,7 +11,7 @@ Two models, for two different engines:
 - :func:`estimate_core` estimates :class:`~groupnet_hw.hw.engine.core.EngineCore`, the
   RTL that exists (one ``pe x simd`` array, the scalar datapath, one scratchpad, the
   DMAs and the register file), from the keyword arguments a build elaborates it with.
-  Its per-unit costs are fitted to Yosys's Cyclone V counts of the core at six sizes
+  Its per-unit costs are fitted to Yosys's Cyclone V counts of the core at thirteen sizes
   (``benchmarks/engine_resources.py``, ``benchmarks/results/engine_resources.json``);
   its block RAMs are counted memory by memory as Yosys maps them (:func:`core_memories`,
   :func:`yosys_m10k_blocks`). See :func:`estimate_core` for the model and its errors.
@@ -138,13 +138,13 @@ CORE_DEFAULTS = dict(data_width=128, pe=4, simd=8, stem_pe=16, stem_simd=12,
 #: Cyclone V ALUTs per unit of each :func:`core_features` feature, fitted (non-negative
 #: least squares, relative errors) to Yosys's counts of ``benchmarks/engine_resources.py``
 #: (``python3 benchmarks/engine_resources.py --fit`` prints them) at the thirteen sizes
-#: of one RTL (``hw_engine_sha256`` in the JSON), within 0.9 % of each; each size left
-#: out of the fit is predicted by the others within 6 % (``small-pe16`` +6.0 %, the two
-#: one-plane engines with the stem's array -3.0 % and +3.4 %). Lanes, PE rows and SIMD
-#: lanes vary together in the thirteen sizes, so their split is loose.
-_CORE_ALUTS = {"one": 23388.355, "lanes": 11.829, "plane_lanes": 5.659, "pe": 84.808,
-               "simd": 46.787, "word_bits": 60.003, "job_bits": 6.382, "mux_bits": 4.88,
-               "stem_lanes": 246.117}
+#: of one RTL (each record's ``verilog_sha256`` in the JSON), within 1.2 % of each; each
+#: size left out of the fit is predicted by the others within 2.2 % (``small-buf256k``
+#: -2.1 %, ``small`` +1.6 %). Lanes, PE rows and SIMD lanes vary together in the
+#: thirteen sizes, so their split is loose.
+_CORE_ALUTS = {"one": 22764.61, "lanes": 16.927, "plane_lanes": 6.056, "pe": 13.861,
+               "simd": 17.935, "word_bits": 62.64, "job_bits": 8.068, "mux_bits": 3.085,
+               "stem_lanes": 198.956}
 #: DSP blocks of the scalar datapath (its products of 32-bit operands and the address
 #: arithmetic's per-descriptor products), set by the RTL rather than by any kwarg:
 #: Cyclone V MISTRAL_MUL* 76-81 over the nine sizes without the stem's array (its
@@ -317,8 +317,8 @@ def estimate_core(core_params: dict, family: str = "cyclonev") -> dict:
     being LUT RAM there).
 
     Against Yosys at the thirteen recorded sizes (``engine_resources.json``): logic
-    within 0.9 %, each size left out of the fit and predicted by the others within 6 %;
-    M10K exact; DSP within 4 blocks.
+    within 1.2 %, each size left out of the fit and predicted by the others within
+    2.2 %; M10K exact; DSP within 4 blocks.
     """
     from ...devices import get_family
     p = full_core_params(core_params)
