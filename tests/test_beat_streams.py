@@ -3,7 +3,8 @@ convolutions travel as beats of a few channels of every base instead of whole pi
 The MVUs send beats, adds, mixers, thresholds, subsamples and repeats work beat by beat,
 a shortcut with fewer channels is padded with zero beats, FIFOs are deeper and narrower,
 and the windows and the head collect pixels. The accelerator is bit-exact under input
-gaps and output stalls, at the predicted cycles per frame and latency."""
+gaps and output stalls, at the predicted cycles per frame, and (slow tier) at the
+predicted latency."""
 
 import pytest
 import torch
@@ -13,21 +14,20 @@ from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.compiler.schedule import schedule
 from groupnet_hw.sim.verify import verify
 from conftest import random_model, verify_on_verilator
-from test_latency import assert_exact_and_timed
+from test_latency import assert_exact_and_timed, assert_latency
 from test_line_buffers import CONFIGS, _case
 
 
-@pytest.mark.parametrize("index,multiple,bases", [
+BEAT_CASES = [
     (0, 64, "parallel"),    # K = 2 side by side, dilation 2, stride 2: a 3-beat shortcut
                             # padded to 5 beats, 3 and 5 channels (odd)
     (1, 64, "parallel"),    # K = 1, 4-bit activations (multi-thresholds on beats)
     (2, 64, "shared"),      # K = 2 time-shared: repeat, grouped MVUs, packed mixers, a
                             # conv shortcut, 2-bit activations
-    # faster: only the second stage's tensors go as beats (slow tier: the same units as
-    # the case before, fewer of them as beats)
-    pytest.param(2, 16, "shared", marks=pytest.mark.slow),
-])
-def test_beats_bit_exact_at_the_predicted_cycles(index, multiple, bases):
+]
+
+
+def _beats_schedule(index, multiple, bases):
     model, g, size, images = _case(index, 120 + index)
     sched = schedule(g, "ulx3s", target_cycles=multiple * size * size, bases=bases,
                      streams="beats")
@@ -35,7 +35,27 @@ def test_beats_bit_exact_at_the_predicted_cycles(index, multiple, bases):
     assert beats, "nothing went as beats"
     ops = {sched.graph[n].op for n in beats}
     assert {"bin_conv", "add", "mixer"} <= ops
-    assert_exact_and_timed(model, sched, images, index)
+    return model, sched, images
+
+
+@pytest.mark.parametrize("index,multiple,bases", BEAT_CASES + [
+    # faster: only the second stage's tensors go as beats (slow tier: the same units as
+    # the case before, fewer of them as beats)
+    pytest.param(2, 16, "shared", marks=pytest.mark.slow),
+])
+def test_beats_bit_exact_at_the_predicted_cycles(index, multiple, bases):
+    """Bit-exact under input gaps and output stalls and without, at the predicted
+    cycles per frame (the Amaranth simulator; the latency runs are the slow tier's)."""
+    model, sched, images = _beats_schedule(index, multiple, bases)
+    assert_exact_and_timed(model, sched, images, index, latency=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index,multiple,bases", BEAT_CASES)
+def test_beats_latency_equals_prediction(index, multiple, bases):
+    """The beat streams' latency, isolated and paced, is the predicted one."""
+    _, sched, _ = _beats_schedule(index, multiple, bases)
+    assert_latency(sched)
 
 
 def test_padded_shortcut_and_packs_are_where_the_layout_needs_them():

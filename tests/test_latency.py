@@ -48,12 +48,10 @@ def _images(sched, n, seed=0):
     return torch.randint(0, 256, shape, generator=gen, dtype=torch.uint8)
 
 
-def assert_exact_and_timed(model, sched, images, seed):
+def assert_exact_and_timed(model, sched, images, seed, latency=True):
     """The Amaranth model of ``sched`` is bit-exact on ``images`` with random input gaps
-    and output stalls and without, at the predicted cycles per frame, and its latency
-    (isolated and paced) is the predicted one."""
-    from groupnet_hw.compiler.latency import predicted_latency
-    from groupnet_hw.compiler.ops import TIMING_FRAMES
+    and output stalls and without, at the predicted cycles per frame, and (with
+    ``latency``) its latency, isolated and paced, is the predicted one."""
     from groupnet_hw.sim.verify import verify
     result = verify(model, sched, images, simulator="amaranth", stall=0.3, seed=seed)
     assert result.graph_equals_model
@@ -61,6 +59,15 @@ def assert_exact_and_timed(model, sched, images, seed):
     paced = verify(model, sched, images, simulator="amaranth")
     assert paced.exact == paced.images
     assert paced.cycles_per_frame_measured == sched.frame_cycles
+    if latency:
+        assert_latency(sched)
+
+
+def assert_latency(sched):
+    """The Amaranth model's latency of ``sched``, isolated and paced, is the predicted
+    one."""
+    from groupnet_hw.compiler.latency import predicted_latency
+    from groupnet_hw.compiler.ops import TIMING_FRAMES
     lat = predicted_latency(sched)
     inp = sched.graph[sched.graph.input]
     assert amaranth_latencies(sched, 1) == [lat.isolated]
