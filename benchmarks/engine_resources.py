@@ -120,7 +120,7 @@ def is_current(record):
     ``params`` elaborate to now. An edit of hw/engine that leaves a size's Verilog as it
     was (a path that size does not elaborate, a comment) keeps its counts: Yosys maps
     the same netlist to the same cells."""
-    if record.get("hw_engine_sha256") == source_stamp()["hw_engine_sha256"]:
+    if record.get("hw_engine_sha256") == sources_digest():
         return True
     if "verilog_sha256" not in record:
         return False
@@ -133,7 +133,7 @@ def is_current(record):
 def stamp_current_records(data):
     """Add ``verilog_sha256`` to the records of the current sources that lack it (those
     synthesized before the script recorded it), so that they outlive an edit elsewhere."""
-    current = source_stamp()["hw_engine_sha256"]
+    current = sources_digest()
     records = list(data.get("cyclonev", {}).values()) + [
         data[k] for k in ("ecp5_pnr", "ecp5_pnr_no_share") if data.get(k)]
     for r in records:
@@ -141,13 +141,18 @@ def stamp_current_records(data):
             r["verilog_sha256"] = verilog_stamp(r["params"])
 
 
-def source_stamp():
-    """Which RTL was synthesized: the last commit of hw/engine and a hash of the files."""
+def sources_digest():
+    """A hash of hw/engine's files (``hw_engine_sha256``)."""
     digest = hashlib.sha256()
     for path in sorted((ROOT / "hw" / "engine").glob("*.py")):
         digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def source_stamp():
+    """Which RTL was synthesized: the last commit of hw/engine and a hash of the files."""
     return {"hw_engine_commit": _git("log", "-1", "--format=%h %cI", "--", "hw/engine"),
-            "hw_engine_sha256": digest.hexdigest()[:16],
+            "hw_engine_sha256": sources_digest(),
             "hw_engine_dirty": bool(_git("status", "--porcelain", "--", "hw/engine"))}
 
 
