@@ -18,6 +18,12 @@ The routes list what a fix must break: one end's path names its start register a
 signals it passes, so that ends sharing a cause show it (a register after the element
 reader, a table indexed by the job counter).
 
+``--register NET`` ranks as if a register sat on a design signal (repeatable): what a
+pipeline stage there would buy, before the control that waits for it is written.
+
+    python3 benchmarks/engine_paths.py --netlist netlist.json \
+        --register sequencer.ev --register sequencer.t     # the reader's, PCALC's product
+
 ``--cones N`` ranks where the logic goes instead (ECP5 or Cyclone V netlists): each
 LUT counted for the register, block RAM or multiplier it feeds first, by design signal.
 
@@ -89,21 +95,48 @@ def _top(netlist):
     return next(m for m in netlist["modules"].values() if m.get("attributes", {}).get("top"))
 
 
-def arrivals(netlist):
+def arrivals(netlist, registers=()):
     """Rank the path ends of a Yosys JSON ``netlist`` (a dict) by arrival time.
 
     Returns ``(ends, worst_path)``: ``ends`` maps ``"design.signal:PORT"`` to ``(ns,
     bits)``, latest first; ``worst_path`` lists ``(ns, cell type, net name)`` from the
-    start of the latest path to its end."""
-    ranked, routes = end_routes(netlist)
+    start of the latest path to its end. ``registers``: see :func:`end_routes`."""
+    ranked, routes = end_routes(netlist, registers)
     return ranked, routes[next(iter(ranked))] if ranked else []
 
 
-def end_routes(netlist):
+def what_if_bits(netlist, registers):
+    """The net bits of the design signals ``registers`` (net names of the top module,
+    as the routes print them) that a register would cut; a name that no net carries
+    raises ``ValueError`` (synthesis kept none of its bits as a net of that name)."""
+    nets = _top(netlist)["netnames"]
+    bits = set()
+    for name in registers:
+        if name not in nets:
+            raise ValueError(f"no net named {name!r} in the netlist")
+        bits.update(b for b in nets[name]["bits"] if isinstance(b, int))
+    return bits
+
+
+def end_routes(netlist, registers=()):
     """:func:`arrivals`' ranking and, per end, its latest path: ``(ends, routes)``,
     ``routes`` mapping each key of ``ends`` to ``(ns, cell type, net name)`` from the
-    path's start to the end's latest bit."""
+    path's start to the end's latest bit.
+
+    ``registers`` names nets to rank as if a register sat on each of their bits (a
+    what-if for pipelining before the control exists): a path into such a bit ends
+    there (``"net:what-if"``), and its readers start at a register's clock-to-out.
+    Logic that synthesis merged across the net is not cut, so the what-if can only
+    understate the gain."""
     cells, names, driver, _ = _net_maps(netlist)
+    cut = what_if_bits(netlist, registers)
+    ff_start = STARTS["TRELLIS_FF"][1]
+
+    def source(b):
+        """The arrival at net bit b, where a cell reads it."""
+        if b in cut:
+            return ff_start
+        return arrival[driver[b]] if b in driver else 0.0
 
     def inputs(cn, port):
         """(bit, delay to the output) of each input of cell cn's output port."""
@@ -140,13 +173,13 @@ def end_routes(netlist):
                 stack.pop()
                 continue
             pending = [driver[b] for b, _ in inputs(cn, port)
-                       if b in driver and driver[b] not in arrival]
+                       if b in driver and b not in cut and driver[b] not in arrival]
             if pending:
                 stack.extend(pending)
                 continue
             best, best_bit = 0.0, None
             for b, d in inputs(cn, port):
-                a = (arrival[driver[b]] if b in driver else 0.0) + d
+                a = source(b) + d
                 if a > best:
                     best, best_bit = a, b
             arrival[k], via[k] = best, best_bit
@@ -162,22 +195,29 @@ def end_routes(netlist):
                 continue
             for b in bits:
                 if isinstance(b, int):
-                    a = (out_time(driver[b]) if b in driver else 0.0) + ROUTE_NS + 0.1
+                    a = (ff_start if b in cut else out_time(driver[b]) if b in driver
+                         else 0.0) + ROUTE_NS + 0.1
                     ends.append((a, cn, p, b))
+    for b in cut:
+        if b in driver:
+            ends.append((out_time(driver[b]) + ROUTE_NS + 0.1, None, names[b], b))
     ends.sort(key=lambda e: -e[0])
     ranked, latest_bit = OrderedDict(), {}
     for a, cn, p, b in ends:
-        key = f"{design_signal(cn)}:{p.rstrip('0123456789')}"
+        key = (f"{design_signal(cn)}:{p.rstrip('0123456789')}" if cn is not None
+               else f"{p}:what-if")
         worst, n = ranked.get(key, (a, 0))
         ranked[key] = (worst, n + 1)
         latest_bit.setdefault(key, b)
 
     def route(b):
         path = []
-        while b is not None and b in driver:
+        first = True
+        while b is not None and b in driver and (first or b not in cut):
             k = driver[b]
             path.append((arrival[k], cells[k[0]]["type"], names.get(b, "?")))
             b = via[k]
+            first = False
         return list(reversed(path))
 
     return ranked, {key: route(b) for key, b in latest_bit.items()}
@@ -275,6 +315,10 @@ def main(argv=None):
     ap.add_argument("--cones", type=int, default=0, metavar="N",
                     help="rank where the logic goes instead: the N registers, block RAMs "
                          "and multipliers fed by the most LUTs")
+    ap.add_argument("--register", action="append", default=[], metavar="NET",
+                    help="rank as if a register sat on this net (a design signal as the "
+                         "routes name it, e.g. sequencer.ev): a what-if for pipelining; "
+                         "repeat for more nets")
     ap.add_argument("--routes", type=int, default=0,
                     help="also list the signals on the latest path of this many ends")
     args = ap.parse_args(argv)
@@ -290,7 +334,11 @@ def main(argv=None):
         for name, n in cones[:args.cones]:
             print(f"{n:8d} {100 * n / total:5.1f} %  {name}")
         return 0
-    ranked, routes = end_routes(netlist)
+    try:
+        ranked, routes = end_routes(netlist, args.register)
+    except ValueError as exc:
+        print(f"error: {exc}; the routes name the nets synthesis kept", file=sys.stderr)
+        return 2
     if not ranked:
         print("no register or block-RAM inputs in this netlist")
         return 1

@@ -78,3 +78,29 @@ def test_cyclone_v_cells_count_and_name_their_register():
                                    "netnames": {"unit.x": {"bits": [2]}}}}}
     # l0 reaches the block RAM and (through l1) the register: the block RAM is nearer
     assert dict(engine_paths.logic_cones(netlist)) == {"ram (block RAM)": 1, "unit.x": 1}
+
+
+def test_a_what_if_register_cuts_the_path_at_its_net():
+    """``registers``: the product's net as if registered, so b's path starts there and
+    the path into it ends at a what-if end of the same length as b's before."""
+    r = engine_paths.ROUTE_NS
+    before, _ = engine_paths.end_routes(_netlist())
+    ranked, routes = engine_paths.end_routes(_netlist(), registers=["prod"])
+    assert ranked["prod:what-if"][0] == pytest.approx(before["b:DI"][0])
+    assert ranked["b:DI"][0] == pytest.approx(0.4 + r + 0.1)
+    assert engine_paths.route_summary(routes["prod:what-if"]) == ["a", "prod"]
+    # the other ends are as they were
+    assert ranked["e:DI"] == before["e:DI"] and ranked["d:DI"] == before["d:DI"]
+    with pytest.raises(ValueError, match="no net named 'nothing'"):
+        engine_paths.end_routes(_netlist(), registers=["nothing"])
+
+
+def test_the_command_line_refuses_an_unknown_net_in_one_line(tmp_path, capsys):
+    import json
+    path = tmp_path / "netlist.json"
+    path.write_text(json.dumps(_netlist()))
+    assert engine_paths.main(["--netlist", str(path), "--register", "nothing"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no net named 'nothing'") and err.count("\n") == 1
+    assert engine_paths.main(["--netlist", str(path), "--register", "prod"]) == 0
+    assert "prod:what-if" in capsys.readouterr().out
