@@ -308,3 +308,27 @@ def test_dram_floor_never_above_a_programs_traffic(arch, bases):
     assert program.header["param_bytes"] + tensors < floor < 2 * tensors + program.header["param_bytes"]
     assert floor <= predict(program, DramModel.at_clock(config.clock_mhz)).dram_bytes
     assert dram_floor(program, halve_32_bit=True) <= floor
+
+
+def test_dram_floor_with_the_stem_pooled_on_chip_drops_its_map():
+    """The stem's overlapping max pooling fused onto its convolution (the intended
+    engine's fusion): the convolution's wide map leaves the program, and the floor
+    drops by exactly that map written and read once."""
+    import sys
+    from dataclasses import replace
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from engine import dram_floor
+
+    from groupnet_hw.compiler.engine.target import engine_target
+    model = randomize_eval_state(GroupNet(arch_config("resnet18", bases=1, image_size=32)),
+                                 torch.Generator().manual_seed(1)).eval()
+    g = compile_model(model)
+    config = engine_target("de10nano").config       # the core's: pools apart
+    assert not config.fuse_overlapping_pools
+    apart = compile_engine(g, config)
+    fused = compile_engine(g, replace(config, fuse_overlapping_pools=True))
+    gone = set(apart.tensors) - set(fused.tensors)
+    assert [g.producer(name).op for name in gone] == ["int_conv"]
+    (name,) = gone
+    assert dram_floor(apart) - dram_floor(fused) == 2 * apart.tensors[name][1].nbytes
