@@ -43,7 +43,7 @@ from pathlib import Path
 
 import torch
 
-from engine_resources import OUT as RESOURCES_JSON, is_current, source_stamp
+from engine_resources import OUT as RESOURCES_JSON, is_current, sources_digest
 from groupnet_hw.compiler.engine.config import DramModel
 from groupnet_hw.compiler.engine.cycles import descriptor_cycles, predict
 from groupnet_hw.compiler.engine.formats import TensorFormat
@@ -284,7 +284,7 @@ def authors_at_224(arch, bases=5, rtl_images=0):
                    predicted=b.engine.prediction.cycles, fps=b.engine.prediction.fps,
                    rtl_images=rtl_images, **threshold_placements(b))
         if rtl_images:
-            row["hw_engine_sha256"] = source_stamp()["hw_engine_sha256"]
+            row["hw_engine_sha256"] = sources_digest()
             t3 = time.perf_counter()
             r = verify(tmp / "out", images=rtl_images)
             row.update(exact=r.exact, ok=r.ok, measured=r.cycles_per_frame_measured,
@@ -505,7 +505,7 @@ def _merged(path, new):
         out[key] = sorted(kept + rows, key=lambda r: r["arch"])
     # an RTL run stays valid while the program it ran is the one built now, on the RTL
     # of hw/engine as it is now
-    rtl = source_stamp()["hw_engine_sha256"]
+    rtl = sources_digest()
     ran = {r["arch"]: r for r in old.get("authors_224", []) if r.get("rtl_images")}
     for r in out.get("authors_224", []):
         before = ran.get(r["arch"])

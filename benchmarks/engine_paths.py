@@ -133,10 +133,11 @@ def end_routes(netlist, registers=()):
     ff_start = STARTS["TRELLIS_FF"][1]
 
     def source(b):
-        """The arrival at net bit b, where a cell reads it."""
+        """The arrival at net bit b, where a cell reads it (a what-if register's
+        clock-to-out on a cut bit)."""
         if b in cut:
             return ff_start
-        return arrival[driver[b]] if b in driver else 0.0
+        return out_time(driver[b]) if b in driver else 0.0
 
     def inputs(cn, port):
         """(bit, delay to the output) of each input of cell cn's output port."""
@@ -195,9 +196,7 @@ def end_routes(netlist, registers=()):
                 continue
             for b in bits:
                 if isinstance(b, int):
-                    a = (ff_start if b in cut else out_time(driver[b]) if b in driver
-                         else 0.0) + ROUTE_NS + 0.1
-                    ends.append((a, cn, p, b))
+                    ends.append((source(b) + ROUTE_NS + 0.1, cn, p, b))
     for b in cut:
         if b in driver:
             ends.append((out_time(driver[b]) + ROUTE_NS + 0.1, None, names[b], b))
