@@ -21,10 +21,14 @@ names the core's ports.
 Build options are chosen for build time on a small machine, not only for
 simulation speed (see :data:`VERILATOR_ARGS`): only the wrapper's ports are
 public, Verilator optimises the model (``-O3``) and the C++ compiler runs at
-``-O2`` (``-O1`` builds 15 % faster but simulates 25 % slower) on split output
-files (``--output-split``) with ``make -j`` on every core, and X values are
-resolved to zero at build time (the generated RTL has explicit resets and
-initial values). Measured on the default K=5 digits core (2 cores): about 50 s.
+``-O2`` on its evaluation code (``-O1`` builds 15 % faster but simulates 25 %
+slower) and without optimisation on the code that runs once (:data:`MAKE_ARGS`),
+on split output files (``--output-split``) with ``make -j`` on every core, and X
+values are resolved to zero at build time (the generated RTL has explicit resets
+and initial values). Verilator's runtime library (``verilated*.o``), the same for
+every design, is compiled once and reused by every later build, as the cocotb
+path does (:func:`~groupnet_hw.sim.cocotb_runner.build_rtl`). Measured on the default
+K=5 digits core (2 cores): about 50 s.
 
 Runs of many frames are split into contiguous shards simulated by one process per
 core (``jobs``); shard ``s`` uses stall seed ``seed + s``. Builds are cached under a key of the
@@ -56,7 +60,8 @@ import numpy as np
 
 from . import toolchain
 from .cocotb_runner import (DEFAULT_PORTS, RTLBuildError, RTLError, RTLRun, RTLTimeoutError,
-                            _cxx_identity, _locked, _useful_lines, default_build_dir)
+                            _cxx_identity, _load_runtime, _locked, _runtime_key,
+                            _store_runtime, _useful_lines, default_build_dir)
 
 __all__ = ["DRIVER_SOURCE", "OUTPUT_SLICE_CYCLES", "VERILATOR_ARGS", "FastRTLRun",
            "build_fast_rtl", "compile_cached", "run_fast_rtl", "wrapper_verilog"]
@@ -67,11 +72,16 @@ DRIVER_SOURCE = files(__package__) / "stream_driver.cpp"
 
 #: Verilator options of the fast path (build time first: see the module docstring).
 VERILATOR_ARGS = (
-    "--cc", "--exe", "--build", "-O3", "--x-assign", "fast", "--x-initial", "fast",
+    "--cc", "--exe", "-O3", "--x-assign", "fast", "--x-initial", "fast",
     "--output-split", "20000", "--output-split-cfuncs", "2000",
     "-Wno-fatal", "-Wno-lint", "-Wno-style", "--prefix", "Vdut", "--top-module", "gn_dut",
-    "-CFLAGS", "-O2", "-CFLAGS", "-fno-var-tracking",
+    "-CFLAGS", "-fno-var-tracking",
 )
+#: ``make`` variables of the C++ build: ``-O2`` for the model's evaluation code and
+#: Verilator's runtime; the code that runs once (constructors, initial and settle
+#: code: ``OPT_SLOW``, left empty) unoptimised, which saves build time and no
+#: simulation time
+MAKE_ARGS = ("OPT_FAST=-O2", "OPT_GLOBAL=-O2")
 #: Cycles the wrapper's output register slice adds to every output beat (with the
 #: output always ready): a core result taken at edge ``t`` leaves ``gn_dut`` at ``t + 1``.
 OUTPUT_SLICE_CYCLES = 1
@@ -105,7 +115,7 @@ def _cache_key(source: bytes, wrapper: str, driver: bytes, args) -> str:
     key_text = json.dumps([_CACHE_FORMAT, hashlib.sha256(source).hexdigest(), wrapper,
                            hashlib.sha256(driver).hexdigest(),
                            str(toolchain.verilator_root()), toolchain.verilator_version(),
-                           _cxx_identity(), list(args)])
+                           _cxx_identity(), list(args), list(MAKE_ARGS)])
     return hashlib.sha256(key_text.encode()).hexdigest()[:16]
 
 
@@ -269,15 +279,37 @@ def compile_cached(name: str, toplevel: str, files: dict, sources, args, *, buil
         venv = toolchain.verilator_env()
         env = {**os.environ, **venv}
         exe = str(Path(venv["VERILATOR_ROOT"]) / "bin" / "verilator")
-        # the driver's headers are beside it; the C++ compiler runs in obj/
-        cmd = [exe, *args, "-CFLAGS", "-I..", "-j", str(_jobs()), "--Mdir", "obj",
-               "-o", "../Vdut_sim", *sources]
+        # the driver's headers are beside it; the C++ compiler runs in obj/. Verilator
+        # and make run as two steps so that the runtime objects of an earlier build
+        # can be placed between them (touched: make lets every object depend on the
+        # makefile Verilator just wrote)
+        verilate = [exe, *args, "-CFLAGS", "-I..", "-j", str(_jobs()), "--Mdir", "obj",
+                    "-o", "../Vdut_sim", *sources]
+        make = ["make", "-C", "obj", "-f", "Vdut.mk", "-j", str(_jobs()), *MAKE_ARGS]
+        rt_key = _runtime_key([*args, *MAKE_ARGS], "--trace" in args)
         log = work / "build.log"
         t0 = time.perf_counter()
         with open(log, "w") as f:
             try:
-                proc = subprocess.run(cmd, cwd=work, env=env, stdout=f, stderr=subprocess.STDOUT,
-                                      timeout=_BUILD_TIMEOUT_S)
+                proc = subprocess.run(verilate, cwd=work, env=env, stdout=f,
+                                      stderr=subprocess.STDOUT, timeout=_BUILD_TIMEOUT_S)
+                for use_prebuilt in (True, False):
+                    if proc.returncode != 0:
+                        break
+                    prebuilt = _load_runtime(rt_key, work / "obj") if use_prebuilt else []
+                    if use_prebuilt and not prebuilt:
+                        continue
+                    for obj in prebuilt:
+                        obj.touch()
+                    proc = subprocess.run(make, cwd=work, env=env, stdout=f,
+                                          stderr=subprocess.STDOUT, timeout=_BUILD_TIMEOUT_S)
+                    if proc.returncode == 0 or not prebuilt:
+                        break
+                    # maybe the reused objects: once more from scratch without them
+                    for obj in prebuilt:
+                        obj.unlink(missing_ok=True)
+                    shutil.rmtree(default_build_dir() / f"_verilator_runtime-{rt_key}",
+                                  ignore_errors=True)
             except subprocess.TimeoutExpired:
                 raise RTLBuildError(f"Verilator build exceeded {_BUILD_TIMEOUT_S} s; log: {log}") \
                     from None
@@ -290,10 +322,12 @@ def compile_cached(name: str, toplevel: str, files: dict, sources, args, *, buil
         if proc.returncode != 0 or not (work / "Vdut_sim").is_file():
             raise RTLBuildError(f"Verilator build of {toplevel} failed; log: {log}\n"
                                 + _useful_lines(log.read_text(errors="replace")))
+        _store_runtime(rt_key, work / "obj")
         # Keep only what a run needs: the binary and the record of how it was made.
         shutil.rmtree(work / "obj", ignore_errors=True)
         (work / "build.json").write_text(json.dumps(
-            {"toplevel": toplevel, "seconds": round(seconds, 2), "command": cmd}, indent=1))
+            {"toplevel": toplevel, "seconds": round(seconds, 2),
+             "command": verilate, "make": make}, indent=1))
         work.rename(entry)
         return binary, seconds, False
 

@@ -351,6 +351,19 @@ def test_engine_core_verilog_lints_clean(core):
     assert lint_verilog(VERILOG["engine"], ENGINE_NAME) == []
 
 
+def test_engine_build_optimises_the_models_evaluation_code_only(core):
+    """A model this large is compiled in pieces: its evaluation code at -O2, its
+    run-once code (constructors, initial and settle code) unoptimised
+    (``sim.fast_rtl.MAKE_ARGS``)."""
+    log = (core.binary.parent / "build.log").read_text()
+    compiles = [line for line in log.splitlines() if " -c " in line and "Vdut" in line]
+    slow = [line for line in compiles if "Slow" in line]
+    fast = [line for line in compiles if "Slow" not in line]
+    assert fast and slow
+    assert all(" -O2 " in line for line in fast)
+    assert not any(" -O" in line for line in slow)
+
+
 @pytest.mark.slow
 def test_64_bit_engine_verilog_lints_clean(tmp_path):
     from groupnet_hw.sim.toolchain import have_verilator, lint_verilog

@@ -161,3 +161,20 @@ def test_dropped_valid_is_reported(misbehave, build_dir):
 def test_deadlock_is_reported(misbehave, build_dir):
     with pytest.raises(RTLTimeoutError, match="1 of 3 output beats"):
         _run(misbehave, "misbehave", [DEADLOCK, 1, 2], 3, build_dir, timeout_cycles=500)
+
+
+def test_builds_reuse_verilators_runtime(misbehave, tmp_path, monkeypatch):
+    """The first build compiles Verilator's runtime library and keeps it; a later build
+    (another cache entry) links it instead of compiling it again, and still runs
+    exactly; the model is compiled at -O2 in both."""
+    monkeypatch.setenv("GROUPNET_HW_RTL_CACHE", str(tmp_path / "default"))
+    values = list(range(100))
+    logs = []
+    for entry in ("first", "second"):
+        run = _run(misbehave, "misbehave", values, len(values), tmp_path / entry)
+        assert run.outputs == values
+        logs.append((run.build_path / "build.log").read_text())
+    assert list((tmp_path / "default").glob("_verilator_runtime-*/verilated.o"))
+    assert "verilated.cpp" in logs[0] and "verilated.cpp" not in logs[1]
+    model = [line for line in logs[1].splitlines() if " -c " in line and "Vdut" in line]
+    assert model and all(" -O2 " in line for line in model)
