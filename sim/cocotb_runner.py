@@ -296,6 +296,11 @@ def _store_runtime(key: str, build: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _drop_runtime(key: str) -> None:
+    """Forget the stored runtime objects of ``key`` (a build that linked them failed)."""
+    shutil.rmtree(default_build_dir() / f"_verilator_runtime-{key}", ignore_errors=True)
+
+
 def _load_runtime(key: str, build: Path) -> list:
     src = default_build_dir() / f"_verilator_runtime-{key}"
     if not src.is_dir():
@@ -430,8 +435,7 @@ def build_rtl(verilog_path, toplevel: str, *, simulator: str = "verilator",
                     # Failed after Verilator itself succeeded, maybe because of
                     # the reused runtime objects: retry once from scratch.
                     shutil.rmtree(build, ignore_errors=True)
-                    shutil.rmtree(default_build_dir() / f"_verilator_runtime-{rt_key}",
-                                  ignore_errors=True)
+                    _drop_runtime(rt_key)
                     continue
                 text = log.read_text(errors="replace") if log.exists() else str(e)
                 raise RTLBuildError(

@@ -60,8 +60,8 @@ import numpy as np
 
 from . import toolchain
 from .cocotb_runner import (DEFAULT_PORTS, RTLBuildError, RTLError, RTLRun, RTLTimeoutError,
-                            _cxx_identity, _load_runtime, _locked, _runtime_key,
-                            _store_runtime, _useful_lines, default_build_dir)
+                            _cxx_identity, _drop_runtime, _load_runtime, _locked,
+                            _runtime_key, _store_runtime, _useful_lines, default_build_dir)
 
 __all__ = ["DRIVER_SOURCE", "OUTPUT_SLICE_CYCLES", "VERILATOR_ARGS", "FastRTLRun",
            "build_fast_rtl", "compile_cached", "run_fast_rtl", "wrapper_verilog"]
@@ -291,25 +291,21 @@ def compile_cached(name: str, toplevel: str, files: dict, sources, args, *, buil
         t0 = time.perf_counter()
         with open(log, "w") as f:
             try:
-                proc = subprocess.run(verilate, cwd=work, env=env, stdout=f,
-                                      stderr=subprocess.STDOUT, timeout=_BUILD_TIMEOUT_S)
-                for use_prebuilt in (True, False):
-                    if proc.returncode != 0:
-                        break
-                    prebuilt = _load_runtime(rt_key, work / "obj") if use_prebuilt else []
-                    if use_prebuilt and not prebuilt:
-                        continue
+                def run(cmd):
+                    return subprocess.run(cmd, cwd=work, env=env, stdout=f,
+                                          stderr=subprocess.STDOUT, timeout=_BUILD_TIMEOUT_S)
+                proc = run(verilate)
+                if proc.returncode == 0:
+                    prebuilt = _load_runtime(rt_key, work / "obj")
                     for obj in prebuilt:
                         obj.touch()
-                    proc = subprocess.run(make, cwd=work, env=env, stdout=f,
-                                          stderr=subprocess.STDOUT, timeout=_BUILD_TIMEOUT_S)
-                    if proc.returncode == 0 or not prebuilt:
-                        break
-                    # maybe the reused objects: once more from scratch without them
-                    for obj in prebuilt:
-                        obj.unlink(missing_ok=True)
-                    shutil.rmtree(default_build_dir() / f"_verilator_runtime-{rt_key}",
-                                  ignore_errors=True)
+                    proc = run(make)
+                    if proc.returncode != 0 and prebuilt:
+                        # maybe the reused objects: once more, compiling them
+                        for obj in prebuilt:
+                            obj.unlink(missing_ok=True)
+                        _drop_runtime(rt_key)
+                        proc = run(make)
             except subprocess.TimeoutExpired:
                 raise RTLBuildError(f"Verilator build exceeded {_BUILD_TIMEOUT_S} s; log: {log}") \
                     from None

@@ -166,7 +166,8 @@ def test_deadlock_is_reported(misbehave, build_dir):
 def test_builds_reuse_verilators_runtime(misbehave, tmp_path, monkeypatch):
     """The first build compiles Verilator's runtime library and keeps it; a later build
     (another cache entry) links it instead of compiling it again, and still runs
-    exactly; the model is compiled at -O2 in both."""
+    exactly; the model is compiled at -O2 in both. A stored runtime that does not link
+    is dropped and compiled again."""
     monkeypatch.setenv("GROUPNET_HW_RTL_CACHE", str(tmp_path / "default"))
     values = list(range(100))
     logs = []
@@ -178,3 +179,10 @@ def test_builds_reuse_verilators_runtime(misbehave, tmp_path, monkeypatch):
     assert "verilated.cpp" in logs[0] and "verilated.cpp" not in logs[1]
     model = [line for line in logs[1].splitlines() if " -c " in line and "Vdut" in line]
     assert model and all(" -O2 " in line for line in model)
+    # a corrupt store: the link fails, the build compiles the runtime and stores it anew
+    stored = next((tmp_path / "default").glob("_verilator_runtime-*/verilated.o"))
+    stored.write_bytes(b"not an object file")
+    run = _run(misbehave, "misbehave", values, len(values), tmp_path / "third")
+    assert run.outputs == values
+    assert "verilated.cpp" in (run.build_path / "build.log").read_text()
+    assert stored.read_bytes()[:4] == b"\x7fELF"
