@@ -285,6 +285,7 @@ def authors_at_224(arch, bases=5, rtl_images=0):
                    rtl_images=rtl_images, **threshold_placements(b))
         if rtl_images:
             row["hw_engine_sha256"] = sources_digest()
+            row["dram_model_sha256"] = dram_model_digest()
             t3 = time.perf_counter()
             r = verify(tmp / "out", images=rtl_images)
             row.update(exact=r.exact, ok=r.ok, measured=r.cycles_per_frame_measured,
@@ -504,17 +505,26 @@ def _merged(path, new):
         kept = [r for r in old.get(key, []) if r["arch"] not in mine]
         out[key] = sorted(kept + rows, key=lambda r: r["arch"])
     # an RTL run stays valid while the program it ran is the one built now, on the RTL
-    # of hw/engine as it is now
-    rtl = sources_digest()
+    # of hw/engine as it is now, against the DRAM model as it is now
+    rtl, dram = sources_digest(), dram_model_digest()
     ran = {r["arch"]: r for r in old.get("authors_224", []) if r.get("rtl_images")}
     for r in out.get("authors_224", []):
         before = ran.get(r["arch"])
         if (not r["rtl_images"] and before
                 and before.get("image_sha256") == r.get("image_sha256")
-                and before.get("hw_engine_sha256") == rtl):
+                and before.get("hw_engine_sha256") == rtl
+                and before.get("dram_model_sha256") == dram):
             r.update({k: before[k] for k in ("rtl_images", "exact", "ok", "measured",
-                                            "error", "rtl_seconds", "hw_engine_sha256")})
+                                            "error", "rtl_seconds", "hw_engine_sha256",
+                                            "dram_model_sha256")})
     return out
+
+
+def dram_model_digest():
+    """A hash of the fast path's C++ DRAM model (``dram_model_sha256``): a measured
+    cycle count is of the RTL and of the DRAM it ran against."""
+    from groupnet_hw.sim.engine_rtl import DRAM_MODEL_SOURCE
+    return hashlib.sha256(DRAM_MODEL_SOURCE.read_bytes()).hexdigest()[:16]
 
 
 def main(argv=None):

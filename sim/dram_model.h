@@ -19,12 +19,16 @@
 //   up to max_pending per port are accepted before waitrequest holds the next.
 //
 // Bandwidth: a token bucket shared by all ports. Every cycle adds bytes_per_cycle
-// tokens (fractional, capped at max(bytes_per_cycle, widest port) so that idle cycles
-// bank no burst of credit); returning a read word or accepting a write beat costs the
-// port's word in tokens. So a 128-bit port at 8 B/cycle returns a word every other
-// cycle, and a copy (one read and one write port) at B bytes per cycle moves B/2 bytes
-// each way. Ports take tokens in round-robin order (the first port changes every
-// cycle), so no port starves another.
+// tokens (fractional), capped at the widest port's word less a byte plus one cycle's
+// bytes: what a draining port can have left of a word and then gain. So a rate of
+// whole bytes is sustained also where it does not divide the word, while idle cycles
+// bank no burst of credit beyond that (a rate with a fraction of a byte may lose a
+// fraction of a byte in a cycle the cap binds). Returning a read word or accepting a
+// write beat costs the port's word in tokens. So a 128-bit port at 8 B/cycle returns
+// a word every other cycle, at 10 B/cycle five words in eight cycles, and a copy (one
+// read and one write port) at B bytes per cycle moves B/2 bytes each way. Ports take
+// tokens in round-robin order (the first port changes every cycle), so no port
+// starves another.
 //
 // Stalls (stall = p, seeded, deterministic for a seed): in each cycle each port gets
 // waitrequest with probability p, and a read word that could be returned is held back
@@ -166,7 +170,7 @@ class DramModel {
     // Before the edge: the memory's outputs for this cycle.
     void drive() {
         tokens_ = std::min(tokens_ + cfg_.bytes_per_cycle,
-                           std::max(cap_, cfg_.bytes_per_cycle));
+                           std::max(cap_, cap_ - 1.0 + cfg_.bytes_per_cycle));
         const int n = n_ports();
         for (int k = 0; k < n; ++k) {
             Port& p = ports_[(rr_ + k) % n];

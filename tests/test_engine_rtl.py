@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
     std::string s = argv[1];
     gn::DramConfig cfg;
     cfg.latency = 5;
-    cfg.bytes_per_cycle = 8;
+    cfg.bytes_per_cycle = argc > 2 ? std::stod(argv[2]) : 8;
     cfg.max_pending = s == "rate" ? 8 : 1;   // pipelined reads for the rate
     std::vector<uint8_t> mem(1 << 16);
     for (size_t i = 0; i < mem.size(); ++i) mem[i] = (uint8_t)(i * 7 + 3);
@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
         read_cmd(r, 0x108, 1);
         cycle(d);
     } else if (s == "rate") {
-        // one 128-bit read port at 8 B/cycle: a word every other cycle; latency 5
+        // one 128-bit read port at argv[2] B/cycle (8: a word every other cycle); latency 5
         uint64_t first = 0, words = 0, issued = 0, accepted_at = 0;
         uint8_t got[16];
         bool ok = true;
@@ -181,14 +181,16 @@ def test_dram_model_fails_loudly_on_protocol_violations(harness, scenario, messa
     assert message in proc.stderr
 
 
-def test_dram_model_bandwidth_latency_and_order(harness):
-    out = subprocess.run([str(harness), "rate"], capture_output=True, text=True,
+@pytest.mark.parametrize("rate", [8, 10, 4, 12])
+def test_dram_model_bandwidth_latency_and_order(harness, rate):
+    out = subprocess.run([str(harness), "rate", str(rate)], capture_output=True, text=True,
                          check=True).stdout.split()
     got = dict(zip(out[::2], map(int, out[1::2])))
     assert got["ok"] == 1                       # every word in order, from the memory
     assert got["first"] - got["accepted"] == 5  # the first word `latency` cycles after
-    # 8 B/cycle: a 16-byte word every other cycle (the commands are pipelined)
-    assert got["words"] == pytest.approx((2000 - 5) / 2, abs=2)
+    # `rate` B/cycle sustained in 16-byte words (the commands are pipelined): also a rate
+    # that does not divide the word (10: five words in eight cycles, not one in two)
+    assert got["words"] == pytest.approx((2000 - 5) * rate / 16, abs=2)
 
 
 def test_dram_model_honours_byteenable(harness):

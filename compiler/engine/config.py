@@ -148,7 +148,9 @@ class DramModel:
       few hundred nanoseconds; 480 ns (48 cycles at 100 MHz) is at the high end of the
       30-60 cycles we expect.
 
-    The RTL's DRAM model (the fast path's C++ model) takes the same two numbers.
+    The RTL's DRAM model (the fast path's C++ model) takes the same two numbers and
+    sustains the rate in whole bus words: a 16-byte port at 10 bytes per cycle moves
+    five words in eight cycles.
     """
 
     latency: int = 48

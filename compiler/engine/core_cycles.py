@@ -79,9 +79,11 @@ Compute per output pixel, channel and job:
 The DMAs (``hw/engine/dma.py``) and the DRAM model (``sim/dram_model.h``): a read of
 ``n`` words accepted in cycle ``t`` has its first word on the bus ``4 + latency``
 cycles later (the DMA's command latency), in the sequencer two cycles after that (the
-receive buffer), then one word per ``p`` cycles: the DRAM model's token bucket is capped
-at one bus word, so a 16-byte port at 10 bytes per cycle moves a word every other
-cycle (``p = ceil(word / bytes_per_cycle)``). Stores push a word every two cycles
+receive buffer), then a word whenever the DRAM model's token bucket holds one
+(:class:`_Bucket`: a word every ``word / bytes_per_cycle`` cycles on average, a
+16-byte port at 10 bytes per cycle five words in eight cycles; the bucket is capped at
+what a draining port can have left of a word plus a cycle's bytes, so a transfer after
+an idle gap starts from the same full bucket). Stores push a word every two cycles
 (STORE_RD, STORE_SEND) into the write DMA's FIFO, which starts a burst once it holds
 all of its words; when the DRAM is slower than that the FIFO fills and the pushes
 wait (modelled word by word, :class:`_WriteDMA`). The read DMA's bursts are followed
@@ -99,6 +101,8 @@ Measured against Verilator: ``tests/test_engine_core_cycles.py``,
 
 from __future__ import annotations
 
+import bisect
+import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -219,19 +223,28 @@ class _Core:
         self.pair_c = 1 << pair_table_bits(p["max_out_c"])      # the pair table's channels
         self.wr_depth = p["buffer_depth"] or 2 * self.max_burst
         self.latency = latency
-        # the token bucket holds at most one word (or one cycle's bytes): a word every
-        # p cycles once it is drained
-        self.p = int(max(1, _ceil(self.bpw, bytes_per_cycle))) if bytes_per_cycle < self.bpw else 1
         self.bytes_per_cycle = bytes_per_cycle
+        # the DRAM model's token bucket (sim/dram_model.h): full after any idle gap the
+        # core leaves between transfers; a word every `per_word` cycles on average
+        self.bucket_cap = max(self.bpw, self.bpw - 1 + bytes_per_cycle)
+        self.per_word = max(1.0, self.bpw / bytes_per_cycle)
         self.max_outstanding = p["max_outstanding"]
         self.rd_depth = p["buffer_depth"] or 4 * self.max_burst
 
     def ru(self, x):
         return _ceil(x, self.bpw) * self.bpw
 
+    def stream_end(self, words):
+        """Cycles from a transfer's first word to its last, the bucket full at the first
+        and every word due as soon as the bucket holds it."""
+        bucket = _Bucket(self)
+        first = bucket.take(0)
+        return bucket.follow(words - 1) - first
+
     def read(self, nbytes, addr=0, pieces=None):
         """Cycles from the command state (FETCH, TABLE_CMD, LOAD_CMD) to the state after
-        the last word: the command, the DMA's latency, one word per ``p`` cycles.
+        the last word: the command, the DMA's latency, the words as the DRAM's bucket
+        lets them (:meth:`stream_end`).
         ``pieces``: a strided read's ``(addr, nbytes)`` descriptors (``nbytes`` their
         sum), each taken the cycle after the one before issued its last command, its
         own first command three cycles later.
@@ -249,10 +262,16 @@ class _Core:
         if not pieces and len(sizes) <= self.max_outstanding \
                 and nbytes // self.bpw <= self.rd_depth:
             words = nbytes // self.bpw
-            return int(1 + _READ_DELAY + self.latency + (words - 1) * self.p)
-        accepted, ends, arrivals = [], [], []      # per burst; per word
-        arrive = None
+            return int(1 + _READ_DELAY + self.latency + self.stream_end(words))
+        accepted, ends = [], []                     # per burst
+        runs = ([], [], [])     # per burst: its first word's index, cycle, tokens after it
+        bucket = _Bucket(self)
         asked = 0
+
+        def arrival(j):         # the cycle word j arrives
+            b = bisect.bisect_right(runs[0], j) - 1
+            return runs[1][b] + bucket.span(runs[2][b], j - runs[0][b])
+
         for b, (n, opens) in enumerate(bursts):
             # SUM, CHECK, RUN, command (a later descriptor: taken after the last command)
             c = 4 if b == 0 else accepted[-1] + (4 if opens else 1)
@@ -262,14 +281,14 @@ class _Core:
             asked += n
             need = asked - self.rd_depth
             if need > 0:
-                c = max(c, arrivals[need - 1] + 4)
+                c = max(c, arrival(need - 1) + 4)
             accepted.append(c)
             # a burst's first word waits for the latency and the word before; the others
-            # follow one per p cycles
-            first = c + self.latency if arrive is None else max(arrive + self.p,
-                                                                c + self.latency)
-            arrivals.extend(range(first, first + n * self.p, self.p))
-            arrive = first + (n - 1) * self.p
+            # follow as the bucket lets them
+            first = bucket.take(c + self.latency)
+            for run, v in zip(runs, (asked - n, first, bucket.left)):
+                run.append(v)
+            arrive = bucket.follow(n - 1)
             ends.append(arrive)
         # the sequencer takes the last word two cycles after it arrives, then moves on
         return int(arrive + 3)
@@ -438,8 +457,8 @@ def _shared(core, writing):
     every remaining beat or for none. The model charges half of them (measured: within
     about 0.1 % of such a descriptor, tests/test_engine_core_cycles.py)."""
     due = 1 + 4 + core.latency            # LOAD_CMD, the DMA's command latency, DRAM
-    beats = _ceil(max(0, writing - 1 - due), core.p)
-    return _ceil(beats, 2) * core.p
+    beats = math.ceil(max(0, writing - 1 - due) / core.per_word)
+    return math.ceil(_ceil(beats, 2) * core.per_word)
 
 
 def _clear(d, lay, core):
@@ -892,6 +911,79 @@ def _burst_sizes(addr, nbytes, core):
     return sizes
 
 
+class _Bucket:
+    """The DRAM model's token bucket (``sim/dram_model.h``) as one port's transfers see
+    it: ``bytes_per_cycle`` tokens a cycle, capped at ``bucket_cap``, a word's bytes
+    spent on each word moved; full at the first word. A run of words each due the cycle
+    after the one before drains it in closed form (:meth:`span`): with a rate of whole
+    bytes below the word, what is left of a word plus a cycle's bytes never reaches the
+    cap, so word ``k`` of the run moves once ``k`` words' bytes have come in."""
+
+    def __init__(self, core):
+        rate = core.bytes_per_cycle
+        whole = float(rate).is_integer()
+        self.word = core.bpw
+        self.rate = int(rate) if whole else rate
+        self.cap = int(core.bucket_cap) if whole else core.bucket_cap
+        self.last = None         # cycle the last word moved
+        self.left = self.cap     # tokens after it
+
+    def take(self, due):
+        """The first cycle from ``due`` on (and after the last word's) whose tokens
+        hold a word; spends them."""
+        if self.last is None:
+            t, tokens = due, self.cap
+        else:
+            t = max(due, self.last + 1)
+            short = self.word - self.left
+            if short > 0:
+                t = max(t, self.last + self._cycles(short))
+            tokens = min(self.cap, self.left + self.rate * (t - self.last))
+        self.last, self.left = t, tokens - self.word
+        return t
+
+    def span(self, left, k):
+        """Cycles from a word that left ``left`` tokens to the ``k``-th word after it,
+        each due the cycle after the one before."""
+        if k <= 0:
+            return 0
+        if self.rate >= self.word:
+            return k
+        return max(k, self._cycles(self.word * k - left))
+
+    def spans(self, left, n):
+        """``[span(left, j) for j in range(n)]``, computed as one list."""
+        if n <= 0:
+            return []
+        w, r = self.word, self.rate
+        if r >= w:
+            return list(range(n))
+        # from a word's leftover (0 <= left < word) the k-th next word needs at least
+        # k cycles' income anyway, so the ceiling alone is the span
+        if isinstance(r, int) and isinstance(left, int):
+            return [0] + [-((left - w * j) // r) for j in range(1, n)]
+        return [0] + [math.ceil((w * j - left) / r) for j in range(1, n)]
+
+    def follow(self, k):
+        """Moves the ``k`` words after the last, each due the cycle after the one
+        before; returns the cycle of the last word."""
+        if k <= 0:
+            return self.last
+        d = self.span(self.left, k)
+        if self.rate >= self.word:
+            self.left = min(self.cap - self.word, self.left + k * (self.rate - self.word))
+        else:
+            self.left += self.rate * d - self.word * k
+        self.last += d
+        return self.last
+
+    def _cycles(self, short):
+        """Cycles of income that cover ``short`` tokens."""
+        if isinstance(self.rate, int) and isinstance(short, int):
+            return -(-short // self.rate)
+        return math.ceil(short / self.rate)
+
+
 class _WriteDMA:
     """The write DMA and its FIFO as a tile's stores see them, on the sequencer's time
     line (cycle 0: the tile's first STORE_ADDR)."""
@@ -901,17 +993,17 @@ class _WriteDMA:
         self.leave = []          # cycle each word left the FIFO (its beat was loaded)
         self.last_beat = None    # cycle the last beat was accepted
         self.idle = 0            # first cycle the DMA takes a descriptor
+        self.bucket = _Bucket(core)
 
     def store(self, t, addr, nbytes, pieces=None):
         """STORE_CMD at cycle ``t`` (held until the DMA is idle: the previous store's
         last burst started), then STORE_RD and STORE_SEND per word: a push every two
         cycles, later when the FIFO is full. A burst starts once its words are counted
-        in the FIFO and the previous burst's last beat is accepted; a beat per ``p``
-        cycles. ``pieces``: a strided store's ``(addr, nbytes)`` descriptors, each after
+        in the FIFO and the previous burst's last beat is accepted; a beat as the DRAM's
+        bucket lets it (:class:`_Bucket`). ``pieces``: a strided store's ``(addr, nbytes)`` descriptors, each after
         the first offered from STORE_RD on and taken when the DMA is idle; the
         sequencer moves on once the last is taken (STORE_PIECES). Returns the cycle of
         the sequencer's next state."""
-        core, p = self.core, self.core.p
         t = max(t, self.idle)            # STORE_CMD
         push = t + 2                     # STORE_RD, then the first STORE_SEND
         last_push = taken = t
@@ -925,7 +1017,7 @@ class _WriteDMA:
     def _piece(self, t, addr, nbytes, push):
         """One descriptor taken at ``t``, its first word pushed at ``push``; returns
         the cycle of its last push."""
-        core, p = self.core, self.core.p
+        core = self.core
         for size in _burst_sizes(addr, nbytes, core):
             w = len(self.leave)
             for j in range(w, w + size):
@@ -937,15 +1029,13 @@ class _WriteDMA:
             # SUM and CHECK: the DMA runs from STORE_CMD + 3; the start sees the FIFO's
             # level a cycle after the push
             start = max(last_push + 1, t + 3)
-            beat = start + 1
             if self.last_beat is not None:
                 start = max(start, self.last_beat)
-                beat = max(start + 1, self.last_beat + p)
+            # the next word is loaded as a beat is taken
+            first = self.bucket.take(start + 1)
             self.leave.append(start)
-            for _ in range(size - 1):
-                self.leave.append(beat)      # the next word is loaded as a beat is taken
-                beat += p
-            self.last_beat = beat
+            self.leave.extend([first + d for d in self.bucket.spans(self.bucket.left, size - 1)])
+            self.last_beat = self.bucket.follow(size - 1)
             self.idle = start + 1
         return last_push
 
