@@ -230,6 +230,7 @@ class _Core:
         self.per_word = max(1.0, self.bpw / bytes_per_cycle)
         self.max_outstanding = p["max_outstanding"]
         self.rd_depth = p["buffer_depth"] or 4 * self.max_burst
+        self._reads = {}         # read()'s cycles by where its pieces fall in 4 KiB
 
     def ru(self, x):
         return _ceil(x, self.bpw) * self.bpw
@@ -255,7 +256,17 @@ class _Core:
         with the defaults neither limit is reached at the tests' DRAM settings (the
         next burst is accepted well before the words in flight are used up), so only
         the first word waits for the latency. Smaller limits (not measured) make a
-        burst wait for the latency again."""
+        burst wait for the latency again.
+
+        A read starts from the full bucket and its bursts break at 4 KiB boundaries, so
+        its cycles depend on its pieces' sizes and offsets in 4 KiB alone: they are
+        computed once for each."""
+        key = tuple((a % _BOUNDARY, n) for a, n in (pieces or [(addr, nbytes)]))
+        if key not in self._reads:
+            self._reads[key] = self._read(nbytes, addr, pieces)
+        return self._reads[key]
+
+    def _read(self, nbytes, addr, pieces):
         bursts = [(n, i == 0) for a, m in (pieces or [(addr, nbytes)])
                   for i, n in enumerate(_burst_sizes(a, m, self))]
         sizes = [n for n, _ in bursts]
