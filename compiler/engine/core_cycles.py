@@ -231,6 +231,7 @@ class _Core:
         self.max_outstanding = p["max_outstanding"]
         self.rd_depth = p["buffer_depth"] or 4 * self.max_burst
         self._reads = {}         # read()'s cycles by where its pieces fall in 4 KiB
+        self.stores_seen = {}    # _stores' result by where its stores fall in 4 KiB
 
     def ru(self, x):
         return _ceil(x, self.bpw) * self.bpw
@@ -1058,22 +1059,37 @@ class _WriteDMA:
 def _stores(d, lay, table, core, rows, chunk=0):
     """STORE_ADDR (two cycles), STORE_CMD and the pushes of every output of a tile
     (:class:`_WriteDMA`), or of a chunk's slices; returns (cycles, cycles after them
-    until the last write's ``done``)."""
+    until the last write's ``done``). A tile's stores start from an idle write DMA and
+    a full bucket, so tiles whose stores have the same sizes and offsets in 4 KiB
+    time alike: each such sequence is followed once."""
     r0, r1 = rows[0], rows[1]
-    dma = _WriteDMA(core)
-    t = 0
+    stores = []                          # per output: None, or (address, bytes, pieces)
     for k in range(_n_out(d, lay)):
-        t += 2                           # STORE_ADDR
         fld = table[k]["out_addr"]
         if fld == 0:
+            stores.append(None)
+        elif lay["sliced"]:
+            at = fld + chunk * lay["chunk_in"] * d["out_elem"] // 8
+            stores.append((at, lay["out_tile"], _slices(d, lay, at, d["out_elem"], d["out_c"])))
+        else:
+            stores.append((fld + r0 * d["out_pitch"], (r1 - r0) * d["out_pitch"], None))
+    key = tuple(None if s is None else
+                tuple((a % _BOUNDARY, n) for a, n in (s[2] or [s[:2]])) for s in stores)
+    if key not in core.stores_seen:
+        core.stores_seen[key] = _follow_stores(stores, core)
+    return core.stores_seen[key]
+
+
+def _follow_stores(stores, core):
+    """:func:`_stores` on the write DMA's time line."""
+    dma = _WriteDMA(core)
+    t = 0
+    for store in stores:
+        t += 2                           # STORE_ADDR
+        if store is None:
             t += 1                       # STORE_CMD: no output
             continue
-        if lay["sliced"]:
-            at = fld + chunk * lay["chunk_in"] * d["out_elem"] // 8
-            t = dma.store(t, at, lay["out_tile"],
-                          _slices(d, lay, at, d["out_elem"], d["out_c"]))
-            continue
-        t = dma.store(t, fld + r0 * d["out_pitch"], (r1 - r0) * d["out_pitch"])
+        t = dma.store(t, *store)
     drain = dma.done() - t if dma.last_beat is not None else 0
     return t, max(0, drain)
 
