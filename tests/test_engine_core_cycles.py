@@ -299,3 +299,50 @@ def test_phases_add_up():
         assert p.phases[p.dominant] == max(p.phases.values())
     assert fast.cycles == sum(p.cycles for p in fast.descriptors) + fast.end
     assert predict_core(program, CORE, *DRAMS["slow"]).cycles > fast.cycles
+
+
+def _bucket_by_cycle(word, rate, cap, dues):
+    """The DRAM model's token bucket (sim/dram_model.h's drive()) cycle by cycle: each
+    word moves in the first cycle from its due cycle on, after the word before, whose
+    tokens (``rate`` added a cycle, capped at ``cap``) hold a word."""
+    tokens, cycle, times = cap, 0, []
+    for due in dues:
+        while True:
+            if cycle >= due and tokens >= word:
+                tokens -= word
+                times.append(cycle)
+                cycle += 1
+                tokens = min(cap, tokens + rate)
+                break
+            cycle += 1
+            tokens = min(cap, tokens + rate)
+    return times
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_models_bucket_moves_words_when_the_dram_models_does(seed):
+    """_Bucket's closed forms (take after a gap, follow and spans along a run) against
+    the bucket stepped cycle by cycle: rates of whole bytes below, at and above the
+    word, runs and gaps of random lengths."""
+    import random
+    from groupnet_hw.compiler.engine.core_cycles import _Bucket
+    rng = random.Random(seed)
+    for rate in (1, 3, 4, 7, 8, 10, 12, 15, 16, 20, 31, 40):
+        core = _Core(CORE, 48, rate)
+        dues, plan, t = [], [], 0
+        for _ in range(30):
+            t += rng.choice([0, 0, 1, 2, 5, 40])          # a gap before the run (or none)
+            run = rng.randint(1, 20)
+            plan.append((t, run))
+            dues.append(t)
+            dues.extend([-1] * (run - 1))                 # due as soon as the word before
+        expected = _bucket_by_cycle(core.bpw, rate, core.bucket_cap, dues)
+        bucket, got = _Bucket(core), []
+        for due, run in plan:
+            first = bucket.take(max(due, got[-1] + 1) if got else due)
+            got.append(first)
+            got.extend(first + d for d in bucket.spans(bucket.left, run)[1:])
+            assert bucket.follow(run - 1) == got[-1]
+        assert got == expected, rate
+    # a long run sustains the rate: five 16-byte words in eight cycles at 10 B/cycle
+    assert _Core(CORE, 48, 10).stream_end(5 * 1000 + 1) == 8 * 1000
