@@ -230,7 +230,7 @@ class _Core:
         self.per_word = max(1.0, self.bpw / bytes_per_cycle)
         self.max_outstanding = p["max_outstanding"]
         self.rd_depth = p["buffer_depth"] or 4 * self.max_burst
-        self._reads = {}         # read()'s cycles by where its pieces fall in 4 KiB
+        self.reads_seen = {}     # read()'s cycles by where its pieces fall in 4 KiB
         self.stores_seen = {}    # _stores' result by where its stores fall in 4 KiB
 
     def ru(self, x):
@@ -263,9 +263,9 @@ class _Core:
         its cycles depend on its pieces' sizes and offsets in 4 KiB alone: they are
         computed once for each."""
         key = tuple((a % _BOUNDARY, n) for a, n in (pieces or [(addr, nbytes)]))
-        if key not in self._reads:
-            self._reads[key] = self._read(nbytes, addr, pieces)
-        return self._reads[key]
+        if key not in self.reads_seen:
+            self.reads_seen[key] = self._read(nbytes, addr, pieces)
+        return self.reads_seen[key]
 
     def _read(self, nbytes, addr, pieces):
         bursts = [(n, i == 0) for a, m in (pieces or [(addr, nbytes)])
@@ -1012,10 +1012,10 @@ class _WriteDMA:
         last burst started), then STORE_RD and STORE_SEND per word: a push every two
         cycles, later when the FIFO is full. A burst starts once its words are counted
         in the FIFO and the previous burst's last beat is accepted; a beat as the DRAM's
-        bucket lets it (:class:`_Bucket`). ``pieces``: a strided store's ``(addr, nbytes)`` descriptors, each after
-        the first offered from STORE_RD on and taken when the DMA is idle; the
-        sequencer moves on once the last is taken (STORE_PIECES). Returns the cycle of
-        the sequencer's next state."""
+        bucket lets it (:class:`_Bucket`). ``pieces``: a strided store's ``(addr,
+        nbytes)`` descriptors, each after the first offered from STORE_RD on and taken
+        when the DMA is idle; the sequencer moves on once the last is taken
+        (STORE_PIECES). Returns the cycle of the sequencer's next state."""
         t = max(t, self.idle)            # STORE_CMD
         push = t + 2                     # STORE_RD, then the first STORE_SEND
         last_push = taken = t
@@ -1046,7 +1046,7 @@ class _WriteDMA:
             # the next word is loaded as a beat is taken
             first = self.bucket.take(start + 1)
             self.leave.append(start)
-            self.leave.extend([first + d for d in self.bucket.spans(self.bucket.left, size - 1)])
+            self.leave.extend(first + d for d in self.bucket.spans(self.bucket.left, size - 1))
             self.last_beat = self.bucket.follow(size - 1)
             self.idle = start + 1
         return last_push
@@ -1070,7 +1070,8 @@ def _stores(d, lay, table, core, rows, chunk=0):
             stores.append(None)
         elif lay["sliced"]:
             at = fld + chunk * lay["chunk_in"] * d["out_elem"] // 8
-            stores.append((at, lay["out_tile"], _slices(d, lay, at, d["out_elem"], d["out_c"])))
+            stores.append((at, lay["out_tile"],
+                           _slices(d, lay, at, d["out_elem"], d["out_c"])))
         else:
             stores.append((fld + r0 * d["out_pitch"], (r1 - r0) * d["out_pitch"], None))
     key = tuple(None if s is None else
