@@ -276,13 +276,14 @@ class _Core:
             words = nbytes // self.bpw
             return int(1 + _READ_DELAY + self.latency + self.stream_end(words))
         accepted, ends = [], []                     # per burst
-        runs = ([], [], [])     # per burst: its first word's index, cycle, tokens after it
+        starts, runs = [], []   # per burst: its first word's index; its cycle, tokens after it
         bucket = _Bucket(self)
         asked = 0
 
         def arrival(j):         # the cycle word j arrives
-            b = bisect.bisect_right(runs[0], j) - 1
-            return runs[1][b] + bucket.span(runs[2][b], j - runs[0][b])
+            b = bisect.bisect_right(starts, j) - 1
+            first, left = runs[b]
+            return first + bucket.span(left, j - starts[b])
 
         for b, (n, opens) in enumerate(bursts):
             # SUM, CHECK, RUN, command (a later descriptor: taken after the last command)
@@ -298,8 +299,8 @@ class _Core:
             # a burst's first word waits for the latency and the word before; the others
             # follow as the bucket lets them
             first = bucket.take(c + self.latency)
-            for run, v in zip(runs, (asked - n, first, bucket.left)):
-                run.append(v)
+            starts.append(asked - n)
+            runs.append((first, bucket.left))
             arrive = bucket.follow(n - 1)
             ends.append(arrive)
         # the sequencer takes the last word two cycles after it arrives, then moves on
@@ -946,10 +947,7 @@ class _Bucket:
         if self.last is None:
             t, tokens = due, self.cap
         else:
-            t = max(due, self.last + 1)
-            short = self.word - self.left
-            if short > 0:
-                t = max(t, self.last + self._cycles(short))
+            t = max(due, self.last + self.span(self.left, 1))
             tokens = min(self.cap, self.left + self.rate * (t - self.last))
         self.last, self.left = t, tokens - self.word
         return t
