@@ -24,6 +24,28 @@ def random_model(seed, **overrides):
     return randomize_bn(model, gen, zero_gamma=seed % 2 == 0).eval()
 
 
+def pairwise(**axes):
+    """pytest params of the grid ``axes`` (name -> values, in the test's argument order):
+    a set that holds every pair of values of two axes in the default tier (greedily,
+    in grid order: deterministic), the rest of the grid marked ``slow``."""
+    import itertools
+    names = list(axes)
+    grid = list(itertools.product(*axes.values()))
+
+    def pairs(combo):
+        return {(i, combo[i], j, combo[j])
+                for i, j in itertools.combinations(range(len(names)), 2)}
+
+    left = set().union(*(pairs(c) for c in grid))
+    fast = []
+    while left:
+        best = max(grid, key=lambda c: len(pairs(c) & left))
+        fast.append(best)
+        left -= pairs(best)
+    return [pytest.param(*c, id="-".join(map(str, c)),
+                         marks=() if c in fast else pytest.mark.slow) for c in grid]
+
+
 def random_images(seed, n, size):
     gen = torch.Generator().manual_seed(seed + 1000)
     return torch.randint(0, 256, (n, size, size), generator=gen, dtype=torch.uint8)

@@ -122,6 +122,7 @@ def test_full_stem_shape_exact(tmp_path_factory):
     assert stem.phases["folds"] and not stem.phases["scalar"]     # the stem's array
 
 
+@SLOW
 def test_pixel_of_64_bit_inputs_on_the_window_lanes_exact(core):
     """A PIXEL whose inputs the threshold lanes do not take (64-bit: the stem's range
     widened past 32 bits, so its map is written 64 bits an element) is gathered on the

@@ -18,7 +18,7 @@ from test_latency import assert_exact_and_timed
 from test_line_buffers import _case
 
 
-@pytest.mark.parametrize("index", [0, 2])
+@pytest.mark.parametrize("index", [pytest.param(0, marks=pytest.mark.slow), 2])
 def test_block_ram_fifos_bit_exact_at_the_same_cycles(index):
     """Every join FIFO marked for block RAM: counted as DP16KD blocks, its read
     registered, and the accelerator is bit-exact under stalls at the cycles of the

@@ -23,6 +23,7 @@ from groupnet_hw.hw.multithreshold import ThresholdTable
 from groupnet_hw.hw.elementwise import AffineTable
 from groupnet_hw.compiler.graph import signed_width
 from groupnet_hw.sim.streams import run_streams, stream_put, take_probing_ready
+from conftest import pairwise
 
 # (kind, n_in, c_out, pe, simd, in_width, in_signed): the corner cases of the
 # folding. Each id says which. Kinds: "bin" BinaryMVU, "bw" BinaryWeightMVU
@@ -147,9 +148,8 @@ def _ii(name):
     return mvu_cycles(1, c_out, n_in, pe, simd)
 
 
-@pytest.mark.parametrize("activation_bits", [None, 1, 2, "affine"])
-@pytest.mark.parametrize("in_place", [False, True])
-@pytest.mark.parametrize("name", CONFIGS)
+@pytest.mark.parametrize("name,in_place,activation_bits", pairwise(
+    name=list(CONFIGS), in_place=[False, True], activation_bits=[None, 1, 2, "affine"]))
 def test_random_stalls(name, in_place, activation_bits):
     dut, beats, expected, _ = _case(name, in_place=in_place, activation_bits=activation_bits)
     run = run_streams(dut, {"i": beats}, {"o": len(expected)}, stall=0.3,
@@ -157,9 +157,8 @@ def test_random_stalls(name, in_place, activation_bits):
     assert run.outputs["o"] == expected
 
 
-@pytest.mark.parametrize("activation_bits", [None, 1, "affine"])
-@pytest.mark.parametrize("in_place", [False, True])
-@pytest.mark.parametrize("name", CONFIGS)
+@pytest.mark.parametrize("name,in_place,activation_bits", pairwise(
+    name=list(CONFIGS), in_place=[False, True], activation_bits=[None, 1, "affine"]))
 def test_reset_mid_stream(name, in_place, activation_bits):
     dut, beats, expected, _ = _case(name, in_place=in_place, activation_bits=activation_bits)
     # Mid-vector for folded units (half a vector past the 3rd beat).
@@ -225,9 +224,8 @@ def test_registered_products(name, in_place, activation_bits):
     assert run.outputs["o"] == expected
 
 
-@pytest.mark.parametrize("activation_bits", [None, 2, "affine"])
-@pytest.mark.parametrize("in_place", [False, True])
-@pytest.mark.parametrize("name", CONFIGS)
+@pytest.mark.parametrize("name,in_place,activation_bits", pairwise(
+    name=list(CONFIGS), in_place=[False, True], activation_bits=[None, 2, "affine"]))
 def test_full_throughput(name, in_place, activation_bits):
     """In place the vector is taken with its last step instead of its first: with the
     input always valid that costs no cycle (the next vector is there the cycle after).

@@ -149,7 +149,15 @@ CASES = [("tiny", i, cfg, 20 + i) for i, cfg in enumerate(TINY)] + \
         [("sampled", i, cfg, 100 + i) for i, cfg in enumerate(SAMPLED)]
 
 
-@pytest.mark.parametrize("kind,index,cfg,seed", CASES, ids=[f"{k}{i}" for k, i, _, _ in CASES])
+#: the sampled family members whose latency the default tier leaves to ``-m slow`` (their
+#: units' timing rules are the other cases' too: n-bit thresholds, time-sharing, conv
+#: shortcuts, dilations)
+SLOW_SAMPLED = {2, 4, 5}
+
+
+@pytest.mark.parametrize("kind,index,cfg,seed", [
+    pytest.param(*c, marks=pytest.mark.slow) if c[0] == "sampled" and c[1] in SLOW_SAMPLED else c
+    for c in CASES], ids=[f"{k}{i}" for k, i, _, _ in CASES])
 def test_latency_equals_prediction_in_amaranth_simulator(kind, index, cfg, seed):
     sched = schedule(compile_model(random_model(seed, **cfg)), streams="pixels")
     lat = predicted_latency(sched)
@@ -219,7 +227,7 @@ def work(artifact_builds):
 
 
 @needs_verilator
-@pytest.mark.parametrize("name", ["out", "out1024"])
+@pytest.mark.parametrize("name", ["out", pytest.param("out1024", marks=pytest.mark.slow)])
 def test_verify_reports_measured_latency_equal_to_predicted(work, name):
     args = ["verify", str(work / name), "--images", "12"]
     text = CliRunner().invoke(main, args)

@@ -25,7 +25,9 @@ def tiny_build(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("flow", list(FLOWS))
+@pytest.mark.parametrize("flow", [
+    # one flow in the default tier (the ECP5 flow's netlist the other synth tests read too)
+    f if f == "ecp5" else pytest.param(f, marks=pytest.mark.slow) for f in FLOWS])
 def test_synthesis_counts_every_flow(tiny_build, flow):
     r = CliRunner().invoke(main, ["synth", str(tiny_build), "--flow", flow, "--no-pnr"])
     assert r.exit_code == 0, r.output
