@@ -164,15 +164,23 @@ def _model(arch, bases, seed=0, **fields):
                                 torch.Generator().manual_seed(seed)).eval()
 
 
-def dram_floor(program, halve_32_bit=False):
+def dram_floor(program, wide_maps_at=None, proven=False):
     """Bytes a frame that any engine running ``program`` with its tensors in DRAM moves
     at least: the parameters and the input read once, every other tensor written once
-    and read once (the output written once). With ``halve_32_bit`` the 32-bit maps
-    count as 16-bit ones (what narrower maps would allow)."""
+    and read once (the output written once). With ``wide_maps_at`` (16 or 24) the
+    32-bit maps count as maps of that many bits an element, rows padded to the port
+    as the formats pad them: every one of them (ranges as narrow as a trained model's
+    might be), or with ``proven`` only those whose proven range fits (containers of
+    that width for this program)."""
+    from groupnet_hw.compiler.engine.formats import round_up
     name_in, name_out = program.graph.input, program.graph.output
     total = program.header["param_bytes"]
     for name, (_, f) in program.tensors.items():
-        n = f.nbytes // 2 if halve_32_bit and f.kind == "fixed" and f.elem_bits == 32 else f.nbytes
+        n = f.nbytes
+        if (wide_maps_at and f.kind == "fixed" and f.elem_bits == 32
+                and (not proven or program.graph.producer(name).bit_width <= wide_maps_at)):
+            pixel = -(-f.channels * wide_maps_at // 8)
+            n = f.height * round_up(f.width * pixel, f.port_bytes)
         total += n if name in (name_in, name_out) else 2 * n
     return total
 
@@ -202,15 +210,21 @@ def built(arch, bases=5, seed=0):
     # the fastest any engine could run this program under the DRAM model: its floor of
     # traffic at the model's sustained bytes a cycle
     per_s = dram.gbytes_per_s(target.config.clock_mhz) * 1e9
-    floor, floor16 = dram_floor(program), dram_floor(program, halve_32_bit=True)
+    floor, floor16 = dram_floor(program), dram_floor(program, wide_maps_at=16)
     # the same program with the stem's overlapping pooling on chip (the intended
     # engine's fusion; the core as built would evaluate the convolution once per tap):
-    # the stem's wide map never reaches DRAM
-    pooled = dram_floor(compile_engine(g, replace(program.config, fuse_overlapping_pools=True)))
+    # the stem's wide map never reaches DRAM; and that with 24-bit containers too
+    fused = compile_engine(g, replace(program.config, fuse_overlapping_pools=True))
+    pooled, pooled24 = dram_floor(fused), dram_floor(fused, wide_maps_at=24, proven=True)
+    wide = [g.producer(name).bit_width for name, (_, f) in fused.tensors.items()
+            if f.kind == "fixed" and f.elem_bits == 32]
     return dict(arch=arch, bases=bases, core=target.core, clock_mhz=target.config.clock_mhz,
                 dram_floor=dict(bytes=floor, fps=per_s / floor, bytes_16bit_maps=floor16,
                                 fps_16bit_maps=per_s / floor16, bytes_pooled_stem=pooled,
-                                fps_pooled_stem=per_s / pooled),
+                                fps_pooled_stem=per_s / pooled,
+                                bytes_pooled_stem_24bit_maps=pooled24,
+                                fps_pooled_stem_24bit_maps=per_s / pooled24,
+                                wide_map_bits=[min(wide), max(wide)] if wide else None),
                 flow_refused=reason, flow_seconds=round(seconds, 1),
                 peak_rss_mb=peak, cycles=c.cycles, fps=c.fps,
                 phases={k: v / c.cycles for k, v in c.phases.items()}, shapes=shapes,
@@ -395,7 +409,13 @@ def write_docs(results, built_rows, rtl_rows, authors, cross, out_md, out_png):
                          "built would evaluate the convolution once per pooling tap) "
                          f"{f['bytes_pooled_stem'] / 1e6:.1f} MB, "
                          f"{f['fps_pooled_stem']:.1f} frames/s"
-                         if "bytes_pooled_stem" in f else "") + "."]
+                         if "bytes_pooled_stem" in f else "")
+                      + (f"; and with 24-bit containers too for the 32-bit maps whose "
+                         "proven range fits (they span {}-{} bits; the core's element "
+                         "reader takes 8, 16, 32 and 64) ".format(*f["wide_map_bits"])
+                         + f"{f['bytes_pooled_stem_24bit_maps'] / 1e6:.1f} "
+                         f"MB, {f['fps_pooled_stem_24bit_maps']:.1f} frames/s"
+                         if f.get("wide_map_bits") else "") + "."]
     rows = [b for b in built_rows if b.get("shapes")]
     if rows:
         lines += ["", "The array shapes the build's sizing walks, fastest first "

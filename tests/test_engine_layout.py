@@ -307,7 +307,7 @@ def test_dram_floor_never_above_a_programs_traffic(arch, bases):
     tensors = sum(f.nbytes for _, f in program.tensors.values())
     assert program.header["param_bytes"] + tensors < floor < 2 * tensors + program.header["param_bytes"]
     assert floor <= predict(program, DramModel.at_clock(config.clock_mhz)).dram_bytes
-    assert dram_floor(program, halve_32_bit=True) <= floor
+    assert dram_floor(program, wide_maps_at=16) <= dram_floor(program, wide_maps_at=24) <= floor
 
 
 def test_dram_floor_with_the_stem_pooled_on_chip_drops_its_map():
@@ -332,3 +332,40 @@ def test_dram_floor_with_the_stem_pooled_on_chip_drops_its_map():
     assert [g.producer(name).op for name in gone] == ["int_conv"]
     (name,) = gone
     assert dram_floor(apart) - dram_floor(fused) == 2 * apart.tensors[name][1].nbytes
+
+
+def test_dram_floor_counts_wide_maps_in_narrower_containers():
+    """The floor's what-if of narrower maps: a 32-bit map whose rows stay whole port
+    words at 24 or 16 bits (every map of a ResNet: 64 channels or more) counts three
+    quarters or half of its bytes, written and read; with ``proven`` only the maps
+    whose proven range fits; no other tensor changes."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from engine import dram_floor
+
+    from groupnet_hw.compiler.engine.target import engine_target
+    model = randomize_eval_state(GroupNet(arch_config("resnet18", bases=2, image_size=32)),
+                                 torch.Generator().manual_seed(2)).eval()
+    g = compile_model(model)
+    config = engine_target("de10nano").config
+    # one map's proven range widened past 24 bits (still a 32-bit container)
+    name = next(name for name, (_, f) in compile_engine(g, config).tensors.items()
+                if f.kind == "fixed" and f.elem_bits == 32)
+    g.producer(name).lo, g.producer(name).hi = -(1 << 25), 1 << 25
+    program = compile_engine(g, config)
+    io = (program.graph.input, program.graph.output)
+    wide = [f for name, (_, f) in program.tensors.items()
+            if name not in io and f.kind == "fixed" and f.elem_bits == 32]
+    assert wide and all(f.channels * 3 % f.port_bytes == 0 for f in wide)
+    floor = dram_floor(program)
+    assert floor - dram_floor(program, wide_maps_at=24) == sum(2 * f.nbytes // 4 for f in wide)
+    assert floor - dram_floor(program, wide_maps_at=16) == sum(2 * f.nbytes // 2 for f in wide)
+    # containers: only the maps whose proven range fits (none fits 16 bits: the maps
+    # would be 16-bit ones already)
+    fits = [f for name, (_, f) in program.tensors.items() if name not in io and f.kind == "fixed"
+            and f.elem_bits == 32 and program.graph.producer(name).bit_width <= 24]
+    assert len(wide) > len(fits) > 0
+    assert floor - dram_floor(program, wide_maps_at=24, proven=True) == \
+        sum(2 * f.nbytes // 4 for f in fits)
+    assert dram_floor(program, wide_maps_at=16, proven=True) == floor
