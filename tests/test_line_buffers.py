@@ -65,7 +65,11 @@ def test_block_line_buffers_bit_exact_at_the_same_cycles(index):
     assert logic_run.cycles_per_frame_measured == paced.cycles_per_frame_measured
 
 
-@pytest.mark.parametrize("index", [pytest.param(0, marks=pytest.mark.slow), 2])
+# slow tier: the default tier runs in-place MVUs in folded networks through
+# test_latency's serial windows at 64 cycles a pixel (latency) and test_cli's serial
+# build (bit-exact on Verilator)
+@pytest.mark.slow
+@pytest.mark.parametrize("index", [0, 2])
 def test_in_place_mvus_bit_exact_at_the_predicted_cycles(index):
     """Folded to 64 cycles a pixel, the serial windows' MVUs that have the cycles to spare
     read the window's register in place (taking it with their last step, no input
