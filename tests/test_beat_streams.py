@@ -39,8 +39,9 @@ def _beats_schedule(index, multiple, bases):
 
 
 @pytest.mark.parametrize("index,multiple,bases", [
-    # the default tier's seeded random network (parallel bases, dilations, option A
-    # shortcuts, beats) covers the first case's features in less than its 35 s
+    # the default tier's random network (seed 5: K = 3 time-shared, dilation 2, stride 2,
+    # an option-A shortcut padded with zero beats) has the first case's units; its odd
+    # channel counts run in -m slow
     pytest.param(*BEAT_CASES[0], marks=pytest.mark.slow), *BEAT_CASES[1:],
     # faster: only the second stage's tensors go as beats (slow tier: the same units as
     # the case before, fewer of them as beats)
@@ -104,7 +105,9 @@ def test_an_mvu_wider_than_the_beats_keeps_its_component_in_pixels():
         units[n.name].beats == 1 for n in sched.graph if n.op == "mixer")
 
 
-@pytest.mark.parametrize("seed", [0] + [pytest.param(s, marks=pytest.mark.slow) for s in (1, 2)])
+# seed 5 in the default tier: K = 3 time-shared, 4 to 8 channels (an option-A shortcut),
+# dilation 2 in one base
+@pytest.mark.parametrize("seed", [5] + [pytest.param(s, marks=pytest.mark.slow) for s in (0, 1, 2)])
 def test_random_networks_with_beats(seed):
     """Seeded random small Group-Nets (bases, channels, strides, dilations, activation
     bits), time-shared or not, folded slow enough for beats: bit-exact with stalls."""
