@@ -410,11 +410,11 @@ def write_docs(results, built_rows, rtl_rows, authors, cross, out_md, out_png):
                          f"{f['bytes_pooled_stem'] / 1e6:.1f} MB, "
                          f"{f['fps_pooled_stem']:.1f} frames/s"
                          if "bytes_pooled_stem" in f else "")
-                      + (f"; and with 24-bit containers too for the 32-bit maps whose "
+                      + ("; and with 24-bit containers too for the 32-bit maps whose "
                          "proven range fits (they span {}-{} bits; the core's element "
-                         "reader takes 8, 16, 32 and 64) ".format(*f["wide_map_bits"])
-                         + f"{f['bytes_pooled_stem_24bit_maps'] / 1e6:.1f} "
-                         f"MB, {f['fps_pooled_stem_24bit_maps']:.1f} frames/s"
+                         "reader takes 8, 16, 32 and 64) {:.1f} MB, {:.1f} frames/s".format(
+                             *f["wide_map_bits"], f["bytes_pooled_stem_24bit_maps"] / 1e6,
+                             f["fps_pooled_stem_24bit_maps"])
                          if f.get("wide_map_bits") else "") + "."]
     rows = [b for b in built_rows if b.get("shapes")]
     if rows:

@@ -29,12 +29,11 @@ def pairwise(**axes):
     a set that holds every pair of values of two axes in the default tier (greedily,
     in grid order: deterministic), the rest of the grid marked ``slow``."""
     import itertools
-    names = list(axes)
     grid = list(itertools.product(*axes.values()))
 
     def pairs(combo):
         return {(i, combo[i], j, combo[j])
-                for i, j in itertools.combinations(range(len(names)), 2)}
+                for i, j in itertools.combinations(range(len(axes)), 2)}
 
     left = set().union(*(pairs(c) for c in grid))
     fast = []

@@ -1,6 +1,9 @@
 """Engine layout pieces alone: tensor formats and parameter packing (round trips), the
 liveness allocator, tiling, the configuration records and the cycle model."""
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -20,6 +23,9 @@ from groupnet_hw.compiler.engine.tiling import input_rows_read
 from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.models.groupnet import GroupNet, randomize_eval_state
 from groupnet_hw.models.zoo import arch_config
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from engine import dram_floor  # noqa: E402  (benchmarks/engine.py: the benchmarks are no package)
 
 FORMATS = st.one_of(
     st.tuples(st.just("bits"), st.just(1)),
@@ -295,10 +301,6 @@ def test_dram_floor_never_above_a_programs_traffic(arch, bases):
     """benchmarks/engine.py's DRAM floor (parameters and input read once, every other
     tensor written and read once) bounds what the intended engine's cycle model counts
     for the same program from below, and narrower maps only lower it."""
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from engine import dram_floor
     model = randomize_eval_state(GroupNet(arch_config(arch, bases=bases)),
                                  torch.Generator().manual_seed(bases)).eval()
     config = size_engine("de10nano").config
@@ -314,11 +316,7 @@ def test_dram_floor_with_the_stem_pooled_on_chip_drops_its_map():
     """The stem's overlapping max pooling fused onto its convolution (the intended
     engine's fusion): the convolution's wide map leaves the program, and the floor
     drops by exactly that map written and read once."""
-    import sys
     from dataclasses import replace
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from engine import dram_floor
 
     from groupnet_hw.compiler.engine.target import engine_target
     model = randomize_eval_state(GroupNet(arch_config("resnet18", bases=1, image_size=32)),
@@ -339,11 +337,6 @@ def test_dram_floor_counts_wide_maps_in_narrower_containers():
     words at 24 or 16 bits (every map of a ResNet: 64 channels or more) counts three
     quarters or half of its bytes, written and read; with ``proven`` only the maps
     whose proven range fits; no other tensor changes."""
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from engine import dram_floor
-
     from groupnet_hw.compiler.engine.target import engine_target
     model = randomize_eval_state(GroupNet(arch_config("resnet18", bases=2, image_size=32)),
                                  torch.Generator().manual_seed(2)).eval()
@@ -355,16 +348,17 @@ def test_dram_floor_counts_wide_maps_in_narrower_containers():
     g.producer(name).lo, g.producer(name).hi = -(1 << 25), 1 << 25
     program = compile_engine(g, config)
     io = (program.graph.input, program.graph.output)
-    wide = [f for name, (_, f) in program.tensors.items()
-            if name not in io and f.kind == "fixed" and f.elem_bits == 32]
+    wide_bits = [(f, program.graph.producer(name).bit_width)
+                 for name, (_, f) in program.tensors.items()
+                 if name not in io and f.kind == "fixed" and f.elem_bits == 32]
+    wide = [f for f, _ in wide_bits]
     assert wide and all(f.channels * 3 % f.port_bytes == 0 for f in wide)
     floor = dram_floor(program)
     assert floor - dram_floor(program, wide_maps_at=24) == sum(2 * f.nbytes // 4 for f in wide)
     assert floor - dram_floor(program, wide_maps_at=16) == sum(2 * f.nbytes // 2 for f in wide)
     # containers: only the maps whose proven range fits (none fits 16 bits: the maps
     # would be 16-bit ones already)
-    fits = [f for name, (_, f) in program.tensors.items() if name not in io and f.kind == "fixed"
-            and f.elem_bits == 32 and program.graph.producer(name).bit_width <= 24]
+    fits = [f for f, bits in wide_bits if bits <= 24]
     assert len(wide) > len(fits) > 0
     assert floor - dram_floor(program, wide_maps_at=24, proven=True) == \
         sum(2 * f.nbytes // 4 for f in fits)

@@ -262,7 +262,7 @@ class _Core:
         A read starts from the full bucket and its bursts break at 4 KiB boundaries, so
         its cycles depend on its pieces' sizes and offsets in 4 KiB alone: they are
         computed once for each."""
-        key = tuple((a % _BOUNDARY, n) for a, n in (pieces or [(addr, nbytes)]))
+        key = _in_pages(addr, nbytes, pieces)
         if key not in self.reads_seen:
             self.reads_seen[key] = self._read(nbytes, addr, pieces)
         return self.reads_seen[key]
@@ -308,6 +308,12 @@ class _Core:
 
 
 # ---- the descriptor's layout, as the CHECK .. REGIONS states compute it ----------------
+
+def _in_pages(addr, nbytes, pieces=None):
+    """A transfer's ``(offset in 4 KiB, bytes)`` per piece (``pieces``, else the one
+    piece ``addr, nbytes``): what its DMA cycles depend on."""
+    return tuple((a % _BOUNDARY, n) for a, n in (pieces or [(addr, nbytes)]))
+
 
 def _layout(d, core):
     """The run-time layout (:func:`.tiling.core_layout`: CHECK, FOLDS, SECTIONS*,
@@ -1072,8 +1078,7 @@ def _stores(d, lay, table, core, rows, chunk=0):
                            _slices(d, lay, at, d["out_elem"], d["out_c"])))
         else:
             stores.append((fld + r0 * d["out_pitch"], (r1 - r0) * d["out_pitch"], None))
-    key = tuple(None if s is None else
-                tuple((a % _BOUNDARY, n) for a, n in (s[2] or [s[:2]])) for s in stores)
+    key = tuple(None if s is None else _in_pages(*s) for s in stores)
     if key not in core.stores_seen:
         core.stores_seen[key] = _follow_stores(stores, core)
     return core.stores_seen[key]
