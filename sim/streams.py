@@ -105,7 +105,7 @@ async def _idle(ctx, cycles):
 
 
 def run_streams(dut, inputs, outputs, *, stall=0.0, seed=0, max_cycles=1_000_000,
-                vcd=None, reset_at=None, pace=1):
+                vcd=None, reset_at=None, pace=1, setup=None):
     """Drive ``dut``'s input streams and collect its output streams.
 
     Parameters
@@ -129,6 +129,9 @@ def run_streams(dut, inputs, outputs, *, stall=0.0, seed=0, max_cycles=1_000_000
     pace : int
         Every output takes at most one beat per ``pace`` cycles (``ready`` low for
         ``pace - 1`` cycles after each beat), as a folded consumer does.
+    setup : async callable ``(ctx)``, optional
+        A testbench that runs first (loading memories, setting configuration ports);
+        the streams start when it returns, and ``cycles`` counts from then.
 
     Returns
     -------
@@ -143,7 +146,7 @@ def run_streams(dut, inputs, outputs, *, stall=0.0, seed=0, max_cycles=1_000_000
     sim.add_clock(1e-8)
     result = {name: [] for name in outputs}
     out_cycles = {name: [] for name in outputs}
-    clock = {"cycle": 0, "epoch": 0, "done_at": 0}
+    clock = {"cycle": 0, "epoch": 0, "done_at": 0, "started": setup is None, "start": 0}
 
     async def counter(ctx):
         async for _ in ctx.tick():
@@ -157,6 +160,8 @@ def run_streams(dut, inputs, outputs, *, stall=0.0, seed=0, max_cycles=1_000_000
     def make_producer(name, beats, rng):
         async def producer(ctx):
             stream = getattr(dut, name)
+            while not clock["started"]:
+                await ctx.tick()
             epoch = clock["epoch"]
             index = 0
             while index < len(beats):
@@ -181,6 +186,8 @@ def run_streams(dut, inputs, outputs, *, stall=0.0, seed=0, max_cycles=1_000_000
     def make_consumer(name, count, rng):
         async def consumer(ctx):
             stream = getattr(dut, name)
+            while not clock["started"]:
+                await ctx.tick()
             epoch = clock["epoch"]
             while len(result[name]) < count:
                 if clock["epoch"] != epoch:
@@ -209,8 +216,14 @@ def run_streams(dut, inputs, outputs, *, stall=0.0, seed=0, max_cycles=1_000_000
         await ctx.tick()
         ctx.set(dut_reset, 0)
 
+    async def set_up(ctx):
+        await setup(ctx)
+        clock["started"], clock["start"] = True, clock["cycle"]
+
     rng = random.Random(seed)
     sim.add_process(counter)
+    if setup is not None:
+        sim.add_testbench(set_up, background=True)
     for name, beats in inputs.items():
         sim.add_testbench(make_producer(name, list(beats), random.Random(rng.random())),
                           background=True)
@@ -223,4 +236,5 @@ def run_streams(dut, inputs, outputs, *, stall=0.0, seed=0, max_cycles=1_000_000
             sim.run()
     else:
         sim.run()
-    return StreamRun(outputs=result, cycles=clock["done_at"], out_cycles=out_cycles)
+    return StreamRun(outputs=result, cycles=clock["done_at"] - clock["start"],
+                     out_cycles=out_cycles)

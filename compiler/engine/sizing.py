@@ -5,9 +5,11 @@ Two models, for two different engines:
 
 - :func:`estimate` and :func:`size_engine` size the engine the cycle model assumes
   (``arrays`` XNOR arrays side by side, vector lanes, overlapped transfers:
-  :class:`~.config.EngineConfig`). That RTL does not exist; its per-unit costs below are
-  rough engineering guesses, NOT calibrated. ``benchmarks/engine.py`` and the layout
-  tests use it.
+  :class:`~.config.EngineConfig`). That engine is being built unit by unit
+  (docs/architecture.md section 15): the costs of the units that exist are measured
+  (Yosys's Cyclone V counts, ``benchmarks/engine_units.py``); the others are rough
+  engineering guesses, NOT calibrated. ``benchmarks/engine.py`` and the layout tests
+  use it.
 - :func:`estimate_core` estimates :class:`~groupnet_hw.hw.engine.core.EngineCore`, the
   RTL that exists (one ``pe x simd`` array, the scalar datapath, one scratchpad, the
   DMAs and the register file), from the keyword arguments a build elaborates it with.
@@ -19,25 +21,23 @@ Two models, for two different engines:
 The intended engine's model, per unit, in the board family's logic cells (Cyclone V
 ALMs; LUT4-based families count two LUT4s per ALM), block-RAM bits and multipliers:
 
-- an XNOR lane: 0.75 ALM (the XNOR and its share of the popcount compressor tree);
-- a PE: 60 ALMs (accumulator, threshold compare, epilogue registers);
-- an array: 300 ALMs (window, weight-buffer addressing, control);
-- a vector lane (post-op, add, mixer, pooling, head): 120 ALMs and one multiplier;
+- an XNOR lane with its share of its PE's accumulators: measured, ``BaseArrays`` (one
+  array of 16 x 48 lanes and five: the per-lane figure of their difference);
+- a vector lane: measured for its post-op, residual add, ReLU and one threshold
+  (``EpilogueLanes``, 16 lanes), two multipliers (a 32-bit constant times a sum, in two
+  pieces); the pooling, mixer and head it will also run are not in the figure;
+- an array: 300 ALMs (a guess: window, weight-buffer addressing, control);
 - the stem: ``stem_pe * stem_simd`` 9x9 multipliers (three per Cyclone V DSP block);
-- fixed: 4,000 ALMs for the Avalon-MM DMA, the sequencer, the control and status
-  registers and the head's control;
+- fixed: 4,000 ALMs (a guess) for the Avalon-MM DMA, the sequencer, the control and
+  status registers and the head's control;
 - tile buffers: their bytes in block RAM at 1,024 usable bytes per 10-kbit block
   (32-bit-wide M10K ports assembled to the port width).
 
-These per-unit costs are rough engineering estimates, NOT yet calibrated against
-Yosys or Quartus for that engine (the dataflow back end's model is, and so is
-:func:`estimate_core` for the core that exists, whose Yosys counts say the guesses are
-low: about 13 ALMs per XNOR lane of one bit plane and 23 of four, not 0.75, and about
-13,000 ALMs and 74 DSP blocks for its 64-bit scalar datapath, control and DMAs at
-128-bit ports, not 4,000 ALMs). The ladder of candidates tops out at 5 arrays x 16 PE
-x 48 SIMD: K = 5 bases run in one round, and the cycle model already predicts ResNet-18
-K=5 to be DRAM-bound on the DE10-Nano at that size, so more lanes would buy nothing
-there.
+The guesses are likely low: :func:`estimate_core`, fitted to the core that exists, puts
+about 13,000 ALMs and 74 DSP blocks on its 64-bit scalar datapath, control and DMAs at
+128-bit ports. The ladder of candidates tops out at 5 arrays x 16 PE x 48 SIMD: K = 5
+bases run in one round, and the cycle model already predicts ResNet-18 K=5 to be
+DRAM-bound on the DE10-Nano at that size, so more lanes would buy nothing there.
 """
 
 from __future__ import annotations
@@ -55,8 +55,13 @@ __all__ = ["SizedEngine", "size_engine", "estimate", "CANDIDATES", "estimate_cor
 #: (arrays, pe, simd), most preferred first
 CANDIDATES = ((5, 16, 48), (5, 16, 32), (4, 16, 32), (3, 16, 32), (2, 16, 32), (2, 8, 32),
               (1, 8, 32), (1, 8, 16), (1, 4, 16), (1, 4, 8))
-_ALM_PER_LANE, _ALM_PER_PE, _ALM_PER_ARRAY = 0.75, 60, 300
-_ALM_PER_VECTOR_LANE, _ALM_FIXED = 120, 4000
+#: Measured (``benchmarks/results/engine_units.json``; ``tests/test_engine_units.py``
+#: keeps them equal to the records): ALMs an XNOR lane with its accumulators, and ALMs
+#: and DSP blocks a vector lane.
+_ALM_PER_LANE = 2.27
+_ALM_PER_VECTOR_LANE, _DSP_PER_VECTOR_LANE = 368, 2
+#: Guesses for the units not built yet.
+_ALM_PER_ARRAY, _ALM_FIXED = 300, 4000
 _BRAM_BYTES_PER_BLOCK = 1024
 _MULTS_PER_DSP = {"cyclonev": 3}
 
@@ -74,14 +79,14 @@ class SizedEngine:
 
 def estimate(config, family="cyclonev"):
     """``{"logic", "ram_bits", "dsp"}`` of an engine (module docstring's model)."""
-    alms = (config.lanes * _ALM_PER_LANE + config.arrays * config.pe * _ALM_PER_PE
-            + config.arrays * _ALM_PER_ARRAY + config.vector_lanes * _ALM_PER_VECTOR_LANE
-            + _ALM_FIXED)
+    alms = (config.lanes * _ALM_PER_LANE + config.arrays * _ALM_PER_ARRAY
+            + config.vector_lanes * _ALM_PER_VECTOR_LANE + _ALM_FIXED)
     logic = alms if family == "cyclonev" else 2 * alms
     buffers = config.input_buffer + config.output_buffer + config.arrays * config.weight_buffer
     blocks = -(-buffers // _BRAM_BYTES_PER_BLOCK)
     mults = config.stem_pe * config.stem_simd
-    dsp = -(-mults // _MULTS_PER_DSP.get(family, 1)) + config.vector_lanes
+    dsp = (-(-mults // _MULTS_PER_DSP.get(family, 1))
+           + config.vector_lanes * _DSP_PER_VECTOR_LANE)
     return dict(logic=int(logic), ram_bits=blocks * _BRAM_BYTES_PER_BLOCK * 8, dsp=dsp)
 
 

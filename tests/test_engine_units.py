@@ -1,0 +1,48 @@
+"""The recorded syntheses of the intended engine's units (``benchmarks/engine_units.py``)
+are of the RTL as it is, and docs/architecture.md shows them as recorded."""
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import engine_units  # noqa: E402
+
+RECORDS = json.loads(engine_units.OUT.read_text())
+#: the sizes quick to elaborate (about a second each); the others in -m slow
+QUICK = ("arrays-one", "epilogue")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in QUICK else pytest.mark.slow)
+                                  for n in engine_units.SIZES])
+def test_every_record_is_of_the_current_verilog(name):
+    digest = hashlib.sha256(engine_units.verilog_of(name).encode()).hexdigest()[:16]
+    flows = engine_units.SIZES[name][2]
+    assert set(RECORDS[name]) == set(flows)
+    stale = [f for f in flows if RECORDS[name][f]["verilog_sha256"] != digest]
+    assert not stale, f"rerun: python3 benchmarks/engine_units.py --sizes {name}"
+
+
+def test_docs_table_is_the_records():
+    doc = engine_units.DOC.read_text()
+    assert f"{engine_units.BEGIN}\n{engine_units.render(RECORDS)}\n{engine_units.END}" in doc
+
+
+def test_the_intended_arrays_place_at_100_mhz_on_ecp5():
+    # the point of the rebuild: units that close the clock the core does not
+    for name in ("arrays-one", "arrays-intended"):
+        assert RECORDS[name]["ecp5"]["fmax_mhz"] >= 100, name
+
+
+def test_the_intended_engines_sizing_uses_the_measured_costs():
+    from groupnet_hw.compiler.engine import sizing
+    one, five = RECORDS["arrays-one"]["cyclonev"], RECORDS["arrays-intended"]["cyclonev"]
+    per_lane = (five["alm"] - one["alm"]) / 4 / (16 * 48)
+    assert sizing._ALM_PER_LANE == pytest.approx(per_lane, abs=0.005)
+    epilogue = RECORDS["epilogue"]["cyclonev"]
+    lanes = engine_units.SIZES["epilogue"][1]["lanes"]
+    assert sizing._ALM_PER_VECTOR_LANE == round(epilogue["alm"] / lanes)
+    assert sizing._DSP_PER_VECTOR_LANE == epilogue["cells"]["dsp"] / lanes
