@@ -1,5 +1,5 @@
 """Synthesize the intended engine's units (``hw/engine/gather.py``, ``folds.py``,
-``arrays.py``, ``feeder.py``, ``epilogue.py``) and the layer datapath they make
+``arrays.py``, ``feeder.py``, ``epilogue.py``, ``mixer.py``) and the layer datapath they make
 (``layer.py``) at a few sizes each.
 
 What each unit costs and how fast it runs, before the rest of the engine is built around
@@ -79,6 +79,8 @@ SIZES = {
     "epilogue-levels": ("EpilogueLanes", dict(lanes=16, x_width=INTENDED_SUM_WIDTH,
                                               const_width=32, value_width=32, max_levels=15),
                         ("cyclonev",), "epilogue lanes, 4-bit levels"),
+    "mixer": ("MixerLanes", dict(lanes=16, value_width=32, coef_width=16, max_jobs=8),
+              ("cyclonev", "ecp5"), "mixer lanes (aggregate and gates)"),
     "layer-one": ("LayerDatapath", dict(arrays=1, pe=16, simd=48, ring_rows=4, ring_words=512,
                                         max_size=64, max_words=11, max_kernel=3,
                                         max_weight_words=198, max_out_folds=32),
@@ -127,6 +129,8 @@ def shape_text(unit, p):
     if unit == "WindowGather":
         return (f"{p['arrays']} x {p['simd']} lanes, {p['ring_rows']} rows of up to "
                 f"{p['ring_words'] // p['ring_rows']} words")
+    if unit == "MixerLanes":
+        return f"{p['lanes']} lanes, up to {p['max_jobs']} bases"
     if unit == "LayerDatapath":
         return (f"{p['arrays']} x {p['pe']} x {p['simd']} lanes, windows of "
                 f"{p['max_kernel'] ** 2 * p['max_words']} words, {p['max_weight_words']} "

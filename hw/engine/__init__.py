@@ -23,6 +23,8 @@ and feature maps in DRAM (docs/architecture.md, "The engine's memory and control
   their channels' constants from an on-chip buffer.
 - :mod:`.epilogue`: ``EpilogueLanes``, the post-op, residual add, ReLU and
   threshold stages a channel a lane, the constants in the beat.
+- :mod:`.mixer`: ``MixerLanes``, a block's aggregation of its K bases and the next
+  block's soft gates, behind the epilogue.
 - :mod:`.layer`: ``LayerDatapath``, those five connected: a binary convolution and its
   epilogue for the K_hw jobs of a descriptor.
 """
@@ -36,10 +38,11 @@ from .feeder import EpilogueFeeder
 from .folds import FoldIssuer
 from .gather import WindowGather
 from .layer import LayerDatapath
+from .mixer import MixerLanes
 from .dma import ReadDMA, WriteDMA, descriptor_layout
 from .sequencer import EngineShell, Sequencer
 
 __all__ = ["AvalonBurstSignature", "BaseArrays", "AvalonRegisterSignature", "ComputeSequencer", "EngineCSR",
            "EngineCore", "EngineShell", "EpilogueFeeder", "EpilogueLanes", "FoldIssuer",
-           "LayerDatapath",
+           "LayerDatapath", "MixerLanes",
            "ReadDMA", "Sequencer", "WindowGather", "WriteDMA", "descriptor_layout"]

@@ -1,0 +1,196 @@
+"""The intended engine's mixer lanes: a Group-Net block's aggregation of its K bases and
+the soft gates of the next block, fused behind the epilogue (docs/architecture.md
+section 15).
+
+The epilogue's beats arrive job after job: the K bases' values of the same ``lanes``
+channels of one pixel. The mixer computes, per channel, the IR's ``mixer`` (its own
+``execute``): ``agg = round_shift(sum_k lambda_k x_k, lambda_frac)``, and with gates the
+K outputs ``round_shift(C_i x_i + (2**gate_frac - C_i) agg, gate_frac)``, written here
+as ``agg + round_shift(C_i (x_i - agg), gate_frac)`` (the same integer: ``agg <<
+gate_frac`` is a multiple of ``2**gate_frac``), one product a lane instead of two.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from ..arith import registered_pieces, sum_tree
+from ..skid import skid_outputs
+
+__all__ = ["MixerLanes", "mixer_settings"]
+
+#: Bits of the fractions (the shifts).
+FRAC_BITS = 6
+
+
+def mixer_settings(max_jobs, coef_width):
+    """A descriptor's mixer: ``jobs`` bases, their ``lambdas`` and ``lambda_frac``; with
+    ``gated``, the ``gates`` and ``gate_frac``."""
+    return data.StructLayout({
+        "jobs": range(1, max_jobs + 1),
+        "lambdas": data.ArrayLayout(signed(coef_width), max_jobs),
+        "lambda_frac": unsigned(FRAC_BITS),
+        "gated": unsigned(1),
+        "gates": data.ArrayLayout(signed(coef_width), max_jobs),
+        "gate_frac": unsigned(FRAC_BITS),
+    })
+
+
+def _round_shift(value, shift, width):
+    """``round_shift(value, shift)`` (half up), for a run-time ``shift``."""
+    half = (Const(1, 1) << shift)[1:width]
+    return (value + half) >> shift
+
+
+class MixerLanes(wiring.Component):
+    """Aggregates each group of ``jobs`` beats and, with gates, emits the gated bases.
+
+    Parameters
+    ----------
+    lanes : int
+        Channels a beat.
+    value_width : int
+        The bases' values, the aggregate and the outputs (the compiler's proven ranges,
+        the mixer's ``agg_range`` among them, fit it; outside it they wrap).
+    coef_width : int
+        The lambdas and gates (at most 18 bits: one multiplier a piece of the value).
+    max_jobs : int
+        The most bases a group has.
+
+    Ports
+    -----
+    i : ``In(stream.Signature(ArrayLayout(signed(value_width), lanes)))``
+        A group's beats, base 0 first (:class:`~.epilogue.EpilogueLanes`'s output).
+    settings : ``In(mixer_settings(max_jobs, coef_width))``
+        Held while groups are in the unit.
+    o : ``Out(stream.Signature(ArrayLayout(signed(value_width), lanes)))``
+        Per group: the ``jobs`` gated bases, base 0 first, or the aggregate alone.
+
+    Latency
+    -------
+    :attr:`latency`: cycles from a group's last beat to its first output (the
+    aggregate's stages, its FIFO, the gate's four stages and the output register).
+
+    Throughput
+    ----------
+    A beat a cycle in and out: a gated group of K beats takes K cycles each way, the
+    aggregate of the next group is computed while this one's gates are.
+    """
+
+    latency = 10
+
+    def __init__(self, *, lanes, value_width=32, coef_width=16, max_jobs=8):
+        for name, value in (("lanes", lanes), ("value_width", value_width),
+                            ("coef_width", coef_width), ("max_jobs", max_jobs)):
+            if int(value) != value or value < 1:
+                raise ValueError(f"MixerLanes: {name} must be a positive integer, "
+                                 f"not {value!r}")
+        if coef_width > 18:
+            raise ValueError(f"MixerLanes: coef_width must be at most 18 bits, not {coef_width}")
+        self.lanes, self.value_width, self.coef_width = lanes, value_width, coef_width
+        self.max_jobs = max_jobs
+        beat = data.ArrayLayout(signed(value_width), lanes)
+        super().__init__({
+            "i": In(stream.Signature(beat)),
+            "settings": In(mixer_settings(max_jobs, coef_width)),
+            "o": Out(stream.Signature(beat)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes, vw, st = self.lanes, self.value_width, self.settings
+        acc_width = vw + self.coef_width + self.max_jobs.bit_length()
+        m.submodules.xs = xs = SyncFIFOBuffered(width=lanes * vw, depth=2 * self.max_jobs + 2)
+        # the aggregate at the value width: one product piece fewer a gate (section 15)
+        m.submodules.aggs = aggs = SyncFIFOBuffered(width=lanes * vw, depth=4)
+
+        # --- the aggregate: free-running stages; a beat is taken only when its group's
+        # aggregate and its value have room in the FIFOs
+        last_b, last_c, last_d = Signal(), Signal(), Signal()
+        agg_room = aggs.level + last_b + last_c + last_d < 4
+        take = Signal()
+        m.d.comb += [take.eq(self.i.valid & xs.w_rdy & agg_room), self.i.ready.eq(take)]
+        m.d.comb += [xs.w_data.eq(self.i.payload.as_value()), xs.w_en.eq(take & st.gated)]
+
+        k = Signal(range(self.max_jobs))
+        last_a = k == st.jobs - 1
+        with m.If(take):
+            m.d.sync += k.eq(Mux(last_a, 0, k + 1))
+        lam = Signal(signed(self.coef_width))
+        m.d.comb += lam.eq(st.lambdas[k])
+        # B: the products' pieces
+        pieces = [registered_pieces(m, self.i.payload[j], lam, None, f"lam{j}")
+                  for j in range(lanes)]
+        valid_b, first_b = Signal(), Signal()
+        m.d.sync += [valid_b.eq(take), first_b.eq(k == 0), last_b.eq(take & last_a)]
+        # C: the sum of the group so far
+        accs = [Signal(signed(acc_width), name=f"acc{j}") for j in range(lanes)]
+        totals = [Signal(signed(acc_width), name=f"total{j}") for j in range(lanes)]
+        m.d.sync += last_c.eq(last_b)
+        for j in range(lanes):
+            total = sum_tree([p << lo for p, lo in pieces[j]]) + Mux(first_b, 0, accs[j])
+            with m.If(valid_b):
+                m.d.sync += accs[j].eq(total)
+            with m.If(last_b):
+                m.d.sync += totals[j].eq(total)
+        # D: the aggregate, into its FIFO
+        agg_d = [Signal(signed(vw), name=f"agg{j}") for j in range(lanes)]
+        m.d.sync += last_d.eq(last_c)
+        with m.If(last_c):
+            m.d.sync += [a.eq(_round_shift(t, st.lambda_frac, acc_width))
+                         for a, t in zip(agg_d, totals)]
+        m.d.comb += [aggs.w_data.eq(Cat(*agg_d)), aggs.w_en.eq(last_d)]
+
+        # --- the gates: per output, the base's value and the group's aggregate
+        adv = Signal()
+        i = Signal(range(self.max_jobs))
+        agg = data.ArrayLayout(signed(vw), lanes)(aggs.r_data)
+        x = data.ArrayLayout(signed(vw), lanes)(xs.r_data)
+        last_i = ~st.gated | (i == st.jobs - 1)
+        issue = adv & aggs.r_rdy & (~st.gated | xs.r_rdy)
+        m.d.comb += [aggs.r_en.eq(issue & last_i), xs.r_en.eq(issue & st.gated)]
+        with m.If(issue):
+            m.d.sync += i.eq(Mux(last_i, 0, i + 1))
+        # G1: the difference, the gate
+        diff = [Signal(signed(vw + 1), name=f"diff{j}") for j in range(lanes)]
+        agg1 = [Signal(signed(vw), name=f"agg1_{j}") for j in range(lanes)]
+        gate = Signal(signed(self.coef_width))
+        v1, gated1 = Signal(), Signal()
+        with m.If(adv):
+            m.d.sync += [v1.eq(issue), gated1.eq(st.gated), gate.eq(st.gates[i])]
+            m.d.sync += [d.eq(x[j] - agg[j]) for j, d in enumerate(diff)]
+            m.d.sync += [a.eq(agg[j]) for j, a in enumerate(agg1)]
+        # G2: the products' pieces
+        products = [registered_pieces(m, diff[j], gate, adv, f"gate{j}") for j in range(lanes)]
+        agg2 = [Signal.like(a, name=f"agg2_{j}") for j, a in enumerate(agg1)]
+        v2, gated2 = Signal(), Signal()
+        with m.If(adv):
+            m.d.sync += [v2.eq(v1), gated2.eq(gated1)]
+            m.d.sync += [b.eq(a) for a, b in zip(agg1, agg2)]
+        # G3: the pieces summed; G4: rounded and shifted; then the aggregate added into
+        # the output register
+        width = vw + 1 + self.coef_width + 1
+        sums = [Signal(signed(width), name=f"gsum{j}") for j in range(lanes)]
+        shifted = [Signal(signed(width), name=f"gshift{j}") for j in range(lanes)]
+        agg3 = [Signal.like(a, name=f"agg3_{j}") for j, a in enumerate(agg2)]
+        agg4 = [Signal.like(a, name=f"agg4_{j}") for j, a in enumerate(agg2)]
+        v3, gated3, v4, gated4 = Signal(), Signal(), Signal(), Signal()
+        with m.If(adv):
+            m.d.sync += [v3.eq(v2), gated3.eq(gated2), v4.eq(v3), gated4.eq(gated3)]
+            m.d.sync += [s.eq(sum_tree([p << lo for p, lo in products[j]]))
+                         for j, s in enumerate(sums)]
+            m.d.sync += [r.eq(_round_shift(s, st.gate_frac, width))
+                         for r, s in zip(shifted, sums)]
+            m.d.sync += [b.eq(a) for a, b in zip(agg2, agg3)]
+            m.d.sync += [b.eq(a) for a, b in zip(agg3, agg4)]
+        outs = []
+        for j in range(lanes):
+            out = Signal(signed(vw), name=f"out{j}")
+            m.d.comb += out.eq(Mux(gated4, agg4[j] + shifted[j], agg4[j]))
+            outs.append(out)
+        v3 = v4
+        m.d.comb += adv.eq(skid_outputs(m, [self.o], [outs], adv & v3, name="out"))
+        return m

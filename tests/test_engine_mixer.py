@@ -1,0 +1,128 @@
+# amaranth: UnusedElaboratable=no
+"""The intended engine's mixer lanes (hw/engine/mixer.py): every output equals the IR's
+own ``mixer`` (``execute``: the aggregate of K bases, and with gates the K gated
+bases), for K = 1 to 5, random coefficients and fractions, under stalls and reset."""
+
+import numpy as np
+import pytest
+import torch
+
+from groupnet_hw.compiler.graph import Node
+from groupnet_hw.compiler.ops import op_of
+from groupnet_hw.hw.engine.mixer import MixerLanes
+from groupnet_hw.sim.streams import run_streams
+
+VW, CW = 24, 12
+
+
+def case(rng, lanes, jobs, gated, groups):
+    lambdas = rng.integers(-(1 << (CW - 1)), 1 << (CW - 1), jobs)
+    gates = rng.integers(-(1 << (CW - 1)), 1 << (CW - 1), jobs)
+    # fractions as the paper's fixed-point lambdas and gates have them: the outputs stay
+    # within the value width (a value the compiler's range would refuse is redrawn)
+    lambda_frac, gate_frac = int(rng.integers(6, 14)), int(rng.integers(8, 14))
+    node = Node("test", "mixer", [], dict(
+        lambdas=torch.from_numpy(lambdas), lambda_frac=lambda_frac,
+        gates=torch.from_numpy(gates) if gated else None, gate_frac=gate_frac),
+        channels=lanes)
+    beats, expected = [], []
+    for _ in range(100 * groups):
+        if len(expected) == groups * (jobs if gated else 1):
+            break
+        xs = rng.integers(-(1 << 12), 1 << 12, (jobs, lanes))
+        ins = [torch.from_numpy(x).view(1, lanes, 1, 1) for x in xs]
+        outs = op_of(node).execute(node, ins)
+        outs = outs if gated else [outs]
+        flat = [[int(v) for v in o.view(-1)] for o in outs]
+        bare = Node("test", "mixer", [], dict(node.attrs, gates=None), channels=lanes)
+        agg = [int(v) for v in op_of(bare).execute(bare, ins).view(-1)]
+        if any(not -(1 << (VW - 1)) <= v < (1 << (VW - 1)) for o in flat + [agg] for v in o):
+            continue                  # the compiler's proven range would not fit VW
+        beats += [[int(v) for v in x] for x in xs]
+        expected += flat
+    assert len(expected) == groups * (jobs if gated else 1), "no values fit: redraw"
+    settings = dict(jobs=jobs, lambdas=[int(v) for v in lambdas] + [0] * (5 - jobs),
+                    lambda_frac=lambda_frac, gated=int(gated),
+                    gates=[int(v) for v in gates] + [0] * (5 - jobs), gate_frac=gate_frac)
+    return beats, expected, settings
+
+
+def run(lanes, jobs, gated, *, groups=6, stall=0.0, seed=0, reset_at=None, pace=1):
+    rng = np.random.default_rng(seed)
+    beats, expected, settings = case(rng, lanes, jobs, gated, groups)
+    dut = MixerLanes(lanes=lanes, value_width=VW, coef_width=CW, max_jobs=5)
+
+    async def setup(ctx):
+        ctx.set(dut.settings, settings)
+
+    result = run_streams(dut, {"i": beats}, {"o": len(expected)}, stall=stall, seed=seed,
+                         setup=setup, reset_at=reset_at, pace=pace,
+                         max_cycles=30 * len(beats) + 300)
+    return dut, beats, expected, result
+
+
+@pytest.mark.parametrize("lanes, jobs, gated", [(1, 1, False), (3, 2, True), (2, 5, True),
+                                                (4, 3, False), (3, 4, True)])
+def test_outputs_equal_the_irs_mixer(lanes, jobs, gated):
+    *_, expected, result = run(lanes, jobs, gated, seed=jobs + lanes)
+    assert result.outputs["o"] == expected
+
+
+@pytest.mark.parametrize("seed, jobs, gated", [(1, 4, True), (2, 4, True), (3, 1, False)])
+def test_under_stalls(seed, jobs, gated):
+    # (one base, no gates: an aggregate every cycle, so its FIFO fills when the
+    # consumer stalls)
+    *_, expected, result = run(3, jobs, gated, groups=12, stall=0.4, seed=seed)
+    assert result.outputs["o"] == expected
+
+
+@pytest.mark.parametrize("jobs, gated", [(1, False), (3, True)])
+def test_a_consumer_slower_than_the_beats(jobs, gated):
+    # beats offered every cycle, outputs taken one in three cycles: the FIFOs fill
+    *_, expected, result = run(2, jobs, gated, groups=12, pace=3)
+    assert result.outputs["o"] == expected
+
+
+def test_reset_mid_group_starts_clean():
+    *_, expected, result = run(2, 3, True, groups=8, stall=0.3, seed=4, reset_at=13)
+    assert result.outputs["o"] == expected
+
+
+def test_a_beat_a_cycle():
+    dut, beats, expected, result = run(2, 5, True, groups=8)
+    assert result.outputs["o"] == expected
+    shown = result.out_cycles["o"]
+    assert shown[-1] - shown[0] == len(expected) - 1
+
+
+@pytest.mark.parametrize("bad, message", [(dict(lanes=0), "positive integer"),
+                                          (dict(coef_width=19), "at most 18")])
+def test_bad_sizes_are_refused(bad, message):
+    with pytest.raises(ValueError, match=message):
+        MixerLanes(**{**dict(lanes=1), **bad})
+
+
+def test_the_first_output_after_the_stated_latency():
+    from amaranth.sim import Simulator
+    beats, expected, settings = case(np.random.default_rng(0), 2, 3, True, 1)
+    dut = MixerLanes(lanes=2, value_width=VW, coef_width=CW, max_jobs=5)
+    seen = []
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+
+    async def bench(ctx):
+        ctx.set(dut.settings, settings)
+        ctx.set(dut.o.ready, 1)
+        for beat in beats:
+            ctx.set(dut.i.payload, beat)
+            ctx.set(dut.i.valid, 1)
+            await ctx.tick().until(dut.i.ready)    # the group's last beat: cycle 0
+        ctx.set(dut.i.valid, 0)
+        for cycle in range(1, 20):
+            *_, valid = await ctx.tick().sample(dut.o.valid)
+            if valid:
+                seen.append(cycle)
+
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == [dut.latency + n for n in range(3)]
