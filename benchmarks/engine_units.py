@@ -1,4 +1,4 @@
-"""Synthesize the intended engine's units (``hw/engine/gather.py``, ``folds.py``,
+"""Synthesize the intended engine's units (``hw/engine/loader.py``, ``gather.py``, ``folds.py``,
 ``arrays.py``, ``feeder.py``, ``epilogue.py``, ``mixer.py``) and the layer datapath they make
 (``layer.py``) at a few sizes each.
 
@@ -59,6 +59,9 @@ SIZES = {
                         ("cyclonev", "ecp5"), "the intended engine's arrays"),
     "arrays-levels": ("BaseArrays", dict(arrays=5, pe=16, simd=16, planes=4), ("cyclonev",),
                       "arrays of 2- and 4-bit levels"),
+    "loader-intended": ("RowLoader", dict(arrays=5, simd=48, data_width=128, ring_words=512,
+                                          max_size=64, max_words=11), ("cyclonev", "ecp5"),
+                        "row loader of the intended ring"),
     "gather-intended": ("WindowGather", dict(arrays=5, simd=48, planes=1, ring_rows=4,
                                              ring_words=512, max_size=64, max_words=16,
                                              max_kernel=3), ("cyclonev", "ecp5"),
@@ -126,6 +129,8 @@ def synth_size(name, flow, work):
 def shape_text(unit, p):
     if unit == "BaseArrays":
         return f"{p['arrays']} x {p['pe']} x {p['simd']} lanes, {p['planes']} plane(s)"
+    if unit == "RowLoader":
+        return f"{p['data_width']}-bit bus words into {p['arrays']} x {p['simd']}-lane words"
     if unit == "WindowGather":
         return (f"{p['arrays']} x {p['simd']} lanes, {p['ring_rows']} rows of up to "
                 f"{p['ring_words'] // p['ring_rows']} words")

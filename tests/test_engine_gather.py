@@ -19,6 +19,11 @@ from groupnet_hw.hw.engine.gather import WindowGather
 from groupnet_hw.sim.streams import run_streams, stream_put
 
 
+def pack_bits(bits):
+    """0/1 lanes as an int, lane 0 at bit 0 (Python ints: 64 lanes and more)."""
+    return sum(int(v) << i for i, v in enumerate(bits))
+
+
 def out_size(size, kernel, stride, dilation, padding):
     return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
 
@@ -44,14 +49,13 @@ class Geometry:
         lanes = np.zeros(self.simd, dtype=np.int64)
         part = self.maps[k, j * self.simd:(j + 1) * self.simd, iy, ix]
         lanes[:len(part)] = part
-        return sum(int(((lanes >> b) & 1) @ (1 << np.arange(self.simd))) << (b * self.simd)
-                   for b in range(self.planes))
+        return sum(pack_bits((lanes >> b) & 1) << (b * self.simd) for b in range(self.planes))
 
     def ring(self):
         """The ring's writes: every input row in its slot."""
         return [{"addr": (iy % self.ring_rows) * self.pitch + ix * self.words + j,
                  "x": sum(self.word(k, iy, ix, j) << (k * self.simd * self.planes)
-                          for k in range(self.arrays))}
+                          for k in range(self.arrays)), "en": (1 << self.arrays) - 1}
                 for iy in range(self.h) for ix in range(self.w) for j in range(self.words)]
 
     def settings(self):
@@ -182,7 +186,7 @@ def conv_weights(rng, g, c_out, pe):
                             continue
                         row = bits[k, c, j * g.simd:(j + 1) * g.simd, t // g.kernel,
                                    t % g.kernel]
-                        word |= int(row @ (1 << np.arange(len(row)))) << (p * g.simd)
+                        word |= pack_bits(row) << (p * g.simd)
                     w.append(word)
                 weights.append({"addr": nf * in_folds + t * g.words + j, "w": w})
     return bits, weights, out_folds

@@ -15,6 +15,8 @@ and feature maps in DRAM (docs/architecture.md, "The engine's memory and control
   ``EngineCore`` is ``EngineShell`` with it.
 - :mod:`.arrays`: the intended engine's first unit (docs/architecture.md section 15):
   ``BaseArrays``, K_hw pipelined XNOR-popcount arrays that take one fold a cycle each.
+- :mod:`.loader`: ``RowLoader``, a binary map's rows from the read DMA (the DRAM
+  format) into the gatherer's ring, each base in its slice.
 - :mod:`.gather`: ``WindowGather``, each output pixel's window read from the input
   rows on chip, a tap-aligned word a cycle.
 - :mod:`.folds`: ``FoldIssuer``, which feeds the arrays: two window buffers and a weight
@@ -38,6 +40,7 @@ from .feeder import EpilogueFeeder
 from .folds import FoldIssuer
 from .gather import WindowGather
 from .layer import LayerDatapath
+from .loader import RowLoader
 from .mixer import MixerLanes
 from .dma import ReadDMA, WriteDMA, descriptor_layout
 from .sequencer import EngineShell, Sequencer
@@ -45,4 +48,4 @@ from .sequencer import EngineShell, Sequencer
 __all__ = ["AvalonBurstSignature", "BaseArrays", "AvalonRegisterSignature", "ComputeSequencer", "EngineCSR",
            "EngineCore", "EngineShell", "EpilogueFeeder", "EpilogueLanes", "FoldIssuer",
            "LayerDatapath", "MixerLanes",
-           "ReadDMA", "Sequencer", "WindowGather", "WriteDMA", "descriptor_layout"]
+           "ReadDMA", "RowLoader", "Sequencer", "WindowGather", "WriteDMA", "descriptor_layout"]

@@ -73,10 +73,11 @@ class WindowGather(wiring.Component):
 
     Ports
     -----
-    rows : ``In(stream.Signature(StructLayout({"addr", "x"})))``
+    rows : ``In(stream.Signature(StructLayout({"addr", "x", "en"})))``
         Words written into the ring (slot ``s``'s pixel ``ix``'s word ``j`` at
-        ``s * pitch + ix * words + j``), always accepted; write only the slots no
-        tile being read uses.
+        ``s * pitch + ix * words + j``), the slices of the arrays whose ``en`` bit is
+        set (each base's map arrives on its own: :class:`~.loader.RowLoader`), always
+        accepted; write only the slots no tile being read uses.
     settings : ``In(gather_settings(...))``
         The geometry, held while the gatherer is not ``idle``.
     tile : ``In(stream.Signature(StructLayout({"iy0": signed, "rows": ...})))``
@@ -120,7 +121,8 @@ class WindowGather(wiring.Component):
         self.coord = coord
         super().__init__({
             "rows": In(stream.Signature(data.StructLayout({
-                "addr": range(ring_words), "x": unsigned(self.word_width)}))),
+                "addr": range(ring_words), "x": unsigned(self.word_width),
+                "en": unsigned(arrays)}))),
             "settings": In(settings),
             "tile": In(stream.Signature(data.StructLayout({
                 "iy0": coord, "rows": range(max_size + 1)}))),
@@ -135,9 +137,10 @@ class WindowGather(wiring.Component):
         st = self.settings
         m.submodules.ring = ring = Memory(shape=unsigned(self.word_width),
                                           depth=self.ring_words, init=[])
-        wp = ring.write_port()
+        wp = ring.write_port(granularity=self.simd * self.planes)
         m.d.comb += [wp.addr.eq(self.rows.payload.addr), wp.data.eq(self.rows.payload.x),
-                     wp.en.eq(self.rows.valid), self.rows.ready.eq(1)]
+                     wp.en.eq(Mux(self.rows.valid, self.rows.payload.en, 0)),
+                     self.rows.ready.eq(1)]
         m.submodules.fifo = fifo = SyncFIFOBuffered(
             width=len(self.window.payload.as_value()), depth=AHEAD)
 

@@ -1,0 +1,159 @@
+"""The intended engine's row loader: a binary map's row as the read DMA delivers it (the
+DRAM format of docs/architecture.md section 12) into the gatherer's ring, one base's
+slice of each word (docs/architecture.md section 15).
+
+In DRAM a pixel's channels are ``pixel_bytes = ceil(C / 8)`` bytes (channel ``c`` at bit
+``c % 8`` of byte ``c // 8``), pixel after pixel, the row padded to the port. In the
+ring a pixel is ``words`` words of ``simd`` lanes, pixel-major, so a row is
+consecutive ring words from the slot's base: the loader cuts the row's byte stream into
+``simd / 8``-byte pieces, a pixel's last piece shorter where ``simd`` does not divide
+its bytes, and drops the row's padding.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["RowLoader", "loader_settings"]
+
+
+def loader_settings(max_size, max_words, max_pixel_bytes, max_beats):
+    """A map's row geometry: ``width`` pixels of ``pixel_bytes`` bytes, ``words`` ring
+    words a pixel, ``row_beats`` bus words a row in DRAM (its padding included)."""
+    return data.StructLayout({
+        "width": range(1, max_size + 1), "pixel_bytes": range(1, max_pixel_bytes + 1),
+        "words": range(1, max_words + 1), "row_beats": range(1, max_beats + 1),
+    })
+
+
+class RowLoader(wiring.Component):
+    """Writes DRAM rows of binary maps into the ring, a word a cycle.
+
+    Parameters
+    ----------
+    arrays, simd : int
+        The ring word's shape: ``arrays`` slices of ``simd`` lanes (one bit plane;
+        ``simd`` a multiple of 8).
+    data_width : int
+        The read DMA's bus word (a multiple of 8).
+    ring_words, max_size, max_words : int
+        The gatherer's (:class:`~.gather.WindowGather`).
+
+    Ports
+    -----
+    row : ``In(stream.Signature(StructLayout({"base", "array"})))``
+        A row: the ring address of its slot's first word and the base whose map it is.
+        Accepted when the previous row has been written.
+    data : ``In(stream.Signature(data_width))``
+        The row's ``row_beats`` bus words, in order (the read DMA's ``data``).
+    settings : ``In(loader_settings(...))``
+        Held while a row is loaded.
+    o : ``Out(stream.Signature(StructLayout({"addr", "x", "en"})))``
+        Ring writes: ``x``'s slice ``array`` (``en`` has its bit alone) at ``addr``: the
+        gatherer's ``rows``.
+    idle : ``Out(1)``
+
+    Latency
+    -------
+    A row's first word reaches ``o`` 2 cycles after the bus word that completes it.
+
+    Throughput
+    ----------
+    A ring word a cycle, so a bus word of ``data_width / simd`` words every that many
+    cycles; a row takes ``width * words`` cycles and its bus words.
+    """
+
+    def __init__(self, *, arrays, simd, data_width=128, ring_words=4096, max_size=256,
+                 max_words=16):
+        for name, value in (("arrays", arrays), ("simd", simd), ("data_width", data_width),
+                            ("ring_words", ring_words), ("max_size", max_size),
+                            ("max_words", max_words)):
+            if int(value) != value or value < 1:
+                raise ValueError(f"RowLoader: {name} must be a positive integer, "
+                                 f"not {value!r}")
+        if simd % 8 or data_width % 8:
+            raise ValueError(f"RowLoader: simd ({simd}) and data_width ({data_width}) must be "
+                             "multiples of 8: the loader cuts bytes")
+        self.arrays, self.simd, self.data_width = arrays, simd, data_width
+        self.ring_words, self.max_size, self.max_words = ring_words, max_size, max_words
+        max_pixel_bytes = max_words * simd // 8
+        max_beats = -(-max_size * max_pixel_bytes * 8 // data_width)
+        super().__init__({
+            "row": In(stream.Signature(data.StructLayout({
+                "base": range(ring_words), "array": range(arrays)}))),
+            "data": In(stream.Signature(data_width)),
+            "settings": In(loader_settings(max_size, max_words, max_pixel_bytes, max_beats)),
+            "o": Out(stream.Signature(data.StructLayout({
+                "addr": range(ring_words), "x": unsigned(arrays * simd),
+                "en": unsigned(arrays)}))),
+            "idle": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        st, simd, dw = self.settings, self.simd, self.data_width
+        wb, db = simd // 8, dw // 8                # bytes of a ring word, of a bus word
+        cap = db + wb                               # bytes the gearbox holds
+        buf = Signal(8 * cap)
+        count = Signal(range(cap + 1))              # bytes held
+        busy = Signal()
+        array = Signal(range(self.arrays))
+        addr = Signal(range(self.ring_words))
+        ix = Signal(range(self.max_size + 1))
+        j = Signal(range(self.max_words))
+        beats_left = Signal.like(st.row_beats)
+        last_bytes = Signal(range(wb + 1))          # a pixel's last word's bytes
+        m.d.comb += last_bytes.eq(st.pixel_bytes - (st.words - 1) * wb)
+
+        words_done = Signal()                       # the row's words are all written
+        m.d.comb += [self.row.ready.eq(~busy), self.idle.eq(~busy & ~self.o.valid)]
+        with m.If(self.row.valid & ~busy):
+            m.d.sync += [busy.eq(1), array.eq(self.row.payload.array),
+                         addr.eq(self.row.payload.base), ix.eq(0), j.eq(0), count.eq(0),
+                         words_done.eq(0), beats_left.eq(st.row_beats)]
+
+        # a word goes out when its bytes are held and the output register is free
+        last_j = j == st.words - 1
+        take = Mux(last_j, last_bytes, wb)
+        free = ~self.o.valid | self.o.ready
+        emit = busy & ~words_done & (count >= take) & free
+        took = Mux(emit, take, 0)
+        left = Signal(range(cap + 1))               # bytes held after this cycle's word
+        m.d.comb += left.eq(count - took)
+        # a bus word comes in when the bytes left after this cycle's word leave room
+        accept = busy & (beats_left != 0) & (words_done | (left + db <= cap))
+        m.d.comb += self.data.ready.eq(accept)
+        incoming = Mux(accept & self.data.valid, self.data.payload, 0)
+        got = accept & self.data.valid
+        m.d.sync += [
+            buf.eq((buf >> (took * 8)) | (incoming << (left * 8))),
+            count.eq(left + Mux(got, db, 0)),
+        ]
+        with m.If(got):
+            m.d.sync += beats_left.eq(beats_left - 1)
+        with m.If(words_done):
+            m.d.sync += count.eq(0)              # the row's padding: dropped
+
+        piece = Signal(simd)
+        keep = Signal(simd)
+        m.d.comb += [keep.eq((Const(1, simd + 1) << (take * 8)) - 1), piece.eq(buf & keep)]
+        with m.If(emit):
+            m.d.sync += [self.o.valid.eq(1), self.o.payload.addr.eq(addr),
+                         self.o.payload.x.eq(piece.replicate(self.arrays)),
+                         self.o.payload.en.eq(Const(1, self.arrays) << array),
+                         addr.eq(addr + 1)]
+            with m.If(~last_j):
+                m.d.sync += j.eq(j + 1)
+            with m.Else():
+                m.d.sync += [j.eq(0), ix.eq(ix + 1)]
+                with m.If(ix == st.width - 1):
+                    m.d.sync += words_done.eq(1)
+        with m.Elif(self.o.ready):
+            m.d.sync += self.o.valid.eq(0)
+
+        # the row ends when its words are out and its bus words (padding too) are in
+        with m.If(busy & words_done & (beats_left == 0)):
+            m.d.sync += busy.eq(0)
+        return m

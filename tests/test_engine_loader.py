@@ -1,0 +1,88 @@
+# amaranth: UnusedElaboratable=no
+"""The intended engine's row loader (hw/engine/loader.py): rows of binary maps packed by
+the compiler's own DRAM format (``TensorFormat.pack``) land in the ring exactly as the
+gatherer reads them (``test_engine_gather.Geometry``), each base in its own slice, for
+channels not a multiple of the lanes or of 8, bus words wider and narrower than a pixel,
+and stalls."""
+
+import numpy as np
+import pytest
+
+from groupnet_hw.compiler.engine.formats import TensorFormat
+from groupnet_hw.hw.engine.loader import RowLoader
+from groupnet_hw.sim.streams import run_streams
+from test_engine_gather import Geometry
+
+
+def bus_words(row_bytes, data_width):
+    step = data_width // 8
+    return [int.from_bytes(bytes(row_bytes[i:i + step]), "little")
+            for i in range(0, len(row_bytes), step)]
+
+
+def run(arrays, simd, channels, width, data_width, *, height=3, stall=0.0, seed=0):
+    g = Geometry(np.random.default_rng(seed), arrays, simd, 1, channels, height, width,
+                 3, 1, 1, 1, False)
+    port = data_width // 8
+    fmt = TensorFormat("bits", 1, channels, height, width, port)
+    rows, data = [], []
+    for iy in range(height):
+        for k in range(arrays):
+            packed = fmt.pack(g.maps[k]).reshape(height, -1)[iy]
+            rows.append({"base": (iy % g.ring_rows) * g.pitch, "array": k})
+            data += bus_words(packed, data_width)
+    settings = dict(width=width, pixel_bytes=fmt.pixel_bytes, words=g.words,
+                    row_beats=fmt.row_bytes // port)
+    dut = RowLoader(arrays=arrays, simd=simd, data_width=data_width,
+                    ring_words=g.ring_rows * g.pitch, max_size=16, max_words=16)
+
+    async def setup(ctx):
+        ctx.set(dut.settings, settings)
+
+    writes = height * arrays * width * g.words
+    result = run_streams(dut, {"row": rows, "data": data}, {"o": writes}, stall=stall,
+                         seed=seed, setup=setup, max_cycles=20 * (writes + len(data)) + 200)
+    ring = {}
+    mask = (1 << simd) - 1
+    for w in result.outputs["o"]:
+        (k,) = [k for k in range(arrays) if w["en"] >> k & 1]
+        word = ring.get(w["addr"], [0] * arrays)
+        word[k] = (w["x"] >> (k * simd)) & mask
+        ring[w["addr"]] = word
+    expected = {(iy % g.ring_rows) * g.pitch + ix * g.words + j:
+                [g.word(k, iy, ix, j) for k in range(arrays)]
+                for iy in range(height) for ix in range(width) for j in range(g.words)}
+    return dut, ring, expected, result, len(data)
+
+
+@pytest.mark.parametrize("arrays, simd, channels, width, data_width", [
+    (2, 8, 8, 5, 64),        # a pixel a byte, eight pixels a bus word
+    (3, 16, 13, 4, 32),      # 13 channels: two bytes a pixel, one word of 16 lanes
+    (2, 8, 21, 3, 128),      # three bytes a pixel, three words, the last 5 channels
+    (1, 64, 64, 7, 128),     # ResNet's 64 channels: a word a pixel, two a bus word
+    (2, 16, 40, 2, 64),      # five bytes a pixel: the last word one byte
+])
+def test_rows_land_where_the_gatherer_reads_them(arrays, simd, channels, width, data_width):
+    _, ring, expected, result, _ = run(arrays, simd, channels, width, data_width,
+                                       seed=channels)
+    assert ring == expected
+
+
+def test_rows_under_stalls():
+    _, ring, expected, result, _ = run(3, 16, 13, 4, 32, stall=0.4, seed=3)
+    assert ring == expected
+
+
+def test_a_ring_word_a_cycle():
+    # 64 channels on 64 lanes, 128-bit bus words: a row of 7 pixels is 7 ring words and
+    # 4 bus words; three rows of two bases in a few cycles more than their 42 words
+    dut, ring, expected, result, beats = run(2, 64, 64, 7, 128)
+    assert ring == expected
+    assert result.cycles <= 42 + 3 * 2 * 3
+
+
+@pytest.mark.parametrize("bad, message", [(dict(simd=12), "multiples of 8"),
+                                          (dict(arrays=0), "positive integer")])
+def test_bad_sizes_are_refused(bad, message):
+    with pytest.raises(ValueError, match=message):
+        RowLoader(**{**dict(arrays=1, simd=8), **bad})
