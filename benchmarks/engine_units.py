@@ -96,12 +96,19 @@ SIZES = {
 }
 
 
+#: unit -> its module in hw/engine
+MODULES = {"RowLoader": "loader", "WindowGather": "gather", "FoldIssuer": "folds",
+           "BaseArrays": "arrays", "EpilogueFeeder": "feeder", "EpilogueLanes": "epilogue",
+           "MixerLanes": "mixer", "LayerDatapath": "layer"}
+
+
 def verilog_of(name):
     from amaranth.back import verilog
 
-    from groupnet_hw.hw import engine
+    import importlib
     unit, params, *_ = SIZES[name]
-    return verilog.convert(getattr(engine, unit)(**params), name=TOP, emit_src=False)
+    module = importlib.import_module(f"groupnet_hw.hw.engine.{MODULES[unit]}")
+    return verilog.convert(getattr(module, unit)(**params), name=TOP, emit_src=False)
 
 
 def synth_size(name, flow, work):

@@ -46,3 +46,15 @@ def test_the_intended_engines_sizing_uses_the_measured_costs():
     lanes = engine_units.SIZES["epilogue"][1]["lanes"]
     assert sizing._ALM_PER_VECTOR_LANE == round(epilogue["alm"] / lanes)
     assert sizing._DSP_PER_VECTOR_LANE == epilogue["cells"]["dsp"] / lanes
+
+
+def test_the_cores_records_are_keyed_by_the_cores_sources_alone():
+    # the units beside the core in hw/engine must not make its records stale, and every
+    # module the core elaborates from must be in its key
+    import subprocess
+    import engine_resources
+    code = ("import sys, groupnet_hw.hw.engine.core; print(' '.join(sorted("
+            "m.rsplit('.', 1)[1] for m in sys.modules if m.startswith('groupnet_hw.hw.engine.'))))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True).stdout.split()
+    assert {f"{m}.py" for m in loaded} | {"__init__.py"} == set(engine_resources.CORE_SOURCES)
