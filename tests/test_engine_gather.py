@@ -242,7 +242,7 @@ def test_the_datapath_under_stalls():
 
 
 @pytest.mark.parametrize("bad, message", [(dict(ring_rows=3), "power of two"),
-                                          (dict(simd=0), "positive integer")])
+                                          (dict(simd=0), "must be positive")])
 def test_bad_sizes_are_refused(bad, message):
     with pytest.raises(ValueError, match=message):
         WindowGather(**{**dict(arrays=1, simd=8), **bad})

@@ -82,7 +82,7 @@ def test_a_ring_word_a_cycle():
 
 
 @pytest.mark.parametrize("bad, message", [(dict(simd=12), "multiples of 8"),
-                                          (dict(arrays=0), "positive integer")])
+                                          (dict(arrays=0), "must be positive")])
 def test_bad_sizes_are_refused(bad, message):
     with pytest.raises(ValueError, match=message):
         RowLoader(**{**dict(arrays=1, simd=8), **bad})

@@ -95,7 +95,7 @@ def test_a_beat_a_cycle():
     assert shown[-1] - shown[0] == len(expected) - 1
 
 
-@pytest.mark.parametrize("bad, message", [(dict(lanes=0), "positive integer"),
+@pytest.mark.parametrize("bad, message", [(dict(lanes=0), "must be positive"),
                                           (dict(coef_width=19), "at most 18")])
 def test_bad_sizes_are_refused(bad, message):
     with pytest.raises(ValueError, match=message):

@@ -18,7 +18,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...numerics import signed_width
-from ..arith import reduce_levels, sum_tree
+from ..arith import positive_int, reduce_levels, sum_tree
 from ..mvu import POPCOUNT_CHUNK, TREE_LEVELS_PER_STAGE, chunk_counts, tree_stages
 from ..skid import skid_outputs
 
@@ -119,8 +119,7 @@ class BaseArrays(wiring.Component):
     def __init__(self, *, arrays, pe, simd, planes=1, max_window=4608):
         for name, value in (("arrays", arrays), ("pe", pe), ("simd", simd),
                             ("planes", planes), ("max_window", max_window)):
-            if int(value) != value or value < 1:
-                raise ValueError(f"BaseArrays: {name} must be a positive integer, not {value!r}")
+            positive_int(f"BaseArrays: {name}", value)
         self.arrays, self.pe, self.simd, self.planes = arrays, pe, simd, planes
         self.max_window = max_window
         most = max_window * ((1 << planes) - 1)

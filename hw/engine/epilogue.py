@@ -15,7 +15,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..arith import multiplier_pieces, registered_pieces, sum_tree
+from ..arith import positive_int, registered_pieces, sum_tree
 from ..skid import skid_outputs
 
 __all__ = ["EpilogueLanes", "epilogue_settings", "epilogue_layout"]
@@ -106,9 +106,7 @@ class EpilogueLanes(wiring.Component):
         for name, value in (("lanes", lanes), ("x_width", x_width),
                             ("const_width", const_width), ("value_width", value_width),
                             ("max_levels", max_levels)):
-            if int(value) != value or value < 1:
-                raise ValueError(f"EpilogueLanes: {name} must be a positive integer, "
-                                 f"not {value!r}")
+            positive_int(f"EpilogueLanes: {name}", value)
         self.lanes, self.x_width, self.const_width = lanes, x_width, const_width
         self.value_width, self.max_levels = value_width, max_levels
         super().__init__({

@@ -16,6 +16,8 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..arith import positive_int
+
 from .epilogue import epilogue_layout, epilogue_settings
 
 __all__ = ["EpilogueFeeder", "constants_layout"]
@@ -78,9 +80,7 @@ class EpilogueFeeder(wiring.Component):
         for name, value in (("arrays", arrays), ("pe", pe), ("sum_width", sum_width),
                             ("const_width", const_width), ("value_width", value_width),
                             ("max_levels", max_levels), ("max_out_folds", max_out_folds)):
-            if int(value) != value or value < 1:
-                raise ValueError(f"EpilogueFeeder: {name} must be a positive integer, "
-                                 f"not {value!r}")
+            positive_int(f"EpilogueFeeder: {name}", value)
         self.arrays, self.pe, self.max_out_folds = arrays, pe, max_out_folds
         self.const_layout = constants_layout(pe, const_width, value_width, max_levels)
         self.beat_layout = epilogue_layout(pe, sum_width, const_width, value_width,

@@ -17,6 +17,8 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..arith import positive_int
+
 from .arrays import fold_layout
 
 __all__ = ["FoldIssuer"]
@@ -79,9 +81,7 @@ class FoldIssuer(wiring.Component):
         for name, value in (("arrays", arrays), ("pe", pe), ("simd", simd),
                             ("planes", planes), ("max_in_folds", max_in_folds),
                             ("max_weight_words", max_weight_words)):
-            if int(value) != value or value < 1:
-                raise ValueError(f"FoldIssuer: {name} must be a positive integer, "
-                                 f"not {value!r}")
+            positive_int(f"FoldIssuer: {name}", value)
         self.arrays, self.pe, self.simd, self.planes = arrays, pe, simd, planes
         self.max_in_folds, self.max_weight_words = max_in_folds, max_weight_words
         self.fold_layout = fold_layout(arrays, pe, simd, planes)

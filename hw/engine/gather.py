@@ -22,6 +22,8 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..arith import positive_int
+
 __all__ = ["WindowGather", "gather_settings"]
 
 #: Window words the gatherer may have read ahead of its consumer (its FIFO's depth): two
@@ -107,9 +109,7 @@ class WindowGather(wiring.Component):
                             ("ring_rows", ring_rows), ("ring_words", ring_words),
                             ("max_size", max_size), ("max_words", max_words),
                             ("max_kernel", max_kernel)):
-            if int(value) != value or value < 1:
-                raise ValueError(f"WindowGather: {name} must be a positive integer, "
-                                 f"not {value!r}")
+            positive_int(f"WindowGather: {name}", value)
         if ring_rows & (ring_rows - 1):
             raise ValueError(f"WindowGather: ring_rows must be a power of two, not {ring_rows}")
         self.arrays, self.simd, self.planes = arrays, simd, planes

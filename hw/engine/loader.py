@@ -16,6 +16,8 @@ from amaranth.hdl import Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..arith import positive_int
+
 __all__ = ["RowLoader", "loader_settings"]
 
 
@@ -70,9 +72,7 @@ class RowLoader(wiring.Component):
         for name, value in (("arrays", arrays), ("simd", simd), ("data_width", data_width),
                             ("ring_words", ring_words), ("max_size", max_size),
                             ("max_words", max_words)):
-            if int(value) != value or value < 1:
-                raise ValueError(f"RowLoader: {name} must be a positive integer, "
-                                 f"not {value!r}")
+            positive_int(f"RowLoader: {name}", value)
         if simd % 8 or data_width % 8:
             raise ValueError(f"RowLoader: simd ({simd}) and data_width ({data_width}) must be "
                              "multiples of 8: the loader cuts bytes")

@@ -17,7 +17,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from ..arith import registered_pieces, sum_tree
+from ..arith import positive_int, registered_pieces, sum_tree
 from ..skid import skid_outputs
 
 __all__ = ["MixerLanes", "mixer_settings"]
@@ -85,9 +85,7 @@ class MixerLanes(wiring.Component):
     def __init__(self, *, lanes, value_width=32, coef_width=16, max_jobs=8):
         for name, value in (("lanes", lanes), ("value_width", value_width),
                             ("coef_width", coef_width), ("max_jobs", max_jobs)):
-            if int(value) != value or value < 1:
-                raise ValueError(f"MixerLanes: {name} must be a positive integer, "
-                                 f"not {value!r}")
+            positive_int(f"MixerLanes: {name}", value)
         if coef_width > 18:
             raise ValueError(f"MixerLanes: coef_width must be at most 18 bits, not {coef_width}")
         self.lanes, self.value_width, self.coef_width = lanes, value_width, coef_width
