@@ -43,6 +43,7 @@ def layer_run(geometry, c_out, pe, settings, *, rows_per_tile=2, stall=0.0, seed
 
     async def setup(ctx):
         ctx.set(dut.gather_settings, g.settings())
+        ctx.set(dut.loaded, g.h)
         ctx.set(dut.out_folds, out_folds)
         ctx.set(dut.epilogue_settings, settings)
         if g.planes > 1:

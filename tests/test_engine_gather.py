@@ -64,7 +64,8 @@ class Geometry:
                     kernel=self.kernel, stride=self.stride, dilation=self.dilation,
                     padding=self.padding, out_w=self.ow, pitch=self.pitch,
                     x_step=self.stride * self.words, dx_words=self.dilation * self.words,
-                    pad_words=self.padding * self.words, pad_ones=int(not self.levels))
+                    pad_words=self.padding * self.words, pad_ones=int(not self.levels),
+                    span=(self.kernel - 1) * self.dilation)
 
     def tiles(self, rows):
         """Tiles of ``rows`` output rows: (first input row, output rows)."""
@@ -117,6 +118,7 @@ def gather_run(geometry, rows_per_tile, stall=0.0, seed=0):
 
     async def setup(ctx):
         ctx.set(dut.settings, g.settings())
+        ctx.set(dut.loaded, g.h)
         for word in g.ring():
             await stream_put(ctx, dut.rows, word)
 
@@ -139,7 +141,8 @@ def test_a_word_a_cycle():
     dut, expected, result = gather_run(g, rows_per_tile=g.oh)
     assert result.outputs["window"] == expected
     shown = result.out_cycles["window"]
-    assert shown[-1] - shown[0] == len(expected) - 1
+    # and a cycle an output row after the first, for its rows' check
+    assert shown[-1] - shown[0] == len(expected) - 1 + g.oh - 1
 
 
 class Convolution(Elaboratable):
@@ -201,6 +204,7 @@ def conv_run(geometry, c_out, pe, rows_per_tile, stall=0.0, seed=0):
 
     async def setup(ctx):
         ctx.set(dut.gather.settings, g.settings())
+        ctx.set(dut.gather.loaded, g.h)
         ctx.set(dut.issuer.out_folds, out_folds)
         if g.planes > 1:
             ctx.set(dut.issuer.levels, int(g.levels))
@@ -260,7 +264,9 @@ def test_the_first_word_after_the_stated_latency():
 
     async def bench(ctx):
         ctx.set(dut.settings, g.settings())
+        ctx.set(dut.loaded, g.h)
         ctx.set(dut.window.ready, 1)
+        await ctx.tick()                       # `loaded` is seen a cycle later
         ctx.set(dut.tile.payload, g.tiles(1)[0])
         ctx.set(dut.tile.valid, 1)
         await ctx.tick()                       # the tile is taken in this cycle

@@ -3,12 +3,16 @@
 the compiler's own DRAM format (``TensorFormat.pack``) land in the ring exactly as the
 gatherer reads them (``test_engine_gather.Geometry``), each base in its own slice, for
 channels not a multiple of the lanes or of 8, bus words wider and narrower than a pixel,
-and stalls."""
+and stalls; and a loader refilling a ring of fewer rows than the map while a gatherer
+reads it gives numpy's windows."""
 
 import numpy as np
 import pytest
+from amaranth.hdl import Elaboratable, Module
+from amaranth.lib import wiring
 
 from groupnet_hw.compiler.engine.formats import TensorFormat
+from groupnet_hw.hw.engine.gather import WindowGather
 from groupnet_hw.hw.engine.loader import RowLoader
 from groupnet_hw.sim.streams import run_streams
 from test_engine_gather import Geometry
@@ -29,7 +33,8 @@ def run(arrays, simd, channels, width, data_width, *, height=3, stall=0.0, seed=
     for iy in range(height):
         for k in range(arrays):
             packed = fmt.pack(g.maps[k]).reshape(height, -1)[iy]
-            rows.append({"base": (iy % g.ring_rows) * g.pitch, "array": k})
+            rows.append({"base": (iy % g.ring_rows) * g.pitch, "array": k, "iy": iy,
+                         "last": int(k == arrays - 1)})
             data += bus_words(packed, data_width)
     settings = dict(width=width, pixel_bytes=fmt.pixel_bytes, words=g.words,
                     row_beats=fmt.row_bytes // port)
@@ -38,6 +43,7 @@ def run(arrays, simd, channels, width, data_width, *, height=3, stall=0.0, seed=
 
     async def setup(ctx):
         ctx.set(dut.settings, settings)
+        ctx.set(dut.release, height)             # every slot free
 
     writes = height * arrays * width * g.words
     result = run_streams(dut, {"row": rows, "data": data}, {"o": writes}, stall=stall,
@@ -86,3 +92,61 @@ def test_a_ring_word_a_cycle():
 def test_bad_sizes_are_refused(bad, message):
     with pytest.raises(ValueError, match=message):
         RowLoader(**{**dict(arrays=1, simd=8), **bad})
+
+
+class RingPair(Elaboratable):
+    """A row loader filling a gatherer's ring as the gatherer reads it."""
+
+    def __init__(self, g, data_width):
+        ring_words = g.ring_rows * g.pitch
+        self.loader = RowLoader(arrays=g.arrays, simd=g.simd, data_width=data_width,
+                                ring_words=ring_words, ring_rows=g.ring_rows, max_size=16,
+                                max_words=4)
+        self.gather = WindowGather(arrays=g.arrays, simd=g.simd, ring_rows=g.ring_rows,
+                                   ring_words=ring_words, max_size=16, max_words=4,
+                                   max_kernel=5)
+        self.row, self.data = self.loader.row, self.loader.data
+        self.tile, self.window = self.gather.tile, self.gather.window
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.loader, m.submodules.gather = self.loader, self.gather
+        wiring.connect(m, self.loader.o, self.gather.rows)
+        m.d.comb += [self.gather.loaded.eq(self.loader.loaded),
+                     self.loader.release.eq(self.gather.release)]
+        return m
+
+
+@pytest.mark.parametrize("geometry, ring_rows", [
+    ((2, 8, 1, 13, 11, 5, 3, 1, 1, 1, False), 4),    # 3x3: three rows and the next
+    ((1, 16, 1, 16, 12, 4, 3, 2, 1, 1, False), 4),   # stride 2
+    ((2, 8, 1, 8, 12, 5, 3, 1, 2, 2, False), 8),     # dilation 2: five rows a window
+    ((2, 16, 1, 16, 12, 4, 1, 2, 1, 0, False), 2),   # 1x1 stride 2: a new output row's
+])                                                   # only row is not the last one's
+def test_the_loader_refills_the_ring_as_the_gatherer_reads_it(geometry, ring_rows):
+    # A ring of fewer rows than the map: rows wrap around their slots, the loader waits
+    # for the gatherer to release a slot and the gatherer for the loader to fill it,
+    # and every window equals numpy's.
+    g = Geometry(np.random.default_rng(ring_rows), *geometry)
+    g.ring_rows = ring_rows
+    data_width = 64
+    fmt = TensorFormat("bits", 1, g.c, g.h, g.w, data_width // 8)
+    rows, data = [], []
+    for iy in range(g.h):
+        for k in range(g.arrays):
+            rows.append({"base": (iy % ring_rows) * g.pitch, "array": k, "iy": iy,
+                         "last": int(k == g.arrays - 1)})
+            data += bus_words(fmt.pack(g.maps[k]).reshape(g.h, -1)[iy], data_width)
+    dut = RingPair(g, data_width)
+
+    async def setup(ctx):
+        ctx.set(dut.loader.settings, dict(width=g.w, pixel_bytes=fmt.pixel_bytes,
+                                          words=g.words,
+                                          row_beats=fmt.row_bytes // (data_width // 8)))
+        ctx.set(dut.gather.settings, g.settings())
+
+    expected = g.windows()
+    result = run_streams(dut, {"row": rows, "data": data, "tile": g.tiles(2)},
+                         {"window": len(expected)}, setup=setup, stall=0.3, seed=ring_rows,
+                         max_cycles=20 * (len(expected) + len(data)) + 500)
+    assert result.outputs["window"] == expected

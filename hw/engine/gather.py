@@ -39,7 +39,8 @@ def gather_settings(simd, max_size, max_words, max_kernel, ring_words):
     ``out_w``: output pixels a row; ``pitch``: words a row slot (``width * words``);
     ``x_step``: ``stride * words``; ``dx_words``: ``dilation * words``; ``pad_words``:
     ``padding * words``; ``padding``; ``pad_ones``: padding taps hold ones (binary
-    activations: +1) rather than zeros (n-bit levels: 0).
+    activations: +1) rather than zeros (n-bit levels: 0); ``span``: ``(kernel - 1) *
+    dilation``, the rows a window spans after its first.
     """
     size = range(max_size + 1)
     return data.StructLayout({
@@ -49,7 +50,7 @@ def gather_settings(simd, max_size, max_words, max_kernel, ring_words):
         "dilation": range(1, max_size + 1), "padding": range(max_size + 1),
         "out_w": size, "pitch": range(ring_words + 1), "x_step": range(ring_words + 1),
         "dx_words": range(ring_words + 1), "pad_words": range(ring_words + 1),
-        "pad_ones": unsigned(1),
+        "pad_ones": unsigned(1), "span": range((max_kernel - 1) * max_size + 1),
     })
 
 
@@ -88,20 +89,28 @@ class WindowGather(wiring.Component):
     window : ``Out(stream.Signature(StructLayout({"x", "mask", "last"})))``
         Each output pixel's window words, row by row, pixel by pixel: the
         :class:`~.folds.FoldIssuer`'s ``window``.
+    loaded : ``In(range(max_size + 1))``
+        Input rows ``0 .. loaded - 1`` are in the ring (the last ``ring_rows`` of them):
+        an output row's windows are read once the rows they span are loaded.
+    release : ``Out(range(max_size + 1))``
+        No row below it will be read again: its slot may take row ``release +
+        ring_rows`` (:class:`~.loader.RowLoader` waits for that).
     idle : ``Out(1)``
 
     Latency
     -------
-    :attr:`latency` = 5 cycles from a tile's acceptance to its first word on ``window``
-    (the counters, the address stage, the read, the FIFO's write and output registers).
+    :attr:`latency` = 6 cycles from a tile's acceptance to its first word on ``window``
+    (the rows' check, the counters, the address stage, the read, the FIFO's write and
+    output registers).
 
     Throughput
     ----------
-    One window word a cycle while ``window`` is ready; reads run at most :data:`AHEAD`
-    words ahead, counted from registers.
+    One window word a cycle while ``window`` is ready and the rows are loaded, and a
+    cycle more an output row (its rows' check); reads run at most :data:`AHEAD` words
+    ahead, counted from registers.
     """
 
-    latency = 5
+    latency = 6
 
     def __init__(self, *, arrays, simd, planes=1, ring_rows=4, ring_words=4096,
                  max_size=256, max_words=16, max_kernel=7):
@@ -129,6 +138,8 @@ class WindowGather(wiring.Component):
             "window": Out(stream.Signature(data.StructLayout({
                 "x": data.ArrayLayout(unsigned(simd * planes), arrays),
                 "mask": unsigned(simd), "last": 1}))),
+            "loaded": In(range(max_size + 1)),
+            "release": Out(range(max_size + 1)),
             "idle": Out(1),
         })
 
@@ -158,12 +169,21 @@ class WindowGather(wiring.Component):
         # stage 1 and 2 hold a read each; the FIFO the rest
         v1, v2 = Signal(), Signal()
         room = fifo.level + v1 + v2 < AHEAD
-        issue = busy & room
+        # an output row's windows wait for the rows they span; the comparison is a
+        # register, so a new row's first cycle waits for it (a cycle an output row)
+        rows_ok, fresh = Signal(), Signal()
+        last_row = Signal(coord)
+        m.d.comb += last_row.eq(iy_row + st.span)
+        m.d.sync += [rows_ok.eq((last_row < self.loaded)
+                                | ((last_row >= st.height) & (st.height <= self.loaded))),
+                     fresh.eq(0)]
+        m.d.comb += self.release.eq(Mux(iy_row < 0, 0, iy_row))
+        issue = busy & room & rows_ok & ~fresh
 
         m.d.comb += [self.tile.ready.eq(~busy), self.idle.eq(~busy & ~v1 & ~v2
                                                                & (fifo.level == 0))]
         with m.If(self.tile.valid & ~busy):
-            m.d.sync += [busy.eq(self.tile.payload.rows != 0),
+            m.d.sync += [busy.eq(self.tile.payload.rows != 0), fresh.eq(1),
                          rows_left.eq(self.tile.payload.rows), ox.eq(0), ky.eq(0),
                          kx.eq(0), j.eq(0),
                          iy_row.eq(self.tile.payload.iy0), iy_tap.eq(self.tile.payload.iy0),
@@ -192,7 +212,7 @@ class WindowGather(wiring.Component):
                              xw_pix.eq(xw_pix + st.x_step), xw_tap.eq(xw_pix + st.x_step)]
             with m.Else():
                 m.d.sync += [j.eq(0), kx.eq(0), ky.eq(0), ox.eq(0),
-                             rows_left.eq(rows_left - 1), busy.eq(rows_left != 1),
+                             rows_left.eq(rows_left - 1), busy.eq(rows_left != 1), fresh.eq(1),
                              iy_row.eq(iy_row + st.stride), iy_tap.eq(iy_row + st.stride),
                              ix_pix.eq(-st.padding), ix_tap.eq(-st.padding),
                              xw_pix.eq(-st.pad_words), xw_tap.eq(-st.pad_words)]

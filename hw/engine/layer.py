@@ -42,7 +42,8 @@ class LayerDatapath(wiring.Component):
     Ports
     -----
     Those of the parts that are not connected to each other: ``gather_settings``,
-    ``rows``, ``tile`` (the gatherer's ``settings``, ``rows``, ``tile``);
+    ``rows``, ``tile``, ``loaded``, ``release`` (the gatherer's ``settings``, ``rows``,
+    ``tile``, ``loaded``, ``release``: a :class:`~.loader.RowLoader` connects there);
     ``weights``, ``out_folds``, with ``planes > 1`` ``levels`` (the fold issuer's; the
     feeder takes the same ``out_folds``); ``constants``, ``epilogue_settings``,
     ``side`` (the feeder's); ``o`` (the epilogue's); ``idle``: the gatherer, the fold
@@ -84,6 +85,8 @@ class LayerDatapath(wiring.Component):
             "gather_settings": self.gather.signature.members["settings"],
             "rows": self.gather.signature.members["rows"],
             "tile": self.gather.signature.members["tile"],
+            "loaded": self.gather.signature.members["loaded"],
+            "release": self.gather.signature.members["release"],
             "weights": self.issuer.signature.members["weights"],
             "out_folds": self.issuer.signature.members["out_folds"],
             "constants": self.feeder.signature.members["constants"],
@@ -112,6 +115,7 @@ class LayerDatapath(wiring.Component):
             wiring.connect(m, wiring.flipped(outer), inner)
         wiring.connect(m, self.epilogue.o, wiring.flipped(self.o))
         m.d.comb += [self.gather.settings.eq(self.gather_settings),
+                     self.gather.loaded.eq(self.loaded), self.release.eq(self.gather.release),
                      self.issuer.out_folds.eq(self.out_folds),
                      self.feeder.out_folds.eq(self.out_folds),
                      self.feeder.settings.eq(self.epilogue_settings),

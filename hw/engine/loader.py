@@ -45,9 +45,11 @@ class RowLoader(wiring.Component):
 
     Ports
     -----
-    row : ``In(stream.Signature(StructLayout({"base", "array"})))``
-        A row: the ring address of its slot's first word and the base whose map it is.
-        Accepted when the previous row has been written.
+    row : ``In(stream.Signature(StructLayout({"base", "array", "iy", "last"})))``
+        A row: the ring address of its slot's first word, the base whose map it is, its
+        row index and whether it is the row's last base (rows in order, a row's bases
+        one after another). Accepted when the previous row has been written and the
+        slot is free: ``iy < release + ring_rows``.
     data : ``In(stream.Signature(data_width))``
         The row's ``row_beats`` bus words, in order (the read DMA's ``data``).
     settings : ``In(loader_settings(...))``
@@ -55,6 +57,14 @@ class RowLoader(wiring.Component):
     o : ``Out(stream.Signature(StructLayout({"addr", "x", "en"})))``
         Ring writes: ``x``'s slice ``array`` (``en`` has its bit alone) at ``addr``: the
         gatherer's ``rows``.
+    release : ``In(range(max_size + 1))``
+        The gatherer's (:class:`~.gather.WindowGather`): rows below it are not read
+        again.
+    loaded : ``Out(range(max_size + 1))``
+        Rows ``0 .. loaded - 1`` are written, every base of them (the gatherer's
+        ``loaded``); row 0's first command starts the count again, so a map's first
+        row must not be given before the gatherer is done with the previous map's (the
+        order its driver keeps; rows are numbered per map).
     idle : ``Out(1)``
 
     Latency
@@ -67,8 +77,8 @@ class RowLoader(wiring.Component):
     cycles; a row takes ``width * words`` cycles and its bus words.
     """
 
-    def __init__(self, *, arrays, simd, data_width=128, ring_words=4096, max_size=256,
-                 max_words=16):
+    def __init__(self, *, arrays, simd, data_width=128, ring_words=4096, ring_rows=4,
+                 max_size=256, max_words=16):
         for name, value in (("arrays", arrays), ("simd", simd), ("data_width", data_width),
                             ("ring_words", ring_words), ("max_size", max_size),
                             ("max_words", max_words)):
@@ -78,16 +88,20 @@ class RowLoader(wiring.Component):
                              "multiples of 8: the loader cuts bytes")
         self.arrays, self.simd, self.data_width = arrays, simd, data_width
         self.ring_words, self.max_size, self.max_words = ring_words, max_size, max_words
+        self.ring_rows = ring_rows
         max_pixel_bytes = max_words * simd // 8
         max_beats = -(-max_size * max_pixel_bytes * 8 // data_width)
         super().__init__({
             "row": In(stream.Signature(data.StructLayout({
-                "base": range(ring_words), "array": range(arrays)}))),
+                "base": range(ring_words), "array": range(arrays),
+                "iy": range(max_size), "last": 1}))),
             "data": In(stream.Signature(data_width)),
             "settings": In(loader_settings(max_size, max_words, max_pixel_bytes, max_beats)),
             "o": Out(stream.Signature(data.StructLayout({
                 "addr": range(ring_words), "x": unsigned(arrays * simd),
                 "en": unsigned(arrays)}))),
+            "release": In(range(max_size + 1)),
+            "loaded": Out(range(max_size + 1)),
             "idle": Out(1),
         })
 
@@ -108,11 +122,17 @@ class RowLoader(wiring.Component):
         m.d.comb += last_bytes.eq(st.pixel_bytes - (st.words - 1) * wb)
 
         words_done = Signal()                       # the row's words are all written
-        m.d.comb += [self.row.ready.eq(~busy), self.idle.eq(~busy & ~self.o.valid)]
-        with m.If(self.row.valid & ~busy):
+        iy, last_base = Signal.like(self.row.payload.iy), Signal()
+        slot_free = self.row.payload.iy < self.release + self.ring_rows
+        m.d.comb += [self.row.ready.eq(~busy & slot_free),
+                     self.idle.eq(~busy & ~self.o.valid)]
+        with m.If(self.row.valid & self.row.ready):
             m.d.sync += [busy.eq(1), array.eq(self.row.payload.array),
                          addr.eq(self.row.payload.base), ix.eq(0), j.eq(0), count.eq(0),
-                         words_done.eq(0), beats_left.eq(st.row_beats)]
+                         words_done.eq(0), beats_left.eq(st.row_beats),
+                         iy.eq(self.row.payload.iy), last_base.eq(self.row.payload.last)]
+            with m.If(self.row.payload.iy == 0):
+                m.d.sync += self.loaded.eq(0)
 
         # a word goes out when its bytes are held and the output register is free
         last_j = j == st.words - 1
@@ -154,6 +174,10 @@ class RowLoader(wiring.Component):
             m.d.sync += self.o.valid.eq(0)
 
         # the row ends when its words are out and its bus words (padding too) are in
-        with m.If(busy & words_done & (beats_left == 0)):
+        # (its last word is in the output register: written the next cycle, before the
+        # gatherer, which waits a cycle for `loaded`, can read it)
+        with m.If(busy & words_done & (beats_left == 0) & free):
             m.d.sync += busy.eq(0)
+            with m.If(last_base):
+                m.d.sync += self.loaded.eq(iy + 1)
         return m
