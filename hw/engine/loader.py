@@ -118,56 +118,69 @@ class RowLoader(wiring.Component):
         ix = Signal(range(self.max_size + 1))
         j = Signal(range(self.max_words))
         beats_left = Signal.like(st.row_beats)
-        last_bytes = Signal(range(wb + 1))          # a pixel's last word's bytes
-        m.d.comb += last_bytes.eq(st.pixel_bytes - (st.words - 1) * wb)
+        # what the settings fix, registered as a row starts: a pixel's last word's
+        # bytes and their mask
+        last_bytes_now = Signal(range(wb + 1))
+        m.d.comb += last_bytes_now.eq(st.pixel_bytes - (st.words - 1) * wb)
+        last_bytes = Signal(range(wb + 1))
+        keep_last = Signal(simd)
 
         words_done = Signal()                       # the row's words are all written
+        last_j = Signal()                           # the next word is its pixel's last
+        # the bytes held after a word of either size, kept beside `count` so that no
+        # subtraction precedes the shifts (on ECP5 the loader placed at 49.5 MHz with
+        # the word's size, the subtraction and the shifts in one path)
+        left_wb = Signal(range(-wb, cap + 1))
+        left_last = Signal(range(-wb, cap + 1))
         iy, last_base = Signal.like(self.row.payload.iy), Signal()
         slot_free = self.row.payload.iy < self.release + self.ring_rows
         m.d.comb += [self.row.ready.eq(~busy & slot_free),
                      self.idle.eq(~busy & ~self.o.valid)]
         with m.If(self.row.valid & self.row.ready):
             m.d.sync += [busy.eq(1), array.eq(self.row.payload.array),
-                         addr.eq(self.row.payload.base), ix.eq(0), j.eq(0), count.eq(0),
-                         words_done.eq(0), beats_left.eq(st.row_beats),
-                         iy.eq(self.row.payload.iy), last_base.eq(self.row.payload.last)]
+                         addr.eq(self.row.payload.base), ix.eq(0), j.eq(0),
+                         last_j.eq(st.words == 1), words_done.eq(0),
+                         beats_left.eq(st.row_beats),
+                         iy.eq(self.row.payload.iy), last_base.eq(self.row.payload.last),
+                         last_bytes.eq(last_bytes_now),
+                         keep_last.eq((Const(1, simd + 1) << (last_bytes_now * 8)) - 1)]
             with m.If(self.row.payload.iy == 0):
                 m.d.sync += self.loaded.eq(0)
 
         # a word goes out when its bytes are held and the output register is free
-        last_j = j == st.words - 1
-        take = Mux(last_j, last_bytes, wb)
         free = ~self.o.valid | self.o.ready
-        emit = busy & ~words_done & (count >= take) & free
-        took = Mux(emit, take, 0)
+        enough = Mux(last_j, left_last >= 0, left_wb >= 0)
+        emit = busy & ~words_done & enough & free
         left = Signal(range(cap + 1))               # bytes held after this cycle's word
-        m.d.comb += left.eq(count - took)
+        m.d.comb += left.eq(Mux(emit, Mux(last_j, left_last, left_wb), count))
         # a bus word comes in when the bytes left after this cycle's word leave room
         accept = busy & (beats_left != 0) & (words_done | (left + db <= cap))
         m.d.comb += self.data.ready.eq(accept)
-        incoming = Mux(accept & self.data.valid, self.data.payload, 0)
         got = accept & self.data.valid
-        m.d.sync += [
-            buf.eq((buf >> (took * 8)) | (incoming << (left * 8))),
-            count.eq(left + Mux(got, db, 0)),
-        ]
+        incoming = Mux(got, self.data.payload, 0)
+        shifted_out = Mux(emit, Mux(last_j, buf >> (last_bytes * 8), buf >> (wb * 8)), buf)
+        new_count = Signal(range(cap + 1))
+        starts = self.row.valid & self.row.ready
+        # (after a row's words, its padding's bytes come in and are never sent out; the
+        # next row starts from an empty gearbox)
+        m.d.comb += new_count.eq(Mux(starts, 0, left + Mux(got, db, 0)))
+        m.d.sync += [buf.eq(shifted_out | (incoming << (left * 8))),
+                     count.eq(new_count), left_wb.eq(new_count - wb),
+                     left_last.eq(new_count - Mux(starts, last_bytes_now, last_bytes))]
         with m.If(got):
             m.d.sync += beats_left.eq(beats_left - 1)
-        with m.If(words_done):
-            m.d.sync += count.eq(0)              # the row's padding: dropped
 
         piece = Signal(simd)
-        keep = Signal(simd)
-        m.d.comb += [keep.eq((Const(1, simd + 1) << (take * 8)) - 1), piece.eq(buf & keep)]
+        m.d.comb += piece.eq(buf & Mux(last_j, keep_last, (1 << simd) - 1))
         with m.If(emit):
             m.d.sync += [self.o.valid.eq(1), self.o.payload.addr.eq(addr),
                          self.o.payload.x.eq(piece.replicate(self.arrays)),
                          self.o.payload.en.eq(Const(1, self.arrays) << array),
                          addr.eq(addr + 1)]
             with m.If(~last_j):
-                m.d.sync += j.eq(j + 1)
+                m.d.sync += [j.eq(j + 1), last_j.eq(j + 2 == st.words)]
             with m.Else():
-                m.d.sync += [j.eq(0), ix.eq(ix + 1)]
+                m.d.sync += [j.eq(0), last_j.eq(st.words == 1), ix.eq(ix + 1)]
                 with m.If(ix == st.width - 1):
                     m.d.sync += words_done.eq(1)
         with m.Elif(self.o.ready):
