@@ -115,3 +115,31 @@ def test_a_layer_under_stalls(geometry, c_out, pe, settings):
     expected, result = layer_run(geometry, c_out, pe, settings, rows_per_tile=1,
                                  stall=0.4, seed=3)
     assert result.outputs["o"] == expected
+
+
+def test_the_feeders_first_beat_after_the_stated_latency():
+    from amaranth.sim import Simulator
+    from groupnet_hw.hw.engine.feeder import EpilogueFeeder
+    dut = EpilogueFeeder(arrays=2, pe=2, sum_width=8, const_width=8, value_width=8,
+                         max_levels=1, max_out_folds=2)
+    seen = []
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+
+    async def bench(ctx):
+        ctx.set(dut.out_folds, 1)
+        ctx.set(dut.settings, FIRST_LAYER)
+        ctx.set(dut.o.ready, 1)
+        ctx.set(dut.sums.payload, [1, 2, 3, 4])
+        ctx.set(dut.sums.valid, 1)
+        await ctx.tick()                       # the fold's sums are taken: cycle 0
+        ctx.set(dut.sums.valid, 0)
+        for cycle in range(1, 10):
+            *_, valid, payload = await ctx.tick().sample(dut.o.valid, dut.o.payload)
+            if valid:
+                seen.append((cycle, [int(v) for v in payload.x]))
+
+    sim.add_testbench(bench)
+    sim.run()
+    latency = dut.latency
+    assert seen == [(latency, [1, 2]), (latency + 1, [3, 4])]

@@ -65,15 +65,23 @@ class EpilogueFeeder(wiring.Component):
         To :class:`~.epilogue.EpilogueLanes`.
     idle : ``Out(1)``
 
+    Attributes
+    ----------
+    latency : int
+        Cycles from a fold's sums being taken to its first beat on ``o``: the held
+        fold, the constants' read, the FIFO's write and output registers.
+
     Latency
     -------
-    2 cycles from a fold's sums to its first beat (the constants' read, the FIFO).
+    :attr:`latency`.
 
     Throughput
     ----------
     A beat a cycle: an output fold every ``arrays`` cycles. The sums wait in a
     one-fold register, so the arrays stall only when their folds come faster.
     """
+
+    latency = 4
 
     def __init__(self, *, arrays, pe, sum_width, const_width=32, value_width=32,
                  max_levels=1, max_out_folds=32):
