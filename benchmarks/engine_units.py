@@ -174,12 +174,21 @@ def render(data):
             fmax = f"{ecp5['fmax_mhz']:.1f} MHz"
             cp = ecp5.get("critical_path") or {}
             if cp:
+                def named(net):
+                    # nets of Yosys's own (escaped `$` names) lose their name in the report
+                    return f"`{net}`" if net.strip("\\.") else "a net of Yosys's"
                 path = (f"{cp['delay_ns']:.1f} ns ({cp['routing_ns']:.1f} routing), "
-                        f"`{cp['start']}` to `{cp['end']}`")
+                        f"{named(cp['start'])} to {named(cp['end'])}")
         rows.append(f"| {what} | {shape_text(unit, params)} | {cv['alm']:,} | "
                     f"{100 * cv['alm'] / alms:.1f} % | {cv['cells']['ff']:,} | "
                     f"{cv['cells']['bram']} | {cv['cells']['dsp']} | {fmax} | {path} |")
     text = "\n".join(rows)
+    placed = [(what, data[name]["ecp5"]["fmax_mhz"]) for name, (_, _, _, what) in SIZES.items()
+              if data.get(name, {}).get("ecp5", {}).get("fmax_mhz")]
+    slow = [f"{what} ({mhz:.1f} MHz)" for what, mhz in placed if mhz < 100]
+    fast = [what for what, mhz in placed if mhz >= 100]
+    text += (f"\n\nAt 100 MHz or more on ECP5: {', '.join(fast) or 'none'}. Below: "
+             f"{', '.join(slow) or 'none'}.")
     one = data.get("arrays-one", {}).get("cyclonev")
     five = data.get("arrays-intended", {}).get("cyclonev")
     if one and five:
