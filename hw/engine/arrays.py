@@ -31,8 +31,8 @@ def fold_layout(arrays, pe, simd, planes):
     ``x[k]``: array ``k``'s window word, ``simd`` lanes of ``planes`` bit planes, plane
     ``b`` at bits ``[b*simd, (b+1)*simd)``; ``w[k]``: its ``pe`` rows of ``simd`` weight
     bits (bit 1 is +1), row ``p`` at ``[p*simd, (p+1)*simd)``; ``mask``: the lanes that
-    hold a window element (the tail of a window's last fold is 0; padding taps are not:
-    the feeder writes the padding value there); ``first`` and ``last``: the fold starts
+    hold a window element (a tap's or a window's tail is 0; padding taps are not: the
+    gatherer writes the padding value there); ``first`` and ``last``: the fold starts
     and ends its output fold's sum; with more than one plane, ``levels``: the lanes hold
     n-bit levels (unsigned, one bit per plane) rather than binary activations (plane 0,
     bit 1 is +1). One plane takes binary activations only, so that no mode bit fans out
