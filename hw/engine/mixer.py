@@ -189,6 +189,5 @@ class MixerLanes(wiring.Component):
             out = Signal(signed(vw), name=f"out{j}")
             m.d.comb += out.eq(Mux(gated4, agg4[j] + shifted[j], agg4[j]))
             outs.append(out)
-        v3 = v4
-        m.d.comb += adv.eq(skid_outputs(m, [self.o], [outs], adv & v3, name="out"))
+        m.d.comb += adv.eq(skid_outputs(m, [self.o], [outs], adv & v4, name="out"))
         return m
