@@ -32,7 +32,7 @@ MUL_BITS = 32
 
 #: the ``flags`` byte
 FLAG_BITS = {"side_first": 1, "shared_input": 2, "int_weights": 4, "weight_stream": 8,
-             "shared_side": 16, "sliced": 32}
+             "shared_side": 16, "sliced": 32, "levels_out": 64, "levels_only": 128}
 
 
 #: (name, numpy type, meaning): one 128-byte descriptor
@@ -43,7 +43,10 @@ DESCRIPTOR_FIELDS = [
                     "weights; weight streaming (weight chunks outside the row tiles); "
                     "all jobs read one side input; channel slices (the core: one row "
                     "tile, its weight chunks outermost, each chunk's outputs stored and "
-                    "side inputs loaded as slices of every pixel)"),
+                    "side inputs loaded as slices of every pixel); level outputs (each "
+                    "output also thresholded into ``aux_outputs`` level tensors: the "
+                    "job table's entries after its ``jobs``); level outputs only (the "
+                    "outputs themselves are not written)"),
     ("jobs", "u1", "job-table entries (bases, or a mixer's inputs)"),
     ("kernel", "u1", "window size k (1 for element-wise ops)"),
     ("stride", "u1", "window stride (subsample: its stride)"),
@@ -86,7 +89,14 @@ DESCRIPTOR_FIELDS = [
     ("pool_kernel", "u1", "maxpool stage: window"),
     ("pool_stride", "u1", "maxpool stage: stride"),
     ("pool_padding", "u1", "maxpool stage: padding (padded taps are ignored)"),
-    ("reserved", "V43", "zero"),
+    ("aux_outputs", "u1", "level outputs: level tensors an output is thresholded into"),
+    ("aux_fmt", "u1", "level outputs' format code"),
+    ("aux_elem", "u1", "level outputs' element bits"),
+    ("aux_levels", "u1", "level outputs' threshold levels per channel"),
+    ("aux_pitch", "<u4", "level outputs' row pitch in bytes"),
+    ("aux_bytes", "<u4", "bytes of one level output tensor"),
+    ("aux_param_bytes", "<u4", "bytes of one level output's parameter block"),
+    ("reserved", "V27", "zero"),
     ("index", "<u2", "the descriptor's own index (checked by the sequencer)"),
     ("magic", "<u2", "DESCRIPTOR_MAGIC"),
 ]

@@ -23,7 +23,7 @@ from ..compiler.engine.params import (sections, unpack_binary_weights, unpack_bi
                                       unpack_consts, unpack_int_weights)
 from ..compiler.engine.program import (DESCRIPTOR, DESCRIPTOR_MAGIC, END_OPCODE, FLAG_BITS,
                                        HEADER, JOB, MAGIC, OPCODE_CODES, STAGE_BITS,
-                                       VERSION, ProgramError, decode)
+                                       VERSION, ProgramError, decode, table_entries)
 from ..compiler.graph import Node
 from ..compiler.ops import op_of
 
@@ -214,8 +214,9 @@ def _pad_value(d, core, x):
     return 0
 
 
-def _run_tiled(d, header, mem, entries, in_f, side_f, out_f):
-    """CONV, MAXPOOL, PIXEL, SUBSAMPLE, REPEAT, MIXER, GATE: tile by tile."""
+def _run_tiled(d, header, mem, entries, in_f, side_f, out_f, levels=()):
+    """CONV, MAXPOOL, PIXEL, SUBSAMPLE, REPEAT, MIXER, GATE: tile by tile. ``levels``:
+    the level outputs' entries (fusion rule 7), ``aux_outputs`` for each output."""
     k, s, dil, pad = d["kernel"], d["stride"], d["dilation"], d["padding"]
     multi = _OPCODES[d["opcode"]] in ("MIXER", "GATE")
     jobs = [entries] if multi else [[e] for e in entries]
@@ -236,6 +237,7 @@ def _run_tiled(d, header, mem, entries, in_f, side_f, out_f):
         prepared.append((job, p, _core_node(d, header, p, d["in_c"]), pro))
     mixer = _onchip_mixer(d, [p for _, p, _, _ in prepared]) \
         if d["stages"] & STAGE_BITS["mixer"] else None
+    level_f, thresholds = _level_outputs(d, header, mem, levels)
     pool = _node("maxpool", d["out_c"], kernel=d["pool_kernel"], stride=d["pool_stride"],
                  padding=0) if d["stages"] & STAGE_BITS["maxpool"] else None
     if pool is not None and (d["pool_kernel"] < 1 or d["pool_stride"] < 1):
@@ -282,9 +284,36 @@ def _run_tiled(d, header, mem, entries, in_f, side_f, out_f):
             mixed = op_of(mixer).execute(mixer, [v for _, v in results])
             mixed = mixed if isinstance(mixed, list) else [mixed]
             results = [(e, v) for (e, _), v in zip(results, mixed)]
-        for e, v in results:
+        n = d["aux_outputs"]
+        for j, (e, v) in enumerate(results):
             if e["out_addr"]:
                 mem.write_rows(e["out_addr"], out_f, r0, v[0], "output rows")
+            for le, node in zip(levels[j * n:(j + 1) * n], thresholds[j * n:(j + 1) * n]):
+                mem.write_rows(le["out_addr"], level_f, r0,
+                               op_of(node).execute(node, [v])[0], "level output rows")
+
+
+def _level_outputs(d, header, mem, levels):
+    """The level outputs' format and thresholds (one per entry of ``levels``)."""
+    if not levels:
+        return None, []
+    port = header["port_bytes"]
+    f = _fmt(d["aux_fmt"], d["aux_elem"], d["out_c"], d["out_h"], d["out_w"], port)
+    if d["aux_pitch"] != f.row_bytes or d["aux_bytes"] != f.nbytes:
+        raise ProgramError(f"descriptor {d['index']}: level outputs' aux_pitch "
+                           f"{d['aux_pitch']} or aux_bytes {d['aux_bytes']} differ from "
+                           "their format's")
+    c, n, cb = d["out_c"], d["aux_levels"], d["const_bytes"]
+    if d["aux_param_bytes"] < c * n * cb + -(-c // 8):
+        raise ProgramError(f"descriptor {d['index']}: a level output's parameter block of "
+                           f"{d['aux_param_bytes']} bytes cannot hold its thresholds")
+    nodes = []
+    for e in levels:
+        raw = mem.read(e["param_addr"], d["aux_param_bytes"], "level output's thresholds")
+        T = torch.from_numpy(unpack_consts(raw, c * n, cb)).reshape(c, n)
+        inv = torch.from_numpy(unpack_bitvec(raw[c * n * cb:], c))
+        nodes.append(_node("threshold", c, T=T, invert=inv))
+    return f, nodes
 
 
 def _pool_rows(d, pool, y, r0, r1, c0, c1):
@@ -323,16 +352,21 @@ def _run_head(d, header, mem, entries, in_f, out_f):
 
 
 def _entries(d, mem):
+    """The job table: the jobs' entries and the level outputs' (fusion rule 7)."""
     if not 1 <= d["jobs"] <= 64:
         raise ProgramError(f"descriptor {d['index']}: {d['jobs']} jobs")
-    return [decode(mem.read(d["table_addr"] + k * JOB.itemsize, JOB.itemsize, f"job-table entry {k}"), JOB)
-            for k in range(d["jobs"])]
+    if d["flags"] & FLAG_BITS["levels_out"] and not 1 <= d["aux_outputs"] <= 8:
+        raise ProgramError(f"descriptor {d['index']}: {d['aux_outputs']} level outputs an output")
+    table = [decode(mem.read(d["table_addr"] + k * JOB.itemsize, JOB.itemsize,
+                             f"job-table entry {k}"), JOB) for k in range(table_entries(d))]
+    return table[:d["jobs"]], table[d["jobs"]:]
 
 
 def run_descriptor(d, header, mem):
-    """Execute one decoded descriptor on the image."""
+    """Execute one decoded descriptor on the image; return ``[(address, format)]`` of
+    the tensors it wrote, in job-table order."""
     mem.where = f"descriptor {d['index']} ({_OPCODES[d['opcode']]})"
-    entries = _entries(d, mem)
+    entries, levels = _entries(d, mem)
     in_f, side_f, out_f = _formats(d, header)
     op = _OPCODES[d["opcode"]]
     if op == "INPUT":
@@ -340,8 +374,13 @@ def run_descriptor(d, header, mem):
     elif op == "HEAD":
         _run_head(d, header, mem, entries, in_f, out_f)
     else:
-        _run_tiled(d, header, mem, entries, in_f, side_f, out_f)
-    return entries, out_f
+        _run_tiled(d, header, mem, entries, in_f, side_f, out_f, levels)
+    written = [(e["out_addr"], out_f) for e in entries if e["out_addr"]]
+    if levels:
+        level_f = _fmt(d["aux_fmt"], d["aux_elem"], d["out_c"], d["out_h"], d["out_w"],
+                       header["port_bytes"])
+        written += [(e["out_addr"], level_f) for e in levels]
+    return written
 
 
 def run_program(program, image, frames):
@@ -381,9 +420,8 @@ def run_program(program, image, frames):
         mem.where = "the host"
         mem.write(header["in_addr"], in_f.pack(frame.to(torch.int64).numpy()), "input frame")
         for i, d in enumerate(descs):
-            entries, fmt = run_descriptor(d, header, mem)
-            outs = [e["out_addr"] for e in entries if e["out_addr"]]
-            per_desc[i].append([mem.read_rows(a, fmt, 0, fmt.height, "output") for a in outs])
+            written = run_descriptor(d, header, mem)
+            per_desc[i].append([mem.read_rows(a, f, 0, f.height, "output") for a, f in written])
         mem.where = "the host"
         logits.append(mem.read_rows(header["out_addr"], out_f, 0, 1, "logits").reshape(-1))
     outputs = [[torch.stack([f[j] for f in frames_out]) for j in range(len(frames_out[0]))]

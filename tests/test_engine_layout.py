@@ -30,7 +30,7 @@ from engine import dram_floor  # noqa: E402  (benchmarks/engine.py: the benchmar
 FORMATS = st.one_of(
     st.tuples(st.just("bits"), st.just(1)),
     st.tuples(st.just("uint"), st.sampled_from([1, 2, 4, 8, 16])),
-    st.tuples(st.just("fixed"), st.sampled_from([8, 16, 32, 64])))
+    st.tuples(st.just("fixed"), st.sampled_from([8, 16, 24, 32, 64])))
 
 
 @settings(max_examples=60, deadline=None)
@@ -171,7 +171,8 @@ def _conv(**over):
              rows_per_tile=8, n_tiles=1, in_pitch=64, side_pitch=0, out_pitch=64,
              in_bytes=512, out_bytes=512, table_addr=0, param_bytes=4800,
              weight_tile_bytes=4608, chunk_c=0, mid_h=0, mid_w=0, pool_kernel=0, pool_stride=0,
-             pool_padding=0, magic=0)
+             pool_padding=0, aux_outputs=0, aux_fmt=0, aux_elem=0, aux_levels=0, aux_pitch=0,
+             aux_bytes=0, aux_param_bytes=0, magic=0)
     d.update(over)
     return d
 

@@ -74,6 +74,17 @@ class EngineConfig:
         its input once for all its jobs; False: with every job whose input comes from
         the same descriptor (fewer descriptors, one input load a job). The core's cycle
         model decides for the core (:func:`.target.compile_for_core`).
+    levels_at_producer : bool
+        A mixer whose outputs binary convolutions read through their input thresholds
+        applies those thresholds itself and writes the levels beside (or, where nothing
+        else reads them, instead of) its wide outputs (fusion rule 7): the next layers
+        read bits instead of wide maps. True for the intended engine, whose mixer lanes
+        feed threshold lanes; False for the core as built, which has none there.
+    fixed_containers : tuple of int
+        Element bits a fixed-point map may take in DRAM: the smallest that holds its
+        proven range. (8, 16, 24, 32, 64) for the intended engine (ResNet-18's wide
+        maps prove 17 to 20 bits: three bytes instead of four); the core as built
+        reads powers of two only.
     """
 
     arrays: int = 5
@@ -92,6 +103,8 @@ class EngineConfig:
     fuse_overlapping_pools: bool = True
     prologue_thresholds: bool = True
     group_by_tensor: bool = False
+    levels_at_producer: bool = True
+    fixed_containers: tuple = (8, 16, 24, 32, 64)
 
     def __post_init__(self):
         _positive("EngineConfig", arrays=self.arrays, pe=self.pe, simd=self.simd,
@@ -111,6 +124,9 @@ class EngineConfig:
                 raise ValueError(f"EngineConfig.{name} ({size}) must be a multiple of two "
                                  f"port words ({2 * self.port_bytes} bytes): it is double "
                                  "buffered in whole bursts")
+        if not set(self.fixed_containers) <= {8, 16, 24, 32, 64} or 64 not in self.fixed_containers:
+            raise ValueError("EngineConfig.fixed_containers must be taken from 8, 16, 24, 32 "
+                             f"and 64 bits and hold 64 (the logits), got {self.fixed_containers}")
         if not (isinstance(self.clock_mhz, (int, float)) and 1 <= self.clock_mhz <= 1000):
             raise ValueError(f"EngineConfig.clock_mhz must be in [1, 1000], got {self.clock_mhz!r}")
 

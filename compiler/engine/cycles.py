@@ -34,8 +34,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from .config import DramModel
-from .program import DESCRIPTOR, FLAG_BITS, JOB, OPCODE_CODES, STAGE_BITS
-from .tiling import core_row_range, input_resident, input_rows_read, n_chunks
+from .program import DESCRIPTOR, FLAG_BITS, JOB, OPCODE_CODES, STAGE_BITS, table_entries
+from .tiling import (core_row_range, input_resident, input_rows_read, n_chunks,
+                     written_row_bytes)
 
 __all__ = ["DescriptorCycles", "FrameCycles", "descriptor_cycles", "predict"]
 
@@ -121,7 +122,7 @@ def descriptor_cycles(d, header, config, dram, label=""):
     elif op == "HEAD":
         compute = d["in_h"] * d["in_w"] * _ceil(d["in_c"], lanes) + d["out_c"] * _ceil(d["in_c"], lanes)
     # DRAM traffic
-    fetch_bytes = DESCRIPTOR.itemsize + jobs * JOB.itemsize
+    fetch_bytes = DESCRIPTOR.itemsize + table_entries(d) * JOB.itemsize
     read = 0
     if op != "INPUT":
         if op == "HEAD":
@@ -152,11 +153,13 @@ def descriptor_cycles(d, header, config, dram, label=""):
         outputs = jobs if gated else 1
     else:
         outputs = jobs
-    written = outputs * d["out_bytes"]
+    # with level outputs (fusion rule 7) each output's level tensors too, or only they
+    written = outputs * (d["out_h"] * written_row_bytes(d)
+                         if d["flags"] & FLAG_BITS["levels_out"] else d["out_bytes"])
     total = read + written
     memory = 0 if op == "INPUT" else dram.latency + _ceil(total, dram.bytes_per_cycle)
     fetch = dram.latency + _ceil(fetch_bytes, config.port_bytes)
-    last_tile = d["rows_per_tile"] * d["out_pitch"] * max(outputs, 1)
+    last_tile = d["rows_per_tile"] * written_row_bytes(d) * max(outputs, 1)
     overhead = fetch if op == "INPUT" else (
         fetch + dram.latency + config.pipeline_depth + _ceil(last_tile, dram.bytes_per_cycle))
     cycles = overhead + max(compute, memory)

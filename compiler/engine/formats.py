@@ -7,9 +7,10 @@ row after row, pixel after pixel, a pixel's channels together.
   ``c % 8`` of the pixel's byte ``c // 8``.
 - ``uint`` (pixels, n-bit activations): ``elem_bits`` = the smallest of 1, 2, 4, 8, 16
   holding the levels; sub-byte elements are packed LSB first like bits.
-- ``fixed`` (signed fixed point): two's complement, little-endian, in the smallest of
-  8, 16, 32, 64 bits that holds the tensor's proven range (``Node.bit_width``; 64 only
-  for logits).
+- ``fixed`` (signed fixed point): two's complement, little-endian, in the smallest
+  container of the engine's (``EngineConfig.fixed_containers``: 8, 16, 24, 32, 64 bits
+  for the intended engine, 8, 16, 32, 64 for the core as built) that holds the tensor's
+  proven range (``Node.bit_width``; 64 only for logits).
 
 A pixel takes ``ceil(C * elem_bits / 8)`` bytes; a row is padded to a multiple of the
 port width, so every row starts a burst and is whole bursts; the tensor is ``H`` rows.
@@ -21,13 +22,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["TensorFormat", "format_of", "KIND_CODES", "container_bits", "round_up"]
+__all__ = ["TensorFormat", "format_of", "KIND_CODES", "container_bits", "round_up",
+           "POWER_OF_TWO_FIXED"]
 
 #: kind -> the code of the descriptor's format byte
 KIND_CODES = {"bits": 0, "uint": 1, "fixed": 2}
 _KINDS = {v: k for k, v in KIND_CODES.items()}
 _UINT_ELEMS = (1, 2, 4, 8, 16)
-_FIXED_ELEMS = (8, 16, 32, 64)
+_FIXED_ELEMS = (8, 16, 24, 32, 64)
+#: the containers of the core as built (its element reader takes powers of two)
+POWER_OF_TWO_FIXED = (8, 16, 32, 64)
+#: numpy types of whole-byte elements (24 bits are three bytes of an int32)
+_WHOLE = {("fixed", 8): "<i1", ("fixed", 16): "<i2", ("fixed", 32): "<i4",
+          ("fixed", 64): "<i8", ("uint", 8): "<u1", ("uint", 16): "<u2"}
 
 
 def round_up(n, m):
@@ -35,11 +42,12 @@ def round_up(n, m):
     return -(-n // m) * m
 
 
-def container_bits(kind, bit_width):
-    """Element bits in DRAM of a ``kind`` value of ``bit_width`` bits."""
+def container_bits(kind, bit_width, fixed_elems=POWER_OF_TWO_FIXED):
+    """Element bits in DRAM of a ``kind`` value of ``bit_width`` bits (a ``fixed`` one
+    in the smallest of ``fixed_elems``)."""
     if kind == "bits":
         return 1
-    choices = _UINT_ELEMS if kind == "uint" else _FIXED_ELEMS
+    choices = _UINT_ELEMS if kind == "uint" else tuple(sorted(fixed_elems))
     for c in choices:
         if bit_width <= c:
             return c
@@ -126,10 +134,12 @@ class TensorFormat:
             raise ValueError(f"values [{v.min()}, {v.max()}] outside the {self.kind} "
                              f"{self.elem_bits}-bit format [{lo}, {hi}]")
         hwc = np.ascontiguousarray(v.transpose(1, 2, 0))
-        if self.kind == "fixed" or self.elem_bits >= 8:
-            dtype = {8: "<i1", 16: "<i2", 32: "<i4", 64: "<i8"}[self.elem_bits] \
-                if self.kind == "fixed" else {8: "<u1", 16: "<u2"}[self.elem_bits]
-            pix = hwc.astype(dtype).view(np.uint8).reshape(self.height, self.width, -1)
+        if self.elem_bits == 24:
+            pix = hwc.astype("<i4").view(np.uint8).reshape(self.height, self.width, -1, 4)
+            pix = pix[..., :3].reshape(self.height, self.width, -1)
+        elif self.kind == "fixed" or self.elem_bits >= 8:
+            pix = hwc.astype(_WHOLE[self.kind, self.elem_bits]).view(np.uint8) \
+                .reshape(self.height, self.width, -1)
         else:
             pix = pack_lanes(hwc.reshape(-1, self.channels), self.elem_bits) \
                 .reshape(self.height, self.width, self.pixel_bytes)
@@ -145,10 +155,12 @@ class TensorFormat:
             raise ValueError(f"{b.size} bytes for a tensor of {self.nbytes}")
         rows = b.reshape(self.height, self.row_bytes)[:, :self.width * self.pixel_bytes]
         pix = np.ascontiguousarray(rows).reshape(self.height * self.width, self.pixel_bytes)
-        if self.kind == "fixed" or self.elem_bits >= 8:
-            dtype = {8: "<i1", 16: "<i2", 32: "<i4", 64: "<i8"}[self.elem_bits] \
-                if self.kind == "fixed" else {8: "<u1", 16: "<u2"}[self.elem_bits]
-            hwc = pix.view(dtype).astype(np.int64)
+        if self.elem_bits == 24:
+            b3 = pix.reshape(-1, 3).astype(np.int64)
+            hwc = b3[:, 0] | b3[:, 1] << 8 | b3[:, 2] << 16
+            hwc = np.where(hwc >= 1 << 23, hwc - (1 << 24), hwc)
+        elif self.kind == "fixed" or self.elem_bits >= 8:
+            hwc = pix.view(_WHOLE[self.kind, self.elem_bits]).astype(np.int64)
         else:
             hwc = unpack_lanes(pix, self.elem_bits, self.channels)
         return hwc.reshape(self.height, self.width, self.channels).transpose(2, 0, 1).copy()

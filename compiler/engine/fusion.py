@@ -48,6 +48,12 @@ Fusion rules, decided on ops and edges only (no node name is read):
    consecutive descriptors of as many jobs as fit (:meth:`Group.split`): the jobs take
    turns in the buffers, a shared input is read once per part. On the core as built
    (no rounds) a group also splits into parts of at most ``arrays`` jobs.
+7. Levels at the producer (``EngineConfig.levels_at_producer``): where a mixer's
+   outputs are read by binary convolutions through their input thresholds (rule 3's
+   prologues), the mixer's descriptor applies those thresholds and writes the levels
+   (*level outputs*), and the convolutions read bits instead of wide maps. Where
+   nothing else reads an output (a downsampling block's input: its shortcut and its
+   first convolution threshold it, nothing adds it), only the levels are written.
 """
 
 from __future__ import annotations
@@ -143,11 +149,16 @@ class Group:
     """One descriptor: ``jobs`` of one opcode, run side by side (bases) or in turn.
 
     ``mixer`` is a mixer that combines the jobs' results on chip (rule 5): the
-    descriptor writes the mixer's outputs instead of the jobs'.
+    descriptor writes the mixer's outputs instead of the jobs'. ``levels`` (rule 7):
+    per output of the descriptor, the thresholds it applies to that output and writes
+    as level tensors of their own, all with the same number of levels; with
+    ``levels_only`` nothing else reads the outputs, so only the levels are written.
     """
 
     jobs: list
     mixer: object = None
+    levels: list = field(default_factory=list)
+    levels_only: bool = False
 
     @property
     def opcode(self):
@@ -155,7 +166,8 @@ class Group:
 
     @property
     def nodes(self):
-        return [n for j in self.jobs for n in j.nodes] + ([self.mixer] if self.mixer else [])
+        return ([n for j in self.jobs for n in j.nodes] + ([self.mixer] if self.mixer else [])
+                + [t for ts in self.levels for t in ts])
 
     def split(self, most_jobs):
         """The same work as consecutive descriptors of at most ``most_jobs`` jobs each
@@ -168,7 +180,8 @@ class Group:
     def unfused(self):
         """Rule 5 undone: the convolutions' group, writing each base's result, then the
         mixer as its own descriptor (it joined only with no epilogue of its own)."""
-        return [Group(self.jobs), Group([Job(core=self.mixer)])]
+        return [Group(self.jobs), Group([Job(core=self.mixer)], levels=self.levels,
+                                        levels_only=self.levels_only)]
 
     @property
     def splittable(self):
@@ -437,7 +450,42 @@ def _mix_on_chip(g, groups, arrays):
     return out
 
 
-def fuse(g, arrays=None, overlapping_pools=True, prologues=True, by_tensor=False):
+def _levels_at_producer(g, groups):
+    """Rule 7: a mixer's outputs thresholded where they are computed. Each output's
+    thresholds that a binary convolution applies as its prologue move to the mixer's
+    group, which writes their levels; the convolutions read those. Only where every
+    output of the mixer has the same number of them, with the same levels a channel
+    (one descriptor format for the level tensors); ``levels_only`` where nothing else
+    reads the outputs."""
+    prologue_job = {j.prologue.name: j for grp in groups for j in grp.jobs
+                    if j.prologue is not None}
+    for grp in groups:
+        mixer = grp.mixer if grp.mixer is not None else (
+            grp.jobs[0].core if grp.opcode == "MIXER" and not grp.jobs[0].epilogue else None)
+        if mixer is None:
+            continue
+        refs = [mixer.name] if mixer.outputs == 1 else \
+            [f"{mixer.name}:{k}" for k in range(mixer.outputs)]
+        users = g.consumers(mixer.name)
+        levels, others = [], False
+        for ref in refs:
+            readers = [u for u in users if ref in u.inputs]
+            moved = [u for u in readers if u.op == "threshold" and u.inputs == [ref]
+                     and u.name in prologue_job]
+            levels.append(moved)
+            others = others or len(moved) < len(readers)
+        shapes = {tuple(t.attrs["T"].shape) for ts in levels for t in ts}
+        if not levels[0] or len({len(ts) for ts in levels}) != 1 or len(shapes) != 1:
+            continue
+        for ts in levels:
+            for t in ts:
+                prologue_job.pop(t.name).prologue = None
+        grp.levels, grp.levels_only = levels, not others
+    return groups
+
+
+def fuse(g, arrays=None, overlapping_pools=True, prologues=True, by_tensor=False,
+         levels_at_producer=False):
     """The graph's nodes as descriptor groups in execution order.
 
     Parameters
@@ -454,6 +502,9 @@ def fuse(g, arrays=None, overlapping_pools=True, prologues=True, by_tensor=False
         unless the convolution is 1x1.
     by_tensor : bool
         Jobs without weights group only with jobs that read the same tensors (rule 4).
+    levels_at_producer : bool
+        A mixer applies the input thresholds of the binary convolutions that read its
+        outputs and writes their levels (rule 7).
 
     Returns
     -------
@@ -466,6 +517,8 @@ def fuse(g, arrays=None, overlapping_pools=True, prologues=True, by_tensor=False
         groups = _mix_on_chip(g, groups, arrays)
     if by_tensor:
         groups = [part for grp in groups for part in _by_tensor(grp)]
+    if levels_at_producer:
+        groups = _levels_at_producer(g, groups)
     seen = [n.name for grp in groups for n in grp.nodes]
     if sorted(seen) != sorted(n.name for n in g) or len(seen) != len(set(seen)):
         raise AssertionError("fusion did not place every node exactly once")

@@ -25,16 +25,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .config import EngineConfig
-from .formats import TensorFormat, container_bits, round_up
+from .formats import POWER_OF_TWO_FIXED, TensorFormat, container_bits, round_up
 from .fusion import Group, fuse, main_ref, side_ref
-from .params import (int_bytes, pack_binary_weights, pack_bitvec, pack_consts,
-                     pack_int_weights, sections)
+from .params import (int_bytes, level_block_bytes, pack_binary_weights, pack_bitvec,
+                     pack_consts, pack_int_weights, sections)
 from .program import (DESCRIPTOR, DESCRIPTOR_MAGIC, END_OPCODE, FLAG_BITS, HEADER, JOB, MAGIC,
-                      OPCODE_CODES, STAGE_BITS, VERSION, decode, encode)
+                      OPCODE_CODES, STAGE_BITS, VERSION, decode, encode, table_entries)
 from .tiling import choose_tiling, tile_rows
 
 __all__ = ["DEFAULT_BASE", "REGION_ALIGN", "EngineProgram", "compile_engine", "allocate",
-           "tile_rows", "choose_tiling", "group_format", "check_no_overlap"]
+           "tile_rows", "choose_tiling", "group_format", "level_format",
+           "check_no_overlap"]
 
 #: Where the image starts by default: the top 128 MiB of the DE10-Nano's 1 GiB, which
 #: the board's Linux is booted without (``mem=896M``) so that the engine owns it.
@@ -96,21 +97,38 @@ class EngineProgram:
         return bytes(self.image[:end])
 
 
-def group_format(grp, port_bytes):
-    """The one output format of a descriptor: its jobs' kind in the widest container."""
+def group_format(grp, port_bytes, fixed_elems=POWER_OF_TWO_FIXED):
+    """The one output format of a descriptor: its jobs' kind in the widest container
+    (a fixed-point one of ``fixed_elems``)."""
     last = [grp.mixer] if grp.mixer is not None else [j.last for j in grp.jobs]
     kind = last[0].kind
-    bits = max(container_bits(n.kind, n.bit_width) for n in last)
+    bits = max(container_bits(n.kind, n.bit_width, fixed_elems) for n in last)
     n = last[0]
     return TensorFormat(kind, bits, n.channels, n.height, n.width, port_bytes)
 
 
-def _outputs(grp):
-    """References a descriptor writes, in job-table order."""
+def _main_outputs(grp):
+    """References of a descriptor's outputs, in job-table order (written unless
+    ``levels_only``)."""
     if grp.opcode in ("MIXER", "GATE") or grp.mixer is not None:
         node = grp.mixer if grp.mixer is not None else grp.jobs[0].last
         return [node.name] if node.outputs == 1 else [f"{node.name}:{k}" for k in range(node.outputs)]
     return [j.last.name for j in grp.jobs]
+
+
+def _outputs(grp):
+    """References a descriptor writes, in job-table order: its outputs, then their
+    level outputs (fusion rule 7), output by output."""
+    main = [] if grp.levels_only else _main_outputs(grp)
+    return main + [t.name for ts in grp.levels for t in ts]
+
+
+def level_format(grp, port_bytes, fixed_elems=POWER_OF_TWO_FIXED):
+    """The one format of a descriptor's level outputs (fusion rule 7)."""
+    ts = [t for ts in grp.levels for t in ts]
+    n = ts[0]
+    bits = max(container_bits(t.kind, t.bit_width, fixed_elems) for t in ts)
+    return TensorFormat(n.kind, bits, n.channels, n.height, n.width, port_bytes)
 
 
 def _norm(ref, g):
@@ -286,6 +304,16 @@ def _param_block(job, d, header, size, mixer=None, base=0):
     return block
 
 
+def _level_block(threshold, d):
+    """A level output's parameter block: its threshold's ``T[out_c][aux_levels]``
+    constants, then its invert bits (``aux_param_bytes``)."""
+    block = np.zeros(d["aux_param_bytes"], dtype=np.uint8)
+    data = np.concatenate([pack_consts(threshold.attrs["T"].numpy(), d["const_bytes"]),
+                           pack_bitvec(threshold.attrs["invert"].numpy())])
+    block[:data.size] = data
+    return block
+
+
 def _share_formats(groups, outputs, fmts, g):
     """Widen containers so that the tensors a descriptor reads through one format share
     it: its main inputs (``in_fmt``: a GATE's gated inputs and its aggregate come from
@@ -323,7 +351,9 @@ def _descriptor(grp, index, g, fmts, config):
     job = grp.jobs[0]
     core = job.core
     refs = main_ref(job)
-    out_fmt = fmts[_outputs(grp)[0]]
+    # a descriptor of level outputs alone still states its outputs' geometry
+    out_fmt = fmts.get(_main_outputs(grp)[0]) or group_format(grp, config.port_bytes,
+                                                               config.fixed_containers)
     in_fmt = fmts[_norm(refs[0], g)] if refs else out_fmt
     side = side_ref(job, g)
     side_fmt = fmts[_norm(side, g)] if side is not None else None
@@ -342,7 +372,9 @@ def _descriptor(grp, index, g, fmts, config):
              act_bits=a.get("in_bits", 0) if core.op == "bin_conv" else 0,
              in_levels=job.prologue.attrs["T"].shape[1] if job.prologue is not None else 0,
              out_levels=next((n.attrs["T"].shape[1] for n in job.epilogue if n.op == "threshold"), 0),
-             const_bytes=8 if max(int_bytes(_job_consts(j, grp.mixer)) for j in grp.jobs) > 4 else 4,
+             const_bytes=8 if max([int_bytes(_job_consts(j, grp.mixer)) for j in grp.jobs]
+                                  + [int_bytes(t.attrs["T"].numpy()) for ts in grp.levels
+                                     for t in ts]) > 4 else 4,
              weight_bytes=0,
              in_pitch=in_fmt.row_bytes, side_pitch=side_fmt.row_bytes if side_fmt else 0,
              out_pitch=out_fmt.row_bytes, in_bytes=in_fmt.nbytes, out_bytes=out_fmt.nbytes,
@@ -361,6 +393,13 @@ def _descriptor(grp, index, g, fmts, config):
         d["in_c"] = in_fmt.channels
     if job.side_first:
         d["flags"] |= FLAG_BITS["side_first"]
+    if grp.levels:
+        lf = fmts[grp.levels[0][0].name]
+        d["flags"] |= FLAG_BITS["levels_out"] | (FLAG_BITS["levels_only"] if grp.levels_only else 0)
+        d.update(aux_outputs=len(grp.levels[0]), aux_fmt=lf.code, aux_elem=lf.elem_bits,
+                 aux_levels=grp.levels[0][0].attrs["T"].shape[1], aux_pitch=lf.row_bytes,
+                 aux_bytes=lf.nbytes)
+        d["aux_param_bytes"] = level_block_bytes(d, config.port_bytes)
     if grp.opcode not in ("MIXER", "GATE") and len({main_ref(j)[0] if main_ref(j) else None
                                                     for j in grp.jobs}) == 1:
         d["flags"] |= FLAG_BITS["shared_input"]
@@ -393,7 +432,8 @@ def compile_engine(g, config=None, base=DEFAULT_BASE):
                    stem_pe=config.stem_pe, stem_simd=config.stem_simd)
     groups, fmts, outputs = _fit_groups(fuse(g, config.arrays, config.fuse_overlapping_pools,
                                              config.prologue_thresholds,
-                                             config.group_by_tensor),
+                                             config.group_by_tensor,
+                                             config.levels_at_producer),
                                         g, config, packing)
     # lifetimes: written by its descriptor, last read by its last reader
     lifetimes = {r: (i, i) for i, outs in enumerate(outputs) for r in outs}
@@ -415,18 +455,21 @@ def compile_engine(g, config=None, base=DEFAULT_BASE):
             choose_tiling(d, config)
         except ValueError as exc:     # name the layer, as check_program does
             raise ValueError(f"descriptor {d['index']} ({grp.nodes[0].name}): {exc}") from None
-        blocks.append([_param_block(j, d, header, size, grp.mixer, k)
-                       for k, j in enumerate(grp.jobs)] if size else [])
+        blocks.append(([_param_block(j, d, header, size, grp.mixer, k)
+                        for k, j in enumerate(grp.jobs)] if size else [])
+                      + [_level_block(t, d) for ts in grp.levels for t in ts])
     # regions
     desc_addr = base + round_up(HEADER.itemsize, port)
     table_addr = base + round_up(desc_addr - base + header["n_desc"] * DESCRIPTOR.itemsize,
                                  REGION_ALIGN)
-    table_bytes = sum(d["jobs"] for d in descs) * JOB.itemsize
+    table_bytes = sum(table_entries(d) for d in descs) * JOB.itemsize
     param_addr = table_addr + round_up(table_bytes, REGION_ALIGN)
     param_offsets, at = [], 0
     for bl in blocks:
-        param_offsets.append([at + k * (bl[0].size if bl else 0) for k in range(len(bl))])
-        at += sum(b.size for b in bl)
+        param_offsets.append([])
+        for b in bl:
+            param_offsets[-1].append(at)
+            at += b.size
     param_bytes = at
     in_addr = param_addr + round_up(param_bytes, REGION_ALIGN)
     # the frames' places by the graph's ends, not by program position (a descriptor
@@ -484,16 +527,19 @@ def _size_params(d, packing):
     return size
 
 
-def _formats(groups, g, port):
-    """One format per descriptor output (the widest container of its jobs), shared
-    by the tensors one descriptor reads together: ``(fmts, outputs per group)``."""
+def _formats(groups, g, port, fixed_elems):
+    """One format per descriptor output (the widest container of its jobs, fixed-point
+    ones of ``fixed_elems``) and one for its level outputs, shared by the tensors one
+    descriptor reads together: ``(fmts, outputs per group)``."""
     fmts, outputs = {}, []
     for grp in groups:
-        f = group_format(grp, port)
-        outs = _outputs(grp)
-        outputs.append(outs)
-        for r in outs:
+        f = group_format(grp, port, fixed_elems)
+        outputs.append(_outputs(grp))
+        for r in ([] if grp.levels_only else _main_outputs(grp)):
             fmts[r] = f
+        for ts in grp.levels:
+            for t in ts:
+                fmts[t.name] = level_format(grp, port, fixed_elems)
     _share_formats(groups, outputs, fmts, g)
     return fmts, outputs
 
@@ -516,13 +562,13 @@ def _fit_groups(groups, g, config, packing):
         return True
     # the core holds at most `arrays` jobs in one descriptor (no rounds)
     most_jobs = config.arrays if config.scratchpad else None
-    fmts, outputs = _formats(groups, g, port)
+    fmts, outputs = _formats(groups, g, port, config.fixed_containers)
     unfused = [part for grp in groups
                for part in (grp.unfused() if grp.mixer is not None and not fits(grp, fmts)
                             else [grp])]
     if len(unfused) != len(groups):
         groups = unfused
-        fmts, outputs = _formats(groups, g, port)
+        fmts, outputs = _formats(groups, g, port, config.fixed_containers)
     out = []
     for grp in groups:
         cap = min(len(grp.jobs), most_jobs or len(grp.jobs))
@@ -541,19 +587,25 @@ def _fit_groups(groups, g, config, packing):
 def _job_entries(grp, d, g, tensors, outs, params):
     if grp.opcode == "INPUT":
         return [dict(out_addr=tensors[outs[0]][0])]
+    # the main outputs' addresses (none with levels only), then the level outputs'
+    main = [] if grp.levels_only else outs[:len(_main_outputs(grp))]
+    n_blocks = len(params) - sum(len(ts) for ts in grp.levels)
+    levels = [dict(out_addr=tensors[t.name][0], param_addr=params[n_blocks + i])
+              for i, t in enumerate(t for ts in grp.levels for t in ts)]
     if grp.opcode in ("MIXER", "GATE"):
         job = grp.jobs[0]
         ins = main_ref(job)
         side = side_ref(job, g)
         return [dict(in_addr=tensors[_norm(r, g)][0],
                      side_addr=tensors[_norm(side, g)][0] if side and k == 0 else 0,
-                     out_addr=tensors[outs[k]][0] if k < len(outs) else 0,
-                     param_addr=params[0] if params else 0) for k, r in enumerate(ins)]
+                     out_addr=tensors[main[k]][0] if k < len(main) else 0,
+                     param_addr=params[0] if n_blocks else 0)
+                for k, r in enumerate(ins)] + levels
     out = []
     for k, job in enumerate(grp.jobs):
         side = side_ref(job, g)
         out.append(dict(in_addr=tensors[_norm(main_ref(job)[0], g)][0],
                         side_addr=tensors[_norm(side, g)][0] if side else 0,
-                        out_addr=tensors[outs[k]][0] if k < len(outs) else 0,
-                        param_addr=params[k] if params else 0))
-    return out
+                        out_addr=tensors[main[k]][0] if k < len(main) else 0,
+                        param_addr=params[k] if n_blocks else 0))
+    return out + levels

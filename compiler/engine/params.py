@@ -20,6 +20,10 @@ mixer         ``lambda_frac``, ``gate_frac``, ``lambdas[K]``, then ``gates[K]`` 
 head          ``bias[classes]``
 ============  ==========================================================================
 
+A level output (fusion rule 7, the job table's entries after the jobs') has a block of
+its own: its threshold's ``T[out_c][aux_levels]`` constants, then its ``invert`` bits
+(:func:`level_block_bytes`).
+
 Constants are little-endian two's complement of ``const_bytes`` (4, or 8 where a value
 needs it); bit vectors are LSB first. :func:`sections` computes the offsets from the
 descriptor alone, so the engine, the host and the reference model agree on them.
@@ -32,7 +36,7 @@ import numpy as np
 from .formats import pack_lanes, round_up, unpack_lanes
 from .program import FLAG_BITS, OPCODE_CODES, STAGE_BITS
 
-__all__ = ["sections", "pack_binary_weights", "unpack_binary_weights", "pack_int_weights",
+__all__ = ["sections", "level_block_bytes", "pack_binary_weights", "unpack_binary_weights", "pack_int_weights",
            "unpack_int_weights", "pack_consts", "unpack_consts", "pack_bitvec",
            "unpack_bitvec", "int_bytes"]
 
@@ -127,6 +131,13 @@ def unpack_int_weights(buf, c_out, c_in, k, pe, simd, nbytes):
     fo, fs = -(-c_out // pe), -(-n // simd)
     v = unpack_consts(buf, fo * fs * pe * simd, nbytes).reshape(fo, fs, pe, simd)
     return _unflat(_unfolded(v, c_out, n), c_in, k)
+
+
+def level_block_bytes(d, port_bytes):
+    """Bytes of a level output's parameter block (fusion rule 7): ``T[out_c]
+    [aux_levels]`` constants, then ``invert`` bits, whole port words."""
+    return round_up(d["out_c"] * d["aux_levels"] * d["const_bytes"] + -(-d["out_c"] // 8),
+                    port_bytes)
 
 
 def sections(d, header):

@@ -22,7 +22,7 @@ from ...engine_format import JOB_FIELDS as _JOB_FIELDS
 from ...engine_opcodes import END as END_OPCODE
 
 __all__ = ["HEADER", "DESCRIPTOR", "JOB", "OPCODE_CODES", "END_OPCODE", "STAGE_BITS", "FLAG_BITS",
-           "MAGIC", "DESCRIPTOR_MAGIC", "VERSION", "encode", "decode", "field_table",
+           "MAGIC", "DESCRIPTOR_MAGIC", "VERSION", "encode", "decode", "field_table", "table_entries",
            "ProgramError"]
 
 MAGIC = b"GNEP"
@@ -85,6 +85,17 @@ def field_table(which):
     fields, dtype = {"header": (_HEADER_FIELDS, HEADER), "descriptor": (_DESCRIPTOR_FIELDS, DESCRIPTOR),
                      "job": (_JOB_FIELDS, JOB)}[which]
     return [(dtype.fields[n][1], t, n, m) for n, t, m in fields]
+
+
+def table_entries(d):
+    """Job-table entries of a descriptor: its jobs', then with level outputs
+    ``aux_outputs`` for each of its outputs (a gated mixer's K, an aggregate's one)."""
+    n = d["jobs"]
+    if d["flags"] & FLAG_BITS["levels_out"]:
+        mixes = d["opcode"] == OPCODE_CODES["MIXER"] or d["stages"] & STAGE_BITS["mixer"]
+        outputs = d["jobs"] if d["stages"] & STAGE_BITS["gated"] or not mixes else 1
+        n += outputs * d["aux_outputs"]
+    return n
 
 
 def encode(record, dtype):

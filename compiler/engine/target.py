@@ -30,6 +30,7 @@ from ...devices import BOARDS, get_board
 from ...engine_format import MUL_BITS
 from ...numerics import signed_width
 from .config import DramModel, EngineConfig
+from .formats import POWER_OF_TWO_FIXED
 from .program import FLAG_BITS, OPCODE_CODES, STAGE_BITS
 from .sizing import budget_limits, estimate_core
 from .tiling import core_tilings, scratchpad_need, slices_fit
@@ -116,7 +117,8 @@ def core_config(core, clock_mhz=100.0):
     return EngineConfig(arrays=core["max_jobs"], pe=core["pe"], simd=core["simd"],
                         stem_pe=core["stem_pe"], stem_simd=core["stem_simd"],
                         port_bytes=core["data_width"] // 8, clock_mhz=clock_mhz,
-                        scratchpad=core["buffer_bytes"], fuse_overlapping_pools=False)
+                        scratchpad=core["buffer_bytes"], fuse_overlapping_pools=False,
+                        levels_at_producer=False, fixed_containers=POWER_OF_TWO_FIXED)
 
 
 def array_planes(graph):
@@ -196,6 +198,8 @@ def _unsupported(d, core):
     mixing = (is_conv and st & STAGE_BITS["mixer"]) or op == OPCODE_CODES["MIXER"]
     if d["groups"] != 1:
         return "grouped convolutions are not implemented by the engine's core yet"
+    if fl & (FLAG_BITS["levels_out"] | FLAG_BITS["levels_only"]):
+        return "level outputs (a mixer's thresholds applied where it writes) are not run by the core"
     if not 1 <= d["jobs"] <= core["max_jobs"]:
         return f"{d['jobs']} jobs, the core takes 1 to {core['max_jobs']}"
     if op == OPCODE_CODES["GATE"] and d["jobs"] < 2:

@@ -31,6 +31,7 @@ from .formats import round_up
 from .program import FLAG_BITS, OPCODE_CODES, STAGE_BITS
 
 __all__ = ["conv_rows", "core_row_range", "input_rows_read", "tile_rows", "choose_tiling",
+           "written_row_bytes",
            "buffered_in_row", "input_resident", "n_chunks", "round_tensors", "slices_fit",
            "ScratchpadNeed", "scratchpad_need", "core_layout", "core_tilings"]
 
@@ -49,6 +50,15 @@ def buffered_in_row(d, port_bytes):
     if d["stages"] & STAGE_BITS["prologue_threshold"]:
         return round_up(d["in_w"] * -(-d["in_c"] * max(1, d["act_bits"]) // 8), port_bytes)
     return d["in_pitch"]
+
+
+def written_row_bytes(d):
+    """Bytes a descriptor writes of one output row of one output: the row itself
+    (unless ``levels_only``) and its level outputs' rows (fusion rule 7)."""
+    row = 0 if d["flags"] & FLAG_BITS["levels_only"] else d["out_pitch"]
+    if d["flags"] & FLAG_BITS["levels_out"]:
+        row += d["aux_outputs"] * d["aux_pitch"]
+    return row
 
 
 def round_tensors(d, arrays):
@@ -92,7 +102,7 @@ def tile_rows(d, config, out_fraction=1.0):
         return _scratchpad_rows(d, config)
     ins, outs, sides = round_tensors(d, config.arrays)
     in_row = buffered_in_row(d, config.port_bytes)
-    out_row = -(-int(d["out_pitch"] * out_fraction) // 1)
+    out_row = -(-int(written_row_bytes(d) * out_fraction) // 1)
     side_row = -(-int(d["side_pitch"] * out_fraction) // 1)
 
     def needs(r):
