@@ -57,17 +57,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from peak_memory import peak_rss_kib, reset_peak_rss  # noqa: E402  (the tests' helper)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "engine.json"
+#: the intended engine's program choices, each alone and together (``EngineConfig``
+#: fields; the default configuration has both)
+CHOICES = {
+    "neither": dict(levels_at_producer=False, fixed_containers=(8, 16, 32, 64)),
+    "levels at the producer": dict(fixed_containers=(8, 16, 32, 64)),
+    "24-bit maps": dict(levels_at_producer=False),
+    "both (the default)": {},
+}
 #: sustained GB/s of the sensitivity rows (1.0: the default model; 3.2: DDR3-800 x32 peak)
 BANDWIDTHS = (1.0, 1.6, 2.0, 3.2)
 
 
 def _narrowed(d, port):
-    """A what-if copy of a descriptor whose 32-bit fixed-point tensors were 16-bit (the
-    trained networks' 14-bit maps): pitches and sizes halve, tiling unchanged."""
+    """A what-if copy of a descriptor whose 24- and 32-bit fixed-point tensors were
+    16-bit (the trained networks' 14-bit maps): pitches and sizes shrink, tiling
+    unchanged."""
     d = dict(d)
     for side, h, w, c in (("in", "in_h", "in_w", "in_c"), ("side", "out_h", "out_w", "side_c"),
                           ("out", "out_h", "out_w", "out_c")):
-        if d[f"{side}_fmt"] == 2 and d[f"{side}_elem"] == 32 and d[c]:
+        if d[f"{side}_fmt"] == 2 and d[f"{side}_elem"] in (24, 32) and d[c]:
             f = TensorFormat("fixed", 16, d[c], d[h], d[w], port)
             d[f"{side}_pitch"] = f.row_bytes
             if side != "side":
@@ -108,6 +117,11 @@ def run(arch, bases=5, seed=0, board="de10nano"):
                                          memory_bound=sum(d.bound == "memory" for d in f.descriptors))
     narrow = sum(descriptor_cycles(_narrowed(d, sized.config.port_bytes), program.header,
                                    sized.config, dram).cycles for d in program.descriptors)
+    choices = {}
+    for name, fields in CHOICES.items():
+        f = predict(compile_engine(g, replace(sized.config, **fields)), dram)
+        choices[name] = dict(cycles=f.cycles, fps=f.fps, dram_bytes=f.dram_bytes,
+                             memory_bound=sum(d.bound == "memory" for d in f.descriptors))
     return dict(
         arch=arch, bases=bases, seed=seed, image_size=224, board=board,
         engine=dict(sized.config.__dict__), resources=dict(estimate=sized.estimate,
@@ -126,6 +140,7 @@ def run(arch, bases=5, seed=0, board="de10nano"):
         compute_only_cycles=sum(d.compute for d in frame.descriptors),
         sensitivity_gbytes_per_s=sensitivity,
         what_if_16bit_maps=dict(cycles=narrow, fps=clock * 1e6 / narrow),
+        program_choices=choices,
         compile_seconds=dict(graph=t1 - t0, engine=t2 - t1), peak_rss_mb=_peak_rss_mb(),
         layers=layers)
 
@@ -149,8 +164,11 @@ def table(r):
                  f"{r['lane_utilisation']:.0%}; {r['memory_bound']} of {r['descriptors']} "
                  f"descriptors memory-bound; compute alone {r['compute_only_cycles']:,} cycles")
     lines.append(f"frames/s by sustained bandwidth: {sens}")
-    lines.append(f"what if the 32-bit maps were 16-bit (trained ranges): "
+    lines.append(f"what if the 24- and 32-bit maps were 16-bit (trained ranges): "
                  f"{r['what_if_16bit_maps']['fps']:.1f} frames/s at the default DRAM model")
+    lines.append("program choices: " + ", ".join(
+        f"{k} {v['fps']:.1f} frames/s ({v['dram_bytes'] / 1e6:.1f} MB)"
+        for k, v in r["program_choices"].items()))
     lines.append(f"compile: graph {r['compile_seconds']['graph']:.1f} s, engine "
                  f"{r['compile_seconds']['engine']:.1f} s, peak RSS {r['peak_rss_mb']:.0f} MB; "
                  f"image {r['image_bytes'] / 1e6:.1f} MB (parameters {r['param_bytes'] / 1e6:.1f} MB, "
@@ -167,21 +185,35 @@ def _model(arch, bases, seed=0, **fields):
 def dram_floor(program, wide_maps_at=None, proven=False):
     """Bytes a frame that any engine running ``program`` with its tensors in DRAM moves
     at least: the parameters and the input read once, every other tensor written once
-    and read once (the output written once). With ``wide_maps_at`` (16 or 24) the
+    and read once (a tensor that strided windows alone read, the rows they take; the
+    output written once). With ``wide_maps_at`` (16 or 24) the
     32-bit maps count as maps of that many bits an element, rows padded to the port
     as the formats pad them: every one of them (ranges as narrow as a trained model's
     might be), or with ``proven`` only those whose proven range fits (containers of
     that width for this program)."""
     from groupnet_hw.compiler.engine.formats import round_up
-    name_in, name_out = program.graph.input, program.graph.output
+    from groupnet_hw.compiler.engine.fusion import main_ref
+    from groupnet_hw.compiler.engine.tiling import input_rows_read
+    g = program.graph
+    name_in, name_out = g.input, g.output
+    # a tensor that only strided windows read (a 1x1 stride-2 shortcut's levels) is
+    # read in part: the largest share of its rows one reader takes
+    share = {}
+    for d, grp in zip(program.descriptors, program.groups):
+        for job in grp.jobs:
+            for r in main_ref(job):
+                ref = g.source(r) if g.producer(r).outputs == 1 else r
+                part = input_rows_read(d) / d["in_h"] if d["in_h"] else 1.0
+                share[ref] = max(share.get(ref, 0.0), min(1.0, part))
     total = program.header["param_bytes"]
     for name, (_, f) in program.tensors.items():
         n = f.nbytes
         if (wide_maps_at and f.kind == "fixed" and f.elem_bits == 32
-                and (not proven or program.graph.producer(name).bit_width <= wide_maps_at)):
+                and (not proven or g.producer(name).bit_width <= wide_maps_at)):
             pixel = -(-f.channels * wide_maps_at // 8)
             n = f.height * round_up(f.width * pixel, f.port_bytes)
-        total += n if name in (name_in, name_out) else 2 * n
+        read = 0 if name == name_out else n if name == name_in else int(n * share.get(name, 1.0))
+        total += (0 if name == name_in else n) + read
     return total
 
 
@@ -393,6 +425,21 @@ def write_docs(results, built_rows, rtl_rows, authors, cross, out_md, out_png):
         lines.append(f"| {r['arch']} | {r['cycles_per_frame']:,} | {r['fps']:.1f} | "
                      f"{r['dram_bytes_per_frame'] / 1e6:.1f} | {b['cycles']:,} | "
                      f"{b['fps']:.3f} | {flow} |")
+    lines += ["", "The intended engine's program choices (architecture section 12): fusion "
+              "rule 7 (a mixer applies its readers' input thresholds and writes the levels, "
+              "so the next layers read bits, and a stage's first block writes no wide map "
+              "at all) and 24-bit containers for the maps whose proven range fits, each "
+              "alone and together, under the default DRAM model:", "",
+              "| network | choices | cycles/frame | frames/s | DRAM MB/frame | "
+              "memory-bound descriptors |", "|---|---|---:|---:|---:|---:|"]
+    for r in results:
+        for name, c in r.get("program_choices", {}).items():
+            lines.append(f"| {r['arch']} | {name} | {c['cycles']:,} | {c['fps']:.1f} | "
+                         f"{c['dram_bytes'] / 1e6:.1f} | {c['memory_bound']} of "
+                         f"{r['descriptors']} |")
+    lines += ["", "The floor below is of the build's program, whose tensors are the "
+              "wide maps; the intended program's level outputs replace most of them, so "
+              "its traffic is below that floor."]
     for b in built_rows:
         f = b.get("dram_floor")
         if f:
