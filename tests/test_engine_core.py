@@ -26,8 +26,8 @@ from groupnet_hw.compiler.engine.config import EngineConfig
 from groupnet_hw.compiler.engine.layout import compile_engine
 from groupnet_hw.compiler.engine.program import DESCRIPTOR, JOB, OPCODE_CODES, STAGE_BITS
 from groupnet_hw.compiler.engine.core_cycles import predict_core
-from groupnet_hw.compiler.engine.target import (check_program, compile_for_core, core_config,
-                                               engine_target)
+from groupnet_hw.compiler.engine.target import (CORE_PROGRAM, check_program, compile_for_core,
+                                                core_config, engine_target)
 from groupnet_hw.compiler.engine.tiling import scratchpad_need
 from groupnet_hw.compiler.execute import execute
 from groupnet_hw.compiler.passes import compile_model
@@ -54,7 +54,8 @@ PACKING = {k: CORE[k] for k in ("pe", "simd", "stem_pe", "stem_simd")}
 
 def two_array_config(core):
     """Programs compiled for two arrays of ``core``'s packing (the contract's tiling)."""
-    return EngineConfig(arrays=2, port_bytes=16, **{k: core[k] for k in PACKING})
+    return EngineConfig(arrays=2, port_bytes=16, **{k: core[k] for k in PACKING},
+                        **CORE_PROGRAM)
 
 
 CONFIG = two_array_config(CORE)
@@ -382,7 +383,7 @@ def test_64_bit_engine_bit_exact(tmp_path_factory):
     build = _build(tmp_path_factory, "engine_core64", data_width=64, simd=8)
     g = compile_model(zoo_model("digits", 3, seed=3))
     check_network(build, g, frames_for(g, 1), config=EngineConfig(
-        arrays=2, **dict(PACKING, simd=8), port_bytes=8), stall=0.3)
+        arrays=2, **dict(PACKING, simd=8), port_bytes=8, **CORE_PROGRAM), stall=0.3)
 
 
 #: widths that are whole window words (32 lanes): the input thresholds as PIXEL
@@ -433,7 +434,7 @@ def test_inverted_thresholds_gathered_a_group_at_a_time_bit_exact(core, config):
 #: small buffers: the compiler splits the outputs into several row tiles (and streams
 #: weights in channel chunks, which changes the order of work, not the values)
 SMALL = EngineConfig(arrays=2, **PACKING, input_buffer=4096,
-                     weight_buffer=64, output_buffer=4096, port_bytes=16)
+                     weight_buffer=64, output_buffer=4096, port_bytes=16, **CORE_PROGRAM)
 
 
 @pytest.mark.parametrize("seed,overrides", [(3, dict(image_size=16, stem_channels=8,
@@ -452,7 +453,7 @@ def test_pooled_stem_in_row_tiles_bit_exact(core):
     """The stem's fused max pooling split into 3 row tiles: each tile computes the
     convolution rows its pooling windows need (rows shared by two tiles twice)."""
     cfg = EngineConfig(arrays=2, **PACKING, input_buffer=1024,
-                       weight_buffer=64, output_buffer=1024, port_bytes=16)
+                       weight_buffer=64, output_buffer=1024, port_bytes=16, **CORE_PROGRAM)
     g = compile_model(random_model(4, **RANDOM_CONFIGS[4]))
     program, _ = check_network(core, g, frames_for(g, 2, 4), config=cfg, stall=0.3)
     assert any(d["stages"] & 128 and d["n_tiles"] > 1 for d in program.descriptors)

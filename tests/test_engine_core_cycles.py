@@ -28,7 +28,8 @@ from groupnet_hw.compiler.engine.core_cycles import (_Core, _chained, _layout, _
                                                     predict_core)
 from groupnet_hw.compiler.engine.program import OPCODE_CODES
 from groupnet_hw.compiler.engine.layout import compile_engine
-from groupnet_hw.compiler.engine.target import ARRAY_SHAPES, core_config, with_shape
+from groupnet_hw.compiler.engine.target import (ARRAY_SHAPES, CORE_PROGRAM, core_config,
+                                                with_shape)
 from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.flow import ENGINE_NAME
 from groupnet_hw.sim.engine_verify import cut_after, frame_image
@@ -244,7 +245,7 @@ def test_row_tiles(core, dram):
     pred, _ = check(core, g, 3, SMALL, CORE, dram, per_descriptor=True)
     assert any(d["n_tiles"] > 1 for d in compile_engine(g, SMALL).descriptors)
     pool = EngineConfig(arrays=2, **PACKING, input_buffer=1024,
-                        weight_buffer=64, output_buffer=1024, port_bytes=16)
+                        weight_buffer=64, output_buffer=1024, port_bytes=16, **CORE_PROGRAM)
     g, seed = _network("random4")
     check(core, g, seed, pool, CORE, dram, per_descriptor=True)
 

@@ -2,6 +2,7 @@
 liveness allocator, tiling, the configuration records and the cycle model."""
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -153,7 +154,9 @@ def test_engine_config_is_validated():
         EngineConfig(input_buffer=1000)
     with pytest.raises(ValueError, match="bytes_per_cycle"):
         DramModel(bytes_per_cycle=0)
-    assert EngineConfig().lanes == 5 * 16 * 48
+    assert EngineConfig().lanes == 5 * 16 * 64
+    with pytest.raises(ValueError, match="fixed_containers"):
+        EngineConfig(fixed_containers=(8, 16, 32))
     assert DE10_NANO_DRAM == DramModel(latency=48, bytes_per_cycle=10.0)
     assert DramModel.at_clock(50.0).bytes_per_cycle == 20.0
 
@@ -181,15 +184,20 @@ def test_cycle_model_hand_computed():
     cfg = EngineConfig(arrays=5, pe=16, simd=48, pipeline_depth=24)
     dram = DramModel(latency=40, bytes_per_cycle=8.0)
     c = descriptor_cycles(_conv(), {}, cfg, dram)
-    # compute: 64 pixels * ceil(64/16)=4 * ceil(576/48)=12, five bases in one round
-    assert c.compute == 64 * 4 * 12
+    # compute: 64 pixels * ceil(64/16)=4 output folds * 9 taps * ceil(64/48)=2 words (a
+    # tap's channels are words of their own), five bases in one round
+    assert c.compute == 64 * 4 * 9 * 2
+    # the epilogue's beats bound an output fold of few folds: a 1x1 layer's 2 words
+    # against 5 jobs' 16 sums on 8 lanes, 10 beats
+    one = descriptor_cycles(_conv(kernel=1, padding=0), {}, replace(cfg, vector_lanes=8), dram)
+    assert one.compute == 64 * 4 * 10
     # read: 8 input rows once (shared), 5 x 4800 parameter bytes, descriptor + 5 entries
     assert c.bytes_read == 8 * 64 + 5 * 4800 + 128 + 5 * 16
     assert c.bytes_written == 5 * 512
     assert c.memory == 40 + -(-(8 * 64 + 5 * 4800 + 5 * 512) // 8)
     fetch = 40 + -(-(128 + 80) // 16)
     assert c.overhead == fetch + 40 + 24 + -(-8 * 64 * 5 // 8)
-    assert c.cycles == c.overhead + max(c.compute, c.memory) and c.bound == "memory"
+    assert c.cycles == c.overhead + max(c.compute, c.memory) and c.bound == "compute"
     assert c.macs == 5 * 64 * 64 * 576
     assert c.lane_utilisation == pytest.approx(c.macs / (c.cycles * cfg.lanes))
 

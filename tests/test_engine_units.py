@@ -46,6 +46,10 @@ def test_the_intended_engines_sizing_uses_the_measured_costs():
     lanes = engine_units.SIZES["epilogue"][1]["lanes"]
     assert sizing._ALM_PER_VECTOR_LANE == round(epilogue["alm"] / lanes)
     assert sizing._DSP_PER_VECTOR_LANE == epilogue["cells"]["dsp"] / lanes
+    mixer = RECORDS["mixer"]["cyclonev"]
+    lanes = engine_units.SIZES["mixer"][1]["lanes"]
+    assert sizing._ALM_PER_MIXER_LANE == round(mixer["alm"] / lanes)
+    assert sizing._DSP_PER_MIXER_LANE == mixer["cells"]["dsp"] / lanes
 
 
 def test_the_cores_records_are_keyed_by_the_cores_sources_alone():

@@ -89,10 +89,10 @@ class EngineConfig:
 
     arrays: int = 5
     pe: int = 16
-    simd: int = 48
+    simd: int = 64
     stem_pe: int = 16
-    stem_simd: int = 12
-    vector_lanes: int = 16
+    stem_simd: int = 9
+    vector_lanes: int = 8
     port_bytes: int = 16
     input_buffer: int = 192 * 1024
     weight_buffer: int = 16 * 1024

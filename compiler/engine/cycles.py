@@ -3,9 +3,12 @@
 For one descriptor (docs/architecture.md section 12):
 
 - compute: a binary convolution job takes
-  ``out_h*out_w * groups * ceil(C_out/groups/PE) * ceil(k*k*C_in/groups/SIMD)`` cycles
-  (times the input bits for n-bit activations, which the XNOR lanes take bit-serially);
-  the K jobs of a descriptor run on the ``arrays`` arrays in ``ceil(K/arrays)`` rounds.
+  ``out_h*out_w * groups * ceil(C_out/groups/PE) * k*k * ceil(C_in/groups/SIMD)``
+  cycles (a tap's channels are words of their own, as the window gatherer reads them;
+  times the input bits for n-bit activations, which the XNOR lanes take bit-serially),
+  or where more, the epilogue's ``jobs * ceil(PE/lanes)`` beats an output fold
+  (:func:`binary_fold_cycles`); the K jobs of a descriptor run on the ``arrays``
+  arrays in ``ceil(K/arrays)`` rounds.
   The stem uses the same formula on its multiplier array; max pooling takes
   ``k*k*ceil(C/lanes)`` cycles per output pixel and element-wise ops ``ceil(C/lanes)``
   per pixel and input (``lanes`` = :attr:`EngineConfig.vector_lanes`), job after job;
@@ -98,6 +101,17 @@ def _core_pixels(d):
     return rows * d["mid_w"]
 
 
+def binary_fold_cycles(d, config):
+    """Cycles of one output fold (``pe`` channels of every job of a round) of a binary
+    convolution on the intended engine's units (docs/architecture.md section 15): its
+    window's folds, a tap's channels in ``ceil(C_in/groups/simd)`` words of their own
+    (the gatherer's tap-aligned words), each bit plane in turn; or, where that is
+    fewer, the epilogue's beats (``ceil(pe/vector_lanes)`` a job of the round)."""
+    taps = d["kernel"] ** 2 * _ceil(d["in_c"] // d["groups"], config.simd)
+    beats = min(d["jobs"], config.arrays) * _ceil(config.pe, config.vector_lanes)
+    return max(taps * max(1, d["act_bits"]), beats)
+
+
 def descriptor_cycles(d, header, config, dram, label=""):
     """The cycle model of one decoded descriptor (module docstring)."""
     op = _OPCODES[d["opcode"]]
@@ -112,8 +126,8 @@ def descriptor_cycles(d, header, config, dram, label=""):
         if d["flags"] & FLAG_BITS["int_weights"]:
             compute = jobs * core_px * _ceil(d["out_c"], config.stem_pe) * _ceil(n, config.stem_simd)
         else:
-            per_job = core_px * g * _ceil(d["out_c"] // g, config.pe) * _ceil(n, config.simd)
-            compute = rounds * per_job * max(1, d["act_bits"])
+            compute = rounds * core_px * g * _ceil(d["out_c"] // g, config.pe) * \
+                binary_fold_cycles(d, config)
             macs = jobs * core_px * d["out_c"] * n
     elif op == "MAXPOOL":
         compute = jobs * out_px * d["kernel"] ** 2 * _ceil(d["out_c"], lanes)

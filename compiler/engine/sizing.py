@@ -52,14 +52,22 @@ __all__ = ["SizedEngine", "size_engine", "estimate", "CANDIDATES", "estimate_cor
            "core_features", "core_memories", "core_paths_of", "yosys_m10k_blocks",
            "full_core_params", "CORE_DEFAULTS"]
 
-#: (arrays, pe, simd), most preferred first
-CANDIDATES = ((5, 16, 48), (5, 16, 32), (4, 16, 32), (3, 16, 32), (2, 16, 32), (2, 8, 32),
+#: (arrays, pe, simd), most preferred first. ``simd`` divides the paper's channel
+#: counts (64 to 512): the window gatherer gives each tap's channels words of their
+#: own, so 64 channels on 48 lanes would take two words of which a third is idle.
+CANDIDATES = ((5, 16, 64), (5, 16, 32), (4, 16, 32), (3, 16, 32), (2, 16, 32), (2, 8, 32),
               (1, 8, 32), (1, 8, 16), (1, 4, 16), (1, 4, 8))
 #: Measured (``benchmarks/results/engine_units.json``; ``tests/test_engine_units.py``
 #: keeps them equal to the records): ALMs an XNOR lane with its accumulators, and ALMs
-#: and DSP blocks a vector lane.
+#: and DSP blocks a vector lane: an epilogue lane and a mixer lane (the mixer writes
+#: most of a Group-Net's maps, fusion rules 5 and 7).
 _ALM_PER_LANE = 2.27
 _ALM_PER_VECTOR_LANE, _DSP_PER_VECTOR_LANE = 368, 2
+_ALM_PER_MIXER_LANE, _DSP_PER_MIXER_LANE = 548, 4
+#: Vector lanes the sizing keeps before it takes the stem's multipliers: a 3x3 layer of
+#: 64 channels gives 5 arrays' 80 sums every 9 cycles, 10 beats of 8 lanes (1 % of
+#: ResNet-18's frame against 16 lanes; 4 lanes would double its first stage).
+_KEPT_VECTOR_LANES = 8
 #: Guesses for the units not built yet.
 _ALM_PER_ARRAY, _ALM_FIXED = 300, 4000
 _BRAM_BYTES_PER_BLOCK = 1024
@@ -80,13 +88,13 @@ class SizedEngine:
 def estimate(config, family="cyclonev"):
     """``{"logic", "ram_bits", "dsp"}`` of an engine (module docstring's model)."""
     alms = (config.lanes * _ALM_PER_LANE + config.arrays * _ALM_PER_ARRAY
-            + config.vector_lanes * _ALM_PER_VECTOR_LANE + _ALM_FIXED)
+            + config.vector_lanes * (_ALM_PER_VECTOR_LANE + _ALM_PER_MIXER_LANE) + _ALM_FIXED)
     logic = alms if family == "cyclonev" else 2 * alms
     buffers = config.input_buffer + config.output_buffer + config.arrays * config.weight_buffer
     blocks = -(-buffers // _BRAM_BYTES_PER_BLOCK)
     mults = config.stem_pe * config.stem_simd
     dsp = (-(-mults // _MULTS_PER_DSP.get(family, 1))
-           + config.vector_lanes * _DSP_PER_VECTOR_LANE)
+           + config.vector_lanes * (_DSP_PER_VECTOR_LANE + _DSP_PER_MIXER_LANE))
     return dict(logic=int(logic), ram_bits=blocks * _BRAM_BYTES_PER_BLOCK * 8, dsp=dsp)
 
 
@@ -100,7 +108,10 @@ def budget_limits(budget):
 def size_engine(board="de10nano", max_util=0.9, clock_mhz=100.0):
     """The first candidate of :data:`CANDIDATES` that fits ``max_util`` of the board.
 
-    Buffers shrink (halving, down to 2 KiB each) before the arrays do.
+    Buffers shrink (halving, down to 2 KiB each) before the arrays do. Over the DSP
+    budget the vector lanes go first down to :data:`_KEPT_VECTOR_LANES`, then the
+    stem's multipliers (three at a time: a Cyclone V DSP block's three 9x9 products),
+    then the rest.
 
     Returns
     -------
@@ -123,10 +134,16 @@ def size_engine(board="de10nano", max_util=0.9, clock_mhz=100.0):
                 cfg = replace(cfg, input_buffer=cfg.input_buffer // 2,
                               output_buffer=cfg.output_buffer // 2,
                               weight_buffer=max(256, cfg.weight_buffer // 2))
-            elif util["dsp"] > max_util and stem_pe * stem_simd > 4:
-                stem_simd, vector = max(1, stem_simd // 2), max(1, vector // 2)
-                stem_pe = stem_pe // 2 if stem_simd == 1 else stem_pe
-                cfg = replace(cfg, stem_pe=max(1, stem_pe), stem_simd=stem_simd, vector_lanes=vector)
+            elif util["dsp"] > max_util and (stem_simd > 3 or vector > 1 or stem_pe > 1):
+                if vector > _KEPT_VECTOR_LANES:
+                    vector //= 2
+                elif stem_simd > 3:
+                    stem_simd -= 3
+                elif vector > 1:
+                    vector //= 2
+                else:
+                    stem_pe //= 2
+                cfg = replace(cfg, stem_pe=stem_pe, stem_simd=stem_simd, vector_lanes=vector)
             else:
                 break
     return tried

@@ -109,6 +109,12 @@ class EngineTarget:
                               gbytes_per_s=self.dram.gbytes_per_s(self.config.clock_mhz)))
 
 
+#: The program choices of :class:`EngineConfig` that the core as built cannot run, off:
+#: no level outputs (it has no threshold behind its mixer) and maps in power-of-two
+#: containers (its element reader's widths).
+CORE_PROGRAM = dict(levels_at_producer=False, fixed_containers=POWER_OF_TWO_FIXED)
+
+
 def core_config(core, clock_mhz=100.0):
     """The :class:`EngineConfig` whose programs ``core`` runs: the same weight packing
     and port, row tiles sized for its scratchpad, and ``arrays = max_jobs`` so that a
@@ -118,7 +124,7 @@ def core_config(core, clock_mhz=100.0):
                         stem_pe=core["stem_pe"], stem_simd=core["stem_simd"],
                         port_bytes=core["data_width"] // 8, clock_mhz=clock_mhz,
                         scratchpad=core["buffer_bytes"], fuse_overlapping_pools=False,
-                        levels_at_producer=False, fixed_containers=POWER_OF_TWO_FIXED)
+                        **CORE_PROGRAM)
 
 
 def array_planes(graph):
