@@ -73,9 +73,9 @@ SIZES = {
                                           max_weight_words=192), ("cyclonev",),
                        "fold issuer of the intended arrays"),
     "feeder-intended": ("EpilogueFeeder", dict(arrays=5, pe=16, sum_width=INTENDED_SUM_WIDTH,
-                                               const_width=32, value_width=32, max_levels=1,
-                                               max_out_folds=32), ("cyclonev", "ecp5"),
-                        "epilogue feeder of the intended arrays"),
+                                               lanes=8, const_width=32, value_width=32,
+                                               max_levels=1, max_out_folds=32),
+                        ("cyclonev", "ecp5"), "epilogue feeder of the intended arrays"),
     "epilogue": ("EpilogueLanes", dict(lanes=16, x_width=INTENDED_SUM_WIDTH, const_width=32,
                                        value_width=32, max_levels=1), ("cyclonev", "ecp5"),
                  "epilogue lanes, binary activations"),
@@ -88,11 +88,11 @@ SIZES = {
                                         max_size=64, max_words=11, max_kernel=3,
                                         max_weight_words=198, max_out_folds=32),
                   ("cyclonev", "ecp5"), "layer datapath of one array"),
-    "layer-intended": ("LayerDatapath", dict(arrays=5, pe=16, simd=48, ring_rows=4,
-                                             ring_words=512, max_size=64, max_words=11,
+    "layer-intended": ("LayerDatapath", dict(arrays=5, pe=16, simd=64, lanes=8, ring_rows=4,
+                                             ring_words=512, max_size=64, max_words=8,
                                              max_kernel=3, max_weight_words=198,
                                              max_out_folds=32),
-                       ("cyclonev",), "layer datapath of the intended arrays"),
+                       ("cyclonev",), "layer datapath of the intended engine"),
 }
 
 
@@ -143,13 +143,15 @@ def shape_text(unit, p):
                 f"{p['ring_words'] // p['ring_rows']} words")
     if unit == "MixerLanes":
         return f"{p['lanes']} lanes, up to {p['max_jobs']} bases"
+    lanes = p.get("lanes") or p.get("pe")
     if unit == "LayerDatapath":
-        return (f"{p['arrays']} x {p['pe']} x {p['simd']} lanes, windows of "
-                f"{p['max_kernel'] ** 2 * p['max_words']} words, {p['max_weight_words']} "
-                "weight words")
+        return (f"{p['arrays']} x {p['pe']} x {p['simd']} lanes, {lanes} epilogue lanes, "
+                f"windows of {p['max_kernel'] ** 2 * p['max_words']} words, "
+                f"{p['max_weight_words']} weight words")
     if unit == "EpilogueFeeder":
-        return (f"{p['arrays']} x {p['pe']} sums, {p['arrays'] * p['max_out_folds']} "
-                "constant words")
+        parts = p["pe"] // lanes
+        return (f"{p['arrays']} x {p['pe']} sums in beats of {lanes}, "
+                f"{p['arrays'] * p['max_out_folds'] * parts} constant words")
     if unit == "FoldIssuer":
         return (f"{p['arrays']} x {p['pe']} x {p['simd']} lanes, {p['max_in_folds']} window "
                 f"and {p['max_weight_words']} weight words")

@@ -18,7 +18,10 @@ def _node(op, channels, **attrs):
     return Node("test", op, [], attrs, channels=channels)
 
 
-def layer_run(geometry, c_out, pe, settings, *, rows_per_tile=2, stall=0.0, seed=0):
+def layer_run(geometry, c_out, pe, settings, *, lanes=None, rows_per_tile=2, stall=0.0,
+              seed=0):
+    lanes = lanes or pe
+    parts = pe // lanes
     g = Geometry(np.random.default_rng(seed + c_out), *geometry)
     rng = np.random.default_rng(seed)
     bits, weights, out_folds = conv_weights(rng, g, c_out, pe)
@@ -33,13 +36,18 @@ def layer_run(geometry, c_out, pe, settings, *, rows_per_tile=2, stall=0.0, seed
                         ring_rows=g.ring_rows, ring_words=g.ring_rows * g.pitch, max_size=16,
                         max_words=4, max_kernel=5, max_weight_words=len(weights),
                         max_out_folds=out_folds, const_width=12, value_width=24,
-                        max_levels=levels)
-    constants = [{"addr": k * out_folds + nf, "c": {
-        "a": [int(v) for v in a[k, nf * pe:(nf + 1) * pe]],
-        "b": [int(v) for v in b[k, nf * pe:(nf + 1) * pe]],
-        "t": [[int(v) for v in row] for row in t[k, nf * pe:(nf + 1) * pe]],
-        "invert": int(inv[k, nf * pe:(nf + 1) * pe] @ (1 << np.arange(pe)))}}
-        for k in range(g.arrays) for nf in range(out_folds)]
+                        max_levels=levels, lanes=lanes)
+
+    def run(k, nf, p):
+        """Job k's channels of output fold nf's part p (a beat's lanes)."""
+        lo = nf * pe + p * lanes
+        return slice(lo, lo + lanes)
+    constants = [{"addr": (k * out_folds + nf) * parts + p, "c": {
+        "a": [int(v) for v in a[k, run(k, nf, p)]],
+        "b": [int(v) for v in b[k, run(k, nf, p)]],
+        "t": [[int(v) for v in row] for row in t[k, run(k, nf, p)]],
+        "invert": int(inv[k, run(k, nf, p)] @ (1 << np.arange(lanes)))}}
+        for k in range(g.arrays) for nf in range(out_folds) for p in range(parts)]
 
     async def setup(ctx):
         ctx.set(dut.gather_settings, g.settings())
@@ -56,9 +64,9 @@ def layer_run(geometry, c_out, pe, settings, *, rows_per_tile=2, stall=0.0, seed
             await stream_put(ctx, dut.constants, word)
         assert ctx.get(dut.idle)
 
-    order = [(oy, ox, nf, k) for oy in range(g.oh) for ox in range(g.ow)
-             for nf in range(out_folds) for k in range(g.arrays)]
-    sides = [[int(side[k, nf * pe + p, oy, ox]) for p in range(pe)] for oy, ox, nf, k in order]
+    order = [(oy, ox, nf, k, p) for oy in range(g.oh) for ox in range(g.ow)
+             for nf in range(out_folds) for k in range(g.arrays) for p in range(parts)]
+    sides = [[int(v) for v in side[k, run(k, nf, p), oy, ox]] for oy, ox, nf, k, p in order]
     expected = []
     ys = []
     for k in range(g.arrays):
@@ -83,7 +91,7 @@ def layer_run(geometry, c_out, pe, settings, *, rows_per_tile=2, stall=0.0, seed
                         invert=torch.from_numpy(inv[k]))
             y = op_of(thr).execute(thr, [y])
         ys.append(y[0])
-    expected = [[int(ys[k][nf * pe + p, oy, ox]) for p in range(pe)] for oy, ox, nf, k in order]
+    expected = [[int(v) for v in ys[k][run(k, nf, p), oy, ox]] for oy, ox, nf, k, p in order]
     inputs = {"tile": g.tiles(rows_per_tile)}
     if settings["add"]:
         inputs["side"] = sides
@@ -115,6 +123,26 @@ def test_a_layer_under_stalls(geometry, c_out, pe, settings):
     expected, result = layer_run(geometry, c_out, pe, settings, rows_per_tile=1,
                                  stall=0.4, seed=3)
     assert result.outputs["o"] == expected
+
+
+@pytest.mark.parametrize("geometry, c_out, pe, lanes, settings", [
+    (GEOMETRIES[1], 7, 4, 2, ALL | dict(levels=2)), (GEOMETRIES[2], 8, 8, 2, SECOND_LAYER),
+    (GEOMETRIES[4], 9, 4, 1, FIRST_LAYER)])
+def test_an_epilogue_narrower_than_pe(geometry, c_out, pe, lanes, settings):
+    """The intended engine's epilogue has half its arrays' PE rows (section 15): each
+    job's channels of an output fold go in pe / lanes beats, with their constants and
+    side elements, under stalls (the 1x1 layer's folds come faster than the beats)."""
+    expected, result = layer_run(geometry, c_out, pe, settings, lanes=lanes, stall=0.3,
+                                 seed=lanes)
+    assert result.outputs["o"] == expected
+
+
+def test_lanes_that_do_not_split_pe_evenly_are_refused():
+    from groupnet_hw.hw.engine.feeder import EpilogueFeeder
+    for pe, lanes in ((12, 5), (12, 4), (8, 16)):      # 12 / 4: three parts
+        with pytest.raises(ValueError, match="lanes"):
+            EpilogueFeeder(arrays=2, pe=pe, sum_width=8, lanes=lanes)
+    assert EpilogueFeeder(arrays=2, pe=12, sum_width=8, lanes=3).parts == 4
 
 
 def test_the_feeders_first_beat_after_the_stated_latency():

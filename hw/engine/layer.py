@@ -28,7 +28,10 @@ class LayerDatapath(wiring.Component):
     Parameters
     ----------
     arrays, pe, simd, planes : int
-        The base arrays (:class:`~.arrays.BaseArrays`); the epilogue has ``pe`` lanes.
+        The base arrays (:class:`~.arrays.BaseArrays`).
+    lanes : int, optional
+        The epilogue's lanes: ``pe`` (default) or ``pe`` divided by a power of two (the
+        feeder splits each job's channels of an output fold into ``pe / lanes`` beats).
     ring_rows, ring_words, max_size, max_words, max_kernel : int
         The gatherer's (:class:`~.gather.WindowGather`).
     max_weight_words : int
@@ -60,10 +63,10 @@ class LayerDatapath(wiring.Component):
     ----------
     One fold a cycle on every array while the gatherer keeps ahead (a window's words
     in at most ``out_folds x in_folds`` cycles) and the feeder does (an output fold at
-    most every ``arrays`` cycles).
+    most every ``arrays * pe / lanes`` cycles).
     """
 
-    def __init__(self, *, arrays, pe, simd, planes=1, ring_rows=4, ring_words=4096,
+    def __init__(self, *, arrays, pe, simd, lanes=None, planes=1, ring_rows=4, ring_words=4096,
                  max_size=256, max_words=16, max_kernel=3, max_weight_words=3072,
                  max_out_folds=32, const_width=32, value_width=32, max_levels=1):
         self.gather = WindowGather(arrays=arrays, simd=simd, planes=planes,
@@ -76,10 +79,11 @@ class LayerDatapath(wiring.Component):
         self.arrays = BaseArrays(arrays=arrays, pe=pe, simd=simd, planes=planes,
                                  max_window=max_kernel ** 2 * max_words * simd)
         width = self.arrays.sum_width
-        self.feeder = EpilogueFeeder(arrays=arrays, pe=pe, sum_width=width,
+        self.feeder = EpilogueFeeder(arrays=arrays, pe=pe, sum_width=width, lanes=lanes,
                                      const_width=const_width, value_width=value_width,
                                      max_levels=max_levels, max_out_folds=max_out_folds)
-        self.epilogue = EpilogueLanes(lanes=pe, x_width=width, const_width=const_width,
+        self.epilogue = EpilogueLanes(lanes=self.feeder.lanes, x_width=width,
+                                      const_width=const_width,
                                       value_width=value_width, max_levels=max_levels)
         members = {
             "gather_settings": self.gather.signature.members["settings"],
