@@ -412,8 +412,11 @@ def write_docs(results, built_rows, rtl_rows, authors, cross, out_md, out_png):
              f"{_built_core()}, threshold lanes, a scalar datapath for the rest, one",
              "banked scratchpad, no overlap of transfers and compute; its timing at the",
              "100 MHz target is not closed); the",
-             "intended engine is the cycle model of architecture section 12 (5 arrays of",
-             "16 x 48 lanes side by side, double-buffered transfers), not built yet. DRAM:",
+             "intended engine is the cycle model of architecture section 12 ({arrays} "
+             "arrays of".format(**results[0]["engine"]),
+             "{pe} x {simd} lanes side by side, a stem of {stem_pe} x {stem_simd} "
+             "multipliers, {vector_lanes} vector lanes,".format(**results[0]["engine"]),
+             "double-buffered transfers), being built unit by unit (section 15). DRAM:",
              "the default DE10-Nano model (1.0 GB/s sustained, 48 cycles latency).",
              "",
              "| network (K=5, 224x224) | intended engine: cycles/frame | frames/s | "

@@ -28,13 +28,15 @@ class EngineConfig:
         in ``ceil(K / arrays)`` rounds.
     pe, simd : int
         Output channels and input lanes of one array: an array has ``pe * simd`` lanes
-        and takes ``ceil(C_out/pe) * ceil(k*k*C_in/simd)`` cycles per output pixel.
+        and takes ``ceil(C_out/pe) * k*k * ceil(C_in/simd)`` cycles per output pixel (a
+        tap's channels are words of their own: :func:`.cycles.binary_fold_cycles`).
     stem_pe, stem_simd : int
         The full-precision stem's multiplier array (DSP blocks): the same folding
         formula with integer multiplies.
     vector_lanes : int
         Channels per cycle of the element-wise unit (post-ops, adds, thresholds,
-        mixers), of max pooling and of the classifier head.
+        mixers), of max pooling and of the classifier head; a binary convolution's
+        epilogue takes ``ceil(pe / vector_lanes)`` beats a job of each output fold.
     port_bytes : int
         Data width of the Avalon-MM master in bytes (16: the DE10-Nano's FPGA-to-SDRAM
         port at 128 bits). Tensor rows and parameter blocks are padded to it, so every

@@ -24,8 +24,10 @@ ALMs; LUT4-based families count two LUT4s per ALM), block-RAM bits and multiplie
 - an XNOR lane with its share of its PE's accumulators: measured, ``BaseArrays`` (one
   array of 16 x 48 lanes and five: the per-lane figure of their difference);
 - a vector lane: measured for its post-op, residual add, ReLU and one threshold
-  (``EpilogueLanes``, 16 lanes), two multipliers (a 32-bit constant times a sum, in two
-  pieces); the pooling, mixer and head it will also run are not in the figure;
+  (``EpilogueLanes``, 16 lanes: two multipliers, a 32-bit constant times a sum in two
+  pieces) and its mixer lane (``MixerLanes``, 16 lanes: four, a lambda's and a gate's
+  product in two pieces each); the pooling and head it will also run are not in the
+  figure, nor the threshold lanes behind the mixer (fusion rule 7);
 - an array: 300 ALMs (a guess: window, weight-buffer addressing, control);
 - the stem: ``stem_pe * stem_simd`` 9x9 multipliers (three per Cyclone V DSP block);
 - fixed: 4,000 ALMs (a guess) for the Avalon-MM DMA, the sequencer, the control and
@@ -35,9 +37,10 @@ ALMs; LUT4-based families count two LUT4s per ALM), block-RAM bits and multiplie
 
 The guesses are likely low: :func:`estimate_core`, fitted to the core that exists, puts
 about 13,000 ALMs and 74 DSP blocks on its 64-bit scalar datapath, control and DMAs at
-128-bit ports. The ladder of candidates tops out at 5 arrays x 16 PE x 48 SIMD: K = 5
-bases run in one round, and the cycle model already predicts ResNet-18 K=5 to be
-DRAM-bound on the DE10-Nano at that size, so more lanes would buy nothing there.
+128-bit ports. The ladder of candidates tops out at 5 arrays x 16 PE x 64 SIMD: K = 5
+bases run in one round, SIMD 64 divides every channel count of the paper's networks
+(the window gatherer gives a tap's channels words of their own), and ResNet-18 K=5 is
+about as much DRAM-bound as compute-bound on the DE10-Nano at that size.
 """
 
 from __future__ import annotations
