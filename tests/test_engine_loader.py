@@ -24,7 +24,8 @@ def bus_words(row_bytes, data_width):
             for i in range(0, len(row_bytes), step)]
 
 
-def run(arrays, simd, channels, width, data_width, *, height=3, stall=0.0, seed=0):
+def run(arrays, simd, channels, width, data_width, *, height=3, stall=0.0, seed=0,
+        dirty_padding=False):
     g = Geometry(np.random.default_rng(seed), arrays, simd, 1, channels, height, width,
                  3, 1, 1, 1, False)
     port = data_width // 8
@@ -32,7 +33,11 @@ def run(arrays, simd, channels, width, data_width, *, height=3, stall=0.0, seed=
     rows, data = [], []
     for iy in range(height):
         for k in range(arrays):
-            packed = fmt.pack(g.maps[k]).reshape(height, -1)[iy]
+            packed = fmt.pack(g.maps[k]).reshape(height, -1)[iy].copy()
+            if dirty_padding:       # what the DMA reads past a row's pixels is not ours
+                pixels = width * fmt.pixel_bytes
+                packed[pixels:] = np.random.default_rng(seed + iy).integers(
+                    1, 256, packed.size - pixels)
             rows.append({"base": (iy % g.ring_rows) * g.pitch, "array": k, "iy": iy,
                          "last": int(k == arrays - 1)})
             data += bus_words(packed, data_width)
@@ -79,12 +84,21 @@ def test_rows_under_stalls():
     assert ring == expected
 
 
-def test_a_ring_word_a_cycle():
-    # 64 channels on 64 lanes, 128-bit bus words: a row of 7 pixels is 7 ring words and
-    # 4 bus words; three rows of two bases in a few cycles more than their 42 words
-    dut, ring, expected, result, beats = run(2, 64, 64, 7, 128)
+@pytest.mark.parametrize("simd", [64, 48])
+def test_a_ring_word_a_cycle(simd):
+    # 64 (48) channels on as many lanes, 128-bit bus words: a row of 7 pixels is 7 ring
+    # words and 4 (3) bus words; three rows of two bases in a few cycles more than their
+    # 42 words, also where a bus word is not whole ring words (16 bytes, 6 a word)
+    dut, ring, expected, result, beats = run(2, simd, simd, 7, 128)
     assert ring == expected
     assert result.cycles <= 42 + 3 * 2 * 3
+
+
+def test_a_rows_padding_is_dropped_whatever_it_holds():
+    # 21 channels: three bytes a pixel, 5 pixels 15 bytes, the row padded to 16 and 32
+    for data_width in (128, 256):
+        _, ring, expected, _, _ = run(2, 8, 21, 5, data_width, seed=5, dirty_padding=True)
+        assert ring == expected
 
 
 @pytest.mark.parametrize("bad, message", [(dict(simd=12), "multiples of 8"),

@@ -109,7 +109,9 @@ class RowLoader(wiring.Component):
         m = Module()
         st, simd, dw = self.settings, self.simd, self.data_width
         wb, db = simd // 8, dw // 8                # bytes of a ring word, of a bus word
-        cap = db + wb                               # bytes the gearbox holds
+        # bytes the gearbox holds: a bus word comes in while at most two ring words'
+        # bytes are held, so that a word still goes out every cycle while it does
+        cap = db + 2 * wb
         buf = Signal(8 * cap)
         count = Signal(range(cap + 1))              # bytes held
         busy = Signal()
@@ -151,20 +153,24 @@ class RowLoader(wiring.Component):
         free = ~self.o.valid | self.o.ready
         enough = Mux(last_j, left_last >= 0, left_wb >= 0)
         emit = busy & ~words_done & enough & free
-        left = Signal(range(cap + 1))               # bytes held after this cycle's word
-        m.d.comb += left.eq(Mux(emit, Mux(last_j, left_last, left_wb), count))
-        # a bus word comes in when the bytes left after this cycle's word leave room
-        accept = busy & (beats_left != 0) & (words_done | (left + db <= cap))
+        # a bus word comes in while the bytes held leave it room, whatever this cycle's
+        # word takes: neither the insertion's shift nor `ready` waits for `emit` (on
+        # ECP5 the loader placed at 75.8 MHz with the word's size, the bytes left and
+        # the insertion shift in one path)
+        accept = busy & (beats_left != 0) & (words_done | (count <= cap - db))
         m.d.comb += self.data.ready.eq(accept)
         got = accept & self.data.valid
-        incoming = Mux(got, self.data.payload, 0)
-        shifted_out = Mux(emit, Mux(last_j, buf >> (last_bytes * 8), buf >> (wb * 8)), buf)
+        merged = Signal(8 * cap)
+        m.d.comb += merged.eq(buf | (Mux(got, self.data.payload, 0) << (count * 8)))
         new_count = Signal(range(cap + 1))
         starts = self.row.valid & self.row.ready
-        # (after a row's words, its padding's bytes come in and are never sent out; the
-        # next row starts from an empty gearbox)
-        m.d.comb += new_count.eq(Mux(starts, 0, left + Mux(got, db, 0)))
-        m.d.sync += [buf.eq(shifted_out | (incoming << (left * 8))),
+        m.d.comb += new_count.eq(
+            Mux(starts, 0, Mux(emit, Mux(last_j, left_last, left_wb), count)
+                + Mux(got, db, 0)))
+        # a new row starts from an empty gearbox (its predecessor's padding bytes came in
+        # and were never sent out)
+        m.d.sync += [buf.eq(Mux(starts, 0, Mux(emit, Mux(last_j, merged >> (last_bytes * 8),
+                                                         merged >> (wb * 8)), merged))),
                      count.eq(new_count), left_wb.eq(new_count - wb),
                      left_last.eq(new_count - Mux(starts, last_bytes_now, last_bytes))]
         with m.If(got):
