@@ -126,3 +126,13 @@ def test_the_first_output_after_the_stated_latency():
     sim.add_testbench(bench)
     sim.run()
     assert seen == [dut.latency + n for n in range(3)]
+
+
+@pytest.mark.parametrize("jobs, gated", [(5, True), (1, False)])
+def test_a_consumer_far_slower_fills_both_fifos_to_the_brim(jobs, gated):
+    # a beat taken every 25 cycles: the values' FIFO (gated) or the aggregates' (K = 1:
+    # a group end every beat)
+    # fills to its last word and stays full, so a count of the words in flight that is
+    # one short would drop a beat
+    *_, expected, result = run(2, jobs, gated, groups=8, seed=11, pace=25)
+    assert result.outputs["o"] == expected

@@ -71,8 +71,9 @@ class MixerLanes(wiring.Component):
 
     Latency
     -------
-    :attr:`latency`: cycles from a group's last beat to its first output (the
-    aggregate's stages, its FIFO, the gate's four stages and the output register).
+    :attr:`latency`: cycles from a group's last beat to its first output (the input
+    register, the aggregate's stages, its FIFO, the gate's four stages and the output
+    register).
 
     Throughput
     ----------
@@ -80,7 +81,7 @@ class MixerLanes(wiring.Component):
     aggregate of the next group is computed while this one's gates are.
     """
 
-    latency = 10
+    latency = 11
 
     def __init__(self, *, lanes, value_width=32, coef_width=16, max_jobs=8):
         for name, value in (("lanes", lanes), ("value_width", value_width),
@@ -105,25 +106,39 @@ class MixerLanes(wiring.Component):
         # the aggregate at the value width: one product piece fewer a gate (section 15)
         m.submodules.aggs = aggs = SyncFIFOBuffered(width=lanes * vw, depth=4)
 
-        # --- the aggregate: free-running stages; a beat is taken only when its group's
-        # aggregate and its value have room in the FIFOs
-        last_b, last_c, last_d = Signal(), Signal(), Signal()
-        agg_room = aggs.level + last_b + last_c + last_d < 4
+        # --- the aggregate: free-running stages behind an input register; a beat is
+        # taken only when its value and its group's aggregate will have room in the
+        # FIFOs, counted a cycle ahead from registers (`i.ready` is a register, and the
+        # FIFO's write enable one: on ECP5 the count and the enable's fanout into the
+        # FIFO's 512-bit words were the mixer's late path, 11.9 ns)
+        last_a, last_b, last_c, last_d = Signal(), Signal(), Signal(), Signal()
+        valid_a = Signal()
+        x_a = Signal.like(self.i.payload)
+        room = Signal()
         take = Signal()
-        m.d.comb += [take.eq(self.i.valid & xs.w_rdy & agg_room), self.i.ready.eq(take)]
-        m.d.comb += [xs.w_data.eq(self.i.payload.as_value()), xs.w_en.eq(take & st.gated)]
-
+        m.d.comb += [take.eq(self.i.valid & room), self.i.ready.eq(room)]
         k = Signal(range(self.max_jobs))
-        last_a = k == st.jobs - 1
+        last_now = k == st.jobs - 1
         with m.If(take):
-            m.d.sync += k.eq(Mux(last_a, 0, k + 1))
+            m.d.sync += [k.eq(Mux(last_now, 0, k + 1)), x_a.eq(self.i.payload)]
+        m.d.sync += [valid_a.eq(take), last_a.eq(take & last_now)]
+        # in flight to the value FIFO: the beat in the register and the one taken now;
+        # to the aggregate FIFO: every group end from here to it
+        xs_next = xs.level + valid_a + take
+        aggs_next = aggs.level + last_a + last_b + last_c + last_d + (take & last_now)
+        m.d.sync += room.eq((xs_next < xs.depth) & (aggs_next < aggs.depth))
+        m.d.comb += [xs.w_data.eq(x_a.as_value()), xs.w_en.eq(valid_a & st.gated)]
+
         lam = Signal(signed(self.coef_width))
-        m.d.comb += lam.eq(st.lambdas[k])
+        k_a = Signal.like(k)
+        with m.If(take):
+            m.d.sync += k_a.eq(k)
+        m.d.comb += lam.eq(st.lambdas[k_a])
         # B: the products' pieces
-        pieces = [registered_pieces(m, self.i.payload[j], lam, None, f"lam{j}")
+        pieces = [registered_pieces(m, x_a[j], lam, None, f"lam{j}")
                   for j in range(lanes)]
         valid_b, first_b = Signal(), Signal()
-        m.d.sync += [valid_b.eq(take), first_b.eq(k == 0), last_b.eq(take & last_a)]
+        m.d.sync += [valid_b.eq(valid_a), first_b.eq(k_a == 0), last_b.eq(last_a)]
         # C: the sum of the group so far
         accs = [Signal(signed(acc_width), name=f"acc{j}") for j in range(lanes)]
         totals = [Signal(signed(acc_width), name=f"total{j}") for j in range(lanes)]
