@@ -46,6 +46,11 @@ def test_the_intended_engines_sizing_uses_the_measured_costs():
     lanes = engine_units.SIZES["epilogue"][1]["lanes"]
     assert sizing._ALM_PER_VECTOR_LANE == round(epilogue["alm"] / lanes)
     assert sizing._DSP_PER_VECTOR_LANE == epilogue["cells"]["dsp"] / lanes
+    layer = RECORDS["layer-intended"]["cyclonev"]
+    p = engine_units.SIZES["layer-intended"][1]
+    beyond = (layer["alm"] - p["arrays"] * p["pe"] * p["simd"] * sizing._ALM_PER_LANE
+              - p["lanes"] * sizing._ALM_PER_VECTOR_LANE)
+    assert sizing._ALM_PER_ARRAY == round(beyond / p["arrays"])
     mixer = RECORDS["mixer"]["cyclonev"]
     lanes = engine_units.SIZES["mixer"][1]["lanes"]
     assert sizing._ALM_PER_MIXER_LANE == round(mixer["alm"] / lanes)

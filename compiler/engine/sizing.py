@@ -28,7 +28,8 @@ ALMs; LUT4-based families count two LUT4s per ALM), block-RAM bits and multiplie
   pieces) and its mixer lane (``MixerLanes``, 16 lanes: four, a lambda's and a gate's
   product in two pieces each); the pooling and head it will also run are not in the
   figure, nor the threshold lanes behind the mixer (fusion rule 7);
-- an array: 300 ALMs (a guess: window, weight-buffer addressing, control);
+- an array beyond its lanes: measured, the layer datapath (``LayerDatapath``: the
+  window gatherer, the fold issuer, the feeder) at the intended size less its lanes;
 - the stem: ``stem_pe * stem_simd`` 9x9 multipliers (three per Cyclone V DSP block);
 - fixed: 4,000 ALMs (a guess) for the Avalon-MM DMA, the sequencer, the control and
   status registers and the head's control;
@@ -67,12 +68,17 @@ CANDIDATES = ((5, 16, 64), (5, 16, 32), (4, 16, 32), (3, 16, 32), (2, 16, 32), (
 _ALM_PER_LANE = 2.27
 _ALM_PER_VECTOR_LANE, _DSP_PER_VECTOR_LANE = 368, 2
 _ALM_PER_MIXER_LANE, _DSP_PER_MIXER_LANE = 548, 4
+#: Measured: what an array's share of the layer datapath costs beyond its lanes (its
+#: slice of the gatherer's ring and addressing, its fold issuer's buffers, its feeder
+#: share): the intended layer datapath's ALMs less its XNOR lanes and epilogue lanes,
+#: per array.
+_ALM_PER_ARRAY = 999
 #: Vector lanes the sizing keeps before it takes the stem's multipliers: a 3x3 layer of
 #: 64 channels gives 5 arrays' 80 sums every 9 cycles, 10 beats of 8 lanes (1 % of
 #: ResNet-18's frame against 16 lanes; 4 lanes would double its first stage).
 _KEPT_VECTOR_LANES = 8
-#: Guesses for the units not built yet.
-_ALM_PER_ARRAY, _ALM_FIXED = 300, 4000
+#: A guess for the units not built yet (DMAs, sequencer, registers, the head's control).
+_ALM_FIXED = 4000
 _BRAM_BYTES_PER_BLOCK = 1024
 _MULTS_PER_DSP = {"cyclonev": 3}
 
