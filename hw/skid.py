@@ -15,7 +15,7 @@ from amaranth.hdl import Cat, Mux, Signal
 __all__ = ["skid_outputs"]
 
 
-def skid_outputs(m, outputs, values, load, name="skid"):
+def skid_outputs(m, outputs, values, load, name="skid", advance=None):
     """Drive each stream of ``outputs`` from ``values`` through its own output register
     and skid; return ``room``, the pipeline's enable.
 
@@ -33,6 +33,13 @@ def skid_outputs(m, outputs, values, load, name="skid"):
         A result is loaded this cycle. Only when ``room`` is 1.
     name : str
         Prefix of the signals' names.
+    advance : Value, optional
+        The pipeline advances this cycle (``load`` is ``advance`` and the result's
+        valid bit). Given, the output and skid registers take ``values`` on every
+        advance, a result or not (what they hold counts only while ``o.valid`` or the
+        skid's full bit says so), so that their enables, hundreds of registers wide,
+        do not wait for the valid bit: on ECP5 that bit's route to them was a wide
+        unit's late path.
 
     Returns
     -------
@@ -58,17 +65,38 @@ def skid_outputs(m, outputs, values, load, name="skid"):
         full = Signal(name=f"{name}{k}_full")
         held = Signal.like(o.payload, name=f"{name}{k}")
         free = ~o.valid | o.ready
-        with m.If(load):
-            with m.If(free):
-                m.d.sync += [o.valid.eq(1), *(o.payload[j].eq(v) for j, v in enumerate(value))]
-            with m.Else():
-                m.d.sync += [full.eq(1), *(held[j].eq(v) for j, v in enumerate(value))]
-        with m.Elif(full):
-            # the output register is full while the skid is: `o.valid` stays 1
-            with m.If(o.ready):
-                m.d.sync += [o.payload.eq(held), full.eq(0)]
-        with m.Elif(o.ready):
-            m.d.sync += o.valid.eq(0)
+        if advance is None:
+            with m.If(load):
+                with m.If(free):
+                    m.d.sync += [o.valid.eq(1), *(o.payload[j].eq(v) for j, v in enumerate(value))]
+                with m.Else():
+                    m.d.sync += [full.eq(1), *(held[j].eq(v) for j, v in enumerate(value))]
+            with m.Elif(full):
+                # the output register is full while the skid is: `o.valid` stays 1
+                with m.If(o.ready):
+                    m.d.sync += [o.payload.eq(held), full.eq(0)]
+            with m.Elif(o.ready):
+                m.d.sync += o.valid.eq(0)
+        else:
+            # the payloads on `advance` (no advance while the skid is full: `room`)...
+            with m.If(advance):
+                with m.If(free):
+                    m.d.sync += [o.payload[j].eq(v) for j, v in enumerate(value)]
+                with m.Else():
+                    m.d.sync += [held[j].eq(v) for j, v in enumerate(value)]
+            with m.Elif(full & o.ready):
+                m.d.sync += o.payload.eq(held)
+            # ... and the valid and full bits on `load`, as above
+            with m.If(load):
+                with m.If(free):
+                    m.d.sync += o.valid.eq(1)
+                with m.Else():
+                    m.d.sync += full.eq(1)
+            with m.Elif(full):
+                with m.If(o.ready):
+                    m.d.sync += full.eq(0)
+            with m.Elif(o.ready):
+                m.d.sync += o.valid.eq(0)
         full_next.append(Mux(load, ~free, full & ~o.ready))
     m.d.sync += room.eq(~Cat(full_next).any())
     return room

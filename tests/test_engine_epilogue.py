@@ -125,11 +125,58 @@ def test_reset_mid_stream_starts_clean(reset_at):
     assert result.outputs["o"] == expected
 
 
+def test_thresholds_next_to_the_values_and_the_halves_boundaries():
+    # the comparison goes by halves of the value's bits: values at and around the lower
+    # half's carry (multiples of 2**10 at 20 bits), negative ones, and thresholds one
+    # below, at and one above them, where the upper halves are equal or one apart
+    rng = np.random.default_rng(9)
+    lanes, vw = 3, 20
+    centres = [0, -1, 1 << 10, (1 << 10) - 1, -(1 << 10), (1 << 19) - 1, -(1 << 19) + 1, 777,
+               -12345, 5 << 10]
+    beats = []
+    for c in centres:
+        for d in (-1, 0, 1):
+            x = [c + int(rng.integers(-1, 2)) for _ in range(lanes)]
+            x = [min(max(v, -(1 << 19)), (1 << 19) - 1) for v in x]
+            t = [[min(max(v + d, -(1 << 19)), (1 << 19) - 1)] for v in x]
+            beats.append(dict(x=x, a=[0] * lanes, b=[0] * lanes, side=[0] * lanes, t=t,
+                              invert=int(rng.integers(0, 1 << lanes)),
+                              settings=dict(postop=0, pre_relu=0, post_relu=0, shift=0, add=0,
+                                            relu=0, threshold=1, levels=1)))
+    dut = EpilogueLanes(lanes=lanes, x_width=vw, const_width=12, value_width=vw, max_levels=1)
+    result = run_streams(dut, {"i": beats}, {"o": len(beats)}, max_cycles=1000)
+    assert result.outputs["o"] == [reference(b, lanes) for b in beats]
+
+
 def test_a_beat_a_cycle_at_the_stated_latency():
     dut, beats, expected, result = run(2, n=50)
     assert result.outputs["o"] == expected
     assert result.cycles <= len(beats) + dut.latency + 2
-    assert dut.latency == 8
+    assert dut.latency == 9
+
+
+def test_the_first_result_after_the_stated_latency():
+    from amaranth.sim import Simulator
+    beat = random_beats(np.random.default_rng(4), 1, 2, 10, 12, 20, 3)[0]
+    dut = EpilogueLanes(lanes=2, x_width=10, const_width=12, value_width=20, max_levels=3)
+    seen = []
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+
+    async def bench(ctx):
+        ctx.set(dut.o.ready, 1)
+        ctx.set(dut.i.payload, beat)
+        ctx.set(dut.i.valid, 1)
+        await ctx.tick()                       # the beat is taken: cycle 0
+        ctx.set(dut.i.valid, 0)
+        for cycle in range(1, 15):
+            *_, valid, payload = await ctx.tick().sample(dut.o.valid, dut.o.payload)
+            if valid:
+                seen.append((cycle, [int(v) for v in payload]))
+
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == [(dut.latency, reference(beat, 2))]
 
 
 @pytest.mark.parametrize("bad", [dict(lanes=0), dict(max_levels=1.5)])

@@ -11,7 +11,7 @@ same lanes run any descriptor's channels in any order.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -67,8 +67,10 @@ class EpilogueLanes(wiring.Component):
     Pipeline, a stage a register: the operands; the product's pieces (``hw.arith.
     registered_pieces``: each piece one DSP multiplier with its register) and ``b`` plus
     the rounding constant; the pieces summed; the offset added; the shift and
-    ``post_relu``; the side added and the ReLU; each threshold's comparison; the invert
-    bits, the levels in use and their count into the output register, which has a one-beat skid (``hw.skid``).
+    ``post_relu``; the side added and the ReLU; each threshold's comparison of the upper
+    and the lower half of the bits; the halves' results joined; the invert bits, the
+    levels in use and their count into the output register, which has a one-beat skid
+    (``hw.skid``) whose data registers load on every advance.
 
     Parameters
     ----------
@@ -92,7 +94,7 @@ class EpilogueLanes(wiring.Component):
 
     Latency
     -------
-    :attr:`latency` = 8 cycles from a beat's acceptance to its result on ``o`` with
+    :attr:`latency` = 9 cycles from a beat's acceptance to its result on ``o`` with
     ``o.ready`` high.
 
     Throughput
@@ -100,7 +102,7 @@ class EpilogueLanes(wiring.Component):
     One beat (``lanes`` channels) a cycle. ``i.ready`` is a register.
     """
 
-    latency = 8
+    latency = 9
 
     def __init__(self, *, lanes, x_width=18, const_width=32, value_width=32, max_levels=1):
         for name, value in (("lanes", lanes), ("x_width", x_width),
@@ -188,23 +190,39 @@ class EpilogueLanes(wiring.Component):
         valid = stage(valid, "valid5", True)
         st = carried.settings
 
-        # 6: each threshold compared (the invert bits and the level count are applied
-        # in the next stage: on ECP5 they made this stage the critical path, 10.3 ns)
-        hits = []
+        # 6, 7: each threshold compared, a half of the value's bits in each stage (on
+        # ECP5 the whole comparison was the layer datapath's late path, 11.4 ns); the
+        # invert bits and the level count are applied in the next stage (with them in
+        # the comparison's stage it was the epilogue's, 10.3 ns)
+        half = vw // 2
+        parts = []
         for j in range(lanes):
-            bits = [zs[j] >= carried.t[j][k] for k in range(levels)]
-            hits.append(stage(Cat(*bits), f"hits{j}", False))
+            z = zs[j]
+            bits = []
+            for k in range(levels):
+                t = Value.cast(carried.t[j][k])
+                bits += [z[half:].as_signed() > t[half:].as_signed(), z[half:] == t[half:],
+                         z[:half] >= t[:half]]
+            parts.append(stage(Cat(*bits), f"halves{j}", False))
         zs = [stage(z, f"z6_{j}", False) for j, z in enumerate(zs)]
         invert = stage(carried.invert, "invert6", False)
         st = stage(carried.settings, "settings6", False)
         valid = stage(valid, "valid6", True)
+        hits = [stage(Cat(*(p[3 * k] | (p[3 * k + 1] & p[3 * k + 2]) for k in range(levels))),
+                      f"hits{j}", False) for j, p in enumerate(parts)]
+        zs = [stage(z, f"z7_{j}", False) for j, z in enumerate(zs)]
+        invert = stage(invert, "invert7", False)
+        st = stage(st, "settings7", False)
+        valid = stage(valid, "valid7", True)
 
-        # 7: the levels counted, into the output register
+        # 8: the levels counted, into the output register (whose data registers load on
+        # every advance: their enables do not wait for the valid bit)
         outs = [Mux(st.threshold,
                     sum_tree([(hits[j][k] ^ invert[j]) & (k < st.levels)
                               for k in range(levels)]), zs[j])
                 for j in range(lanes)]
-        m.d.comb += adv.eq(skid_outputs(m, [self.o], [outs], adv & valid, name="out"))
+        m.d.comb += adv.eq(skid_outputs(m, [self.o], [outs], adv & valid, name="out",
+                                        advance=adv))
         return m
 
 
