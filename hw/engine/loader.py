@@ -120,6 +120,7 @@ class RowLoader(wiring.Component):
         ix = Signal(range(self.max_size + 1))
         j = Signal(range(self.max_words))
         beats_left = Signal.like(st.row_beats)
+        more = Signal()                             # beats_left != 0, kept as a register
         # what the settings fix, registered as a row starts: a pixel's last word's
         # bytes and their mask
         last_bytes_now = Signal(range(wb + 1))
@@ -142,7 +143,7 @@ class RowLoader(wiring.Component):
             m.d.sync += [busy.eq(1), array.eq(self.row.payload.array),
                          addr.eq(self.row.payload.base), ix.eq(0), j.eq(0),
                          last_j.eq(st.words == 1), words_done.eq(0),
-                         beats_left.eq(st.row_beats),
+                         beats_left.eq(st.row_beats), more.eq(1),
                          iy.eq(self.row.payload.iy), last_base.eq(self.row.payload.last),
                          last_bytes.eq(last_bytes_now),
                          keep_last.eq((Const(1, simd + 1) << (last_bytes_now * 8)) - 1)]
@@ -157,11 +158,12 @@ class RowLoader(wiring.Component):
         # word takes: neither the insertion's shift nor `ready` waits for `emit` (on
         # ECP5 the loader placed at 75.8 MHz with the word's size, the bytes left and
         # the insertion shift in one path)
-        accept = busy & (beats_left != 0) & (words_done | (count <= cap - db))
+        accept = busy & more & (words_done | (count <= cap - db))
         m.d.comb += self.data.ready.eq(accept)
         got = accept & self.data.valid
+        # the bus word is shifted into place whether it comes or not; `got` picks it last
         merged = Signal(8 * cap)
-        m.d.comb += merged.eq(buf | (Mux(got, self.data.payload, 0) << (count * 8)))
+        m.d.comb += merged.eq(buf | Mux(got, self.data.payload << (count * 8), 0))
         new_count = Signal(range(cap + 1))
         starts = self.row.valid & self.row.ready
         m.d.comb += new_count.eq(
@@ -174,7 +176,7 @@ class RowLoader(wiring.Component):
                      count.eq(new_count), left_wb.eq(new_count - wb),
                      left_last.eq(new_count - Mux(starts, last_bytes_now, last_bytes))]
         with m.If(got):
-            m.d.sync += beats_left.eq(beats_left - 1)
+            m.d.sync += [beats_left.eq(beats_left - 1), more.eq(beats_left != 1)]
 
         piece = Signal(simd)
         m.d.comb += piece.eq(buf & Mux(last_j, keep_last, (1 << simd) - 1))
@@ -195,7 +197,7 @@ class RowLoader(wiring.Component):
         # the row ends when its words are out and its bus words (padding too) are in
         # (its last word is in the output register: written the next cycle, before the
         # gatherer, which waits a cycle for `loaded`, can read it)
-        with m.If(busy & words_done & (beats_left == 0) & free):
+        with m.If(busy & words_done & ~more & free):
             m.d.sync += busy.eq(0)
             with m.If(last_base):
                 m.d.sync += self.loaded.eq(iy + 1)

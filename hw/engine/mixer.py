@@ -129,11 +129,11 @@ class MixerLanes(wiring.Component):
         m.d.sync += room.eq((xs_next < xs.depth) & (aggs_next < aggs.depth))
         m.d.comb += [xs.w_data.eq(x_a.as_value()), xs.w_en.eq(valid_a & st.gated)]
 
+        # the beat's lambda is picked as it is taken: no selection before the products
         lam = Signal(signed(self.coef_width))
         k_a = Signal.like(k)
         with m.If(take):
-            m.d.sync += k_a.eq(k)
-        m.d.comb += lam.eq(st.lambdas[k_a])
+            m.d.sync += [k_a.eq(k), lam.eq(st.lambdas[k])]
         # B: the products' pieces
         pieces = [registered_pieces(m, x_a[j], lam, None, f"lam{j}")
                   for j in range(lanes)]
