@@ -120,20 +120,23 @@ class MixerLanes(wiring.Component):
         k = Signal(range(self.max_jobs))
         last_now = k == st.jobs - 1
         with m.If(take):
-            m.d.sync += [k.eq(Mux(last_now, 0, k + 1)), x_a.eq(self.i.payload)]
+            m.d.sync += k.eq(Mux(last_now, 0, k + 1))
         m.d.sync += [valid_a.eq(take), last_a.eq(take & last_now)]
-        # in flight to the value FIFO: the beat in the register and the one taken now;
-        # to the aggregate FIFO: every group end from here to it
-        xs_next = xs.level + valid_a + take
-        aggs_next = aggs.level + last_a + last_b + last_c + last_d + (take & last_now)
+        # in flight to the value FIFO: the beat in the register and one taken now; to
+        # the aggregate FIFO: every group end from here to it and one taken now. Counted
+        # as if a beat were taken, so that the count does not wait for `i.valid`
+        xs_next = xs.level + valid_a + 1
+        aggs_next = aggs.level + last_a + last_b + last_c + last_d + 1
         m.d.sync += room.eq((xs_next < xs.depth) & (aggs_next < aggs.depth))
         m.d.comb += [xs.w_data.eq(x_a.as_value()), xs.w_en.eq(valid_a & st.gated)]
 
-        # the beat's lambda is picked as it is taken: no selection before the products
+        # the register takes the input, its base and lambda whenever there is room (what
+        # it holds counts only with `valid_a`), so its enable is a register; the lambda
+        # is picked here: no selection before the products
         lam = Signal(signed(self.coef_width))
         k_a = Signal.like(k)
-        with m.If(take):
-            m.d.sync += [k_a.eq(k), lam.eq(st.lambdas[k])]
+        with m.If(room):
+            m.d.sync += [x_a.eq(self.i.payload), k_a.eq(k), lam.eq(st.lambdas[k])]
         # B: the products' pieces
         pieces = [registered_pieces(m, x_a[j], lam, None, f"lam{j}")
                   for j in range(lanes)]
