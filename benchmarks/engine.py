@@ -193,6 +193,7 @@ def dram_floor(program, wide_maps_at=None, proven=False):
     that width for this program)."""
     from groupnet_hw.compiler.engine.formats import round_up
     from groupnet_hw.compiler.engine.fusion import main_ref
+    from groupnet_hw.compiler.engine.layout import _norm
     from groupnet_hw.compiler.engine.tiling import input_rows_read
     g = program.graph
     name_in, name_out = g.input, g.output
@@ -202,7 +203,7 @@ def dram_floor(program, wide_maps_at=None, proven=False):
     for d, grp in zip(program.descriptors, program.groups):
         for job in grp.jobs:
             for r in main_ref(job):
-                ref = g.source(r) if g.producer(r).outputs == 1 else r
+                ref = _norm(r, g)
                 part = input_rows_read(d) / d["in_h"] if d["in_h"] else 1.0
                 share[ref] = max(share.get(ref, 0.0), min(1.0, part))
     total = program.header["param_bytes"]

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 
 from ..compiler.engine.formats import TensorFormat
-from ..compiler.engine.params import (sections, unpack_binary_weights, unpack_bitvec,
-                                      unpack_consts, unpack_int_weights)
+from ..compiler.engine.params import (level_block_bytes, sections, unpack_binary_weights,
+                                      unpack_bitvec, unpack_consts, unpack_int_weights)
 from ..compiler.engine.program import (DESCRIPTOR, DESCRIPTOR_MAGIC, END_OPCODE, FLAG_BITS,
                                        HEADER, JOB, MAGIC, OPCODE_CODES, STAGE_BITS,
                                        VERSION, ProgramError, decode, table_entries)
@@ -145,9 +145,16 @@ class _Params:
         return torch.from_numpy(unpack_consts(self.raw(name)[skip * cb:], count, cb))
 
     def threshold(self, name, channels, levels):
-        T = self.consts(name, channels * levels).reshape(channels, levels)
-        inv = unpack_bitvec(self.raw(name)[channels * levels * self.d["const_bytes"]:], channels)
-        return _node("threshold", channels, T=T, invert=torch.from_numpy(inv))
+        return _threshold(self.raw(name), channels, levels, self.d["const_bytes"])
+
+
+def _threshold(raw, channels, levels, const_bytes):
+    """A threshold node from its section's bytes: ``T[C][L]`` constants, then the
+    invert bits."""
+    T = torch.from_numpy(unpack_consts(raw, channels * levels, const_bytes))
+    inv = unpack_bitvec(raw[channels * levels * const_bytes:], channels)
+    return _node("threshold", channels, T=T.reshape(channels, levels),
+                 invert=torch.from_numpy(inv))
 
 
 def _core_node(d, header, p, in_c):
@@ -214,9 +221,11 @@ def _pad_value(d, core, x):
     return 0
 
 
-def _run_tiled(d, header, mem, entries, in_f, side_f, out_f, levels=()):
+def _run_tiled(d, header, mem, entries, in_f, side_f, out_f, levels=(), level_f=None,
+               thresholds=()):
     """CONV, MAXPOOL, PIXEL, SUBSAMPLE, REPEAT, MIXER, GATE: tile by tile. ``levels``:
-    the level outputs' entries (fusion rule 7), ``aux_outputs`` for each output."""
+    the level outputs' entries (fusion rule 7), ``aux_outputs`` for each output, with
+    their format and thresholds (:func:`_level_outputs`)."""
     k, s, dil, pad = d["kernel"], d["stride"], d["dilation"], d["padding"]
     multi = _OPCODES[d["opcode"]] in ("MIXER", "GATE")
     jobs = [entries] if multi else [[e] for e in entries]
@@ -237,7 +246,6 @@ def _run_tiled(d, header, mem, entries, in_f, side_f, out_f, levels=()):
         prepared.append((job, p, _core_node(d, header, p, d["in_c"]), pro))
     mixer = _onchip_mixer(d, [p for _, p, _, _ in prepared]) \
         if d["stages"] & STAGE_BITS["mixer"] else None
-    level_f, thresholds = _level_outputs(d, header, mem, levels)
     pool = _node("maxpool", d["out_c"], kernel=d["pool_kernel"], stride=d["pool_stride"],
                  padding=0) if d["stages"] & STAGE_BITS["maxpool"] else None
     if pool is not None and (d["pool_kernel"] < 1 or d["pool_stride"] < 1):
@@ -303,16 +311,12 @@ def _level_outputs(d, header, mem, levels):
         raise ProgramError(f"descriptor {d['index']}: level outputs' aux_pitch "
                            f"{d['aux_pitch']} or aux_bytes {d['aux_bytes']} differ from "
                            "their format's")
-    c, n, cb = d["out_c"], d["aux_levels"], d["const_bytes"]
-    if d["aux_param_bytes"] < c * n * cb + -(-c // 8):
+    if d["aux_param_bytes"] < level_block_bytes(d, port):
         raise ProgramError(f"descriptor {d['index']}: a level output's parameter block of "
                            f"{d['aux_param_bytes']} bytes cannot hold its thresholds")
-    nodes = []
-    for e in levels:
-        raw = mem.read(e["param_addr"], d["aux_param_bytes"], "level output's thresholds")
-        T = torch.from_numpy(unpack_consts(raw, c * n, cb)).reshape(c, n)
-        inv = torch.from_numpy(unpack_bitvec(raw[c * n * cb:], c))
-        nodes.append(_node("threshold", c, T=T, invert=inv))
+    nodes = [_threshold(mem.read(e["param_addr"], d["aux_param_bytes"],
+                                 "level output's thresholds"),
+                        d["out_c"], d["aux_levels"], d["const_bytes"]) for e in levels]
     return f, nodes
 
 
@@ -368,19 +372,16 @@ def run_descriptor(d, header, mem):
     mem.where = f"descriptor {d['index']} ({_OPCODES[d['opcode']]})"
     entries, levels = _entries(d, mem)
     in_f, side_f, out_f = _formats(d, header)
+    level_f, thresholds = _level_outputs(d, header, mem, levels)
     op = _OPCODES[d["opcode"]]
     if op == "INPUT":
         mem.read(entries[0]["out_addr"], out_f.nbytes, "input frame")   # the host wrote it
     elif op == "HEAD":
         _run_head(d, header, mem, entries, in_f, out_f)
     else:
-        _run_tiled(d, header, mem, entries, in_f, side_f, out_f, levels)
-    written = [(e["out_addr"], out_f) for e in entries if e["out_addr"]]
-    if levels:
-        level_f = _fmt(d["aux_fmt"], d["aux_elem"], d["out_c"], d["out_h"], d["out_w"],
-                       header["port_bytes"])
-        written += [(e["out_addr"], level_f) for e in levels]
-    return written
+        _run_tiled(d, header, mem, entries, in_f, side_f, out_f, levels, level_f, thresholds)
+    return ([(e["out_addr"], out_f) for e in entries if e["out_addr"]]
+            + [(e["out_addr"], level_f) for e in levels])
 
 
 def run_program(program, image, frames):

@@ -265,11 +265,8 @@ def _param_block(job, d, header, size, mixer=None, base=0):
         assert data.size <= secs[name][1], name
         block[at:at + data.size] = data
 
-    def thr(node):
-        return (pack_consts(node.attrs["T"].numpy(), cb), pack_bitvec(node.attrs["invert"].numpy()))
-
     if job.prologue is not None:
-        put("in_thr", *thr(job.prologue))
+        put("in_thr", *_threshold_bytes(job.prologue, cb))
     core = job.core
     if core.op == "bin_conv":
         put("weights", pack_binary_weights(core.attrs["bits"].numpy(), header["pe"], header["simd"],
@@ -300,16 +297,20 @@ def _param_block(job, d, header, size, mixer=None, base=0):
             put("postop", pack_consts([a["shift"], int(a["pre_relu"]) | 2 * int(a["post_relu"])], cb),
                 pack_consts(pairs, cb))
         elif n.op == "threshold":
-            put("thr", *thr(n))
+            put("thr", *_threshold_bytes(n, cb))
     return block
 
 
+def _threshold_bytes(node, const_bytes):
+    """A threshold's ``T[C][L]`` constants, then its invert bits (its section's bytes)."""
+    return (pack_consts(node.attrs["T"].numpy(), const_bytes),
+            pack_bitvec(node.attrs["invert"].numpy()))
+
+
 def _level_block(threshold, d):
-    """A level output's parameter block: its threshold's ``T[out_c][aux_levels]``
-    constants, then its invert bits (``aux_param_bytes``)."""
+    """A level output's parameter block (``aux_param_bytes``): its threshold's bytes."""
     block = np.zeros(d["aux_param_bytes"], dtype=np.uint8)
-    data = np.concatenate([pack_consts(threshold.attrs["T"].numpy(), d["const_bytes"]),
-                           pack_bitvec(threshold.attrs["invert"].numpy())])
+    data = np.concatenate(_threshold_bytes(threshold, d["const_bytes"]))
     block[:data.size] = data
     return block
 
@@ -537,9 +538,11 @@ def _formats(groups, g, port, fixed_elems):
         outputs.append(_outputs(grp))
         for r in ([] if grp.levels_only else _main_outputs(grp)):
             fmts[r] = f
-        for ts in grp.levels:
-            for t in ts:
-                fmts[t.name] = level_format(grp, port, fixed_elems)
+        if grp.levels:
+            lf = level_format(grp, port, fixed_elems)
+            for ts in grp.levels:
+                for t in ts:
+                    fmts[t.name] = lf
     _share_formats(groups, outputs, fmts, g)
     return fmts, outputs
 
