@@ -19,8 +19,9 @@ import numpy as np
 import torch
 
 from ..compiler.engine.formats import TensorFormat
-from ..compiler.engine.params import (level_block_bytes, sections, unpack_binary_weights,
-                                      unpack_bitvec, unpack_consts, unpack_int_weights)
+from ..compiler.engine.params import (level_block_bytes, sections, tap_aligned_weights,
+                                      unpack_binary_weights, unpack_bitvec, unpack_consts,
+                                      unpack_int_weights)
 from ..compiler.engine.program import (DESCRIPTOR, DESCRIPTOR_MAGIC, END_OPCODE, FLAG_BITS,
                                        HEADER, JOB, MAGIC, OPCODE_CODES, STAGE_BITS,
                                        VERSION, ProgramError, decode, table_entries)
@@ -170,7 +171,8 @@ def _core_node(d, header, p, in_c):
             raise ProgramError(f"descriptor {d['index']}: {d['groups']} groups do not divide "
                                "the channels")
         bits = unpack_binary_weights(p.raw("weights"), d["out_c"], in_c // d["groups"],
-                                     d["kernel"], header["pe"], header["simd"], d["groups"])
+                                     d["kernel"], header["pe"], header["simd"], d["groups"],
+                                     tap_aligned_weights(header))
         extra = dict(groups=d["groups"]) if d["groups"] > 1 else {}
         return _node("bin_conv", d["out_c"], bits=torch.from_numpy(bits), in_bits=d["act_bits"],
                      **win, **extra)

@@ -1,9 +1,9 @@
 # amaranth: UnusedElaboratable=no
 """The intended engine's window gatherer (hw/engine/gather.py): its window words equal
 numpy's tap-aligned windows, and gatherer, fold issuer and base arrays together compute
-the IR's own binary convolution (``bin_conv``'s ``execute``) bit-exact, for kernels 1 to
-5, stride 2, dilation 2, padding, channels not a multiple of the lanes and 2-bit levels,
-in row tiles and under stalls."""
+the IR's own binary convolution (``bin_conv``'s ``execute``) bit-exact from the weights as
+the compiler packs them, for kernels 1 to 5, stride 2, dilation 2, padding, channels not
+a multiple of the lanes and 2-bit levels, in row tiles and under stalls."""
 
 import numpy as np
 import pytest
@@ -11,6 +11,9 @@ import torch
 from amaranth.hdl import Elaboratable, Module
 from amaranth.lib import wiring
 
+from groupnet_hw.compiler.engine.gather import gather_geometry, tile_first_row
+from groupnet_hw.compiler.engine.params import (binary_in_folds, binary_weight_words,
+                                                pack_binary_weights)
 from groupnet_hw.compiler.graph import Node
 from groupnet_hw.compiler.ops import op_of
 from groupnet_hw.hw.engine.arrays import BaseArrays
@@ -136,6 +139,18 @@ def test_window_words_equal_numpys_windows(geometry):
     assert result.outputs["window"] == expected
 
 
+@pytest.mark.parametrize("geometry", GEOMETRIES)
+def test_the_compilers_geometry_is_the_gatherers_settings(geometry):
+    """The settings these tests hand the gatherer are what the compiler computes from
+    the descriptor (compiler/engine/gather.py)."""
+    g = Geometry(np.random.default_rng(0), *geometry)
+    d = dict(index=0, groups=1, stages=0, in_c=g.c, in_h=g.h, in_w=g.w, kernel=g.kernel,
+             stride=g.stride, dilation=g.dilation, padding=g.padding, out_w=g.ow, mid_w=0,
+             act_bits=g.planes if g.levels else 0)
+    assert gather_geometry(d, g.simd) == g.settings()
+    assert [tile_first_row(d, oy) for oy in range(0, g.oh, 2)] == [t["iy0"] for t in g.tiles(2)]
+
+
 def test_a_word_a_cycle():
     g = Geometry(np.random.default_rng(1), *GEOMETRIES[1])
     dut, expected, result = gather_run(g, rows_per_tile=g.oh)
@@ -170,10 +185,22 @@ class Convolution(Elaboratable):
 
 
 def conv_weights(rng, g, c_out, pe):
-    """Random weights of ``c_out`` channels a base, and their tap-aligned packing:
-    fold ``(nf, t * words + j)`` holds PE ``p``'s channel ``nf * pe + p``, tap ``t``'s
-    channels of word ``j`` (channels past ``c_out`` are 0 bits: weights of -1)."""
+    """Random weights of ``c_out`` channels a base, as the compiler packs them for the
+    intended engine (tap-aligned) and the fold issuer reads them: word ``nf * in_folds +
+    s`` of a base is fold ``(nf, s)``'s ``pe * simd`` bits."""
     bits = rng.integers(0, 2, (g.arrays, c_out, g.c, g.kernel, g.kernel))
+    out_folds = -(-c_out // pe)
+    folds = out_folds * binary_in_folds(g.c, g.kernel, g.simd, tap_aligned=True)
+    words = [binary_weight_words(pack_binary_weights(bits[k], pe, g.simd, tap_aligned=True),
+                                 pe, g.simd, folds) for k in range(g.arrays)]
+    weights = [{"addr": a, "w": [words[k][a] for k in range(g.arrays)]} for a in range(folds)]
+    return bits, weights, out_folds
+
+
+def hand_packed(bits, g, c_out, pe):
+    """The gatherer's tap-aligned order, word by word: fold ``(nf, t * words + j)`` holds
+    PE ``p``'s channel ``nf * pe + p``, tap ``t``'s channels of word ``j`` (channels past
+    ``c_out`` are 0 bits: weights of -1)."""
     taps, out_folds = g.kernel ** 2, -(-c_out // pe)
     in_folds = taps * g.words
     weights = []
@@ -192,7 +219,7 @@ def conv_weights(rng, g, c_out, pe):
                         word |= pack_bits(row) << (p * g.simd)
                     w.append(word)
                 weights.append({"addr": nf * in_folds + t * g.words + j, "w": w})
-    return bits, weights, out_folds
+    return weights
 
 
 def conv_run(geometry, c_out, pe, rows_per_tile, stall=0.0, seed=0):
@@ -232,9 +259,18 @@ def conv_run(geometry, c_out, pe, rows_per_tile, stall=0.0, seed=0):
     return expected, result
 
 
-@pytest.mark.parametrize("geometry, c_out, pe", [
-    (GEOMETRIES[0], 5, 2), (GEOMETRIES[1], 7, 3), (GEOMETRIES[2], 4, 4),
-    (GEOMETRIES[3], 3, 2), (GEOMETRIES[4], 9, 4)])
+CONVOLUTIONS = [(GEOMETRIES[0], 5, 2), (GEOMETRIES[1], 7, 3), (GEOMETRIES[2], 4, 4),
+                (GEOMETRIES[3], 3, 2), (GEOMETRIES[4], 9, 4)]
+
+
+@pytest.mark.parametrize("geometry, c_out, pe", CONVOLUTIONS)
+def test_the_compilers_weights_are_the_gatherers_order(geometry, c_out, pe):
+    g = Geometry(np.random.default_rng(0), *geometry)
+    bits, weights, _ = conv_weights(np.random.default_rng(1), g, c_out, pe)
+    assert weights == hand_packed(bits, g, c_out, pe)
+
+
+@pytest.mark.parametrize("geometry, c_out, pe", CONVOLUTIONS)
 def test_the_datapath_computes_the_irs_convolution(geometry, c_out, pe):
     expected, result = conv_run(geometry, c_out, pe, rows_per_tile=2)
     assert result.outputs["o"] == expected

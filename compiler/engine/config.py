@@ -87,6 +87,15 @@ class EngineConfig:
         proven range. (8, 16, 24, 32, 64) for the intended engine (ResNet-18's wide
         maps prove 17 to 20 bits: three bytes instead of four); the core as built
         reads powers of two only.
+    tap_aligned_weights : bool
+        A binary convolution's weights are packed *tap-aligned*: a window's SIMD folds
+        are its taps (``ky``, then ``kx``), each of ``ceil(C_in/groups / simd)`` folds
+        of that tap's channels alone, lanes beyond them 0, the order in which the
+        window gatherer reads the input (docs/architecture.md section 15). True for
+        the intended engine; False for the core as built, whose gather packs a tap's
+        channels against the previous tap's: the flat window of ``k*k*C_in/groups``
+        lanes in ``ceil(k*k*C_in/groups / simd)`` folds. The program's header records
+        the order (:func:`.params.tap_aligned_weights`).
     """
 
     arrays: int = 5
@@ -107,6 +116,7 @@ class EngineConfig:
     group_by_tensor: bool = False
     levels_at_producer: bool = True
     fixed_containers: tuple = (8, 16, 24, 32, 64)
+    tap_aligned_weights: bool = True
 
     def __post_init__(self):
         _positive("EngineConfig", arrays=self.arrays, pe=self.pe, simd=self.simd,
@@ -129,6 +139,9 @@ class EngineConfig:
         if not set(self.fixed_containers) <= {8, 16, 24, 32, 64} or 64 not in self.fixed_containers:
             raise ValueError("EngineConfig.fixed_containers must be taken from 8, 16, 24, 32 "
                              f"and 64 bits and hold 64 (the logits), got {self.fixed_containers}")
+        if not isinstance(self.tap_aligned_weights, bool):
+            raise ValueError("EngineConfig.tap_aligned_weights must be True or False, "
+                             f"got {self.tap_aligned_weights!r}")
         if not (isinstance(self.clock_mhz, (int, float)) and 1 <= self.clock_mhz <= 1000):
             raise ValueError(f"EngineConfig.clock_mhz must be in [1, 1000], got {self.clock_mhz!r}")
 

@@ -28,9 +28,10 @@ from .config import EngineConfig
 from .formats import POWER_OF_TWO_FIXED, TensorFormat, container_bits, round_up
 from .fusion import Group, fuse, main_ref, side_ref
 from .params import (int_bytes, level_block_bytes, pack_binary_weights, pack_bitvec,
-                     pack_consts, pack_int_weights, sections)
-from .program import (DESCRIPTOR, DESCRIPTOR_MAGIC, END_OPCODE, FLAG_BITS, HEADER, JOB, MAGIC,
-                      OPCODE_CODES, STAGE_BITS, VERSION, decode, encode, table_entries)
+                     pack_consts, pack_int_weights, sections, tap_aligned_weights)
+from .program import (DESCRIPTOR, DESCRIPTOR_MAGIC, END_OPCODE, FLAG_BITS, HEADER,
+                      HEADER_FLAG_BITS, JOB, MAGIC, OPCODE_CODES, STAGE_BITS, VERSION, decode,
+                      encode, table_entries)
 from .tiling import choose_tiling, tile_rows
 
 __all__ = ["DEFAULT_BASE", "REGION_ALIGN", "EngineProgram", "compile_engine", "allocate",
@@ -270,7 +271,8 @@ def _param_block(job, d, header, size, mixer=None, base=0):
     core = job.core
     if core.op == "bin_conv":
         put("weights", pack_binary_weights(core.attrs["bits"].numpy(), header["pe"], header["simd"],
-                                           core.attrs.get("groups", 1)))
+                                           core.attrs.get("groups", 1),
+                                           tap_aligned_weights(header)))
     elif core.op == "int_conv":
         put("weights", pack_int_weights(core.attrs["weight"].numpy(), header["stem_pe"],
                                         header["stem_simd"], wb))
@@ -429,8 +431,11 @@ def compile_engine(g, config=None, base=DEFAULT_BASE):
     """
     config = config or EngineConfig()
     port = config.port_bytes
+    # what the parameter blocks' layout depends on (:func:`.params.sections`)
     packing = dict(port_bytes=port, arrays=config.arrays, pe=config.pe, simd=config.simd,
-                   stem_pe=config.stem_pe, stem_simd=config.stem_simd)
+                   stem_pe=config.stem_pe, stem_simd=config.stem_simd,
+                   flags=HEADER_FLAG_BITS["tap_aligned_weights"] if config.tap_aligned_weights
+                   else 0)
     groups, fmts, outputs = _fit_groups(fuse(g, config.arrays, config.fuse_overlapping_pools,
                                              config.prologue_thresholds,
                                              config.group_by_tensor,

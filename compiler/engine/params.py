@@ -9,9 +9,9 @@ section       contents
 in_thr        prologue threshold: ``T[in_c][in_levels]`` constants, then ``invert`` bits
 weights       binary: per channel group, per PE fold ``o``, per SIMD fold ``s``, ``pe``
               words of ``simd`` bits (lane ``j`` of PE ``p`` = weight
-              ``[o*pe + p][s*simd + j]`` of the flat ``(C_out, k*k*C_in)`` matrix in
-              window order, bit 1 <-> +1, padding 0); integer (stem): the same order with
-              ``stem_pe x stem_simd`` elements of ``weight_bytes``; head: ``W[classes][C]``
+              ``[o*pe + p][s*simd + j]`` of the window matrix below, bit 1 <-> +1,
+              padding 0); integer (stem): the flat window order with ``stem_pe x
+              stem_simd`` elements of ``weight_bytes``; head: ``W[classes][C]``
 postop        ``shift``, ``flags`` (bit 0 pre-ReLU, bit 1 post-ReLU), ``A[C]``, ``B[C]``
 thr           epilogue threshold: ``T[out_c][out_levels]`` constants, then ``invert`` bits
 mixer         ``lambda_frac``, ``gate_frac``, ``lambdas[K]``, then ``gates[K]`` if gated;
@@ -20,13 +20,29 @@ mixer         ``lambda_frac``, ``gate_frac``, ``lambdas[K]``, then ``gates[K]`` 
 head          ``bias[classes]``
 ============  ==========================================================================
 
+A binary convolution's *window matrix* has a row per output channel of the group: its
+window's taps in order (``ky``, then ``kx``), each tap's ``C = C_in/groups`` channels
+followed by zeros up to ``L`` lanes. The header's ``flags`` say which ``L``
+(:func:`tap_aligned_weights`):
+
+- tap-aligned (the intended engine, whose window gatherer reads a pixel's channels as
+  ``words = ceil(C/simd)`` words of their own): ``L = words * simd``, so SIMD fold
+  ``t * words + j`` holds tap ``t``'s channels ``j*simd .. j*simd + simd - 1``;
+- flat (the core as built): ``L = C``, the taps' channels against each other, so fold
+  ``s`` holds window lanes ``s*simd .. s*simd + simd - 1``, across taps.
+
+A window is ``in_folds`` SIMD folds either way (:func:`binary_in_folds`), and fold
+``(o, s)`` is the group's ``o * in_folds + s``-th ``pe * simd``-bit word
+(:func:`binary_weight_words`): the fold issuer's weight address.
+
 A level output (fusion rule 7, the job table's entries after the jobs') has a block of
 its own: its threshold's ``T[out_c][aux_levels]`` constants, then its ``invert`` bits
 (:func:`level_block_bytes`).
 
 Constants are little-endian two's complement of ``const_bytes`` (4, or 8 where a value
 needs it); bit vectors are LSB first. :func:`sections` computes the offsets from the
-descriptor alone, so the engine, the host and the reference model agree on them.
+descriptor and the program header alone, so the engine, the host and the reference
+model agree on them.
 """
 
 from __future__ import annotations
@@ -34,11 +50,12 @@ from __future__ import annotations
 import numpy as np
 
 from .formats import pack_lanes, round_up, unpack_lanes
-from .program import FLAG_BITS, OPCODE_CODES, STAGE_BITS
+from .program import FLAG_BITS, HEADER_FLAG_BITS, OPCODE_CODES, STAGE_BITS
 
-__all__ = ["sections", "level_block_bytes", "pack_binary_weights", "unpack_binary_weights", "pack_int_weights",
-           "unpack_int_weights", "pack_consts", "unpack_consts", "pack_bitvec",
-           "unpack_bitvec", "int_bytes"]
+__all__ = ["sections", "level_block_bytes", "tap_aligned_weights", "binary_in_folds",
+           "binary_weight_bytes", "pack_binary_weights", "unpack_binary_weights",
+           "binary_weight_words", "pack_int_weights", "unpack_int_weights", "pack_consts",
+           "unpack_consts", "pack_bitvec", "unpack_bitvec", "int_bytes"]
 
 
 def int_bytes(values, choices=(1, 2, 4, 8)):
@@ -71,6 +88,24 @@ def unpack_bitvec(buf, n):
     return unpack_lanes(np.asarray(buf, dtype=np.uint8)[:-(-n // 8)].reshape(1, -1), 1, n)[0]
 
 
+def tap_aligned_weights(header):
+    """Whether a program's binary weights are tap-aligned (the header's ``flags``;
+    module docstring)."""
+    return bool(header["flags"] & HEADER_FLAG_BITS["tap_aligned_weights"])
+
+
+def _tap_lanes(c_in, simd, tap_aligned):
+    """Lanes a tap's channels take in the flat window: ``C_in``, or whole words of
+    ``simd`` when each tap starts a SIMD fold of its own."""
+    return round_up(c_in, simd) if tap_aligned else c_in
+
+
+def binary_in_folds(c_in, k, simd, tap_aligned):
+    """SIMD folds of one window of ``C_in`` channels a tap (one group's):
+    ``k*k * ceil(C_in/simd)`` tap-aligned, else ``ceil(k*k*C_in/simd)``."""
+    return -(-k * k * _tap_lanes(c_in, simd, tap_aligned) // simd)
+
+
 def _folded(flat, pe, simd):
     """[C_out, N] -> [ceil(C_out/pe), ceil(N/simd), pe, simd], zero padded."""
     c_out, n = flat.shape
@@ -85,39 +120,63 @@ def _unfolded(folded, c_out, n):
     return folded.transpose(0, 2, 1, 3).reshape(fo * pe, fs * simd)[:c_out, :n]
 
 
-def _flat(w):
-    """(C_out, C_in, k, k) -> (C_out, k*k*C_in): the window's lane order."""
+def _flat(w, tap_lanes=None):
+    """(C_out, C_in, k, k) -> (C_out, k*k*tap_lanes): the window's lanes in order
+    (``ky``, ``kx``, channel), each tap's channels followed by zeros up to
+    ``tap_lanes`` (default ``C_in``: none)."""
     w = np.asarray(w, dtype=np.int64)
-    return w.transpose(0, 2, 3, 1).reshape(w.shape[0], -1)
+    c_out, c_in, k, _ = w.shape
+    taps = np.zeros((c_out, k, k, tap_lanes or c_in), dtype=np.int64)
+    taps[..., :c_in] = w.transpose(0, 2, 3, 1)
+    return taps.reshape(c_out, -1)
 
 
-def _unflat(flat, c_in, k):
-    return flat.reshape(flat.shape[0], k, k, c_in).transpose(0, 3, 1, 2)
+def _unflat(flat, c_in, k, tap_lanes=None):
+    taps = flat.reshape(flat.shape[0], k, k, tap_lanes or c_in)
+    return taps[..., :c_in].transpose(0, 3, 1, 2)
 
 
-def binary_weight_bytes(c_out, n, pe, simd, groups=1):
-    per = -(-(c_out // groups) // pe) * -(-n // simd) * pe * simd
-    return -(-groups * per // 8)
+def binary_weight_bytes(c_out, c_in_g, k, pe, simd, groups=1, tap_aligned=False):
+    """Bytes of a binary convolution's packed weights (``C_in/groups = c_in_g``
+    channels a group; ``tap_aligned``, else the flat window's order)."""
+    fold_bits = binary_in_folds(c_in_g, k, simd, tap_aligned) * pe * simd
+    return -(-groups * -(-(c_out // groups) // pe) * fold_bits // 8)
 
 
-def pack_binary_weights(bits, pe, simd, groups=1):
+def pack_binary_weights(bits, pe, simd, groups=1, tap_aligned=False):
     """Binary weights (C_out, C_in/groups, k, k) of 0/1 -> bytes in the arrays' read
-    order (module docstring), group after group."""
+    order (module docstring; tap-aligned or the flat window's), group after group."""
     bits = np.asarray(bits, dtype=np.int64)
-    per = bits.shape[0] // groups
-    out = [_folded(_flat(bits[g * per:(g + 1) * per]), pe, simd).reshape(-1)
+    per, lanes = bits.shape[0] // groups, _tap_lanes(bits.shape[1], simd, tap_aligned)
+    out = [_folded(_flat(bits[g * per:(g + 1) * per], lanes), pe, simd).reshape(-1)
            for g in range(groups)]
     return pack_lanes(np.concatenate(out).reshape(1, -1), 1).reshape(-1)
 
 
-def unpack_binary_weights(buf, c_out, c_in_g, k, pe, simd, groups=1):
-    per, n = c_out // groups, k * k * c_in_g
+def unpack_binary_weights(buf, c_out, c_in_g, k, pe, simd, groups=1, tap_aligned=False):
+    """The inverse of :func:`pack_binary_weights`: (C_out, C_in/groups, k, k) of 0/1."""
+    per, lanes = c_out // groups, _tap_lanes(c_in_g, simd, tap_aligned)
+    n = k * k * lanes
     fo, fs = -(-per // pe), -(-n // simd)
     total = groups * fo * fs * pe * simd
-    lanes = unpack_lanes(np.asarray(buf, dtype=np.uint8)[:-(-total // 8)].reshape(1, -1), 1,
+    folds = unpack_lanes(np.asarray(buf, dtype=np.uint8)[:-(-total // 8)].reshape(1, -1), 1,
                          total)[0].reshape(groups, fo, fs, pe, simd)
-    return np.concatenate([_unflat(_unfolded(lanes[g], per, n), c_in_g, k)
+    return np.concatenate([_unflat(_unfolded(folds[g], per, n), c_in_g, k, lanes)
                            for g in range(groups)])
+
+
+def binary_weight_words(buf, pe, simd, folds):
+    """Packed binary weights -> the first ``folds`` weight-buffer words, one a fold in
+    the packing's order (fold ``(o, s)`` of a group at ``o * in_folds + s``): an int of
+    ``pe * simd`` bits, PE ``p``'s lane ``j`` at bit ``p * simd + j`` (the
+    :class:`~groupnet_hw.hw.engine.folds.FoldIssuer`'s ``w``, one array's)."""
+    width = pe * simd
+    bits = np.unpackbits(np.asarray(buf, dtype=np.uint8), bitorder="little")[:folds * width]
+    # whole bytes a word: Python ints from little-endian bytes hold any width
+    per_word = np.zeros((folds, round_up(width, 8)), dtype=np.uint8)
+    per_word[:, :width] = bits.reshape(folds, width)
+    packed = np.packbits(per_word, axis=1, bitorder="little")
+    return [int.from_bytes(row.tobytes(), "little") for row in packed]
 
 
 def pack_int_weights(w, pe, simd, nbytes):
@@ -148,7 +207,7 @@ def sections(d, header):
     d : dict
         A decoded descriptor.
     header : dict
-        The decoded program header (PE, SIMD, port width).
+        The decoded program header (PE, SIMD, port width, the weights' order).
 
     Returns
     -------
@@ -173,8 +232,9 @@ def sections(d, header):
             folds = -(-d["out_c"] // header["stem_pe"]) * -(-n // header["stem_simd"])
             put("weights", folds * header["stem_pe"] * header["stem_simd"] * wb)
         else:
-            put("weights", binary_weight_bytes(d["out_c"], n, header["pe"], header["simd"],
-                                               d["groups"]))
+            put("weights", binary_weight_bytes(d["out_c"], d["in_c"] // d["groups"], d["kernel"],
+                                               header["pe"], header["simd"], d["groups"],
+                                               tap_aligned_weights(header)))
     if op == OPCODE_CODES["HEAD"]:
         put("weights", d["out_c"] * d["in_c"] * wb)
     if st & STAGE_BITS["postop"]:

@@ -22,12 +22,16 @@ from ...engine_format import JOB_FIELDS as _JOB_FIELDS
 from ...engine_opcodes import END as END_OPCODE
 
 __all__ = ["HEADER", "DESCRIPTOR", "JOB", "OPCODE_CODES", "END_OPCODE", "STAGE_BITS", "FLAG_BITS",
-           "MAGIC", "DESCRIPTOR_MAGIC", "VERSION", "encode", "decode", "field_table", "table_entries",
-           "ProgramError"]
+           "HEADER_FLAG_BITS", "MAGIC", "DESCRIPTOR_MAGIC", "VERSION", "encode", "decode",
+           "field_table", "table_entries", "ProgramError"]
 
 MAGIC = b"GNEP"
 VERSION = 2
 DESCRIPTOR_MAGIC = 0x4E44  # "DN" little-endian: a descriptor that is not one stops the engine
+
+#: the header's ``flags`` byte: choices that hold for the whole program. A bit clear is
+#: the core as built's choice, so the core's programs leave the byte 0.
+HEADER_FLAG_BITS = {"tap_aligned_weights": 1}
 
 
 class ProgramError(ValueError):
@@ -56,7 +60,7 @@ _HEADER_FIELDS = [
     ("out_elem", "u1", "logits' element bits"),
     ("classes", "<u2", "number of logits"),
     ("arrays", "u1", "K_hw arrays the program was tiled for"),
-    ("pad0", "u1", ""),
+    ("flags", "u1", "HEADER_FLAG_BITS: binary weights tap-aligned (params.py)"),
     ("pe", "<u2", "PE of an array (binary weight packing)"),
     ("simd", "<u2", "SIMD of an array (binary weight packing)"),
     ("stem_pe", "<u2", "PE of the stem's multiplier array (integer weight packing)"),

@@ -31,6 +31,7 @@ from ...engine_format import MUL_BITS
 from ...numerics import signed_width
 from .config import DramModel, EngineConfig
 from .formats import POWER_OF_TWO_FIXED
+from .params import tap_aligned_weights
 from .program import FLAG_BITS, OPCODE_CODES, STAGE_BITS
 from .sizing import budget_limits, estimate_core
 from .tiling import core_tilings, scratchpad_need, slices_fit
@@ -110,9 +111,11 @@ class EngineTarget:
 
 
 #: The program choices of :class:`EngineConfig` that the core as built cannot run, off:
-#: no level outputs (it has no threshold behind its mixer) and maps in power-of-two
-#: containers (its element reader's widths).
-CORE_PROGRAM = dict(levels_at_producer=False, fixed_containers=POWER_OF_TWO_FIXED)
+#: no level outputs (it has no threshold behind its mixer), maps in power-of-two
+#: containers (its element reader's widths) and binary weights in the flat window's
+#: folds (its gather packs a tap's channels against the previous tap's).
+CORE_PROGRAM = dict(levels_at_producer=False, fixed_containers=POWER_OF_TWO_FIXED,
+                    tap_aligned_weights=False)
 
 
 def core_config(core, clock_mhz=100.0):
@@ -379,6 +382,9 @@ def check_program(program, core):
     """Raise ``ValueError`` naming the first descriptor of ``program`` that ``core``
     would refuse (its ``unsupported`` error at run time), among them one whose
     multiplier operands (:func:`multiplier_operands`) need more than ``MUL_BITS``."""
+    if tap_aligned_weights(program.header):
+        raise ValueError("the program's binary weights are tap-aligned (the intended "
+                         "engine's order); the core reads the flat window's folds")
     config = core_config(core)
     for d, grp in zip(program.descriptors, program.groups):
         why = _unsupported(d, core)

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .formats import round_up
+from .params import binary_in_folds
 from .program import FLAG_BITS, OPCODE_CODES, STAGE_BITS
 
 __all__ = ["conv_rows", "core_row_range", "input_rows_read", "tile_rows", "choose_tiling",
@@ -175,8 +176,11 @@ def choose_tiling(d, config):
             or d["stages"] & STAGE_BITS["maxpool"] or d["groups"] != 1
             or w <= half_w or d["n_tiles"] == 1):
         return
-    n = d["kernel"] ** 2 * d["in_c"] * max(1, d["act_bits"])
-    chunk = min(d["out_c"], max(config.pe, (half_w * 8 // n) // config.pe * config.pe))
+    # whole PE folds, as many as half the buffer holds by the packing's own count (one
+    # weight bit a lane whatever the activations' bit planes)
+    fold_bits = binary_in_folds(d["in_c"], d["kernel"], config.simd,
+                                config.tap_aligned_weights) * config.pe * config.simd
+    chunk = min(d["out_c"], max(1, half_w * 8 // fold_bits) * config.pe)
     chunks = -(-d["out_c"] // chunk)
     try:
         rows = tile_rows(d, config, chunk / d["out_c"])
