@@ -1,18 +1,23 @@
-"""The intended engine's row loader: a binary map's row as the read DMA delivers it (the
-DRAM format of docs/architecture.md section 12) into the gatherer's ring, one base's
-slice of each word (docs/architecture.md section 15).
+"""The intended engine's row loader: a map's row as the read DMA delivers it (the DRAM
+formats of docs/architecture.md section 12) into the gatherer's ring, one base's slice
+of each word (docs/architecture.md section 15).
 
-In DRAM a pixel's channels are ``pixel_bytes = ceil(C / 8)`` bytes (channel ``c`` at bit
-``c % 8`` of byte ``c // 8``), pixel after pixel, the row padded to the port. In the
-ring a pixel is ``words`` words of ``simd`` lanes, pixel-major, so a row is
-consecutive ring words from the slot's base: the loader cuts the row's byte stream into
-``simd / 8``-byte pieces, a pixel's last piece shorter where ``simd`` does not divide
-its bytes, and drops the row's padding.
+A map is binary (DRAM ``bits``: channel ``c`` at bit ``c % 8`` of byte ``c // 8``) or of
+n-bit levels (DRAM ``uint`` of ``elem_bits`` ``b`` = 2 or 4: element ``c`` at bits
+``(c * b) % 8`` of byte ``(c * b) // 8``, LSB first); a pixel is ``pixel_bytes =
+ceil(C * b / 8)`` bytes, pixel after pixel, the row padded to the port. In the ring a
+pixel is ``words`` words of ``simd`` lanes, pixel-major, each lane ``planes`` bits kept
+as bit planes (plane ``p``, bit ``p`` of each lane's level, at bits ``[p * simd, (p + 1) *
+simd)``), so a row is consecutive ring words from the slot's base: the loader cuts the
+row's byte stream into ``simd * b / 8``-byte pieces, a pixel's last piece shorter where
+``simd`` does not divide its channels, drops the row's padding, and deals each piece's
+``b``-bit elements out to ``b`` planes (wiring: bit ``l * b + p`` of the piece is lane
+``l`` of plane ``p``).
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -21,23 +26,27 @@ from ..arith import positive_int
 __all__ = ["RowLoader", "loader_settings"]
 
 
-def loader_settings(max_size, max_words, max_pixel_bytes, max_beats):
+def loader_settings(max_size, max_words, max_pixel_bytes, max_beats, planes=1):
     """A map's row geometry: ``width`` pixels of ``pixel_bytes`` bytes, ``words`` ring
-    words a pixel, ``row_beats`` bus words a row in DRAM (its padding included)."""
+    words a pixel, ``row_beats`` bus words a row in DRAM (its padding included), and
+    ``elem_bits`` bits a channel in DRAM: 1 for a binary map (``bits``), 2 or 4 (at most
+    ``planes``) for levels (``uint``)."""
     return data.StructLayout({
         "width": range(1, max_size + 1), "pixel_bytes": range(1, max_pixel_bytes + 1),
         "words": range(1, max_words + 1), "row_beats": range(1, max_beats + 1),
+        "elem_bits": range(1, planes + 1),
     })
 
 
 class RowLoader(wiring.Component):
-    """Writes DRAM rows of binary maps into the ring, a word a cycle.
+    """Writes DRAM rows of binary maps or of 2- or 4-bit levels into the ring, a word a
+    cycle.
 
     Parameters
     ----------
-    arrays, simd : int
-        The ring word's shape: ``arrays`` slices of ``simd`` lanes (one bit plane;
-        ``simd`` a multiple of 8).
+    arrays, simd, planes : int
+        The ring word's shape (:class:`~.gather.WindowGather`'s): ``arrays`` slices of
+        ``simd`` lanes (a multiple of 8) in ``planes`` bit planes (1, 2 or 4).
     data_width : int
         The read DMA's bus word (a multiple of 8).
     ring_words, max_size, max_words : int
@@ -53,10 +62,14 @@ class RowLoader(wiring.Component):
     data : ``In(stream.Signature(data_width))``
         The row's ``row_beats`` bus words, in order (the read DMA's ``data``).
     settings : ``In(loader_settings(...))``
-        Held while a row is loaded.
+        Held while a row is loaded. ``elem_bits`` 1 (a binary map) writes the lanes'
+        bits into plane 0 and zeros into the planes above it (the write port's granule
+        is a slice's every plane; the gatherer reads plane 0 alone for binary
+        activations, and pads them with ones there); 2 or 4 writes a level's bits into
+        as many planes and zeros above them (a 2-bit level in 4 planes is its value).
     o : ``Out(stream.Signature(StructLayout({"addr", "x", "en"})))``
-        Ring writes: ``x``'s slice ``array`` (``en`` has its bit alone) at ``addr``: the
-        gatherer's ``rows``.
+        Ring writes: ``x``'s slice ``array`` (``simd * planes`` bits; ``en`` has its bit
+        alone) at ``addr``: the gatherer's ``rows``.
     release : ``In(range(max_size + 1))``
         The gatherer's (:class:`~.gather.WindowGather`): rows below it are not read
         again.
@@ -73,32 +86,38 @@ class RowLoader(wiring.Component):
 
     Throughput
     ----------
-    A ring word a cycle, so a bus word of ``data_width / simd`` words every that many
-    cycles; a row takes ``width * words`` cycles and its bus words.
+    A ring word a cycle while the bus keeps up: a ring word takes ``simd * elem_bits /
+    8`` bytes, so a bus word brings ``data_width / (simd * elem_bits)`` words, and where
+    a word is wider than a bus word a bus word a cycle sets the pace; a row takes
+    ``width * words`` cycles or its bus words, whichever is more.
     """
 
-    def __init__(self, *, arrays, simd, data_width=128, ring_words=4096, ring_rows=4,
-                 max_size=256, max_words=16):
-        for name, value in (("arrays", arrays), ("simd", simd), ("data_width", data_width),
-                            ("ring_words", ring_words), ("max_size", max_size),
-                            ("max_words", max_words)):
+    def __init__(self, *, arrays, simd, planes=1, data_width=128, ring_words=4096,
+                 ring_rows=4, max_size=256, max_words=16):
+        for name, value in (("arrays", arrays), ("simd", simd), ("planes", planes),
+                            ("data_width", data_width), ("ring_words", ring_words),
+                            ("max_size", max_size), ("max_words", max_words)):
             positive_int(f"RowLoader: {name}", value)
         if simd % 8 or data_width % 8:
             raise ValueError(f"RowLoader: simd ({simd}) and data_width ({data_width}) must be "
                              "multiples of 8: the loader cuts bytes")
-        self.arrays, self.simd, self.data_width = arrays, simd, data_width
+        if planes not in (1, 2, 4):
+            raise ValueError(f"RowLoader: planes must be 1, 2 or 4, not {planes}: levels are "
+                             "DRAM elements of 2 or 4 bits")
+        self.arrays, self.simd, self.planes, self.data_width = arrays, simd, planes, data_width
         self.ring_words, self.max_size, self.max_words = ring_words, max_size, max_words
         self.ring_rows = ring_rows
-        max_pixel_bytes = max_words * simd // 8
+        max_pixel_bytes = max_words * simd * planes // 8
         max_beats = -(-max_size * max_pixel_bytes * 8 // data_width)
         super().__init__({
             "row": In(stream.Signature(data.StructLayout({
                 "base": range(ring_words), "array": range(arrays),
                 "iy": range(max_size), "last": 1}))),
             "data": In(stream.Signature(data_width)),
-            "settings": In(loader_settings(max_size, max_words, max_pixel_bytes, max_beats)),
+            "settings": In(loader_settings(max_size, max_words, max_pixel_bytes, max_beats,
+                                           planes)),
             "o": Out(stream.Signature(data.StructLayout({
-                "addr": range(ring_words), "x": unsigned(arrays * simd),
+                "addr": range(ring_words), "x": unsigned(arrays * simd * planes),
                 "en": unsigned(arrays)}))),
             "release": In(range(max_size + 1)),
             "loaded": Out(range(max_size + 1)),
@@ -107,11 +126,14 @@ class RowLoader(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        st, simd, dw = self.settings, self.simd, self.data_width
-        wb, db = simd // 8, dw // 8                # bytes of a ring word, of a bus word
-        # bytes the gearbox holds: a bus word comes in while at most two ring words'
-        # bytes are held, so that a word still goes out every cycle while it does
-        cap = db + 2 * wb
+        st, simd, planes, dw = self.settings, self.simd, self.planes, self.data_width
+        wb, db = simd // 8, dw // 8                # bytes of a plane's word, of a bus word
+        widths = [b for b in (1, 2, 4) if b <= planes]   # the element widths built
+        wmax = wb * planes                         # bytes of the widest ring word
+        # bytes the gearbox holds: a bus word comes in while at most two of the widest
+        # ring words' bytes are held, so that a word still goes out every cycle while it
+        # does (narrower words only leave it more)
+        cap = db + 2 * wmax
         buf = Signal(8 * cap)
         count = Signal(range(cap + 1))              # bytes held
         busy = Signal()
@@ -121,20 +143,43 @@ class RowLoader(wiring.Component):
         j = Signal(range(self.max_words))
         beats_left = Signal.like(st.row_beats)
         more = Signal()                             # beats_left != 0, kept as a register
-        # what the settings fix, registered as a row starts: a pixel's last word's
-        # bytes and their mask
-        last_bytes_now = Signal(range(wb + 1))
-        m.d.comb += last_bytes_now.eq(st.pixel_bytes - (st.words - 1) * wb)
-        last_bytes = Signal(range(wb + 1))
-        keep_last = Signal(simd)
+
+        # the row's element width, one flag a width beyond 1 (registered as a row
+        # starts, so that no comparison with the settings precedes the shifts and the
+        # planes' multiplexer); widths not built read as 1
+        width_now = {b: st.elem_bits == b for b in widths[1:]}
+        width_is = {b: Signal(name=f"elem_bits_{b}") for b in widths[1:]}
+
+        def by_width(values, flags):
+            """``values[b]`` for the element width the flags say (1 where none is set)."""
+            out = values[1]
+            for b in widths[1:]:
+                out = Mux(flags[b], values[b], out)
+            return out
+
+        # what the settings fix, registered as a row starts: a full word's bytes, a
+        # pixel's last word's bytes and their mask
+        if planes == 1:                             # one width: a constant, as it was
+            word_bytes_now = word_bytes = wb
+        else:
+            word_bytes_now, word_bytes = Signal(range(wmax + 1)), Signal(range(wmax + 1))
+            m.d.comb += word_bytes_now.eq(by_width({b: wb * b for b in widths}, width_now))
+        before_last = Signal(range(self.max_words * wb + 1))   # a pixel's words but its
+        # last, in bytes at a bit a lane (times the element width below)
+        m.d.comb += before_last.eq((st.words - 1) * wb)
+        last_bytes_now = Signal(range(wmax + 1))
+        m.d.comb += last_bytes_now.eq(
+            st.pixel_bytes - by_width({b: before_last * b for b in widths}, width_now))
+        last_bytes = Signal(range(wmax + 1))
+        keep_last = Signal(8 * wmax)
 
         words_done = Signal()                       # the row's words are all written
         last_j = Signal()                           # the next word is its pixel's last
         # the bytes held after a word of either size, kept beside `count` so that no
         # subtraction precedes the shifts (on ECP5 the loader placed at 49.5 MHz with
         # the word's size, the subtraction and the shifts in one path)
-        left_wb = Signal(range(-wb, cap + 1))
-        left_last = Signal(range(-wb, cap + 1))
+        left_word = Signal(range(-wmax, cap + 1))
+        left_last = Signal(range(-wmax, cap + 1))
         iy, last_base = Signal.like(self.row.payload.iy), Signal()
         slot_free = self.row.payload.iy < self.release + self.ring_rows
         m.d.comb += [self.row.ready.eq(~busy & slot_free),
@@ -146,13 +191,16 @@ class RowLoader(wiring.Component):
                          beats_left.eq(st.row_beats), more.eq(1),
                          iy.eq(self.row.payload.iy), last_base.eq(self.row.payload.last),
                          last_bytes.eq(last_bytes_now),
-                         keep_last.eq((Const(1, simd + 1) << (last_bytes_now * 8)) - 1)]
+                         keep_last.eq((Const(1, 8 * wmax + 1) << (last_bytes_now * 8)) - 1)]
+            m.d.sync += [width_is[b].eq(width_now[b]) for b in width_is]
+            if planes > 1:
+                m.d.sync += word_bytes.eq(word_bytes_now)
             with m.If(self.row.payload.iy == 0):
                 m.d.sync += self.loaded.eq(0)
 
         # a word goes out when its bytes are held and the output register is free
         free = ~self.o.valid | self.o.ready
-        enough = Mux(last_j, left_last >= 0, left_wb >= 0)
+        enough = Mux(last_j, left_last >= 0, left_word >= 0)
         emit = busy & ~words_done & enough & free
         # a bus word comes in while the bytes held leave it room, whatever this cycle's
         # word takes: neither the insertion's shift nor `ready` waits for `emit` (on
@@ -167,22 +215,36 @@ class RowLoader(wiring.Component):
         new_count = Signal(range(cap + 1))
         starts = self.row.valid & self.row.ready
         m.d.comb += new_count.eq(
-            Mux(starts, 0, Mux(emit, Mux(last_j, left_last, left_wb), count)
+            Mux(starts, 0, Mux(emit, Mux(last_j, left_last, left_word), count)
                 + Mux(got, db, 0)))
-        # a new row starts from an empty gearbox (its predecessor's padding bytes came in
-        # and were never sent out)
+        # a full word's shift is one of a constant per width, picked by a row's flag
+        # rather than a shift by its size; a new row starts from an empty gearbox (its
+        # predecessor's padding bytes came in and were never sent out)
+        full_shift = by_width({b: merged >> (8 * wb * b) for b in widths}, width_is)
         m.d.sync += [buf.eq(Mux(starts, 0, Mux(emit, Mux(last_j, merged >> (last_bytes * 8),
-                                                         merged >> (wb * 8)), merged))),
-                     count.eq(new_count), left_wb.eq(new_count - wb),
+                                                         full_shift), merged))),
+                     count.eq(new_count),
+                     left_word.eq(new_count - (word_bytes if planes == 1
+                                               else Mux(starts, word_bytes_now, word_bytes))),
                      left_last.eq(new_count - Mux(starts, last_bytes_now, last_bytes))]
         with m.If(got):
             m.d.sync += [beats_left.eq(beats_left - 1), more.eq(beats_left != 1)]
 
-        piece = Signal(simd)
-        m.d.comb += piece.eq(buf & Mux(last_j, keep_last, (1 << simd) - 1))
+        # the word's bytes: `b`-bit elements, lane `l`'s at bits `l * b ..`; bit `p` of
+        # each goes to plane `p` (bits `p * simd + l`), the planes above `b` zeros. A
+        # permutation of wires: the planes' multiplexer by the width is its only logic
+        piece = Signal(8 * wmax)
+        m.d.comb += piece.eq(buf & Mux(last_j, keep_last, (1 << (8 * wmax)) - 1))
+
+        def dealt(b):
+            return Cat(*(piece[l * b + p] for p in range(b) for l in range(simd)),
+                       Const(0, simd * (planes - b)))
+
+        word = Signal(simd * planes)
+        m.d.comb += word.eq(by_width({b: dealt(b) for b in widths}, width_is))
         with m.If(emit):
             m.d.sync += [self.o.valid.eq(1), self.o.payload.addr.eq(addr),
-                         self.o.payload.x.eq(piece.replicate(self.arrays)),
+                         self.o.payload.x.eq(word.replicate(self.arrays)),
                          self.o.payload.en.eq(Const(1, self.arrays) << array),
                          addr.eq(addr + 1)]
             with m.If(~last_j):
