@@ -1,5 +1,5 @@
 """Synthesize the intended engine's units (``hw/engine/loader.py``, ``gather.py``, ``folds.py``,
-``arrays.py``, ``feeder.py``, ``epilogue.py``, ``mixer.py``) and the layer datapath they make
+``arrays.py``, ``feeder.py``, ``epilogue.py``, ``mixer.py``, ``packer.py``) and the layer datapath they make
 (``layer.py``) at a few sizes each.
 
 What each unit costs and how fast it runs, before the rest of the engine is built around
@@ -62,6 +62,9 @@ SIZES = {
     "loader-intended": ("RowLoader", dict(arrays=5, simd=48, data_width=128, ring_words=512,
                                           max_size=64, max_words=11), ("cyclonev", "ecp5"),
                         "row loader of the intended ring"),
+    "loader-levels": ("RowLoader", dict(arrays=5, simd=48, planes=4, data_width=128,
+                                        ring_words=512, max_size=64, max_words=11),
+                      ("cyclonev", "ecp5"), "row loader of 2- and 4-bit levels"),
     "gather-intended": ("WindowGather", dict(arrays=5, simd=48, planes=1, ring_rows=4,
                                              ring_words=512, max_size=64, max_words=16,
                                              max_kernel=3), ("cyclonev", "ecp5"),
@@ -84,6 +87,10 @@ SIZES = {
                         ("cyclonev",), "epilogue lanes, 4-bit levels"),
     "mixer": ("MixerLanes", dict(lanes=16, value_width=32, coef_width=16, max_jobs=8),
               ("cyclonev", "ecp5"), "mixer lanes (aggregate and gates)"),
+    "packer-intended": ("OutputPacker", dict(arrays=5, pe=16, lanes=8, value_width=32,
+                                             data_width=128, max_size=128, max_channels=512,
+                                             max_out_folds=32, max_beats=2048),
+                        ("cyclonev", "ecp5"), "output packer of the intended epilogue"),
     "layer-one": ("LayerDatapath", dict(arrays=1, pe=16, simd=48, ring_rows=4, ring_words=512,
                                         max_size=64, max_words=11, max_kernel=3,
                                         max_weight_words=198, max_out_folds=32),
@@ -99,7 +106,7 @@ SIZES = {
 #: unit -> its module in hw/engine
 MODULES = {"RowLoader": "loader", "WindowGather": "gather", "FoldIssuer": "folds",
            "BaseArrays": "arrays", "EpilogueFeeder": "feeder", "EpilogueLanes": "epilogue",
-           "MixerLanes": "mixer", "LayerDatapath": "layer"}
+           "MixerLanes": "mixer", "LayerDatapath": "layer", "OutputPacker": "packer"}
 
 
 def verilog_of(name):
@@ -137,12 +144,17 @@ def shape_text(unit, p):
     if unit == "BaseArrays":
         return f"{p['arrays']} x {p['pe']} x {p['simd']} lanes, {p['planes']} plane(s)"
     if unit == "RowLoader":
-        return f"{p['data_width']}-bit bus words into {p['arrays']} x {p['simd']}-lane words"
+        planes = p.get("planes", 1)
+        return (f"{p['data_width']}-bit bus words into {p['arrays']} x {p['simd']}-lane words"
+                + (f" of {planes} planes" if planes > 1 else ""))
     if unit == "WindowGather":
         return (f"{p['arrays']} x {p['simd']} lanes, {p['ring_rows']} rows of up to "
                 f"{p['ring_words'] // p['ring_rows']} words")
     if unit == "MixerLanes":
         return f"{p['lanes']} lanes, up to {p['max_jobs']} bases"
+    if unit == "OutputPacker":
+        return (f"{p['arrays']} jobs' beats of {p['lanes']} lanes into {p['data_width']}-bit "
+                f"bus words, 1- to 32-bit elements")
     lanes = p.get("lanes") or p.get("pe")
     if unit == "LayerDatapath":
         return (f"{p['arrays']} x {p['pe']} x {p['simd']} lanes, {lanes} epilogue lanes, "
