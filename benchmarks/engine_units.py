@@ -1,5 +1,5 @@
 """Synthesize the intended engine's units (``hw/engine/loader.py``, ``gather.py``, ``folds.py``,
-``arrays.py``, ``feeder.py``, ``epilogue.py``, ``mixer.py``, ``packer.py``) and the layer datapath they make
+``arrays.py``, ``feeder.py``, ``epilogue.py``, ``mixer.py``, ``packer.py``, ``writer.py``) and the layer datapath they make
 (``layer.py``) at a few sizes each.
 
 What each unit costs and how fast it runs, before the rest of the engine is built around
@@ -91,6 +91,8 @@ SIZES = {
                                              data_width=128, max_size=128, max_channels=512,
                                              max_out_folds=32, max_beats=2048),
                         ("cyclonev", "ecp5"), "output packer of the intended epilogue"),
+    "writer-intended": ("RowWriter", dict(arrays=5, data_width=128, chunk=16),
+                        ("cyclonev", "ecp5"), "row writer of the intended packer"),
     "layer-one": ("LayerDatapath", dict(arrays=1, pe=16, simd=48, ring_rows=4, ring_words=512,
                                         max_size=64, max_words=11, max_kernel=3,
                                         max_weight_words=198, max_out_folds=32),
@@ -106,7 +108,8 @@ SIZES = {
 #: unit -> its module in hw/engine
 MODULES = {"RowLoader": "loader", "WindowGather": "gather", "FoldIssuer": "folds",
            "BaseArrays": "arrays", "EpilogueFeeder": "feeder", "EpilogueLanes": "epilogue",
-           "MixerLanes": "mixer", "LayerDatapath": "layer", "OutputPacker": "packer"}
+           "MixerLanes": "mixer", "LayerDatapath": "layer", "OutputPacker": "packer",
+           "RowWriter": "writer"}
 
 
 def verilog_of(name):
@@ -152,6 +155,9 @@ def shape_text(unit, p):
                 f"{p['ring_words'] // p['ring_rows']} words")
     if unit == "MixerLanes":
         return f"{p['lanes']} lanes, up to {p['max_jobs']} bases"
+    if unit == "RowWriter":
+        return (f"{p['arrays']} jobs' {p['data_width']}-bit words in commands of up to "
+                f"{p['chunk']} words")
     if unit == "OutputPacker":
         return (f"{p['arrays']} jobs' beats of {p['lanes']} lanes into {p['data_width']}-bit "
                 f"bus words, 1- to 32-bit elements")
