@@ -41,8 +41,8 @@ class Case:
         for y in range(height):
             for x in range(width):
                 for nf in range(out_folds):
-                    for k in range(arrays):
-                        for p in range(pe // lanes):
+                    for p in range(pe // lanes):
+                        for k in range(arrays):
                             c = nf * pe + p * lanes + np.arange(lanes)
                             beat = rng.integers(*garbage, lanes)   # not ours: any value
                             if k < self.jobs:

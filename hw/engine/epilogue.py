@@ -18,7 +18,8 @@ from amaranth.lib.wiring import In, Out
 from ..arith import positive_int, registered_pieces, sum_tree
 from ..skid import skid_outputs
 
-__all__ = ["EpilogueLanes", "epilogue_settings", "epilogue_layout"]
+__all__ = ["EpilogueLanes", "epilogue_settings", "epilogue_layout", "compared_halves",
+           "joined_halves", "level_count"]
 
 #: Bits of the post-op's shift.
 SHIFT_BITS = 6
@@ -194,22 +195,13 @@ class EpilogueLanes(wiring.Component):
         # ECP5 the whole comparison was the layer datapath's late path, 11.4 ns); the
         # invert bits and the level count are applied in the next stage (with them in
         # the comparison's stage it was the epilogue's, 10.3 ns)
-        half = vw // 2
-        parts = []
-        for j in range(lanes):
-            z = zs[j]
-            bits = []
-            for k in range(levels):
-                t = Value.cast(carried.t[j][k])
-                bits += [z[half:].as_signed() > t[half:].as_signed(), z[half:] == t[half:],
-                         z[:half] >= t[:half]]
-            parts.append(stage(Cat(*bits), f"halves{j}", False))
+        parts = [stage(compared_halves(zs[j], carried.t[j], levels), f"halves{j}", False)
+                 for j in range(lanes)]
         zs = [stage(z, f"z6_{j}", False) for j, z in enumerate(zs)]
         invert = stage(carried.invert, "invert6", False)
         st = stage(carried.settings, "settings6", False)
         valid = stage(valid, "valid6", True)
-        hits = [stage(Cat(*(p[3 * k] | (p[3 * k + 1] & p[3 * k + 2]) for k in range(levels))),
-                      f"hits{j}", False) for j, p in enumerate(parts)]
+        hits = [stage(joined_halves(p, levels), f"hits{j}", False) for j, p in enumerate(parts)]
         zs = [stage(z, f"z7_{j}", False) for j, z in enumerate(zs)]
         invert = stage(invert, "invert7", False)
         st = stage(st, "settings7", False)
@@ -217,13 +209,36 @@ class EpilogueLanes(wiring.Component):
 
         # 8: the levels counted, into the output register (whose data registers load on
         # every advance: their enables do not wait for the valid bit)
-        outs = [Mux(st.threshold,
-                    sum_tree([(hits[j][k] ^ invert[j]) & (k < st.levels)
-                              for k in range(levels)]), zs[j])
+        outs = [Mux(st.threshold, level_count(hits[j], invert[j], st.levels, levels), zs[j])
                 for j in range(lanes)]
         m.d.comb += adv.eq(skid_outputs(m, [self.o], [outs], adv & valid, name="out",
                                         advance=adv))
         return m
+
+
+def compared_halves(z, thresholds, levels):
+    """Each of ``levels`` thresholds against ``z``, a half of the bits at a time: per
+    threshold the upper halves' signed ``>`` and ``==`` and the lower halves' unsigned
+    ``>=`` (joined by :func:`joined_halves` a stage later: on ECP5 the whole
+    comparison in one stage was a late path)."""
+    half = len(Value.cast(z)) // 2
+    bits = []
+    for k in range(levels):
+        t = Value.cast(thresholds[k])
+        bits += [z[half:].as_signed() > t[half:].as_signed(), z[half:] == t[half:],
+                 z[:half] >= t[:half]]
+    return Cat(*bits)
+
+
+def joined_halves(parts, levels):
+    """``z >= t`` per threshold from :func:`compared_halves`'s bits."""
+    return Cat(*(parts[3 * k] | (parts[3 * k + 1] & parts[3 * k + 2]) for k in range(levels)))
+
+
+def level_count(hits, invert, levels_in_use, levels):
+    """The level: how many of the first ``levels_in_use`` thresholds are met, each
+    result flipped by the channel's ``invert`` bit (the IR's ``threshold``)."""
+    return sum_tree([(hits[k] ^ invert) & (k < levels_in_use) for k in range(levels)])
 
 
 def _fields(view, names):

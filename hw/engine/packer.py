@@ -3,8 +3,9 @@ DRAM rows of each base's output map (docs/architecture.md section 15), in the fo
 of section 12.
 
 A beat is ``lanes`` channels of one job (one array's base), in the epilogue feeder's
-order: a pixel's output folds ``nf``, each fold's jobs ``k``, each job's ``pe / lanes``
-parts ``p``, so a beat's first channel is ``nf * pe + p * lanes``. In DRAM a pixel's
+order: a pixel's output folds ``nf``, each fold's ``pe / lanes`` parts ``p``, each part's
+jobs ``k`` (the jobs' values of the same channels one after another, as the mixer takes
+them), so a beat's first channel is ``nf * pe + p * lanes``. In DRAM a pixel's
 channels are ``ceil(C * elem_bits / 8)`` bytes, element ``c`` at bit ``c * elem_bits``
 (bits, 2- and 4-bit levels, 8- to 32-bit two's complement alike: the low
 ``elem_bits`` of each value, LSB first), pixel after pixel, the row padded with zeros
@@ -167,7 +168,6 @@ class OutputPacker(wiring.Component):
         nf = Signal(range(self.max_out_folds))
         x = Signal(range(self.max_size))
         c0 = Signal(range(self.max_out_folds * pe + pe))        # the beat's first channel
-        fold_c = Signal.like(c0)                                 # nf * pe
         left = Signal(signed(c0.shape().width + 2))
         m.d.comb += left.eq(st.channels - c0)
         last_of_row = (x == st.width - 1) & (nf == st.out_folds - 1) & (p == parts - 1)
@@ -194,16 +194,17 @@ class OutputPacker(wiring.Component):
                                                           left[:lanes.bit_length()]))),
                          lane_mask.eq(Cat(left > j for j in range(lanes))),
                          beat_row_end.eq(last_of_row), beat_keep.eq(k < st.jobs)]
+        # the jobs of the same channels one after another, then the next lanes
+        # channels: c0 = nf * pe + p * lanes steps by lanes as the jobs wrap
         with m.If(take):
-            with m.If(p != parts - 1):
-                m.d.sync += [p.eq(p + 1), c0.eq(c0 + lanes)]
-            with m.Elif(k != arrays - 1):
-                m.d.sync += [p.eq(0), k.eq(k + 1), c0.eq(fold_c)]
+            with m.If(k != arrays - 1):
+                m.d.sync += k.eq(k + 1)
+            with m.Elif(p != parts - 1):
+                m.d.sync += [k.eq(0), p.eq(p + 1), c0.eq(c0 + lanes)]
             with m.Elif(nf != st.out_folds - 1):
-                m.d.sync += [p.eq(0), k.eq(0), nf.eq(nf + 1), fold_c.eq(fold_c + pe),
-                             c0.eq(fold_c + pe)]
+                m.d.sync += [k.eq(0), p.eq(0), nf.eq(nf + 1), c0.eq(c0 + lanes)]
             with m.Else():
-                m.d.sync += [p.eq(0), k.eq(0), nf.eq(0), fold_c.eq(0), c0.eq(0),
+                m.d.sync += [k.eq(0), p.eq(0), nf.eq(0), c0.eq(0),
                              x.eq(Mux(x == st.width - 1, 0, x + 1))]
 
         # -- stage 2: the beat as bytes, into the queue of ops --
