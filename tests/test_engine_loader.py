@@ -102,6 +102,7 @@ def test_rows_land_where_the_gatherer_reads_them(arrays, simd, channels, width, 
     (2, 16, 4, 2, 21, 4, 64),    # the last word's 5 levels in two bytes, upper planes zero
     (2, 32, 2, 2, 40, 4, 32),    # a ring word two bus words, the last one two bytes
     (1, 24, 4, 4, 13, 5, 96),    # 24 lanes: a word of 12 bytes, a pixel of 7
+    (1, 24, 4, 4, 48, 3, 96),    # a word a bus word of 12 bytes: each ends at a bus word's end
     (1, 64, 2, 2, 100, 3, 128),  # 64 lanes: 25 bytes a pixel, the last word nine
     (1, 64, 4, 4, 64, 3, 128),   # ResNet's 64 channels of 4 bits: a word two bus words
 ])

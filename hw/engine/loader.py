@@ -130,11 +130,25 @@ class RowLoader(wiring.Component):
         wb, db = simd // 8, dw // 8                # bytes of a plane's word, of a bus word
         widths = [b for b in (1, 2, 4) if b <= planes]   # the element widths built
         wmax = wb * planes                         # bytes of the widest ring word
-        # bytes the gearbox holds: a bus word comes in while at most two of the widest
-        # ring words' bytes are held, so that a word still goes out every cycle while it
-        # does (narrower words only leave it more)
-        cap = db + 2 * wmax
-        buf = Signal(8 * cap)
+        # the gearbox: a queue of `slots` bus words, the oldest first. A bus word comes
+        # in while at most two of the widest ring words' bytes are held, so that a word
+        # still goes out every cycle while it does (narrower words only leave it more).
+        # Bus words enter and leave it whole, so it moves by whole slots: a bus word
+        # goes into the first free slot, and the slots a word leaves behind drop out
+        # (0 to `max_drop` a word); a word goes out from byte `head` of the oldest, a
+        # shift of less than a bus word (on ECP5 a gearbox that shifted each bus word
+        # in at the bytes held, and the bytes left down past each word out, placed at
+        # 68.7 MHz with 4 planes)
+        slots = -(-(db + 2 * wmax) // db)
+        cap = slots * db
+        max_drop = (db - 1 + wmax) // db
+        queue = [Signal(8 * db, name=f"queue{s}", reset_less=True) for s in range(slots)]
+        filled = Signal(range(slots + 2))           # slots holding bytes not yet out
+        head = Signal(range(db))                    # the byte of `queue[0]` next out
+        # where a word of either size leaves the queue, kept a cycle ahead like
+        # `left_word`: the slots it drops and the byte after it in the new oldest slot
+        drop_word, drop_last = Signal(range(max_drop + 1)), Signal(range(max_drop + 1))
+        rest_word, rest_last = Signal(range(db)), Signal(range(db))
         count = Signal(range(cap + 1))              # bytes held
         busy = Signal()
         array = Signal(range(self.arrays))
@@ -145,7 +159,7 @@ class RowLoader(wiring.Component):
         more = Signal()                             # beats_left != 0, kept as a register
 
         # the row's element width, one flag a width beyond 1 (registered as a row
-        # starts, so that no comparison with the settings precedes the shifts and the
+        # starts, so that no comparison with the settings precedes the shift and the
         # planes' multiplexer); widths not built read as 1
         width_now = {b: st.elem_bits == b for b in widths[1:]}
         width_is = {b: Signal(name=f"elem_bits_{b}") for b in widths[1:]}
@@ -171,13 +185,13 @@ class RowLoader(wiring.Component):
         m.d.comb += last_bytes_now.eq(
             st.pixel_bytes - by_width({b: before_last * b for b in widths}, width_now))
         last_bytes = Signal(range(wmax + 1))
-        keep_last = Signal(8 * wmax)
+        keep_last = Signal(wmax)                    # a byte a bit
 
         words_done = Signal()                       # the row's words are all written
         last_j = Signal()                           # the next word is its pixel's last
         # the bytes held after a word of either size, kept beside `count` so that no
-        # subtraction precedes the shifts (on ECP5 the loader placed at 49.5 MHz with
-        # the word's size, the subtraction and the shifts in one path)
+        # subtraction precedes `emit` (on ECP5 the loader placed at 49.5 MHz with the
+        # word's size, the subtraction and the shifts in one path)
         left_word = Signal(range(-wmax, cap + 1))
         left_last = Signal(range(-wmax, cap + 1))
         iy, last_base = Signal.like(self.row.payload.iy), Signal()
@@ -191,7 +205,7 @@ class RowLoader(wiring.Component):
                          beats_left.eq(st.row_beats), more.eq(1),
                          iy.eq(self.row.payload.iy), last_base.eq(self.row.payload.last),
                          last_bytes.eq(last_bytes_now),
-                         keep_last.eq((Const(1, 8 * wmax + 1) << (last_bytes_now * 8)) - 1)]
+                         keep_last.eq((Const(1, wmax + 1) << last_bytes_now) - 1)]
             m.d.sync += [width_is[b].eq(width_now[b]) for b in width_is]
             if planes > 1:
                 m.d.sync += word_bytes.eq(word_bytes_now)
@@ -202,40 +216,72 @@ class RowLoader(wiring.Component):
         free = ~self.o.valid | self.o.ready
         enough = Mux(last_j, left_last >= 0, left_word >= 0)
         emit = busy & ~words_done & enough & free
-        # a bus word comes in while the bytes held leave it room, whatever this cycle's
-        # word takes: neither the insertion's shift nor `ready` waits for `emit` (on
-        # ECP5 the loader placed at 75.8 MHz with the word's size, the bytes left and
-        # the insertion shift in one path)
+        # a bus word comes in while the bytes held leave its slot free, whatever this
+        # cycle's word takes: `ready` does not wait for `emit` (on ECP5 the loader placed
+        # at 75.8 MHz with the word's size, the bytes left and the insertion in one path)
         accept = busy & more & (words_done | (count <= cap - db))
         m.d.comb += self.data.ready.eq(accept)
         got = accept & self.data.valid
-        # the bus word is shifted into place whether it comes or not; `got` picks it last
-        merged = Signal(8 * cap)
-        m.d.comb += merged.eq(buf | Mux(got, self.data.payload << (count * 8), 0))
-        new_count = Signal(range(cap + 1))
         starts = self.row.valid & self.row.ready
-        m.d.comb += new_count.eq(
-            Mux(starts, 0, Mux(emit, Mux(last_j, left_last, left_word), count)
-                + Mux(got, db, 0)))
-        # a full word's shift is one of a constant per width, picked by a row's flag
-        # rather than a shift by its size; a new row starts from an empty gearbox (its
-        # predecessor's padding bytes came in and were never sent out)
-        full_shift = by_width({b: merged >> (8 * wb * b) for b in widths}, width_is)
-        m.d.sync += [buf.eq(Mux(starts, 0, Mux(emit, Mux(last_j, merged >> (last_bytes * 8),
-                                                         full_shift), merged))),
-                     count.eq(new_count),
-                     left_word.eq(new_count - (word_bytes if planes == 1
-                                               else Mux(starts, word_bytes_now, word_bytes))),
-                     left_last.eq(new_count - Mux(starts, last_bytes_now, last_bytes))]
+        drop = Signal(range(max_drop + 1))
+        m.d.comb += drop.eq(Mux(emit, Mux(last_j, drop_last, drop_word), 0))
+        into = Signal(range(slots + 2))            # the slot the bus word goes into
+        m.d.comb += into.eq(filled - drop)
+        for k in range(slots):
+            moved = queue[k]
+            for d in range(1, max_drop + 1):
+                moved = Mux(drop == d, queue[min(k + d, slots - 1)], moved)
+            with m.If(got & (into == k)):
+                m.d.sync += queue[k].eq(self.data.payload)
+            with m.Elif(drop != 0):
+                m.d.sync += queue[k].eq(moved)
         with m.If(got):
             m.d.sync += [beats_left.eq(beats_left - 1), more.eq(beats_left != 1)]
 
-        # the word's bytes: `b`-bit elements, lane `l`'s at bits `l * b ..`; bit `p` of
-        # each goes to plane `p` (bits `p * simd + l`), the planes above `b` zeros. A
-        # permutation of wires: the planes' multiplexer by the width is its only logic
-        piece = Signal(8 * wmax)
-        m.d.comb += piece.eq(buf & Mux(last_j, keep_last, (1 << (8 * wmax)) - 1))
+        def split(x):
+            """``x`` (below ``db + wmax``) in whole bus words and bytes left."""
+            if db & (db - 1) == 0:
+                return x >> (db.bit_length() - 1), x[:db.bit_length() - 1]
+            whole = 0
+            for d in range(1, max_drop + 1):
+                whole = Mux(x >= d * db, d, whole)
+            return whole, x - whole * db
 
+        new_count = Signal(range(cap + 1))
+        m.d.comb += new_count.eq(
+            Mux(starts, 0, Mux(emit, Mux(last_j, left_last, left_word), count)
+                + Mux(got, db, 0)))
+        m.d.sync += [count.eq(new_count),
+                     left_word.eq(new_count - (word_bytes if planes == 1
+                                               else Mux(starts, word_bytes_now, word_bytes))),
+                     left_last.eq(new_count - Mux(starts, last_bytes_now, last_bytes))]
+        # a new row starts from an empty gearbox (its predecessor's padding bytes came in
+        # and were never sent out)
+        new_head = Signal.like(head)
+        m.d.comb += new_head.eq(
+            Mux(starts, 0, Mux(emit, Mux(last_j, rest_last, rest_word), head)))
+        after_word = new_head + (word_bytes if planes == 1
+                                 else Mux(starts, word_bytes_now, word_bytes))
+        after_last = new_head + Mux(starts, last_bytes_now, last_bytes)
+        m.d.sync += [head.eq(new_head), filled.eq(Mux(starts, 0, into + got)),
+                     drop_word.eq(split(after_word)[0]), rest_word.eq(split(after_word)[1]),
+                     drop_last.eq(split(after_last)[0]), rest_last.eq(split(after_last)[1])]
+
+        # the word's bytes: the queue's from `head`, shifted down a power of two bytes a
+        # stage (the stages keep only the bytes the word can still need), a pixel's
+        # last word masked to its bytes
+        held = [w[8 * i:8 * (i + 1)] for w in queue for i in range(db)][:db - 1 + wmax]
+        for k in reversed(range((db - 1).bit_length())):
+            step, need = 1 << k, wmax + (1 << k) - 1
+            held = [Mux(head[k], held[i + step], held[i]) if i + step < len(held) else held[i]
+                    for i in range(min(need, len(held)))]
+        piece = Signal(8 * wmax)
+        m.d.comb += piece.eq(Cat(*(Mux(last_j & ~keep_last[i], 0, held[i])
+                                   for i in range(wmax))))
+
+        # `b`-bit elements, lane `l`'s at bits `l * b ..`; bit `p` of each goes to plane
+        # `p` (bits `p * simd + l`), the planes above `b` zeros. A permutation of wires:
+        # the planes' multiplexer by the width is its only logic
         def dealt(b):
             return Cat(*(piece[l * b + p] for p in range(b) for l in range(simd)),
                        Const(0, simd * (planes - b)))
