@@ -54,8 +54,6 @@ def layer_run(geometry, c_out, pe, settings, *, lanes=None, rows_per_tile=2, sta
         ctx.set(dut.loaded, g.h)
         ctx.set(dut.out_folds, out_folds)
         ctx.set(dut.epilogue_settings, settings)
-        if g.planes > 1:
-            ctx.set(dut.levels, int(g.levels))
         for word in g.ring():
             await stream_put(ctx, dut.rows, word)
         for word in weights:
@@ -63,6 +61,11 @@ def layer_run(geometry, c_out, pe, settings, *, lanes=None, rows_per_tile=2, sta
         for word in constants:
             await stream_put(ctx, dut.constants, word)
         assert ctx.get(dut.idle)
+        chunk = dict(out_folds=out_folds, in_folds=g.kernel ** 2 * g.words,
+                     windows=g.oh * g.ow)
+        if g.planes > 1:
+            chunk["levels"] = int(g.levels)
+        await stream_put(ctx, dut.chunk, chunk)
 
     order = [(oy, ox, nf, k, p) for oy in range(g.oh) for ox in range(g.ow)
              for nf in range(out_folds) for k in range(g.arrays) for p in range(parts)]

@@ -232,13 +232,14 @@ def conv_run(geometry, c_out, pe, rows_per_tile, stall=0.0, seed=0):
     async def setup(ctx):
         ctx.set(dut.gather.settings, g.settings())
         ctx.set(dut.gather.loaded, g.h)
-        ctx.set(dut.issuer.out_folds, out_folds)
-        if g.planes > 1:
-            ctx.set(dut.issuer.levels, int(g.levels))
         for word in g.ring():
             await stream_put(ctx, dut.gather.rows, word)
         for word in weights:
             await stream_put(ctx, dut.issuer.weights, word)
+        chunk = dict(out_folds=out_folds, in_folds=in_folds, windows=g.oh * g.ow)
+        if g.planes > 1:
+            chunk["levels"] = int(g.levels)
+        await stream_put(ctx, dut.issuer.chunk, chunk)        # one chunk: every pixel
 
     # the IR's bin_conv on each base's map; channels past c_out have weights of -1
     ys = []

@@ -35,8 +35,9 @@ class LayerDatapath(wiring.Component):
     ring_rows, ring_words, max_size, max_words, max_kernel : int
         The gatherer's (:class:`~.gather.WindowGather`).
     max_weight_words : int
-        The fold issuer's weight buffer (:class:`~.folds.FoldIssuer`); its window
-        buffers hold ``max_kernel**2 * max_words`` words.
+        Each half of the fold issuer's weight buffer (:class:`~.folds.FoldIssuer`); its
+        window buffers hold ``max_kernel**2 * max_words`` words, and a chunk is issued
+        for at most ``max_size**2`` windows.
     max_out_folds : int
         The feeder's constant buffer (:class:`~.feeder.EpilogueFeeder`).
     const_width, value_width, max_levels : int
@@ -47,12 +48,14 @@ class LayerDatapath(wiring.Component):
     Those of the parts that are not connected to each other: ``gather_settings``,
     ``rows``, ``tile``, ``loaded``, ``release`` (the gatherer's ``settings``, ``rows``,
     ``tile``, ``loaded``, ``release``: a :class:`~.loader.RowLoader` connects there);
-    ``weights``, ``out_folds``, with ``planes > 1`` ``levels`` (the fold issuer's; the
-    feeder takes the same ``out_folds``); ``constants``, ``epilogue_settings``,
-    ``side`` (the feeder's); ``o`` (the epilogue's); ``idle``: the gatherer, the fold
-    issuer and the feeder hold nothing (new weights may be written; the arrays and the
-    epilogue may still hold a descriptor's last outputs, so its successor's constants
-    wait until they have left ``o``).
+    ``weights``, ``chunk``, ``weights_free`` (the fold issuer's ``weights``, ``chunk``
+    and ``free``: a chunk's words are written while ``weights_free`` and committed with
+    its geometry, the next while one is issued); ``out_folds``, ``constants``,
+    ``epilogue_settings``, ``side`` (the feeder's; its ``out_folds`` is the chunk's);
+    ``o`` (the epilogue's); ``idle``: the gatherer, the fold issuer and the feeder hold
+    nothing (no chunk is committed; the arrays and the epilogue may still hold a
+    descriptor's last outputs, so its successor's constants wait until they have left
+    ``o``).
 
     Latency
     -------
@@ -75,7 +78,8 @@ class LayerDatapath(wiring.Component):
                                    max_kernel=max_kernel)
         self.issuer = FoldIssuer(arrays=arrays, pe=pe, simd=simd, planes=planes,
                                  max_in_folds=max_kernel ** 2 * max_words,
-                                 max_weight_words=max_weight_words)
+                                 max_weight_words=max_weight_words,
+                                 max_windows=max_size ** 2)
         self.arrays = BaseArrays(arrays=arrays, pe=pe, simd=simd, planes=planes,
                                  max_window=max_kernel ** 2 * max_words * simd)
         width = self.arrays.sum_width
@@ -92,15 +96,15 @@ class LayerDatapath(wiring.Component):
             "loaded": self.gather.signature.members["loaded"],
             "release": self.gather.signature.members["release"],
             "weights": self.issuer.signature.members["weights"],
-            "out_folds": self.issuer.signature.members["out_folds"],
+            "chunk": self.issuer.signature.members["chunk"],
+            "weights_free": self.issuer.signature.members["free"],
+            "out_folds": self.feeder.signature.members["out_folds"],
             "constants": self.feeder.signature.members["constants"],
             "epilogue_settings": self.feeder.signature.members["settings"],
             "side": self.feeder.signature.members["side"],
             "o": self.epilogue.signature.members["o"],
             "idle": wiring.Out(1),
         }
-        if planes > 1:
-            members["levels"] = self.issuer.signature.members["levels"]
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -114,16 +118,15 @@ class LayerDatapath(wiring.Component):
         wiring.connect(m, self.feeder.o, self.epilogue.i)
         for outer, inner in ((self.rows, self.gather.rows), (self.tile, self.gather.tile),
                              (self.weights, self.issuer.weights),
+                             (self.chunk, self.issuer.chunk),
                              (self.constants, self.feeder.constants),
                              (self.side, self.feeder.side)):
             wiring.connect(m, wiring.flipped(outer), inner)
         wiring.connect(m, self.epilogue.o, wiring.flipped(self.o))
         m.d.comb += [self.gather.settings.eq(self.gather_settings),
                      self.gather.loaded.eq(self.loaded), self.release.eq(self.gather.release),
-                     self.issuer.out_folds.eq(self.out_folds),
+                     self.weights_free.eq(self.issuer.free),
                      self.feeder.out_folds.eq(self.out_folds),
                      self.feeder.settings.eq(self.epilogue_settings),
                      self.idle.eq(self.gather.idle & self.issuer.idle & self.feeder.idle)]
-        if "levels" in self.signature.members:
-            m.d.comb += self.issuer.levels.eq(self.levels)
         return m
