@@ -81,7 +81,7 @@ class MixerLanes(wiring.Component):
     aggregate of the next group is computed while this one's gates are.
     """
 
-    latency = 11
+    latency = 12
 
     def __init__(self, *, lanes, value_width=32, coef_width=16, max_jobs=8):
         for name, value in (("lanes", lanes), ("value_width", value_width),
@@ -102,16 +102,19 @@ class MixerLanes(wiring.Component):
         m = Module()
         lanes, vw, st = self.lanes, self.value_width, self.settings
         acc_width = vw + self.coef_width + self.max_jobs.bit_length()
-        m.submodules.xs = xs = SyncFIFOBuffered(width=lanes * vw, depth=2 * self.max_jobs + 2)
+        # a group's values wait for its aggregate: the group and the next group's beats
+        # taken while the aggregate goes through its stages and FIFO (9 cycles)
+        m.submodules.xs = xs = SyncFIFOBuffered(width=lanes * vw, depth=self.max_jobs + 9)
         # the aggregate at the value width: one product piece fewer a gate (section 15)
-        m.submodules.aggs = aggs = SyncFIFOBuffered(width=lanes * vw, depth=4)
+        # as many aggregates as are in flight to it (stages A to E) and one
+        m.submodules.aggs = aggs = SyncFIFOBuffered(width=lanes * vw, depth=5)
 
         # --- the aggregate: free-running stages behind an input register; a beat is
         # taken only when its value and its group's aggregate will have room in the
         # FIFOs, counted a cycle ahead from registers (`i.ready` is a register, and the
         # FIFO's write enable one: on ECP5 the count and the enable's fanout into the
         # FIFO's 512-bit words were the mixer's late path, 11.9 ns)
-        last_a, last_b, last_c, last_d = Signal(), Signal(), Signal(), Signal()
+        last_a, last_b, last_c, last_d, last_e = (Signal() for _ in range(5))
         valid_a = Signal()
         x_a = Signal.like(self.i.payload)
         room = Signal()
@@ -126,17 +129,17 @@ class MixerLanes(wiring.Component):
         # the aggregate FIFO: every group end from here to it and one taken now. Counted
         # as if a beat were taken, so that the count does not wait for `i.valid`
         xs_next = xs.level + valid_a + 1
-        aggs_next = aggs.level + last_a + last_b + last_c + last_d + 1
+        aggs_next = aggs.level + last_a + last_b + last_c + last_d + last_e + 1
         m.d.sync += room.eq((xs_next < xs.depth) & (aggs_next < aggs.depth))
         m.d.comb += [xs.w_data.eq(x_a.as_value()), xs.w_en.eq(valid_a & st.gated)]
 
-        # the register takes the input, its base and lambda whenever there is room (what
-        # it holds counts only with `valid_a`), so its enable is a register; the lambda
-        # is picked here: no selection before the products
+        # the register takes the input, its base and lambda every cycle (what it holds
+        # counts only with `valid_a`), so it has no enable: with `room` as its enable,
+        # that register's route to the 512 bits was the mixer's late path on ECP5; the
+        # lambda is picked here, no selection before the products
         lam = Signal(signed(self.coef_width))
         k_a = Signal.like(k)
-        with m.If(room):
-            m.d.sync += [x_a.eq(self.i.payload), k_a.eq(k), lam.eq(st.lambdas[k])]
+        m.d.sync += [x_a.eq(self.i.payload), k_a.eq(k), lam.eq(st.lambdas[k])]
         # B: the products' pieces
         pieces = [registered_pieces(m, x_a[j], lam, None, f"lam{j}")
                   for j in range(lanes)]
@@ -152,24 +155,33 @@ class MixerLanes(wiring.Component):
                 m.d.sync += accs[j].eq(total)
             with m.If(last_b):
                 m.d.sync += totals[j].eq(total)
-        # D: the aggregate, into its FIFO
-        agg_d = [Signal(signed(vw), name=f"agg{j}") for j in range(lanes)]
-        m.d.sync += last_d.eq(last_c)
+        # D: the rounding constant added; E: the shift, the aggregate into its FIFO (the
+        # sum and the run-time shift in one stage were a late path on ECP5)
+        rounded = [Signal(signed(acc_width + 1), name=f"rounded{j}") for j in range(lanes)]
+        agg_e = [Signal(signed(vw), name=f"agg{j}") for j in range(lanes)]
+        m.d.sync += [last_d.eq(last_c), last_e.eq(last_d)]
+        half = (Const(1, 1) << st.lambda_frac)[1:acc_width]
         with m.If(last_c):
-            m.d.sync += [a.eq(_round_shift(t, st.lambda_frac, acc_width))
-                         for a, t in zip(agg_d, totals)]
-        m.d.comb += [aggs.w_data.eq(Cat(*agg_d)), aggs.w_en.eq(last_d)]
+            m.d.sync += [r.eq(t + half) for r, t in zip(rounded, totals)]
+        with m.If(last_d):
+            m.d.sync += [a.eq(r >> st.lambda_frac) for a, r in zip(agg_e, rounded)]
+        m.d.comb += [aggs.w_data.eq(Cat(*agg_e)), aggs.w_en.eq(last_e)]
 
         # --- the gates: per output, the base's value and the group's aggregate
         adv = Signal()
         i = Signal(range(self.max_jobs))
         agg = data.ArrayLayout(signed(vw), lanes)(aggs.r_data)
         x = data.ArrayLayout(signed(vw), lanes)(xs.r_data)
-        last_i = ~st.gated | (i == st.jobs - 1)
+        # whether the output issued is its group's last, a register kept beside the
+        # count (the comparison ahead of the aggregate FIFO's read was a late path)
+        last_i = Signal(init=1)
         issue = adv & aggs.r_rdy & (~st.gated | xs.r_rdy)
         m.d.comb += [aggs.r_en.eq(issue & last_i), xs.r_en.eq(issue & st.gated)]
+        i_next = Signal.like(i)
+        m.d.comb += i_next.eq(Mux(last_i, 0, i + 1))
         with m.If(issue):
-            m.d.sync += i.eq(Mux(last_i, 0, i + 1))
+            m.d.sync += i.eq(i_next)
+        m.d.sync += last_i.eq(~st.gated | (Mux(issue, i_next, i) == st.jobs - 1))
         # G1: the difference, the gate
         diff = [Signal(signed(vw + 1), name=f"diff{j}") for j in range(lanes)]
         agg1 = [Signal(signed(vw), name=f"agg1_{j}") for j in range(lanes)]
