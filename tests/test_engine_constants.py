@@ -150,3 +150,22 @@ def test_each_jobs_postop_settings():
 def test_bad_sizes_are_refused(bad, message):
     with pytest.raises(ValueError, match=message):
         ConstantLoader(**(dict(arrays=2, lanes=8) | bad))
+
+
+def test_the_loader_connects_to_the_feeder_and_the_level_lanes():
+    # the loader's three kinds of word are the feeder's and the level lanes' buffers'
+    from amaranth.hdl import Module
+    from amaranth.lib import wiring
+    from groupnet_hw.hw.engine.feeder import EpilogueFeeder
+    from groupnet_hw.hw.engine.levels import LevelLanes
+    feeder = EpilogueFeeder(arrays=5, pe=16, lanes=8, sum_width=14, max_levels=1,
+                            max_out_folds=32)
+    depth = 5 * 32 * 2
+    loader = ConstantLoader(arrays=5, lanes=8, max_levels=1, max_words=depth)
+    m = Module()
+    for name in ("ab", "thr", "inv"):
+        wiring.connect(m, getattr(loader, name), getattr(feeder, name))
+    m.d.comb += feeder.postops.eq(loader.postops)
+    levels = LevelLanes(lanes=8, pe=16, max_levels=1, max_jobs=5, max_out_folds=32)
+    for name in ("thr", "inv"):
+        wiring.connect(m, getattr(loader, name), getattr(levels, name))

@@ -42,24 +42,36 @@ def layer_run(geometry, c_out, pe, settings, *, lanes=None, rows_per_tile=2, sta
         """Job k's channels of output fold nf's part p (a beat's lanes)."""
         lo = nf * pe + p * lanes
         return slice(lo, lo + lanes)
-    constants = [{"addr": (k * out_folds + nf) * parts + p, "c": {
-        "a": [int(v) for v in a[k, run(k, nf, p)]],
-        "b": [int(v) for v in b[k, run(k, nf, p)]],
-        "t": [[int(v) for v in row] for row in t[k, run(k, nf, p)]],
-        "invert": int(inv[k, run(k, nf, p)] @ (1 << np.arange(lanes)))}}
-        for k in range(g.arrays) for nf in range(out_folds) for p in range(parts)]
+    constants = []
+    for k in range(g.arrays):
+        for nf in range(out_folds):
+            for p in range(parts):
+                addr, lanes_of = (k * out_folds + nf) * parts + p, run(k, nf, p)
+                constants += [
+                    ("ab", {"addr": addr, "a": [int(v) for v in a[k, lanes_of]],
+                            "b": [int(v) for v in b[k, lanes_of]]}),
+                    ("thr", {"addr": addr,
+                             "t": [[int(v) for v in row] for row in t[k, lanes_of]]}),
+                    ("inv", {"addr": addr,
+                             "invert": int(inv[k, lanes_of] @ (1 << np.arange(lanes)))})]
+    # each job's post-op shift and ReLU flags are its own
+    postops = [dict(shift=settings["shift"] + k % 3 if settings["postop"] else 0,
+                    pre_relu=settings["pre_relu"] ^ (k % 2 if settings["postop"] else 0),
+                    post_relu=settings["post_relu"] ^ ((k // 2) % 2 if settings["postop"] else 0))
+               for k in range(g.arrays)]
 
     async def setup(ctx):
         ctx.set(dut.gather_settings, g.settings())
         ctx.set(dut.loaded, g.h)
         ctx.set(dut.out_folds, out_folds)
         ctx.set(dut.epilogue_settings, settings)
+        ctx.set(dut.postops, postops)
         for word in g.ring():
             await stream_put(ctx, dut.rows, word)
         for word in weights:
             await stream_put(ctx, dut.weights, word)
-        for word in constants:
-            await stream_put(ctx, dut.constants, word)
+        for name, word in constants:
+            await stream_put(ctx, getattr(dut, name), word)
         assert ctx.get(dut.idle)
         chunk = dict(out_folds=out_folds, in_folds=g.kernel ** 2 * g.words,
                      windows=g.oh * g.ow)
@@ -68,7 +80,7 @@ def layer_run(geometry, c_out, pe, settings, *, lanes=None, rows_per_tile=2, sta
         await stream_put(ctx, dut.chunk, chunk)
 
     order = [(oy, ox, nf, k, p) for oy in range(g.oh) for ox in range(g.ow)
-             for nf in range(out_folds) for k in range(g.arrays) for p in range(parts)]
+             for nf in range(out_folds) for p in range(parts) for k in range(g.arrays)]
     sides = [[int(v) for v in side[k, run(k, nf, p), oy, ox]] for oy, ox, nf, k, p in order]
     expected = []
     ys = []
@@ -81,8 +93,8 @@ def layer_run(geometry, c_out, pe, settings, *, lanes=None, rows_per_tile=2, sta
         y = op_of(conv).execute(conv, [torch.from_numpy(g.maps[k]).unsqueeze(0)])
         if settings["postop"]:
             post = _node("postop", channels, A=torch.from_numpy(a[k]), B=torch.from_numpy(b[k]),
-                         shift=settings["shift"], pre_relu=bool(settings["pre_relu"]),
-                         post_relu=bool(settings["post_relu"]))
+                         shift=postops[k]["shift"], pre_relu=bool(postops[k]["pre_relu"]),
+                         post_relu=bool(postops[k]["post_relu"]))
             y = op_of(post).execute(post, [y])
         if settings["add"]:
             y = op_of(_node("add", channels)).execute(

@@ -3,17 +3,20 @@ into epilogue beats with their channels' constants (docs/architecture.md section
 
 An output fold is ``pe`` channels of every array's job; the epilogue has ``lanes``
 lanes (``pe`` or a power-of-two fraction of it), so the fold becomes ``arrays * pe /
-lanes`` beats, job after job and each job's channels part after part, each with its
-channels' constants: one word of the constant buffer at ``(k * out_folds + nf) * parts
-+ p`` (``parts = pe / lanes``), kept there for the whole descriptor. Side elements (the
-residual add's other operand) arrive as a stream in the same order. Fewer lanes than
+lanes`` beats, part after part and each part's channels job after job (the K bases'
+values of the same channels one after another, as the mixer behind the epilogue takes
+them), each with its channels' constants: one word of each constant buffer (post-op
+pairs, thresholds, invert bits: the constant loader's three kinds of word) at ``(k *
+out_folds + nf) * parts + p`` (``parts = pe / lanes``), kept there for the whole
+descriptor, and its job's own post-op shift and ReLU flags. Side elements (the residual
+add's other operand) arrive as a stream in the same order. Fewer lanes than
 ``pe`` keep up with every layer whose output folds take ``arrays * parts`` cycles or
 more (a 3x3 layer of 64 channels on 64 SIMD lanes takes 9 folds an output fold).
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal, signed, unsigned
+from amaranth.hdl import Cat, Module, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
@@ -21,20 +24,23 @@ from amaranth.lib.wiring import In, Out
 
 from ..arith import positive_int
 
+from .constants import job_postop_layout
 from .epilogue import epilogue_layout, epilogue_settings
 
-__all__ = ["EpilogueFeeder", "constants_layout"]
+__all__ = ["EpilogueFeeder", "constant_layouts"]
 
 
-def constants_layout(pe, const_width, value_width, max_levels):
-    """A constant buffer word: ``pe`` channels' post-op ``a`` and ``b``, thresholds
-    ``t`` and invert bits (the feeder's words hold its ``lanes`` channels)."""
-    return data.StructLayout({
-        "a": data.ArrayLayout(signed(const_width), pe),
-        "b": data.ArrayLayout(signed(const_width), pe),
-        "t": data.ArrayLayout(data.ArrayLayout(signed(value_width), max(1, max_levels)), pe),
-        "invert": unsigned(pe),
-    })
+def constant_layouts(lanes, const_width, value_width, max_levels):
+    """The constant buffers' words of ``lanes`` channels (the constant loader's,
+    :class:`~.constants.ConstantLoader`): post-op ``a`` and ``b``, thresholds ``t``,
+    invert bits."""
+    return {
+        "ab": data.StructLayout({"a": data.ArrayLayout(signed(const_width), lanes),
+                                 "b": data.ArrayLayout(signed(const_width), lanes)}),
+        "thr": data.StructLayout({"t": data.ArrayLayout(
+            data.ArrayLayout(signed(value_width), max(1, max_levels)), lanes)}),
+        "inv": data.StructLayout({"invert": unsigned(lanes)}),
+    }
 
 
 class EpilogueFeeder(wiring.Component):
@@ -52,14 +58,18 @@ class EpilogueFeeder(wiring.Component):
     const_width, value_width, max_levels : int
         The epilogue's (:class:`~.epilogue.EpilogueLanes`).
     max_out_folds : int
-        The most output folds a job has: the constant buffer holds
-        ``arrays * max_out_folds`` words.
+        The most output folds a job has: each constant buffer holds
+        ``arrays * max_out_folds * pe / lanes`` words.
 
     Ports
     -----
-    constants : ``In(stream.Signature(StructLayout({"addr", "c": constants_layout(lanes, ...)})))``
-        Constant words written at ``(k * out_folds + nf) * pe / lanes + p``, always
+    ab, thr, inv : ``In(stream.Signature(StructLayout({"addr", ...})))``
+        Constant words (:func:`constant_layouts`, the constant loader's ``ab``, ``thr``
+        and ``inv``) written at ``(k * out_folds + nf) * pe / lanes + p``, always
         accepted; write them only while ``idle``.
+    postops : ``In(ArrayLayout(job_postop_layout(), arrays))``
+        Each job's post-op ``shift`` and ReLU flags (the constant loader's ``postops``),
+        which replace ``settings``' for the job's beats; held while not ``idle``.
     settings : ``In(epilogue_settings(max_levels))``
         The descriptor's stages, held while not ``idle``.
     out_folds : ``In(range(1, max_out_folds + 1))``
@@ -103,12 +113,14 @@ class EpilogueFeeder(wiring.Component):
                              "a power of two")
         self.arrays, self.pe, self.lanes, self.parts = arrays, pe, lanes, parts
         self.max_out_folds = max_out_folds
-        self.const_layout = constants_layout(lanes, const_width, value_width, max_levels)
+        self.const_layouts = constant_layouts(lanes, const_width, value_width, max_levels)
         self.beat_layout = epilogue_layout(lanes, sum_width, const_width, value_width,
                                            max_levels)
+        addr = range(arrays * max_out_folds * parts)
         super().__init__({
-            "constants": In(stream.Signature(data.StructLayout({
-                "addr": range(arrays * max_out_folds * parts), "c": self.const_layout}))),
+            **{name: In(stream.Signature(data.StructLayout({"addr": addr, **layout.members})))
+               for name, layout in self.const_layouts.items()},
+            "postops": In(data.ArrayLayout(job_postop_layout(), arrays)),
             "settings": In(epilogue_settings(max_levels)),
             "out_folds": In(range(1, max_out_folds + 1)),
             "sums": In(stream.Signature(data.ArrayLayout(signed(sum_width), arrays * pe))),
@@ -120,23 +132,30 @@ class EpilogueFeeder(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         arrays, lanes, parts = self.arrays, self.lanes, self.parts
-        m.submodules.buffer = buffer = Memory(shape=self.const_layout,
-                                              depth=arrays * self.max_out_folds * parts,
-                                              init=[])
-        wp = buffer.write_port()
-        m.d.comb += [wp.addr.eq(self.constants.payload.addr),
-                     wp.data.eq(self.constants.payload.c), wp.en.eq(self.constants.valid),
-                     self.constants.ready.eq(1)]
+        depth = arrays * self.max_out_folds * parts
+        ports = {}
+        for name, layout in self.const_layouts.items():
+            mem = Memory(shape=layout, depth=depth, init=[])
+            m.submodules[f"{name}_buffer"] = mem
+            stream_in = getattr(self, name)
+            wp = mem.write_port()
+            m.d.comb += [wp.addr.eq(stream_in.payload.addr),
+                         wp.data.eq(Cat(*(stream_in.payload[n] for n in layout.members))),
+                         wp.en.eq(stream_in.valid), stream_in.ready.eq(1)]
+            rp = mem.read_port()
+            ports[name] = layout(rp.data), rp
         m.submodules.fifo = fifo = SyncFIFOBuffered(width=len(self.o.payload.as_value()),
                                                     depth=4)
 
-        # the fold being split: its sums held, the job k, its part p and fold nf counted
+        # the fold being split: its sums held; its part p, job k and fold nf counted,
+        # the jobs innermost
         held = Signal(self.sums.payload.shape())
         full = Signal()
         k = Signal(range(arrays))
         p = Signal(range(parts))
         nf = Signal(range(self.max_out_folds))
-        base = Signal(range(arrays * self.max_out_folds))     # k * out_folds
+        job_base = Signal(range(depth + 1))          # k * out_folds * parts
+        fold_word = Signal(range(depth + 1))         # nf * parts + p
         m.d.comb += self.sums.ready.eq(~full)
         with m.If(self.sums.valid & ~full):
             m.d.sync += [held.eq(self.sums.payload), full.eq(1)]
@@ -148,26 +167,28 @@ class EpilogueFeeder(wiring.Component):
         room = fifo.level + in_flight < 4
         go = full & room & (self.side.valid | ~needs_side)
         m.d.comb += self.side.ready.eq(full & room & needs_side)
-        rp = buffer.read_port()
-        # parts is a power of two: the word's address is (base + nf) shifted, p below
-        shift = (parts - 1).bit_length()
-        m.d.comb += [rp.addr.eq(((base + nf) << shift) | p), rp.en.eq(go)]
+        shift = (parts - 1).bit_length()            # parts is a power of two
+        for _, rp in ports.values():
+            m.d.comb += [rp.addr.eq(job_base + fold_word), rp.en.eq(go)]
         with m.If(go):
-            with m.If(p != parts - 1):
-                m.d.sync += p.eq(p + 1)
-            with m.Elif(k == arrays - 1):
-                m.d.sync += [p.eq(0), k.eq(0), base.eq(0), full.eq(0)]
-                with m.If(nf == self.out_folds - 1):
-                    m.d.sync += nf.eq(0)
-                with m.Else():
-                    m.d.sync += nf.eq(nf + 1)
+            with m.If(k != arrays - 1):
+                m.d.sync += [k.eq(k + 1), job_base.eq(job_base + (self.out_folds << shift))]
             with m.Else():
-                m.d.sync += [p.eq(0), k.eq(k + 1), base.eq(base + self.out_folds)]
+                m.d.sync += [k.eq(0), job_base.eq(0)]
+                with m.If(p != parts - 1):
+                    m.d.sync += [p.eq(p + 1), fold_word.eq(fold_word + 1)]
+                with m.Else():
+                    m.d.sync += [p.eq(0), full.eq(0)]
+                    with m.If(nf == self.out_folds - 1):
+                        m.d.sync += [nf.eq(0), fold_word.eq(0)]
+                    with m.Else():
+                        m.d.sync += [nf.eq(nf + 1), fold_word.eq(fold_word + 1)]
 
         # a cycle later: the constants read, the beat assembled (job k's part p: the
-        # held sums' (k * parts + p)-th run of lanes)
+        # held sums' (k * parts + p)-th run of lanes), with job k's own post-op settings
         x_r = Signal(data.ArrayLayout(self.sums.payload.shape().elem_shape, lanes))
         side_r = Signal(self.side.payload.shape())
+        k_r = Signal.like(k)
         m.d.sync += in_flight.eq(go)
         width = len(x_r.as_value())
         with m.If(go):
@@ -176,11 +197,15 @@ class EpilogueFeeder(wiring.Component):
                     with m.Case(j):
                         m.d.sync += x_r.as_value().eq(
                             held.as_value()[j * width:(j + 1) * width])
-            m.d.sync += side_r.eq(self.side.payload)
+            m.d.sync += [side_r.eq(self.side.payload), k_r.eq(k)]
+        job = self.postops[k_r]
         beat = Signal(self.beat_layout)
-        m.d.comb += [beat.x.eq(x_r), beat.a.eq(rp.data.a), beat.b.eq(rp.data.b),
-                     beat.t.eq(rp.data.t), beat.invert.eq(rp.data.invert),
-                     beat.side.eq(side_r), beat.settings.eq(self.settings),
+        ab, thr, inv = (ports[n][0] for n in ("ab", "thr", "inv"))
+        m.d.comb += [beat.x.eq(x_r), beat.a.eq(ab.a), beat.b.eq(ab.b), beat.t.eq(thr.t),
+                     beat.invert.eq(inv.invert), beat.side.eq(side_r),
+                     beat.settings.eq(self.settings),
+                     beat.settings.shift.eq(job.shift), beat.settings.pre_relu.eq(job.pre_relu),
+                     beat.settings.post_relu.eq(job.post_relu),
                      fifo.w_data.eq(beat.as_value()), fifo.w_en.eq(in_flight),
                      self.o.payload.as_value().eq(fifo.r_data), self.o.valid.eq(fifo.r_rdy),
                      fifo.r_en.eq(self.o.ready),

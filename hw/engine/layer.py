@@ -50,7 +50,8 @@ class LayerDatapath(wiring.Component):
     ``tile``, ``loaded``, ``release``: a :class:`~.loader.RowLoader` connects there);
     ``weights``, ``chunk``, ``weights_free`` (the fold issuer's ``weights``, ``chunk``
     and ``free``: a chunk's words are written while ``weights_free`` and committed with
-    its geometry, the next while one is issued); ``out_folds``, ``constants``,
+    its geometry, the next while one is issued); ``out_folds``, ``ab``, ``thr``, ``inv``,
+    ``postops``,
     ``epilogue_settings``, ``side`` (the feeder's; its ``out_folds`` is the chunk's);
     ``o`` (the epilogue's); ``idle``: the gatherer, the fold issuer and the feeder hold
     nothing (no chunk is committed; the arrays and the epilogue may still hold a
@@ -99,7 +100,10 @@ class LayerDatapath(wiring.Component):
             "chunk": self.issuer.signature.members["chunk"],
             "weights_free": self.issuer.signature.members["free"],
             "out_folds": self.feeder.signature.members["out_folds"],
-            "constants": self.feeder.signature.members["constants"],
+            "ab": self.feeder.signature.members["ab"],
+            "thr": self.feeder.signature.members["thr"],
+            "inv": self.feeder.signature.members["inv"],
+            "postops": self.feeder.signature.members["postops"],
             "epilogue_settings": self.feeder.signature.members["settings"],
             "side": self.feeder.signature.members["side"],
             "o": self.epilogue.signature.members["o"],
@@ -119,7 +123,8 @@ class LayerDatapath(wiring.Component):
         for outer, inner in ((self.rows, self.gather.rows), (self.tile, self.gather.tile),
                              (self.weights, self.issuer.weights),
                              (self.chunk, self.issuer.chunk),
-                             (self.constants, self.feeder.constants),
+                             (self.ab, self.feeder.ab), (self.thr, self.feeder.thr),
+                             (self.inv, self.feeder.inv),
                              (self.side, self.feeder.side)):
             wiring.connect(m, wiring.flipped(outer), inner)
         wiring.connect(m, self.epilogue.o, wiring.flipped(self.o))
@@ -128,5 +133,6 @@ class LayerDatapath(wiring.Component):
                      self.weights_free.eq(self.issuer.free),
                      self.feeder.out_folds.eq(self.out_folds),
                      self.feeder.settings.eq(self.epilogue_settings),
+                     self.feeder.postops.eq(self.postops),
                      self.idle.eq(self.gather.idle & self.issuer.idle & self.feeder.idle)]
         return m
