@@ -147,12 +147,21 @@ class WindowGather(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         st = self.settings
-        m.submodules.ring = ring = Memory(shape=unsigned(self.word_width),
-                                          depth=self.ring_words, init=[])
-        wp = ring.write_port(granularity=self.simd * self.planes)
-        m.d.comb += [wp.addr.eq(self.rows.payload.addr), wp.data.eq(self.rows.payload.x),
-                     wp.en.eq(Mux(self.rows.valid, self.rows.payload.en, 0)),
-                     self.rows.ready.eq(1)]
+        # a memory an array, written one at a time and read together at one address: one
+        # memory with a write granule an array did not map to M10K blocks of 20 or 40
+        # bits (their write enable is the whole word), so Yosys took 2-bit-wide blocks,
+        # 120 of them for five arrays' 512 words of 48 lanes
+        slice_width = self.simd * self.planes
+        rings = []
+        for k in range(self.arrays):
+            mem = Memory(shape=unsigned(slice_width), depth=self.ring_words, init=[])
+            m.submodules[f"ring{k}"] = mem
+            wp = mem.write_port()
+            x = self.rows.payload.x[k * slice_width:(k + 1) * slice_width]
+            m.d.comb += [wp.addr.eq(self.rows.payload.addr), wp.data.eq(x),
+                         wp.en.eq(self.rows.valid & self.rows.payload.en[k])]
+            rings.append(mem)
+        m.d.comb += self.rows.ready.eq(1)
         m.submodules.fifo = fifo = SyncFIFOBuffered(
             width=len(self.window.payload.as_value()), depth=AHEAD)
 
@@ -249,9 +258,11 @@ class WindowGather(wiring.Component):
             ]
 
         # stage 2: the read; padding taps' words are the padding value
-        rp = ring.read_port()
+        read_ports = [mem.read_port() for mem in rings]
         inside2, last2, mask2 = Signal(), Signal(), Signal(self.simd)
-        m.d.comb += [rp.addr.eq(addr1[:len(rp.addr)]), rp.en.eq(v1)]
+        for rp in read_ports:
+            m.d.comb += [rp.addr.eq(addr1[:len(rp.addr)]), rp.en.eq(v1)]
+        ring_data = Cat(*(rp.data for rp in read_ports))
         m.d.sync += v2.eq(v1)
         with m.If(v1):
             m.d.sync += [inside2.eq(inside1), last2.eq(last1), mask2.eq(mask1)]
@@ -260,7 +271,7 @@ class WindowGather(wiring.Component):
         pad_word = Cat(*([pad] * self.arrays))
         beat = Signal(self.window.payload.shape())
         m.d.comb += [
-            beat.x.as_value().eq(Mux(inside2, rp.data, pad_word)),
+            beat.x.as_value().eq(Mux(inside2, ring_data, pad_word)),
             beat.mask.eq(mask2), beat.last.eq(last2),
             fifo.w_data.eq(beat.as_value()), fifo.w_en.eq(v2),
             self.window.payload.as_value().eq(fifo.r_data),

@@ -1,0 +1,322 @@
+"""The intended engine's input unpacker: each job's map as DRAM stores it (the formats of
+docs/architecture.md section 12) into beats of ``lanes`` values in the epilogue feeder's
+order, the inverse of the output packer (section 15).
+
+A residual add's side elements, and any map read element by element, come in the
+feeder's beat order: a pixel's output folds ``nf``, each fold's ``pe / lanes`` parts
+``p``, each part's jobs ``k``, a beat ``lanes`` channels from ``nf * pe + p * lanes``.
+Each job's map is its own tensor, so its bytes arrive on a stream of its own (``i[k]``:
+its rows' bus words, in order), and the unpacker keeps a byte gearbox a job: a beat
+takes ``ceil(valid * elem_bits / 8)`` bytes from its job's gearbox, a bus word comes in
+whenever the job holds too few, and at the end of a row of the job's map the bytes and
+bus words of its padding are dropped. Elements are each value's ``elem_bits`` bits (1,
+2, 4 or 8 to 32), sign-extended for fixed point (``signed``), zero-extended for bits
+and levels; channels past the map's and jobs past the descriptor's are zeros.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from ..arith import positive_int
+from .packer import ELEMS
+
+__all__ = ["InputUnpacker", "unpacker_settings"]
+
+#: beats the queue between the front and the control stage holds
+_OPS_DEPTH = 6
+#: beats the output FIFO holds: a beat is issued only with room for it, and its credit
+#: comes back about six cycles later (shift, data, values, the FIFO's two registers)
+_OUT_DEPTH = 8
+
+
+def unpacker_settings(arrays, max_size, max_channels, max_out_folds, max_beats):
+    """A descriptor's input geometry, held while the unpacker runs: as the packer's
+    (:func:`~.packer.packer_settings`), ``height``: the rows to read, and ``signed``: the
+    elements are two's complement (fixed point) rather than unsigned (bits, levels)."""
+    return data.StructLayout({
+        "elem_bits": range(max(ELEMS) + 1), "signed": unsigned(1),
+        "channels": range(1, max_channels + 1), "width": range(1, max_size + 1),
+        "height": range(1, max_size + 1),
+        "out_folds": range(1, max_out_folds + 1), "jobs": range(1, arrays + 1),
+        "row_beats": range(1, max_beats + 1),
+    })
+
+
+class InputUnpacker(wiring.Component):
+    """Unpacks each job's DRAM rows into beats of ``lanes`` values, a beat a cycle.
+
+    Parameters
+    ----------
+    arrays, pe, lanes : int
+        As the output packer's (:class:`~.packer.OutputPacker`): ``lanes`` a multiple of
+        8 dividing ``pe``.
+    value_width : int
+        A lane's value (signed).
+    data_width : int
+        The bus word (a multiple of 8).
+    elems : tuple of int
+        The element widths it reads (of :data:`~.packer.ELEMS`).
+    max_size, max_channels, max_out_folds, max_beats : int
+        Bounds of :func:`unpacker_settings`.
+
+    Ports
+    -----
+    i0 .. i{arrays-1} : ``In(stream.Signature(data_width))``
+        Job ``k``'s rows on ``i{k}``, ``row_beats`` bus words each, in order (its map's
+        read DMA, or a reader's per-job buffer).
+    settings : ``In(unpacker_settings(...))``
+        Held while not ``idle``; change it only between maps.
+    active : ``In(1)``
+        The map's beats are counted while it is high, up to its last (the counters run
+        ahead of the beats by a queue's depth): raise it a cycle after the settings,
+        lower it between maps (a cycle at least).
+    o : ``Out(stream.Signature(ArrayLayout(signed(value_width), lanes)))``
+        The beats, in the feeder's order (module docstring).
+    idle : ``Out(1)``
+        No pixel is part-way through (every job's gearbox empty).
+
+    Latency
+    -------
+    1 cycle from the bus word that completes a beat's bytes to the beat on ``o``.
+
+    Throughput
+    ----------
+    A beat a cycle while its job holds its bytes; a cycle for each bus word a job takes
+    in (a beat of at most a bus word's bytes takes at most one), and one for each
+    padding word a row drops.
+    """
+
+    def __init__(self, *, arrays, pe, lanes, value_width=32, data_width=128, elems=ELEMS,
+                 max_size=256, max_channels=1024, max_out_folds=64, max_beats=1024):
+        for name, value in (("arrays", arrays), ("pe", pe), ("lanes", lanes),
+                            ("value_width", value_width), ("data_width", data_width),
+                            ("max_size", max_size), ("max_channels", max_channels),
+                            ("max_out_folds", max_out_folds), ("max_beats", max_beats)):
+            positive_int(f"InputUnpacker: {name}", value)
+        if lanes % 8 or pe % lanes:
+            raise ValueError(f"InputUnpacker: lanes ({lanes}) must be a multiple of 8 that "
+                             f"divides pe ({pe}), so that every beat starts on a byte")
+        if data_width % 8:
+            raise ValueError(f"InputUnpacker: data_width ({data_width}) must be whole bytes")
+        elems = tuple(sorted(set(elems)))
+        if not elems or not set(elems) <= set(ELEMS):
+            raise ValueError(f"InputUnpacker: elems {elems} must be taken from {ELEMS}")
+        self.arrays, self.pe, self.lanes, self.parts = arrays, pe, lanes, pe // lanes
+        self.value_width, self.data_width, self.elems = value_width, data_width, elems
+        self.max_size, self.max_out_folds, self.max_beats = max_size, max_out_folds, max_beats
+        self.beat_bytes, self.word_bytes = lanes * max(elems) // 8, data_width // 8
+        members = {f"i{k}": In(stream.Signature(unsigned(data_width))) for k in range(arrays)}
+        super().__init__({
+            **members,
+            "settings": In(unpacker_settings(arrays, max_size, max_channels, max_out_folds,
+                                             max_beats)),
+            "active": In(1),
+            "o": Out(stream.Signature(data.ArrayLayout(signed(value_width), lanes))),
+            "idle": Out(1),
+        })
+
+    def _values(self, raw, lane_mask, elem_is, is_signed):
+        """``raw``'s lanes as values: each lane's ``e`` bits, sign- or zero-extended to the
+        value's width; lanes outside ``lane_mask`` 0. ``elem_is``: width -> flag."""
+        w, lanes = self.value_width, self.lanes
+        values = []
+        for j in range(lanes):
+            value = 0
+            for e in self.elems:
+                bits = raw[j * e:(j + 1) * e]
+                keep = min(e, w)
+                if keep < w:
+                    lane = Cat(bits[:keep], (bits[keep - 1] & is_signed).replicate(w - keep))
+                else:
+                    lane = bits[:w]
+                value = value | Mux(elem_is[e], lane, 0)
+            values.append(Mux(lane_mask[j], value, 0))
+        return values
+
+    def elaborate(self, platform):
+        m = Module()
+        arrays, pe, lanes, parts = self.arrays, self.pe, self.lanes, self.parts
+        W, B = self.word_bytes, self.beat_bytes
+        st = self.settings
+        inputs = [getattr(self, f"i{k}") for k in range(arrays)]
+        elem_is = {e: Signal(name=f"elem_is_{e}") for e in self.elems}
+        is_signed = Signal()
+        m.d.sync += [*(elem_is[e].eq(st.elem_bits == e) for e in self.elems),
+                     is_signed.eq(st.signed)]
+
+        # -- front: the next beat's job, lanes, bytes and row end, into a queue of ops
+        # whose room is counted a cycle ahead --
+        k = Signal(range(arrays))
+        p = Signal(range(parts))
+        nf = Signal(range(self.max_out_folds))
+        x = Signal(range(self.max_size))
+        c0 = Signal(range(self.max_out_folds * pe + pe))
+        left = Signal(signed(len(c0) + 2))            # channels - c0, kept beside c0
+        op_layout = data.StructLayout({
+            "sel": unsigned(arrays), "k": range(arrays), "need": range(B + 1),
+            "mask": unsigned(lanes), "row_end": unsigned(1)})
+        m.submodules.ops = ops = SyncFIFOBuffered(width=op_layout.size, depth=_OPS_DEPTH)
+        room = Signal(init=1)
+        # the front is two stages (the beat's lanes registered, then its bytes): a write a
+        # cycle at most, so the queue's level a cycle on is at most one more
+        m.d.sync += room.eq(ops.level + 2 <= _OPS_DEPTH)
+        ended = Signal()                             # the map's last beat is queued
+        go = room & self.active & ~ended
+        y = Signal(range(self.max_size))
+
+        # stage 1: the beat's job, lanes and row end
+        f_valid = Signal()
+        f_k = Signal(range(arrays))
+        f_sel = Signal(arrays)
+        f_lanes = Signal(range(lanes + 1))
+        f_mask = Signal(lanes)
+        f_row_end = Signal()
+        with m.If(go):
+            m.d.sync += [
+                f_valid.eq(1), f_k.eq(k), f_sel.eq(Mux(k < st.jobs, 1 << k, 0)),
+                f_lanes.eq(Mux(left[-1], 0, Mux(left >= lanes, lanes,
+                                                left[:lanes.bit_length()]))),
+                f_mask.eq(Cat(left > j for j in range(lanes))),
+                f_row_end.eq((x == st.width - 1) & (nf == st.out_folds - 1) & (p == parts - 1))]
+            with m.If(k != arrays - 1):
+                m.d.sync += k.eq(k + 1)
+            with m.Elif(p != parts - 1):
+                m.d.sync += [k.eq(0), p.eq(p + 1), c0.eq(c0 + lanes), left.eq(left - lanes)]
+            with m.Elif(nf != st.out_folds - 1):
+                m.d.sync += [k.eq(0), p.eq(0), nf.eq(nf + 1), c0.eq(c0 + lanes),
+                             left.eq(left - lanes)]
+            with m.Else():
+                m.d.sync += [k.eq(0), p.eq(0), nf.eq(0), c0.eq(0), left.eq(st.channels)]
+                with m.If(x != st.width - 1):
+                    m.d.sync += x.eq(x + 1)
+                with m.Else():
+                    m.d.sync += x.eq(0)
+                    with m.If(y != st.height - 1):
+                        m.d.sync += y.eq(y + 1)
+                    with m.Else():
+                        m.d.sync += [y.eq(0), ended.eq(1)]
+        with m.If(~self.active):
+            # between maps: the next map's first beat
+            m.d.sync += [left.eq(st.channels), ended.eq(0)]
+
+        # stage 2: its bytes, into the queue
+        new_op = Signal(op_layout)
+        need = 0
+        for e in self.elems:
+            need = need | Mux(elem_is[e], (f_lanes * e + 7) >> 3, 0)
+        m.d.comb += [new_op.k.eq(f_k), new_op.sel.eq(f_sel), new_op.need.eq(need),
+                     new_op.mask.eq(f_mask), new_op.row_end.eq(f_row_end),
+                     ops.w_data.eq(new_op.as_value()), ops.w_en.eq(f_valid & room)]
+        # stage 1 hands its beat on whenever the queue has room, also after the last
+        with m.If(room & ~go):
+            m.d.sync += f_valid.eq(0)
+
+        # -- control: each job's bytes held (as the data stage will hold them), the row's
+        # words taken and the padding words to drop; a step of an op a cycle --
+        op = data.View(op_layout, ops.r_data)
+        held = [Signal(range(W + B + 1), name=f"held{j}") for j in range(arrays)]
+        taken = [Signal(range(self.max_beats + 1), name=f"taken{j}") for j in range(arrays)]
+        skip = [Signal(range(self.max_beats + 1), name=f"skip{j}") for j in range(arrays)]
+        credits = Signal(range(_OUT_DEPTH + 1), init=_OUT_DEPTH)
+
+        def pick(values):
+            out = 0
+            for j, v in enumerate(values):
+                out = out | Mux(op.sel[j], v, 0)
+            return out
+
+        ours = op.sel != 0
+        hk, sk = pick(held), pick(skip)
+        in_valid = pick([s.valid for s in inputs])
+        in_data = pick([s.payload for s in inputs])
+        drop = Signal()
+        take = Signal()
+        emit = Signal()
+        m.d.comb += [
+            drop.eq(ops.r_rdy & ours & (sk != 0) & in_valid),
+            take.eq(ops.r_rdy & ours & (sk == 0) & (hk < op.need) & in_valid),
+            emit.eq(ops.r_rdy & (~ours | ((sk == 0) & (hk >= op.need))) & (credits != 0)),
+            ops.r_en.eq(emit),
+        ]
+        for j in range(arrays):
+            m.d.comb += inputs[j].ready.eq(op.sel[j] & (drop | take))
+            with m.If(op.sel[j] & drop):
+                m.d.sync += skip[j].eq(skip[j] - 1)
+            with m.If(op.sel[j] & take):
+                m.d.sync += [held[j].eq(held[j] + W), taken[j].eq(taken[j] + 1)]
+            with m.If(op.sel[j] & emit):
+                with m.If(op.row_end):
+                    m.d.sync += [held[j].eq(0), taken[j].eq(0),
+                                 skip[j].eq(st.row_beats - taken[j])]
+                with m.Else():
+                    m.d.sync += held[j].eq(held[j] - op.need)
+
+        # -- shift: a word taken goes in behind the job's bytes (a stage of its own: its
+        # select fans out to every byte) --
+        s_take, s_emit = Signal(), Signal()
+        s_sel = Signal(arrays)
+        s_word = Signal(8 * W)
+        s_at = Signal(range(B))
+        s_need = Signal(range(B + 1))
+        s_mask = Signal(lanes)
+        s_row_end = Signal()
+        m.d.sync += [s_take.eq(take), s_emit.eq(emit), s_sel.eq(op.sel), s_word.eq(in_data),
+                     s_at.eq(hk), s_need.eq(op.need), s_mask.eq(Mux(ours, op.mask, 0)),
+                     s_row_end.eq(op.row_end)]
+        shifted = Signal(8 * (W + B))
+        with m.Switch(s_at):
+            for h in range(B):
+                with m.Case(h):
+                    m.d.comb += shifted.eq(s_word << (8 * h))
+
+        # -- data: each job's bytes; a beat's bytes out, the rest moved down --
+        buf = [Signal(8 * (W + B), name=f"buf{j}") for j in range(arrays)]
+        d_take, d_emit = Signal(), Signal()
+        d_sel = Signal(arrays)
+        d_bytes = Signal(8 * (W + B))
+        d_need = Signal(range(B + 1))
+        d_mask = Signal(lanes)
+        d_row_end = Signal()
+        m.d.sync += [d_take.eq(s_take), d_emit.eq(s_emit), d_sel.eq(s_sel),
+                     d_bytes.eq(shifted), d_need.eq(s_need), d_mask.eq(s_mask),
+                     d_row_end.eq(s_row_end)]
+        current = 0
+        for j in range(arrays):
+            current = current | Mux(d_sel[j], buf[j], 0)
+        rest = Signal(8 * (W + B))
+        with m.Switch(d_need):
+            for n in range(B + 1):
+                with m.Case(n):
+                    m.d.comb += rest.eq(current >> (8 * n))
+        for j in range(arrays):
+            with m.If(d_sel[j] & d_take):
+                m.d.sync += buf[j].eq(buf[j] | d_bytes)
+            with m.If(d_sel[j] & d_emit):
+                m.d.sync += buf[j].eq(Mux(d_row_end, 0, rest))
+
+        # -- out: the beat's bytes registered, then its values, into the output FIFO --
+        v_valid = Signal()
+        v_raw = Signal(8 * B)
+        v_mask = Signal(lanes)
+        m.d.sync += [v_valid.eq(d_emit), v_raw.eq(current[:8 * B]), v_mask.eq(d_mask)]
+        m.submodules.out = out = SyncFIFOBuffered(width=len(self.o.payload.as_value()),
+                                                  depth=_OUT_DEPTH)
+        values = Signal(self.o.payload.shape())
+        m.d.comb += [*(values[j].eq(v) for j, v in
+                       enumerate(self._values(v_raw, v_mask, elem_is, is_signed))),
+                     out.w_data.eq(values.as_value()), out.w_en.eq(v_valid),
+                     self.o.payload.as_value().eq(out.r_data), self.o.valid.eq(out.r_rdy),
+                     out.r_en.eq(self.o.ready)]
+        m.d.sync += credits.eq(credits - emit + (self.o.valid & self.o.ready))
+
+        empty = Const(1)
+        for j in range(arrays):
+            empty = empty & (held[j] == 0) & (skip[j] == 0)
+        m.d.comb += self.idle.eq(empty & ~f_valid & ~ops.r_rdy & (ops.level == 0)
+                                 & ~s_take & ~s_emit & ~d_take & ~d_emit & ~v_valid
+                                 & (credits == _OUT_DEPTH))
+        return m
