@@ -1,5 +1,5 @@
 """Synthesize the intended engine's units (``hw/engine/loader.py``, ``gather.py``, ``folds.py``,
-``arrays.py``, ``feeder.py``, ``epilogue.py``, ``mixer.py``, ``packer.py``, ``writer.py``) and the layer datapath they make
+``arrays.py``, ``feeder.py``, ``epilogue.py``, ``mixer.py``, ``packer.py``, ``writer.py``, ``constants.py``, ``levels.py``, ``unpacker.py``) and the layer datapath they make
 (``layer.py``) at a few sizes each.
 
 What each unit costs and how fast it runs, before the rest of the engine is built around
@@ -43,15 +43,19 @@ INTENDED_SUM_WIDTH = 14
 #: intended engine (``EngineConfig``: 5 arrays of 16 x 48 lanes); ``arrays-one`` one of
 #: them, so that the two give an array's cost; ``arrays-levels`` takes 2- and 4-bit
 #: activations on four bit planes. The gatherer's ring holds four rows of ResNet-18's
-#: widest binary layer (56 pixels of two 48-lane words). The fold issuers hold two windows of a 3x3x512 layer
-#: (96 words) and two of its PE folds' weights (192 words); the intended one is too wide
-#: for the ECP5's 208 block RAMs (3,840-bit words), so only one array's is placed there.
-#: The feeder's constant buffer holds 32 output folds (512 channels) of each array's job.
-#: The layer datapaths are those units connected, at ResNet-18's widest geometry (3x3
-#: windows of 512 channels: 99 words of 48 lanes, two PE folds of weights); the intended
-#: one's buffers do not fit the ECP5's block RAM, so one array's is placed there.
-#: The epilogue's 16 lanes are ``EngineConfig``'s
-#: ``vector_lanes``; one threshold a channel for binary activations, 15 for 4-bit levels.
+#: widest binary layer (56 pixels of two 48-lane words). The fold issuers hold two windows
+#: of a 3x3x512 layer (96 words) and two halves of two of its PE folds' weights (192 words
+#: each); the intended one is too wide for the ECP5's 208 block RAMs (3,840-bit words), so
+#: only one array's is placed there. The feeder's constant buffers hold 32 output folds
+#: (512 channels) of each array's job. The layer datapaths are those units connected, at
+#: ResNet-18's widest geometry (3x3 windows of 512 channels): one array of 48 lanes with
+#: 99 window words and halves of 198 weight words, placed on ECP5; and the intended
+#: engine, 5 x 16 x 64 lanes, windows of 72 words and halves of one PE fold (72 words of
+#: 5 x 1,024 bits: 9 KiB an array, a half of ``EngineConfig.weight_buffer``'s order), on
+#: Cyclone V only. The packer, writer, constant loader and level lanes are sized for the
+#: intended epilogue (8 lanes of 16 rows, 128-bit bus words, 512 channels). The epilogue
+#: and the mixer are measured at 16 lanes, twice ``EngineConfig.vector_lanes``; one
+#: threshold a channel for binary activations, 15 for 4-bit levels.
 SIZES = {
     "arrays-one": ("BaseArrays", dict(arrays=1, pe=16, simd=48, planes=1), ("cyclonev", "ecp5"),
                    "one array of binary activations"),
@@ -91,6 +95,19 @@ SIZES = {
                                              data_width=128, max_size=128, max_channels=512,
                                              max_out_folds=32, max_beats=2048),
                         ("cyclonev", "ecp5"), "output packer of the intended epilogue"),
+    "constants-intended": ("ConstantLoader", dict(arrays=5, lanes=8, const_width=32,
+                                                  value_width=32, max_levels=1,
+                                                  data_width=128, max_channels=512,
+                                                  max_words=320),
+                           ("cyclonev", "ecp5"), "constant loader of the intended feeder"),
+    "levels-intended": ("LevelLanes", dict(lanes=8, pe=16, value_width=32, max_levels=1,
+                                           max_jobs=8, max_out_folds=32),
+                        ("cyclonev", "ecp5"), "level lanes behind the mixer (rule 7)"),
+    "unpacker-intended": ("InputUnpacker", dict(arrays=5, pe=16, lanes=8, value_width=32,
+                                                data_width=128, max_size=128,
+                                                max_channels=512, max_out_folds=32,
+                                                max_beats=2048),
+                          ("cyclonev", "ecp5"), "input unpacker of the intended feeder"),
     "writer-intended": ("RowWriter", dict(arrays=5, data_width=128, chunk=16),
                         ("cyclonev", "ecp5"), "row writer of the intended packer"),
     "layer-one": ("LayerDatapath", dict(arrays=1, pe=16, simd=48, ring_rows=4, ring_words=512,
@@ -99,7 +116,7 @@ SIZES = {
                   ("cyclonev", "ecp5"), "layer datapath of one array"),
     "layer-intended": ("LayerDatapath", dict(arrays=5, pe=16, simd=64, lanes=8, ring_rows=4,
                                              ring_words=512, max_size=64, max_words=8,
-                                             max_kernel=3, max_weight_words=198,
+                                             max_kernel=3, max_weight_words=72,
                                              max_out_folds=32),
                        ("cyclonev",), "layer datapath of the intended engine"),
 }
@@ -109,7 +126,8 @@ SIZES = {
 MODULES = {"RowLoader": "loader", "WindowGather": "gather", "FoldIssuer": "folds",
            "BaseArrays": "arrays", "EpilogueFeeder": "feeder", "EpilogueLanes": "epilogue",
            "MixerLanes": "mixer", "LayerDatapath": "layer", "OutputPacker": "packer",
-           "RowWriter": "writer"}
+           "RowWriter": "writer", "ConstantLoader": "constants",
+           "LevelLanes": "levels", "InputUnpacker": "unpacker"}
 
 
 def verilog_of(name):
@@ -155,9 +173,17 @@ def shape_text(unit, p):
                 f"{p['ring_words'] // p['ring_rows']} words")
     if unit == "MixerLanes":
         return f"{p['lanes']} lanes, up to {p['max_jobs']} bases"
+    if unit == "LevelLanes":
+        return f"{p['lanes']} lanes, {p['max_levels']} threshold(s), up to {p['max_jobs']} jobs"
+    if unit == "ConstantLoader":
+        return (f"{p['data_width']}-bit bus words into {p['lanes']}-lane words, "
+                f"{p['max_levels']} threshold(s)")
     if unit == "RowWriter":
         return (f"{p['arrays']} jobs' {p['data_width']}-bit words in commands of up to "
                 f"{p['chunk']} words")
+    if unit == "InputUnpacker":
+        return (f"{p['arrays']} jobs' {p['data_width']}-bit bus words into beats of "
+                f"{p['lanes']} lanes, 1- to 32-bit elements")
     if unit == "OutputPacker":
         return (f"{p['arrays']} jobs' beats of {p['lanes']} lanes into {p['data_width']}-bit "
                 f"bus words, 1- to 32-bit elements")
@@ -165,7 +191,7 @@ def shape_text(unit, p):
     if unit == "LayerDatapath":
         return (f"{p['arrays']} x {p['pe']} x {p['simd']} lanes, {lanes} epilogue lanes, "
                 f"windows of {p['max_kernel'] ** 2 * p['max_words']} words, "
-                f"{p['max_weight_words']} weight words")
+                f"{p['max_weight_words']} weight words a half")
     if unit == "EpilogueFeeder":
         parts = p["pe"] // lanes
         return (f"{p['arrays']} x {p['pe']} sums in beats of {lanes}, "

@@ -230,18 +230,31 @@ class InputUnpacker(wiring.Component):
             return out
 
         ours = op.sel != 0
-        hk, sk = pick(held), pick(skip)
+        # each job's comparisons side by side, then the op's job's picked: no adder or
+        # comparison behind the pick
+        enough = pick([held[j] >= op.need for j in range(arrays)])
+        skipping = pick([skip[j] != 0 for j in range(arrays)])
         in_valid = pick([s.valid for s in inputs])
         in_data = pick([s.payload for s in inputs])
         drop = Signal()
         take = Signal()
         emit = Signal()
         m.d.comb += [
-            drop.eq(ops.r_rdy & ours & (sk != 0) & in_valid),
-            take.eq(ops.r_rdy & ours & (sk == 0) & (hk < op.need) & in_valid),
-            emit.eq(ops.r_rdy & (~ours | ((sk == 0) & (hk >= op.need))) & (credits != 0)),
+            drop.eq(ops.r_rdy & ours & skipping & in_valid),
+            take.eq(ops.r_rdy & ours & ~skipping & ~enough & in_valid),
+            emit.eq(ops.r_rdy & (~ours | (~skipping & enough)) & (credits != 0)),
             ops.r_en.eq(emit),
         ]
+        # where in the job's queue the beat is read and how many slots it leaves behind,
+        # worked out here from a copy of the data stage's read byte, so that the data
+        # stage's shifts are selected by registers
+        read_at = [Signal(range(W), name=f"read_at{j}") for j in range(arrays)]
+        at_k = pick(read_at)
+        ahead = Signal(range(W + B + 1))
+        m.d.comb += ahead.eq(at_k + op.need)
+        for j in range(arrays):
+            with m.If(op.sel[j] & emit):
+                m.d.sync += read_at[j].eq(Mux(op.row_end, 0, ahead % W))
         for j in range(arrays):
             m.d.comb += inputs[j].ready.eq(op.sel[j] & (drop | take))
             with m.If(op.sel[j] & drop):
@@ -255,54 +268,72 @@ class InputUnpacker(wiring.Component):
                 with m.Else():
                     m.d.sync += held[j].eq(held[j] - op.need)
 
-        # -- shift: a word taken goes in behind the job's bytes (a stage of its own: its
-        # select fans out to every byte) --
-        s_take, s_emit = Signal(), Signal()
-        s_sel = Signal(arrays)
-        s_word = Signal(8 * W)
-        s_at = Signal(range(B))
-        s_need = Signal(range(B + 1))
-        s_mask = Signal(lanes)
-        s_row_end = Signal()
-        m.d.sync += [s_take.eq(take), s_emit.eq(emit), s_sel.eq(op.sel), s_word.eq(in_data),
-                     s_at.eq(hk), s_need.eq(op.need), s_mask.eq(Mux(ours, op.mask, 0)),
-                     s_row_end.eq(op.row_end)]
-        shifted = Signal(8 * (W + B))
-        with m.Switch(s_at):
-            for h in range(B):
-                with m.Case(h):
-                    m.d.comb += shifted.eq(s_word << (8 * h))
-
-        # -- data: each job's bytes; a beat's bytes out, the rest moved down --
-        buf = [Signal(8 * (W + B), name=f"buf{j}") for j in range(arrays)]
+        # -- data: each job's bytes as a queue of whole bus words (slots), read from a
+        # byte of the oldest slot: a word goes into the first free slot, a beat is read
+        # from that byte (a shift of less than a bus word), and the slots it has used up
+        # are dropped (a shift by whole slots). Neither shift is by a byte
+        # count of the job's (a first design shifted bytes in and out of a byte
+        # gearbox: 6,700 ALMs, 82 MHz on ECP5) --
+        slots = -(-(2 * W + B) // W)          # a word's bytes before the head, a beat's, a word
+        queue = [[Signal(8 * W, name=f"q{j}_{i}") for i in range(slots)] for j in range(arrays)]
+        filled = [Signal(range(slots + 1), name=f"filled{j}") for j in range(arrays)]
         d_take, d_emit = Signal(), Signal()
         d_sel = Signal(arrays)
-        d_bytes = Signal(8 * (W + B))
-        d_need = Signal(range(B + 1))
+        d_word = Signal(8 * W)
+        d_at = Signal(range(W))
         d_mask = Signal(lanes)
-        d_row_end = Signal()
-        m.d.sync += [d_take.eq(s_take), d_emit.eq(s_emit), d_sel.eq(s_sel),
-                     d_bytes.eq(shifted), d_need.eq(s_need), d_mask.eq(s_mask),
-                     d_row_end.eq(s_row_end)]
-        current = 0
+        m.d.sync += [d_take.eq(take), d_emit.eq(emit), d_sel.eq(op.sel), d_word.eq(in_data),
+                     d_at.eq(at_k), d_mask.eq(Mux(ours, op.mask, 0))]
+
+        def pick_of(per_job):
+            out = 0
+            for j in range(arrays):
+                out = out | Mux(d_sel[j], per_job[j], 0)
+            return out
+
+        # the job's slots registered, then the beat's bytes read from them (the pick and
+        # the read in one cycle were a late path on ECP5)
+        window = Signal(8 * W * slots)
+        r_at = Signal(range(W))
+        r_emit = Signal()
+        r_mask = Signal(lanes)
+        m.d.sync += [window.eq(pick_of([Cat(*queue[j]) for j in range(arrays)])),
+                     r_at.eq(d_at), r_emit.eq(d_emit), r_mask.eq(d_mask)]
+        raw = Signal(8 * B)
+        with m.Switch(r_at):
+            for h in range(W):
+                with m.Case(h):
+                    m.d.comb += raw.eq(window[8 * h:8 * (h + B)])
+        # each job's own copy of the op's control, so that no register drives the
+        # enables and selects of every job's slots (with one, their route was the late
+        # path on ECP5)
         for j in range(arrays):
-            current = current | Mux(d_sel[j], buf[j], 0)
-        rest = Signal(8 * (W + B))
-        with m.Switch(d_need):
-            for n in range(B + 1):
-                with m.Case(n):
-                    m.d.comb += rest.eq(current >> (8 * n))
-        for j in range(arrays):
-            with m.If(d_sel[j] & d_take):
-                m.d.sync += buf[j].eq(buf[j] | d_bytes)
-            with m.If(d_sel[j] & d_emit):
-                m.d.sync += buf[j].eq(Mux(d_row_end, 0, rest))
+            j_take, j_emit, j_row_end = Signal(), Signal(), Signal()
+            j_used = Signal(range(slots + 1))
+            m.d.sync += [j_take.eq(op.sel[j] & take), j_emit.eq(op.sel[j] & emit),
+                         j_row_end.eq(op.row_end), j_used.eq(ahead // W)]
+            with m.If(j_take):
+                with m.Switch(filled[j]):
+                    for i in range(slots):
+                        with m.Case(i):
+                            m.d.sync += queue[j][i].eq(d_word)
+                m.d.sync += filled[j].eq(filled[j] + 1)
+            with m.If(j_emit):
+                with m.If(j_row_end):
+                    m.d.sync += filled[j].eq(0)
+                with m.Else():
+                    m.d.sync += filled[j].eq(filled[j] - j_used)
+                    with m.Switch(j_used):
+                        for u in range(1, slots):
+                            with m.Case(u):
+                                m.d.sync += [queue[j][i].eq(queue[j][i + u])
+                                             for i in range(slots - u)]
 
         # -- out: the beat's bytes registered, then its values, into the output FIFO --
         v_valid = Signal()
         v_raw = Signal(8 * B)
         v_mask = Signal(lanes)
-        m.d.sync += [v_valid.eq(d_emit), v_raw.eq(current[:8 * B]), v_mask.eq(d_mask)]
+        m.d.sync += [v_valid.eq(r_emit), v_raw.eq(raw), v_mask.eq(r_mask)]
         m.submodules.out = out = SyncFIFOBuffered(width=len(self.o.payload.as_value()),
                                                   depth=_OUT_DEPTH)
         values = Signal(self.o.payload.shape())
@@ -317,6 +348,6 @@ class InputUnpacker(wiring.Component):
         for j in range(arrays):
             empty = empty & (held[j] == 0) & (skip[j] == 0)
         m.d.comb += self.idle.eq(empty & ~f_valid & ~ops.r_rdy & (ops.level == 0)
-                                 & ~s_take & ~s_emit & ~d_take & ~d_emit & ~v_valid
+                                 & ~d_take & ~d_emit & ~r_emit & ~v_valid
                                  & (credits == _OUT_DEPTH))
         return m
