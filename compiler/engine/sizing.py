@@ -67,12 +67,12 @@ CANDIDATES = ((5, 16, 64), (5, 16, 32), (4, 16, 32), (3, 16, 32), (2, 16, 32), (
 #: most of a Group-Net's maps, fusion rules 5 and 7).
 _ALM_PER_LANE = 2.27
 _ALM_PER_VECTOR_LANE, _DSP_PER_VECTOR_LANE = 370, 2
-_ALM_PER_MIXER_LANE, _DSP_PER_MIXER_LANE = 550, 4
+_ALM_PER_MIXER_LANE, _DSP_PER_MIXER_LANE = 552, 4
 #: Measured: what an array's share of the layer datapath costs beyond its lanes (its
 #: slice of the gatherer's ring and addressing, its fold issuer's buffers, its feeder
 #: share): the intended layer datapath's ALMs less its XNOR lanes and epilogue lanes,
 #: per array.
-_ALM_PER_ARRAY = 1042
+_ALM_PER_ARRAY = 1057
 #: Vector lanes the sizing keeps before it takes the stem's multipliers: a 3x3 layer of
 #: 64 channels gives 5 arrays' 80 sums every 9 cycles, 10 beats of 8 lanes (1 % of
 #: ResNet-18's frame against 16 lanes; 4 lanes would double its first stage).
