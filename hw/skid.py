@@ -12,7 +12,7 @@ do not change; the unit holds one beat more per output.
 
 from amaranth.hdl import Cat, Mux, Signal
 
-__all__ = ["skid_outputs"]
+__all__ = ["skid_outputs", "staged"]
 
 
 def skid_outputs(m, outputs, values, load, name="skid", advance=None):
@@ -100,3 +100,15 @@ def skid_outputs(m, outputs, values, load, name="skid", advance=None):
         full_next.append(Mux(load, ~free, full & ~o.ready))
     m.d.sync += room.eq(~Cat(full_next).any())
     return room
+
+
+def staged(m, advance):
+    """A pipeline's stage registers: returns ``stage(value, name, reset)``, a register
+    of ``value`` loaded whenever ``advance`` is high (``reset``: a reset register, for
+    valid bits; else reset-less, for data whose validity a valid bit tracks)."""
+    def stage(value, name, reset):
+        r = Signal.like(value, name=name, reset_less=not reset)
+        with m.If(advance):
+            m.d.sync += r.eq(value)
+        return r
+    return stage

@@ -21,7 +21,7 @@ from amaranth.lib import data
 from amaranth.sim import Simulator
 
 __all__ = ["to_python", "stream_put", "stream_get", "take_probing_ready", "StreamRun",
-           "run_streams"]
+           "run_streams", "first_output_cycle"]
 
 
 def to_python(value):
@@ -238,3 +238,37 @@ def run_streams(dut, inputs, outputs, *, stall=0.0, seed=0, max_cycles=1_000_000
         sim.run()
     return StreamRun(outputs=result, cycles=clock["done_at"] - clock["start"],
                      out_cycles=out_cycles)
+
+
+def first_output_cycle(dut, beat, *, setup=None, i="i", o="o", limit=30):
+    """Cycles from the edge that accepts ``beat`` on ``dut``'s stream ``i`` to the first
+    cycle ``o`` is valid, with ``o.ready`` high throughout (a unit's stated latency).
+
+    Parameters
+    ----------
+    dut : wiring.Component
+    beat : payload
+        The one beat offered.
+    setup : callable ``(ctx)``, optional
+        Sets the unit's configuration ports before the beat is offered (not async).
+    limit : int
+        Cycles to wait for it; ``None`` is returned if none came.
+    """
+    seen = {}
+
+    async def bench(ctx):
+        if setup is not None:
+            setup(ctx)
+        ctx.set(getattr(dut, o).ready, 1)
+        await stream_put(ctx, getattr(dut, i), beat)
+        for cycle in range(1, limit):
+            if ctx.get(getattr(dut, o).valid):
+                seen["cycle"] = cycle
+                return
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return seen.get("cycle")

@@ -8,7 +8,6 @@ latency; and the thresholds come from the constant loader's words."""
 import numpy as np
 import pytest
 import torch
-from amaranth.sim import Simulator
 
 from amaranth.hdl import Elaboratable, Module
 from amaranth.lib import wiring
@@ -18,7 +17,7 @@ from groupnet_hw.compiler.graph import Node
 from groupnet_hw.compiler.ops import op_of
 from groupnet_hw.hw.engine.constants import THR, ConstantLoader
 from groupnet_hw.hw.engine.levels import LevelLanes
-from groupnet_hw.sim.streams import run_streams, stream_put
+from groupnet_hw.sim.streams import first_output_cycle, run_streams, stream_put
 from test_engine_constants import bus_words
 
 
@@ -116,23 +115,9 @@ def test_a_beat_a_cycle_and_the_latency():
     cycles = run.out_cycles["o"]
     assert cycles[-1] - cycles[0] == len(case.beats) - 1
     dut = case.dut()
-    seen = {}
-
-    async def bench(ctx):
-        ctx.set(dut.settings, case.settings)
-        ctx.set(dut.o.ready, 1)
-        await stream_put(ctx, dut.i, case.beats[0])
-        for cycle in range(1, 20):
-            if ctx.get(dut.o.valid):
-                seen["latency"] = cycle
-                break
-            await ctx.tick()
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
-    assert seen["latency"] == LevelLanes.latency
+    cycles = first_output_cycle(dut, case.beats[0],
+                                setup=lambda ctx: ctx.set(dut.settings, case.settings))
+    assert cycles == LevelLanes.latency
 
 
 @pytest.mark.parametrize("bad, message", [

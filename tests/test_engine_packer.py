@@ -11,7 +11,7 @@ import pytest
 
 from groupnet_hw.compiler.engine.formats import TensorFormat
 from groupnet_hw.hw.engine.packer import OutputPacker
-from groupnet_hw.sim.streams import run_streams
+from groupnet_hw.sim.streams import first_output_cycle, run_streams
 
 KINDS = {1: "bits", 2: "uint", 4: "uint", 8: "fixed", 16: "fixed", 24: "fixed", 32: "fixed"}
 
@@ -98,15 +98,21 @@ def test_each_jobs_rows_are_the_formats_bytes(arrays, pe, lanes, channels, width
     case.check(case.run().outputs["o"])
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_random_configurations_under_stalls(seed):
-    rng = np.random.default_rng(100 + seed)
+def random_case(seed):
+    """A seeded random geometry: lanes, rows, arrays, jobs, channels, width, element and
+    bus widths."""
+    rng = np.random.default_rng(seed)
     lanes = int(rng.choice([8, 16]))
     pe = lanes * int(rng.choice([1, 2]))
     arrays = int(rng.integers(1, 4))
-    case = Case(seed, arrays, pe, lanes, int(rng.integers(1, 40)), 2, int(rng.integers(1, 6)),
+    return Case(seed, arrays, pe, lanes, int(rng.integers(1, 40)), 2, int(rng.integers(1, 6)),
                 int(rng.choice([1, 2, 4, 8, 16, 24, 32])), int(rng.choice([32, 64, 128])),
                 jobs=int(rng.integers(1, arrays + 1)))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_configurations_under_stalls(seed):
+    case = random_case(100 + seed)
     case.check(case.run(stall=0.3, seed=seed).outputs["o"])
 
 
@@ -177,24 +183,6 @@ def test_a_word_after_the_stated_latency():
     # 16-bit values on 8 lanes: one beat is one 128-bit word
     case = Case(4, 1, 8, 8, 8, 1, 1, 16, 128)
     dut = case.dut()
-    from amaranth.sim import Simulator
-    seen = {}
-
-    async def bench(ctx):
-        ctx.set(dut.settings, case.settings)
-        ctx.set(dut.i.payload, case.beats[0])
-        ctx.set(dut.i.valid, 1)
-        await ctx.tick().until(dut.i.ready)
-        ctx.set(dut.i.valid, 0)
-        ctx.set(dut.o.ready, 1)
-        for cycle in range(1, 20):
-            if ctx.get(dut.o.valid):
-                seen["latency"] = cycle
-                break
-            await ctx.tick()
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
-    assert seen["latency"] == OutputPacker.latency
+    cycles = first_output_cycle(dut, case.beats[0],
+                                setup=lambda ctx: ctx.set(dut.settings, case.settings))
+    assert cycles == OutputPacker.latency

@@ -11,7 +11,7 @@ import pytest
 from groupnet_hw.hw.engine.packer import OutputPacker
 from groupnet_hw.hw.engine.unpacker import InputUnpacker
 from groupnet_hw.sim.streams import run_streams
-from test_engine_packer import Case
+from test_engine_packer import Case, random_case
 
 
 def words_of(raw, data_width):
@@ -72,13 +72,7 @@ def test_beats_are_each_jobs_map(arrays, pe, lanes, channels, width, elem, data_
 
 @pytest.mark.parametrize("seed", range(3))
 def test_random_configurations_under_stalls(seed):
-    rng = np.random.default_rng(200 + seed)
-    lanes = int(rng.choice([8, 16]))
-    pe = lanes * int(rng.choice([1, 2]))
-    arrays = int(rng.integers(1, 4))
-    case = Case(seed, arrays, pe, lanes, int(rng.integers(1, 40)), 2, int(rng.integers(1, 6)),
-                int(rng.choice([1, 2, 4, 8, 16, 24, 32])), int(rng.choice([32, 64, 128])),
-                jobs=int(rng.integers(1, arrays + 1)))
+    case = random_case(200 + seed)
     run, expected = unpack_run(case, stall=0.3, seed=seed)
     assert run.outputs["o"] == expected
 

@@ -29,7 +29,9 @@ from amaranth.lib.wiring import In, Out
 from ..arith import positive_int
 from .epilogue import SHIFT_BITS
 
-__all__ = ["ConstantLoader", "section_layout", "job_postop_layout", "POSTOP", "THR"]
+__all__ = ["ConstantLoader", "section_layout", "job_postop_layout", "constant_layouts",
+           "word_streams",
+           "POSTOP", "THR"]
 
 #: the ``section`` of a command
 POSTOP, THR = 0, 1
@@ -39,6 +41,25 @@ def job_postop_layout():
     """A job's own post-op settings (its ``postop`` section's first two constants)."""
     return data.StructLayout({"shift": unsigned(SHIFT_BITS), "pre_relu": unsigned(1),
                               "post_relu": unsigned(1)})
+
+
+def constant_layouts(lanes, const_width, value_width, max_levels):
+    """The words of ``lanes`` channels the loader writes and the feeder's and the level
+    lanes' buffers hold: post-op ``a`` and ``b`` (``ab``), thresholds (``thr``), invert
+    bits (``inv``)."""
+    return {
+        "ab": data.StructLayout({"a": data.ArrayLayout(signed(const_width), lanes),
+                                 "b": data.ArrayLayout(signed(const_width), lanes)}),
+        "thr": data.StructLayout({"t": data.ArrayLayout(
+            data.ArrayLayout(signed(value_width), max(1, max_levels)), lanes)}),
+        "inv": data.StructLayout({"invert": unsigned(lanes)}),
+    }
+
+
+def word_streams(layouts, names, addr):
+    """The streams of ``layouts``' words ``names``, each with its buffer address."""
+    return {name: stream.Signature(data.StructLayout({"addr": addr, **layouts[name].members}))
+            for name in names}
 
 
 def section_layout(arrays, max_channels, max_levels, max_words, max_beats):
@@ -122,15 +143,9 @@ class ConstantLoader(wiring.Component):
                                                       max_words, max_beats))),
             "const_bytes": In(range(9)),
             "data": In(stream.Signature(data_width)),
-            "ab": Out(stream.Signature(data.StructLayout({
-                "addr": addr, "a": data.ArrayLayout(signed(const_width), lanes),
-                "b": data.ArrayLayout(signed(const_width), lanes)}))),
-            "thr": Out(stream.Signature(data.StructLayout({
-                "addr": addr,
-                "t": data.ArrayLayout(data.ArrayLayout(signed(value_width), max_levels),
-                                      lanes)}))),
-            "inv": Out(stream.Signature(data.StructLayout({"addr": addr,
-                                                           "invert": unsigned(lanes)}))),
+            **{name: Out(sig) for name, sig in word_streams(
+                constant_layouts(lanes, const_width, value_width, max_levels),
+                ("ab", "thr", "inv"), addr).items()},
             "postops": Out(data.ArrayLayout(job_postop_layout(), arrays)),
             "idle": Out(1),
         })

@@ -16,7 +16,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..arith import positive_int, registered_pieces, sum_tree
-from ..skid import skid_outputs
+from ..skid import skid_outputs, staged
 
 __all__ = ["EpilogueLanes", "epilogue_settings", "epilogue_layout", "compared_halves",
            "joined_halves", "level_count"]
@@ -124,12 +124,7 @@ class EpilogueLanes(wiring.Component):
         adv = Signal()
         m.d.comb += self.i.ready.eq(adv)
 
-        def stage(value, name, valid):
-            """``value`` registered on ``adv``; with ``valid``, a reset register."""
-            r = Signal.like(value, name=name, reset_less=not valid)
-            with m.If(adv):
-                m.d.sync += r.eq(value)
-            return r
+        stage = staged(m, adv)
 
         # 0: the operands
         op = stage(self.i.payload, "op", False)

@@ -16,7 +16,7 @@ more (a 3x3 layer of 64 channels on 64 SIMD lanes takes 9 folds an output fold).
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Signal, signed, unsigned
+from amaranth.hdl import Cat, Module, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
@@ -24,23 +24,10 @@ from amaranth.lib.wiring import In, Out
 
 from ..arith import positive_int
 
-from .constants import job_postop_layout
+from .constants import constant_layouts, job_postop_layout, word_streams
 from .epilogue import epilogue_layout, epilogue_settings
 
-__all__ = ["EpilogueFeeder", "constant_layouts"]
-
-
-def constant_layouts(lanes, const_width, value_width, max_levels):
-    """The constant buffers' words of ``lanes`` channels (the constant loader's,
-    :class:`~.constants.ConstantLoader`): post-op ``a`` and ``b``, thresholds ``t``,
-    invert bits."""
-    return {
-        "ab": data.StructLayout({"a": data.ArrayLayout(signed(const_width), lanes),
-                                 "b": data.ArrayLayout(signed(const_width), lanes)}),
-        "thr": data.StructLayout({"t": data.ArrayLayout(
-            data.ArrayLayout(signed(value_width), max(1, max_levels)), lanes)}),
-        "inv": data.StructLayout({"invert": unsigned(lanes)}),
-    }
+__all__ = ["EpilogueFeeder"]
 
 
 class EpilogueFeeder(wiring.Component):
@@ -118,8 +105,8 @@ class EpilogueFeeder(wiring.Component):
                                            max_levels)
         addr = range(arrays * max_out_folds * parts)
         super().__init__({
-            **{name: In(stream.Signature(data.StructLayout({"addr": addr, **layout.members})))
-               for name, layout in self.const_layouts.items()},
+            **{name: In(sig) for name, sig in word_streams(
+                self.const_layouts, ("ab", "thr", "inv"), addr).items()},
             "postops": In(data.ArrayLayout(job_postop_layout(), arrays)),
             "settings": In(epilogue_settings(max_levels)),
             "out_folds": In(range(1, max_out_folds + 1)),

@@ -22,7 +22,8 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..arith import positive_int
-from ..skid import skid_outputs
+from ..skid import skid_outputs, staged
+from .constants import constant_layouts, word_streams
 from .epilogue import compared_halves, joined_halves, level_count
 
 __all__ = ["LevelLanes", "level_settings"]
@@ -92,12 +93,9 @@ class LevelLanes(wiring.Component):
         self.depth = max_jobs * max_out_folds * self.parts
         addr = range(self.depth)
         super().__init__({
-            "thr": In(stream.Signature(data.StructLayout({
-                "addr": addr,
-                "t": data.ArrayLayout(data.ArrayLayout(signed(value_width), max_levels),
-                                      lanes)}))),
-            "inv": In(stream.Signature(data.StructLayout({"addr": addr,
-                                                          "invert": unsigned(lanes)}))),
+            **{name: In(sig) for name, sig in word_streams(
+                constant_layouts(lanes, 1, value_width, max_levels), ("thr", "inv"),
+                addr).items()},
             "settings": In(level_settings(max_jobs, max_levels, max_out_folds)),
             "i": In(stream.Signature(data.ArrayLayout(signed(value_width), lanes))),
             "o": Out(stream.Signature(data.ArrayLayout(signed(self.level_width), lanes))),
@@ -119,11 +117,7 @@ class LevelLanes(wiring.Component):
         adv = Signal()
         m.d.comb += self.i.ready.eq(adv)
 
-        def stage(value, name, reset):
-            r = Signal.like(value, name=name, reset_less=not reset)
-            with m.If(adv):
-                m.d.sync += r.eq(value)
-            return r
+        stage = staged(m, adv)
 
         # 0: the beat's job k, part p and fold nf counted; its thresholds' word read
         k = Signal(range(self.max_jobs))

@@ -20,14 +20,15 @@ their bytes in a data stage behind it.
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ..arith import positive_int
 
-__all__ = ["OutputPacker", "packer_settings", "packed_word_layout", "ELEMS"]
+__all__ = ["OutputPacker", "packer_settings", "packed_word_layout", "checked_beats",
+           "ELEMS"]
 
 #: element widths of the DRAM formats (section 12): bits, levels, fixed containers
 ELEMS = (1, 2, 4, 8, 16, 24, 32)
@@ -38,6 +39,24 @@ ELEMS = (1, 2, 4, 8, 16, 24, 32)
 _FIFO_DEPTH = 8
 #: beats the queue between the front and the control stage holds
 _OPS_DEPTH = 4
+
+
+def checked_beats(unit, *, lanes, pe, data_width, elems, **positive):
+    """Refuse, in one line naming ``unit``, a beat geometry the packer and the unpacker
+    cannot take (every parameter positive; ``lanes`` a multiple of 8 dividing ``pe``;
+    whole-byte bus words; element widths of :data:`ELEMS`); return the element widths,
+    sorted."""
+    for name, value in dict(positive, lanes=lanes, pe=pe, data_width=data_width).items():
+        positive_int(f"{unit}: {name}", value)
+    if lanes % 8 or pe % lanes:
+        raise ValueError(f"{unit}: lanes ({lanes}) must be a multiple of 8 that divides pe "
+                         f"({pe}), so that every beat starts on a byte")
+    if data_width % 8:
+        raise ValueError(f"{unit}: data_width ({data_width}) must be whole bytes")
+    elems = tuple(sorted(set(elems)))
+    if not elems or not set(elems) <= set(ELEMS):
+        raise ValueError(f"{unit}: elems {elems} must be taken from {ELEMS}")
+    return elems
 
 
 def _or(values):
@@ -117,19 +136,10 @@ class OutputPacker(wiring.Component):
 
     def __init__(self, *, arrays, pe, lanes, value_width=32, data_width=128, elems=ELEMS,
                  max_size=256, max_channels=1024, max_out_folds=64, max_beats=1024):
-        for name, value in (("arrays", arrays), ("pe", pe), ("lanes", lanes),
-                            ("value_width", value_width), ("data_width", data_width),
-                            ("max_size", max_size), ("max_channels", max_channels),
-                            ("max_out_folds", max_out_folds), ("max_beats", max_beats)):
-            positive_int(f"OutputPacker: {name}", value)
-        if lanes % 8 or pe % lanes:
-            raise ValueError(f"OutputPacker: lanes ({lanes}) must be a multiple of 8 that "
-                             f"divides pe ({pe}), so that every beat starts on a byte")
-        if data_width % 8:
-            raise ValueError(f"OutputPacker: data_width ({data_width}) must be whole bytes")
-        elems = tuple(sorted(set(elems)))
-        if not elems or not set(elems) <= set(ELEMS):
-            raise ValueError(f"OutputPacker: elems {elems} must be taken from {ELEMS}")
+        elems = checked_beats("OutputPacker", arrays=arrays, pe=pe, lanes=lanes,
+                              value_width=value_width, data_width=data_width, elems=elems,
+                              max_size=max_size, max_channels=max_channels,
+                              max_out_folds=max_out_folds, max_beats=max_beats)
         self.arrays, self.pe, self.lanes = arrays, pe, lanes
         self.parts = pe // lanes
         self.value_width, self.data_width, self.elems = value_width, data_width, elems

@@ -21,8 +21,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from ..arith import positive_int
-from .packer import ELEMS
+from .packer import ELEMS, checked_beats
 
 __all__ = ["InputUnpacker", "unpacker_settings"]
 
@@ -92,19 +91,10 @@ class InputUnpacker(wiring.Component):
 
     def __init__(self, *, arrays, pe, lanes, value_width=32, data_width=128, elems=ELEMS,
                  max_size=256, max_channels=1024, max_out_folds=64, max_beats=1024):
-        for name, value in (("arrays", arrays), ("pe", pe), ("lanes", lanes),
-                            ("value_width", value_width), ("data_width", data_width),
-                            ("max_size", max_size), ("max_channels", max_channels),
-                            ("max_out_folds", max_out_folds), ("max_beats", max_beats)):
-            positive_int(f"InputUnpacker: {name}", value)
-        if lanes % 8 or pe % lanes:
-            raise ValueError(f"InputUnpacker: lanes ({lanes}) must be a multiple of 8 that "
-                             f"divides pe ({pe}), so that every beat starts on a byte")
-        if data_width % 8:
-            raise ValueError(f"InputUnpacker: data_width ({data_width}) must be whole bytes")
-        elems = tuple(sorted(set(elems)))
-        if not elems or not set(elems) <= set(ELEMS):
-            raise ValueError(f"InputUnpacker: elems {elems} must be taken from {ELEMS}")
+        elems = checked_beats("InputUnpacker", arrays=arrays, pe=pe, lanes=lanes,
+                              value_width=value_width, data_width=data_width, elems=elems,
+                              max_size=max_size, max_channels=max_channels,
+                              max_out_folds=max_out_folds, max_beats=max_beats)
         self.arrays, self.pe, self.lanes, self.parts = arrays, pe, lanes, pe // lanes
         self.value_width, self.data_width, self.elems = value_width, data_width, elems
         self.max_size, self.max_out_folds, self.max_beats = max_size, max_out_folds, max_beats
