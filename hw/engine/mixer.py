@@ -39,10 +39,14 @@ def mixer_settings(max_jobs, coef_width):
     })
 
 
+def _half(shift, width):
+    """``2**(shift-1)`` (0 for no shift) in ``width`` bits: round half up's constant."""
+    return (Const(1, 1) << shift)[1:width]
+
+
 def _round_shift(value, shift, width):
     """``round_shift(value, shift)`` (half up), for a run-time ``shift``."""
-    half = (Const(1, 1) << shift)[1:width]
-    return (value + half) >> shift
+    return (value + _half(shift, width)) >> shift
 
 
 class MixerLanes(wiring.Component):
@@ -160,7 +164,7 @@ class MixerLanes(wiring.Component):
         rounded = [Signal(signed(acc_width + 1), name=f"rounded{j}") for j in range(lanes)]
         agg_e = [Signal(signed(vw), name=f"agg{j}") for j in range(lanes)]
         m.d.sync += [last_d.eq(last_c), last_e.eq(last_d)]
-        half = (Const(1, 1) << st.lambda_frac)[1:acc_width]
+        half = _half(st.lambda_frac, acc_width)
         with m.If(last_c):
             m.d.sync += [r.eq(t + half) for r, t in zip(rounded, totals)]
         with m.If(last_d):

@@ -28,7 +28,7 @@ from amaranth.lib.wiring import In, Out
 from ..arith import positive_int
 
 __all__ = ["OutputPacker", "packer_settings", "packed_word_layout", "checked_beats",
-           "ELEMS"]
+           "picked", "ELEMS"]
 
 #: element widths of the DRAM formats (section 12): bits, levels, fixed containers
 ELEMS = (1, 2, 4, 8, 16, 24, 32)
@@ -65,6 +65,12 @@ def _or(values):
     for v in values:
         out = out | v
     return out
+
+
+def picked(sel, values):
+    """``values[j]`` for the one bit ``j`` set in ``sel`` (0 for none): an AND-OR, no
+    decoder of a job's number in front of it."""
+    return _or(Mux(sel[j], v, 0) for j, v in enumerate(values))
 
 
 def packer_settings(arrays, max_size, max_channels, max_out_folds, max_beats):
@@ -258,7 +264,7 @@ class OutputPacker(wiring.Component):
         hk = Signal(range(W + B))
         wk_zero, wk_last = Signal(), Signal()
         m.d.comb += [
-            hk.eq(_or(Mux(op.sel[j], held[j], 0) for j in range(arrays))),
+            hk.eq(picked(op.sel, held)),
             wk_zero.eq(_or(op.sel[j] & (words[j] == 0) for j in range(arrays))),
             wk_last.eq(_or(op.sel[j] & (words[j] == st.row_beats - 1)
                            for j in range(arrays))),

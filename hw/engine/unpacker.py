@@ -21,7 +21,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from .packer import ELEMS, checked_beats
+from .packer import ELEMS, checked_beats, picked
 
 __all__ = ["InputUnpacker", "unpacker_settings"]
 
@@ -213,19 +213,13 @@ class InputUnpacker(wiring.Component):
         skip = [Signal(range(self.max_beats + 1), name=f"skip{j}") for j in range(arrays)]
         credits = Signal(range(_OUT_DEPTH + 1), init=_OUT_DEPTH)
 
-        def pick(values):
-            out = 0
-            for j, v in enumerate(values):
-                out = out | Mux(op.sel[j], v, 0)
-            return out
-
         ours = op.sel != 0
         # each job's comparisons side by side, then the op's job's picked: no adder or
         # comparison behind the pick
-        enough = pick([held[j] >= op.need for j in range(arrays)])
-        skipping = pick([skip[j] != 0 for j in range(arrays)])
-        in_valid = pick([s.valid for s in inputs])
-        in_data = pick([s.payload for s in inputs])
+        enough = picked(op.sel, [held[j] >= op.need for j in range(arrays)])
+        skipping = picked(op.sel, [skip[j] != 0 for j in range(arrays)])
+        in_valid = picked(op.sel, [s.valid for s in inputs])
+        in_data = picked(op.sel, [s.payload for s in inputs])
         drop = Signal()
         take = Signal()
         emit = Signal()
@@ -239,7 +233,7 @@ class InputUnpacker(wiring.Component):
         # worked out here from a copy of the data stage's read byte, so that the data
         # stage's shifts are selected by registers
         read_at = [Signal(range(W), name=f"read_at{j}") for j in range(arrays)]
-        at_k = pick(read_at)
+        at_k = picked(op.sel, read_at)
         ahead = Signal(range(W + B + 1))
         m.d.comb += ahead.eq(at_k + op.need)
         for j in range(arrays):
@@ -275,19 +269,13 @@ class InputUnpacker(wiring.Component):
         m.d.sync += [d_take.eq(take), d_emit.eq(emit), d_sel.eq(op.sel), d_word.eq(in_data),
                      d_at.eq(at_k), d_mask.eq(Mux(ours, op.mask, 0))]
 
-        def pick_of(per_job):
-            out = 0
-            for j in range(arrays):
-                out = out | Mux(d_sel[j], per_job[j], 0)
-            return out
-
         # the job's slots registered, then the beat's bytes read from them (the pick and
         # the read in one cycle were a late path on ECP5)
         window = Signal(8 * W * slots)
         r_at = Signal(range(W))
         r_emit = Signal()
         r_mask = Signal(lanes)
-        m.d.sync += [window.eq(pick_of([Cat(*queue[j]) for j in range(arrays)])),
+        m.d.sync += [window.eq(picked(d_sel, [Cat(*queue[j]) for j in range(arrays)])),
                      r_at.eq(d_at), r_emit.eq(d_emit), r_mask.eq(d_mask)]
         raw = Signal(8 * B)
         with m.Switch(r_at):
