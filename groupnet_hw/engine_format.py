@@ -96,7 +96,27 @@ DESCRIPTOR_FIELDS = [
     ("aux_pitch", "<u4", "level outputs' row pitch in bytes"),
     ("aux_bytes", "<u4", "bytes of one level output tensor"),
     ("aux_param_bytes", "<u4", "bytes of one level output's parameter block"),
-    ("reserved", "V27", "zero"),
+    # a binary convolution's unit geometry (docs section 15), written for tap-aligned
+    # programs' CONV descriptors of binary weights and one group (zero elsewhere), so
+    # that the intended engine's units read them instead of multiplying at run time
+    ("words", "u1", "unit geometry: words a pixel of the main input, ceil(in_c / simd)"),
+    ("tail", "u1", "unit geometry: lanes of a pixel's last word that hold channels, "
+                   "in_c - (words - 1) * simd"),
+    ("span", "u1", "unit geometry: (kernel - 1) * dilation, the rows a window spans "
+                   "after its first"),
+    ("in_folds", "<u2", "unit geometry: SIMD folds of a window, kernel * kernel * words"),
+    ("out_folds", "<u2", "unit geometry: PE folds of the output, ceil(out_c / pe)"),
+    ("pitch", "<u2", "unit geometry: words of a ring row slot, in_w * words"),
+    ("x_step", "<u2", "unit geometry: words between neighbouring windows, stride * words"),
+    ("dx_words", "<u2", "unit geometry: words between a row's taps, dilation * words"),
+    ("pad_words", "<u2", "unit geometry: padding words before a row's first pixel, "
+                         "padding * words"),
+    ("pixel_bytes", "<u2", "unit geometry: bytes of a main input pixel in DRAM, "
+                           "ceil(in_c * in_elem / 8)"),
+    ("windows", "<u4", "unit geometry: windows the fold issuer issues, the convolution's "
+                       "output pixels (mid_h * mid_w with a maxpool stage, else "
+                       "out_h * out_w)"),
+    ("reserved", "V6", "zero"),
     ("index", "<u2", "the descriptor's own index (checked by the sequencer)"),
     ("magic", "<u2", "DESCRIPTOR_MAGIC"),
 ]

@@ -10,7 +10,8 @@ allocation, the tiling and its halo rows -- is taken from the bytes alone.
 
 Any address outside the image (a corrupted descriptor or table) raises
 :class:`~groupnet_hw.compiler.engine.program.ProgramError` naming the descriptor, as
-the engine stops with an error status.
+the engine stops with an error status; so does a binary convolution whose unit geometry
+(``compiler/engine/gather.py``, ``unit_geometry``) is not its other fields'.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 import torch
 
 from ..compiler.engine.formats import TensorFormat
+from ..compiler.engine.gather import unit_geometry
 from ..compiler.engine.params import (level_block_bytes, sections, tap_aligned_weights,
                                       unpack_binary_weights, unpack_bitvec, unpack_consts,
                                       unpack_int_weights)
@@ -374,6 +376,12 @@ def run_descriptor(d, header, mem):
     mem.where = f"descriptor {d['index']} ({_OPCODES[d['opcode']]})"
     entries, levels = _entries(d, mem)
     in_f, side_f, out_f = _formats(d, header)
+    # the intended engine's units read a binary convolution's geometry from these
+    # fields instead of computing it: numbers not its own would be wrong windows
+    for name, want in unit_geometry(d, header).items():
+        if d[name] != want:
+            raise ProgramError(f"descriptor {d['index']}: unit geometry {name} {d[name]} "
+                               f"!= {want} of its fields")
     level_f, thresholds = _level_outputs(d, header, mem, levels)
     op = _OPCODES[d["opcode"]]
     if op == "INPUT":

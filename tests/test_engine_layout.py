@@ -175,7 +175,9 @@ def _conv(**over):
              in_bytes=512, out_bytes=512, table_addr=0, param_bytes=4800,
              weight_tile_bytes=4608, chunk_c=0, mid_h=0, mid_w=0, pool_kernel=0, pool_stride=0,
              pool_padding=0, aux_outputs=0, aux_fmt=0, aux_elem=0, aux_levels=0, aux_pitch=0,
-             aux_bytes=0, aux_param_bytes=0, magic=0)
+             aux_bytes=0, aux_param_bytes=0, words=0, tail=0, span=0, in_folds=0,
+             out_folds=0, pitch=0, x_step=0, dx_words=0, pad_words=0, pixel_bytes=0,
+             windows=0, magic=0)
     d.update(over)
     return d
 

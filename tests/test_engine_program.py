@@ -3,6 +3,7 @@ reference model (sim.engine_model) against the integer executor, every intermedi
 tensor read back from DRAM (docs/architecture.md section 12)."""
 
 import copy
+from pathlib import Path
 
 import pytest
 import torch
@@ -162,6 +163,25 @@ def test_descriptor_round_trip():
         encode(dict(kernel=256), DESCRIPTOR)
     offsets = [o for o, *_ in field_table("descriptor")]
     assert offsets == sorted(offsets) and offsets[-1] == 126
+
+
+@pytest.mark.parametrize("which, title", [("header", "Header (`program.HEADER`):"),
+                                          ("descriptor", "Descriptor (`program.DESCRIPTOR`):"),
+                                          ("job", "Job-table entry (`program.JOB`)")])
+def test_the_documented_tables_are_the_records(which, title):
+    """docs/architecture.md section 12's tables list the records' offsets, types and
+    names as ``field_table`` has them (the wording of a meaning is the document's)."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text()
+    lines = text[text.index(title):].split("\n")
+    first = next(k for k, line in enumerate(lines) if line.startswith("| offset")) + 2
+    rows = []
+    for line in lines[first:]:
+        if not line.startswith("|"):
+            break
+        rows.append(tuple(c.strip() for c in line.strip("|").split("|"))[:3])
+    types = {"u1": "u8", "<u2": "u16", "<u4": "u32", "S4": "char[4]"}
+    assert rows == [(str(o), types.get(t, f"bytes[{t[1:]}]"), f"`{n}`")
+                    for o, t, n, _ in field_table(which)]
 
 
 def _table_entry_offset(program, index):

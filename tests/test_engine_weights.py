@@ -2,7 +2,9 @@
 for the intended engine, whose window gatherer gives a tap's channels words of their
 own, and the flat window's folds for the core as built. Each round-trips, takes the
 bytes ``sections`` counts, is what the program's header says, and runs bit-exact on
-the reference model; the core's programs keep the flat order and refuse the other."""
+the reference model; the core's programs keep the flat order and refuse the other.
+Tap-aligned programs' binary convolutions carry their unit geometry (the numbers the
+gatherer and fold issuer step by), flat programs none."""
 
 from __future__ import annotations
 
@@ -15,14 +17,18 @@ from hypothesis import strategies as st
 
 from conftest import random_model
 from groupnet_hw.compiler.engine.config import EngineConfig
+from groupnet_hw.compiler.engine.gather import unit_geometry
 from groupnet_hw.compiler.engine.layout import compile_engine
 from groupnet_hw.compiler.engine.params import (binary_in_folds, binary_weight_bytes,
                                                 binary_weight_words, pack_binary_weights,
                                                 sections, tap_aligned_weights,
                                                 unpack_binary_weights)
-from groupnet_hw.compiler.engine.program import FLAG_BITS, HEADER_FLAG_BITS, OPCODE_CODES
+from groupnet_hw.compiler.engine.program import (DESCRIPTOR, FLAG_BITS, HEADER_FLAG_BITS,
+                                                 OPCODE_CODES, STAGE_BITS, ProgramError,
+                                                 encode, field_table)
 from groupnet_hw.compiler.engine.target import CORE_PROGRAM, check_program, engine_target
 from groupnet_hw.compiler.passes import compile_model
+from groupnet_hw.sim.engine_model import run_program
 from test_engine_program import assert_bit_exact, images_for, zoo_model
 
 
@@ -160,3 +166,75 @@ def test_the_choice_is_a_bool():
     assert EngineConfig().tap_aligned_weights is True
     with pytest.raises(ValueError, match="tap_aligned_weights"):
         EngineConfig(tap_aligned_weights=1)
+
+
+#: the descriptor's unit geometry fields, ``words`` to ``windows`` (before ``reserved``)
+_NAMES = [n for _, _, n, _ in field_table("descriptor")]
+GEOMETRY = _NAMES[_NAMES.index("words"):_NAMES.index("reserved")]
+
+
+@pytest.fixture(scope="module")
+def geometry_graph():
+    """9 channels on SIMD 8 (two words a pixel, the second of one lane), a base of
+    dilation 2, a stride-2 3x3 layer, 2-bit activations, first layers thresholding
+    8-bit maps."""
+    return compile_model(random_model(2, image_size=8, stem_channels=5,
+                                      stages=[[9, 1, 1], [11, 1, 2]], bases=2, act_bits=2,
+                                      dilations=[[1, 2], [1, 1]]))
+
+
+def _geometry(d):
+    return {n: d[n] for n in GEOMETRY}
+
+
+def _binary_conv(program, **match):
+    """``(index, descriptor)`` of the one binary CONV descriptor with fields ``match``."""
+    (found,) = [(i, d) for i, d in enumerate(program.descriptors)
+                if d["opcode"] == OPCODE_CODES["CONV"]
+                and not d["flags"] & FLAG_BITS["int_weights"]
+                and all(d[k] == v for k, v in match.items())]
+    return found
+
+
+def test_binary_convs_carry_their_unit_geometry(geometry_graph):
+    assert GEOMETRY[0] == "words" and GEOMETRY[-1] == "windows" and len(GEOMETRY) == 11
+    # the model checks every descriptor's geometry as it runs it
+    program = assert_bit_exact(geometry_graph, images_for(geometry_graph, 1), SMALL)
+    ds = program.descriptors
+
+    def one(**match):
+        return _geometry(_binary_conv(program, **match)[1])
+
+    # by hand, SIMD 8, PE 4, 8x8 maps: 9 channels are 2 words, the last of 1 lane; a
+    # 2-bit pixel of 9 channels 3 bytes; 11 output channels 3 PE folds, 9 output 3
+    assert one(stride=2) == dict(words=2, tail=1, span=2, in_folds=18, out_folds=3,
+                                 pitch=16, x_step=4, dx_words=2, pad_words=2,
+                                 pixel_bytes=3, windows=16)
+    assert one(dilation=2, in_c=9) == dict(words=2, tail=1, span=4, in_folds=18,
+                                           out_folds=3, pitch=16, x_step=2, dx_words=4,
+                                           pad_words=4, pixel_bytes=3, windows=64)
+    # a prologue's input: 5 channels of an 8-bit map, one word of 5 lanes, 5 bytes
+    assert one(dilation=2, in_c=5) == dict(words=1, tail=5, span=4, in_folds=9,
+                                           out_folds=3, pitch=8, x_step=1, dx_words=2,
+                                           pad_words=2, pixel_bytes=5, windows=64)
+    # the stem (integer weights) and every other opcode carry none
+    assert all(not any(_geometry(d).values()) for d in ds
+               if d["opcode"] != OPCODE_CODES["CONV"] or d["flags"] & FLAG_BITS["int_weights"])
+    # a fused pooling stage's windows are the convolution's pixels, not the pool's
+    d = _binary_conv(program, stride=2)[1]
+    pooled = dict(d, stages=d["stages"] | STAGE_BITS["maxpool"], mid_h=6, mid_w=5)
+    assert unit_geometry(pooled, program.header)["windows"] == 30
+    # flat programs (the core as built) leave the bytes zero
+    flat = compile_engine(geometry_graph, replace(SMALL, tap_aligned_weights=False))
+    assert all(not any(_geometry(d).values()) for d in flat.descriptors)
+    assert all(unit_geometry(d, flat.header) == {} for d in flat.descriptors)
+
+
+def test_the_model_refuses_a_descriptor_whose_geometry_is_not_its_own(geometry_graph):
+    program = compile_engine(geometry_graph, SMALL)
+    i, d = _binary_conv(program, stride=2)
+    bad = bytearray(program.program_bytes())
+    o = program.header["desc_addr"] - program.base + i * DESCRIPTOR.itemsize
+    bad[o:o + DESCRIPTOR.itemsize] = encode(dict(d, pitch=d["pitch"] + 1), DESCRIPTOR)
+    with pytest.raises(ProgramError, match=f"descriptor {i}: unit geometry pitch 17 != 16"):
+        run_program(bytes(bad), bytearray(program.image), images_for(geometry_graph, 1))

@@ -8,13 +8,18 @@ A pixel's channels are ``words = ceil(C_in/simd)`` words of ``simd`` lanes, a ro
 apart in a row, neighbouring output pixels' windows ``x_step = stride * words``, and the
 padding is ``pad_words = padding * words`` words before a row's first pixel. The same
 ``words`` are the weights' tap-aligned folds (:mod:`.params`).
+
+:func:`unit_geometry` is what the layout writes into a tap-aligned program's binary CONV
+descriptors (docs/architecture.md section 12), and what the reference model checks them
+against: the hardware reads those numbers, so a wrong one is a wrong window.
 """
 
 from __future__ import annotations
 
-from .program import STAGE_BITS
+from .params import binary_in_folds, tap_aligned_weights
+from .program import FLAG_BITS, OPCODE_CODES, STAGE_BITS
 
-__all__ = ["gather_geometry", "tile_first_row"]
+__all__ = ["gather_geometry", "unit_geometry", "tile_first_row"]
 
 
 def gather_geometry(d, simd):
@@ -49,6 +54,44 @@ def gather_geometry(d, simd):
                 x_step=d["stride"] * words, dx_words=d["dilation"] * words,
                 pad_words=d["padding"] * words, pad_ones=int(d["act_bits"] == 0),
                 span=(d["kernel"] - 1) * d["dilation"])
+
+
+def unit_geometry(d, header):
+    """The unit geometry fields of a descriptor (``words`` to ``windows`` of
+    ``DESCRIPTOR_FIELDS``).
+
+    Parameters
+    ----------
+    d : dict
+        A descriptor's fields (decoded, or the layout's before encoding).
+    header : dict
+        The program header's fields (``flags``, ``pe``, ``simd``).
+
+    Returns
+    -------
+    dict
+        ``words``, ``tail`` (lanes, not :func:`gather_geometry`'s mask), ``span``,
+        ``in_folds``, ``out_folds``, ``pitch``, ``x_step``, ``dx_words``,
+        ``pad_words``, ``pixel_bytes`` and ``windows`` of a CONV descriptor with binary
+        weights and one channel group in a tap-aligned program; empty for any other
+        descriptor, whose fields stay zero (the core as built reads none of them, and
+        its programs stay what they were).
+    """
+    if (d["opcode"] != OPCODE_CODES["CONV"] or d["flags"] & FLAG_BITS["int_weights"]
+            or d["groups"] != 1 or not tap_aligned_weights(header)):
+        return {}
+    simd = header["simd"]
+    g = gather_geometry(d, simd)
+    # the fold issuer's windows are the convolution's output pixels: a fused pooling
+    # stage's input, not its output (gather_geometry's out_w already is)
+    out_h = d["mid_h"] if d["stages"] & STAGE_BITS["maxpool"] else d["out_h"]
+    return dict(words=g["words"], tail=g["tail"].bit_length(), span=g["span"],
+                in_folds=binary_in_folds(d["in_c"], d["kernel"], simd, True),
+                out_folds=-(-d["out_c"] // header["pe"]), pitch=g["pitch"],
+                x_step=g["x_step"], dx_words=g["dx_words"], pad_words=g["pad_words"],
+                # the loader's pixel: ceil(C/8) bytes of a bit map (in_elem 1), ceil(C*b/8)
+                # of b-bit elements
+                pixel_bytes=-(-d["in_c"] * d["in_elem"] // 8), windows=out_h * g["out_w"])
 
 
 def tile_first_row(d, oy):

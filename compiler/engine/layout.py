@@ -27,11 +27,12 @@ import numpy as np
 from .config import EngineConfig
 from .formats import POWER_OF_TWO_FIXED, TensorFormat, container_bits, round_up
 from .fusion import Group, fuse, main_ref, side_ref
+from .gather import unit_geometry
 from .params import (int_bytes, level_block_bytes, pack_binary_weights, pack_bitvec,
                      pack_consts, pack_int_weights, sections, tap_aligned_weights)
 from .program import (DESCRIPTOR, DESCRIPTOR_MAGIC, END_OPCODE, FLAG_BITS, HEADER,
-                      HEADER_FLAG_BITS, JOB, MAGIC, OPCODE_CODES, STAGE_BITS, VERSION, decode,
-                      encode, table_entries)
+                      HEADER_FLAG_BITS, JOB, MAGIC, OPCODE_CODES, STAGE_BITS, VERSION,
+                      ProgramError, decode, encode, table_entries)
 from .tiling import choose_tiling, tile_rows
 
 __all__ = ["DEFAULT_BASE", "REGION_ALIGN", "EngineProgram", "compile_engine", "allocate",
@@ -89,7 +90,7 @@ class EngineProgram:
     def replace_descriptor(self, i, d):
         """Descriptor ``i`` as ``d`` (another tiling of it), in the image too."""
         o = self.header["desc_addr"] - self.base + i * DESCRIPTOR.itemsize
-        self.image[o:o + DESCRIPTOR.itemsize] = encode(d, DESCRIPTOR)
+        self.image[o:o + DESCRIPTOR.itemsize] = _encode_descriptor(d, self.header)
         self.descriptors[i] = decode(self.image[o:o + DESCRIPTOR.itemsize], DESCRIPTOR)
 
     def program_bytes(self):
@@ -513,7 +514,10 @@ def compile_engine(g, config=None, base=DEFAULT_BASE):
             o = param_addr + param_offsets[i][k] - base
             image[o:o + bl.size] = bl.tobytes()
         o = desc_addr - base + i * DESCRIPTOR.itemsize
-        image[o:o + DESCRIPTOR.itemsize] = encode(d, DESCRIPTOR)
+        try:
+            image[o:o + DESCRIPTOR.itemsize] = _encode_descriptor(d, header)
+        except ProgramError as exc:     # name the layer, as for its tiling
+            raise ProgramError(f"descriptor {d['index']} ({grp.nodes[0].name}): {exc}") from None
     o = desc_addr - base + len(descs) * DESCRIPTOR.itemsize
     image[o:o + DESCRIPTOR.itemsize] = encode(dict(opcode=END_OPCODE, index=len(descs),
                                                    magic=DESCRIPTOR_MAGIC), DESCRIPTOR)
@@ -521,6 +525,13 @@ def compile_engine(g, config=None, base=DEFAULT_BASE):
                for i in range(len(descs))]
     return EngineProgram(config, groups, decoded, decode(image[:HEADER.itemsize], HEADER), image,
                          tensors, outputs, g, lifetimes)
+
+
+def _encode_descriptor(d, header):
+    """A descriptor's bytes, with its unit geometry (:func:`.gather.unit_geometry`)
+    computed from its other fields as it is encoded, so that no later change of them
+    (another tiling, its addresses) leaves the geometry stale."""
+    return encode(dict(d, **unit_geometry(d, header)), DESCRIPTOR)
 
 
 def _size_params(d, packing):
