@@ -60,7 +60,7 @@ def conv_case(rng, arrays, pe, simd, planes, lanes, c_out, pixels, levels):
             windows.append({"x": words, "mask": mask, "last": int(sf == in_folds - 1)})
     weights = [{"addr": nf * in_folds + sf,
                 "w": [pack(w[k, nf * pe:(nf + 1) * pe, sf * simd:(sf + 1) * simd].reshape(-1))
-                      for k in range(arrays)]}
+                      for k in range(arrays)], "en": (1 << arrays) - 1}
                for nf in range(out_folds) for sf in range(in_folds)]
     xs = x if levels else 2 * x - 1
     ws = 2 * w[:, :, :lanes] - 1          # padded channels have weights of -1
@@ -73,11 +73,23 @@ def conv_case(rng, arrays, pe, simd, planes, lanes, c_out, pixels, levels):
     return windows, weights, expected, chunk
 
 
+def base_after_base(rng, weights, arrays, pe, simd):
+    """``weights`` written one base after another, as the bases' DRAM sections arrive:
+    each word with one array's bit of ``en`` and random bits in the other arrays' words,
+    which must not land."""
+    return [{"addr": word["addr"], "en": 1 << k,
+             "w": [word["w"][j] if j == k else int.from_bytes(rng.bytes(pe * simd // 8 + 1)) % (1 << (pe * simd))
+                   for j in range(arrays)]}
+            for k in range(arrays) for word in weights]
+
+
 def run(arrays, pe, simd, planes, lanes, c_out, *, pixels=5, levels=False, stall=0.0,
-        seed=0):
+        seed=0, per_base=False):
     rng = np.random.default_rng(seed)
     windows, weights, expected, config = conv_case(rng, arrays, pe, simd, planes, lanes,
                                                    c_out, pixels, levels)
+    if per_base:
+        weights = base_after_base(rng, weights, arrays, pe, simd)
     in_folds = -(-lanes // simd)
     dut = Pipe(arrays, pe, simd, planes, max_in_folds=in_folds + 1,
                max_weight_words=len(weights) + 3)
@@ -110,6 +122,11 @@ def test_every_channel_of_every_pixel(arrays, pe, simd, planes, lanes, c_out):
 @pytest.mark.parametrize("seed", [1, 2])
 def test_under_stalls_on_both_sides(seed):
     *_, expected, result = run(3, 4, 16, 1, 40, 7, pixels=6, stall=0.4, seed=seed)
+    assert result.outputs["o"] == expected
+
+
+def test_each_base_writes_its_own_weights():
+    *_, expected, result = run(3, 4, 16, 1, 40, 7, seed=3, per_base=True)
     assert result.outputs["o"] == expected
 
 

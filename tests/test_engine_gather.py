@@ -193,7 +193,8 @@ def conv_weights(rng, g, c_out, pe):
     folds = out_folds * binary_in_folds(g.c, g.kernel, g.simd, tap_aligned=True)
     words = [binary_weight_words(pack_binary_weights(bits[k], pe, g.simd, tap_aligned=True),
                                  pe, g.simd, folds) for k in range(g.arrays)]
-    weights = [{"addr": a, "w": [words[k][a] for k in range(g.arrays)]} for a in range(folds)]
+    weights = [{"addr": a, "w": [words[k][a] for k in range(g.arrays)],
+                "en": (1 << g.arrays) - 1} for a in range(folds)]
     return bits, weights, out_folds
 
 
@@ -218,7 +219,8 @@ def hand_packed(bits, g, c_out, pe):
                                    t % g.kernel]
                         word |= pack_bits(row) << (p * g.simd)
                     w.append(word)
-                weights.append({"addr": nf * in_folds + t * g.words + j, "w": w})
+                weights.append({"addr": nf * in_folds + t * g.words + j, "w": w,
+                                "en": (1 << g.arrays) - 1})
     return weights
 
 

@@ -64,10 +64,12 @@ class FoldIssuer(wiring.Component):
         tap's or the window's tail is 0), ``last`` on its final one; a window has its
         chunk's ``in_folds`` words. Accepted while a window buffer is free.
     weights : ``In(stream.Signature(StructLayout({"addr", "w": ArrayLayout(pe*simd,
-    arrays)})))``
+    arrays), "en": arrays})))``
         Weight words of the next chunk, written into the load half at ``addr`` (fold
-        ``(nf, sf)`` at ``nf * in_folds + sf``). Accepted while ``free``, so a word can
-        never land in a half that holds a chunk.
+        ``(nf, sf)`` at ``nf * in_folds + sf``), each array's word where its bit of
+        ``en`` is set (each base's weights are a DRAM section of their own, loaded one
+        base after another). Accepted while ``free``, so a word can never land in a half
+        that holds a chunk.
     chunk : ``In(stream.Signature(StructLayout({"out_folds", "in_folds", "windows"[,
     "levels"]})))``
         Commits the words written since the previous commit as a chunk: its PE folds
@@ -130,7 +132,8 @@ class FoldIssuer(wiring.Component):
                 "mask": unsigned(simd), "last": 1}))),
             "weights": In(stream.Signature(data.StructLayout({
                 "addr": range(max_weight_words),
-                "w": data.ArrayLayout(unsigned(pe * simd), arrays)}))),
+                "w": data.ArrayLayout(unsigned(pe * simd), arrays),
+                "en": unsigned(arrays)}))),
             "chunk": In(stream.Signature(self.chunk_layout)),
             "free": Out(1, init=1),
             "idle": Out(1),
@@ -155,11 +158,11 @@ class FoldIssuer(wiring.Component):
         full, l_half, a_half = Signal(2), Signal(), Signal()
         free = self.free                 # a register: ~full[l_half], a cycle ahead
         commit = self.chunk.valid & free
-        wp = weight_buffer.write_port()
+        wp = weight_buffer.write_port(granularity=self.pe * simd)
         m.d.comb += [self.weights.ready.eq(free), self.chunk.ready.eq(free),
                      wp.addr.eq(Mux(l_half, half, 0) + self.weights.payload.addr),
                      wp.data.eq(self.weights.payload.w),
-                     wp.en.eq(self.weights.valid & free)]
+                     wp.en.eq(Mux(self.weights.valid & free, self.weights.payload.en, 0))]
         # each half's geometry, kept from its commit; `left` counts its windows down
         # and `final` (a register, not a comparison at the issue) marks the last one
         out_last = [Signal(range(half), name=f"out_last{h}") for h in range(2)]
