@@ -5,9 +5,11 @@ DRAM, sets the window and ``PROGRAM_ADDRESS`` in the register file and writes ST
 :class:`Sequencer` then reads descriptor after descriptor through the read DMA (so every
 fetch is checked against the window like any other access: a program counter that runs
 out of the window stops the engine with the read DMA's error), executes it, and stops
-at END with DONE. This first sequencer executes COPY (a region through the read DMA
-into the write DMA) and END; the compute descriptors of ``compiler/engine/program.py``
-are for the units that come next.
+at END with DONE. It executes COPY (a region through the read DMA into the write DMA)
+and END itself; built with ``compute=True`` it hands every other descriptor, whole, to a
+compute unit on ``compute`` (the units' :class:`~.runner.ConvRunner` in
+:class:`~.unit_engine.UnitEngine`), which has the DMAs while ``computing`` and answers
+with ``compute_done`` or ``compute_error``.
 
 Fence
     Avalon-MM has no write responses, and the read and write DMAs have separate ports:
@@ -30,7 +32,7 @@ Errors
     finished, the DMAs' reset rule) and STATUS.BUSY falls without the host's help.
 """
 
-from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -45,7 +47,7 @@ __all__ = ["Sequencer", "EngineShell", "SEQUENCER_ERRORS", "wire_engine"]
 
 #: ``error_code`` values of the sequencer (``groupnet_hw.engine_registers.ERROR_CAUSES``).
 SEQUENCER_ERRORS = {name: ERROR_CAUSES[name]
-                    for name in ("unknown_opcode", "bad_magic", "bad_index")}
+                    for name in ("unknown_opcode", "bad_magic", "bad_index", "unsupported")}
 
 
 class Sequencer(wiring.Component):
@@ -79,6 +81,19 @@ class Sequencer(wiring.Component):
         Pulse: the write DMA's descriptor is on the bus (the fence).
     abort : ``Out(1)``
         Pulse after an error: reset the DMAs (OR it into their ``soft_reset``).
+    compute : ``Out(stream.Signature(DESCRIPTOR_BYTES * 8))``
+        With ``compute=True``: a descriptor that is neither END nor COPY, its bytes as
+        one little-endian number, once it has passed the magic and index checks.
+    computing : ``Out(1)``
+        From the hand-off on ``compute`` to the fence after ``compute_done``: the compute
+        unit drives the DMAs' commands and words.
+    compute_done, compute_error : ``In(1)``
+        Pulses of the compute unit: the descriptor's words are all given to the write
+        DMA; or it refused the descriptor (the run stops with ``unsupported``).
+    wr_idle : ``In(1)``
+        The write DMA holds no descriptor (the compute fence: a compute descriptor ends
+        with many write descriptors, so the sequencer waits for the DMA to go idle after
+        ``compute_done`` rather than for one ``done``).
     busy : ``Out(1)``
         A run is going on.
     done : ``Out(1)``
@@ -104,10 +119,10 @@ class Sequencer(wiring.Component):
     memory keeps up (the DMAs' rate).
     """
 
-    def __init__(self, *, data_width=64, addr_width=32):
+    def __init__(self, *, data_width=64, addr_width=32, compute=False):
         if data_width not in (32, 64, 128, 256):
             raise ValueError(f"data_width must be 32, 64, 128 or 256, not {data_width!r}")
-        self.data_width = data_width
+        self.data_width, self.compute_unit = data_width, compute
         self.addr_width = addr_width
         self.bytes_per_word = data_width // 8
         self.descriptor_words = DESCRIPTOR_BYTES // self.bytes_per_word
@@ -128,6 +143,9 @@ class Sequencer(wiring.Component):
             "done": Out(1),
             "error": Out(1),
             "error_code": Out(unsigned(4)),
+            **({"compute": Out(stream.Signature(unsigned(DESCRIPTOR_BYTES * 8))),
+                "computing": Out(1), "compute_done": In(1), "compute_error": In(1),
+                "wr_idle": In(1)} if compute else {}),
         })
 
     def _captures(self):
@@ -167,6 +185,12 @@ class Sequencer(wiring.Component):
         for name, (sig, word, bit) in fields.items():
             with m.If(fetch_word & (count == word)):
                 m.d.sync += sig.eq(self.words.payload[bit:bit + len(sig)])
+        if self.compute_unit:
+            # the whole descriptor for the compute unit, its first word lowest
+            raw = Signal(DESCRIPTOR_BYTES * 8)
+            with m.If(fetch_word):
+                m.d.sync += raw.eq(Cat(raw[self.data_width:], self.words.payload))
+            m.d.comb += self.compute.payload.eq(raw)
 
         m.d.sync += [self.done.eq(0), self.error.eq(0), self.abort.eq(0)]
         with m.FSM(name="state") as fsm:
@@ -200,8 +224,13 @@ class Sequencer(wiring.Component):
                     m.d.sync += [rd_sent.eq(0), wr_sent.eq(0)]
                     m.next = "ISSUE"
                 with m.Else():
-                    self._fail(m, "unknown_opcode")
+                    if self.compute_unit:
+                        m.next = "COMPUTE"
+                    else:
+                        self._fail(m, "unknown_opcode")
                 self._exits(m, dma_error)
+            if self.compute_unit:
+                self._compute_states(m, pc, index, dma_error)
             with m.State("ISSUE"):
                 # both DMAs get their descriptor; each is held until taken
                 m.d.comb += [
@@ -237,6 +266,28 @@ class Sequencer(wiring.Component):
         ]
         return m
 
+    def _compute_states(self, m, pc, index, dma_error):
+        """Hand the descriptor over, wait for the unit, then the fence: the write DMA
+        idle, so that the next fetch (or a later descriptor's reads) sees every write."""
+        with m.State("COMPUTE"):
+            m.d.comb += [self.compute.valid.eq(1), self.computing.eq(1)]
+            with m.If(self.compute.ready):
+                m.next = "COMPUTING"
+            self._exits(m, dma_error)
+        with m.State("COMPUTING"):
+            m.d.comb += self.computing.eq(1)
+            with m.If(self.compute_error):
+                self._fail(m, "unsupported")
+            with m.Elif(self.compute_done):
+                m.next = "COMPUTE_FENCE"
+            self._exits(m, dma_error)
+        with m.State("COMPUTE_FENCE"):
+            m.d.comb += self.computing.eq(1)
+            with m.If(self.wr_idle):
+                m.d.sync += [pc.eq(pc + DESCRIPTOR_BYTES), index.eq(index + 1)]
+                m.next = "FETCH"
+            self._exits(m, dma_error)
+
     def _exits(self, m, dma_error):
         """The transitions every running state has, last so that they win: a DMA's
         refusal ends the run (the DMA reported it), a soft reset stops at once."""
@@ -250,7 +301,7 @@ class Sequencer(wiring.Component):
         m.next = "ABORT"
 
 
-def wire_engine(m, top, write_words):
+def wire_engine(m, top, write_words=None):
     """Wire an engine top's read DMA, write DMA, register file and sequencer (``top``'s
     ``rdma``, ``wdma``, ``regs``, ``sequencer``) into ``m`` and to ``top``'s ports
     ``rd``, ``wr``, ``csr`` and ``irq``: the sequencer's commands to the DMAs, the read
@@ -258,7 +309,9 @@ def wire_engine(m, top, write_words):
     the write DMA, the host's window and soft reset to both DMAs, and the first error
     source's code, busy, done and counters to the registers. Shared by
     :class:`EngineShell` and :class:`~groupnet_hw.hw.engine.core.EngineCore`, whose
-    sequencers differ only in what they compute."""
+    sequencers differ only in what they compute. With ``write_words`` None the caller
+    connects the DMAs' commands and words itself (a top whose compute unit shares
+    them with the sequencer)."""
     rd, wr, csr, seq = top.rdma, top.wdma, top.regs, top.sequencer
     m.submodules.rdma = rd
     m.submodules.wdma = wr
@@ -267,10 +320,11 @@ def wire_engine(m, top, write_words):
     wiring.connect(m, wiring.flipped(top.rd), rd.bus)
     wiring.connect(m, wiring.flipped(top.wr), wr.bus)
     wiring.connect(m, wiring.flipped(top.csr), csr.bus)
-    wiring.connect(m, seq.rd_cmd, rd.cmd)
-    wiring.connect(m, seq.wr_cmd, wr.cmd)
-    wiring.connect(m, rd.o, seq.words)
-    wiring.connect(m, write_words, wr.i)
+    if write_words is not None:
+        wiring.connect(m, seq.rd_cmd, rd.cmd)
+        wiring.connect(m, seq.wr_cmd, wr.cmd)
+        wiring.connect(m, rd.o, seq.words)
+        wiring.connect(m, write_words, wr.i)
     for dma in (rd, wr):
         m.d.comb += [dma.window_base.eq(csr.window_base),
                      dma.window_limit.eq(csr.window_limit),

@@ -1,0 +1,564 @@
+"""The intended engine's convolution runner: one binary convolution descriptor, from
+DRAM to DRAM, on the units of docs/architecture.md section 15.
+
+A descriptor comes in whole (its 128 bytes, the program format's fields:
+:func:`descriptor_fields`); the runner reads its job table, then each job's post-op and
+threshold sections into the feeder's constant buffers (through the
+:class:`~.constants.ConstantLoader`), each job's binary weights into the fold issuer,
+then the input maps row by row into the gatherer's ring (through the
+:class:`~.loader.RowLoader`), while the layer datapath computes and the
+:class:`~.packer.OutputPacker` and :class:`~.writer.RowWriter` write each job's output
+map. It reads through one read DMA's ``cmd`` and words and writes through one write
+DMA's, so every address it makes is checked against the host's window by the DMAs.
+
+The geometry the units step by (words a pixel, a window's folds, the ring's pitch, the
+gatherer's steps, a pixel's bytes, the windows) is the descriptor's *unit geometry*,
+which the compiler computes (``compiler/engine/gather.py``): the runner multiplies
+nothing but small counts once a descriptor.
+
+This first runner executes the transfers one after another: a read command is issued
+once the previous one's words are all taken, and the constants and weights are loaded
+before the first row. What it runs: a CONV of binary weights and one channel group,
+with any of the post-op, ReLU and threshold stages, binary or 2-/4-bit level inputs,
+every output format of the packer, at most ``arrays`` jobs and weights that fit one
+half of the fold issuer. Anything else (a residual add, a prologue threshold, a mixer,
+level outputs, a fused max pool, weight streaming, integer weights) is refused with
+``error`` and the cause ``unsupported`` before any transfer.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
+
+from ...engine_format import (DESCRIPTOR_FIELDS, FLAG_BITS, JOB_FIELDS, OPCODE_CODES,
+                              STAGE_BITS, field_offsets)
+from ...engine_registers import ERROR_CAUSES
+from ..arith import positive_int
+from .constants import POSTOP, THR, ConstantLoader
+from .dma import descriptor_layout
+from .layer import LayerDatapath
+from .loader import RowLoader
+from .packer import ELEMS, OutputPacker
+from .unpacker import InputUnpacker
+from .writer import RowWriter
+
+__all__ = ["ConvRunner", "descriptor_fields", "RUNNER_STAGES"]
+
+#: the stages the runner executes (STAGE_BITS)
+RUNNER_STAGES = (STAGE_BITS["postop"] | STAGE_BITS["add"] | STAGE_BITS["relu"]
+                 | STAGE_BITS["threshold"])
+#: the flags it executes: all jobs reading one input (or one side input) is a job table
+#: whose entries share an address, read once a job; the add's order is the sum's
+_RUNNER_FLAGS = FLAG_BITS["shared_input"] | FLAG_BITS["shared_side"] | FLAG_BITS["side_first"]
+_FIXED_FORMAT = 2          # a fixed-point map (two's complement elements)
+_ENTRY_BITS = 8 * sum(size for _, size in field_offsets(JOB_FIELDS).values())
+_BITS_FORMAT = 0           # in_fmt / out_fmt: a binary map (one bit a channel)
+
+
+def descriptor_fields():
+    """The 128-byte descriptor as a layout of its fields (``engine_format``'s list, each
+    little-endian field an unsigned value): the bytes read as one little-endian number
+    are this view."""
+    offsets = field_offsets(DESCRIPTOR_FIELDS)
+    return data.StructLayout({name: unsigned(8 * size) for name, (_, size) in offsets.items()})
+
+
+def _entry_field(entry, name):
+    at, size = field_offsets(JOB_FIELDS)[name]
+    return entry[8 * at:8 * (at + size)]
+
+
+class ConvRunner(wiring.Component):
+    """Runs a binary convolution descriptor on the layer units, DRAM to DRAM.
+
+    Parameters
+    ----------
+    arrays, pe, simd, planes, lanes : int
+        The layer datapath's (:class:`~.layer.LayerDatapath`); ``pe * simd`` a multiple
+        of ``data_width`` (a weight word is whole bus words).
+    data_width : int
+        The DMAs' bus word: a power of two and a multiple of 128 bits (a job-table entry
+        is 16 bytes), the program's port width.
+    addr_width : int
+        Bits of a byte address.
+    ring_rows, ring_words, max_size, max_words, max_kernel, max_weight_words,
+    max_out_folds, const_width, value_width, max_levels : int
+        Bounds of the units (:class:`~.layer.LayerDatapath`).
+    chunk : int
+        Words of the row writer's commands (:class:`~.writer.RowWriter`).
+
+    Ports
+    -----
+    desc : ``In(stream.Signature(descriptor_fields()))``
+        A CONV descriptor; taken when the runner is idle.
+    rd_cmd : ``Out(stream.Signature(descriptor_layout(addr_width)))``
+        To the read DMA's ``cmd``.
+    rd : ``In(stream.Signature(data_width))``
+        The read DMA's words.
+    wr_cmd : ``Out(stream.Signature(descriptor_layout(addr_width)))``
+        To the write DMA's ``cmd``.
+    wr : ``Out(stream.Signature(data_width))``
+        To the write DMA's ``i``.
+    done : ``Out(1)``
+        Pulse: every output word of the descriptor has been handed to the write DMA
+        (whose ``done`` says when it is on the bus).
+    error : ``Out(1)``
+        Pulse: the descriptor was refused (``error_code`` ``unsupported``); nothing was
+        read or written.
+    error_code : ``Out(4)``
+    idle : ``Out(1)``
+
+    Latency
+    -------
+    Per descriptor: the job table's read, then each section's and each row's read
+    latency in turn (the transfers do not overlap yet), plus the datapath's latency.
+
+    Throughput
+    ----------
+    The units' while a row's words stream; a read's latency between commands.
+    """
+
+    def __init__(self, *, arrays, pe, simd, planes=1, lanes=None, data_width=128,
+                 addr_width=32, ring_rows=4, ring_words=1024, max_size=64, max_words=8,
+                 max_kernel=3, max_weight_words=512, max_out_folds=16, const_width=32,
+                 value_width=32, max_levels=1, chunk=8):
+        for name, value in (("arrays", arrays), ("pe", pe), ("simd", simd),
+                            ("data_width", data_width), ("chunk", chunk)):
+            positive_int(f"ConvRunner: {name}", value)
+        if data_width % 128 or data_width & (data_width - 1):
+            raise ValueError(f"ConvRunner: data_width ({data_width}) must be a power of two "
+                             "of at least 128 bits: a job-table entry is 16 bytes")
+        if (pe * simd) % data_width:
+            raise ValueError(f"ConvRunner: a weight word of pe x simd = {pe * simd} bits must "
+                             f"be whole bus words of {data_width}")
+        self.layer = LayerDatapath(arrays=arrays, pe=pe, simd=simd, lanes=lanes, planes=planes,
+                                   ring_rows=ring_rows, ring_words=ring_words,
+                                   max_size=max_size, max_words=max_words,
+                                   max_kernel=max_kernel, max_weight_words=max_weight_words,
+                                   max_out_folds=max_out_folds, const_width=const_width,
+                                   value_width=value_width, max_levels=max_levels)
+        lanes = self.layer.feeder.lanes
+        self.loader = RowLoader(arrays=arrays, simd=simd, planes=planes, data_width=data_width,
+                                ring_words=ring_words, ring_rows=ring_rows, max_size=max_size,
+                                max_words=max_words)
+        max_channels = max_out_folds * pe
+        self.const_words = arrays * max_out_folds * pe // lanes
+        self.constants = ConstantLoader(arrays=arrays, lanes=lanes, const_width=const_width,
+                                        value_width=value_width, max_levels=max_levels,
+                                        data_width=data_width, max_channels=max_channels,
+                                        max_words=self.const_words)
+        self.packer = OutputPacker(arrays=arrays, pe=pe, lanes=lanes, value_width=value_width,
+                                   data_width=data_width, max_size=max_size,
+                                   max_channels=max_channels, max_out_folds=max_out_folds)
+        self.writer = RowWriter(arrays=arrays, data_width=data_width, chunk=chunk,
+                                addr_width=addr_width)
+        self.unpacker = InputUnpacker(arrays=arrays, pe=pe, lanes=lanes, value_width=value_width,
+                                      data_width=data_width, max_size=max_size,
+                                      max_channels=max_channels, max_out_folds=max_out_folds)
+        self.chunk = chunk
+        self.arrays, self.pe, self.simd, self.planes, self.lanes = arrays, pe, simd, planes, lanes
+        self.data_width, self.addr_width = data_width, addr_width
+        self.ring_rows, self.ring_words, self.max_size = ring_rows, ring_words, max_size
+        self.max_words, self.max_kernel = max_words, max_kernel
+        self.max_weight_words, self.max_out_folds = max_weight_words, max_out_folds
+        self.max_levels = max_levels
+        cmd = stream.Signature(descriptor_layout(addr_width))
+        super().__init__({
+            "desc": In(stream.Signature(descriptor_fields())),
+            "rd_cmd": Out(cmd), "rd": In(stream.Signature(data_width)),
+            "wr_cmd": Out(cmd), "wr": Out(stream.Signature(data_width)),
+            "done": Out(1), "error": Out(1), "error_code": Out(4), "idle": Out(1),
+        })
+
+    def supported(self, d):
+        """Whether the units can run descriptor ``d`` (a value of
+        :func:`descriptor_fields`): one comparison a bound, no product wider than the
+        counts'."""
+        fits = lambda value, bound: value <= bound               # noqa: E731
+        conditions = [
+            d.opcode == OPCODE_CODES["CONV"],
+            (d.stages & ~RUNNER_STAGES) == 0,
+            (d.flags & ~_RUNNER_FLAGS) == 0,
+            d.groups == 1, d.jobs != 0, fits(d.jobs, self.arrays),
+            d.words != 0, fits(d.words, self.max_words),
+            d.kernel != 0, fits(d.kernel, self.max_kernel),
+            d.stride != 0, fits(d.stride, self.max_kernel), d.dilation != 0,
+            d.in_h != 0, d.in_w != 0, fits(d.in_h, self.max_size), fits(d.in_w, self.max_size),
+            d.out_h != 0, d.out_w != 0, fits(d.out_h, self.max_size),
+            fits(d.out_w, self.max_size),
+            d.out_folds != 0, fits(d.out_folds, self.max_out_folds),
+            fits(d.in_folds, self.layer.issuer.max_in_folds),
+            fits(self.weight_words_of(d), self.max_weight_words),
+            fits(d.pitch * self.ring_rows, self.ring_words), d.span < self.ring_rows,
+            fits(d.out_levels, self.max_levels),
+            (d.const_bytes == 4) | (d.const_bytes == 8),
+            _elem_ok(d.in_fmt, d.in_elem, [1] + [b for b in (2, 4) if b <= self.planes]),
+            _elem_ok(d.out_fmt, d.out_elem, ELEMS),
+            (d.stages & STAGE_BITS["add"] == 0) | (
+                _elem_ok(d.side_fmt, d.side_elem, ELEMS) & (d.side_c != 0)
+                & fits(d.side_c, d.out_c)),
+            d.weight_tile_bytes == self.weight_words_of(d) * (self.pe * self.simd // 8),
+        ]
+        ok = Const(1)
+        for c in conditions:
+            ok = ok & c
+        return ok
+
+    def weight_words_of(self, d):
+        """A job's weight words, ``out_folds x in_folds``, of the fields cut to their
+        bounds (so the product is of a few bits; a field past its bound fails the
+        bound's own check)."""
+        return (d.out_folds[:bits_of(self.max_out_folds)]
+                * d.in_folds[:bits_of(self.layer.issuer.max_in_folds)])
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.layer, m.submodules.loader = self.layer, self.loader
+        m.submodules.constants, m.submodules.packer = self.constants, self.packer
+        m.submodules.writer, m.submodules.unpacker = self.writer, self.unpacker
+        layer, loader, consts = self.layer, self.loader, self.constants
+        unpacker = self.unpacker
+        packer, writer = self.packer, self.writer
+        arrays, pe, simd, dw = self.arrays, self.pe, self.simd, self.data_width
+        jobs_of = lambda d: d.jobs[:bits_of(arrays)]                 # noqa: E731
+        db = dw // 8
+        log_db = exact_log2(db)
+
+        # -- the units, connected; their settings are the held descriptor's --
+        d = Signal(descriptor_fields())
+        wiring.connect(m, loader.o, layer.rows)
+        wiring.connect(m, consts.ab, layer.ab)
+        wiring.connect(m, consts.thr, layer.thr)
+        wiring.connect(m, consts.inv, layer.inv)
+        wiring.connect(m, layer.o, packer.i)
+        wiring.connect(m, packer.o, writer.i)
+        wiring.connect(m, writer.cmd, wiring.flipped(self.wr_cmd))
+        wiring.connect(m, writer.o, wiring.flipped(self.wr))
+        wiring.connect(m, unpacker.o, layer.side)
+        m.d.comb += [layer.loaded.eq(loader.loaded), loader.release.eq(layer.release),
+                     layer.postops.eq(consts.postops), consts.const_bytes.eq(d.const_bytes)]
+        binary_in = d.act_bits == 0
+        in_elem = Mux(d.in_fmt == _BITS_FORMAT, 1, d.in_elem)
+        out_elem = Mux(d.out_fmt == _BITS_FORMAT, 1, d.out_elem)
+        g = layer.gather_settings
+        m.d.comb += [g.height.eq(d.in_h), g.width.eq(d.in_w), g.words.eq(d.words),
+                     g.tail.eq(Cat(lane < d.tail for lane in range(simd))),
+                     g.kernel.eq(d.kernel), g.stride.eq(d.stride), g.dilation.eq(d.dilation),
+                     g.padding.eq(d.padding), g.out_w.eq(d.out_w), g.pitch.eq(d.pitch),
+                     g.x_step.eq(d.x_step), g.dx_words.eq(d.dx_words),
+                     g.pad_words.eq(d.pad_words), g.pad_ones.eq(binary_in), g.span.eq(d.span)]
+        ls = loader.settings
+        m.d.comb += [ls.width.eq(d.in_w), ls.pixel_bytes.eq(d.pixel_bytes),
+                     ls.words.eq(d.words), ls.row_beats.eq(d.in_pitch >> log_db),
+                     ls.elem_bits.eq(in_elem)]
+        es = layer.epilogue_settings
+        m.d.comb += [es.postop.eq(d.stages & STAGE_BITS["postop"] != 0),
+                     es.add.eq(d.stages & STAGE_BITS["add"] != 0),
+                     es.relu.eq(d.stages & STAGE_BITS["relu"] != 0),
+                     es.threshold.eq(d.stages & STAGE_BITS["threshold"] != 0),
+                     es.levels.eq(d.out_levels), layer.out_folds.eq(d.out_folds)]
+        us = unpacker.settings
+        m.d.comb += [us.elem_bits.eq(Mux(d.side_fmt == _BITS_FORMAT, 1, d.side_elem)),
+                     us.signed.eq(d.side_fmt == _FIXED_FORMAT), us.channels.eq(d.side_c),
+                     us.width.eq(d.out_w), us.height.eq(d.out_h), us.out_folds.eq(d.out_folds),
+                     us.jobs.eq(d.jobs), us.row_beats.eq(d.side_pitch >> log_db)]
+        ps = packer.settings
+        m.d.comb += [ps.elem_bits.eq(out_elem), ps.channels.eq(d.out_c), ps.width.eq(d.out_w),
+                     ps.out_folds.eq(d.out_folds), ps.jobs.eq(d.jobs),
+                     ps.row_beats.eq(d.out_pitch >> log_db)]
+
+        # -- the job table: each job's addresses --
+        entry_bits = _ENTRY_BITS
+        per_word = dw // entry_bits
+        in_addr = [Signal(self.addr_width, name=f"in_addr{k}") for k in range(arrays)]
+        param_addr = [Signal(self.addr_width, name=f"param_addr{k}") for k in range(arrays)]
+        side_addr = [Signal(self.addr_width, name=f"side_addr{k}") for k in range(arrays)]
+        out_addr = Signal(data.ArrayLayout(unsigned(self.addr_width), arrays))
+        m.d.comb += writer.bases.eq(out_addr)
+
+        # -- a parameter block's sections, from the descriptor (weights first: no
+        # prologue threshold), each at a bus word --
+        def round_up(n):
+            return (n + db - 1) & ~Const(db - 1, len(n) + 1)
+        wide = d.const_bytes == 8
+        postop_bytes = Mux(wide, (d.out_c + 1) << 4, (d.out_c + 1) << 3)
+        thr_consts = Signal(32)
+        m.d.sync += thr_consts.eq(d.out_c * d.out_levels[:max(self.max_levels, 1).bit_length()])
+        thr_bytes = Mux(wide, thr_consts << 3, thr_consts << 2) + ((d.out_c + 7) >> 3)
+        postop_at = Signal(self.addr_width)
+        thr_at = Signal(self.addr_width)
+        has_postop = d.stages & STAGE_BITS["postop"] != 0
+        has_thr = d.stages & STAGE_BITS["threshold"] != 0
+        has_side = d.stages & STAGE_BITS["add"] != 0
+        # the weights are whole weight words, so whole bus words: the post-op follows
+        m.d.sync += [postop_at.eq(d.weight_tile_bytes),
+                     thr_at.eq(postop_at + Mux(has_postop, round_up(postop_bytes), 0))]
+        const_base = Signal(range(self.const_words + 1))     # job k's feeder words
+        parts = exact_log2(pe // self.lanes)
+
+        # -- reads: a command, then its words, routed by the phase --
+        left = Signal(32)                 # words of the current command still to come
+        rd_busy = Signal()
+        to_consts, to_weights, to_loader, to_table = Signal(), Signal(), Signal(), Signal()
+        to_side = Signal()
+        # the side maps: a FIFO a job in front of the unpacker, which takes the jobs'
+        # words in turn; a job's row is read a chunk at a time, job after job, each
+        # chunk only into room for it, so that no read waits on another job's words
+        side_chunk = self.chunk
+        side_fifos = []
+        for k in range(arrays):
+            fifo = SyncFIFOBuffered(width=dw, depth=2 * side_chunk)
+            m.submodules[f"side_fifo{k}"] = fifo
+            side_fifos.append(fifo)
+            port = getattr(unpacker, f"i{k}")
+            m.d.comb += [port.valid.eq(fifo.r_rdy), port.payload.eq(fifo.r_data),
+                         fifo.r_en.eq(port.ready), fifo.w_data.eq(self.rd.payload)]
+        w_side = Signal(range(arrays))            # the job whose side chunk is in flight
+        taken = self.rd.valid & self.rd.ready
+        weight_words = pe * simd // dw
+        part = Signal(range(max(weight_words, 2)))
+        held = Signal(max(dw * (weight_words - 1), 1))
+        w_addr = Signal(range(self.max_weight_words + 1))
+        job = Signal(range(arrays + 1))
+        word_done = part == weight_words - 1
+        m.d.comb += [
+            self.rd.ready.eq(rd_busy & (left != 0) & (
+                to_table | to_side | (to_consts & consts.data.ready)
+                | (to_loader & loader.data.ready)
+                | (to_weights & (~word_done | layer.weights.ready)))),
+            consts.data.valid.eq(self.rd.valid & rd_busy & (left != 0) & to_consts),
+            consts.data.payload.eq(self.rd.payload),
+            loader.data.valid.eq(self.rd.valid & rd_busy & (left != 0) & to_loader),
+            loader.data.payload.eq(self.rd.payload),
+        ]
+        # a weight word: `weight_words` bus words, the last completing it
+        wv = layer.weights
+        m.d.comb += [wv.valid.eq(self.rd.valid & rd_busy & (left != 0) & to_weights & word_done),
+                     wv.payload.addr.eq(w_addr),
+                     wv.payload.en.eq(Const(1, arrays) << job)]
+        word = Cat(held, self.rd.payload) if weight_words > 1 else self.rd.payload
+        for k in range(arrays):
+            m.d.comb += wv.payload.w[k].eq(word)
+        for k, fifo in enumerate(side_fifos):
+            m.d.comb += fifo.w_en.eq(taken & to_side & (w_side == k))
+        with m.If(taken):
+            m.d.sync += left.eq(left - 1)
+            with m.If(to_weights):
+                m.d.sync += part.eq(Mux(word_done, 0, part + 1))
+                if weight_words > 1:
+                    m.d.sync += held.eq(Cat(held[dw:], self.rd.payload))
+                with m.If(word_done):
+                    m.d.sync += w_addr.eq(w_addr + 1)
+        entry = Signal(range(arrays + per_word + 1))
+        with m.If(taken & to_table):
+            for j in range(per_word):
+                raw = self.rd.payload[j * entry_bits:(j + 1) * entry_bits]
+                for k in range(arrays):
+                    with m.If(entry + j == k):
+                        m.d.sync += [in_addr[k].eq(_entry_field(raw, "in_addr")),
+                                     side_addr[k].eq(_entry_field(raw, "side_addr")),
+                                     out_addr[k].eq(_entry_field(raw, "out_addr")),
+                                     param_addr[k].eq(_entry_field(raw, "param_addr"))]
+            m.d.sync += entry.eq(entry + per_word)
+
+        def read(address, length):
+            """Issue a read command and take its words (a state's action)."""
+            m.d.comb += [self.rd_cmd.valid.eq(1), self.rd_cmd.payload.address.eq(address),
+                         self.rd_cmd.payload.length.eq(length)]
+            with m.If(self.rd_cmd.ready):
+                m.d.sync += [rd_busy.eq(1), left.eq(length >> log_db)]
+
+        words_in = ~rd_busy | (left == 0)
+        row_addr = [Signal(self.addr_width, name=f"row_addr{k}") for k in range(arrays)]
+        iy = Signal(range(self.max_size + 1))
+        rows_out = Signal(range(arrays * self.max_size + 1))
+        rows_expected = Signal.like(rows_out)
+        with m.If(packer.o.valid & packer.o.ready & packer.o.payload.last):
+            m.d.sync += rows_out.eq(rows_out + 1)
+        # the side rows: the next one's output row, the last input row it needs (its
+        # windows' last row: negative in the padding), the job and place of its chunks
+        oy_side = Signal(range(self.max_size + 1))
+        need = Signal(signed(bits_of(2 * self.max_size * self.max_kernel) + 1))
+        s_job = Signal(range(arrays))
+        s_left = Signal(32)
+        s_offset = Signal(32)
+        slot_base = Signal(range(self.ring_words))
+        slot = iy[:exact_log2(self.ring_rows)] if self.ring_rows > 1 else Const(0)
+        m.d.comb += slot_base.eq(sum(Mux(slot[b], d.pitch << b, 0) for b in range(len(slot))))
+
+        with m.FSM(name="phase") as fsm:
+            with m.State("IDLE"):
+                m.d.comb += [self.idle.eq(1), self.desc.ready.eq(1)]
+                with m.If(self.desc.valid):
+                    m.d.sync += d.eq(self.desc.payload)
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                with m.If(~self.supported(d)):
+                    m.d.comb += [self.error.eq(1),
+                                 self.error_code.eq(ERROR_CAUSES["unsupported"])]
+                    m.next = "IDLE"
+                with m.Else():
+                    m.d.sync += [entry.eq(0), rows_out.eq(0), rows_expected.eq(d.out_h * jobs_of(d)),
+                                 job.eq(0), w_addr.eq(0), part.eq(0), iy.eq(0),
+                                 const_base.eq(0), to_table.eq(1)]
+                    m.next = "TABLE"
+            with m.State("TABLE"):
+                with m.If(~rd_busy):
+                    read(d.table_addr, round_up(d.jobs << 4))
+                with m.Elif(left == 0):
+                    # the jobs' output addresses are known now
+                    m.d.comb += writer.start.eq(1)
+                    m.d.sync += [rd_busy.eq(0), to_table.eq(0), to_consts.eq(1)]
+                    m.next = "POSTOP"
+            # each job's sections: the constant loader takes its command, then its words
+            for state, section, present, at, nbytes, after in (
+                    ("POSTOP", POSTOP, has_postop, postop_at, postop_bytes, "THR"),
+                    ("THR", THR, has_thr, thr_at, thr_bytes, "NEXT_JOB")):
+                with m.State(state):
+                    with m.If(~present):
+                        m.next = after
+                    with m.Elif(~rd_busy):
+                        c = consts.cmd
+                        m.d.comb += [c.valid.eq(1), c.payload.job.eq(job),
+                                     c.payload.section.eq(section),
+                                     c.payload.channels.eq(d.out_c),
+                                     c.payload.levels.eq(Mux(d.out_levels != 0, d.out_levels, 1)),
+                                     c.payload.base.eq(const_base),
+                                     c.payload.beats.eq(round_up(nbytes) >> log_db)]
+                        with m.If(c.ready):
+                            m.next = f"{state}_READ"
+                    with m.Elif(left == 0):
+                        m.d.sync += rd_busy.eq(0)
+                        m.next = after
+                with m.State(f"{state}_READ"):
+                    address = Mux(job == 0, param_addr[0], 0)
+                    for k in range(1, arrays):
+                        address = Mux(job == k, param_addr[k], address)
+                    read(address + at, round_up(nbytes))
+                    with m.If(self.rd_cmd.ready):
+                        m.next = state
+            with m.State("NEXT_JOB"):
+                m.d.sync += const_base.eq(const_base + (d.out_folds << parts))
+                with m.If(job == d.jobs - 1):
+                    m.d.sync += [job.eq(0), to_consts.eq(0), to_weights.eq(1)]
+                    m.next = "WEIGHTS"
+                with m.Else():
+                    m.d.sync += job.eq(job + 1)
+                    m.next = "POSTOP"
+            with m.State("WEIGHTS"):
+                with m.If(~rd_busy):
+                    address = Mux(job == 0, param_addr[0], 0)
+                    for k in range(1, arrays):
+                        address = Mux(job == k, param_addr[k], address)
+                    m.d.sync += w_addr.eq(0)
+                    read(address, d.weight_tile_bytes)
+                with m.Elif(left == 0):
+                    m.d.sync += rd_busy.eq(0)
+                    with m.If(job == d.jobs - 1):
+                        m.next = "CHUNK"
+                    with m.Else():
+                        m.d.sync += job.eq(job + 1)
+            with m.State("CHUNK"):
+                ch = layer.chunk
+                m.d.comb += [ch.valid.eq(consts.idle), ch.payload.out_folds.eq(d.out_folds),
+                             ch.payload.in_folds.eq(d.in_folds), ch.payload.windows.eq(d.windows)]
+                if self.planes > 1:
+                    m.d.comb += ch.payload.levels.eq(~binary_in)
+                with m.If(ch.ready & consts.idle):
+                    m.d.sync += [job.eq(0), to_weights.eq(0), to_loader.eq(1), oy_side.eq(0),
+                                 need.eq(Cat(d.span, 0).as_signed()
+                                         - Cat(d.padding, 0).as_signed()),
+                                 unpacker.active.eq(has_side)]
+                    for k in range(arrays):
+                        m.d.sync += row_addr[k].eq(in_addr[k])
+                    m.next = "TILE"
+            with m.State("TILE"):
+                # one tile of every output row: the ring holds what is on chip
+                t = layer.tile
+                m.d.comb += [t.valid.eq(1), t.payload.iy0.eq(-d.padding),
+                             t.payload.rows.eq(d.out_h)]
+                with m.If(t.ready):
+                    m.next = "ROW"
+            with m.State("ROW"):
+                # input rows as far as the next side row's output row needs them, then
+                # that side row; a row's jobs one after another
+                r = loader.row
+                iy_s = Signal(signed(len(iy) + 1))
+                m.d.comb += iy_s.eq(iy)
+                side_wanted = has_side & (oy_side != d.out_h)
+                row_next = (iy != d.in_h) & ((job != 0) | ~side_wanted | (iy_s <= need))
+                m.d.comb += [r.valid.eq(words_in & row_next), r.payload.base.eq(slot_base),
+                             r.payload.array.eq(job), r.payload.iy.eq(iy),
+                             r.payload.last.eq(job == d.jobs - 1)]
+                with m.If(r.valid & r.ready):
+                    m.d.sync += rd_busy.eq(0)
+                    m.next = "ROW_READ"
+                with m.Elif(words_in & ~row_next & side_wanted):
+                    m.d.sync += [rd_busy.eq(0), to_loader.eq(0), to_side.eq(1), s_job.eq(0),
+                                 s_offset.eq(0), s_left.eq(d.side_pitch >> log_db)]
+                    m.next = "SIDE"
+                with m.Elif(words_in & ~row_next):
+                    m.d.sync += [rd_busy.eq(0), to_loader.eq(0)]
+                    m.next = "DRAIN"
+            with m.State("SIDE"):
+                n = Mux(s_left > side_chunk, side_chunk, s_left)
+                room = Const(0)
+                for k, fifo in enumerate(side_fifos):
+                    room = room | ((s_job == k) & (fifo.level <= side_chunk))
+                with m.If(words_in & (s_left != 0) & room):
+                    address = Mux(s_job == 0, side_addr[0], 0)
+                    for k in range(1, arrays):
+                        address = Mux(s_job == k, side_addr[k], address)
+                    read(address + s_offset, n << log_db)
+                    with m.If(self.rd_cmd.ready):
+                        m.d.sync += w_side.eq(s_job)
+                        with m.If(s_job == d.jobs - 1):
+                            m.d.sync += [s_job.eq(0), s_offset.eq(s_offset + (n << log_db)),
+                                         s_left.eq(s_left - n)]
+                        with m.Else():
+                            m.d.sync += s_job.eq(s_job + 1)
+                with m.Elif(words_in & (s_left == 0)):
+                    for k in range(arrays):
+                        m.d.sync += side_addr[k].eq(side_addr[k] + d.side_pitch)
+                    m.d.sync += [rd_busy.eq(0), to_side.eq(0), to_loader.eq(1),
+                                 oy_side.eq(oy_side + 1), need.eq(need + d.stride)]
+                    m.next = "ROW"
+            with m.State("ROW_READ"):
+                address = Mux(job == 0, row_addr[0], 0)
+                for k in range(1, arrays):
+                    address = Mux(job == k, row_addr[k], address)
+                read(address, d.in_pitch)
+                with m.If(self.rd_cmd.ready):
+                    for k in range(arrays):
+                        with m.If(job == k):
+                            m.d.sync += row_addr[k].eq(row_addr[k] + d.in_pitch)
+                    with m.If(job == d.jobs - 1):
+                        m.d.sync += [job.eq(0), iy.eq(iy + 1)]
+                    with m.Else():
+                        m.d.sync += job.eq(job + 1)
+                    m.next = "ROW"
+            with m.State("DRAIN"):
+                with m.If((rows_out == rows_expected) & loader.idle & layer.idle & packer.idle
+                          & writer.idle & unpacker.idle):
+                    m.d.comb += self.done.eq(1)
+                    m.d.sync += unpacker.active.eq(0)
+                    m.next = "IDLE"
+        self._phase = {name: fsm.ongoing(name) for name in fsm.encoding}
+        return m
+
+
+def bits_of(bound):
+    """Bits of the numbers ``0 .. bound``."""
+    return max(bound, 1).bit_length()
+
+
+def _elem_ok(fmt, elem, widths):
+    """A map format the units read or write: a binary map, or elements of ``widths``."""
+    ok = fmt == _BITS_FORMAT
+    for w in widths:
+        ok = ok | ((fmt != _BITS_FORMAT) & (elem == w))
+    return ok

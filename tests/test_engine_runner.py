@@ -1,0 +1,234 @@
+"""The convolution runner (hw/engine/runner.py) runs a compiled program's binary
+convolution descriptors on the layer units, DRAM to DRAM, behind the read and write
+DMAs and the Avalon-MM memory model of the DMA tests: the memory after it equals, byte
+for byte, the memory after the reference model ran the same descriptor on the same
+image (sim/engine_model.py), and a descriptor it cannot run is refused before any
+transfer."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+from amaranth.hdl import Elaboratable, Module
+from amaranth.lib import wiring
+from amaranth.sim import Simulator
+
+from conftest import random_model
+from groupnet_hw.compiler.engine.config import EngineConfig
+from groupnet_hw.compiler.engine.layout import compile_engine
+from groupnet_hw.compiler.engine.program import (DESCRIPTOR, FLAG_BITS, OPCODE_CODES,
+                                                 STAGE_BITS, encode)
+from groupnet_hw.compiler.passes import compile_model
+from groupnet_hw.engine_registers import ERROR_CAUSES
+from groupnet_hw.hw.engine.dma import ReadDMA, WriteDMA
+from groupnet_hw.hw.engine.runner import RUNNER_STAGES, ConvRunner
+from groupnet_hw.sim.engine_model import _Memory, read_program, run_descriptor
+from test_engine_dma import AvalonDRAM
+from test_engine_program import images_for
+
+BASE = 0x1000          # the image's first byte in the memory model
+#: a small intended engine: weight words of pe x simd = 128 bits, one bus word
+CONFIG = EngineConfig(arrays=2, pe=8, simd=16, input_buffer=4096, weight_buffer=512,
+                      output_buffer=4096, port_bytes=16)
+
+
+class RunnerTop(Elaboratable):
+    """The runner between a read and a write DMA."""
+
+    def __init__(self, **params):
+        self.runner = ConvRunner(**params)
+        dw = self.runner.data_width
+        self.rd = ReadDMA(data_width=dw, max_burst=8)
+        self.wr = WriteDMA(data_width=dw, max_burst=8)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.runner, m.submodules.rd, m.submodules.wr = self.runner, self.rd, self.wr
+        wiring.connect(m, self.runner.rd_cmd, self.rd.cmd)
+        wiring.connect(m, self.rd.o, self.runner.rd)
+        wiring.connect(m, self.runner.wr_cmd, self.wr.cmd)
+        wiring.connect(m, self.runner.wr, self.wr.i)
+        return m
+
+
+def runnable(d):
+    """What the runner executes (its docstring), decided from the decoded fields."""
+    return (d["opcode"] == OPCODE_CODES["CONV"] and d["groups"] == 1
+            and not d["stages"] & ~RUNNER_STAGES
+            and not d["flags"] & ~(FLAG_BITS["shared_input"] | FLAG_BITS["shared_side"]
+                                   | FLAG_BITS["side_first"])
+            and d["jobs"] <= CONFIG.arrays)
+
+
+def program_steps(g, config=None, frames=1):
+    """``(program, [(index, image before, image after)])``: the reference model's image
+    around each descriptor the runner executes, for the first frame."""
+    program = compile_engine(g, config, base=BASE)
+    header, descs = read_program(program)
+    image = bytearray(program.image)
+    mem = _Memory(image, BASE)
+    frame = images_for(g, frames)[0]
+    from groupnet_hw.sim.engine_model import _fmt
+    in_f = _fmt(header["in_fmt"], header["in_elem"], header["in_c"], header["in_h"],
+                header["in_w"], header["port_bytes"])
+    mem.write(header["in_addr"], in_f.pack(frame.to(int).numpy()), "input frame")
+    steps = []
+    for i, d in enumerate(descs):
+        before = bytes(image)
+        run_descriptor(d, header, mem)
+        if runnable(d):
+            steps.append((i, before, bytes(image)))
+    return program, descs, steps
+
+
+def run_runner(program, d, image, *, p_wait=0.0, latency=(1, 3), seed=0, max_cycles=200_000,
+               **params):
+    """Run descriptor ``d`` on ``image``; return ``(memory, result)`` where result is
+    ``"done"`` or ``("error", code)``."""
+    cfg = program.config
+    top = RunnerTop(arrays=cfg.arrays, pe=cfg.pe, simd=cfg.simd, data_width=8 * cfg.port_bytes,
+                    **params)
+    mem = bytearray(BASE) + bytearray(image) + bytearray(256)
+    rng = random.Random(seed)
+    window = (BASE, BASE + len(image))
+    rd = AvalonDRAM(mem, top.rd.bus_signature, rng, latency=latency, p_wait=p_wait,
+                    window=window)
+    wr = AvalonDRAM(mem, top.wr.bus_signature, rng, latency=latency, p_wait=p_wait,
+                    window=window)
+    raw = int.from_bytes(encode(d, DESCRIPTOR), "little")
+    result = []
+
+    async def bench(ctx):
+        for dma in (top.rd, top.wr):
+            ctx.set(dma.window_base, window[0])
+            ctx.set(dma.window_limit, window[1])
+        runner = top.runner
+        ctx.set(runner.desc.payload.as_value(), raw)
+        ctx.set(runner.desc.valid, 1)
+        for cycle in range(max_cycles):
+            if ctx.get(runner.desc.ready) and ctx.get(runner.desc.valid):
+                given = True
+            else:
+                given = False
+            rd.step(ctx, top.rd.bus)
+            wr.step(ctx, top.wr.bus)
+            if ctx.get(runner.error):
+                result.append(("error", ctx.get(runner.error_code)))
+            if ctx.get(runner.done):
+                result.append("done")
+            await ctx.tick()
+            if given:
+                ctx.set(runner.desc.valid, 0)
+            if result and not ctx.get(top.wr.busy) and wr.idle() and rd.idle():
+                return
+        raise AssertionError(f"the runner did not finish in {max_cycles} cycles")
+
+    sim = Simulator(top)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert rd.violations == [] and wr.violations == []
+    return bytes(mem[BASE:BASE + len(image)]), result[0]
+
+
+def first_difference(a, b):
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+
+
+def run_steps(g, config, *, planes=1, max_levels=1, **bench):
+    """Run every descriptor of ``g``'s program that the runner executes; each memory
+    after it equals the model's, byte for byte. Returns the descriptors run."""
+    program, descs, steps = program_steps(g, config)
+    assert steps, "the network has no descriptor the runner executes"
+    for i, before, after in steps:
+        got, result = run_runner(program, descs[i], before, planes=planes,
+                                 max_levels=max_levels, max_size=16, max_words=4,
+                                 max_out_folds=4, ring_rows=8, ring_words=256, **bench)
+        assert result == "done", (i, result)
+        assert got != before, f"descriptor {i} wrote nothing"
+        at = first_difference(got, after)
+        assert at is None, f"descriptor {i}: first differing byte at {BASE + at:#x}"
+    return [descs[i] for i, _, _ in steps]
+
+
+# two blocks a stage, so that a stage's convolutions read the previous mixer's levels
+# (fusion rule 7) and need no prologue threshold: channels not a multiple of SIMD 16
+# (12, 20), stride 2, BPAC dilations (a base a descriptor where its rates differ: one
+# job, as K=1), a window of five rows (dilation 2) in a ring of eight
+NETWORKS = {
+    "odd-channels-stride-2": dict(image_size=8, stem_channels=12,
+                                  stages=[[12, 2, 1], [20, 2, 2]], bases=2),
+    "bpac-dilations": dict(image_size=8, stem_channels=16, stages=[[16, 2, 1]], bases=2,
+                           dilations=[[1, 2]]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NETWORKS))
+def test_each_descriptor_runs_dram_to_dram_as_the_model_runs_it(name):
+    g = compile_model(random_model(3, **NETWORKS[name]))
+    ran = run_steps(g, CONFIG)
+    if name == "odd-channels-stride-2":
+        assert any(d["stride"] == 2 for d in ran) and any(d["in_c"] % 16 for d in ran)
+    if name == "bpac-dilations":
+        assert any(d["dilation"] == 2 for d in ran) and all(d["jobs"] == 1 for d in ran)
+
+
+#: a block's second convolutions with their residual add (BPAC: a base a descriptor):
+#: 16-bit side maps, option A (16 side channels added to 24), stride 2 and dilation 2
+#: before them; weights that fit the buffer, so no weight streaming
+RESIDUAL = dict(image_size=8, stem_channels=16, stages=[[16, 1, 1], [24, 2, 2]], bases=2,
+                dilations=[[1, 2], [1, 2]])
+RESIDUAL_CONFIG = replace(CONFIG, weight_buffer=4096)
+
+
+def test_residual_adds_read_their_side_maps():
+    g = compile_model(random_model(3, **RESIDUAL))
+    ran = run_steps(g, RESIDUAL_CONFIG)
+    adds = [d for d in ran if d["stages"] & STAGE_BITS["add"]]
+    assert len(adds) >= 4 and any(d["side_c"] < d["out_c"] for d in adds)
+
+
+def test_weight_words_of_two_bus_words():
+    """PE x SIMD = 16 x 16 = 256 bits: a weight word is two bus words, the first the
+    lower half; 16 lanes an epilogue beat."""
+    g = compile_model(random_model(3, **NETWORKS["odd-channels-stride-2"]))
+    run_steps(g, replace(CONFIG, pe=16, simd=16))
+
+
+def test_two_bit_levels_in_four_planes():
+    """2-bit activations: the convolutions read levels (planes) and write levels of 3
+    thresholds."""
+    g = compile_model(random_model(4, image_size=8, stem_channels=16,
+                                   stages=[[16, 2, 1]], bases=2, act_bits=2))
+    ran = run_steps(g, CONFIG, planes=4, max_levels=3)
+    assert all(d["act_bits"] == 2 for d in ran)
+
+
+def test_under_wait_states_and_long_latency():
+    g = compile_model(random_model(5, **NETWORKS["odd-channels-stride-2"]))
+    run_steps(g, CONFIG, p_wait=0.3, latency=(2, 9), seed=5)
+
+
+def test_what_it_cannot_run_is_refused_before_any_transfer():
+    g = compile_model(random_model(3, **NETWORKS["odd-channels-stride-2"]))
+    program, descs, steps = program_steps(g, CONFIG)
+    i, before, _ = steps[0]
+    thresholding = {**descs[i], "stages": descs[i]["stages"] | STAGE_BITS["prologue_threshold"]}
+    too_many = {**descs[i], "jobs": CONFIG.arrays + 1}
+    mixer = next(d for d in descs if d["stages"] & STAGE_BITS["mixer"])
+    for d in (thresholding, too_many, mixer):
+        got, result = run_runner(program, d, before, max_size=16, max_words=4,
+                                 max_out_folds=4, ring_words=256)
+        assert result == ("error", ERROR_CAUSES["unsupported"])
+        assert got == before
+
+
+def test_a_window_taller_than_the_ring_is_refused():
+    g = compile_model(random_model(3, **NETWORKS["bpac-dilations"]))
+    program, descs, steps = program_steps(g, CONFIG)
+    i, before, _ = next(s for s in steps if descs[s[0]]["dilation"] == 2)
+    got, result = run_runner(program, descs[i], before, max_size=16, max_words=4,
+                             max_out_folds=4, ring_rows=4, ring_words=256)
+    assert result == ("error", ERROR_CAUSES["unsupported"]) and got == before

