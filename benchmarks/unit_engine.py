@@ -1,0 +1,132 @@
+"""Run the engine of the units (``hw/engine/unit_engine.py``) on the fast Verilator path:
+every descriptor its convolution runner executes in two small compiled networks, behind
+the C++ DRAM model at two read latencies, each checked byte for byte against the
+reference model's image; record its cycles against the folds it computes.
+
+    python3 benchmarks/unit_engine.py            # about a minute on two cores
+
+Writes ``benchmarks/results/unit_engine.json`` and the table of docs/architecture.md
+section 15 (between the markers below). A descriptor's utilisation is its fold cycles
+(``windows x in_folds x out_folds``: the arrays' busy cycles) over its cycles from START
+to DONE (the fetch, the transfers one after another, the compute and the fence).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "results" / "unit_engine.json"
+DOC = ROOT / "docs" / "architecture.md"
+BEGIN = "<!-- unit engine: begin (written by benchmarks/unit_engine.py; edit there) -->"
+END = "<!-- unit engine: end -->"
+#: read latencies in cycles: an on-chip memory's, and about the DE10-Nano's at 100 MHz
+LATENCIES = (1, 40)
+#: bytes a cycle of the DRAM model (a 128-bit port at full rate)
+BYTES_PER_CYCLE = 16
+
+
+#: the networks and helpers are the tests' (tests/test_engine_runner.py), so that the
+#: benchmark measures what the tests check
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+def networks():
+    """(name, network kwargs, EngineConfig) of the tests' networks."""
+    from test_engine_runner import CONFIG, NETWORKS, RESIDUAL, RESIDUAL_CONFIG
+    return [("odd channels, stride 2", NETWORKS["odd-channels-stride-2"], CONFIG),
+            ("residual adds, option A, BPAC", RESIDUAL, RESIDUAL_CONFIG)]
+
+
+def measure(progress=print):
+    from amaranth.back import verilog
+
+    from groupnet_hw.hw.engine.unit_engine import UnitEngine
+    from groupnet_hw.sim.engine_rtl import build_engine_rtl, run_engine_rtl
+    from test_engine_runner import BASE, compile_model, program_steps, random_model
+    from test_engine_unit_engine import PROGRAM_OFFSET, SIZES, program_of, the_image
+
+    rows = []
+    nets = networks()
+    with tempfile.TemporaryDirectory() as work:
+        path = Path(work) / "unit_engine.v"
+        path.write_text(verilog.convert(UnitEngine(data_width=128, max_burst=8, **SIZES),
+                                        name="unit_engine"))
+        t0 = time.perf_counter()
+        build = build_engine_rtl(path, "unit_engine")
+        progress(f"built in {time.perf_counter() - t0:.1f} s")
+        for name, kwargs, config in nets:
+            g = compile_model(random_model(3, **kwargs))
+            _, descs, steps = program_steps(g, config)
+            for i, before, after in steps:
+                d = descs[i]
+                code = program_of(d)
+                image = bytearray(BASE) + bytearray(before)
+                at = BASE + PROGRAM_OFFSET
+                image[at:at + len(code)] = code
+                folds = d["windows"] * d["in_folds"] * d["out_folds"]
+                row = dict(network=name, descriptor=i, jobs=d["jobs"], in_c=d["in_c"],
+                           out_c=d["out_c"], size=d["out_h"], stride=d["stride"],
+                           dilation=d["dilation"], add=bool(d["stages"] & 4), folds=folds)
+                for latency in LATENCIES:
+                    run = run_engine_rtl(build, bytes(image), window=(BASE, len(image)),
+                                         program_address=at, latency=latency,
+                                         bytes_per_cycle=BYTES_PER_CYCLE, stall=0.0, seed=1)
+                    exact = run.done and the_image(run.image_after, before, code) == after
+                    if not exact:
+                        raise SystemExit(f"{name}, descriptor {i}: not the model's image")
+                    row[f"cycles_{latency}"] = run.cycles
+                rows.append(row)
+                progress(f"{name}: descriptor {i}: {row['cycles_1']} / "
+                         f"{row[f'cycles_{LATENCIES[-1]}']} cycles, {folds} folds")
+    return {"latencies": list(LATENCIES), "bytes_per_cycle": BYTES_PER_CYCLE,
+            "sizes": SIZES, "descriptors": rows}
+
+
+def render(data):
+    lat = data["latencies"]
+    head = ("| network | descriptor | jobs | channels | output | stride, dilation | add | folds | "
+            + " | ".join(f"cycles (latency {n})" for n in lat) + " | "
+            + " | ".join(f"arrays busy (latency {n})" for n in lat) + " |")
+    lines = [head, "|---|---:|---:|---|---:|---|---|---:|" + "---:|" * (2 * len(lat))]
+    for r in data["descriptors"]:
+        cycles = [r[f"cycles_{n}"] for n in lat]
+        lines.append(
+            f"| {r['network']} | {r['descriptor']} | {r['jobs']} | {r['in_c']} -> {r['out_c']} | "
+            f"{r['size']}x{r['size']} | {r['stride']}, {r['dilation']} | "
+            f"{'yes' if r['add'] else 'no'} | {r['folds']:,} | "
+            + " | ".join(f"{c:,}" for c in cycles) + " | "
+            + " | ".join(f"{100 * r['folds'] / c:.0f} %" for c in cycles) + " |")
+    return "\n".join(lines)
+
+
+def write_doc(data):
+    text = DOC.read_text()
+    block = f"{BEGIN}\n{render(data)}\n{END}"
+    if BEGIN in text:
+        start, end = text.index(BEGIN), text.index(END) + len(END)
+        text = text[:start] + block + text[end:]
+    else:
+        raise SystemExit(f"{DOC}: no {BEGIN!r} marker")
+    DOC.write_text(text)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--render", action="store_true", help="write the docs table only")
+    args = ap.parse_args(argv)
+    if args.render:
+        data = json.loads(OUT.read_text())
+    else:
+        data = measure()
+        OUT.write_text(json.dumps(data, indent=1) + "\n")
+    write_doc(data)
+
+
+if __name__ == "__main__":
+    main()
