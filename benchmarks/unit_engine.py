@@ -43,6 +43,16 @@ def networks():
             ("residual adds, option A, BPAC", RESIDUAL, RESIDUAL_CONFIG)]
 
 
+def stages_of(d):
+    """The descriptor's epilogue stages and level outputs, as the table names them."""
+    from groupnet_hw.compiler.engine.program import FLAG_BITS, STAGE_BITS
+    names = [name.replace("postop", "post-op") for name, bit in STAGE_BITS.items()
+             if d["stages"] & bit]
+    if d["flags"] & FLAG_BITS["levels_out"]:
+        names.append("levels out")
+    return ", ".join(names)
+
+
 def measure(progress=print):
     from amaranth.back import verilog
 
@@ -72,7 +82,7 @@ def measure(progress=print):
                 folds = d["windows"] * d["in_folds"] * d["out_folds"]
                 row = dict(network=name, descriptor=i, jobs=d["jobs"], in_c=d["in_c"],
                            out_c=d["out_c"], size=d["out_h"], stride=d["stride"],
-                           dilation=d["dilation"], add=bool(d["stages"] & 4), folds=folds)
+                           dilation=d["dilation"], stages=stages_of(d), folds=folds)
                 for latency in LATENCIES:
                     run = run_engine_rtl(build, bytes(image), window=(BASE, len(image)),
                                          program_address=at, latency=latency,
@@ -90,7 +100,7 @@ def measure(progress=print):
 
 def render(data):
     lat = data["latencies"]
-    head = ("| network | descriptor | jobs | channels | output | stride, dilation | add | folds | "
+    head = ("| network | descriptor | jobs | channels | output | stride, dilation | stages | folds | "
             + " | ".join(f"cycles (latency {n})" for n in lat) + " | "
             + " | ".join(f"arrays busy (latency {n})" for n in lat) + " |")
     lines = [head, "|---|---:|---:|---|---:|---|---|---:|" + "---:|" * (2 * len(lat))]
@@ -99,7 +109,7 @@ def render(data):
         lines.append(
             f"| {r['network']} | {r['descriptor']} | {r['jobs']} | {r['in_c']} -> {r['out_c']} | "
             f"{r['size']}x{r['size']} | {r['stride']}, {r['dilation']} | "
-            f"{'yes' if r['add'] else 'no'} | {r['folds']:,} | "
+            f"{r['stages']} | {r['folds']:,} | "
             + " | ".join(f"{c:,}" for c in cycles) + " | "
             + " | ".join(f"{100 * r['folds'] / c:.0f} %" for c in cycles) + " |")
     return "\n".join(lines)

@@ -53,13 +53,18 @@ class RunnerTop(Elaboratable):
         return m
 
 
-def runnable(d):
+def runnable(d, arrays=None):
     """What the runner executes (its docstring), decided from the decoded fields."""
+    arrays = arrays or CONFIG.arrays
+    mixing = d["stages"] & STAGE_BITS["mixer"]
     return (d["opcode"] == OPCODE_CODES["CONV"] and d["groups"] == 1
             and not d["stages"] & ~RUNNER_STAGES
             and not d["flags"] & ~(FLAG_BITS["shared_input"] | FLAG_BITS["shared_side"]
-                                   | FLAG_BITS["side_first"])
-            and d["jobs"] <= CONFIG.arrays)
+                                   | FLAG_BITS["side_first"] | FLAG_BITS["levels_out"]
+                                   | FLAG_BITS["levels_only"])
+            and d["jobs"] <= arrays
+            and (not mixing or (d["stages"] & STAGE_BITS["gated"] and d["jobs"] == arrays
+                                and d["aux_outputs"] <= 1)))
 
 
 def program_steps(g, config=None, frames=1):
@@ -78,7 +83,7 @@ def program_steps(g, config=None, frames=1):
     for i, d in enumerate(descs):
         before = bytes(image)
         run_descriptor(d, header, mem)
-        if runnable(d):
+        if runnable(d, config.arrays):
             steps.append((i, before, bytes(image)))
     return program, descs, steps
 
@@ -197,13 +202,54 @@ def test_weight_words_of_two_bus_words():
     run_steps(g, replace(CONFIG, pe=16, simd=16))
 
 
+def test_constants_of_eight_bytes(monkeypatch):
+    """Parameter blocks of 8-byte constants (the compiler's choice where a value needs
+    more than 4 bytes; forced here): post-ops, thresholds, the mixer's section and the
+    level outputs' thresholds."""
+    from groupnet_hw.compiler.engine import layout
+    monkeypatch.setattr(layout, "int_bytes", lambda values, choices=(1, 2, 4, 8): 8)
+    g = compile_model(random_model(3, **NETWORKS["odd-channels-stride-2"]))
+    ran = run_steps(g, CONFIG)
+    assert all(d["const_bytes"] == 8 for d in ran) and any(mixing(d) for d in ran)
+
+
 def test_two_bit_levels_in_four_planes():
     """2-bit activations: the convolutions read levels (planes) and write levels of 3
-    thresholds."""
+    thresholds; the block's mixer writes 2-bit level outputs."""
     g = compile_model(random_model(4, image_size=8, stem_channels=16,
                                    stages=[[16, 2, 1]], bases=2, act_bits=2))
-    ran = run_steps(g, CONFIG, planes=4, max_levels=3)
+    ran = run_steps(g, RESIDUAL_CONFIG, planes=4, max_levels=3)
     assert all(d["act_bits"] == 2 for d in ran)
+    assert any(d["flags"] & FLAG_BITS["levels_out"] and d["aux_levels"] == 3 for d in ran)
+
+
+def mixing(d):
+    return bool(d["stages"] & STAGE_BITS["mixer"])
+
+
+def test_block_mixers_of_three_bases_write_gated_maps_and_levels():
+    """K = 3 on three arrays: each block's second convolutions, their residual adds,
+    the mixer's three gated outputs and their signs for the next block (rule 7)."""
+    g = compile_model(random_model(6, image_size=8, stem_channels=12,
+                                   stages=[[12, 2, 1], [20, 2, 2]], bases=3))
+    ran = run_steps(g, replace(RESIDUAL_CONFIG, arrays=3))
+    mixers = [d for d in ran if mixing(d)]
+    assert len(mixers) >= 2 and all(d["flags"] & FLAG_BITS["levels_out"] for d in mixers)
+
+
+def test_a_one_by_one_downsample_convolution():
+    """The conv shortcut's 1x1 stride-2 binary convolution; the mixer before it, whose
+    outputs two readers threshold differently (two level outputs an output), is
+    refused."""
+    g = compile_model(random_model(7, image_size=8, stem_channels=16,
+                                   stages=[[16, 2, 1], [24, 1, 2]], bases=2, shortcut="conv"))
+    ran = run_steps(g, RESIDUAL_CONFIG)
+    assert any(d["kernel"] == 1 and d["stride"] == 2 for d in ran)
+    program, descs, steps = program_steps(g, RESIDUAL_CONFIG)
+    two = next(d for d in descs if d["aux_outputs"] == 2)
+    got, result = run_runner(program, two, steps[0][1], max_size=16, max_words=4,
+                             max_out_folds=4, ring_rows=8, ring_words=256)
+    assert result == ("error", ERROR_CAUSES["unsupported"]) and got == steps[0][1]
 
 
 def test_under_wait_states_and_long_latency():
@@ -217,8 +263,10 @@ def test_what_it_cannot_run_is_refused_before_any_transfer():
     i, before, _ = steps[0]
     thresholding = {**descs[i], "stages": descs[i]["stages"] | STAGE_BITS["prologue_threshold"]}
     too_many = {**descs[i], "jobs": CONFIG.arrays + 1}
-    mixer = next(d for d in descs if d["stages"] & STAGE_BITS["mixer"])
-    for d in (thresholding, too_many, mixer):
+    # a block's last mixer: its aggregate alone (one output a group, not K)
+    aggregate = next(d for d in descs if d["stages"] & STAGE_BITS["mixer"]
+                     and not d["stages"] & STAGE_BITS["gated"])
+    for d in (thresholding, too_many, aggregate):
         got, result = run_runner(program, d, before, max_size=16, max_words=4,
                                  max_out_folds=4, ring_words=256)
         assert result == ("error", ERROR_CAUSES["unsupported"])

@@ -4,7 +4,8 @@ DRAM to DRAM, on the units of docs/architecture.md section 15.
 A descriptor comes in whole (its 128 bytes, the program format's fields:
 :func:`descriptor_fields`); the runner reads its job table, then each job's post-op and
 threshold sections into the feeder's constant buffers (through the
-:class:`~.constants.ConstantLoader`), each job's binary weights into the fold issuer,
+:class:`~.constants.ConstantLoader`; a level output's thresholds into the level lanes',
+a mixer's coefficients into registers), each job's binary weights into the fold issuer,
 then the input maps row by row into the gatherer's ring (through the
 :class:`~.loader.RowLoader`), while the layer datapath computes and the
 :class:`~.packer.OutputPacker` and :class:`~.writer.RowWriter` write each job's output
@@ -19,16 +20,19 @@ nothing but small counts once a descriptor.
 This first runner executes the transfers one after another: a read command is issued
 once the previous one's words are all taken, and the constants and weights are loaded
 before the first row. What it runs: a CONV of binary weights and one channel group,
-with any of the post-op, ReLU and threshold stages, binary or 2-/4-bit level inputs,
-every output format of the packer, at most ``arrays`` jobs and weights that fit one
-half of the fold issuer. Anything else (a residual add, a prologue threshold, a mixer,
-level outputs, a fused max pool, weight streaming, integer weights) is refused with
-``error`` and the cause ``unsupported`` before any transfer.
+with any of the post-op, residual add, ReLU and threshold stages, binary or 2-/4-bit
+level inputs, every output format of the packer, at most ``arrays`` jobs and weights
+that fit one half of the fold issuer; and a block's mixer on chip (every array a base:
+the K gated outputs, and with fusion rule 7 one level output each, through the
+:class:`~.mixer.MixerLanes`, the :class:`~.levels.LevelLanes` and a second packer).
+Anything else (a prologue threshold, a mixer's aggregate alone, two level outputs an
+output, a fused max pool, weight streaming, integer weights) is refused with ``error``
+and the cause ``unsupported`` before any transfer.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -41,7 +45,9 @@ from ..arith import positive_int
 from .constants import POSTOP, THR, ConstantLoader
 from .dma import descriptor_layout
 from .layer import LayerDatapath
+from .levels import LevelLanes
 from .loader import RowLoader
+from .mixer import MixerLanes
 from .packer import ELEMS, OutputPacker
 from .unpacker import InputUnpacker
 from .writer import RowWriter
@@ -50,10 +56,13 @@ __all__ = ["ConvRunner", "descriptor_fields", "RUNNER_STAGES"]
 
 #: the stages the runner executes (STAGE_BITS)
 RUNNER_STAGES = (STAGE_BITS["postop"] | STAGE_BITS["add"] | STAGE_BITS["relu"]
-                 | STAGE_BITS["threshold"])
+                 | STAGE_BITS["threshold"] | STAGE_BITS["mixer"] | STAGE_BITS["gated"])
 #: the flags it executes: all jobs reading one input (or one side input) is a job table
 #: whose entries share an address, read once a job; the add's order is the sum's
-_RUNNER_FLAGS = FLAG_BITS["shared_input"] | FLAG_BITS["shared_side"] | FLAG_BITS["side_first"]
+_RUNNER_FLAGS = (FLAG_BITS["shared_input"] | FLAG_BITS["shared_side"] | FLAG_BITS["side_first"]
+                 | FLAG_BITS["levels_out"] | FLAG_BITS["levels_only"])
+#: the level outputs' element widths (fusion rule 7: signs and 2- and 4-bit levels)
+_LEVEL_ELEMS = (1, 2, 4)
 _FIXED_FORMAT = 2          # a fixed-point map (two's complement elements)
 _ENTRY_BITS = 8 * sum(size for _, size in field_offsets(JOB_FIELDS).values())
 _BITS_FORMAT = 0           # in_fmt / out_fmt: a binary map (one bit a channel)
@@ -154,8 +163,18 @@ class ConvRunner(wiring.Component):
         self.packer = OutputPacker(arrays=arrays, pe=pe, lanes=lanes, value_width=value_width,
                                    data_width=data_width, max_size=max_size,
                                    max_channels=max_channels, max_out_folds=max_out_folds)
-        self.writer = RowWriter(arrays=arrays, data_width=data_width, chunk=chunk,
+        # a job's output map and its level output (fusion rule 7): twice the jobs
+        self.writer = RowWriter(arrays=2 * arrays, data_width=data_width, chunk=chunk,
                                 addr_width=addr_width)
+        self.mixer = MixerLanes(lanes=lanes, value_width=value_width, max_jobs=arrays)
+        self.levels = LevelLanes(lanes=lanes, pe=pe, value_width=value_width,
+                                 max_levels=max_levels, max_jobs=arrays,
+                                 max_out_folds=max_out_folds)
+        self.level_packer = OutputPacker(arrays=arrays, pe=pe, lanes=lanes,
+                                         value_width=self.levels.level_width,
+                                         data_width=data_width, elems=_LEVEL_ELEMS,
+                                         max_size=max_size, max_channels=max_channels,
+                                         max_out_folds=max_out_folds)
         self.unpacker = InputUnpacker(arrays=arrays, pe=pe, lanes=lanes, value_width=value_width,
                                       data_width=data_width, max_size=max_size,
                                       max_channels=max_channels, max_out_folds=max_out_folds)
@@ -198,6 +217,16 @@ class ConvRunner(wiring.Component):
             (d.const_bytes == 4) | (d.const_bytes == 8),
             _elem_ok(d.in_fmt, d.in_elem, [1] + [b for b in (2, 4) if b <= self.planes]),
             _elem_ok(d.out_fmt, d.out_elem, ELEMS),
+            # a block's mixer on chip: its K gated outputs, every array a base (the
+            # mixer takes a part's beats of every array as one group)
+            (d.stages & STAGE_BITS["mixer"] == 0) | (
+                (d.stages & STAGE_BITS["gated"] != 0) & (d.jobs == self.arrays)),
+            (d.stages & STAGE_BITS["gated"] == 0) | (d.stages & STAGE_BITS["mixer"] != 0),
+            (d.flags & FLAG_BITS["levels_out"] == 0) | (
+                (d.stages & STAGE_BITS["mixer"] != 0) & (d.aux_outputs == 1)
+                & (d.aux_levels != 0) & fits(d.aux_levels, self.max_levels)
+                & _elem_ok(d.aux_fmt, d.aux_elem, _LEVEL_ELEMS)),
+            (d.flags & FLAG_BITS["levels_only"] == 0) | (d.flags & FLAG_BITS["levels_out"] != 0),
             (d.stages & STAGE_BITS["add"] == 0) | (
                 _elem_ok(d.side_fmt, d.side_elem, ELEMS) & (d.side_c != 0)
                 & fits(d.side_c, d.out_c)),
@@ -220,8 +249,10 @@ class ConvRunner(wiring.Component):
         m.submodules.layer, m.submodules.loader = self.layer, self.loader
         m.submodules.constants, m.submodules.packer = self.constants, self.packer
         m.submodules.writer, m.submodules.unpacker = self.writer, self.unpacker
+        m.submodules.mixer, m.submodules.levels = self.mixer, self.levels
+        m.submodules.level_packer = self.level_packer
         layer, loader, consts = self.layer, self.loader, self.constants
-        unpacker = self.unpacker
+        unpacker, mixer, levels, lpacker = self.unpacker, self.mixer, self.levels, self.level_packer
         packer, writer = self.packer, self.writer
         arrays, pe, simd, dw = self.arrays, self.pe, self.simd, self.data_width
         jobs_of = lambda d: d.jobs[:bits_of(arrays)]                 # noqa: E731
@@ -232,10 +263,52 @@ class ConvRunner(wiring.Component):
         d = Signal(descriptor_fields())
         wiring.connect(m, loader.o, layer.rows)
         wiring.connect(m, consts.ab, layer.ab)
-        wiring.connect(m, consts.thr, layer.thr)
-        wiring.connect(m, consts.inv, layer.inv)
-        wiring.connect(m, layer.o, packer.i)
-        wiring.connect(m, packer.o, writer.i)
+        # thresholds and invert bits go to the feeder, or to the level lanes while a
+        # level output's block is loaded
+        to_levels = Signal()
+        for name in ("thr", "inv"):
+            src, dst = getattr(consts, name), (getattr(layer, name), getattr(levels, name))
+            for j, sink in enumerate(dst):
+                mine = to_levels if j else ~to_levels
+                m.d.comb += [sink.valid.eq(src.valid & mine), sink.payload.eq(src.payload)]
+            m.d.comb += src.ready.eq(Mux(to_levels, dst[1].ready, dst[0].ready))
+        # the epilogue's beats to the packer, or through the mixer to the packer (its
+        # gated outputs) and the level lanes (their levels, to the level packer)
+        mixing = d.stages & STAGE_BITS["mixer"] != 0
+        levels_out = d.flags & FLAG_BITS["levels_out"] != 0
+        wide_out = d.flags & FLAG_BITS["levels_only"] == 0
+        m.d.comb += [mixer.i.payload.eq(layer.o.payload),
+                     mixer.i.valid.eq(layer.o.valid & mixing),
+                     layer.o.ready.eq(Mux(mixing, mixer.i.ready, packer.i.ready))]
+        # the mixer's outputs to both consumers at once (their `ready`s are registers)
+        to_packer = wide_out
+        m.d.comb += [
+            packer.i.payload.eq(Mux(mixing, Value.cast(mixer.o.payload),
+                                    Value.cast(layer.o.payload))),
+            packer.i.valid.eq(Mux(mixing, mixer.o.valid & wide_out
+                                  & (~levels_out | levels.i.ready), layer.o.valid)),
+            levels.i.payload.eq(mixer.o.payload),
+            levels.i.valid.eq(mixer.o.valid & levels_out & (~to_packer | packer.i.ready)),
+            mixer.o.ready.eq((~to_packer | packer.i.ready) & (~levels_out | levels.i.ready)),
+        ]
+        wiring.connect(m, levels.o, lpacker.i)
+        # both packers' words to the writer, a job's level output as writer job
+        # `arrays + k`: the two take turns when both have a word
+        w = writer.i
+        pick_levels = Signal()
+        last_levels = Signal()
+        m.d.comb += pick_levels.eq(lpacker.o.valid & (~packer.o.valid | ~last_levels))
+        m.d.comb += [w.valid.eq(packer.o.valid | lpacker.o.valid),
+                     w.payload.data.eq(Mux(pick_levels, lpacker.o.payload.data,
+                                           packer.o.payload.data)),
+                     w.payload.job.eq(Mux(pick_levels, arrays + lpacker.o.payload.job,
+                                          packer.o.payload.job)),
+                     w.payload.last.eq(Mux(pick_levels, lpacker.o.payload.last,
+                                           packer.o.payload.last)),
+                     lpacker.o.ready.eq(pick_levels & w.ready),
+                     packer.o.ready.eq(~pick_levels & w.ready)]
+        with m.If(w.valid & w.ready):
+            m.d.sync += last_levels.eq(pick_levels)
         wiring.connect(m, writer.cmd, wiring.flipped(self.wr_cmd))
         wiring.connect(m, writer.o, wiring.flipped(self.wr))
         wiring.connect(m, unpacker.o, layer.side)
@@ -271,13 +344,33 @@ class ConvRunner(wiring.Component):
                      ps.out_folds.eq(d.out_folds), ps.jobs.eq(d.jobs),
                      ps.row_beats.eq(d.out_pitch >> log_db)]
 
+        lps = lpacker.settings
+        m.d.comb += [lps.elem_bits.eq(Mux(d.aux_fmt == _BITS_FORMAT, 1, d.aux_elem)),
+                     lps.channels.eq(d.out_c), lps.width.eq(d.out_w),
+                     lps.out_folds.eq(d.out_folds), lps.jobs.eq(d.jobs),
+                     lps.row_beats.eq(d.aux_pitch >> log_db)]
+        m.d.comb += [levels.settings.jobs.eq(d.jobs), levels.settings.levels.eq(d.aux_levels),
+                     levels.settings.out_folds.eq(d.out_folds)]
+        ms = mixer.settings
+        coef = ms.lambdas[0].shape()
+        lambdas = [Signal(coef, name=f"lambda{k}") for k in range(arrays)]
+        gates = [Signal(coef, name=f"gate{k}") for k in range(arrays)]
+        lambda_frac, gate_frac = Signal.like(ms.lambda_frac), Signal.like(ms.gate_frac)
+        m.d.comb += [ms.jobs.eq(d.jobs), ms.gated.eq(d.stages & STAGE_BITS["gated"] != 0),
+                     ms.lambda_frac.eq(lambda_frac), ms.gate_frac.eq(gate_frac),
+                     *(ms.lambdas[k].eq(lambdas[k]) for k in range(arrays)),
+                     *(ms.gates[k].eq(gates[k]) for k in range(arrays))]
+
         # -- the job table: each job's addresses --
         entry_bits = _ENTRY_BITS
         per_word = dw // entry_bits
         in_addr = [Signal(self.addr_width, name=f"in_addr{k}") for k in range(arrays)]
         param_addr = [Signal(self.addr_width, name=f"param_addr{k}") for k in range(arrays)]
         side_addr = [Signal(self.addr_width, name=f"side_addr{k}") for k in range(arrays)]
-        out_addr = Signal(data.ArrayLayout(unsigned(self.addr_width), arrays))
+        # the jobs' output maps, then (fusion rule 7) their level outputs: the job
+        # table's entries after the jobs', and the writer's jobs `arrays` and up
+        out_addr = Signal(data.ArrayLayout(unsigned(self.addr_width), 2 * arrays))
+        level_param = [Signal(self.addr_width, name=f"level_param{k}") for k in range(arrays)]
         m.d.comb += writer.bases.eq(out_addr)
 
         # -- a parameter block's sections, from the descriptor (weights first: no
@@ -291,12 +384,30 @@ class ConvRunner(wiring.Component):
         thr_bytes = Mux(wide, thr_consts << 3, thr_consts << 2) + ((d.out_c + 7) >> 3)
         postop_at = Signal(self.addr_width)
         thr_at = Signal(self.addr_width)
+        mix_at = Signal(self.addr_width)
         has_postop = d.stages & STAGE_BITS["postop"] != 0
         has_thr = d.stages & STAGE_BITS["threshold"] != 0
         has_side = d.stages & STAGE_BITS["add"] != 0
         # the weights are whole weight words, so whole bus words: the post-op follows
         m.d.sync += [postop_at.eq(d.weight_tile_bytes),
-                     thr_at.eq(postop_at + Mux(has_postop, round_up(postop_bytes), 0))]
+                     thr_at.eq(postop_at + Mux(has_postop, round_up(postop_bytes), 0)),
+                     mix_at.eq(thr_at + Mux(has_thr, round_up(thr_bytes), 0))]
+        # a level output's block: its thresholds (aux_levels a channel), then the
+        # invert bits
+        level_consts = Signal(32)
+        m.d.sync += level_consts.eq(d.out_c * d.aux_levels[:bits_of(self.max_levels)])
+        level_bytes = Mux(wide, level_consts << 3, level_consts << 2) + ((d.out_c + 7) >> 3)
+        # the mixer section (lambda_frac, gate_frac, this base's lambda and gate): four
+        # constants of 4 or 8 bytes, one or two bus words, written where they lie
+        mix_raw = Signal(max(256, dw))
+        mix_word = Signal(range(max(256 // dw, 1) + 1))
+        to_mix = Signal()
+
+        def mix_const(i):
+            """Constant ``i`` of the section read last: its low 32 bits (the compiler's
+            coefficients and fractions fit them)."""
+            return Mux(wide, mix_raw[64 * i:64 * i + 32], mix_raw[32 * i:32 * i + 32])
+        mix_bytes = Mux(wide, 32, 16)
         const_base = Signal(range(self.const_words + 1))     # job k's feeder words
         parts = exact_log2(pe // self.lanes)
 
@@ -327,7 +438,7 @@ class ConvRunner(wiring.Component):
         word_done = part == weight_words - 1
         m.d.comb += [
             self.rd.ready.eq(rd_busy & (left != 0) & (
-                to_table | to_side | (to_consts & consts.data.ready)
+                to_table | to_side | to_mix | (to_consts & consts.data.ready)
                 | (to_loader & loader.data.ready)
                 | (to_weights & (~word_done | layer.weights.ready)))),
             consts.data.valid.eq(self.rd.valid & rd_busy & (left != 0) & to_consts),
@@ -345,6 +456,11 @@ class ConvRunner(wiring.Component):
             m.d.comb += wv.payload.w[k].eq(word)
         for k, fifo in enumerate(side_fifos):
             m.d.comb += fifo.w_en.eq(taken & to_side & (w_side == k))
+        with m.If(taken & to_mix):
+            m.d.sync += mix_word.eq(mix_word + 1)
+            for j in range(len(mix_raw) // dw):
+                with m.If(mix_word == j):
+                    m.d.sync += mix_raw[j * dw:(j + 1) * dw].eq(self.rd.payload)
         with m.If(taken):
             m.d.sync += left.eq(left - 1)
             with m.If(to_weights):
@@ -353,7 +469,7 @@ class ConvRunner(wiring.Component):
                     m.d.sync += held.eq(Cat(held[dw:], self.rd.payload))
                 with m.If(word_done):
                     m.d.sync += w_addr.eq(w_addr + 1)
-        entry = Signal(range(arrays + per_word + 1))
+        entry = Signal(range(2 * arrays + per_word + 1))
         with m.If(taken & to_table):
             for j in range(per_word):
                 raw = self.rd.payload[j * entry_bits:(j + 1) * entry_bits]
@@ -363,6 +479,9 @@ class ConvRunner(wiring.Component):
                                      side_addr[k].eq(_entry_field(raw, "side_addr")),
                                      out_addr[k].eq(_entry_field(raw, "out_addr")),
                                      param_addr[k].eq(_entry_field(raw, "param_addr"))]
+                    with m.If(entry + j == d.jobs + k):
+                        m.d.sync += [out_addr[arrays + k].eq(_entry_field(raw, "out_addr")),
+                                     level_param[k].eq(_entry_field(raw, "param_addr"))]
             m.d.sync += entry.eq(entry + per_word)
 
         def read(address, length):
@@ -377,7 +496,7 @@ class ConvRunner(wiring.Component):
         iy = Signal(range(self.max_size + 1))
         rows_out = Signal(range(arrays * self.max_size + 1))
         rows_expected = Signal.like(rows_out)
-        with m.If(packer.o.valid & packer.o.ready & packer.o.payload.last):
+        with m.If(writer.i.valid & writer.i.ready & writer.i.payload.last):
             m.d.sync += rows_out.eq(rows_out + 1)
         # the side rows: the next one's output row, the last input row it needs (its
         # windows' last row: negative in the padding), the job and place of its chunks
@@ -402,45 +521,72 @@ class ConvRunner(wiring.Component):
                                  self.error_code.eq(ERROR_CAUSES["unsupported"])]
                     m.next = "IDLE"
                 with m.Else():
-                    m.d.sync += [entry.eq(0), rows_out.eq(0), rows_expected.eq(d.out_h * jobs_of(d)),
+                    m.d.sync += [entry.eq(0), rows_out.eq(0), rows_expected.eq(Mux(levels_out & wide_out, (d.out_h * jobs_of(d)) << 1,
+                                                       d.out_h * jobs_of(d))),
                                  job.eq(0), w_addr.eq(0), part.eq(0), iy.eq(0),
                                  const_base.eq(0), to_table.eq(1)]
                     m.next = "TABLE"
             with m.State("TABLE"):
                 with m.If(~rd_busy):
-                    read(d.table_addr, round_up(d.jobs << 4))
+                    entries = Mux(levels_out, d.jobs << 1, d.jobs)
+                    read(d.table_addr, round_up(entries << 4))
                 with m.Elif(left == 0):
                     # the jobs' output addresses are known now
                     m.d.comb += writer.start.eq(1)
                     m.d.sync += [rd_busy.eq(0), to_table.eq(0), to_consts.eq(1)]
                     m.next = "POSTOP"
             # each job's sections: the constant loader takes its command, then its words
-            for state, section, present, at, nbytes, after in (
-                    ("POSTOP", POSTOP, has_postop, postop_at, postop_bytes, "THR"),
-                    ("THR", THR, has_thr, thr_at, thr_bytes, "NEXT_JOB")):
+            # each job's sections: the constant loader takes its command, then its words
+            # (a level output's thresholds go to the level lanes: `to_levels`, switched
+            # only while the loader is idle)
+            out_levels = Mux(d.out_levels != 0, d.out_levels, 1)
+            for state, section, present, blocks, at, nbytes, lv, after in (
+                    ("POSTOP", POSTOP, has_postop, param_addr, postop_at, postop_bytes,
+                     out_levels, "THR"),
+                    ("THR", THR, has_thr, param_addr, thr_at, thr_bytes, out_levels, "LEVEL"),
+                    ("LEVEL", THR, levels_out, level_param, 0, level_bytes, d.aux_levels,
+                     "MIX")):
                 with m.State(state):
                     with m.If(~present):
                         m.next = after
                     with m.Elif(~rd_busy):
                         c = consts.cmd
-                        m.d.comb += [c.valid.eq(1), c.payload.job.eq(job),
+                        m.d.comb += [c.valid.eq(consts.idle), c.payload.job.eq(job),
                                      c.payload.section.eq(section),
-                                     c.payload.channels.eq(d.out_c),
-                                     c.payload.levels.eq(Mux(d.out_levels != 0, d.out_levels, 1)),
+                                     c.payload.channels.eq(d.out_c), c.payload.levels.eq(lv),
                                      c.payload.base.eq(const_base),
                                      c.payload.beats.eq(round_up(nbytes) >> log_db)]
-                        with m.If(c.ready):
+                        with m.If(c.valid & c.ready):
+                            m.d.sync += to_levels.eq(state == "LEVEL")
                             m.next = f"{state}_READ"
-                    with m.Elif(left == 0):
-                        m.d.sync += rd_busy.eq(0)
+                    with m.Elif((left == 0) & consts.idle):
+                        m.d.sync += [rd_busy.eq(0), to_levels.eq(0)]
                         m.next = after
                 with m.State(f"{state}_READ"):
-                    address = Mux(job == 0, param_addr[0], 0)
+                    address = Mux(job == 0, blocks[0], 0)
                     for k in range(1, arrays):
-                        address = Mux(job == k, param_addr[k], address)
+                        address = Mux(job == k, blocks[k], address)
                     read(address + at, round_up(nbytes))
                     with m.If(self.rd_cmd.ready):
                         m.next = state
+            with m.State("MIX"):
+                # this base's lambda and gate, and the group's fractions
+                with m.If(~mixing):
+                    m.next = "NEXT_JOB"
+                with m.Elif(~rd_busy):
+                    address = Mux(job == 0, param_addr[0], 0)
+                    for k in range(1, arrays):
+                        address = Mux(job == k, param_addr[k], address)
+                    m.d.sync += [mix_word.eq(0), to_consts.eq(0), to_mix.eq(1)]
+                    read(address + mix_at, round_up(mix_bytes))
+                with m.Elif(left == 0):
+                    ms = mixer.settings
+                    m.d.sync += [rd_busy.eq(0), to_mix.eq(0), to_consts.eq(1),
+                                 lambda_frac.eq(mix_const(0)), gate_frac.eq(mix_const(1))]
+                    for k in range(arrays):
+                        with m.If(job == k):
+                            m.d.sync += [lambdas[k].eq(mix_const(2)), gates[k].eq(mix_const(3))]
+                    m.next = "NEXT_JOB"
             with m.State("NEXT_JOB"):
                 m.d.sync += const_base.eq(const_base + (d.out_folds << parts))
                 with m.If(job == d.jobs - 1):
