@@ -63,8 +63,7 @@ def runnable(d, arrays=None):
                                    | FLAG_BITS["side_first"] | FLAG_BITS["levels_out"]
                                    | FLAG_BITS["levels_only"])
             and d["jobs"] <= arrays
-            and (not mixing or (d["stages"] & STAGE_BITS["gated"] and d["jobs"] == arrays
-                                and d["aux_outputs"] <= 1)))
+            and (not mixing or (d["jobs"] == arrays and d["aux_outputs"] <= 1)))
 
 
 def program_steps(g, config=None, frames=1):
@@ -229,12 +228,15 @@ def mixing(d):
 
 def test_block_mixers_of_three_bases_write_gated_maps_and_levels():
     """K = 3 on three arrays: each block's second convolutions, their residual adds,
-    the mixer's three gated outputs and their signs for the next block (rule 7)."""
+    the mixer's three gated outputs and their signs for the next block (rule 7), and
+    the last block's aggregate."""
     g = compile_model(random_model(6, image_size=8, stem_channels=12,
                                    stages=[[12, 2, 1], [20, 2, 2]], bases=3))
     ran = run_steps(g, replace(RESIDUAL_CONFIG, arrays=3))
-    mixers = [d for d in ran if mixing(d)]
-    assert len(mixers) >= 2 and all(d["flags"] & FLAG_BITS["levels_out"] for d in mixers)
+    gated = [d for d in ran if d["stages"] & STAGE_BITS["gated"]]
+    assert len(gated) >= 2 and all(d["flags"] & FLAG_BITS["levels_out"] for d in gated)
+    # the last block's mixer: the aggregate alone, the head's input
+    assert any(mixing(d) and not d["stages"] & STAGE_BITS["gated"] for d in ran)
 
 
 def test_a_one_by_one_downsample_convolution():
@@ -263,10 +265,8 @@ def test_what_it_cannot_run_is_refused_before_any_transfer():
     i, before, _ = steps[0]
     thresholding = {**descs[i], "stages": descs[i]["stages"] | STAGE_BITS["prologue_threshold"]}
     too_many = {**descs[i], "jobs": CONFIG.arrays + 1}
-    # a block's last mixer: its aggregate alone (one output a group, not K)
-    aggregate = next(d for d in descs if d["stages"] & STAGE_BITS["mixer"]
-                     and not d["stages"] & STAGE_BITS["gated"])
-    for d in (thresholding, too_many, aggregate):
+    streaming = {**descs[i], "flags": descs[i]["flags"] | FLAG_BITS["weight_stream"]}
+    for d in (thresholding, too_many, streaming):
         got, result = run_runner(program, d, before, max_size=16, max_words=4,
                                  max_out_folds=4, ring_words=256)
         assert result == ("error", ERROR_CAUSES["unsupported"])

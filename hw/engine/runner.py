@@ -23,11 +23,11 @@ before the first row. What it runs: a CONV of binary weights and one channel gro
 with any of the post-op, residual add, ReLU and threshold stages, binary or 2-/4-bit
 level inputs, every output format of the packer, at most ``arrays`` jobs and weights
 that fit one half of the fold issuer; and a block's mixer on chip (every array a base:
-the K gated outputs, and with fusion rule 7 one level output each, through the
-:class:`~.mixer.MixerLanes`, the :class:`~.levels.LevelLanes` and a second packer).
-Anything else (a prologue threshold, a mixer's aggregate alone, two level outputs an
-output, a fused max pool, weight streaming, integer weights) is refused with ``error``
-and the cause ``unsupported`` before any transfer.
+its K gated outputs or its aggregate alone, and with fusion rule 7 one level output
+each, through the :class:`~.mixer.MixerLanes`, the :class:`~.levels.LevelLanes` and a
+second packer). Anything else (a prologue threshold, two level outputs an output, a
+fused max pool, weight streaming, integer weights) is refused with ``error`` and the
+cause ``unsupported`` before any transfer.
 """
 
 from __future__ import annotations
@@ -219,8 +219,7 @@ class ConvRunner(wiring.Component):
             _elem_ok(d.out_fmt, d.out_elem, ELEMS),
             # a block's mixer on chip: its K gated outputs, every array a base (the
             # mixer takes a part's beats of every array as one group)
-            (d.stages & STAGE_BITS["mixer"] == 0) | (
-                (d.stages & STAGE_BITS["gated"] != 0) & (d.jobs == self.arrays)),
+            (d.stages & STAGE_BITS["mixer"] == 0) | (d.jobs == self.arrays),
             (d.stages & STAGE_BITS["gated"] == 0) | (d.stages & STAGE_BITS["mixer"] != 0),
             (d.flags & FLAG_BITS["levels_out"] == 0) | (
                 (d.stages & STAGE_BITS["mixer"] != 0) & (d.aux_outputs == 1)
@@ -277,21 +276,28 @@ class ConvRunner(wiring.Component):
         mixing = d.stages & STAGE_BITS["mixer"] != 0
         levels_out = d.flags & FLAG_BITS["levels_out"] != 0
         wide_out = d.flags & FLAG_BITS["levels_only"] == 0
+        # a mixer's aggregate alone is one beat a part where the packers count every
+        # array's: each is followed by `arrays - 1` beats of zeros, which the packers
+        # drop as jobs past the descriptor's (one output)
+        aggregate = mixing & (d.stages & STAGE_BITS["gated"] == 0)
+        # the descriptor's outputs: a job's each, or the aggregate alone
+        outputs = Mux(aggregate, 1, jobs_of(d))
         m.d.comb += [mixer.i.payload.eq(layer.o.payload),
-                     mixer.i.valid.eq(layer.o.valid & mixing),
-                     layer.o.ready.eq(Mux(mixing, mixer.i.ready, packer.i.ready))]
+                     mixer.i.valid.eq(layer.o.valid & mixing)]
         # the mixer's outputs to both consumers at once (their `ready`s are registers)
-        to_packer = wide_out
+        main_valid = Mux(mixing, mixer.o.valid & wide_out & (~levels_out | levels.i.ready),
+                         layer.o.valid)
+        main_ready = _spread(m, "main", arrays, aggregate, main_valid,
+                             Mux(mixing, Value.cast(mixer.o.payload),
+                                 Value.cast(layer.o.payload)), packer.i)
         m.d.comb += [
-            packer.i.payload.eq(Mux(mixing, Value.cast(mixer.o.payload),
-                                    Value.cast(layer.o.payload))),
-            packer.i.valid.eq(Mux(mixing, mixer.o.valid & wide_out
-                                  & (~levels_out | levels.i.ready), layer.o.valid)),
+            layer.o.ready.eq(Mux(mixing, mixer.i.ready, main_ready)),
             levels.i.payload.eq(mixer.o.payload),
-            levels.i.valid.eq(mixer.o.valid & levels_out & (~to_packer | packer.i.ready)),
-            mixer.o.ready.eq((~to_packer | packer.i.ready) & (~levels_out | levels.i.ready)),
+            levels.i.valid.eq(mixer.o.valid & levels_out & (~wide_out | main_ready)),
+            mixer.o.ready.eq((~wide_out | main_ready) & (~levels_out | levels.i.ready)),
         ]
-        wiring.connect(m, levels.o, lpacker.i)
+        m.d.comb += levels.o.ready.eq(_spread(m, "levels", arrays, aggregate, levels.o.valid,
+                                              levels.o.payload, lpacker.i))
         # both packers' words to the writer, a job's level output as writer job
         # `arrays + k`: the two take turns when both have a word
         w = writer.i
@@ -341,15 +347,15 @@ class ConvRunner(wiring.Component):
                      us.jobs.eq(d.jobs), us.row_beats.eq(d.side_pitch >> log_db)]
         ps = packer.settings
         m.d.comb += [ps.elem_bits.eq(out_elem), ps.channels.eq(d.out_c), ps.width.eq(d.out_w),
-                     ps.out_folds.eq(d.out_folds), ps.jobs.eq(d.jobs),
+                     ps.out_folds.eq(d.out_folds), ps.jobs.eq(outputs),
                      ps.row_beats.eq(d.out_pitch >> log_db)]
 
         lps = lpacker.settings
         m.d.comb += [lps.elem_bits.eq(Mux(d.aux_fmt == _BITS_FORMAT, 1, d.aux_elem)),
                      lps.channels.eq(d.out_c), lps.width.eq(d.out_w),
-                     lps.out_folds.eq(d.out_folds), lps.jobs.eq(d.jobs),
+                     lps.out_folds.eq(d.out_folds), lps.jobs.eq(outputs),
                      lps.row_beats.eq(d.aux_pitch >> log_db)]
-        m.d.comb += [levels.settings.jobs.eq(d.jobs), levels.settings.levels.eq(d.aux_levels),
+        m.d.comb += [levels.settings.jobs.eq(outputs), levels.settings.levels.eq(d.aux_levels),
                      levels.settings.out_folds.eq(d.out_folds)]
         ms = mixer.settings
         coef = ms.lambdas[0].shape()
@@ -521,14 +527,14 @@ class ConvRunner(wiring.Component):
                                  self.error_code.eq(ERROR_CAUSES["unsupported"])]
                     m.next = "IDLE"
                 with m.Else():
-                    m.d.sync += [entry.eq(0), rows_out.eq(0), rows_expected.eq(Mux(levels_out & wide_out, (d.out_h * jobs_of(d)) << 1,
-                                                       d.out_h * jobs_of(d))),
+                    m.d.sync += [entry.eq(0), rows_out.eq(0), rows_expected.eq(Mux(levels_out & wide_out, (d.out_h * outputs) << 1,
+                                                       d.out_h * outputs)),
                                  job.eq(0), w_addr.eq(0), part.eq(0), iy.eq(0),
                                  const_base.eq(0), to_table.eq(1)]
                     m.next = "TABLE"
             with m.State("TABLE"):
                 with m.If(~rd_busy):
-                    entries = Mux(levels_out, d.jobs << 1, d.jobs)
+                    entries = d.jobs + Mux(levels_out, outputs, 0)
                     read(d.table_addr, round_up(entries << 4))
                 with m.Elif(left == 0):
                     # the jobs' output addresses are known now
@@ -544,7 +550,8 @@ class ConvRunner(wiring.Component):
                     ("POSTOP", POSTOP, has_postop, param_addr, postop_at, postop_bytes,
                      out_levels, "THR"),
                     ("THR", THR, has_thr, param_addr, thr_at, thr_bytes, out_levels, "LEVEL"),
-                    ("LEVEL", THR, levels_out, level_param, 0, level_bytes, d.aux_levels,
+                    ("LEVEL", THR, levels_out & (job < outputs), level_param, 0, level_bytes,
+                     d.aux_levels,
                      "MIX")):
                 with m.State(state):
                     with m.If(~present):
@@ -695,6 +702,18 @@ class ConvRunner(wiring.Component):
                     m.next = "IDLE"
         self._phase = {name: fsm.ongoing(name) for name in fsm.encoding}
         return m
+
+
+def _spread(m, name, arrays, on, valid, payload, sink):
+    """Drive ``sink`` from a stream of ``valid`` and ``payload``; with ``on``, each beat
+    followed by ``arrays - 1`` beats of zeros. Returns the source's ``ready``."""
+    k = Signal(range(arrays), name=f"{name}_spread")
+    filling = k != 0
+    m.d.comb += [sink.valid.eq(filling | valid),
+                 sink.payload.eq(Mux(filling, 0, Value.cast(payload)))]
+    with m.If(sink.valid & sink.ready & on):
+        m.d.sync += k.eq(Mux(k == arrays - 1, 0, k + 1))
+    return ~filling & sink.ready
 
 
 def bits_of(bound):
