@@ -252,10 +252,8 @@ from ...engine_format import (DESCRIPTOR_FIELDS, FLAG_BITS, MUL_BITS, OPCODE_COD
                               core_paths, field_offsets, pair_table_bits, window_words)
 from ...engine_opcodes import (COPY, COPY_FIELDS, DESCRIPTOR_BYTES, DESCRIPTOR_MAGIC, END)
 from ...engine_registers import ERROR_CAUSES
-from .avalon import AvalonRegisterSignature
-from .csr import EngineCSR
-from .dma import ReadDMA, WriteDMA, descriptor_layout
-from .sequencer import wire_engine
+from .dma import descriptor_layout
+from .sequencer import engine_members, wire_engine
 
 __all__ = ["EngineCore", "ComputeSequencer", "CORE_ERRORS"]
 
@@ -2889,21 +2887,14 @@ class EngineCore(wiring.Component):
     def __init__(self, *, data_width=128, max_burst=16, max_outstanding=4, buffer_depth=None,
                  pe=4, simd=8, stem_pe=16, stem_simd=12, buffer_bytes=32768, max_jobs=8,
                  max_window=4608, max_out_c=512, planes=4):
-        self.rdma = ReadDMA(data_width=data_width, max_burst=max_burst,
-                            max_outstanding=max_outstanding, buffer_depth=buffer_depth)
-        self.wdma = WriteDMA(data_width=data_width, max_burst=max_burst)
-        self.regs = EngineCSR()
         self.sequencer = ComputeSequencer(data_width=data_width, pe=pe, simd=simd,
                                           stem_pe=stem_pe, stem_simd=stem_simd,
                                           buffer_bytes=buffer_bytes, max_jobs=max_jobs,
                                           max_window=max_window, max_out_c=max_out_c,
                                           planes=planes)
-        super().__init__({
-            "rd": Out(self.rdma.bus_signature),
-            "wr": Out(self.wdma.bus_signature),
-            "csr": In(AvalonRegisterSignature()),
-            "irq": Out(1),
-        })
+        super().__init__(engine_members(self, data_width=data_width, max_burst=max_burst,
+                                        max_outstanding=max_outstanding,
+                                        buffer_depth=buffer_depth))
 
     def elaborate(self, platform):
         m = Module()

@@ -43,7 +43,7 @@ from .avalon import AvalonRegisterSignature
 from .csr import EngineCSR
 from .dma import ReadDMA, WriteDMA, descriptor_layout
 
-__all__ = ["Sequencer", "EngineShell", "SEQUENCER_ERRORS", "wire_engine"]
+__all__ = ["Sequencer", "EngineShell", "SEQUENCER_ERRORS", "engine_members", "wire_engine"]
 
 #: ``error_code`` values of the sequencer (``groupnet_hw.engine_registers.ERROR_CAUSES``).
 SEQUENCER_ERRORS = {name: ERROR_CAUSES[name]
@@ -301,6 +301,19 @@ class Sequencer(wiring.Component):
         m.next = "ABORT"
 
 
+def engine_members(top, *, data_width, max_burst, max_outstanding, buffer_depth):
+    """Make an engine top's DMAs and register file (``top.rdma``, ``top.wdma``,
+    ``top.regs``) and return the ports every engine top has, for its signature: ``rd``,
+    ``wr``, ``csr`` and ``irq`` (:class:`EngineShell`'s). Shared by the shell, the core
+    and :class:`~.unit_engine.UnitEngine`, which differ in their sequencers."""
+    top.rdma = ReadDMA(data_width=data_width, max_burst=max_burst,
+                       max_outstanding=max_outstanding, buffer_depth=buffer_depth)
+    top.wdma = WriteDMA(data_width=data_width, max_burst=max_burst)
+    top.regs = EngineCSR()
+    return {"rd": Out(top.rdma.bus_signature), "wr": Out(top.wdma.bus_signature),
+            "csr": In(AvalonRegisterSignature()), "irq": Out(1)}
+
+
 def wire_engine(m, top, write_words=None):
     """Wire an engine top's read DMA, write DMA, register file and sequencer (``top``'s
     ``rdma``, ``wdma``, ``regs``, ``sequencer``) into ``m`` and to ``top``'s ports
@@ -389,17 +402,10 @@ class EngineShell(wiring.Component):
 
     def __init__(self, *, data_width=128, max_burst=16, max_outstanding=4,
                  buffer_depth=None):
-        self.rdma = ReadDMA(data_width=data_width, max_burst=max_burst,
-                            max_outstanding=max_outstanding, buffer_depth=buffer_depth)
-        self.wdma = WriteDMA(data_width=data_width, max_burst=max_burst)
-        self.regs = EngineCSR()
         self.sequencer = Sequencer(data_width=data_width)
-        super().__init__({
-            "rd": Out(self.rdma.bus_signature),
-            "wr": Out(self.wdma.bus_signature),
-            "csr": In(AvalonRegisterSignature()),
-            "irq": Out(1),
-        })
+        super().__init__(engine_members(self, data_width=data_width, max_burst=max_burst,
+                                        max_outstanding=max_outstanding,
+                                        buffer_depth=buffer_depth))
 
     def elaborate(self, platform):
         m = Module()

@@ -15,13 +15,9 @@ from __future__ import annotations
 
 from amaranth.hdl import Module, Mux, ResetInserter, Value
 from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
 
-from .avalon import AvalonRegisterSignature
-from .csr import EngineCSR
-from .dma import ReadDMA, WriteDMA
 from .runner import ConvRunner
-from .sequencer import Sequencer, wire_engine
+from .sequencer import Sequencer, engine_members, wire_engine
 
 __all__ = ["UnitEngine"]
 
@@ -67,19 +63,12 @@ class UnitEngine(wiring.Component):
 
     def __init__(self, *, data_width=128, max_burst=16, max_outstanding=4, buffer_depth=None,
                  **runner):
-        self.rdma = ReadDMA(data_width=data_width, max_burst=max_burst,
-                            max_outstanding=max_outstanding, buffer_depth=buffer_depth)
-        self.wdma = WriteDMA(data_width=data_width, max_burst=max_burst)
-        self.regs = EngineCSR()
         self.sequencer = Sequencer(data_width=data_width, compute=True)
         runner.setdefault("chunk", max_burst)
         self.runner = ConvRunner(data_width=data_width, **runner)
-        super().__init__({
-            "rd": Out(self.rdma.bus_signature),
-            "wr": Out(self.wdma.bus_signature),
-            "csr": In(AvalonRegisterSignature()),
-            "irq": Out(1),
-        })
+        super().__init__(engine_members(self, data_width=data_width, max_burst=max_burst,
+                                        max_outstanding=max_outstanding,
+                                        buffer_depth=buffer_depth))
 
     def elaborate(self, platform):
         m = Module()
