@@ -147,9 +147,14 @@ class FoldIssuer(wiring.Component):
         # a window word and its mask
         m.submodules.windows = windows = Memory(shape=unsigned(x_width + simd),
                                                 depth=2 * depth, init=[])
-        # half h's chunk at words h * half ..
-        m.submodules.weight_buffer = weight_buffer = Memory(
-            shape=unsigned(self.arrays * self.pe * simd), depth=2 * half, init=[])
+        # half h's chunk at words h * half ..; a memory an array, since each base's
+        # words are written apart (one memory with a write enable an array's granule
+        # was not mapped to block RAM by Yosys for Cyclone V at 1,024-bit granules)
+        weight_buffers = []
+        for k in range(self.arrays):
+            mem = Memory(shape=unsigned(self.pe * simd), depth=2 * half, init=[])
+            m.submodules[f"weight_buffer{k}"] = mem
+            weight_buffers.append(mem)
         m.submodules.fifo = fifo = SyncFIFOBuffered(width=len(self.o.payload.as_value()),
                                                     depth=AHEAD)
 
@@ -158,11 +163,12 @@ class FoldIssuer(wiring.Component):
         full, l_half, a_half = Signal(2), Signal(), Signal()
         free = self.free                 # a register: ~full[l_half], a cycle ahead
         commit = self.chunk.valid & free
-        wp = weight_buffer.write_port(granularity=self.pe * simd)
-        m.d.comb += [self.weights.ready.eq(free), self.chunk.ready.eq(free),
-                     wp.addr.eq(Mux(l_half, half, 0) + self.weights.payload.addr),
-                     wp.data.eq(self.weights.payload.w),
-                     wp.en.eq(Mux(self.weights.valid & free, self.weights.payload.en, 0))]
+        m.d.comb += [self.weights.ready.eq(free), self.chunk.ready.eq(free)]
+        for k, mem in enumerate(weight_buffers):
+            wp = mem.write_port()
+            m.d.comb += [wp.addr.eq(Mux(l_half, half, 0) + self.weights.payload.addr),
+                         wp.data.eq(self.weights.payload.w[k]),
+                         wp.en.eq(self.weights.valid & free & self.weights.payload.en[k])]
         # each half's geometry, kept from its commit; `left` counts its windows down
         # and `final` (a register, not a comparison at the issue) marks the last one
         out_last = [Signal(range(half), name=f"out_last{h}") for h in range(2)]
@@ -216,9 +222,10 @@ class FoldIssuer(wiring.Component):
         a_final = Mux(a_half, final[1], final[0])
         clear_held, clear_full = Signal(2), Signal(2)
         win_rp = windows.read_port()
-        wt_rp = weight_buffer.read_port()
-        m.d.comb += [win_rp.addr.eq(Mux(r_half, depth, 0) + sf), win_rp.en.eq(issue),
-                     wt_rp.addr.eq(w_base + sf), wt_rp.en.eq(issue)]
+        wt_rps = [mem.read_port() for mem in weight_buffers]
+        m.d.comb += [win_rp.addr.eq(Mux(r_half, depth, 0) + sf), win_rp.en.eq(issue)]
+        for rp in wt_rps:
+            m.d.comb += [rp.addr.eq(w_base + sf), rp.en.eq(issue)]
         with m.If(issue):
             with m.If(~last_sf):
                 m.d.sync += sf.eq(sf + 1)
@@ -249,7 +256,7 @@ class FoldIssuer(wiring.Component):
                      levels_r.eq(Mux(a_half, levels[1], levels[0]))]
         beat = Signal(self.fold_layout)
         m.d.comb += [
-            beat.x.as_value().eq(win_rp.data[:x_width]), beat.w.as_value().eq(wt_rp.data),
+            beat.x.as_value().eq(win_rp.data[:x_width]), beat.w.as_value().eq(Cat(rp.data for rp in wt_rps)),
             beat.mask.eq(win_rp.data[x_width:]),
             beat.first.eq(first_r), beat.last.eq(last_r),
             fifo.w_data.eq(beat.as_value()), fifo.w_en.eq(in_flight),
