@@ -35,9 +35,15 @@ def network():
     return program_steps(g, CONFIG)
 
 
-def engine_run(image, program, *, p_wait=0.0, latency=(1, 3), seed=0, window=None):
-    """Write ``program`` (descriptor bytes) at the image's descriptors, start the engine
-    and wait; return ``(memory, STATUS)``."""
+async def start_and_wait(host, window, program):
+    await host.start(window=window, program=program)
+    return await host.wait(timeout=100_000)
+
+
+def engine_run(image, program, *, p_wait=0.0, latency=(1, 3), seed=0, window=None,
+               body=start_and_wait):
+    """Write ``program`` (descriptor bytes) at the image's descriptors, run ``body``
+    (by default: start the engine and wait); return ``(memory, what body returned)``."""
     dut = UnitEngine(data_width=8 * CONFIG.port_bytes, max_burst=8, **SIZES)
     mem = bytearray(BASE) + bytearray(image) + bytearray(4096)
     at = BASE + PROGRAM_OFFSET
@@ -51,8 +57,7 @@ def engine_run(image, program, *, p_wait=0.0, latency=(1, 3), seed=0, window=Non
 
     async def tb(ctx):
         host = Host(ctx, dut, rd, wr)
-        await host.start(window=window, program=at)
-        out["status"] = await host.wait(timeout=100_000)
+        out["status"] = await body(host, window, at)
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -105,6 +110,35 @@ def test_a_descriptor_the_runner_cannot_run_stops_the_engine(network):
     assert regs.field_value("STATUS", "ERROR_CODE", status) == regs.error_code("sequencer",
                                                                                "unsupported")
     assert the_image(mem, before, code) == before
+
+
+@pytest.mark.parametrize("cycles", [60, 700])
+def test_a_soft_reset_mid_convolution_then_a_new_start_completes(network, cycles):
+    """A soft reset while the runner loads constants (60 cycles in) or computes (700):
+    the engine goes idle with STATUS clear, and the program started again leaves the
+    model's image."""
+    program, descs, steps = network
+    i, before, after = steps[0]
+    code = program_of(descs[i])
+    soft_reset = regs.with_field("CONTROL", "SOFT_RESET")
+    start = regs.with_field("CONTROL", "START") | regs.with_field("CONTROL", "IRQ_ENABLE")
+
+    async def body(host, window, at):
+        await host.start(window=window, program=at)
+        for _ in range(cycles):
+            await host.tick()
+        await host.write("CONTROL", soft_reset)
+        while await host.read("STATUS") & regs.BY_NAME["STATUS"].field("BUSY").mask:
+            pass
+        after_reset = await host.read("STATUS")
+        await host.write("CONTROL", start)
+        return after_reset, await host.wait(timeout=100_000)
+
+    mem, (after_reset, status) = engine_run(before, code, latency=(2, 6), p_wait=0.2,
+                                            seed=cycles, body=body)
+    assert after_reset == 0
+    assert regs.field_value("STATUS", "DONE", status) == 1
+    assert the_image(mem, before, code) == after
 
 
 @pytest.mark.parametrize("where", ["table", "output"])
