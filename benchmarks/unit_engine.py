@@ -1,9 +1,11 @@
 """Run the engine of the units (``hw/engine/unit_engine.py``) on the fast Verilator path:
-every descriptor its convolution runner executes in two small compiled networks, behind
-the C++ DRAM model at two read latencies, each checked byte for byte against the
-reference model's image; record its cycles against the folds it computes.
+every descriptor its convolution runner executes in two small compiled networks (the
+tests' engine: 2 arrays of 8 x 16 lanes) and in ResNet-18 K=5 at 32x32 (the DE10-Nano's
+array shape, 5 arrays of 16 x 64 lanes), behind the C++ DRAM model at two read
+latencies, each checked byte for byte against the reference model's image; record its
+cycles against the folds it computes.
 
-    python3 benchmarks/unit_engine.py            # about a minute on two cores
+    python3 benchmarks/unit_engine.py            # about three minutes on two cores
 
 Writes ``benchmarks/results/unit_engine.json`` and the table of docs/architecture.md
 section 15 (between the markers below). A descriptor's utilisation is its fold cycles
@@ -36,11 +38,21 @@ BYTES_PER_CYCLE = 16
 sys.path.insert(0, str(ROOT / "tests"))
 
 
-def networks():
-    """(name, network kwargs, EngineConfig) of the tests' networks."""
-    from test_engine_runner import CONFIG, NETWORKS, RESIDUAL, RESIDUAL_CONFIG
-    return [("odd channels, stride 2", NETWORKS["odd-channels-stride-2"], CONFIG),
-            ("residual adds, option A, BPAC", RESIDUAL, RESIDUAL_CONFIG)]
+def engines():
+    """(engine name, its sizes, its bursts, [(network name, compiled graph,
+    EngineConfig)])."""
+    from test_engine_program import zoo_model
+    from test_engine_runner import (CONFIG, NETWORKS, RESIDUAL, RESIDUAL_CONFIG,
+                                    compile_model, random_model)
+    from test_engine_unit_engine import RESNET_CONFIG, RESNET_SIZES, SIZES
+    small = [("odd channels, stride 2", random_model(3, **NETWORKS["odd-channels-stride-2"]),
+              CONFIG),
+             ("residual adds, option A, BPAC", random_model(3, **RESIDUAL), RESIDUAL_CONFIG)]
+    resnet = [("ResNet-18 K=5, 32x32", zoo_model("resnet18", 5, image_size=32),
+               RESNET_CONFIG)]
+    return [("tests' engine", SIZES, 8, [(n, compile_model(m), c) for n, m, c in small]),
+            ("intended arrays", RESNET_SIZES, 16,
+             [(n, compile_model(m), c) for n, m, c in resnet])]
 
 
 def stages_of(d):
@@ -58,44 +70,50 @@ def measure(progress=print):
 
     from groupnet_hw.hw.engine.unit_engine import UnitEngine
     from groupnet_hw.sim.engine_rtl import build_engine_rtl, run_engine_rtl
-    from test_engine_runner import BASE, compile_model, program_steps, random_model
-    from test_engine_unit_engine import PROGRAM_OFFSET, SIZES, program_of, the_image
+    from test_engine_runner import BASE, program_steps
+    from test_engine_unit_engine import PROGRAM_OFFSET, program_of, the_image
 
-    rows = []
-    nets = networks()
-    with tempfile.TemporaryDirectory() as work:
-        path = Path(work) / "unit_engine.v"
-        path.write_text(verilog.convert(UnitEngine(data_width=128, max_burst=8, **SIZES),
-                                        name="unit_engine"))
-        t0 = time.perf_counter()
-        build = build_engine_rtl(path, "unit_engine")
-        progress(f"built in {time.perf_counter() - t0:.1f} s")
-        for name, kwargs, config in nets:
-            g = compile_model(random_model(3, **kwargs))
-            _, descs, steps = program_steps(g, config)
-            for i, before, after in steps:
-                d = descs[i]
-                code = program_of(d)
-                image = bytearray(BASE) + bytearray(before)
-                at = BASE + PROGRAM_OFFSET
-                image[at:at + len(code)] = code
-                folds = d["windows"] * d["in_folds"] * d["out_folds"]
-                row = dict(network=name, descriptor=i, jobs=d["jobs"], in_c=d["in_c"],
-                           out_c=d["out_c"], size=d["out_h"], stride=d["stride"],
-                           dilation=d["dilation"], stages=stages_of(d), folds=folds)
-                for latency in LATENCIES:
-                    run = run_engine_rtl(build, bytes(image), window=(BASE, len(image)),
-                                         program_address=at, latency=latency,
-                                         bytes_per_cycle=BYTES_PER_CYCLE, stall=0.0, seed=1)
-                    exact = run.done and the_image(run.image_after, before, code) == after
-                    if not exact:
-                        raise SystemExit(f"{name}, descriptor {i}: not the model's image")
-                    row[f"cycles_{latency}"] = run.cycles
-                rows.append(row)
-                progress(f"{name}: descriptor {i}: {row['cycles_1']} / "
-                         f"{row[f'cycles_{LATENCIES[-1]}']} cycles, {folds} folds")
+    rows, sizes_of = [], {}
+    for engine, sizes, burst, nets in engines():
+        sizes_of[engine] = dict(sizes, max_burst=burst)
+        with tempfile.TemporaryDirectory() as work:
+            path = Path(work) / "unit_engine.v"
+            path.write_text(verilog.convert(UnitEngine(data_width=128, max_burst=burst, **sizes),
+                                            name="unit_engine"))
+            t0 = time.perf_counter()
+            build = build_engine_rtl(path, "unit_engine")
+            progress(f"{engine}: built in {time.perf_counter() - t0:.1f} s")
+            for name, g, config in nets:
+                _, descs, steps = program_steps(g, config)
+                for i, before, after in steps:
+                    rows.append(_run(build, run_engine_rtl, name, descs[i], i, before, after,
+                                     BASE, PROGRAM_OFFSET, program_of, the_image))
+                    r = rows[-1]
+                    progress(f"{name}: descriptor {i}: {r['cycles_1']} / "
+                             f"{r[f'cycles_{LATENCIES[-1]}']} cycles, {r['folds']} folds")
     return {"latencies": list(LATENCIES), "bytes_per_cycle": BYTES_PER_CYCLE,
-            "sizes": SIZES, "descriptors": rows}
+            "engines": sizes_of, "descriptors": rows}
+
+
+def _run(build, run_engine_rtl, name, d, i, before, after, base, offset, program_of,
+         the_image):
+    """One descriptor at each latency: its row of the table."""
+    code = program_of(d)
+    image = bytearray(base) + bytearray(before)
+    at = base + offset
+    image[at:at + len(code)] = code
+    folds = d["windows"] * d["in_folds"] * d["out_folds"]
+    row = dict(network=name, descriptor=i, jobs=d["jobs"], in_c=d["in_c"], out_c=d["out_c"],
+               size=d["out_h"], stride=d["stride"], dilation=d["dilation"],
+               stages=stages_of(d), folds=folds)
+    for latency in LATENCIES:
+        run = run_engine_rtl(build, bytes(image), window=(base, len(image)), program_address=at,
+                             latency=latency, bytes_per_cycle=BYTES_PER_CYCLE, stall=0.0,
+                             seed=1, max_cycles=10_000_000)
+        if not (run.done and the_image(run.image_after, before, code) == after):
+            raise SystemExit(f"{name}, descriptor {i}: not the model's image")
+        row[f"cycles_{latency}"] = run.cycles
+    return row
 
 
 def render(data):

