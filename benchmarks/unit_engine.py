@@ -69,9 +69,8 @@ def measure(progress=print):
     from amaranth.back import verilog
 
     from groupnet_hw.hw.engine.unit_engine import UnitEngine
-    from groupnet_hw.sim.engine_rtl import build_engine_rtl, run_engine_rtl
-    from test_engine_runner import BASE, program_steps
-    from test_engine_unit_engine import PROGRAM_OFFSET, program_of, the_image
+    from groupnet_hw.sim.engine_rtl import build_engine_rtl
+    from test_engine_runner import program_steps
 
     rows, sizes_of = [], {}
     for engine, sizes, burst, nets in engines():
@@ -86,8 +85,7 @@ def measure(progress=print):
             for name, g, config in nets:
                 _, descs, steps = program_steps(g, config)
                 for i, before, after in steps:
-                    rows.append(_run(build, run_engine_rtl, name, descs[i], i, before, after,
-                                     BASE, PROGRAM_OFFSET, program_of, the_image))
+                    rows.append(_run(build, name, descs[i], i, before, after))
                     r = rows[-1]
                     progress(f"{name}: descriptor {i}: {r['cycles_1']} / "
                              f"{r[f'cycles_{LATENCIES[-1]}']} cycles, {r['folds']} folds")
@@ -95,21 +93,16 @@ def measure(progress=print):
             "engines": sizes_of, "descriptors": rows}
 
 
-def _run(build, run_engine_rtl, name, d, i, before, after, base, offset, program_of,
-         the_image):
+def _run(build, name, d, i, before, after):
     """One descriptor at each latency: its row of the table."""
-    code = program_of(d)
-    image = bytearray(base) + bytearray(before)
-    at = base + offset
-    image[at:at + len(code)] = code
+    from test_engine_unit_engine import the_image, verilog_run
     folds = d["windows"] * d["in_folds"] * d["out_folds"]
     row = dict(network=name, descriptor=i, jobs=d["jobs"], in_c=d["in_c"], out_c=d["out_c"],
                size=d["out_h"], stride=d["stride"], dilation=d["dilation"],
                stages=stages_of(d), folds=folds)
     for latency in LATENCIES:
-        run = run_engine_rtl(build, bytes(image), window=(base, len(image)), program_address=at,
-                             latency=latency, bytes_per_cycle=BYTES_PER_CYCLE, stall=0.0,
-                             seed=1, max_cycles=10_000_000)
+        run, code = verilog_run(build, d, before, latency=latency, stall=0.0, seed=1,
+                                bytes_per_cycle=BYTES_PER_CYCLE)
         if not (run.done and the_image(run.image_after, before, code) == after):
             raise SystemExit(f"{name}, descriptor {i}: not the model's image")
         row[f"cycles_{latency}"] = run.cycles

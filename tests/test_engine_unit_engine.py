@@ -178,6 +178,19 @@ def test_an_address_outside_the_window_stops_the_engine_with_no_access_outside(n
 
 # ---- the fast Verilator path: the C++ DRAM model behind the ports ----------------------
 
+def verilog_run(build, d, before, *, latency, stall, seed, bytes_per_cycle=4):
+    """Descriptor ``d`` and END at the image's descriptors, run on a Verilator build of
+    the engine behind the C++ DRAM model; ``(the run, the program's bytes)``."""
+    code = program_of(d)
+    image = bytearray(BASE) + bytearray(before)
+    at = BASE + PROGRAM_OFFSET
+    image[at:at + len(code)] = code
+    run = run_engine_rtl(build, bytes(image), window=(BASE, len(image)), program_address=at,
+                         latency=latency, bytes_per_cycle=bytes_per_cycle, stall=stall,
+                         seed=seed, max_cycles=10_000_000)
+    return run, code
+
+
 @pytest.fixture(scope="module")
 def engine_rtl(tmp_path_factory):
     if not toolchain.have_verilator():
@@ -202,13 +215,8 @@ def test_the_verilog_runs_the_program_behind_the_cpp_dram_model(request, which, 
     executes leaves the model's image (residual adds among them)."""
     program, descs, steps = request.getfixturevalue(which)
     for i, before, after in steps:
-        code = program_of(descs[i])
-        image = bytearray(BASE) + bytearray(before)
-        at = BASE + PROGRAM_OFFSET
-        image[at:at + len(code)] = code
-        run = run_engine_rtl(engine_rtl, bytes(image), window=(BASE, len(image)),
-                             program_address=at, latency=latency, bytes_per_cycle=4,
-                             stall=stall, seed=i)
+        run, code = verilog_run(engine_rtl, descs[i], before, latency=latency, stall=stall,
+                                seed=i)
         assert run.done and not run.error, (i, hex(run.status))
         assert the_image(run.image_after, before, code, base=BASE) == after
 
@@ -249,12 +257,6 @@ def test_resnet18_convolutions_on_the_intended_arrays():
                                         name="unit_engine"))
         build = build_engine_rtl(path, "unit_engine")
         for i, before, after in steps:
-            code = program_of(descs[i])
-            image = bytearray(BASE) + bytearray(before)
-            at = BASE + PROGRAM_OFFSET
-            image[at:at + len(code)] = code
-            run = run_engine_rtl(build, bytes(image), window=(BASE, len(image)),
-                                 program_address=at, latency=40, bytes_per_cycle=4,
-                                 stall=0.3, seed=i, max_cycles=10_000_000)
+            run, code = verilog_run(build, descs[i], before, latency=40, stall=0.3, seed=i)
             assert run.done and not run.error, (i, hex(run.status))
             assert the_image(run.image_after, before, code) == after, i
