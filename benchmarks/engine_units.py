@@ -55,7 +55,13 @@ INTENDED_SUM_WIDTH = 14
 #: Cyclone V only. The packer, writer, constant loader and level lanes are sized for the
 #: intended epilogue (8 lanes of 16 rows, 128-bit bus words, 512 channels). The epilogue
 #: and the mixer are measured at 16 lanes, twice ``EngineConfig.vector_lanes``; one
-#: threshold a channel for binary activations, 15 for 4-bit levels.
+#: threshold a channel for binary activations, 15 for 4-bit levels. The engines of the
+#: units (``UnitEngine``: register file, sequencer, DMAs and the convolution runner with
+#: its loader, constant loader, mixer, level lanes, two packers, writer and unpacker) are
+#: the layer datapaths' sizes with 128-bit ports, bursts of 16 and the intended 8
+#: epilogue lanes (with 16, one array's engine took 101 DSP blocks and did not place on
+#: the LFE5U-85F; with 8, nextpnr had not finished routing it after 40 minutes, so the
+#: engines are counted on Cyclone V alone for now).
 SIZES = {
     "arrays-one": ("BaseArrays", dict(arrays=1, pe=16, simd=48, planes=1), ("cyclonev", "ecp5"),
                    "one array of binary activations"),
@@ -119,6 +125,16 @@ SIZES = {
                                              max_kernel=3, max_weight_words=72,
                                              max_out_folds=32),
                        ("cyclonev",), "layer datapath of the intended engine"),
+    "unit-engine-one": ("UnitEngine", dict(data_width=128, max_burst=16, arrays=1, pe=16,
+                                           simd=48, lanes=8, ring_rows=4, ring_words=512,
+                                           max_size=64, max_words=11, max_kernel=3,
+                                           max_weight_words=198, max_out_folds=32),
+                        ("cyclonev",), "the engine of the units, one array"),
+    "unit-engine-intended": ("UnitEngine", dict(data_width=128, max_burst=16, arrays=5, pe=16,
+                                                simd=64, lanes=8, ring_rows=4, ring_words=512,
+                                                max_size=64, max_words=8, max_kernel=3,
+                                                max_weight_words=72, max_out_folds=32),
+                             ("cyclonev",), "the engine of the units, intended size"),
 }
 
 
@@ -127,7 +143,7 @@ MODULES = {"RowLoader": "loader", "WindowGather": "gather", "FoldIssuer": "folds
            "BaseArrays": "arrays", "EpilogueFeeder": "feeder", "EpilogueLanes": "epilogue",
            "MixerLanes": "mixer", "LayerDatapath": "layer", "OutputPacker": "packer",
            "RowWriter": "writer", "ConstantLoader": "constants",
-           "LevelLanes": "levels", "InputUnpacker": "unpacker"}
+           "LevelLanes": "levels", "InputUnpacker": "unpacker", "UnitEngine": "unit_engine"}
 
 
 def verilog_of(name):
@@ -188,6 +204,9 @@ def shape_text(unit, p):
         return (f"{p['arrays']} jobs' beats of {p['lanes']} lanes into {p['data_width']}-bit "
                 f"bus words, 1- to 32-bit elements")
     lanes = p.get("lanes") or p.get("pe")
+    if unit == "UnitEngine":
+        return (f"{p['arrays']} x {p['pe']} x {p['simd']} lanes, {lanes} epilogue lanes, "
+                f"{p['max_weight_words']} weight words a half, {p['data_width']}-bit ports")
     if unit == "LayerDatapath":
         return (f"{p['arrays']} x {p['pe']} x {p['simd']} lanes, {lanes} epilogue lanes, "
                 f"windows of {p['max_kernel'] ** 2 * p['max_words']} words, "

@@ -72,7 +72,7 @@ _ALM_PER_MIXER_LANE, _DSP_PER_MIXER_LANE = 552, 4
 #: slice of the gatherer's ring and addressing, its fold issuer's buffers, its feeder
 #: share): the intended layer datapath's ALMs less its XNOR lanes and epilogue lanes,
 #: per array.
-_ALM_PER_ARRAY = 1057
+_ALM_PER_ARRAY = 1056
 #: Vector lanes the sizing keeps before it takes the stem's multipliers: a 3x3 layer of
 #: 64 channels gives 5 arrays' 80 sums every 9 cycles, 10 beats of 8 lanes (1 % of
 #: ResNet-18's frame against 16 lanes; 4 lanes would double its first stage).
