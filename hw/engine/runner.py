@@ -321,8 +321,8 @@ class ConvRunner(wiring.Component):
         m.d.comb += [layer.loaded.eq(loader.loaded), loader.release.eq(layer.release),
                      layer.postops.eq(consts.postops), consts.const_bytes.eq(d.const_bytes)]
         binary_in = d.act_bits == 0
-        in_elem = Mux(d.in_fmt == _BITS_FORMAT, 1, d.in_elem)
-        out_elem = Mux(d.out_fmt == _BITS_FORMAT, 1, d.out_elem)
+        in_elem = _elem_bits(d.in_fmt, d.in_elem)
+        out_elem = _elem_bits(d.out_fmt, d.out_elem)
         g = layer.gather_settings
         m.d.comb += [g.height.eq(d.in_h), g.width.eq(d.in_w), g.words.eq(d.words),
                      g.tail.eq(Cat(lane < d.tail for lane in range(simd))),
@@ -341,7 +341,7 @@ class ConvRunner(wiring.Component):
                      es.threshold.eq(d.stages & STAGE_BITS["threshold"] != 0),
                      es.levels.eq(d.out_levels), layer.out_folds.eq(d.out_folds)]
         us = unpacker.settings
-        m.d.comb += [us.elem_bits.eq(Mux(d.side_fmt == _BITS_FORMAT, 1, d.side_elem)),
+        m.d.comb += [us.elem_bits.eq(_elem_bits(d.side_fmt, d.side_elem)),
                      us.signed.eq(d.side_fmt == _FIXED_FORMAT), us.channels.eq(d.side_c),
                      us.width.eq(d.out_w), us.height.eq(d.out_h), us.out_folds.eq(d.out_folds),
                      us.jobs.eq(d.jobs), us.row_beats.eq(d.side_pitch >> log_db)]
@@ -351,7 +351,7 @@ class ConvRunner(wiring.Component):
                      ps.row_beats.eq(d.out_pitch >> log_db)]
 
         lps = lpacker.settings
-        m.d.comb += [lps.elem_bits.eq(Mux(d.aux_fmt == _BITS_FORMAT, 1, d.aux_elem)),
+        m.d.comb += [lps.elem_bits.eq(_elem_bits(d.aux_fmt, d.aux_elem)),
                      lps.channels.eq(d.out_c), lps.width.eq(d.out_w),
                      lps.out_folds.eq(d.out_folds), lps.jobs.eq(outputs),
                      lps.row_beats.eq(d.aux_pitch >> log_db)]
@@ -385,9 +385,14 @@ class ConvRunner(wiring.Component):
             return (n + db - 1) & ~Const(db - 1, len(n) + 1)
         wide = d.const_bytes == 8
         postop_bytes = Mux(wide, (d.out_c + 1) << 4, (d.out_c + 1) << 3)
-        thr_consts = Signal(32)
-        m.d.sync += thr_consts.eq(d.out_c * d.out_levels[:max(self.max_levels, 1).bit_length()])
-        thr_bytes = Mux(wide, thr_consts << 3, thr_consts << 2) + ((d.out_c + 7) >> 3)
+
+        def threshold_bytes(levels, name):
+            """A threshold section's bytes: ``out_c x levels`` constants (their product
+            registered), then the invert bits."""
+            consts = Signal(32, name=name)
+            m.d.sync += consts.eq(d.out_c * levels[:bits_of(self.max_levels)])
+            return Mux(wide, consts << 3, consts << 2) + ((d.out_c + 7) >> 3)
+        thr_bytes = threshold_bytes(d.out_levels, "thr_consts")
         postop_at = Signal(self.addr_width)
         thr_at = Signal(self.addr_width)
         mix_at = Signal(self.addr_width)
@@ -400,9 +405,7 @@ class ConvRunner(wiring.Component):
                      mix_at.eq(thr_at + Mux(has_thr, round_up(thr_bytes), 0))]
         # a level output's block: its thresholds (aux_levels a channel), then the
         # invert bits
-        level_consts = Signal(32)
-        m.d.sync += level_consts.eq(d.out_c * d.aux_levels[:bits_of(self.max_levels)])
-        level_bytes = Mux(wide, level_consts << 3, level_consts << 2) + ((d.out_c + 7) >> 3)
+        level_bytes = threshold_bytes(d.aux_levels, "level_consts")
         # the mixer section (lambda_frac, gate_frac, this base's lambda and gate): four
         # constants of 4 or 8 bytes, one or two bus words, written where they lie
         mix_raw = Signal(max(256, dw))
@@ -570,9 +573,7 @@ class ConvRunner(wiring.Component):
                         m.d.sync += [rd_busy.eq(0), to_levels.eq(0)]
                         m.next = after
                 with m.State(f"{state}_READ"):
-                    address = Mux(job == 0, blocks[0], 0)
-                    for k in range(1, arrays):
-                        address = Mux(job == k, blocks[k], address)
+                    address = _pick(job, blocks)
                     read(address + at, round_up(nbytes))
                     with m.If(self.rd_cmd.ready):
                         m.next = state
@@ -581,9 +582,7 @@ class ConvRunner(wiring.Component):
                 with m.If(~mixing):
                     m.next = "NEXT_JOB"
                 with m.Elif(~rd_busy):
-                    address = Mux(job == 0, param_addr[0], 0)
-                    for k in range(1, arrays):
-                        address = Mux(job == k, param_addr[k], address)
+                    address = _pick(job, param_addr)
                     m.d.sync += [mix_word.eq(0), to_consts.eq(0), to_mix.eq(1)]
                     read(address + mix_at, round_up(mix_bytes))
                 with m.Elif(left == 0):
@@ -604,9 +603,7 @@ class ConvRunner(wiring.Component):
                     m.next = "POSTOP"
             with m.State("WEIGHTS"):
                 with m.If(~rd_busy):
-                    address = Mux(job == 0, param_addr[0], 0)
-                    for k in range(1, arrays):
-                        address = Mux(job == k, param_addr[k], address)
+                    address = _pick(job, param_addr)
                     m.d.sync += w_addr.eq(0)
                     read(address, d.weight_tile_bytes)
                 with m.Elif(left == 0):
@@ -663,9 +660,7 @@ class ConvRunner(wiring.Component):
                 for k, fifo in enumerate(side_fifos):
                     room = room | ((s_job == k) & (fifo.level <= side_chunk))
                 with m.If(words_in & (s_left != 0) & room):
-                    address = Mux(s_job == 0, side_addr[0], 0)
-                    for k in range(1, arrays):
-                        address = Mux(s_job == k, side_addr[k], address)
+                    address = _pick(s_job, side_addr)
                     read(address + s_offset, n << log_db)
                     with m.If(self.rd_cmd.ready):
                         m.d.sync += w_side.eq(s_job)
@@ -681,9 +676,7 @@ class ConvRunner(wiring.Component):
                                  oy_side.eq(oy_side + 1), need.eq(need + d.stride)]
                     m.next = "ROW"
             with m.State("ROW_READ"):
-                address = Mux(job == 0, row_addr[0], 0)
-                for k in range(1, arrays):
-                    address = Mux(job == k, row_addr[k], address)
+                address = _pick(job, row_addr)
                 read(address, d.in_pitch)
                 with m.If(self.rd_cmd.ready):
                     for k in range(arrays):
@@ -702,6 +695,19 @@ class ConvRunner(wiring.Component):
                     m.next = "IDLE"
         self._phase = {name: fsm.ongoing(name) for name in fsm.encoding}
         return m
+
+
+def _pick(index, values):
+    """``values[index]``, a chain of multiplexers (0 past the last)."""
+    out = Mux(index == 0, values[0], 0)
+    for k in range(1, len(values)):
+        out = Mux(index == k, values[k], out)
+    return out
+
+
+def _elem_bits(fmt, elem):
+    """A map format's bits an element: 1 for a binary map, else its element's."""
+    return Mux(fmt == _BITS_FORMAT, 1, elem)
 
 
 def _spread(m, name, arrays, on, valid, payload, sink):
