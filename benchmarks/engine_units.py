@@ -135,6 +135,11 @@ SIZES = {
                                                 max_size=64, max_words=8, max_kernel=3,
                                                 max_weight_words=72, max_out_folds=32),
                              ("cyclonev",), "the engine of the units, intended size"),
+    "unit-engine-narrow": ("UnitEngine", dict(data_width=128, max_burst=16, arrays=5, pe=16,
+                                              simd=32, lanes=8, ring_rows=4, ring_words=1024,
+                                              max_size=64, max_words=16, max_kernel=3,
+                                              max_weight_words=144, max_out_folds=32),
+                           ("cyclonev",), "the engine of the units, 5 arrays of 16 x 32"),
 }
 
 

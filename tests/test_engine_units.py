@@ -46,15 +46,33 @@ def test_the_intended_engines_sizing_uses_the_measured_costs():
     lanes = engine_units.SIZES["epilogue"][1]["lanes"]
     assert sizing._ALM_PER_VECTOR_LANE == round(epilogue["alm"] / lanes)
     assert sizing._DSP_PER_VECTOR_LANE == epilogue["cells"]["dsp"] / lanes
-    layer = RECORDS["layer-intended"]["cyclonev"]
-    p = engine_units.SIZES["layer-intended"][1]
-    beyond = (layer["alm"] - p["arrays"] * p["pe"] * p["simd"] * sizing._ALM_PER_LANE
-              - p["lanes"] * sizing._ALM_PER_VECTOR_LANE)
-    assert sizing._ALM_PER_ARRAY == round(beyond / p["arrays"])
     mixer = RECORDS["mixer"]["cyclonev"]
     lanes = engine_units.SIZES["mixer"][1]["lanes"]
     assert sizing._ALM_PER_MIXER_LANE == round(mixer["alm"] / lanes)
     assert sizing._DSP_PER_MIXER_LANE == mixer["cells"]["dsp"] / lanes
+    # the engine of the units at two sizes, less the lanes: an array's cost and the rest
+    beyond = {}
+    for name in ("unit-engine-one", "unit-engine-intended"):
+        p = engine_units.SIZES[name][1]
+        beyond[name] = (RECORDS[name]["cyclonev"]["alm"]
+                        - p["arrays"] * p["pe"] * p["simd"] * sizing._ALM_PER_LANE
+                        - p["lanes"] * (sizing._ALM_PER_VECTOR_LANE + sizing._ALM_PER_MIXER_LANE))
+    per_array = (beyond["unit-engine-intended"] - beyond["unit-engine-one"]) / 4
+    assert sizing._ALM_PER_ARRAY == round(per_array)
+    assert sizing._ALM_FIXED == round(beyond["unit-engine-one"] - per_array)
+
+
+@pytest.mark.parametrize("name", ["unit-engine-one", "unit-engine-intended", "unit-engine-narrow"])
+def test_the_intended_engines_estimate_is_within_5_percent_of_yosys(name):
+    """The sizing's estimate of each synthesized engine of the units (less the guess for
+    the units not built) against Yosys's Cyclone V count: two sizes fit it, the narrow
+    one checks it."""
+    from groupnet_hw.compiler.engine import sizing
+    from groupnet_hw.compiler.engine.config import EngineConfig
+    p = engine_units.SIZES[name][1]
+    config = EngineConfig(arrays=p["arrays"], pe=p["pe"], simd=p["simd"], vector_lanes=p["lanes"])
+    est = sizing.estimate(config)["logic"] - sizing._ALM_UNBUILT
+    assert est == pytest.approx(RECORDS[name]["cyclonev"]["alm"], rel=0.05)
 
 
 def test_the_cores_records_are_keyed_by_the_cores_sources_alone():

@@ -6,10 +6,10 @@ Two models, for two different engines:
 - :func:`estimate` and :func:`size_engine` size the engine the cycle model assumes
   (``arrays`` XNOR arrays side by side, vector lanes, overlapped transfers:
   :class:`~.config.EngineConfig`). That engine is being built unit by unit
-  (docs/architecture.md section 15): the costs of the units that exist are measured
-  (Yosys's Cyclone V counts, ``benchmarks/engine_units.py``); the others are rough
-  engineering guesses, NOT calibrated. ``benchmarks/engine.py`` and the layout tests
-  use it.
+  (docs/architecture.md section 15): its units that exist are measured, joined as
+  ``UnitEngine`` at three sizes (Yosys's Cyclone V counts,
+  ``benchmarks/engine_units.py``); the units not built yet are a guess.
+  ``benchmarks/engine.py`` and the layout tests use it.
 - :func:`estimate_core` estimates :class:`~groupnet_hw.hw.engine.core.EngineCore`, the
   RTL that exists (one ``pe x simd`` array, the scalar datapath, one scratchpad, the
   DMAs and the register file), from the keyword arguments a build elaborates it with.
@@ -28,18 +28,22 @@ ALMs; LUT4-based families count two LUT4s per ALM), block-RAM bits and multiplie
   pieces) and its mixer lane (``MixerLanes``, 16 lanes: four, a lambda's and a gate's
   product in two pieces each); the pooling and head it will also run are not in the
   figure, nor the threshold lanes behind the mixer (fusion rule 7);
-- an array beyond its lanes: measured, the layer datapath (``LayerDatapath``: the
-  window gatherer, the fold issuer, the feeder) at the intended size less its lanes;
+- an array beyond its lanes, and what does not grow with the arrays: measured, the
+  engine of the units (``UnitEngine``: register file, sequencer, DMAs, the runner with
+  its layer datapath, loaders, packers, unpacker and writer) at one array of 16 x 48
+  lanes and at five of 16 x 64, less their XNOR and vector lanes; five arrays of
+  16 x 32 are predicted 1.6 % above their count (``tests/test_engine_units.py`` holds
+  the three within 5 %);
 - the stem: ``stem_pe * stem_simd`` 9x9 multipliers (three per Cyclone V DSP block);
-- fixed: 4,000 ALMs (a guess) for the Avalon-MM DMA, the sequencer, the control and
-  status registers and the head's control;
+- the units not built yet (the stem's control and pooling, max pooling, the head):
+  2,000 ALMs, a guess;
 - tile buffers: their bytes in block RAM at 1,024 usable bytes per 10-kbit block
   (32-bit-wide M10K ports assembled to the port width).
 
-The guesses are likely low: :func:`estimate_core`, fitted to the core that exists, puts
-about 13,000 ALMs and 74 DSP blocks on its 64-bit scalar datapath, control and DMAs at
-128-bit ports. The ladder of candidates tops out at 5 arrays x 16 PE x 64 SIMD: K = 5
-bases run in one round, SIMD 64 divides every channel count of the paper's networks
+Measured so, 5 x 16 x 64 does not fit the DE10-Nano at 90 % (about 101 % with the
+guess), and the sizing takes the next rung, 5 x 16 x 32. The ladder of candidates tops
+out at 5 arrays x 16 PE x 64 SIMD: K = 5 bases run in one round, SIMD 64 divides every
+channel count of the paper's networks
 (the window gatherer gives a tap's channels words of their own), and ResNet-18 K=5 is
 about as much DRAM-bound as compute-bound on the DE10-Nano at that size.
 """
@@ -68,17 +72,22 @@ CANDIDATES = ((5, 16, 64), (5, 16, 32), (4, 16, 32), (3, 16, 32), (2, 16, 32), (
 _ALM_PER_LANE = 2.27
 _ALM_PER_VECTOR_LANE, _DSP_PER_VECTOR_LANE = 370, 2
 _ALM_PER_MIXER_LANE, _DSP_PER_MIXER_LANE = 552, 4
-#: Measured: what an array's share of the layer datapath costs beyond its lanes (its
-#: slice of the gatherer's ring and addressing, its fold issuer's buffers, its feeder
-#: share): the intended layer datapath's ALMs less its XNOR lanes and epilogue lanes,
-#: per array.
-_ALM_PER_ARRAY = 1056
+#: Measured: the engine of the units (``UnitEngine``: register file, sequencer, DMAs and
+#: the convolution runner with its layer datapath, loaders, lanes, packers, unpacker and
+#: writer) at one array of 16 x 48 lanes and at five of 16 x 64 (``unit-engine-one``,
+#: ``unit-engine-intended``), less the XNOR and vector lanes above: what an array adds
+#: beyond its lanes (its slice of the gatherer's ring, its fold issuer, its job's share
+#: of the feeder, packers, unpacker and writer) and what does not grow with the arrays.
+#: A third size, five arrays of 16 x 32 (``unit-engine-narrow``), checks the fit.
+_ALM_PER_ARRAY = 2037
+_ALM_FIXED = 11070
 #: Vector lanes the sizing keeps before it takes the stem's multipliers: a 3x3 layer of
 #: 64 channels gives 5 arrays' 80 sums every 9 cycles, 10 beats of 8 lanes (1 % of
 #: ResNet-18's frame against 16 lanes; 4 lanes would double its first stage).
 _KEPT_VECTOR_LANES = 8
-#: A guess for the units not built yet (DMAs, sequencer, registers, the head's control).
-_ALM_FIXED = 4000
+#: A guess for the units not built yet: the stem's control and its pooling, max
+#: pooling, global pooling and the classifier head (their multipliers are counted apart).
+_ALM_UNBUILT = 2000
 _BRAM_BYTES_PER_BLOCK = 1024
 _MULTS_PER_DSP = {"cyclonev": 3}
 
@@ -97,7 +106,8 @@ class SizedEngine:
 def estimate(config, family="cyclonev"):
     """``{"logic", "ram_bits", "dsp"}`` of an engine (module docstring's model)."""
     alms = (config.lanes * _ALM_PER_LANE + config.arrays * _ALM_PER_ARRAY
-            + config.vector_lanes * (_ALM_PER_VECTOR_LANE + _ALM_PER_MIXER_LANE) + _ALM_FIXED)
+            + config.vector_lanes * (_ALM_PER_VECTOR_LANE + _ALM_PER_MIXER_LANE) + _ALM_FIXED
+            + _ALM_UNBUILT)
     logic = alms if family == "cyclonev" else 2 * alms
     buffers = config.input_buffer + config.output_buffer + config.arrays * config.weight_buffer
     blocks = -(-buffers // _BRAM_BYTES_PER_BLOCK)
