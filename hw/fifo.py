@@ -7,7 +7,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["StreamFIFO", "FIFOChoices", "FIFO_RAM_KINDS"]
+__all__ = ["StreamFIFO", "FIFOChoices", "FIFO_RAM_KINDS", "BLOCK_FIFO_DEPTH", "block_ram_fifo"]
 
 #: How a FIFO's memory is built: ``auto``, as the synthesis flow maps it (registers,
 #: distributed RAM or block RAM by its own rules); ``block``, marked
@@ -29,6 +29,23 @@ class _MarkedFIFO(SyncFIFOBuffered):
         if self.depth >= 2:         # depth 1 is a register, no memory
             m.submodules.storage.attrs.update(self._attrs)
         return m
+
+
+#: The shallowest :func:`block_ram_fifo`: Yosys puts a memory in a Cyclone V M10K only
+#: at 5 % of its bits or more (``bram_m10k.txt``'s ``min efficiency 5``), 13 words of
+#: its 256 x 40 mode; a 16-word FIFO keeps 15 in its memory.
+BLOCK_FIFO_DEPTH = 16
+
+
+def block_ram_fifo(*, width, depth):
+    """A FIFO of wide words in block RAM rather than flip-flops and a read multiplexer
+    of LUTs a bit: a :class:`~amaranth.lib.fifo.SyncFIFOBuffered` of at least
+    :data:`BLOCK_FIFO_DEPTH` words (``depth`` or more; a caller that counts room counts
+    to its own ``depth``) whose storage is marked ``ram_style = "block"`` (ECP5 and
+    iCE40 honour the mark; Yosys's Cyclone V flow goes by the depth) and
+    ``no_rw_check``. Behaviour and cycles are :class:`SyncFIFOBuffered`'s."""
+    return _MarkedFIFO(width=width, depth=max(depth, BLOCK_FIFO_DEPTH),
+                       attrs={"ram_style": "block", "no_rw_check": 1})
 
 
 @dataclass(frozen=True)

@@ -365,7 +365,7 @@ def test_a_loaded_half_refuses_weights_until_its_chunk_is_issued():
     issuer, log = chunks_run((2, 3, 8, 1), cases)
     assert log["got"] == [e for c in cases for e in c[2]]
     a_folds, b_folds, _ = folds_of(cases)
-    a_read = log["folds"][a_folds - 1] - 3             # the edge of A's last read
+    a_read = log["folds"][a_folds - 1] - (issuer.latency - 1)  # the edge of A's last read
     b_commit = log["commit"][1]
     c_word = log["words"][len(cases[0][1]) + len(cases[1][1])]
     free = log["free"]

@@ -216,3 +216,59 @@ def test_convert_to_verilog():
         FIFOChoices(-1)
     with pytest.raises(ValueError):
         Subsample(unsigned(1), 4, 4, 0)
+
+
+def _fifo_verilog(fifo):
+    return verilog.convert(fifo, name="top", ports=[fifo.w_data, fifo.w_en, fifo.w_rdy,
+                                                    fifo.r_data, fifo.r_en, fifo.r_rdy,
+                                                    fifo.level])
+
+
+def test_block_ram_fifo_is_a_marked_fifo_of_at_least_sixteen_words():
+    from groupnet_hw.hw.fifo import BLOCK_FIFO_DEPTH, block_ram_fifo
+    assert block_ram_fifo(width=256, depth=4).depth == BLOCK_FIFO_DEPTH == 16
+    assert block_ram_fifo(width=8, depth=40).depth == 40
+    text = _fifo_verilog(block_ram_fifo(width=256, depth=4))
+    assert text.count('ram_style = "block"') == text.count("no_rw_check") == 1
+    # words out in order under random stalls on both sides
+    fifo = block_ram_fifo(width=12, depth=5)
+    rng = np.random.default_rng(3)
+    words = [int(w) for w in rng.integers(0, 1 << 12, 100)]
+    got = []
+    sim = Simulator(fifo)
+    sim.add_clock(1e-8)
+
+    async def testbench(ctx):
+        pending = list(words)
+        while len(got) < len(words):
+            w_en = bool(pending) and rng.random() < 0.7
+            r_en = rng.random() < 0.6
+            ctx.set(fifo.w_en, w_en)
+            ctx.set(fifo.w_data, pending[0] if pending else 0)
+            ctx.set(fifo.r_en, r_en)
+            if w_en and ctx.get(fifo.w_rdy):
+                pending.pop(0)
+            if r_en and ctx.get(fifo.r_rdy):
+                got.append(ctx.get(fifo.r_data))
+            await ctx.tick()
+
+    sim.add_testbench(testbench)
+    sim.run()
+    assert got == words
+
+
+@pytest.mark.toolchain
+def test_block_ram_fifo_goes_to_cyclone_v_block_ram(tmp_path):
+    """Yosys's Cyclone V flow builds a wide FIFO of eight words of flip-flops and a read
+    multiplexer, and :func:`block_ram_fifo`'s in M10K blocks."""
+    from amaranth.lib.fifo import SyncFIFOBuffered
+    from groupnet_hw.hw.fifo import block_ram_fifo
+    from groupnet_hw.toolchain.synth import synthesize
+    cells = {}
+    for name, fifo in (("plain", SyncFIFOBuffered(width=256, depth=8)),
+                       ("block", block_ram_fifo(width=256, depth=8))):
+        vfile = tmp_path / f"{name}.v"
+        vfile.write_text(_fifo_verilog(fifo))
+        cells[name] = synthesize(vfile, "top", "cyclonev", tmp_path / name)["cells"]
+    assert cells["plain"]["bram"] == 0 and cells["plain"]["lut"] > 500
+    assert cells["block"]["bram"] == 7 and cells["block"]["lut"] < 100

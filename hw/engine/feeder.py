@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Module, Signal, signed
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..arith import positive_int
+from ..fifo import block_ram_fifo
 
 from .constants import constant_layouts, job_postop_layout, word_streams
 from .epilogue import epilogue_layout, epilogue_settings
@@ -131,8 +131,8 @@ class EpilogueFeeder(wiring.Component):
                          wp.en.eq(stream_in.valid), stream_in.ready.eq(1)]
             rp = mem.read_port()
             ports[name] = layout(rp.data), rp
-        m.submodules.fifo = fifo = SyncFIFOBuffered(width=len(self.o.payload.as_value()),
-                                                    depth=4)
+        m.submodules.fifo = fifo = block_ram_fifo(width=len(self.o.payload.as_value()),
+                                                  depth=4)
 
         # the fold being split: its sums held; its part p, job k and fold nf counted,
         # the jobs innermost

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -24,10 +23,6 @@ from ..arith import positive_int
 from .arrays import fold_layout
 
 __all__ = ["FoldIssuer"]
-
-#: Folds the issuer may have read ahead of the arrays: the output FIFO's depth.
-AHEAD = 4
-
 
 class FoldIssuer(wiring.Component):
     """Issues every (output fold, input fold) of each window to the base arrays.
@@ -89,10 +84,9 @@ class FoldIssuer(wiring.Component):
     Attributes
     ----------
     latency : int
-        4: cycles from the acceptance of a window's last word, or of a chunk's beat
+        2: cycles from the acceptance of a window's last word, or of a chunk's beat
         when its first window is already held and the chunk before is done, to its
-        first fold on ``o`` (the flag, the reads, the FIFO's write and output
-        registers).
+        first fold on ``o`` (the flag, the reads).
 
     Latency
     -------
@@ -102,12 +96,15 @@ class FoldIssuer(wiring.Component):
     ----------
     One fold a cycle while ``o`` is ready, also from one chunk to the next when the
     next was committed no later than the cycle the last fold of the one before is read;
-    ``o.ready`` reaches no read address: reads run at most :data:`AHEAD` folds ahead,
-    counted from registers. ``weights`` and ``chunk`` take a beat a cycle while
-    ``free``.
+    ``o`` is the memories' read data itself, held by their read enables while the
+    arrays stall: no fold is buffered (a FIFO of four folds of every array's weight
+    words took 5,500 ALUTs and 22,000 flip-flops at the intended size), so ``o.ready``
+    must be a register (:class:`~.arrays.BaseArrays`'s is): it reaches the read
+    enables and the counters, no read address. ``weights`` and ``chunk`` take a beat a
+    cycle while ``free``.
     """
 
-    latency = 4
+    latency = 2
 
     def __init__(self, *, arrays, pe, simd, planes=1, max_in_folds=96, max_weight_words=3072,
                  max_windows=4096):
@@ -155,8 +152,6 @@ class FoldIssuer(wiring.Component):
             mem = Memory(shape=unsigned(self.pe * simd), depth=2 * half, init=[])
             m.submodules[f"weight_buffer{k}"] = mem
             weight_buffers.append(mem)
-        m.submodules.fifo = fifo = SyncFIFOBuffered(width=len(self.o.payload.as_value()),
-                                                    depth=AHEAD)
 
         # chunks: `full[h]` while half h holds a committed chunk; `l_half` is written
         # next, `a_half` issued next. Both go 0, 1, 0, ... so chunks issue in order.
@@ -208,24 +203,24 @@ class FoldIssuer(wiring.Component):
             with m.Else():
                 m.d.sync += w_addr.eq(w_addr + 1)
 
-        # folds out: (nf, sf) over the held window with the active chunk, reads at
-        # most AHEAD folds ahead
+        # folds out: (nf, sf) over the held window with the active chunk; the read data
+        # is `o`'s payload and moves on with `o` (`advance`: `o` taken or empty)
         r_half = Signal()
         nf = Signal(range(half))
         sf = Signal(range(depth))
         w_base = Signal(range(2 * half))        # the half's base and nf * in_folds
-        in_flight = Signal()
-        room = fifo.level + in_flight < AHEAD
-        issue = held.bit_select(r_half, 1) & full.bit_select(a_half, 1) & room
+        o_valid = Signal()
+        advance = self.o.ready | ~o_valid
+        issue = held.bit_select(r_half, 1) & full.bit_select(a_half, 1) & advance
         last_sf = sf == Mux(a_half, in_last[1], in_last[0])
         last_fold = last_sf & (nf == Mux(a_half, out_last[1], out_last[0]))
         a_final = Mux(a_half, final[1], final[0])
         clear_held, clear_full = Signal(2), Signal(2)
         win_rp = windows.read_port()
         wt_rps = [mem.read_port() for mem in weight_buffers]
-        m.d.comb += [win_rp.addr.eq(Mux(r_half, depth, 0) + sf), win_rp.en.eq(issue)]
+        m.d.comb += [win_rp.addr.eq(Mux(r_half, depth, 0) + sf), win_rp.en.eq(advance)]
         for rp in wt_rps:
-            m.d.comb += [rp.addr.eq(w_base + sf), rp.en.eq(issue)]
+            m.d.comb += [rp.addr.eq(w_base + sf), rp.en.eq(advance)]
         with m.If(issue):
             with m.If(~last_sf):
                 m.d.sync += sf.eq(sf + 1)
@@ -252,17 +247,16 @@ class FoldIssuer(wiring.Component):
 
         # the read data a cycle later, with the flags the issue registered
         first_r, last_r, levels_r = Signal(), Signal(), Signal()
-        m.d.sync += [in_flight.eq(issue), first_r.eq(sf == 0), last_r.eq(last_sf),
-                     levels_r.eq(Mux(a_half, levels[1], levels[0]))]
+        with m.If(advance):
+            m.d.sync += [o_valid.eq(issue), first_r.eq(sf == 0), last_r.eq(last_sf),
+                         levels_r.eq(Mux(a_half, levels[1], levels[0]))]
         beat = Signal(self.fold_layout)
         m.d.comb += [
             beat.x.as_value().eq(win_rp.data[:x_width]), beat.w.as_value().eq(Cat(rp.data for rp in wt_rps)),
             beat.mask.eq(win_rp.data[x_width:]),
             beat.first.eq(first_r), beat.last.eq(last_r),
-            fifo.w_data.eq(beat.as_value()), fifo.w_en.eq(in_flight),
-            self.o.payload.as_value().eq(fifo.r_data), self.o.valid.eq(fifo.r_rdy),
-            fifo.r_en.eq(self.o.ready),
-            self.idle.eq(~full.any() & ~held.any() & ~in_flight & (fifo.level == 0)),
+            self.o.payload.as_value().eq(beat.as_value()), self.o.valid.eq(o_valid),
+            self.idle.eq(~full.any() & ~held.any() & ~o_valid),
         ]
         if self.planes > 1:
             m.d.comb += beat.levels.eq(levels_r)

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..arith import positive_int
+from ..fifo import block_ram_fifo
 
 __all__ = ["WindowGather", "gather_settings"]
 
@@ -162,7 +162,7 @@ class WindowGather(wiring.Component):
                          wp.en.eq(self.rows.valid & self.rows.payload.en[k])]
             rings.append(mem)
         m.d.comb += self.rows.ready.eq(1)
-        m.submodules.fifo = fifo = SyncFIFOBuffered(
+        m.submodules.fifo = fifo = block_ram_fifo(
             width=len(self.window.payload.as_value()), depth=AHEAD)
 
         coord, addr_shape = self.coord, range(2 * self.ring_words + 1)

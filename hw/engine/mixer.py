@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ..arith import positive_int, registered_pieces, sum_tree
+from ..fifo import block_ram_fifo
 from ..skid import skid_outputs
 
 __all__ = ["MixerLanes", "mixer_settings"]
@@ -108,10 +108,10 @@ class MixerLanes(wiring.Component):
         acc_width = vw + self.coef_width + self.max_jobs.bit_length()
         # a group's values wait for its aggregate: the group and the next group's beats
         # taken while the aggregate goes through its stages and FIFO (9 cycles)
-        m.submodules.xs = xs = SyncFIFOBuffered(width=lanes * vw, depth=self.max_jobs + 9)
+        m.submodules.xs = xs = block_ram_fifo(width=lanes * vw, depth=self.max_jobs + 9)
         # the aggregate at the value width: one product piece fewer a gate (section 15)
         # as many aggregates as are in flight to it (stages A to E) and one
-        m.submodules.aggs = aggs = SyncFIFOBuffered(width=lanes * vw, depth=5)
+        m.submodules.aggs = aggs = block_ram_fifo(width=lanes * vw, depth=5)
 
         # --- the aggregate: free-running stages behind an input register; a beat is
         # taken only when its value and its group's aggregate will have room in the

@@ -26,6 +26,7 @@ from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ..arith import positive_int
+from ..fifo import block_ram_fifo
 
 __all__ = ["OutputPacker", "packer_settings", "packed_word_layout", "checked_beats",
            "picked", "ELEMS"]
@@ -336,7 +337,7 @@ class OutputPacker(wiring.Component):
         with m.If(d_valid):
             m.d.sync += buf[d_k].eq(Mux(d_emit, merged >> (8 * W), merged))
 
-        m.submodules.fifo = fifo = SyncFIFOBuffered(
+        m.submodules.fifo = fifo = block_ram_fifo(
             width=len(self.o.payload.as_value()), depth=_FIFO_DEPTH)
         word = Signal(packed_word_layout(arrays, self.data_width))
         m.d.comb += [word.data.eq(merged[:8 * W]), word.job.eq(d_k), word.last.eq(d_last),

@@ -21,6 +21,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
+from ..fifo import block_ram_fifo
 from .packer import ELEMS, checked_beats, picked
 
 __all__ = ["InputUnpacker", "unpacker_settings"]
@@ -312,8 +313,8 @@ class InputUnpacker(wiring.Component):
         v_raw = Signal(8 * B)
         v_mask = Signal(lanes)
         m.d.sync += [v_valid.eq(r_emit), v_raw.eq(raw), v_mask.eq(r_mask)]
-        m.submodules.out = out = SyncFIFOBuffered(width=len(self.o.payload.as_value()),
-                                                  depth=_OUT_DEPTH)
+        m.submodules.out = out = block_ram_fifo(width=len(self.o.payload.as_value()),
+                                                depth=_OUT_DEPTH)
         values = Signal(self.o.payload.shape())
         m.d.comb += [*(values[j].eq(v) for j, v in
                        enumerate(self._values(v_raw, v_mask, elem_is, is_signed))),
