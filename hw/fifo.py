@@ -2,12 +2,13 @@
 
 from dataclasses import dataclass
 
-from amaranth.hdl import Module, Shape, Signal, Value
+from amaranth.hdl import Elaboratable, Module, Shape, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["StreamFIFO", "FIFOChoices", "FIFO_RAM_KINDS", "BLOCK_FIFO_DEPTH", "block_ram_fifo"]
+__all__ = ["StreamFIFO", "FIFOChoices", "FIFO_RAM_KINDS", "BLOCK_FIFO_DEPTH", "BlockRAMFIFO",
+           "block_ram_fifo"]
 
 #: How a FIFO's memory is built: ``auto``, as the synthesis flow maps it (registers,
 #: distributed RAM or block RAM by its own rules); ``block``, marked
@@ -33,19 +34,61 @@ class _MarkedFIFO(SyncFIFOBuffered):
 
 #: The shallowest :func:`block_ram_fifo`: Yosys puts a memory in a Cyclone V M10K only
 #: at 5 % of its bits or more (``bram_m10k.txt``'s ``min efficiency 5``), 13 words of
-#: its 256 x 40 mode; a 16-word FIFO keeps 15 in its memory.
+#: its 256 x 40 mode; a 16-word FIFO keeps 14 in its memory.
 BLOCK_FIFO_DEPTH = 16
 
 
-def block_ram_fifo(*, width, depth):
+class BlockRAMFIFO(Elaboratable):
     """A FIFO of wide words in block RAM rather than flip-flops and a read multiplexer
-    of LUTs a bit: a :class:`~amaranth.lib.fifo.SyncFIFOBuffered` of at least
-    :data:`BLOCK_FIFO_DEPTH` words (``depth`` or more; a caller that counts room counts
-    to its own ``depth``) whose storage is marked ``ram_style = "block"`` (ECP5 and
+    of LUTs a bit, with :class:`~amaranth.lib.fifo.SyncFIFOBuffered`'s ports (``w_data``,
+    ``w_en``, ``w_rdy``, ``r_data``, ``r_en``, ``r_rdy``, ``level``) and ``depth``.
+
+    A :class:`SyncFIFOBuffered` whose storage is marked ``ram_style = "block"`` (ECP5 and
     iCE40 honour the mark; Yosys's Cyclone V flow goes by the depth) and
-    ``no_rw_check``. Behaviour and cycles are :class:`SyncFIFOBuffered`'s."""
-    return _MarkedFIFO(width=width, depth=max(depth, BLOCK_FIFO_DEPTH),
-                       attrs={"ram_style": "block", "no_rw_check": 1})
+    ``no_rw_check``, then an output register, so that a consumer's logic starts at a
+    flip-flop and not at a block RAM's slow read (on ECP5 the unregistered read cost
+    the epilogue feeder 21 MHz).
+
+    Parameters
+    ----------
+    width : int
+    depth : int
+        At least this many words (:data:`BLOCK_FIFO_DEPTH` or more); a caller that
+        counts room counts to its own depth.
+
+    Latency
+    -------
+    3 cycles from a write to ``r_rdy`` (one more than :class:`SyncFIFOBuffered`).
+
+    Throughput
+    ----------
+    A word a cycle each way.
+    """
+
+    def __init__(self, *, width, depth):
+        self.width, self.depth = width, max(depth, BLOCK_FIFO_DEPTH)
+        self.w_data, self.w_en, self.w_rdy = Signal(width), Signal(), Signal()
+        # no reset on the data: `r_rdy` says what it holds
+        self.r_data = Signal(width, reset_less=True)
+        self.r_en, self.r_rdy = Signal(), Signal()
+        self.level = Signal(range(self.depth + 1))
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.fifo = fifo = _MarkedFIFO(width=self.width, depth=self.depth - 1,
+                                               attrs={"ram_style": "block", "no_rw_check": 1})
+        load = ~self.r_rdy | self.r_en
+        m.d.comb += [fifo.w_data.eq(self.w_data), fifo.w_en.eq(self.w_en),
+                     self.w_rdy.eq(fifo.w_rdy), fifo.r_en.eq(load),
+                     self.level.eq(fifo.level + self.r_rdy)]
+        with m.If(load):
+            m.d.sync += [self.r_rdy.eq(fifo.r_rdy), self.r_data.eq(fifo.r_data)]
+        return m
+
+
+def block_ram_fifo(*, width, depth):
+    """A :class:`BlockRAMFIFO` of ``width`` bits and at least ``depth`` words."""
+    return BlockRAMFIFO(width=width, depth=depth)
 
 
 @dataclass(frozen=True)

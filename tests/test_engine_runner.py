@@ -23,6 +23,7 @@ from groupnet_hw.compiler.engine.program import (DESCRIPTOR, FLAG_BITS, OPCODE_C
 from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.engine_registers import ERROR_CAUSES
 from groupnet_hw.hw.engine.dma import ReadDMA, WriteDMA
+from groupnet_hw.hw.engine.prologue import PROLOGUE_ELEMS, PROLOGUE_LEVELS
 from groupnet_hw.hw.engine.runner import RUNNER_STAGES, ConvRunner
 from groupnet_hw.sim.engine_model import _Memory, read_program, run_descriptor
 from test_engine_dma import AvalonDRAM
@@ -63,7 +64,15 @@ def runnable(d, arrays=None):
                                    | FLAG_BITS["side_first"] | FLAG_BITS["levels_out"]
                                    | FLAG_BITS["levels_only"])
             and d["jobs"] <= arrays
-            and (not mixing or (d["jobs"] == arrays and d["aux_outputs"] <= 1)))
+            and (not mixing or (d["jobs"] == arrays and d["aux_outputs"] <= 1))
+            and (not d["stages"] & STAGE_BITS["prologue_threshold"] or prologue_runnable(d)))
+
+
+def prologue_runnable(d):
+    """A prologue the runner's unit applies (``ConvRunner._prologue_ok``): 8-, 16- or
+    32-bit elements, a multiple of 8 channels, 4-byte thresholds."""
+    return (d["in_fmt"] == 2 and d["in_elem"] in PROLOGUE_ELEMS and d["in_c"] % 8 == 0
+            and d["const_bytes"] == 4 and d["in_levels"] in PROLOGUE_LEVELS)
 
 
 def program_steps(g, config=None, frames=1):
@@ -177,6 +186,9 @@ def test_each_descriptor_runs_dram_to_dram_as_the_model_runs_it(name):
         assert any(d["stride"] == 2 for d in ran) and any(d["in_c"] % 16 for d in ran)
     if name == "bpac-dilations":
         assert any(d["dilation"] == 2 for d in ran) and all(d["jobs"] == 1 for d in ran)
+        # the stem's 16 channels of 16-bit fixed point, thresholded as the rows arrive
+        assert any(d["stages"] & STAGE_BITS["prologue_threshold"] and d["in_elem"] == 16
+                   for d in ran)
 
 
 #: a block's second convolutions with their residual add (BPAC: a base a descriptor):
@@ -266,7 +278,10 @@ def test_what_it_cannot_run_is_refused_before_any_transfer():
     thresholding = {**descs[i], "stages": descs[i]["stages"] | STAGE_BITS["prologue_threshold"]}
     too_many = {**descs[i], "jobs": CONFIG.arrays + 1}
     streaming = {**descs[i], "flags": descs[i]["flags"] | FLAG_BITS["weight_stream"]}
-    for d in (thresholding, too_many, streaming):
+    # the stem's 12 channels: a prologue of groups of 8 channels cannot take them
+    odd = next(d for d in descs if d["stages"] & STAGE_BITS["prologue_threshold"])
+    assert odd["in_c"] == 12
+    for d in (thresholding, too_many, streaming, odd):
         got, result = run_runner(program, d, before, max_size=16, max_words=4,
                                  max_out_folds=4, ring_words=256)
         assert result == ("error", ERROR_CAUSES["unsupported"])

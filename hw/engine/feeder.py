@@ -72,7 +72,7 @@ class EpilogueFeeder(wiring.Component):
     ----------
     latency : int
         Cycles from a fold's sums being taken to its first beat on ``o``: the held
-        fold, the constants' read, the FIFO's write and output registers.
+        fold, the constants' read, the FIFO's write, read and output registers.
 
     Latency
     -------
@@ -84,7 +84,7 @@ class EpilogueFeeder(wiring.Component):
     in a one-fold register, so the arrays stall only when their folds come faster.
     """
 
-    latency = 4
+    latency = 5
 
     def __init__(self, *, arrays, pe, sum_width, lanes=None, const_width=32, value_width=32,
                  max_levels=1, max_out_folds=32):

@@ -26,10 +26,11 @@ from ..fifo import block_ram_fifo
 
 __all__ = ["WindowGather", "gather_settings"]
 
-#: Window words the gatherer may have read ahead of its consumer (its FIFO's depth): two
-#: reads in flight and the FIFO's two cycles need five for a word a cycle, and one more
-#: because whether a read may issue is counted a cycle ahead.
-AHEAD = 6
+#: Window words the gatherer may have read ahead of its consumer: two reads in flight
+#: and the FIFO's three cycles (:class:`~groupnet_hw.hw.fifo.BlockRAMFIFO`) need six for
+#: a word a cycle, and one more because whether a read may issue is counted a cycle
+#: ahead.
+AHEAD = 7
 
 
 def gather_settings(simd, max_size, max_words, max_kernel, ring_words):
@@ -100,9 +101,9 @@ class WindowGather(wiring.Component):
 
     Latency
     -------
-    :attr:`latency` = 6 cycles from a tile's acceptance to its first word on ``window``
-    (the rows' check, the counters, the address stage, the read, the FIFO's write and
-    output registers).
+    :attr:`latency` = 7 cycles from a tile's acceptance to its first word on ``window``
+    (the rows' check, the counters, the address stage, the read, the FIFO's write,
+    read and output registers).
 
     Throughput
     ----------
@@ -111,7 +112,7 @@ class WindowGather(wiring.Component):
     ahead, counted from registers.
     """
 
-    latency = 6
+    latency = 7
 
     def __init__(self, *, arrays, simd, planes=1, ring_rows=4, ring_words=4096,
                  max_size=256, max_words=16, max_kernel=7):

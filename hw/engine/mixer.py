@@ -85,7 +85,7 @@ class MixerLanes(wiring.Component):
     aggregate of the next group is computed while this one's gates are.
     """
 
-    latency = 12
+    latency = 13
 
     def __init__(self, *, lanes, value_width=32, coef_width=16, max_jobs=8):
         for name, value in (("lanes", lanes), ("value_width", value_width),

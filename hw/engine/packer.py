@@ -34,8 +34,8 @@ __all__ = ["OutputPacker", "packer_settings", "packed_word_layout", "checked_bea
 #: element widths of the DRAM formats (section 12): bits, levels, fixed containers
 ELEMS = (1, 2, 4, 8, 16, 24, 32)
 #: bus words the output FIFO holds; the control stage issues a word only with room
-#: for it, counted from registers. A credit comes back about six cycles after its
-#: word was issued (shift, data, the FIFO's two registers, the count), so eight keep
+#: for it, counted from registers. A credit comes back about seven cycles after its
+#: word was issued (shift, data, the FIFO's three registers, the count), so eight keep
 #: a word a cycle going out.
 _FIFO_DEPTH = 8
 #: beats the queue between the front and the control stage holds
@@ -130,7 +130,7 @@ class OutputPacker(wiring.Component):
 
     Latency
     -------
-    :attr:`latency` = 7 cycles from a beat that completes a word to the word on ``o``.
+    :attr:`latency` = 8 cycles from a beat that completes a word to the word on ``o``.
 
     Throughput
     ----------
@@ -139,7 +139,7 @@ class OutputPacker(wiring.Component):
     completes, and a row's end a cycle per word still to go out.
     """
 
-    latency = 7
+    latency = 8
 
     def __init__(self, *, arrays, pe, lanes, value_width=32, data_width=128, elems=ELEMS,
                  max_size=256, max_channels=1024, max_out_folds=64, max_beats=1024):

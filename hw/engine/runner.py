@@ -2,12 +2,14 @@
 DRAM to DRAM, on the units of docs/architecture.md section 15.
 
 A descriptor comes in whole (its 128 bytes, the program format's fields:
-:func:`descriptor_fields`); the runner reads its job table, then each job's post-op and
+:func:`descriptor_fields`); the runner reads its job table, then each job's prologue
+thresholds into the :class:`~.prologue.PrologueThreshold`, its post-op and
 threshold sections into the feeder's constant buffers (through the
 :class:`~.constants.ConstantLoader`; a level output's thresholds into the level lanes',
 a mixer's coefficients into registers), each job's binary weights into the fold issuer,
 then the input maps row by row into the gatherer's ring (through the
-:class:`~.loader.RowLoader`), while the layer datapath computes and the
+:class:`~.loader.RowLoader`; a fixed-point map through the prologue first, which hands
+the loader the rows of its levels), while the layer datapath computes and the
 :class:`~.packer.OutputPacker` and :class:`~.writer.RowWriter` write each job's output
 map. It reads through one read DMA's ``cmd`` and words and writes through one write
 DMA's, so every address it makes is checked against the host's window by the DMAs.
@@ -21,12 +23,14 @@ This first runner executes the transfers one after another: a read command is is
 once the previous one's words are all taken, and the constants and weights are loaded
 before the first row. What it runs: a CONV of binary weights and one channel group,
 with any of the post-op, residual add, ReLU and threshold stages, binary or 2-/4-bit
-level inputs, every output format of the packer, at most ``arrays`` jobs and weights
+level inputs or a prologue threshold of a fixed-point map (8-, 16- or 32-bit elements,
+a multiple of 8 channels, 4-byte thresholds, levels of the ring's bits), every output
+format of the packer, at most ``arrays`` jobs and weights
 that fit one half of the fold issuer; and a block's mixer on chip (every array a base:
 its K gated outputs or its aggregate alone, and with fusion rule 7 one level output
 each, through the :class:`~.mixer.MixerLanes`, the :class:`~.levels.LevelLanes` and a
-second packer). Anything else (a prologue threshold, two level outputs an output, a
-fused max pool, weight streaming, integer weights) is refused with ``error`` and the
+second packer). Anything else (a prologue of other maps, two level outputs an output,
+a fused max pool, weight streaming, integer weights) is refused with ``error`` and the
 cause ``unsupported`` before any transfer.
 """
 
@@ -49,14 +53,16 @@ from .levels import LevelLanes
 from .loader import RowLoader
 from .mixer import MixerLanes
 from .packer import ELEMS, OutputPacker
+from .prologue import PROLOGUE_ELEMS, PROLOGUE_LEVELS, PrologueThreshold
 from .unpacker import InputUnpacker
 from .writer import RowWriter
 
 __all__ = ["ConvRunner", "descriptor_fields", "RUNNER_STAGES"]
 
 #: the stages the runner executes (STAGE_BITS)
-RUNNER_STAGES = (STAGE_BITS["postop"] | STAGE_BITS["add"] | STAGE_BITS["relu"]
-                 | STAGE_BITS["threshold"] | STAGE_BITS["mixer"] | STAGE_BITS["gated"])
+RUNNER_STAGES = (STAGE_BITS["prologue_threshold"] | STAGE_BITS["postop"] | STAGE_BITS["add"]
+                 | STAGE_BITS["relu"] | STAGE_BITS["threshold"] | STAGE_BITS["mixer"]
+                 | STAGE_BITS["gated"])
 #: the flags it executes: all jobs reading one input (or one side input) is a job table
 #: whose entries share an address, read once a job; the add's order is the sum's
 _RUNNER_FLAGS = (FLAG_BITS["shared_input"] | FLAG_BITS["shared_side"] | FLAG_BITS["side_first"]
@@ -178,6 +184,12 @@ class ConvRunner(wiring.Component):
         self.unpacker = InputUnpacker(arrays=arrays, pe=pe, lanes=lanes, value_width=value_width,
                                       data_width=data_width, max_size=max_size,
                                       max_channels=max_channels, max_out_folds=max_out_folds)
+        # a prologue's levels are the ring's: a bit plane a level bit
+        self.prologue_levels = max(L for L, b in PROLOGUE_LEVELS.items() if b <= planes)
+        self.prologue = PrologueThreshold(arrays=arrays, data_width=data_width,
+                                          max_size=max_size, max_channels=max_words * simd,
+                                          max_levels=self.prologue_levels) \
+            if data_width in (128, 256) else None
         self.chunk = chunk
         self.arrays, self.pe, self.simd, self.planes, self.lanes = arrays, pe, simd, planes, lanes
         self.data_width, self.addr_width = data_width, addr_width
@@ -215,7 +227,8 @@ class ConvRunner(wiring.Component):
             fits(d.pitch * self.ring_rows, self.ring_words), d.span < self.ring_rows,
             fits(d.out_levels, self.max_levels),
             (d.const_bytes == 4) | (d.const_bytes == 8),
-            _elem_ok(d.in_fmt, d.in_elem, [1] + [b for b in (2, 4) if b <= self.planes]),
+            Mux(d.stages & STAGE_BITS["prologue_threshold"] != 0, self._prologue_ok(d),
+                _elem_ok(d.in_fmt, d.in_elem, [1] + [b for b in (2, 4) if b <= self.planes])),
             _elem_ok(d.out_fmt, d.out_elem, ELEMS),
             # a block's mixer on chip: its K gated outputs, every array a base (the
             # mixer takes a part's beats of every array as one group)
@@ -236,6 +249,23 @@ class ConvRunner(wiring.Component):
             ok = ok & c
         return ok
 
+    def _prologue_ok(self, d):
+        """Whether the prologue unit thresholds ``d``'s input: a fixed-point map of 8-,
+        16- or 32-bit elements and a multiple of 8 channels that the ring holds, 4-byte
+        thresholds, and levels of as many bits as the ring's planes take (one level: a
+        binary convolution)."""
+        if self.prologue is None:
+            return Const(0)
+        levels = Const(0)
+        for L in PROLOGUE_LEVELS:
+            if L <= self.prologue_levels:
+                levels = levels | ((d.in_levels == L) & ((d.act_bits == 0) == (L == 1)))
+        elems = Const(0)
+        for e in PROLOGUE_ELEMS:
+            elems = elems | (d.in_elem == e)
+        return ((d.in_fmt == _FIXED_FORMAT) & elems & levels & (d.const_bytes == 4)
+                & (d.in_c[:3] == 0) & (d.in_c <= self.prologue.max_channels))
+
     def weight_words_of(self, d):
         """A job's weight words, ``out_folds x in_folds``, of the fields cut to their
         bounds (so the product is of a few bits; a field past its bound fails the
@@ -250,6 +280,9 @@ class ConvRunner(wiring.Component):
         m.submodules.writer, m.submodules.unpacker = self.writer, self.unpacker
         m.submodules.mixer, m.submodules.levels = self.mixer, self.levels
         m.submodules.level_packer = self.level_packer
+        pro = self.prologue
+        if pro is not None:
+            m.submodules.prologue = pro
         layer, loader, consts = self.layer, self.loader, self.constants
         unpacker, mixer, levels, lpacker = self.unpacker, self.mixer, self.levels, self.level_packer
         packer, writer = self.packer, self.writer
@@ -330,10 +363,25 @@ class ConvRunner(wiring.Component):
                      g.padding.eq(d.padding), g.out_w.eq(d.out_w), g.pitch.eq(d.pitch),
                      g.x_step.eq(d.x_step), g.dx_words.eq(d.dx_words),
                      g.pad_words.eq(d.pad_words), g.pad_ones.eq(binary_in), g.span.eq(d.span)]
+        # a prologue hands the loader rows of levels: their element bits, pixel bytes
+        # and bus words a row (the row's product registered), not the fixed map's
+        has_pro = d.stages & STAGE_BITS["prologue_threshold"] != 0
+        level_bits = Mux(d.in_levels == 1, 1, Mux(d.in_levels == 3, 2, 4))
+        level_pixel = Mux(d.in_levels == 1, d.in_c >> 3, Mux(d.in_levels == 3, d.in_c >> 2,
+                                                               d.in_c >> 1))
+        level_row = Signal(32)
+        m.d.sync += level_row.eq(d.in_w * level_pixel[:bits_of(self.max_words * simd)])
         ls = loader.settings
-        m.d.comb += [ls.width.eq(d.in_w), ls.pixel_bytes.eq(d.pixel_bytes),
-                     ls.words.eq(d.words), ls.row_beats.eq(d.in_pitch >> log_db),
-                     ls.elem_bits.eq(in_elem)]
+        m.d.comb += [ls.width.eq(d.in_w),
+                     ls.pixel_bytes.eq(Mux(has_pro, level_pixel, d.pixel_bytes)),
+                     ls.words.eq(d.words),
+                     ls.row_beats.eq(Mux(has_pro, (level_row + db - 1) >> log_db,
+                                         d.in_pitch >> log_db)),
+                     ls.elem_bits.eq(Mux(has_pro, level_bits, in_elem))]
+        if pro is not None:
+            m.d.comb += [pro.settings.elem_bits.eq(d.in_elem), pro.settings.channels.eq(d.in_c),
+                         pro.settings.levels.eq(d.in_levels), pro.settings.width.eq(d.in_w),
+                         pro.settings.row_beats.eq(d.in_pitch >> log_db)]
         es = layer.epilogue_settings
         m.d.comb += [es.postop.eq(d.stages & STAGE_BITS["postop"] != 0),
                      es.add.eq(d.stages & STAGE_BITS["add"] != 0),
@@ -379,20 +427,22 @@ class ConvRunner(wiring.Component):
         level_param = [Signal(self.addr_width, name=f"level_param{k}") for k in range(arrays)]
         m.d.comb += writer.bases.eq(out_addr)
 
-        # -- a parameter block's sections, from the descriptor (weights first: no
-        # prologue threshold), each at a bus word --
+        # -- a parameter block's sections, from the descriptor, each at a bus word --
         def round_up(n):
             return (n + db - 1) & ~Const(db - 1, len(n) + 1)
         wide = d.const_bytes == 8
         postop_bytes = Mux(wide, (d.out_c + 1) << 4, (d.out_c + 1) << 3)
 
-        def threshold_bytes(levels, name):
-            """A threshold section's bytes: ``out_c x levels`` constants (their product
-            registered), then the invert bits."""
+        def threshold_bytes(channels, levels, max_levels, name):
+            """A threshold section's bytes: ``channels x levels`` constants (their
+            product registered), then the invert bits."""
             consts = Signal(32, name=name)
-            m.d.sync += consts.eq(d.out_c * levels[:bits_of(self.max_levels)])
-            return Mux(wide, consts << 3, consts << 2) + ((d.out_c + 7) >> 3)
-        thr_bytes = threshold_bytes(d.out_levels, "thr_consts")
+            m.d.sync += consts.eq(channels * levels[:bits_of(max_levels)])
+            return Mux(wide, consts << 3, consts << 2) + ((channels + 7) >> 3)
+        thr_bytes = threshold_bytes(d.out_c, d.out_levels, self.max_levels, "thr_consts")
+        # the prologue's thresholds come first, then the weights
+        pro_bytes = threshold_bytes(d.in_c, d.in_levels, self.prologue_levels, "pro_consts")
+        weights_at = Signal(self.addr_width)
         postop_at = Signal(self.addr_width)
         thr_at = Signal(self.addr_width)
         mix_at = Signal(self.addr_width)
@@ -400,12 +450,13 @@ class ConvRunner(wiring.Component):
         has_thr = d.stages & STAGE_BITS["threshold"] != 0
         has_side = d.stages & STAGE_BITS["add"] != 0
         # the weights are whole weight words, so whole bus words: the post-op follows
-        m.d.sync += [postop_at.eq(d.weight_tile_bytes),
+        m.d.sync += [weights_at.eq(Mux(has_pro, round_up(pro_bytes), 0)),
+                     postop_at.eq(weights_at + d.weight_tile_bytes),
                      thr_at.eq(postop_at + Mux(has_postop, round_up(postop_bytes), 0)),
                      mix_at.eq(thr_at + Mux(has_thr, round_up(thr_bytes), 0))]
         # a level output's block: its thresholds (aux_levels a channel), then the
         # invert bits
-        level_bytes = threshold_bytes(d.aux_levels, "level_consts")
+        level_bytes = threshold_bytes(d.out_c, d.aux_levels, self.max_levels, "level_consts")
         # the mixer section (lambda_frac, gate_frac, this base's lambda and gate): four
         # constants of 4 or 8 bytes, one or two bus words, written where they lie
         mix_raw = Signal(max(256, dw))
@@ -425,6 +476,7 @@ class ConvRunner(wiring.Component):
         rd_busy = Signal()
         to_consts, to_weights, to_loader, to_table = Signal(), Signal(), Signal(), Signal()
         to_side = Signal()
+        to_pro = Signal()                 # a prologue's thresholds
         # the side maps: a FIFO a job in front of the unpacker, which takes the jobs'
         # words in turn; a job's row is read a chunk at a time, job after job, each
         # chunk only into room for it, so that no read waits on another job's words
@@ -445,15 +497,26 @@ class ConvRunner(wiring.Component):
         w_addr = Signal(range(self.max_weight_words + 1))
         job = Signal(range(arrays + 1))
         word_done = part == weight_words - 1
+        # rows go to the loader, or through the prologue (as its thresholds do) and
+        # then to the loader
+        rd_words = self.rd.valid & rd_busy & (left != 0)
+        pro_in = to_pro | (to_loader & has_pro)
+        pro_ready = Const(0)
+        if pro is not None:
+            pro_ready = pro.i.ready
+            m.d.comb += [pro.i.valid.eq(rd_words & pro_in), pro.i.payload.eq(self.rd.payload),
+                         pro.o.ready.eq(has_pro & loader.data.ready)]
         m.d.comb += [
             self.rd.ready.eq(rd_busy & (left != 0) & (
                 to_table | to_side | to_mix | (to_consts & consts.data.ready)
-                | (to_loader & loader.data.ready)
+                | (to_loader & ~has_pro & loader.data.ready) | (pro_in & pro_ready)
                 | (to_weights & (~word_done | layer.weights.ready)))),
-            consts.data.valid.eq(self.rd.valid & rd_busy & (left != 0) & to_consts),
+            consts.data.valid.eq(rd_words & to_consts),
             consts.data.payload.eq(self.rd.payload),
-            loader.data.valid.eq(self.rd.valid & rd_busy & (left != 0) & to_loader),
-            loader.data.payload.eq(self.rd.payload),
+            loader.data.valid.eq(Mux(has_pro, pro.o.valid if pro is not None else 0,
+                                     rd_words & to_loader)),
+            loader.data.payload.eq(Mux(has_pro, pro.o.payload if pro is not None else 0,
+                                       self.rd.payload)),
         ]
         # a weight word: `weight_words` bus words, the last completing it
         wv = layer.weights
@@ -543,8 +606,25 @@ class ConvRunner(wiring.Component):
                     # the jobs' output addresses are known now
                     m.d.comb += writer.start.eq(1)
                     m.d.sync += [rd_busy.eq(0), to_table.eq(0), to_consts.eq(1)]
+                    m.next = "PRO"
+            # each job's prologue thresholds: the prologue unit takes a load, then the words
+            with m.State("PRO"):
+                with m.If(~has_pro):
                     m.next = "POSTOP"
-            # each job's sections: the constant loader takes its command, then its words
+                with m.Elif(~rd_busy):
+                    if pro is not None:
+                        m.d.comb += [pro.cmd.valid.eq(1), pro.cmd.payload.load.eq(1),
+                                     pro.cmd.payload.job.eq(job)]
+                        with m.If(pro.cmd.ready):
+                            m.d.sync += [to_pro.eq(1), to_consts.eq(0)]
+                            m.next = "PRO_READ"
+                with m.Elif(left == 0):
+                    m.d.sync += [rd_busy.eq(0), to_pro.eq(0), to_consts.eq(1)]
+                    m.next = "POSTOP"
+            with m.State("PRO_READ"):
+                read(_pick(job, param_addr), round_up(pro_bytes))
+                with m.If(self.rd_cmd.ready):
+                    m.next = "PRO"
             # each job's sections: the constant loader takes its command, then its words
             # (a level output's thresholds go to the level lanes: `to_levels`, switched
             # only while the loader is idle)
@@ -600,12 +680,12 @@ class ConvRunner(wiring.Component):
                     m.next = "WEIGHTS"
                 with m.Else():
                     m.d.sync += job.eq(job + 1)
-                    m.next = "POSTOP"
+                    m.next = "PRO"
             with m.State("WEIGHTS"):
                 with m.If(~rd_busy):
                     address = _pick(job, param_addr)
                     m.d.sync += w_addr.eq(0)
-                    read(address, d.weight_tile_bytes)
+                    read(address + weights_at, d.weight_tile_bytes)
                 with m.Elif(left == 0):
                     m.d.sync += rd_busy.eq(0)
                     with m.If(job == d.jobs - 1):
@@ -646,7 +726,10 @@ class ConvRunner(wiring.Component):
                              r.payload.last.eq(job == d.jobs - 1)]
                 with m.If(r.valid & r.ready):
                     m.d.sync += rd_busy.eq(0)
-                    m.next = "ROW_READ"
+                    with m.If(has_pro):
+                        m.next = "ROW_PRO"
+                    with m.Else():
+                        m.next = "ROW_READ"
                 with m.Elif(words_in & ~row_next & side_wanted):
                     m.d.sync += [rd_busy.eq(0), to_loader.eq(0), to_side.eq(1), s_job.eq(0),
                                  s_offset.eq(0), s_left.eq(d.side_pitch >> log_db)]
@@ -675,6 +758,13 @@ class ConvRunner(wiring.Component):
                     m.d.sync += [rd_busy.eq(0), to_side.eq(0), to_loader.eq(1),
                                  oy_side.eq(oy_side + 1), need.eq(need + d.stride)]
                     m.next = "ROW"
+            with m.State("ROW_PRO"):
+                # the row's job to the prologue, then its read
+                if pro is not None:
+                    m.d.comb += [pro.cmd.valid.eq(1), pro.cmd.payload.load.eq(0),
+                                 pro.cmd.payload.job.eq(job)]
+                    with m.If(pro.cmd.ready):
+                        m.next = "ROW_READ"
             with m.State("ROW_READ"):
                 address = _pick(job, row_addr)
                 read(address, d.in_pitch)
@@ -689,7 +779,8 @@ class ConvRunner(wiring.Component):
                     m.next = "ROW"
             with m.State("DRAIN"):
                 with m.If((rows_out == rows_expected) & loader.idle & layer.idle & packer.idle
-                          & writer.idle & unpacker.idle):
+                          & writer.idle & unpacker.idle
+                          & (pro.idle if pro is not None else 1)):
                     m.d.comb += self.done.eq(1)
                     m.d.sync += unpacker.active.eq(0)
                     m.next = "IDLE"

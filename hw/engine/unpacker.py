@@ -29,7 +29,7 @@ __all__ = ["InputUnpacker", "unpacker_settings"]
 #: beats the queue between the front and the control stage holds
 _OPS_DEPTH = 6
 #: beats the output FIFO holds: a beat is issued only with room for it, and its credit
-#: comes back about six cycles later (shift, data, values, the FIFO's two registers)
+#: comes back about seven cycles later (shift, data, values, the FIFO's three registers)
 _OUT_DEPTH = 8
 
 
