@@ -1,6 +1,8 @@
-"""Synthesize the intended engine's units (``hw/engine/loader.py``, ``gather.py``, ``folds.py``,
-``arrays.py``, ``feeder.py``, ``epilogue.py``, ``mixer.py``, ``packer.py``, ``writer.py``, ``constants.py``, ``levels.py``, ``unpacker.py``) and the layer datapath they make
-(``layer.py``) at a few sizes each.
+"""Synthesize the intended engine's units (``hw/engine/loader.py``, ``gather.py``,
+``folds.py``, ``arrays.py``, ``feeder.py``, ``epilogue.py``, ``mixer.py``, ``packer.py``,
+``writer.py``, ``constants.py``, ``levels.py``, ``unpacker.py``, ``prologue.py``), the
+layer datapath they make (``layer.py``) and the engine of the units (``unit_engine.py``)
+at a few sizes each.
 
 What each unit costs and how fast it runs, before the rest of the engine is built around
 it: Yosys's Cyclone V counts (the dataflow back end's flow,
@@ -125,6 +127,9 @@ SIZES = {
                                              max_kernel=3, max_weight_words=72,
                                              max_out_folds=32),
                        ("cyclonev",), "layer datapath of the intended engine"),
+    "prologue-intended": ("PrologueThreshold", dict(arrays=5, data_width=128, max_size=64,
+                                                    max_channels=512, max_levels=1),
+                          ("cyclonev", "ecp5"), "prologue threshold of the intended ring"),
     "unit-engine-one": ("UnitEngine", dict(data_width=128, max_burst=16, arrays=1, pe=16,
                                            simd=48, lanes=8, ring_rows=4, ring_words=512,
                                            max_size=64, max_words=11, max_kernel=3,
@@ -148,7 +153,8 @@ MODULES = {"RowLoader": "loader", "WindowGather": "gather", "FoldIssuer": "folds
            "BaseArrays": "arrays", "EpilogueFeeder": "feeder", "EpilogueLanes": "epilogue",
            "MixerLanes": "mixer", "LayerDatapath": "layer", "OutputPacker": "packer",
            "RowWriter": "writer", "ConstantLoader": "constants",
-           "LevelLanes": "levels", "InputUnpacker": "unpacker", "UnitEngine": "unit_engine"}
+           "LevelLanes": "levels", "InputUnpacker": "unpacker", "UnitEngine": "unit_engine",
+           "PrologueThreshold": "prologue"}
 
 
 def verilog_of(name):
@@ -205,6 +211,9 @@ def shape_text(unit, p):
     if unit == "InputUnpacker":
         return (f"{p['arrays']} jobs' {p['data_width']}-bit bus words into beats of "
                 f"{p['lanes']} lanes, 1- to 32-bit elements")
+    if unit == "PrologueThreshold":
+        return (f"{p['data_width']}-bit bus words of 8- to 32-bit elements into levels, "
+                f"{p['arrays']} jobs' thresholds of up to {p['max_channels']} channels")
     if unit == "OutputPacker":
         return (f"{p['arrays']} jobs' beats of {p['lanes']} lanes into {p['data_width']}-bit "
                 f"bus words, 1- to 32-bit elements")
