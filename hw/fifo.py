@@ -32,10 +32,11 @@ class _MarkedFIFO(SyncFIFOBuffered):
         return m
 
 
-#: The shallowest :func:`block_ram_fifo`: Yosys puts a memory in a Cyclone V M10K only
-#: at 5 % of its bits or more (``bram_m10k.txt``'s ``min efficiency 5``), 13 words of
-#: its 256 x 40 mode; a 16-word FIFO keeps 14 in its memory.
-BLOCK_FIFO_DEPTH = 16
+#: The shallowest :func:`block_ram_fifo`: Yosys puts a memory in Cyclone V M10Ks only
+#: at 5 % of their bits or more (``bram_m10k.txt``'s ``min efficiency 5``), 13 words
+#: of the 256 x 40 mode for a word of whole 40-bit slices, twice that for a word that
+#: fills half its last; a 32-word FIFO keeps 30 in its memory.
+BLOCK_FIFO_DEPTH = 32
 
 
 class BlockRAMFIFO(Elaboratable):

@@ -64,7 +64,9 @@ def runnable(d, arrays=None):
                                    | FLAG_BITS["side_first"] | FLAG_BITS["levels_out"]
                                    | FLAG_BITS["levels_only"])
             and d["jobs"] <= arrays
-            and (not mixing or (d["jobs"] == arrays and d["aux_outputs"] <= 1))
+            and (not mixing or (d["jobs"] == arrays and (
+                d["aux_outputs"] <= 1
+                or (d["aux_outputs"] == 2 and d["flags"] & FLAG_BITS["levels_only"]))))
             and (not d["stages"] & STAGE_BITS["prologue_threshold"] or prologue_runnable(d)))
 
 
@@ -252,16 +254,19 @@ def test_block_mixers_of_three_bases_write_gated_maps_and_levels():
 
 
 def test_a_one_by_one_downsample_convolution():
-    """The conv shortcut's 1x1 stride-2 binary convolution; the mixer before it, whose
-    outputs two readers threshold differently (two level outputs an output), is
-    refused."""
+    """The conv shortcut's 1x1 stride-2 binary convolution, and the mixer before it,
+    whose outputs two readers threshold differently: two level outputs an output and no
+    wide map (the second through the second level lanes and the main packer). Two level
+    outputs beside a wide map are refused."""
     g = compile_model(random_model(7, image_size=8, stem_channels=16,
                                    stages=[[16, 2, 1], [24, 1, 2]], bases=2, shortcut="conv"))
     ran = run_steps(g, RESIDUAL_CONFIG)
     assert any(d["kernel"] == 1 and d["stride"] == 2 for d in ran)
+    assert any(d["aux_outputs"] == 2 and d["flags"] & FLAG_BITS["levels_only"] for d in ran)
     program, descs, steps = program_steps(g, RESIDUAL_CONFIG)
     two = next(d for d in descs if d["aux_outputs"] == 2)
-    got, result = run_runner(program, two, steps[0][1], max_size=16, max_words=4,
+    wide_too = {**two, "flags": two["flags"] & ~FLAG_BITS["levels_only"]}
+    got, result = run_runner(program, wide_too, steps[0][1], max_size=16, max_words=4,
                              max_out_folds=4, ring_rows=8, ring_words=256)
     assert result == ("error", ERROR_CAUSES["unsupported"]) and got == steps[0][1]
 

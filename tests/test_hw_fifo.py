@@ -224,10 +224,30 @@ def _fifo_verilog(fifo):
                                                     fifo.level])
 
 
-def test_block_ram_fifo_is_a_marked_fifo_of_at_least_sixteen_words():
+def test_block_ram_fifo_is_a_marked_fifo_of_at_least_thirty_two_words():
     from groupnet_hw.hw.fifo import BLOCK_FIFO_DEPTH, block_ram_fifo
-    assert block_ram_fifo(width=256, depth=4).depth == BLOCK_FIFO_DEPTH == 16
+    assert block_ram_fifo(width=256, depth=4).depth == BLOCK_FIFO_DEPTH == 32
     assert block_ram_fifo(width=8, depth=40).depth == 40
+    # a word a cycle both ways, and the level counts the output register's word
+    fifo = block_ram_fifo(width=8, depth=4)
+    seen = []
+    sim = Simulator(fifo)
+    sim.add_clock(1e-8)
+
+    async def steady(ctx):
+        for t in range(20):
+            ctx.set(fifo.w_en, 1)
+            ctx.set(fifo.w_data, t)
+            ctx.set(fifo.r_en, 1)
+            if ctx.get(fifo.r_rdy):
+                seen.append((t, ctx.get(fifo.r_data), ctx.get(fifo.level)))
+            await ctx.tick()
+
+    sim.add_testbench(steady)
+    sim.run()
+    # the first word three cycles after its write, then one a cycle
+    assert [t for t, _, _ in seen] == list(range(3, 20))
+    assert [w for _, w, _ in seen] == list(range(17))
     text = _fifo_verilog(block_ram_fifo(width=256, depth=4))
     assert text.count('ram_style = "block"') == text.count("no_rw_check") == 1
     # words out in order under random stalls on both sides

@@ -148,11 +148,15 @@ class EpilogueFeeder(wiring.Component):
             m.d.sync += [held.eq(self.sums.payload), full.eq(1)]
 
         # a beat goes out when the side element is there (if the stage reads one) and
-        # the FIFO has room for it and the read in flight
+        # the FIFO has room for it and the read in flight (a beat a cycle needs room for
+        # the FIFO's three cycles and the read)
+        # (counted a cycle ahead: the FIFO's level into the reads' enables was the late
+        # path on ECP5)
         in_flight = Signal()
         needs_side = self.settings.add
-        room = fifo.level + in_flight < 4
+        room = Signal()
         go = full & room & (self.side.valid | ~needs_side)
+        m.d.sync += room.eq(fifo.level + in_flight + go < fifo.depth - 1)
         m.d.comb += self.side.ready.eq(full & room & needs_side)
         shift = (parts - 1).bit_length()            # parts is a power of two
         for _, rp in ports.values():

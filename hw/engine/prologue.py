@@ -86,8 +86,8 @@ class PrologueThreshold(wiring.Component):
 
     Latency
     -------
-    5 cycles from the bus word that completes a group to the output word it completes
-    (the buffer, the reads, the levels, the FIFO's write and output registers).
+    7 cycles from the bus word that completes a group to the output word it completes
+    (the buffer, the reads, the thresholds, the levels, the FIFO's three registers).
 
     Throughput
     ----------
@@ -178,7 +178,7 @@ class PrologueThreshold(wiring.Component):
         groups_done = Signal()                           # the row's groups all issued
         out_level = Signal(range(_OUT_DEPTH + 1))
         m.submodules.out = out = block_ram_fifo(width=dw, depth=_OUT_DEPTH)
-        in_flight = Signal(2)                            # groups in the two stages
+        in_flight = Signal(2)                            # groups in the three stages
         room = Signal()
         m.d.comb += out_level.eq(out.level)
         issue = Signal()
@@ -202,41 +202,55 @@ class PrologueThreshold(wiring.Component):
                 m.d.sync += s1_x[j].eq(Mux(is_elem[8], group[8][j],
                                            Mux(is_elem[16], group[16][j], group[32][j])))
 
-        # stage 2: the levels, each lane's count of thresholds met, inverted per channel
+        # stage 2: each lane's thresholds picked from the read words (the memories'
+        # read into the comparisons in one stage was the late path on ECP5) and its
+        # channel's invert bit, the elements passed on
         s2_valid, s2_last = Signal(), Signal()
-        s2_levels = Signal(data.ArrayLayout(unsigned(4), GROUP))
+        s2_x = Signal.like(s1_x)
+        s2_t = [[Signal(signed(_T_BITS), name=f"t{j}_{l}") for l in range(maxl)]
+                for j in range(GROUP)]
+        s2_inv = Signal(8)
         inv_byte = Signal(8)
         with m.Switch(s1_byte):
             for b in range(db):
                 with m.Case(b):
                     m.d.comb += inv_byte.eq(inv_rp.data[8 * b:8 * b + 8])
         consts = Cat(*(rp.data for rp in t_rps))
-        m.d.sync += [s2_valid.eq(s1_valid), s2_last.eq(s1_last)]
+        m.d.sync += [s2_valid.eq(s1_valid), s2_last.eq(s1_last), s2_x.eq(s1_x),
+                     s2_inv.eq(inv_byte)]
         for j in range(GROUP):
-            hits = []
             for l in range(maxl):
                 t = 0
                 for L in levels_of:
                     if l < L:
                         at = (j * L + l) * _T_BITS
                         t = Mux(is_level[L], consts[at:at + _T_BITS], t)
+                m.d.sync += s2_t[j][l].eq(t)
+
+        # stage 3: the levels, each lane's count of thresholds met, inverted per channel
+        s3_valid, s3_last = Signal(), Signal()
+        s3_levels = Signal(data.ArrayLayout(unsigned(4), GROUP))
+        m.d.sync += [s3_valid.eq(s2_valid), s3_last.eq(s2_last)]
+        for j in range(GROUP):
+            hits = []
+            for l in range(maxl):
                 used = 0
                 for L in levels_of:
                     if l < L:
                         used = used | is_level[L]
                 hit = Signal(name=f"hit{j}_{l}")
-                m.d.comb += hit.eq(used & ((s1_x[j] >= t.as_signed()) ^ inv_byte[j]))
+                m.d.comb += hit.eq(used & ((s2_x[j] >= s2_t[j][l]) ^ s2_inv[j]))
                 hits.append(hit)
-            m.d.sync += s2_levels[j].eq(sum_tree(hits))
+            m.d.sync += s3_levels[j].eq(sum_tree(hits))
 
-        # stage 3: the group's levels into the output word (group `k` of it), out when
+        # stage 4: the group's levels into the output word (group `k` of it), out when
         # full or at the row's end
         acc = Signal(dw)
         k = Signal(range(dw // GROUP + 1))
         packed = {}
         for L in levels_of:
             b = level_bits[L]
-            packed[L] = Cat(*(s2_levels[j][:b] for j in range(GROUP)))
+            packed[L] = Cat(*(s3_levels[j][:b] for j in range(GROUP)))
         per_word = {L: dw // (GROUP * level_bits[L]) for L in levels_of}
         word = Signal(dw)
         full = Const(0)
@@ -252,13 +266,13 @@ class PrologueThreshold(wiring.Component):
         for flag, placed in parts:
             merged = Mux(flag, placed, merged)
         m.d.comb += [word.eq(merged), out.w_data.eq(word),
-                     out.w_en.eq(s2_valid & (full | s2_last))]
-        with m.If(s2_valid):
-            with m.If(full | s2_last):
+                     out.w_en.eq(s3_valid & (full | s3_last))]
+        with m.If(s3_valid):
+            with m.If(full | s3_last):
                 m.d.sync += [acc.eq(0), k.eq(0)]
             with m.Else():
                 m.d.sync += [acc.eq(word), k.eq(k + 1)]
-        m.d.sync += in_flight.eq(issue + s1_valid)
+        m.d.sync += in_flight.eq(issue + s1_valid + s2_valid)
         m.d.comb += [self.o.payload.eq(out.r_data), self.o.valid.eq(out.r_rdy),
                      out.r_en.eq(self.o.ready)]
 
@@ -317,6 +331,7 @@ class PrologueThreshold(wiring.Component):
                     m.d.sync += beats_left.eq(beats_left - 1)
                 with m.If(groups_done & (beats_left == 0)):
                     m.next = "IDLE"
-        m.d.comb += self.idle.eq(fsm.ongoing("IDLE") & ~s1_valid & ~s2_valid & ~out.r_rdy
+        m.d.comb += self.idle.eq(fsm.ongoing("IDLE") & ~s1_valid & ~s2_valid & ~s3_valid
+                                 & ~out.r_rdy
                                  & (out.level == 0))
         return m

@@ -29,9 +29,11 @@ format of the packer, at most ``arrays`` jobs and weights
 that fit one half of the fold issuer; and a block's mixer on chip (every array a base:
 its K gated outputs or its aggregate alone, and with fusion rule 7 one level output
 each, through the :class:`~.mixer.MixerLanes`, the :class:`~.levels.LevelLanes` and a
-second packer). Anything else (a prologue of other maps, two level outputs an output,
-a fused max pool, weight streaming, integer weights) is refused with ``error`` and the
-cause ``unsupported`` before any transfer.
+second packer; with two level outputs an output and no wide one, the second's
+through a second unit of level lanes and the main packer). Anything else (a prologue
+of other maps, two level outputs beside a wide one, a fused max pool, weight
+streaming, integer weights) is refused with ``error`` and the cause ``unsupported``
+before any transfer.
 """
 
 from __future__ import annotations
@@ -176,6 +178,12 @@ class ConvRunner(wiring.Component):
         self.levels = LevelLanes(lanes=lanes, pe=pe, value_width=value_width,
                                  max_levels=max_levels, max_jobs=arrays,
                                  max_out_folds=max_out_folds)
+        # an output's second level output (two readers threshold it apart, fusion rule
+        # 7): its own lanes, and the main packer, which such a mixer leaves free (it
+        # writes no wide output)
+        self.levels2 = LevelLanes(lanes=lanes, pe=pe, value_width=value_width,
+                                  max_levels=max_levels, max_jobs=arrays,
+                                  max_out_folds=max_out_folds)
         self.level_packer = OutputPacker(arrays=arrays, pe=pe, lanes=lanes,
                                          value_width=self.levels.level_width,
                                          data_width=data_width, elems=_LEVEL_ELEMS,
@@ -235,7 +243,9 @@ class ConvRunner(wiring.Component):
             (d.stages & STAGE_BITS["mixer"] == 0) | (d.jobs == self.arrays),
             (d.stages & STAGE_BITS["gated"] == 0) | (d.stages & STAGE_BITS["mixer"] != 0),
             (d.flags & FLAG_BITS["levels_out"] == 0) | (
-                (d.stages & STAGE_BITS["mixer"] != 0) & (d.aux_outputs == 1)
+                (d.stages & STAGE_BITS["mixer"] != 0)
+                & ((d.aux_outputs == 1) | ((d.aux_outputs == 2)
+                                           & (d.flags & FLAG_BITS["levels_only"] != 0)))
                 & (d.aux_levels != 0) & fits(d.aux_levels, self.max_levels)
                 & _elem_ok(d.aux_fmt, d.aux_elem, _LEVEL_ELEMS)),
             (d.flags & FLAG_BITS["levels_only"] == 0) | (d.flags & FLAG_BITS["levels_out"] != 0),
@@ -279,6 +289,7 @@ class ConvRunner(wiring.Component):
         m.submodules.constants, m.submodules.packer = self.constants, self.packer
         m.submodules.writer, m.submodules.unpacker = self.writer, self.unpacker
         m.submodules.mixer, m.submodules.levels = self.mixer, self.levels
+        m.submodules.levels2 = levels2 = self.levels2
         m.submodules.level_packer = self.level_packer
         pro = self.prologue
         if pro is not None:
@@ -295,15 +306,16 @@ class ConvRunner(wiring.Component):
         d = Signal(descriptor_fields())
         wiring.connect(m, loader.o, layer.rows)
         wiring.connect(m, consts.ab, layer.ab)
-        # thresholds and invert bits go to the feeder, or to the level lanes while a
-        # level output's block is loaded
-        to_levels = Signal()
+        # thresholds and invert bits go to the feeder, or to a level lanes unit while a
+        # level output's block is loaded (`to_levels`: 0 the feeder, 1 and 2 the units)
+        to_levels = Signal(2)
         for name in ("thr", "inv"):
-            src, dst = getattr(consts, name), (getattr(layer, name), getattr(levels, name))
+            src = getattr(consts, name)
+            dst = (getattr(layer, name), getattr(levels, name), getattr(levels2, name))
             for j, sink in enumerate(dst):
-                mine = to_levels if j else ~to_levels
-                m.d.comb += [sink.valid.eq(src.valid & mine), sink.payload.eq(src.payload)]
-            m.d.comb += src.ready.eq(Mux(to_levels, dst[1].ready, dst[0].ready))
+                m.d.comb += [sink.valid.eq(src.valid & (to_levels == j)),
+                             sink.payload.eq(src.payload)]
+            m.d.comb += src.ready.eq(_pick(to_levels, [sink.ready for sink in dst]))
         # the epilogue's beats to the packer, or through the mixer to the packer (its
         # gated outputs) and the level lanes (their levels, to the level packer)
         mixing = d.stages & STAGE_BITS["mixer"] != 0
@@ -317,17 +329,30 @@ class ConvRunner(wiring.Component):
         outputs = Mux(aggregate, 1, jobs_of(d))
         m.d.comb += [mixer.i.payload.eq(layer.o.payload),
                      mixer.i.valid.eq(layer.o.valid & mixing)]
-        # the mixer's outputs to both consumers at once (their `ready`s are registers)
-        main_valid = Mux(mixing, mixer.o.valid & wide_out & (~levels_out | levels.i.ready),
-                         layer.o.valid)
+        # two level outputs an output (levels only): the second's levels take the main
+        # packer
+        two_levels = levels_out & (d.aux_outputs == 2)
+        second = Signal.like(layer.o.payload)
+        for j in range(self.lanes):
+            m.d.comb += second[j].eq(levels2.o.payload[j])
+        # the mixer's outputs to every consumer at once (their `ready`s are registers)
+        main_valid = Mux(two_levels, levels2.o.valid,
+                         Mux(mixing, mixer.o.valid & wide_out & (~levels_out | levels.i.ready),
+                             layer.o.valid))
         main_ready = _spread(m, "main", arrays, aggregate, main_valid,
-                             Mux(mixing, Value.cast(mixer.o.payload),
-                                 Value.cast(layer.o.payload)), packer.i)
+                             Mux(two_levels, Value.cast(second),
+                                 Mux(mixing, Value.cast(mixer.o.payload),
+                                     Value.cast(layer.o.payload))), packer.i)
         m.d.comb += [
             layer.o.ready.eq(Mux(mixing, mixer.i.ready, main_ready)),
             levels.i.payload.eq(mixer.o.payload),
-            levels.i.valid.eq(mixer.o.valid & levels_out & (~wide_out | main_ready)),
-            mixer.o.ready.eq((~wide_out | main_ready) & (~levels_out | levels.i.ready)),
+            levels.i.valid.eq(mixer.o.valid & levels_out & (~wide_out | main_ready)
+                              & (~two_levels | levels2.i.ready)),
+            levels2.i.payload.eq(mixer.o.payload),
+            levels2.i.valid.eq(mixer.o.valid & two_levels & levels.i.ready),
+            levels2.o.ready.eq(two_levels & main_ready),
+            mixer.o.ready.eq((~wide_out | main_ready) & (~levels_out | levels.i.ready)
+                             & (~two_levels | levels2.i.ready)),
         ]
         m.d.comb += levels.o.ready.eq(_spread(m, "levels", arrays, aggregate, levels.o.valid,
                                               levels.o.payload, lpacker.i))
@@ -394,17 +419,20 @@ class ConvRunner(wiring.Component):
                      us.width.eq(d.out_w), us.height.eq(d.out_h), us.out_folds.eq(d.out_folds),
                      us.jobs.eq(d.jobs), us.row_beats.eq(d.side_pitch >> log_db)]
         ps = packer.settings
-        m.d.comb += [ps.elem_bits.eq(out_elem), ps.channels.eq(d.out_c), ps.width.eq(d.out_w),
+        m.d.comb += [ps.elem_bits.eq(Mux(two_levels, _elem_bits(d.aux_fmt, d.aux_elem),
+                                         out_elem)),
+                     ps.channels.eq(d.out_c), ps.width.eq(d.out_w),
                      ps.out_folds.eq(d.out_folds), ps.jobs.eq(outputs),
-                     ps.row_beats.eq(d.out_pitch >> log_db)]
+                     ps.row_beats.eq(Mux(two_levels, d.aux_pitch, d.out_pitch) >> log_db)]
 
         lps = lpacker.settings
         m.d.comb += [lps.elem_bits.eq(_elem_bits(d.aux_fmt, d.aux_elem)),
                      lps.channels.eq(d.out_c), lps.width.eq(d.out_w),
                      lps.out_folds.eq(d.out_folds), lps.jobs.eq(outputs),
                      lps.row_beats.eq(d.aux_pitch >> log_db)]
-        m.d.comb += [levels.settings.jobs.eq(outputs), levels.settings.levels.eq(d.aux_levels),
-                     levels.settings.out_folds.eq(d.out_folds)]
+        for unit in (levels, levels2):
+            m.d.comb += [unit.settings.jobs.eq(outputs), unit.settings.levels.eq(d.aux_levels),
+                         unit.settings.out_folds.eq(d.out_folds)]
         ms = mixer.settings
         coef = ms.lambdas[0].shape()
         lambdas = [Signal(coef, name=f"lambda{k}") for k in range(arrays)]
@@ -425,6 +453,7 @@ class ConvRunner(wiring.Component):
         # table's entries after the jobs', and the writer's jobs `arrays` and up
         out_addr = Signal(data.ArrayLayout(unsigned(self.addr_width), 2 * arrays))
         level_param = [Signal(self.addr_width, name=f"level_param{k}") for k in range(arrays)]
+        level_param2 = [Signal(self.addr_width, name=f"level_param2_{k}") for k in range(arrays)]
         m.d.comb += writer.bases.eq(out_addr)
 
         # -- a parameter block's sections, from the descriptor, each at a bus word --
@@ -541,7 +570,7 @@ class ConvRunner(wiring.Component):
                     m.d.sync += held.eq(Cat(held[dw:], self.rd.payload))
                 with m.If(word_done):
                     m.d.sync += w_addr.eq(w_addr + 1)
-        entry = Signal(range(2 * arrays + per_word + 1))
+        entry = Signal(range(3 * arrays + per_word + 1))
         with m.If(taken & to_table):
             for j in range(per_word):
                 raw = self.rd.payload[j * entry_bits:(j + 1) * entry_bits]
@@ -551,9 +580,14 @@ class ConvRunner(wiring.Component):
                                      side_addr[k].eq(_entry_field(raw, "side_addr")),
                                      out_addr[k].eq(_entry_field(raw, "out_addr")),
                                      param_addr[k].eq(_entry_field(raw, "param_addr"))]
-                    with m.If(entry + j == d.jobs + k):
+                    # an output's level outputs, `aux_outputs` entries an output: the
+                    # first to the level packer, a second to the main packer
+                    with m.If(entry + j == d.jobs + Mux(two_levels, 2 * k, k)):
                         m.d.sync += [out_addr[arrays + k].eq(_entry_field(raw, "out_addr")),
                                      level_param[k].eq(_entry_field(raw, "param_addr"))]
+                    with m.If(two_levels & (entry + j == d.jobs + 2 * k + 1)):
+                        m.d.sync += [out_addr[k].eq(_entry_field(raw, "out_addr")),
+                                     level_param2[k].eq(_entry_field(raw, "param_addr"))]
             m.d.sync += entry.eq(entry + per_word)
 
         def read(address, length):
@@ -593,14 +627,17 @@ class ConvRunner(wiring.Component):
                                  self.error_code.eq(ERROR_CAUSES["unsupported"])]
                     m.next = "IDLE"
                 with m.Else():
-                    m.d.sync += [entry.eq(0), rows_out.eq(0), rows_expected.eq(Mux(levels_out & wide_out, (d.out_h * outputs) << 1,
-                                                       d.out_h * outputs)),
+                    # a row an output, and as many again with a second packer's output
+                    both = (levels_out & wide_out) | two_levels
+                    m.d.sync += [entry.eq(0), rows_out.eq(0),
+                                 rows_expected.eq(Mux(both, (d.out_h * outputs) << 1,
+                                                      d.out_h * outputs)),
                                  job.eq(0), w_addr.eq(0), part.eq(0), iy.eq(0),
                                  const_base.eq(0), to_table.eq(1)]
                     m.next = "TABLE"
             with m.State("TABLE"):
                 with m.If(~rd_busy):
-                    entries = d.jobs + Mux(levels_out, outputs, 0)
+                    entries = d.jobs + Mux(levels_out, Mux(two_levels, outputs << 1, outputs), 0)
                     read(d.table_addr, round_up(entries << 4))
                 with m.Elif(left == 0):
                     # the jobs' output addresses are known now
@@ -634,8 +671,9 @@ class ConvRunner(wiring.Component):
                      out_levels, "THR"),
                     ("THR", THR, has_thr, param_addr, thr_at, thr_bytes, out_levels, "LEVEL"),
                     ("LEVEL", THR, levels_out & (job < outputs), level_param, 0, level_bytes,
-                     d.aux_levels,
-                     "MIX")):
+                     d.aux_levels, "LEVEL2"),
+                    ("LEVEL2", THR, two_levels & (job < outputs), level_param2, 0, level_bytes,
+                     d.aux_levels, "MIX")):
                 with m.State(state):
                     with m.If(~present):
                         m.next = after
@@ -647,7 +685,7 @@ class ConvRunner(wiring.Component):
                                      c.payload.base.eq(const_base),
                                      c.payload.beats.eq(round_up(nbytes) >> log_db)]
                         with m.If(c.valid & c.ready):
-                            m.d.sync += to_levels.eq(state == "LEVEL")
+                            m.d.sync += to_levels.eq({"LEVEL": 1, "LEVEL2": 2}.get(state, 0))
                             m.next = f"{state}_READ"
                     with m.Elif((left == 0) & consts.idle):
                         m.d.sync += [rd_busy.eq(0), to_levels.eq(0)]
