@@ -80,8 +80,11 @@ class BlockRAMFIFO(Elaboratable):
                                                attrs={"ram_style": "block", "no_rw_check": 1})
         load = ~self.r_rdy | self.r_en
         m.d.comb += [fifo.w_data.eq(self.w_data), fifo.w_en.eq(self.w_en),
-                     self.w_rdy.eq(fifo.w_rdy), fifo.r_en.eq(load),
-                     self.level.eq(fifo.level + self.r_rdy)]
+                     self.w_rdy.eq(fifo.w_rdy), fifo.r_en.eq(load)]
+        # the words in it, a register of its own (the inner FIFO's level and the output
+        # register's added up were the mixer's late path into its `ready` on ECP5)
+        m.d.sync += self.level.eq(self.level + (self.w_en & self.w_rdy)
+                                  - (self.r_en & self.r_rdy))
         with m.If(load):
             m.d.sync += [self.r_rdy.eq(fifo.r_rdy), self.r_data.eq(fifo.r_data)]
         return m

@@ -248,6 +248,8 @@ def test_block_ram_fifo_is_a_marked_fifo_of_at_least_thirty_two_words():
     # the first word three cycles after its write, then one a cycle
     assert [t for t, _, _ in seen] == list(range(3, 20))
     assert [w for _, w, _ in seen] == list(range(17))
+    # the level: words written and not yet read, three once reads keep pace
+    assert {level for _, _, level in seen} == {3}
     text = _fifo_verilog(block_ram_fifo(width=256, depth=4))
     assert text.count('ram_style = "block"') == text.count("no_rw_check") == 1
     # words out in order under random stalls on both sides
