@@ -440,7 +440,8 @@ def write_docs(results, built_rows, rtl_rows, authors, cross, out_md, out_png):
                      f"{b['fps']:.3f} | {flow} |")
     for r in results:
         top = r.get("design_point")
-        if top:
+        sized = "{arrays}x{pe}x{simd}".format(**r["engine"])
+        if top and top["engine"] != sized:
             lines += ["", f"{r['arch']} on the ladder's top rung, {top['engine']} (the "
                       "sizing's estimate of it, the built units measured: "
                       f"{100 * top['utilisation']['logic']:.0f} % of the ALMs, so the sizing "

@@ -245,10 +245,10 @@ def test_predict_whole_program():
 def test_size_engine_de10nano_default_fits():
     sized = size_engine("de10nano")
     # the engine of the units as measured at 5 x 16 x 64, with the guess for the stem,
-    # pooling and head, is over 90 % of the ALMs: the sizing halves the SIMD lanes
-    assert sized.config == EngineConfig(simd=32)
+    # pooling and head, just fits 90 % of the ALMs
+    assert sized.config == EngineConfig()
     assert sized.fits and all(v <= 0.9 for v in sized.utilisation.values())
-    assert estimate(EngineConfig())["logic"] > 0.9 * sized.limits["logic"]
+    assert estimate(EngineConfig())["logic"] > 0.85 * sized.limits["logic"]
     small = size_engine("icebreaker")
     assert small.config.lanes < sized.config.lanes
 

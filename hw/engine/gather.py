@@ -26,11 +26,11 @@ from ..fifo import block_ram_fifo
 
 __all__ = ["WindowGather", "gather_settings"]
 
-#: Window words the gatherer may have read ahead of its consumer: two reads in flight
-#: and the FIFO's three cycles (:class:`~groupnet_hw.hw.fifo.BlockRAMFIFO`) need six for
-#: a word a cycle, and one more because whether a read may issue is counted a cycle
-#: ahead.
-AHEAD = 7
+#: Window words the gatherer may have read ahead of its consumer: three words in flight
+#: (the address, the read, the word registered) and the FIFO's three cycles
+#: (:class:`~groupnet_hw.hw.fifo.BlockRAMFIFO`) need seven for a word a cycle, and one
+#: more because whether a read may issue is counted a cycle ahead.
+AHEAD = 8
 
 
 def gather_settings(simd, max_size, max_words, max_kernel, ring_words):
@@ -101,9 +101,9 @@ class WindowGather(wiring.Component):
 
     Latency
     -------
-    :attr:`latency` = 7 cycles from a tile's acceptance to its first word on ``window``
-    (the rows' check, the counters, the address stage, the read, the FIFO's write,
-    read and output registers).
+    :attr:`latency` = 8 cycles from a tile's acceptance to its first word on ``window``
+    (the rows' check, the counters, the address stage, the read, the word registered,
+    the FIFO's write, read and output registers).
 
     Throughput
     ----------
@@ -112,7 +112,7 @@ class WindowGather(wiring.Component):
     ahead, counted from registers.
     """
 
-    latency = 7
+    latency = 8
 
     def __init__(self, *, arrays, simd, planes=1, ring_rows=4, ring_words=4096,
                  max_size=256, max_words=16, max_kernel=7):
@@ -177,12 +177,12 @@ class WindowGather(wiring.Component):
         ix_pix, ix_tap = Signal(coord), Signal(coord)          # and column
         xw_pix, xw_tap = Signal(signed(len(addr_shape) + 1)), Signal(signed(len(addr_shape) + 1))
 
-        # stage 1 and 2 hold a read each; the FIFO the rest. Whether a read may issue is
+        # stages 1 to 3 hold a read each; the FIFO the rest. Whether a read may issue is
         # a register, counted a cycle ahead as if one did (in a layer on ECP5 the count
         # into the counters' enables was the latest path, 11.8 ns)
-        v1, v2 = Signal(), Signal()
+        v1, v2, v3 = Signal(), Signal(), Signal()
         room = Signal(init=1)
-        m.d.sync += room.eq(fifo.level + v1 + v2 + 1 < AHEAD)
+        m.d.sync += room.eq(fifo.level + v1 + v2 + v3 + 1 < AHEAD)
         # an output row's windows wait for the rows they span; the comparison is a
         # register, so a new row's first cycle waits for it (a cycle an output row)
         rows_ok, fresh = Signal(), Signal()
@@ -194,7 +194,7 @@ class WindowGather(wiring.Component):
         m.d.comb += self.release.eq(Mux(iy_row < 0, 0, iy_row))
         issue = busy & room & rows_ok & ~fresh
 
-        m.d.comb += [self.tile.ready.eq(~busy), self.idle.eq(~busy & ~v1 & ~v2
+        m.d.comb += [self.tile.ready.eq(~busy), self.idle.eq(~busy & ~v1 & ~v2 & ~v3
                                                                & (fifo.level == 0))]
         # whether each counter is at its last value: registers kept with the counters,
         # so that no comparison with a setting less one precedes the counters' next
@@ -270,11 +270,15 @@ class WindowGather(wiring.Component):
         # +1 in plane 0 for binary activations, level 0 for n-bit ones
         pad = Mux(st.pad_ones, Const((1 << self.simd) - 1, self.simd * self.planes), 0)
         pad_word = Cat(*([pad] * self.arrays))
+        # stage 3: the word registered (the ring's read into the FIFO's block RAM in one
+        # cycle was a layer's late path on ECP5, 72 MHz)
         beat = Signal(self.window.payload.shape())
+        m.d.sync += v3.eq(v2)
+        with m.If(v2):
+            m.d.sync += [beat.x.as_value().eq(Mux(inside2, ring_data, pad_word)),
+                         beat.mask.eq(mask2), beat.last.eq(last2)]
         m.d.comb += [
-            beat.x.as_value().eq(Mux(inside2, ring_data, pad_word)),
-            beat.mask.eq(mask2), beat.last.eq(last2),
-            fifo.w_data.eq(beat.as_value()), fifo.w_en.eq(v2),
+            fifo.w_data.eq(beat.as_value()), fifo.w_en.eq(v3),
             self.window.payload.as_value().eq(fifo.r_data),
             self.window.valid.eq(fifo.r_rdy), fifo.r_en.eq(self.window.ready),
         ]
