@@ -37,9 +37,10 @@ PROLOGUE_LEVELS = {1: 1, 3: 2, 15: 4}
 GROUP = 8
 #: bits of a threshold constant (the section's 4-byte constants)
 _T_BITS = 32
-#: words the output FIFO holds (block RAM); a group is issued only while every group
-#: in flight could still write a word: a group completes a word at most, and most
-#: complete none, so the FIFO never holds more than a few
+#: words of the output FIFO (block RAM, which holds at least these) counted as room; a
+#: group is issued only while every group in flight could still write a word: a group
+#: completes a word at most, and most complete none, so the FIFO never holds more than
+#: a few
 _OUT_DEPTH = 16
 
 
