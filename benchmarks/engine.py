@@ -121,8 +121,11 @@ def run(arch, bases=5, seed=0, board="de10nano"):
     # the ladder's top rung, which the sizing passes over while its measured units do
     # not fit: what the units must shrink to
     top = EngineConfig(clock_mhz=clock)
-    top_frame = predict(compile_engine(g, top), dram)
-    top_est = estimate(top, get_board(board).budget()["family"])
+    if top == sized.config:
+        top_frame, top_est = frame, sized.estimate
+    else:
+        top_frame = predict(compile_engine(g, top), dram)
+        top_est = estimate(top, get_board(board).budget()["family"])
     design_point = dict(engine=f"{top.arrays}x{top.pe}x{top.simd}", cycles=top_frame.cycles,
                         fps=top_frame.fps, estimate=top_est,
                         utilisation={k: top_est[k] / sized.limits[k] for k in top_est})

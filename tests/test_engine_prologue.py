@@ -16,12 +16,12 @@ from groupnet_hw.compiler.ops import op_of
 from groupnet_hw.hw.engine.prologue import PROLOGUE_LEVELS, PrologueThreshold
 from groupnet_hw.sim.engine_model import _node
 from groupnet_hw.sim.streams import run_streams
+from test_engine_unpacker import words_of as unpacker_words
 
 
 def words_of(raw, data_width):
-    step = data_width // 8
-    raw = bytes(raw)
-    return [int.from_bytes(raw[i:i + step], "little") for i in range(0, len(raw), step)]
+    """The unpacker tests' bus words, of bytes or a byte array."""
+    return unpacker_words(np.frombuffer(bytes(raw), dtype=np.uint8), data_width)
 
 
 def prologue_run(jobs, channels, width, height, elem, levels, data_width=128, stall=0.0,
