@@ -63,7 +63,6 @@ def runnable(d, arrays=None):
             and not d["flags"] & ~(FLAG_BITS["shared_input"] | FLAG_BITS["shared_side"]
                                    | FLAG_BITS["side_first"] | FLAG_BITS["levels_out"]
                                    | FLAG_BITS["levels_only"])
-            and d["jobs"] <= arrays
             and (not mixing or (d["jobs"] == arrays and (
                 d["aux_outputs"] <= 1
                 or (d["aux_outputs"] == 2 and d["flags"] & FLAG_BITS["levels_only"]))))
@@ -281,7 +280,9 @@ def test_what_it_cannot_run_is_refused_before_any_transfer():
     program, descs, steps = program_steps(g, CONFIG)
     i, before, _ = steps[0]
     thresholding = {**descs[i], "stages": descs[i]["stages"] | STAGE_BITS["prologue_threshold"]}
-    too_many = {**descs[i], "jobs": CONFIG.arrays + 1}
+    # a mixer needs every base at once: more bases than arrays cannot mix on chip
+    mixing = next(d for d in descs if d["stages"] & STAGE_BITS["mixer"] and runnable(d))
+    too_many = {**mixing, "jobs": CONFIG.arrays + 1}
     streaming = {**descs[i], "flags": descs[i]["flags"] | FLAG_BITS["weight_stream"]}
     # the stem's 12 channels: a prologue of groups of 8 channels cannot take them
     odd = next(d for d in descs if d["stages"] & STAGE_BITS["prologue_threshold"])
@@ -291,6 +292,17 @@ def test_what_it_cannot_run_is_refused_before_any_transfer():
                                  max_out_folds=4, ring_words=256)
         assert result == ("error", ERROR_CAUSES["unsupported"])
         assert got == before
+
+
+def test_more_bases_than_arrays_run_in_rounds():
+    """K = 3 on 2 arrays: a descriptor of 3 jobs runs 2, then 1, each round its own
+    job table entries, weights and maps (the mixers, which need every base at once, are
+    descriptors of their own); the 1-job round leaves the other array's lanes idle."""
+    g = compile_model(random_model(4, **dict(NETWORKS["odd-channels-stride-2"], bases=3)))
+    ran = run_steps(g, CONFIG)
+    assert len(ran) >= 4 and all(d["jobs"] == 3 for d in ran)
+    assert any(d["stages"] & STAGE_BITS["add"] for d in ran)
+    assert any(d["stride"] == 2 for d in ran)
 
 
 def test_a_window_taller_than_the_ring_is_refused():

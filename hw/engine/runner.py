@@ -25,14 +25,15 @@ before the first row. What it runs: a CONV of binary weights and one channel gro
 with any of the post-op, residual add, ReLU and threshold stages, binary or 2-/4-bit
 level inputs or a prologue threshold of a fixed-point map (8-, 16- or 32-bit elements,
 a multiple of 8 channels, 4-byte thresholds, levels of the ring's bits), every output
-format of the packer, at most ``arrays`` jobs and weights
+format of the packer, any number of jobs (more than ``arrays`` run in rounds of
+``arrays``, each as a descriptor of its own: the job table's next entries) and weights
 that fit one half of the fold issuer; and a block's mixer on chip (every array a base:
 its K gated outputs or its aggregate alone, and with fusion rule 7 one level output
 each, through the :class:`~.mixer.MixerLanes`, the :class:`~.levels.LevelLanes` and a
 second packer; with two level outputs an output and no wide one, the second's
 through a second unit of level lanes and the main packer). Anything else (a prologue
 of other maps, two level outputs beside a wide one, a fused max pool, weight
-streaming, integer weights) is refused with ``error`` and the cause ``unsupported``
+streaming, integer weights, a mixer of more bases than arrays) is refused with ``error`` and the cause ``unsupported``
 before any transfer.
 """
 
@@ -222,7 +223,7 @@ class ConvRunner(wiring.Component):
             d.opcode == OPCODE_CODES["CONV"],
             (d.stages & ~RUNNER_STAGES) == 0,
             (d.flags & ~_RUNNER_FLAGS) == 0,
-            d.groups == 1, d.jobs != 0, fits(d.jobs, self.arrays),
+            d.groups == 1, d.jobs != 0,
             d.words != 0, fits(d.words, self.max_words),
             d.kernel != 0, fits(d.kernel, self.max_kernel),
             d.stride != 0, fits(d.stride, self.max_kernel), d.dilation != 0,
@@ -615,6 +616,13 @@ class ConvRunner(wiring.Component):
         slot = iy[:exact_log2(self.ring_rows)] if self.ring_rows > 1 else Const(0)
         m.d.comb += slot_base.eq(sum(Mux(slot[b], d.pitch << b, 0) for b in range(len(slot))))
 
+        # rounds: a descriptor of more jobs than arrays runs `arrays` of them at a time
+        # (no mixer then: it needs every base at once), each round as a descriptor of
+        # its own
+        jobs_left = Signal.like(d.jobs)
+        round_jobs = Mux(d.jobs > arrays, arrays, d.jobs)
+        left_round = Mux(jobs_left > arrays, arrays, jobs_left)
+
         with m.FSM(name="phase") as fsm:
             with m.State("IDLE"):
                 m.d.comb += [self.idle.eq(1), self.desc.ready.eq(1)]
@@ -627,14 +635,19 @@ class ConvRunner(wiring.Component):
                                  self.error_code.eq(ERROR_CAUSES["unsupported"])]
                     m.next = "IDLE"
                 with m.Else():
-                    # a row an output, and as many again with a second packer's output
-                    both = (levels_out & wide_out) | two_levels
-                    m.d.sync += [entry.eq(0), rows_out.eq(0),
-                                 rows_expected.eq(Mux(both, (d.out_h * outputs) << 1,
-                                                      d.out_h * outputs)),
-                                 job.eq(0), w_addr.eq(0), part.eq(0), iy.eq(0),
-                                 const_base.eq(0), to_table.eq(1)]
-                    m.next = "TABLE"
+                    m.d.sync += [d.jobs.eq(round_jobs), jobs_left.eq(d.jobs - round_jobs)]
+                    m.next = "ROUND"
+            with m.State("ROUND"):
+                # a round's jobs as a descriptor of their own (the held descriptor's
+                # `jobs` and `table_addr` are the round's)
+                # a row an output, and as many again with a second packer's output
+                both = (levels_out & wide_out) | two_levels
+                m.d.sync += [entry.eq(0), rows_out.eq(0),
+                             rows_expected.eq(Mux(both, (d.out_h * outputs) << 1,
+                                                  d.out_h * outputs)),
+                             job.eq(0), w_addr.eq(0), part.eq(0), iy.eq(0),
+                             const_base.eq(0), to_table.eq(1)]
+                m.next = "TABLE"
             with m.State("TABLE"):
                 with m.If(~rd_busy):
                     entries = d.jobs + Mux(levels_out, Mux(two_levels, outputs << 1, outputs), 0)
@@ -819,9 +832,15 @@ class ConvRunner(wiring.Component):
                 with m.If((rows_out == rows_expected) & loader.idle & layer.idle & packer.idle
                           & writer.idle & unpacker.idle
                           & (pro.idle if pro is not None else 1)):
-                    m.d.comb += self.done.eq(1)
                     m.d.sync += unpacker.active.eq(0)
-                    m.next = "IDLE"
+                    with m.If(jobs_left != 0):
+                        # the next round's jobs: the job table's next `arrays` entries
+                        m.d.sync += [d.jobs.eq(left_round), jobs_left.eq(jobs_left - left_round),
+                                     d.table_addr.eq(d.table_addr + (arrays << 4))]
+                        m.next = "ROUND"
+                    with m.Else():
+                        m.d.comb += self.done.eq(1)
+                        m.next = "IDLE"
         self._phase = {name: fsm.ongoing(name) for name in fsm.encoding}
         return m
 
