@@ -19,12 +19,19 @@ def _node(op, channels, **attrs):
 
 
 def layer_run(geometry, c_out, pe, settings, *, lanes=None, rows_per_tile=2, stall=0.0,
-              seed=0):
+              seed=0, folds=None):
+    """... with ``folds = (first, count)``: one weight chunk of those output folds
+    (the constants of every fold loaded, the feeder told the chunk's first fold)."""
     lanes = lanes or pe
     parts = pe // lanes
     g = Geometry(np.random.default_rng(seed + c_out), *geometry)
     rng = np.random.default_rng(seed)
     bits, weights, out_folds = conv_weights(rng, g, c_out, pe)
+    first, count = folds or (0, out_folds)
+    in_folds = g.kernel ** 2 * g.words
+    # the chunk's words, from the half's first word on
+    chunk_weights = [dict(w, addr=a) for a, w in
+                     enumerate(weights[first * in_folds:(first + count) * in_folds])]
     levels = settings["levels"]
     channels = out_folds * pe
     a = rng.integers(-200, 200, (g.arrays, channels))
@@ -34,7 +41,7 @@ def layer_run(geometry, c_out, pe, settings, *, lanes=None, rows_per_tile=2, sta
     side = rng.integers(-500, 500, (g.arrays, channels, g.oh, g.ow))
     dut = LayerDatapath(arrays=g.arrays, pe=pe, simd=g.simd, planes=g.planes,
                         ring_rows=g.ring_rows, ring_words=g.ring_rows * g.pitch, max_size=16,
-                        max_words=4, max_kernel=5, max_weight_words=len(weights),
+                        max_words=4, max_kernel=5, max_weight_words=len(chunk_weights),
                         max_out_folds=out_folds, const_width=12, value_width=24,
                         max_levels=levels, lanes=lanes)
 
@@ -63,24 +70,26 @@ def layer_run(geometry, c_out, pe, settings, *, lanes=None, rows_per_tile=2, sta
     async def setup(ctx):
         ctx.set(dut.gather_settings, g.settings())
         ctx.set(dut.loaded, g.h)
-        ctx.set(dut.out_folds, out_folds)
+        ctx.set(dut.out_folds, count)
+        ctx.set(dut.job_folds, out_folds)
+        ctx.set(dut.fold_base, first)
         ctx.set(dut.epilogue_settings, settings)
         ctx.set(dut.postops, postops)
         for word in g.ring():
             await stream_put(ctx, dut.rows, word)
-        for word in weights:
+        for word in chunk_weights:
             await stream_put(ctx, dut.weights, word)
         for name, word in constants:
             await stream_put(ctx, getattr(dut, name), word)
         assert ctx.get(dut.idle)
-        chunk = dict(out_folds=out_folds, in_folds=g.kernel ** 2 * g.words,
-                     windows=g.oh * g.ow)
+        chunk = dict(out_folds=count, in_folds=in_folds, windows=g.oh * g.ow)
         if g.planes > 1:
             chunk["levels"] = int(g.levels)
         await stream_put(ctx, dut.chunk, chunk)
 
     order = [(oy, ox, nf, k, p) for oy in range(g.oh) for ox in range(g.ow)
-             for nf in range(out_folds) for p in range(parts) for k in range(g.arrays)]
+             for nf in range(first, first + count) for p in range(parts)
+             for k in range(g.arrays)]
     sides = [[int(v) for v in side[k, run(k, nf, p), oy, ox]] for oy, ox, nf, k, p in order]
     expected = []
     ys = []
@@ -152,6 +161,18 @@ def test_an_epilogue_narrower_than_pe(geometry, c_out, pe, lanes, settings):
     assert result.outputs["o"] == expected
 
 
+@pytest.mark.parametrize("geometry, c_out, pe, lanes, folds, settings", [
+    (GEOMETRIES[1], 11, 3, 3, (1, 2), ALL), (GEOMETRIES[4], 9, 4, 2, (2, 1), SECOND_LAYER),
+    (GEOMETRIES[2], 8, 2, 1, (1, 3), FIRST_LAYER)])
+def test_a_weight_chunk_reads_its_folds_constants(geometry, c_out, pe, lanes, folds, settings):
+    """A weight chunk of some of a job's output folds (weight streaming): the feeder
+    reads its channels' constants among every fold's (``fold_base``, ``job_folds``), the
+    chunk's last fold not the job's last, under stalls."""
+    expected, result = layer_run(geometry, c_out, pe, settings, lanes=lanes, stall=0.3,
+                                 seed=7, folds=folds)
+    assert result.outputs["o"] == expected
+
+
 def test_lanes_that_do_not_split_pe_evenly_are_refused():
     from groupnet_hw.hw.engine.feeder import EpilogueFeeder
     for pe, lanes in ((12, 5), (12, 4), (8, 16)):      # 12 / 4: three parts
@@ -171,6 +192,7 @@ def test_the_feeders_first_beat_after_the_stated_latency():
 
     async def bench(ctx):
         ctx.set(dut.out_folds, 1)
+        ctx.set(dut.job_folds, 1)
         ctx.set(dut.settings, FIRST_LAYER)
         ctx.set(dut.o.ready, 1)
         ctx.set(dut.sums.payload, [1, 2, 3, 4])

@@ -7,8 +7,11 @@ lanes`` beats, part after part and each part's channels job after job (the K bas
 values of the same channels one after another, as the mixer behind the epilogue takes
 them), each with its channels' constants: one word of each constant buffer (post-op
 pairs, thresholds, invert bits: the constant loader's three kinds of word) at ``(k *
-out_folds + nf) * parts + p`` (``parts = pe / lanes``), kept there for the whole
-descriptor, and its job's own post-op shift and ReLU flags. Side elements (the residual
+job_folds + fold_base + nf) * parts + p`` (``parts = pe / lanes``), kept there for the
+whole descriptor, and its job's own post-op shift and ReLU flags. A weight chunk (the
+fold issuer's) computes ``out_folds`` of a job's ``job_folds`` output folds from
+``fold_base`` on; a descriptor of one chunk has ``fold_base = 0`` and ``job_folds =
+out_folds``. Side elements (the residual
 add's other operand) arrive as a stream in the same order. Fewer lanes than
 ``pe`` keep up with every layer whose output folds take ``arrays * parts`` cycles or
 more (a 3x3 layer of 64 channels on 64 SIMD lanes takes 9 folds an output fold).
@@ -60,6 +63,11 @@ class EpilogueFeeder(wiring.Component):
     settings : ``In(epilogue_settings(max_levels))``
         The descriptor's stages, held while not ``idle``.
     out_folds : ``In(range(1, max_out_folds + 1))``
+        The chunk's output folds (the windows' folds the arrays compute).
+    job_folds : ``In(range(1, max_out_folds + 1))``
+        A job's output folds: its constants' stride in the buffers.
+    fold_base : ``In(range(max_out_folds))``
+        The chunk's first output fold. These three are held while not ``idle``.
     sums : ``In(stream.Signature(ArrayLayout(signed(sum_width), arrays * pe)))``
         From :class:`~.arrays.BaseArrays`.
     side : ``In(stream.Signature(ArrayLayout(signed(value_width), lanes)))``
@@ -110,6 +118,8 @@ class EpilogueFeeder(wiring.Component):
             "postops": In(data.ArrayLayout(job_postop_layout(), arrays)),
             "settings": In(epilogue_settings(max_levels)),
             "out_folds": In(range(1, max_out_folds + 1)),
+            "job_folds": In(range(1, max_out_folds + 1)),
+            "fold_base": In(range(max_out_folds)),
             "sums": In(stream.Signature(data.ArrayLayout(signed(sum_width), arrays * pe))),
             "side": In(stream.Signature(data.ArrayLayout(signed(value_width), lanes))),
             "o": Out(stream.Signature(self.beat_layout)),
@@ -141,11 +151,16 @@ class EpilogueFeeder(wiring.Component):
         k = Signal(range(arrays))
         p = Signal(range(parts))
         nf = Signal(range(self.max_out_folds))
-        job_base = Signal(range(depth + 1))          # k * out_folds * parts
+        job_base = Signal(range(depth + 1))          # (k * job_folds + fold_base) * parts
         fold_word = Signal(range(depth + 1))         # nf * parts + p
         m.d.comb += self.sums.ready.eq(~full)
         with m.If(self.sums.valid & ~full):
             m.d.sync += [held.eq(self.sums.payload), full.eq(1)]
+        shift = (parts - 1).bit_length()            # parts is a power of two
+        first_word = self.fold_base << shift
+        # between folds (k is 0 then) job 0's constants start at the chunk's first fold
+        with m.If(~full):
+            m.d.sync += job_base.eq(first_word)
 
         # a beat goes out when the side element is there (if the stage reads one) and
         # the FIFO has room for it and the read in flight (a beat a cycle needs room for
@@ -158,14 +173,13 @@ class EpilogueFeeder(wiring.Component):
         go = full & room & (self.side.valid | ~needs_side)
         m.d.sync += room.eq(fifo.level + in_flight + go < fifo.depth - 1)
         m.d.comb += self.side.ready.eq(full & room & needs_side)
-        shift = (parts - 1).bit_length()            # parts is a power of two
         for _, rp in ports.values():
             m.d.comb += [rp.addr.eq(job_base + fold_word), rp.en.eq(go)]
         with m.If(go):
             with m.If(k != arrays - 1):
-                m.d.sync += [k.eq(k + 1), job_base.eq(job_base + (self.out_folds << shift))]
+                m.d.sync += [k.eq(k + 1), job_base.eq(job_base + (self.job_folds << shift))]
             with m.Else():
-                m.d.sync += [k.eq(0), job_base.eq(0)]
+                m.d.sync += [k.eq(0), job_base.eq(first_word)]
                 with m.If(p != parts - 1):
                     m.d.sync += [p.eq(p + 1), fold_word.eq(fold_word + 1)]
                 with m.Else():

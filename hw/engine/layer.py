@@ -50,8 +50,8 @@ class LayerDatapath(wiring.Component):
     ``tile``, ``loaded``, ``release``: a :class:`~.loader.RowLoader` connects there);
     ``weights``, ``chunk``, ``weights_free`` (the fold issuer's ``weights``, ``chunk``
     and ``free``: a chunk's words are written while ``weights_free`` and committed with
-    its geometry, the next while one is issued); ``out_folds``, ``ab``, ``thr``, ``inv``,
-    ``postops``,
+    its geometry, the next while one is issued); ``out_folds``, ``job_folds``,
+    ``fold_base``, ``ab``, ``thr``, ``inv``, ``postops``,
     ``epilogue_settings``, ``side`` (the feeder's; its ``out_folds`` is the chunk's);
     ``o`` (the epilogue's); ``idle``: the gatherer, the fold issuer and the feeder hold
     nothing (no chunk is committed; the arrays and the epilogue may still hold a
@@ -100,6 +100,8 @@ class LayerDatapath(wiring.Component):
             "chunk": self.issuer.signature.members["chunk"],
             "weights_free": self.issuer.signature.members["free"],
             "out_folds": self.feeder.signature.members["out_folds"],
+            "job_folds": self.feeder.signature.members["job_folds"],
+            "fold_base": self.feeder.signature.members["fold_base"],
             "ab": self.feeder.signature.members["ab"],
             "thr": self.feeder.signature.members["thr"],
             "inv": self.feeder.signature.members["inv"],
@@ -132,6 +134,8 @@ class LayerDatapath(wiring.Component):
                      self.gather.loaded.eq(self.loaded), self.release.eq(self.gather.release),
                      self.weights_free.eq(self.issuer.free),
                      self.feeder.out_folds.eq(self.out_folds),
+                     self.feeder.job_folds.eq(self.job_folds),
+                     self.feeder.fold_base.eq(self.fold_base),
                      self.feeder.settings.eq(self.epilogue_settings),
                      self.feeder.postops.eq(self.postops),
                      self.idle.eq(self.gather.idle & self.issuer.idle & self.feeder.idle)]

@@ -1,0 +1,163 @@
+# amaranth: UnusedElaboratable=no
+"""The intended engine's output map buffer (hw/engine/mapbuffer.py): a weight-streaming
+descriptor's channel slices, each pixel's slice of each chunk packed as
+``TensorFormat.pack`` packs a map of the chunk's channels, come out as every job's map
+exactly as ``TensorFormat.pack`` writes it whole: every element width, chunks whose
+slices are shorter than, as long as and longer than a bus word, a last chunk of fewer
+channels, slices that cross a word, jobs interleaved at random, stalls on both sides, a
+stale buffer (its padding bytes come out zero), and a word a cycle."""
+
+import random
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from groupnet_hw.compiler.engine.formats import TensorFormat
+from groupnet_hw.hw.engine.mapbuffer import MapBuffer
+from groupnet_hw.sim.streams import stream_put
+
+KINDS = {1: "bits", 2: "uint", 4: "uint", 8: "fixed", 16: "fixed", 24: "fixed", 32: "fixed"}
+
+
+def random_maps(rng, jobs, elem, channels, height, width):
+    if KINDS[elem] == "fixed":
+        lo, hi = -(1 << (elem - 1)), (1 << (elem - 1)) - 1
+    else:
+        lo, hi = 0, (1 << elem) - 1
+    return rng.integers(lo, hi + 1, (jobs, channels, height, width))
+
+
+def slice_words(maps, k, elem, c0, cc, db):
+    """Job k's slices of channels [c0, c0 + cc), pixel after pixel: each the packer's row
+    of one pixel (its bytes padded to a bus word)."""
+    _, _, height, width = maps.shape
+    fmt = TensorFormat(KINDS[elem], elem, cc, 1, 1, db)
+    out = []
+    for y in range(height):
+        for x in range(width):
+            raw = fmt.pack(maps[k, c0:c0 + cc, y:y + 1, x:x + 1]).tobytes()
+            n = len(raw) // db
+            out += [dict(data=int.from_bytes(raw[i * db:(i + 1) * db], "little"), job=k,
+                         last=int(i == n - 1)) for i in range(n)]
+    return out
+
+
+def run(jobs, elem, channels, chunk, height, width, data_width, *, stall=0.0, seed=0,
+        depth=None, rounds=1):
+    """Send every chunk's slices (the jobs' words interleaved at random) and flush, for
+    ``rounds`` descriptors of fresh maps one after the other; returns (maps, words, cycles
+    of the flush) of each."""
+    db = data_width // 8
+    rng = np.random.default_rng(seed)
+    pyrng = random.Random(seed)
+    fmt = TensorFormat(KINDS[elem], elem, channels, height, width, db)
+    depth = depth or 2 * jobs * -(-fmt.nbytes // db)
+    dut = MapBuffer(jobs=jobs, data_width=data_width, depth=depth, max_size=16)
+    settings = dict(pixel_bytes=fmt.pixel_bytes, width=width, height=height, pitch=fmt.row_bytes,
+                    row_bytes=width * fmt.pixel_bytes, jobs=jobs)
+    results = []
+
+    async def bench(ctx):
+        for _ in range(rounds):
+            maps = random_maps(rng, jobs, elem, channels, height, width)
+            ctx.set(dut.settings, settings)
+            for c0 in range(0, channels, chunk):
+                cc = min(chunk, channels - c0)
+                await stream_put(ctx, dut.chunk, dict(offset=c0 * elem // 8,
+                                                      slice_bytes=-(-cc * elem // 8)))
+                queues = [slice_words(maps, k, elem, c0, cc, db) for k in range(jobs)]
+                while any(queues):
+                    if stall and pyrng.random() < stall:
+                        await ctx.tick()
+                        continue
+                    k = pyrng.choice([k for k in range(jobs) if queues[k]])
+                    await stream_put(ctx, dut.i, queues[k].pop(0))
+            await stream_put(ctx, dut.flush, 1)
+            start = 0
+            words = []
+            expect = jobs * height * fmt.row_bytes // db
+            cycle = 0
+            while len(words) < expect:
+                ready = not (stall and pyrng.random() < stall)
+                ctx.set(dut.o.ready, ready)
+                *_, valid, p = await ctx.tick().sample(dut.o.valid, dut.o.payload)
+                cycle += 1
+                if ready and valid:
+                    words.append(dict(data=p.data, job=p.job, last=p.last))
+                    start = start or cycle
+                assert cycle < 100 * expect + 100, "the buffer stopped"
+            ctx.set(dut.o.ready, 0)
+            await ctx.tick()
+            assert ctx.get(dut.idle)
+            results.append((maps, words, cycle, start))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return fmt, results
+
+
+def check(fmt, maps, words, db):
+    jobs = maps.shape[0]
+    row_words = fmt.row_bytes // db
+    assert [w["job"] for w in words] == [k for k in range(jobs)
+                                         for _ in range(fmt.height * row_words)]
+    for k in range(jobs):
+        mine = [w for w in words if w["job"] == k]
+        got = b"".join(w["data"].to_bytes(db, "little") for w in mine)
+        assert np.array_equal(np.frombuffer(got, np.uint8), fmt.pack(maps[k])), \
+            f"job {k}'s map differs from TensorFormat.pack"
+        assert [w["last"] for w in mine] == ([0] * (row_words - 1) + [1]) * fmt.height
+
+
+@pytest.mark.parametrize("jobs, elem, channels, chunk, height, width, data_width", [
+    (5, 1, 64, 16, 3, 4, 128),      # ResNet's layer: 2-byte slices of 8-byte pixels
+    (2, 1, 20, 8, 3, 5, 128),       # a last chunk of 4 channels: half a byte
+    (3, 2, 24, 8, 2, 7, 32),        # 2-bit levels, 2-byte slices that cross words
+    (2, 4, 40, 16, 2, 3, 64),       # 4-bit levels: 8-byte slices of 20-byte pixels
+    (2, 8, 48, 16, 2, 3, 64),       # bytes: slices of two words
+    (3, 24, 32, 16, 2, 3, 128),     # the intended engine's 24-bit maps: 48-byte slices
+    (1, 16, 20, 8, 3, 2, 128),      # 16-byte slices, a last one of 8 bytes
+    (2, 32, 24, 8, 2, 2, 256),      # 32-byte slices in 32-byte words
+])
+def test_slices_become_the_formats_maps(jobs, elem, channels, chunk, height, width,
+                                        data_width):
+    fmt, results = run(jobs, elem, channels, chunk, height, width, data_width, seed=channels)
+    for maps, words, _, _ in results:
+        check(fmt, maps, words, data_width // 8)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_configurations_under_stalls(seed):
+    rng = np.random.default_rng(50 + seed)
+    elem = int(rng.choice([1, 2, 4, 8, 16, 24, 32]))
+    chunk = 8 * int(rng.integers(1, 4))
+    channels = int(rng.integers(1, 60))
+    data_width = int(rng.choice([32, 64, 128]))
+    fmt, results = run(int(rng.integers(1, 4)), elem, channels, chunk, int(rng.integers(1, 4)),
+                       int(rng.integers(1, 6)), data_width, stall=0.3, seed=seed)
+    for maps, words, _, _ in results:
+        check(fmt, maps, words, data_width // 8)
+
+
+def test_a_second_descriptor_over_a_stale_buffer():
+    """The second maps' rows come out with zero padding over the first's bytes."""
+    fmt, results = run(2, 1, 24, 8, 3, 5, 128, rounds=2, seed=4)
+    assert fmt.row_bytes > 5 * fmt.pixel_bytes
+    for maps, words, _, _ in results:
+        check(fmt, maps, words, 16)
+
+
+def test_a_word_a_cycle_out():
+    fmt, results = run(2, 8, 32, 16, 4, 8, 64, seed=2)
+    maps, words, cycles, first = results[0]
+    check(fmt, maps, words, 8)
+    assert cycles - first == len(words) - 1
+    assert first <= 4
+
+
+def test_an_odd_depth_is_refused():
+    with pytest.raises(ValueError, match="even"):
+        MapBuffer(jobs=2, depth=7)
