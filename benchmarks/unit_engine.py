@@ -42,12 +42,12 @@ def engines():
     """(engine name, its sizes, its bursts, [(network name, compiled graph,
     EngineConfig)])."""
     from test_engine_program import zoo_model
-    from test_engine_runner import (CONFIG, NETWORKS, RESIDUAL, RESIDUAL_CONFIG,
+    from test_engine_runner import (CONFIG, NETWORKS, RESIDUAL,
                                     compile_model, random_model)
     from test_engine_unit_engine import RESNET_CONFIG, RESNET_SIZES, SIZES
     small = [("odd channels, stride 2", random_model(3, **NETWORKS["odd-channels-stride-2"]),
               CONFIG),
-             ("residual adds, option A, BPAC", random_model(3, **RESIDUAL), RESIDUAL_CONFIG)]
+             ("residual adds, option A, BPAC", random_model(3, **RESIDUAL), CONFIG)]
     resnet = [("ResNet-18 K=5, 32x32", zoo_model("resnet18", 5, image_size=32),
                RESNET_CONFIG)]
     return [("tests' engine", SIZES, 8, [(n, compile_model(m), c) for n, m, c in small]),

@@ -30,9 +30,12 @@ from test_engine_dma import AvalonDRAM
 from test_engine_program import images_for
 
 BASE = 0x1000          # the image's first byte in the memory model
-#: a small intended engine: weight words of pe x simd = 128 bits, one bus word
-CONFIG = EngineConfig(arrays=2, pe=8, simd=16, input_buffer=4096, weight_buffer=512,
+#: a small intended engine: weight words of pe x simd = 128 bits, one bus word; weight
+#: buffers that hold the test networks' layers
+CONFIG = EngineConfig(arrays=2, pe=8, simd=16, input_buffer=4096, weight_buffer=4096,
                       output_buffer=4096, port_bytes=16)
+#: ... whose weight buffers do not: 3x3 layers of 12 and 20 channels stream their weights
+STREAMING_CONFIG = replace(CONFIG, weight_buffer=512)
 
 
 class RunnerTop(Elaboratable):
@@ -62,11 +65,20 @@ def runnable(d, arrays=None):
             and not d["stages"] & ~RUNNER_STAGES
             and not d["flags"] & ~(FLAG_BITS["shared_input"] | FLAG_BITS["shared_side"]
                                    | FLAG_BITS["side_first"] | FLAG_BITS["levels_out"]
-                                   | FLAG_BITS["levels_only"])
+                                   | FLAG_BITS["levels_only"] | FLAG_BITS["weight_stream"])
+            and (not d["flags"] & FLAG_BITS["weight_stream"] or streaming_runnable(d))
             and (not mixing or (d["jobs"] == arrays and (
                 d["aux_outputs"] <= 1
                 or (d["aux_outputs"] == 2 and d["flags"] & FLAG_BITS["levels_only"]))))
             and (not d["stages"] & STAGE_BITS["prologue_threshold"] or prologue_runnable(d)))
+
+
+def streaming_runnable(d):
+    """Weight streaming the runner does (``ConvRunner._streaming_ok``): chunks of whole
+    PE folds, no residual add, mixer or level outputs."""
+    return (d["chunk_c"] % 8 == 0 and d["chunk_c"] > 0
+            and not d["stages"] & (STAGE_BITS["add"] | STAGE_BITS["mixer"])
+            and not d["flags"] & FLAG_BITS["levels_out"])
 
 
 def prologue_runnable(d):
@@ -197,12 +209,11 @@ def test_each_descriptor_runs_dram_to_dram_as_the_model_runs_it(name):
 #: before them; weights that fit the buffer, so no weight streaming
 RESIDUAL = dict(image_size=8, stem_channels=16, stages=[[16, 1, 1], [24, 2, 2]], bases=2,
                 dilations=[[1, 2], [1, 2]])
-RESIDUAL_CONFIG = replace(CONFIG, weight_buffer=4096)
 
 
 def test_residual_adds_read_their_side_maps():
     g = compile_model(random_model(3, **RESIDUAL))
-    ran = run_steps(g, RESIDUAL_CONFIG)
+    ran = run_steps(g, CONFIG)
     adds = [d for d in ran if d["stages"] & STAGE_BITS["add"]]
     assert len(adds) >= 4 and any(d["side_c"] < d["out_c"] for d in adds)
 
@@ -230,7 +241,7 @@ def test_two_bit_levels_in_four_planes():
     thresholds; the block's mixer writes 2-bit level outputs."""
     g = compile_model(random_model(4, image_size=8, stem_channels=16,
                                    stages=[[16, 2, 1]], bases=2, act_bits=2))
-    ran = run_steps(g, RESIDUAL_CONFIG, planes=4, max_levels=3)
+    ran = run_steps(g, CONFIG, planes=4, max_levels=3)
     assert all(d["act_bits"] == 2 for d in ran)
     assert any(d["flags"] & FLAG_BITS["levels_out"] and d["aux_levels"] == 3 for d in ran)
 
@@ -245,7 +256,7 @@ def test_block_mixers_of_three_bases_write_gated_maps_and_levels():
     the last block's aggregate."""
     g = compile_model(random_model(6, image_size=8, stem_channels=12,
                                    stages=[[12, 2, 1], [20, 2, 2]], bases=3))
-    ran = run_steps(g, replace(RESIDUAL_CONFIG, arrays=3))
+    ran = run_steps(g, replace(CONFIG, arrays=3))
     gated = [d for d in ran if d["stages"] & STAGE_BITS["gated"]]
     assert len(gated) >= 2 and all(d["flags"] & FLAG_BITS["levels_out"] for d in gated)
     # the last block's mixer: the aggregate alone, the head's input
@@ -259,10 +270,10 @@ def test_a_one_by_one_downsample_convolution():
     outputs beside a wide map are refused."""
     g = compile_model(random_model(7, image_size=8, stem_channels=16,
                                    stages=[[16, 2, 1], [24, 1, 2]], bases=2, shortcut="conv"))
-    ran = run_steps(g, RESIDUAL_CONFIG)
+    ran = run_steps(g, CONFIG)
     assert any(d["kernel"] == 1 and d["stride"] == 2 for d in ran)
     assert any(d["aux_outputs"] == 2 and d["flags"] & FLAG_BITS["levels_only"] for d in ran)
-    program, descs, steps = program_steps(g, RESIDUAL_CONFIG)
+    program, descs, steps = program_steps(g, CONFIG)
     two = next(d for d in descs if d["aux_outputs"] == 2)
     wide_too = {**two, "flags": two["flags"] & ~FLAG_BITS["levels_only"]}
     got, result = run_runner(program, wide_too, steps[0][1], max_size=16, max_words=4,
@@ -303,6 +314,22 @@ def test_more_bases_than_arrays_run_in_rounds():
     assert len(ran) >= 4 and all(d["jobs"] == 3 for d in ran)
     assert any(d["stages"] & STAGE_BITS["add"] for d in ran)
     assert any(d["stride"] == 2 for d in ran)
+
+
+def test_weights_stream_in_chunks_of_output_channels():
+    """Weights more than half the fold issuer holds (20 words of 8 x 16 bits) stream: a
+    chunk of output channels at a time, the next chunk's weights loaded into the free
+    half while the arrays compute this one, the input read again for each chunk and
+    every chunk's slices assembled in the map buffer; channels 20 in chunks of 8, 8 and
+    4, stride 2, three bases on two arrays, wait states."""
+    g = compile_model(random_model(4, **dict(NETWORKS["odd-channels-stride-2"], bases=3)))
+    ran = run_steps(g, STREAMING_CONFIG, max_weight_words=20, p_wait=0.3, latency=(2, 9),
+                    seed=2)
+    streamed = [d for d in ran if d["flags"] & FLAG_BITS["weight_stream"]]
+    assert len(streamed) >= 3
+    assert any(d["out_folds"] * d["in_folds"] > 20 for d in streamed)
+    assert any(d["out_c"] % d["chunk_c"] for d in streamed)
+    assert any(d["stride"] == 2 for d in streamed) and all(d["jobs"] == 3 for d in streamed)
 
 
 def test_a_window_taller_than_the_ring_is_refused():

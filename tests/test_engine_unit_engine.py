@@ -22,7 +22,7 @@ from groupnet_hw.hw.engine.unit_engine import UnitEngine
 from groupnet_hw.sim import toolchain
 from groupnet_hw.sim.engine_rtl import build_engine_rtl, run_engine_rtl
 from test_engine_dma import AvalonDRAM
-from test_engine_runner import (BASE, CONFIG, NETWORKS, RESIDUAL, RESIDUAL_CONFIG,
+from test_engine_runner import (BASE, CONFIG, NETWORKS, RESIDUAL,
                                 program_steps)
 from test_engine_sequencer import Host
 
@@ -203,7 +203,7 @@ def engine_rtl(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def residual_network():
-    return program_steps(compile_model(random_model(3, **RESIDUAL)), RESIDUAL_CONFIG)
+    return program_steps(compile_model(random_model(3, **RESIDUAL)), CONFIG)
 
 
 @pytest.mark.parametrize("stall, latency", [(0.0, 1), (0.3, 40)])

@@ -173,8 +173,7 @@ def choose_tiling(d, config):
     half_w = config.weight_buffer // 2
     w = d["weight_tile_bytes"]
     if (d["opcode"] != OPCODE_CODES["CONV"] or d["flags"] & FLAG_BITS["int_weights"]
-            or d["stages"] & STAGE_BITS["maxpool"] or d["groups"] != 1
-            or w <= half_w or d["n_tiles"] == 1):
+            or d["stages"] & STAGE_BITS["maxpool"] or d["groups"] != 1 or w <= half_w):
         return
     # whole PE folds, as many as half the buffer holds by the packing's own count (one
     # weight bit a lane whatever the activations' bit planes)
@@ -191,7 +190,8 @@ def choose_tiling(d, config):
     streamed_d = dict(d, flags=d["flags"] | FLAG_BITS["weight_stream"], chunk_c=chunk)
     in_passes = 1 if input_resident(streamed_d, config) else chunks
     streamed = w + input_rows_read(d, rows) * in_row_bytes * in_passes
-    if streamed < rowwise:
+    # in one row tile the weights do not fit either way: they stream in chunks
+    if streamed < rowwise or d["n_tiles"] == 1:
         d.update(flags=streamed_d["flags"], chunk_c=chunk, rows_per_tile=rows,
                  n_tiles=-(-d["out_h"] // rows))
 

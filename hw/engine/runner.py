@@ -54,6 +54,7 @@ from .dma import descriptor_layout
 from .layer import LayerDatapath
 from .levels import LevelLanes
 from .loader import RowLoader
+from .mapbuffer import MapBuffer
 from .mixer import MixerLanes
 from .packer import ELEMS, OutputPacker
 from .prologue import PROLOGUE_ELEMS, PROLOGUE_LEVELS, PrologueThreshold
@@ -69,7 +70,8 @@ RUNNER_STAGES = (STAGE_BITS["prologue_threshold"] | STAGE_BITS["postop"] | STAGE
 #: the flags it executes: all jobs reading one input (or one side input) is a job table
 #: whose entries share an address, read once a job; the add's order is the sum's
 _RUNNER_FLAGS = (FLAG_BITS["shared_input"] | FLAG_BITS["shared_side"] | FLAG_BITS["side_first"]
-                 | FLAG_BITS["levels_out"] | FLAG_BITS["levels_only"])
+                 | FLAG_BITS["levels_out"] | FLAG_BITS["levels_only"]
+                 | FLAG_BITS["weight_stream"])
 #: the level outputs' element widths (fusion rule 7: signs and 2- and 4-bit levels)
 _LEVEL_ELEMS = (1, 2, 4)
 _FIXED_FORMAT = 2          # a fixed-point map (two's complement elements)
@@ -108,6 +110,10 @@ class ConvRunner(wiring.Component):
         Bounds of the units (:class:`~.layer.LayerDatapath`).
     chunk : int
         Words of the row writer's commands (:class:`~.writer.RowWriter`).
+    map_words : int
+        Bus words of the output map buffer (:class:`~.mapbuffer.MapBuffer`) that a
+        weight-streaming descriptor's outputs are assembled in: each job's map within
+        ``map_words // arrays`` words.
 
     Ports
     -----
@@ -143,7 +149,7 @@ class ConvRunner(wiring.Component):
     def __init__(self, *, arrays, pe, simd, planes=1, lanes=None, data_width=128,
                  addr_width=32, ring_rows=4, ring_words=1024, max_size=64, max_words=8,
                  max_kernel=3, max_weight_words=512, max_out_folds=16, const_width=32,
-                 value_width=32, max_levels=1, chunk=8):
+                 value_width=32, max_levels=1, chunk=8, map_words=256):
         for name, value in (("arrays", arrays), ("pe", pe), ("simd", simd),
                             ("data_width", data_width), ("chunk", chunk)):
             positive_int(f"ConvRunner: {name}", value)
@@ -190,6 +196,10 @@ class ConvRunner(wiring.Component):
                                          data_width=data_width, elems=_LEVEL_ELEMS,
                                          max_size=max_size, max_channels=max_channels,
                                          max_out_folds=max_out_folds)
+        # a weight-streaming descriptor's outputs, a chunk's channels of every pixel at
+        # a time, meet in the map buffer before the writer
+        self.maps = MapBuffer(jobs=arrays, data_width=data_width, depth=map_words,
+                              max_size=max_size)
         self.unpacker = InputUnpacker(arrays=arrays, pe=pe, lanes=lanes, value_width=value_width,
                                       data_width=data_width, max_size=max_size,
                                       max_channels=max_channels, max_out_folds=max_out_folds)
@@ -219,6 +229,7 @@ class ConvRunner(wiring.Component):
         :func:`descriptor_fields`): one comparison a bound, no product wider than the
         counts'."""
         fits = lambda value, bound: value <= bound               # noqa: E731
+        streams = d.flags & FLAG_BITS["weight_stream"] != 0
         conditions = [
             d.opcode == OPCODE_CODES["CONV"],
             (d.stages & ~RUNNER_STAGES) == 0,
@@ -232,7 +243,8 @@ class ConvRunner(wiring.Component):
             fits(d.out_w, self.max_size),
             d.out_folds != 0, fits(d.out_folds, self.max_out_folds),
             fits(d.in_folds, self.layer.issuer.max_in_folds),
-            fits(self.weight_words_of(d), self.max_weight_words),
+            Mux(streams, self._streaming_ok(d),
+                fits(self.weight_words_of(d), self.max_weight_words)),
             fits(d.pitch * self.ring_rows, self.ring_words), d.span < self.ring_rows,
             fits(d.out_levels, self.max_levels),
             (d.const_bytes == 4) | (d.const_bytes == 8),
@@ -259,6 +271,31 @@ class ConvRunner(wiring.Component):
         for c in conditions:
             ok = ok & c
         return ok
+
+    @property
+    def _map_fits(self):
+        """A job's output map fits its region of the map buffer (registered in ``SIZE``,
+        before ``CHECK``)."""
+        if not hasattr(self, "_map_fits_signal"):
+            self._map_fits_signal = Signal(name="map_fits")
+        return self._map_fits_signal
+
+    def _streaming_ok(self, d):
+        """Whether the units stream ``d``'s weights: chunks of whole PE folds of whole
+        bytes of outputs whose weights fit a half of the fold issuer, a job's output
+        map within its region of the map buffer (the product registered: ``SIZE``), and
+        none of the stages that read or write beside the output (a residual add's side
+        map, a mixer and its level outputs) yet."""
+        if self.pe & (self.pe - 1):
+            return Const(0)
+        pe_bits = exact_log2(self.pe)
+        chunk = d.chunk_c[:bits_of(self.max_out_folds * self.pe)]
+        return ((d.chunk_c != 0) & (d.chunk_c == chunk) & (chunk[:max(pe_bits, 3)] == 0)
+                & ((chunk >> pe_bits) * d.in_folds[:bits_of(self.layer.issuer.max_in_folds)]
+                   <= self.max_weight_words)
+                & (d.stages & (STAGE_BITS["add"] | STAGE_BITS["mixer"]) == 0)
+                & (d.flags & FLAG_BITS["levels_out"] == 0)
+                & (d.out_pitch <= self.maps.region_bytes) & self._map_fits)
 
     def _prologue_ok(self, d):
         """Whether the prologue unit thresholds ``d``'s input: a fixed-point map of 8-,
@@ -292,6 +329,7 @@ class ConvRunner(wiring.Component):
         m.submodules.mixer, m.submodules.levels = self.mixer, self.levels
         m.submodules.levels2 = levels2 = self.levels2
         m.submodules.level_packer = self.level_packer
+        m.submodules.maps = maps = self.maps
         pro = self.prologue
         if pro is not None:
             m.submodules.prologue = pro
@@ -358,8 +396,21 @@ class ConvRunner(wiring.Component):
         m.d.comb += levels.o.ready.eq(_spread(m, "levels", arrays, aggregate, levels.o.valid,
                                               levels.o.payload, lpacker.i))
         # both packers' words to the writer, a job's level output as writer job
-        # `arrays + k`: the two take turns when both have a word
-        w = writer.i
+        # `arrays + k`: the two take turns when both have a word; a weight-streaming
+        # descriptor's main packer writes slices into the map buffer, which gives the
+        # writer whole rows
+        streaming = d.flags & FLAG_BITS["weight_stream"] != 0
+        w = stream.Signature(writer.i.payload.shape()).create()
+        wi = writer.i
+        m.d.comb += [maps.i.valid.eq(w.valid & streaming),
+                     *(getattr(maps.i.payload, f).eq(getattr(w.payload, f))
+                       for f in ("data", "job", "last")),
+                     *(getattr(wi.payload, f).eq(Mux(streaming, getattr(maps.o.payload, f),
+                                                     getattr(w.payload, f)))
+                       for f in ("data", "job", "last")),
+                     wi.valid.eq(Mux(streaming, maps.o.valid, w.valid)),
+                     maps.o.ready.eq(streaming & wi.ready),
+                     w.ready.eq(Mux(streaming, maps.i.ready, wi.ready))]
         pick_levels = Signal()
         last_levels = Signal()
         m.d.comb += pick_levels.eq(lpacker.o.valid & (~packer.o.valid | ~last_levels))
@@ -374,6 +425,9 @@ class ConvRunner(wiring.Component):
                      packer.o.ready.eq(~pick_levels & w.ready)]
         with m.If(w.valid & w.ready):
             m.d.sync += last_levels.eq(pick_levels)
+        slices_in = Signal(range(arrays * self.max_size ** 2 + 1))
+        with m.If(maps.i.valid & maps.i.ready & maps.i.payload.last):
+            m.d.sync += slices_in.eq(slices_in + 1)
         wiring.connect(m, writer.cmd, wiring.flipped(self.wr_cmd))
         wiring.connect(m, writer.o, wiring.flipped(self.wr))
         wiring.connect(m, unpacker.o, layer.side)
@@ -382,6 +436,38 @@ class ConvRunner(wiring.Component):
         binary_in = d.act_bits == 0
         in_elem = _elem_bits(d.in_fmt, d.in_elem)
         out_elem = _elem_bits(d.out_fmt, d.out_elem)
+        # weight streaming: the chunk computed (its first fold, folds, channels and
+        # slices' bytes) and the chunk loaded next (its first fold and weight words)
+        max_folds = self.max_out_folds
+        pe_shift = max(self.pe.bit_length() - 1, 0)
+        chunk_folds = d.chunk_c[:bits_of(max_folds * pe)] >> pe_shift
+        fold_base = Signal(range(max_folds), name="fold_base")
+        cur_folds = Signal(range(max_folds + 1), name="cur_folds")
+        cur_channels = Signal(range(max_folds * pe + 1), name="cur_channels")
+        slice_bytes = Signal(range(self.maps.region_bytes + 1))
+        slice_offset = Signal(range(self.maps.region_bytes + 1))
+        ld_fold = Signal(range(max_folds + 1))
+        ld_folds = Signal(range(max_folds + 1))
+        ld_words = Signal(range(self.max_weight_words + 1))
+        w_offset = Signal(self.addr_width)
+        in_folds = d.in_folds[:bits_of(self.layer.issuer.max_in_folds)]
+        folds_left = d.out_folds - ld_fold
+        m.d.sync += [ld_folds.eq(Mux(folds_left > chunk_folds, chunk_folds, folds_left)),
+                     ld_words.eq(ld_folds * in_folds)]
+        out_pixel_bytes = Signal(range(self.maps.region_bytes + 1))
+        out_row_bytes = Signal(range(self.maps.region_bytes + 1))
+        chunk_bytes = Signal(range(self.maps.region_bytes + 1))
+        ld_channels = Mux(folds_left > chunk_folds, d.chunk_c,
+                          d.out_c - (ld_fold << pe_shift))
+        m.d.sync += [out_pixel_bytes.eq(_bytes_of(d.out_c, out_elem)),
+                     out_row_bytes.eq(d.out_w[:bits_of(self.max_size)]
+                                      * out_pixel_bytes[:bits_of(self.maps.region_bytes)]),
+                     chunk_bytes.eq(_bytes_of(ld_channels, out_elem)),
+                     self._map_fits.eq(d.out_h[:bits_of(self.max_size)]
+                                       * d.out_pitch[:bits_of(self.maps.region_bytes)]
+                                       <= self.maps.region_bytes)]
+        slices_expected = Signal(range(arrays * self.max_size ** 2 + 1))
+        m.d.sync += slices_expected.eq(d.windows[:bits_of(self.max_size ** 2)] * outputs)
         g = layer.gather_settings
         m.d.comb += [g.height.eq(d.in_h), g.width.eq(d.in_w), g.words.eq(d.words),
                      g.tail.eq(Cat(lane < d.tail for lane in range(simd))),
@@ -413,18 +499,29 @@ class ConvRunner(wiring.Component):
                      es.add.eq(d.stages & STAGE_BITS["add"] != 0),
                      es.relu.eq(d.stages & STAGE_BITS["relu"] != 0),
                      es.threshold.eq(d.stages & STAGE_BITS["threshold"] != 0),
-                     es.levels.eq(d.out_levels), layer.out_folds.eq(d.out_folds)]
+                     es.levels.eq(d.out_levels),
+                     layer.out_folds.eq(Mux(streaming, cur_folds, d.out_folds)),
+                     layer.job_folds.eq(d.out_folds),
+                     layer.fold_base.eq(Mux(streaming, fold_base, 0))]
         us = unpacker.settings
         m.d.comb += [us.elem_bits.eq(_elem_bits(d.side_fmt, d.side_elem)),
                      us.signed.eq(d.side_fmt == _FIXED_FORMAT), us.channels.eq(d.side_c),
                      us.width.eq(d.out_w), us.height.eq(d.out_h), us.out_folds.eq(d.out_folds),
                      us.jobs.eq(d.jobs), us.row_beats.eq(d.side_pitch >> log_db)]
+        # a streaming descriptor's chunk: each pixel's slice a row of its own
         ps = packer.settings
         m.d.comb += [ps.elem_bits.eq(Mux(two_levels, _elem_bits(d.aux_fmt, d.aux_elem),
                                          out_elem)),
-                     ps.channels.eq(d.out_c), ps.width.eq(d.out_w),
-                     ps.out_folds.eq(d.out_folds), ps.jobs.eq(outputs),
-                     ps.row_beats.eq(Mux(two_levels, d.aux_pitch, d.out_pitch) >> log_db)]
+                     ps.channels.eq(Mux(streaming, cur_channels, d.out_c)),
+                     ps.width.eq(Mux(streaming, 1, d.out_w)),
+                     ps.out_folds.eq(Mux(streaming, cur_folds, d.out_folds)),
+                     ps.jobs.eq(outputs),
+                     ps.row_beats.eq(Mux(streaming, (slice_bytes + db - 1) >> log_db,
+                                         Mux(two_levels, d.aux_pitch, d.out_pitch) >> log_db))]
+        mbs = maps.settings
+        m.d.comb += [mbs.pixel_bytes.eq(out_pixel_bytes), mbs.width.eq(d.out_w),
+                     mbs.height.eq(d.out_h), mbs.pitch.eq(d.out_pitch),
+                     mbs.row_bytes.eq(out_row_bytes), mbs.jobs.eq(outputs)]
 
         lps = lpacker.settings
         m.d.comb += [lps.elem_bits.eq(_elem_bits(d.aux_fmt, d.aux_elem)),
@@ -620,6 +717,7 @@ class ConvRunner(wiring.Component):
         # (no mixer then: it needs every base at once), each round as a descriptor of
         # its own
         jobs_left = Signal.like(d.jobs)
+        flushed = Signal()
         round_jobs = Mux(d.jobs > arrays, arrays, d.jobs)
         left_round = Mux(jobs_left > arrays, arrays, jobs_left)
 
@@ -628,7 +726,10 @@ class ConvRunner(wiring.Component):
                 m.d.comb += [self.idle.eq(1), self.desc.ready.eq(1)]
                 with m.If(self.desc.valid):
                     m.d.sync += d.eq(self.desc.payload)
-                    m.next = "CHECK"
+                    m.next = "SIZE"
+            with m.State("SIZE"):
+                # the products the check reads, registered from the descriptor
+                m.next = "CHECK"
             with m.State("CHECK"):
                 with m.If(~self.supported(d)):
                     m.d.comb += [self.error.eq(1),
@@ -646,7 +747,9 @@ class ConvRunner(wiring.Component):
                              rows_expected.eq(Mux(both, (d.out_h * outputs) << 1,
                                                   d.out_h * outputs)),
                              job.eq(0), w_addr.eq(0), part.eq(0), iy.eq(0),
-                             const_base.eq(0), to_table.eq(1)]
+                             const_base.eq(0), to_table.eq(1), flushed.eq(0),
+                             ld_fold.eq(0), w_offset.eq(0), slice_offset.eq(0),
+                             slices_in.eq(0)]
                 m.next = "TABLE"
             with m.State("TABLE"):
                 with m.If(~rd_busy):
@@ -733,10 +836,13 @@ class ConvRunner(wiring.Component):
                     m.d.sync += job.eq(job + 1)
                     m.next = "PRO"
             with m.State("WEIGHTS"):
+                # a job's weights, or with weight streaming its chunk's (the next chunk's
+                # while the arrays compute this one's last windows)
                 with m.If(~rd_busy):
                     address = _pick(job, param_addr)
                     m.d.sync += w_addr.eq(0)
-                    read(address + weights_at, d.weight_tile_bytes)
+                    read(address + weights_at + w_offset,
+                         Mux(streaming, ld_words * (pe * simd // 8), d.weight_tile_bytes))
                 with m.Elif(left == 0):
                     m.d.sync += rd_busy.eq(0)
                     with m.If(job == d.jobs - 1):
@@ -744,12 +850,26 @@ class ConvRunner(wiring.Component):
                     with m.Else():
                         m.d.sync += job.eq(job + 1)
             with m.State("CHUNK"):
+                # with weight streaming, once the previous chunk's slices are all in the
+                # map buffer (its settings are this chunk's from now on)
                 ch = layer.chunk
-                m.d.comb += [ch.valid.eq(consts.idle), ch.payload.out_folds.eq(d.out_folds),
-                             ch.payload.in_folds.eq(d.in_folds), ch.payload.windows.eq(d.windows)]
+                mc = maps.chunk
+                previous_out = (ld_fold == 0) | (slices_in == slices_expected)
+                go = consts.idle & (~streaming | (previous_out & mc.ready))
+                m.d.comb += [ch.valid.eq(go),
+                             ch.payload.out_folds.eq(Mux(streaming, ld_folds, d.out_folds)),
+                             ch.payload.in_folds.eq(d.in_folds), ch.payload.windows.eq(d.windows),
+                             mc.valid.eq(go & streaming & ch.ready),
+                             mc.payload.offset.eq(slice_offset),
+                             mc.payload.slice_bytes.eq(chunk_bytes)]
                 if self.planes > 1:
                     m.d.comb += ch.payload.levels.eq(~binary_in)
-                with m.If(ch.ready & consts.idle):
+                with m.If(ch.ready & go):
+                    m.d.sync += [fold_base.eq(ld_fold), cur_folds.eq(ld_folds),
+                                 cur_channels.eq(ld_channels), slice_bytes.eq(chunk_bytes),
+                                 slice_offset.eq(slice_offset + chunk_bytes),
+                                 ld_fold.eq(ld_fold + ld_folds), slices_in.eq(0),
+                                 w_offset.eq(w_offset + ld_words * (pe * simd // 8)), iy.eq(0)]
                     m.d.sync += [job.eq(0), to_weights.eq(0), to_loader.eq(1), oy_side.eq(0),
                                  need.eq(Cat(d.span, 0).as_signed()
                                          - Cat(d.padding, 0).as_signed()),
@@ -787,7 +907,12 @@ class ConvRunner(wiring.Component):
                     m.next = "SIDE"
                 with m.Elif(words_in & ~row_next):
                     m.d.sync += [rd_busy.eq(0), to_loader.eq(0)]
-                    m.next = "DRAIN"
+                    with m.If(streaming & (ld_fold != d.out_folds)):
+                        # the next chunk: its weights into the free half
+                        m.d.sync += [job.eq(0), to_weights.eq(1)]
+                        m.next = "WEIGHTS"
+                    with m.Else():
+                        m.next = "DRAIN"
             with m.State("SIDE"):
                 n = Mux(s_left > side_chunk, side_chunk, s_left)
                 room = Const(0)
@@ -829,8 +954,13 @@ class ConvRunner(wiring.Component):
                         m.d.sync += job.eq(job + 1)
                     m.next = "ROW"
             with m.State("DRAIN"):
+                # with weight streaming, the maps go out once the last chunk's slices are in
+                m.d.comb += maps.flush.valid.eq(streaming & ~flushed
+                                                & (slices_in == slices_expected))
+                with m.If(maps.flush.valid & maps.flush.ready):
+                    m.d.sync += flushed.eq(1)
                 with m.If((rows_out == rows_expected) & loader.idle & layer.idle & packer.idle
-                          & writer.idle & unpacker.idle
+                          & writer.idle & unpacker.idle & maps.idle & (flushed | ~streaming)
                           & (pro.idle if pro is not None else 1)):
                     m.d.sync += unpacker.active.eq(0)
                     with m.If(jobs_left != 0):
@@ -851,6 +981,15 @@ def _pick(index, values):
     for k in range(1, len(values)):
         out = Mux(index == k, values[k], out)
     return out
+
+
+def _bytes_of(channels, elem):
+    """``ceil(channels * elem / 8)``: the bytes of ``channels`` elements of ``elem``
+    bits (1, 2, 4, 8, 16, 24 or 32), by shifts and one add."""
+    bits = Mux(elem == 24, (channels << 4) + (channels << 3), channels << 5)
+    for e in (16, 8, 4, 2, 1):
+        bits = Mux(elem == e, channels << (e.bit_length() - 1), bits)
+    return (bits + 7) >> 3
 
 
 def _elem_bits(fmt, elem):
