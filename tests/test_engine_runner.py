@@ -75,9 +75,13 @@ def runnable(d, arrays=None):
 
 def streaming_runnable(d):
     """Weight streaming the runner does (``ConvRunner._streaming_ok``): chunks of whole
-    PE folds, no residual add, mixer or level outputs."""
-    return (d["chunk_c"] % 8 == 0 and d["chunk_c"] > 0
-            and not d["stages"] & (STAGE_BITS["add"] | STAGE_BITS["mixer"])
+    PE folds, a residual add's side slices whole bus words (of 16 bytes), no mixer or
+    level outputs."""
+    side_ok = not d["stages"] & STAGE_BITS["add"] or (
+        d["side_c"] == d["out_c"] and (d["side_c"] * d["side_elem"] // 8) % 16 == 0
+        and (d["chunk_c"] * d["side_elem"] // 8) % 16 == 0)
+    return (d["chunk_c"] % 8 == 0 and d["chunk_c"] > 0 and side_ok
+            and not d["stages"] & STAGE_BITS["mixer"]
             and not d["flags"] & FLAG_BITS["levels_out"])
 
 
@@ -330,6 +334,22 @@ def test_weights_stream_in_chunks_of_output_channels():
     assert any(d["out_folds"] * d["in_folds"] > 20 for d in streamed)
     assert any(d["out_c"] % d["chunk_c"] for d in streamed)
     assert any(d["stride"] == 2 for d in streamed) and all(d["jobs"] == 3 for d in streamed)
+
+
+def test_streamed_residual_adds_read_their_side_slices():
+    """A streaming block's residual add reads, for each chunk, every pixel's slice of its
+    side map (16-bit, 16 and 32 channels: whole bus words); the first block's
+    convolutions threshold the stem's map as it arrives, chunk after chunk; one side
+    map shared by the jobs; three bases on two arrays; wait states."""
+    g = compile_model(random_model(3, **dict(RESIDUAL, stages=[[16, 2, 1], [32, 2, 2]],
+                                             dilations=None, bases=3)))
+    ran = run_steps(g, STREAMING_CONFIG, max_weight_words=20, p_wait=0.3, latency=(2, 9),
+                    seed=3)
+    streamed = [d for d in ran if d["flags"] & FLAG_BITS["weight_stream"]]
+    adds = [d for d in streamed if d["stages"] & STAGE_BITS["add"]]
+    assert len(adds) >= 3 and {d["out_c"] for d in adds} == {16, 32}
+    assert any(d["flags"] & FLAG_BITS["shared_side"] for d in adds)
+    assert any(d["stages"] & STAGE_BITS["prologue_threshold"] for d in streamed)
 
 
 def test_a_window_taller_than_the_ring_is_refused():

@@ -293,9 +293,19 @@ class ConvRunner(wiring.Component):
         return ((d.chunk_c != 0) & (d.chunk_c == chunk) & (chunk[:max(pe_bits, 3)] == 0)
                 & ((chunk >> pe_bits) * d.in_folds[:bits_of(self.layer.issuer.max_in_folds)]
                    <= self.max_weight_words)
-                & (d.stages & (STAGE_BITS["add"] | STAGE_BITS["mixer"]) == 0)
+                & (d.stages & STAGE_BITS["mixer"] == 0)
                 & (d.flags & FLAG_BITS["levels_out"] == 0)
+                & ((d.stages & STAGE_BITS["add"] == 0) | self._side_slices_ok(d))
                 & (d.out_pitch <= self.maps.region_bytes) & self._map_fits)
+
+    def _side_slices_ok(self, d):
+        """A streaming residual add reads each pixel's slice of the side map, a chunk's
+        channels, as whole bus words: the side map as many channels as the output (no
+        option A), its pixels and the chunks' slices whole bus words (registered in
+        ``SIZE``)."""
+        if not hasattr(self, "_side_aligned"):
+            self._side_aligned = Signal(name="side_aligned")
+        return (d.side_c == d.out_c) & self._side_aligned
 
     def _prologue_ok(self, d):
         """Whether the prologue unit thresholds ``d``'s input: a fixed-point map of 8-,
@@ -466,6 +476,23 @@ class ConvRunner(wiring.Component):
                      self._map_fits.eq(d.out_h[:bits_of(self.max_size)]
                                        * d.out_pitch[:bits_of(self.maps.region_bytes)]
                                        <= self.maps.region_bytes)]
+        side_elem = _elem_bits(d.side_fmt, d.side_elem)
+        side_pixel = Signal(32)
+        side_chunk_bytes = Signal(32)
+        side_slice_ld = Signal(32)                   # the next chunk's side slice
+        side_row_ld = Signal(range(self.max_size * (1 << 16)))
+        side_slice_words = Signal(16)
+        side_row_words = Signal.like(side_row_ld)
+        side_slice_at = Signal(32)                   # this chunk's, in a side pixel
+        side_slice_next = Signal(32)
+        side_row_off = Signal(self.addr_width)       # the side row's, in each job's map
+        self._side_slices_ok(d)
+        m.d.comb += self._side_aligned.eq((side_pixel[:log_db] == 0)
+                                          & (side_chunk_bytes[:log_db] == 0))
+        m.d.sync += [side_pixel.eq(_bytes_of(d.side_c, side_elem)),
+                     side_chunk_bytes.eq(_bytes_of(d.chunk_c, side_elem)),
+                     side_slice_ld.eq((_bytes_of(ld_channels, side_elem) + db - 1) >> log_db),
+                     side_row_ld.eq(d.out_w[:bits_of(self.max_size)] * side_slice_ld[:16])]
         slices_expected = Signal(range(arrays * self.max_size ** 2 + 1))
         m.d.sync += slices_expected.eq(d.windows[:bits_of(self.max_size ** 2)] * outputs)
         g = layer.gather_settings
@@ -504,10 +531,15 @@ class ConvRunner(wiring.Component):
                      layer.job_folds.eq(d.out_folds),
                      layer.fold_base.eq(Mux(streaming, fold_base, 0))]
         us = unpacker.settings
-        m.d.comb += [us.elem_bits.eq(_elem_bits(d.side_fmt, d.side_elem)),
-                     us.signed.eq(d.side_fmt == _FIXED_FORMAT), us.channels.eq(d.side_c),
-                     us.width.eq(d.out_w), us.height.eq(d.out_h), us.out_folds.eq(d.out_folds),
-                     us.jobs.eq(d.jobs), us.row_beats.eq(d.side_pitch >> log_db)]
+        # a streaming descriptor's side rows: each pixel's slice, whole bus words, so a
+        # row of slices is a row of a map of the chunk's channels
+        m.d.comb += [us.elem_bits.eq(side_elem),
+                     us.signed.eq(d.side_fmt == _FIXED_FORMAT),
+                     us.channels.eq(Mux(streaming, cur_channels, d.side_c)),
+                     us.width.eq(d.out_w), us.height.eq(d.out_h),
+                     us.out_folds.eq(Mux(streaming, cur_folds, d.out_folds)),
+                     us.jobs.eq(d.jobs),
+                     us.row_beats.eq(Mux(streaming, side_row_words, d.side_pitch >> log_db))]
         # a streaming descriptor's chunk: each pixel's slice a row of its own
         ps = packer.settings
         m.d.comb += [ps.elem_bits.eq(Mux(two_levels, _elem_bits(d.aux_fmt, d.aux_elem),
@@ -709,6 +741,8 @@ class ConvRunner(wiring.Component):
         s_job = Signal(range(arrays))
         s_left = Signal(32)
         s_offset = Signal(32)
+        s_x = Signal(range(self.max_size + 1))          # a streaming side row's pixel
+        s_pixel_at = Signal(32)
         slot_base = Signal(range(self.ring_words))
         slot = iy[:exact_log2(self.ring_rows)] if self.ring_rows > 1 else Const(0)
         m.d.comb += slot_base.eq(sum(Mux(slot[b], d.pitch << b, 0) for b in range(len(slot))))
@@ -749,7 +783,7 @@ class ConvRunner(wiring.Component):
                              job.eq(0), w_addr.eq(0), part.eq(0), iy.eq(0),
                              const_base.eq(0), to_table.eq(1), flushed.eq(0),
                              ld_fold.eq(0), w_offset.eq(0), slice_offset.eq(0),
-                             slices_in.eq(0)]
+                             slices_in.eq(0), side_slice_next.eq(0)]
                 m.next = "TABLE"
             with m.State("TABLE"):
                 with m.If(~rd_busy):
@@ -869,11 +903,18 @@ class ConvRunner(wiring.Component):
                                  cur_channels.eq(ld_channels), slice_bytes.eq(chunk_bytes),
                                  slice_offset.eq(slice_offset + chunk_bytes),
                                  ld_fold.eq(ld_fold + ld_folds), slices_in.eq(0),
-                                 w_offset.eq(w_offset + ld_words * (pe * simd // 8)), iy.eq(0)]
+                                 w_offset.eq(w_offset + ld_words * (pe * simd // 8)), iy.eq(0),
+                                 side_slice_words.eq(side_slice_ld),
+                                 side_row_words.eq(side_row_ld),
+                                 side_slice_at.eq(side_slice_next),
+                                 side_slice_next.eq(side_slice_next + (side_slice_ld << log_db)),
+                                 side_row_off.eq(0)]
+                    # the unpacker is lowered a cycle between chunks, and raised a cycle
+                    # after their settings (TILE)
                     m.d.sync += [job.eq(0), to_weights.eq(0), to_loader.eq(1), oy_side.eq(0),
                                  need.eq(Cat(d.span, 0).as_signed()
                                          - Cat(d.padding, 0).as_signed()),
-                                 unpacker.active.eq(has_side)]
+                                 unpacker.active.eq(0)]
                     for k in range(arrays):
                         m.d.sync += row_addr[k].eq(in_addr[k])
                     m.next = "TILE"
@@ -882,6 +923,7 @@ class ConvRunner(wiring.Component):
                 t = layer.tile
                 m.d.comb += [t.valid.eq(1), t.payload.iy0.eq(-d.padding),
                              t.payload.rows.eq(d.out_h)]
+                m.d.sync += unpacker.active.eq(has_side)
                 with m.If(t.ready):
                     m.next = "ROW"
             with m.State("ROW"):
@@ -903,7 +945,10 @@ class ConvRunner(wiring.Component):
                         m.next = "ROW_READ"
                 with m.Elif(words_in & ~row_next & side_wanted):
                     m.d.sync += [rd_busy.eq(0), to_loader.eq(0), to_side.eq(1), s_job.eq(0),
-                                 s_offset.eq(0), s_left.eq(d.side_pitch >> log_db)]
+                                 s_x.eq(0), s_pixel_at.eq(0),
+                                 s_offset.eq(Mux(streaming, side_slice_at, 0)),
+                                 s_left.eq(Mux(streaming, side_slice_words,
+                                               d.side_pitch >> log_db))]
                     m.next = "SIDE"
                 with m.Elif(words_in & ~row_next):
                     m.d.sync += [rd_busy.eq(0), to_loader.eq(0)]
@@ -920,7 +965,7 @@ class ConvRunner(wiring.Component):
                     room = room | ((s_job == k) & (fifo.level <= side_chunk))
                 with m.If(words_in & (s_left != 0) & room):
                     address = _pick(s_job, side_addr)
-                    read(address + s_offset, n << log_db)
+                    read(address + side_row_off + s_offset, n << log_db)
                     with m.If(self.rd_cmd.ready):
                         m.d.sync += w_side.eq(s_job)
                         with m.If(s_job == d.jobs - 1):
@@ -928,10 +973,14 @@ class ConvRunner(wiring.Component):
                                          s_left.eq(s_left - n)]
                         with m.Else():
                             m.d.sync += s_job.eq(s_job + 1)
+                with m.Elif(words_in & (s_left == 0) & streaming & (s_x != d.out_w - 1)):
+                    # the next pixel's slice
+                    m.d.sync += [s_x.eq(s_x + 1), s_pixel_at.eq(s_pixel_at + side_pixel),
+                                 s_offset.eq(s_pixel_at + side_pixel + side_slice_at),
+                                 s_left.eq(side_slice_words)]
                 with m.Elif(words_in & (s_left == 0)):
-                    for k in range(arrays):
-                        m.d.sync += side_addr[k].eq(side_addr[k] + d.side_pitch)
-                    m.d.sync += [rd_busy.eq(0), to_side.eq(0), to_loader.eq(1),
+                    m.d.sync += [side_row_off.eq(side_row_off + d.side_pitch),
+                                 rd_busy.eq(0), to_side.eq(0), to_loader.eq(1),
                                  oy_side.eq(oy_side + 1), need.eq(need + d.stride)]
                     m.next = "ROW"
             with m.State("ROW_PRO"):
