@@ -24,7 +24,8 @@ from test_engine_constants import bus_words
 class Case:
     """A mixer output of ``jobs`` maps, its thresholds and the beats that carry it."""
 
-    def __init__(self, seed, jobs, pe, lanes, channels, pixels, levels, value_width=20):
+    def __init__(self, seed, jobs, pe, lanes, channels, pixels, levels, value_width=20,
+                 folds=None):
         rng = np.random.default_rng(seed)
         self.jobs, self.pe, self.lanes, self.levels = jobs, pe, lanes, levels
         self.out_folds = -(-channels // pe)
@@ -38,9 +39,11 @@ class Case:
         self.t = np.sort(self.t, axis=2)
         self.inv = rng.integers(0, 2, (jobs, padded))
         parts = pe // lanes
+        # a weight chunk's folds (first, count): its beats, every fold's thresholds
+        first, count = folds or (0, self.out_folds)
         self.beats, self.where = [], []
         for x in range(pixels):
-            for nf in range(self.out_folds):
+            for nf in range(first, first + count):
                 for p in range(parts):
                     for k in range(jobs):
                         c = nf * pe + p * lanes
@@ -53,7 +56,8 @@ class Case:
                 self.words.append((k * self.out_folds * parts + w,
                                    [[int(v) for v in self.t[k, c + j]] for j in range(lanes)],
                                    sum(int(self.inv[k, c + j]) << j for j in range(lanes))))
-        self.settings = dict(jobs=jobs, levels=levels, out_folds=self.out_folds)
+        self.settings = dict(jobs=jobs, levels=levels, out_folds=count,
+                             job_folds=self.out_folds, fold_base=first)
         self.value_width = value_width
 
     def dut(self, max_levels=None):
@@ -94,6 +98,15 @@ class Case:
 def test_levels_equal_the_irs_threshold(jobs, pe, lanes, channels, levels):
     case = Case(channels + levels, jobs, pe, lanes, channels, 3, levels)
     assert case.run().outputs["o"] == case.expected()
+
+
+@pytest.mark.parametrize("jobs, channels, levels, folds", [
+    (5, 64, 1, (1, 2)), (3, 40, 3, (2, 1))])
+def test_a_weight_chunks_folds_read_their_thresholds(jobs, channels, levels, folds):
+    """Weight streaming: the beats of a chunk of the folds (the last of 40 channels
+    among them) read their channels' thresholds among every fold's, under stalls."""
+    case = Case(channels, jobs, 16, 8, channels, 3, levels, folds=folds)
+    assert case.run(stall=0.3, seed=1).outputs["o"] == case.expected()
 
 
 def test_fewer_levels_than_the_lanes_hold():

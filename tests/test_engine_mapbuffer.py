@@ -44,39 +44,47 @@ def slice_words(maps, k, elem, c0, cc, db):
 
 
 def run(jobs, elem, channels, chunk, height, width, data_width, *, stall=0.0, seed=0,
-        depth=None, rounds=1):
-    """Send every chunk's slices (the jobs' words interleaved at random) and flush, for
-    ``rounds`` descriptors of fresh maps one after the other; returns (maps, words, cycles
-    of the flush) of each."""
+        depth=None, rounds=1, elems=None, written=None):
+    """Send every chunk's slices (the maps' words interleaved at random) and flush, for
+    ``rounds`` descriptors of fresh maps one after the other; returns the formats of
+    each kind of map (``elems``: their element bits, ``elem`` alone by default) and, for
+    each round, (maps of each kind written, words, cycles of the flush, first word's)."""
     db = data_width // 8
     rng = np.random.default_rng(seed)
     pyrng = random.Random(seed)
-    fmt = TensorFormat(KINDS[elem], elem, channels, height, width, db)
-    depth = depth or 2 * jobs * -(-fmt.nbytes // db)
-    dut = MapBuffer(jobs=jobs, data_width=data_width, depth=depth, max_size=16)
-    settings = dict(pixel_bytes=fmt.pixel_bytes, width=width, height=height, pitch=fmt.row_bytes,
-                    row_bytes=width * fmt.pixel_bytes, jobs=jobs)
+    elems = elems or [elem]
+    kinds = len(elems)
+    written = (1 << kinds) - 1 if written is None else written
+    fmts = [TensorFormat(KINDS[e], e, channels, height, width, db) for e in elems]
+    depth = depth or 2 * kinds * jobs * max(-(-f.nbytes // db) for f in fmts)
+    dut = MapBuffer(jobs=jobs, kinds=kinds, data_width=data_width, depth=depth, max_size=16)
+    settings = dict(width=width, height=height, jobs=jobs, kinds=written,
+                    formats=[dict(pixel_bytes=f.pixel_bytes, pitch=f.row_bytes,
+                                  row_bytes=width * f.pixel_bytes) for f in fmts])
     results = []
 
     async def bench(ctx):
         for _ in range(rounds):
-            maps = random_maps(rng, jobs, elem, channels, height, width)
+            maps = [random_maps(rng, jobs, e, channels, height, width) for e in elems]
             ctx.set(dut.settings, settings)
             for c0 in range(0, channels, chunk):
                 cc = min(chunk, channels - c0)
-                await stream_put(ctx, dut.chunk, dict(offset=c0 * elem // 8,
-                                                      slice_bytes=-(-cc * elem // 8)))
-                queues = [slice_words(maps, k, elem, c0, cc, db) for k in range(jobs)]
+                await stream_put(ctx, dut.chunk, [
+                    dict(offset=c0 * e // 8, slice_bytes=-(-cc * e // 8)) for e in elems])
+                queues = [[dict(w, job=n * jobs + k) for w in
+                           slice_words(maps[n], k, elems[n], c0, cc, db)]
+                          for n in range(kinds) if written >> n & 1 for k in range(jobs)]
                 while any(queues):
                     if stall and pyrng.random() < stall:
                         await ctx.tick()
                         continue
-                    k = pyrng.choice([k for k in range(jobs) if queues[k]])
-                    await stream_put(ctx, dut.i, queues[k].pop(0))
+                    q = pyrng.choice([q for q in queues if q])
+                    await stream_put(ctx, dut.i, q.pop(0))
             await stream_put(ctx, dut.flush, 1)
             start = 0
             words = []
-            expect = jobs * height * fmt.row_bytes // db
+            expect = sum(jobs * height * f.row_bytes // db
+                         for n, f in enumerate(fmts) if written >> n & 1)
             cycle = 0
             while len(words) < expect:
                 ready = not (stall and pyrng.random() < stall)
@@ -88,28 +96,35 @@ def run(jobs, elem, channels, chunk, height, width, data_width, *, stall=0.0, se
                     start = start or cycle
                 assert cycle < 100 * expect + 100, "the buffer stopped"
             ctx.set(dut.o.ready, 0)
-            await ctx.tick()
-            assert ctx.get(dut.idle)
-            results.append((maps, words, cycle, start))
+            for _ in range(3):
+                await ctx.tick()
+            assert ctx.get(dut.idle) and not ctx.get(dut.o.valid)
+            results.append(([maps[n] if written >> n & 1 else None for n in range(kinds)],
+                            words, cycle, start))
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
-    return fmt, results
+    return fmts, results
 
 
-def check(fmt, maps, words, db):
-    jobs = maps.shape[0]
-    row_words = fmt.row_bytes // db
-    assert [w["job"] for w in words] == [k for k in range(jobs)
-                                         for _ in range(fmt.height * row_words)]
-    for k in range(jobs):
-        mine = [w for w in words if w["job"] == k]
-        got = b"".join(w["data"].to_bytes(db, "little") for w in mine)
-        assert np.array_equal(np.frombuffer(got, np.uint8), fmt.pack(maps[k])), \
-            f"job {k}'s map differs from TensorFormat.pack"
-        assert [w["last"] for w in mine] == ([0] * (row_words - 1) + [1]) * fmt.height
+def check(fmts, maps, words, db):
+    """Each kind's maps, job after job, kind after kind, are ``TensorFormat.pack``'s."""
+    expected_jobs = []
+    for n, (fmt, kind_maps) in enumerate(zip(fmts, maps)):
+        if kind_maps is None:
+            continue
+        jobs = kind_maps.shape[0]
+        row_words = fmt.row_bytes // db
+        expected_jobs += [n * jobs + k for k in range(jobs) for _ in range(fmt.height * row_words)]
+        for k in range(jobs):
+            mine = [w for w in words if w["job"] == n * jobs + k]
+            got = b"".join(w["data"].to_bytes(db, "little") for w in mine)
+            assert np.array_equal(np.frombuffer(got, np.uint8), fmt.pack(kind_maps[k])), \
+                f"map {k} of kind {n} differs from TensorFormat.pack"
+            assert [w["last"] for w in mine] == ([0] * (row_words - 1) + [1]) * fmt.height
+    assert [w["job"] for w in words] == expected_jobs
 
 
 @pytest.mark.parametrize("jobs, elem, channels, chunk, height, width, data_width", [
@@ -124,9 +139,9 @@ def check(fmt, maps, words, db):
 ])
 def test_slices_become_the_formats_maps(jobs, elem, channels, chunk, height, width,
                                         data_width):
-    fmt, results = run(jobs, elem, channels, chunk, height, width, data_width, seed=channels)
+    fmts, results = run(jobs, elem, channels, chunk, height, width, data_width, seed=channels)
     for maps, words, _, _ in results:
-        check(fmt, maps, words, data_width // 8)
+        check(fmts, maps, words, data_width // 8)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -136,26 +151,39 @@ def test_random_configurations_under_stalls(seed):
     chunk = 8 * int(rng.integers(1, 4))
     channels = int(rng.integers(1, 60))
     data_width = int(rng.choice([32, 64, 128]))
-    fmt, results = run(int(rng.integers(1, 4)), elem, channels, chunk, int(rng.integers(1, 4)),
-                       int(rng.integers(1, 6)), data_width, stall=0.3, seed=seed)
+    fmts, results = run(int(rng.integers(1, 4)), elem, channels, chunk,
+                        int(rng.integers(1, 4)), int(rng.integers(1, 6)), data_width,
+                        stall=0.3, seed=seed)
     for maps, words, _, _ in results:
-        check(fmt, maps, words, data_width // 8)
+        check(fmts, maps, words, data_width // 8)
 
 
 def test_a_second_descriptor_over_a_stale_buffer():
     """The second maps' rows come out with zero padding over the first's bytes."""
-    fmt, results = run(2, 1, 24, 8, 3, 5, 128, rounds=2, seed=4)
-    assert fmt.row_bytes > 5 * fmt.pixel_bytes
+    fmts, results = run(2, 1, 24, 8, 3, 5, 128, rounds=2, seed=4)
+    assert fmts[0].row_bytes > 5 * fmts[0].pixel_bytes
     for maps, words, _, _ in results:
-        check(fmt, maps, words, 16)
+        check(fmts, maps, words, 16)
 
 
 def test_a_word_a_cycle_out():
-    fmt, results = run(2, 8, 32, 16, 4, 8, 64, seed=2)
+    fmts, results = run(2, 8, 32, 16, 4, 8, 64, seed=2)
     maps, words, cycles, first = results[0]
-    check(fmt, maps, words, 8)
+    check(fmts, maps, words, 8)
     assert cycles - first == len(words) - 1
     assert first <= 4
+
+
+@pytest.mark.parametrize("elems, written", [
+    ([24, 1], 3),       # a mixer's gated 24-bit maps and their signs (fusion rule 7)
+    ([1, 2], 2),        # the level outputs alone (levels only)
+    ([16, 4], 1),       # the first kind alone
+])
+def test_two_kinds_of_map_a_job(elems, written):
+    fmts, results = run(3, None, 32, 16, 2, 3, 128, elems=elems, written=written,
+                        stall=0.2, seed=sum(elems))
+    for maps, words, _, _ in results:
+        check(fmts, maps, words, 16)
 
 
 def test_an_odd_depth_is_refused():

@@ -75,14 +75,11 @@ def runnable(d, arrays=None):
 
 def streaming_runnable(d):
     """Weight streaming the runner does (``ConvRunner._streaming_ok``): chunks of whole
-    PE folds, a residual add's side slices whole bus words (of 16 bytes), no mixer or
-    level outputs."""
+    PE folds, a residual add's side slices whole bus words (of 16 bytes)."""
     side_ok = not d["stages"] & STAGE_BITS["add"] or (
         d["side_c"] == d["out_c"] and (d["side_c"] * d["side_elem"] // 8) % 16 == 0
         and (d["chunk_c"] * d["side_elem"] // 8) % 16 == 0)
-    return (d["chunk_c"] % 8 == 0 and d["chunk_c"] > 0 and side_ok
-            and not d["stages"] & STAGE_BITS["mixer"]
-            and not d["flags"] & FLAG_BITS["levels_out"])
+    return d["chunk_c"] % 8 == 0 and d["chunk_c"] > 0 and side_ok
 
 
 def prologue_runnable(d):
@@ -343,13 +340,35 @@ def test_streamed_residual_adds_read_their_side_slices():
     map shared by the jobs; three bases on two arrays; wait states."""
     g = compile_model(random_model(3, **dict(RESIDUAL, stages=[[16, 2, 1], [32, 2, 2]],
                                              dilations=None, bases=3)))
-    ran = run_steps(g, STREAMING_CONFIG, max_weight_words=20, p_wait=0.3, latency=(2, 9),
-                    seed=3)
+    ran = run_steps(g, STREAMING_CONFIG, max_weight_words=20, map_words=512, p_wait=0.3,
+                    latency=(2, 9), seed=3)
     streamed = [d for d in ran if d["flags"] & FLAG_BITS["weight_stream"]]
     adds = [d for d in streamed if d["stages"] & STAGE_BITS["add"]]
     assert len(adds) >= 3 and {d["out_c"] for d in adds} == {16, 32}
     assert any(d["flags"] & FLAG_BITS["shared_side"] for d in adds)
     assert any(d["stages"] & STAGE_BITS["prologue_threshold"] for d in streamed)
+
+
+@pytest.mark.parametrize("shortcut", ["conv", None])
+def test_streamed_mixers_and_their_level_outputs(shortcut):
+    """A block's streaming second convolutions with their mixer on chip: each chunk's
+    gated outputs and their level outputs (rule 7) assembled as two kinds of map in
+    the map buffer (the level lanes read the chunk's thresholds); a stage's last mixer's
+    two level outputs an output and no wide map (the conv shortcut's); the last block's
+    aggregate alone."""
+    stages = [[16, 2, 1], [32, 1 if shortcut else 2, 2]]
+    g = compile_model(random_model(5, **dict(RESIDUAL, stages=stages, dilations=None,
+                                             bases=2, shortcut=shortcut or "A")))
+    # 8 x 8 maps of 16-bit values: 2 KiB each, four maps (two kinds a job) in the buffer
+    ran = run_steps(g, STREAMING_CONFIG, max_weight_words=20, map_words=512, p_wait=0.2,
+                    latency=(1, 5), seed=4)
+    mixers = [d for d in ran if d["flags"] & FLAG_BITS["weight_stream"] and mixing(d)]
+    assert any(d["flags"] & FLAG_BITS["levels_out"] and not d["flags"]
+               & FLAG_BITS["levels_only"] for d in mixers)
+    if shortcut:
+        assert any(d["aux_outputs"] == 2 for d in mixers)
+    else:
+        assert any(not d["stages"] & STAGE_BITS["gated"] for d in mixers)
 
 
 def test_a_window_taller_than_the_ring_is_refused():

@@ -32,10 +32,13 @@ __all__ = ["LevelLanes", "level_settings"]
 def level_settings(max_jobs, max_levels, max_out_folds):
     """A level output's geometry: the mixer's output ``jobs`` (its gated bases, or 1
     for the aggregate alone), ``levels`` thresholds a channel, ``out_folds`` of ``pe``
-    channels a pixel."""
+    channels a pixel (a weight chunk's, from fold ``fold_base`` of a job's
+    ``job_folds``: its thresholds' stride in the buffers)."""
     return data.StructLayout({"jobs": range(1, max_jobs + 1),
                               "levels": range(1, max_levels + 1),
-                              "out_folds": range(1, max_out_folds + 1)})
+                              "out_folds": range(1, max_out_folds + 1),
+                              "job_folds": range(1, max_out_folds + 1),
+                              "fold_base": range(max_out_folds)})
 
 
 class LevelLanes(wiring.Component):
@@ -56,7 +59,7 @@ class LevelLanes(wiring.Component):
     Ports
     -----
     thr, inv : ``In(stream.Signature(...))``
-        Threshold and invert words at ``(k * out_folds + nf) * pe / lanes + p`` (the
+        Threshold and invert words at ``(k * job_folds + nf) * pe / lanes + p`` (the
         constant loader's ``thr`` and ``inv``); always taken, write them only while
         ``idle``.
     settings : ``In(level_settings(...))``
@@ -123,20 +126,24 @@ class LevelLanes(wiring.Component):
         k = Signal(range(self.max_jobs))
         p = Signal(range(parts))
         nf = Signal(range(self.max_out_folds))
-        base = Signal(range(self.depth + 1))           # (k * out_folds + nf) * parts
-        fold = Signal(range(self.depth + 1))           # nf * parts
+        base = Signal(range(self.depth + 1))           # k * job_folds * parts
+        fold = Signal(range(self.depth + 1))           # (fold_base + nf) * parts
+        first = st.fold_base * parts
         take = self.i.valid & adv
         with m.If(take):
             with m.If(k != st.jobs - 1):
-                m.d.sync += [k.eq(k + 1), base.eq(base + st.out_folds * parts)]
+                m.d.sync += [k.eq(k + 1), base.eq(base + st.job_folds * parts)]
             with m.Else():
                 with m.If(p != parts - 1):
                     m.d.sync += p.eq(p + 1)
                 with m.Elif(nf != st.out_folds - 1):
                     m.d.sync += [p.eq(0), nf.eq(nf + 1), fold.eq(fold + parts)]
                 with m.Else():
-                    m.d.sync += [p.eq(0), nf.eq(0), fold.eq(0)]
+                    m.d.sync += [p.eq(0), nf.eq(0), fold.eq(first)]
                 m.d.sync += [k.eq(0), base.eq(0)]
+        with m.Elif((k == 0) & (p == 0) & (nf == 0)):
+            # between pixels: a chunk's first fold
+            m.d.sync += fold.eq(first)
         trp, irp = tmem.read_port(), imem.read_port()
         # the address of the beat being taken: its job's, fold's and part's word
         addr = base + fold + p

@@ -198,7 +198,7 @@ class ConvRunner(wiring.Component):
                                          max_out_folds=max_out_folds)
         # a weight-streaming descriptor's outputs, a chunk's channels of every pixel at
         # a time, meet in the map buffer before the writer
-        self.maps = MapBuffer(jobs=arrays, data_width=data_width, depth=map_words,
+        self.maps = MapBuffer(jobs=arrays, kinds=2, data_width=data_width, depth=map_words,
                               max_size=max_size)
         self.unpacker = InputUnpacker(arrays=arrays, pe=pe, lanes=lanes, value_width=value_width,
                                       data_width=data_width, max_size=max_size,
@@ -274,18 +274,17 @@ class ConvRunner(wiring.Component):
 
     @property
     def _map_fits(self):
-        """A job's output map fits its region of the map buffer (registered in ``SIZE``,
-        before ``CHECK``)."""
+        """A job's output map and its level output fit their regions of the map buffer
+        (registered in ``SIZE``, before ``CHECK``)."""
         if not hasattr(self, "_map_fits_signal"):
             self._map_fits_signal = Signal(name="map_fits")
         return self._map_fits_signal
 
     def _streaming_ok(self, d):
         """Whether the units stream ``d``'s weights: chunks of whole PE folds of whole
-        bytes of outputs whose weights fit a half of the fold issuer, a job's output
-        map within its region of the map buffer (the product registered: ``SIZE``), and
-        none of the stages that read or write beside the output (a residual add's side
-        map, a mixer and its level outputs) yet."""
+        bytes of outputs whose weights fit a half of the fold issuer, each output map
+        and level output within its region of the map buffer (the products registered:
+        ``SIZE``), and a residual add's side slices whole bus words."""
         if self.pe & (self.pe - 1):
             return Const(0)
         pe_bits = exact_log2(self.pe)
@@ -293,10 +292,9 @@ class ConvRunner(wiring.Component):
         return ((d.chunk_c != 0) & (d.chunk_c == chunk) & (chunk[:max(pe_bits, 3)] == 0)
                 & ((chunk >> pe_bits) * d.in_folds[:bits_of(self.layer.issuer.max_in_folds)]
                    <= self.max_weight_words)
-                & (d.stages & STAGE_BITS["mixer"] == 0)
-                & (d.flags & FLAG_BITS["levels_out"] == 0)
                 & ((d.stages & STAGE_BITS["add"] == 0) | self._side_slices_ok(d))
-                & (d.out_pitch <= self.maps.region_bytes) & self._map_fits)
+                & (d.out_pitch <= self.maps.region_bytes)
+                & (d.aux_pitch <= self.maps.region_bytes) & self._map_fits)
 
     def _side_slices_ok(self, d):
         """A streaming residual add reads each pixel's slice of the side map, a chunk's
@@ -454,8 +452,11 @@ class ConvRunner(wiring.Component):
         fold_base = Signal(range(max_folds), name="fold_base")
         cur_folds = Signal(range(max_folds + 1), name="cur_folds")
         cur_channels = Signal(range(max_folds * pe + 1), name="cur_channels")
-        slice_bytes = Signal(range(self.maps.region_bytes + 1))
-        slice_offset = Signal(range(self.maps.region_bytes + 1))
+        # each kind of map's (the main packer's, the level packer's): a chunk's slice's
+        # bytes and its first byte in a pixel
+        region = self.maps.region_bytes
+        slice_bytes = [Signal(range(region + 1), name=f"slice_bytes{n}") for n in range(2)]
+        slice_offset = [Signal(range(region + 1), name=f"slice_offset{n}") for n in range(2)]
         ld_fold = Signal(range(max_folds + 1))
         ld_folds = Signal(range(max_folds + 1))
         ld_words = Signal(range(self.max_weight_words + 1))
@@ -464,18 +465,20 @@ class ConvRunner(wiring.Component):
         folds_left = d.out_folds - ld_fold
         m.d.sync += [ld_folds.eq(Mux(folds_left > chunk_folds, chunk_folds, folds_left)),
                      ld_words.eq(ld_folds * in_folds)]
-        out_pixel_bytes = Signal(range(self.maps.region_bytes + 1))
-        out_row_bytes = Signal(range(self.maps.region_bytes + 1))
-        chunk_bytes = Signal(range(self.maps.region_bytes + 1))
         ld_channels = Mux(folds_left > chunk_folds, d.chunk_c,
                           d.out_c - (ld_fold << pe_shift))
-        m.d.sync += [out_pixel_bytes.eq(_bytes_of(d.out_c, out_elem)),
-                     out_row_bytes.eq(d.out_w[:bits_of(self.max_size)]
-                                      * out_pixel_bytes[:bits_of(self.maps.region_bytes)]),
-                     chunk_bytes.eq(_bytes_of(ld_channels, out_elem)),
-                     self._map_fits.eq(d.out_h[:bits_of(self.max_size)]
-                                       * d.out_pitch[:bits_of(self.maps.region_bytes)]
-                                       <= self.maps.region_bytes)]
+        aux_elem = _elem_bits(d.aux_fmt, d.aux_elem)
+        pixel_bytes = [Signal(range(region + 1), name=f"pixel_bytes{n}") for n in range(2)]
+        row_bytes = [Signal(range(region + 1), name=f"row_bytes{n}") for n in range(2)]
+        chunk_bytes = [Signal(range(region + 1), name=f"chunk_bytes{n}") for n in range(2)]
+        for n, elem in enumerate((Mux(two_levels, aux_elem, out_elem), aux_elem)):
+            m.d.sync += [pixel_bytes[n].eq(_bytes_of(d.out_c, elem)),
+                         row_bytes[n].eq(d.out_w[:bits_of(self.max_size)]
+                                         * pixel_bytes[n][:bits_of(region)]),
+                         chunk_bytes[n].eq(_bytes_of(ld_channels, elem))]
+        m.d.sync += self._map_fits.eq(
+            (d.out_h[:bits_of(self.max_size)] * d.out_pitch[:bits_of(region)] <= region)
+            & (d.out_h[:bits_of(self.max_size)] * d.aux_pitch[:bits_of(region)] <= region))
         side_elem = _elem_bits(d.side_fmt, d.side_elem)
         side_pixel = Signal(32)
         side_chunk_bytes = Signal(32)
@@ -494,7 +497,10 @@ class ConvRunner(wiring.Component):
                      side_slice_ld.eq((_bytes_of(ld_channels, side_elem) + db - 1) >> log_db),
                      side_row_ld.eq(d.out_w[:bits_of(self.max_size)] * side_slice_ld[:16])]
         slices_expected = Signal(range(arrays * self.max_size ** 2 + 1))
-        m.d.sync += slices_expected.eq(d.windows[:bits_of(self.max_size ** 2)] * outputs)
+        slices_one = Signal.like(slices_expected)
+        both = (levels_out & wide_out) | two_levels       # two packers write
+        m.d.sync += [slices_one.eq(d.windows[:bits_of(self.max_size ** 2)] * outputs),
+                     slices_expected.eq(Mux(both, slices_one << 1, slices_one))]
         g = layer.gather_settings
         m.d.comb += [g.height.eq(d.in_h), g.width.eq(d.in_w), g.words.eq(d.words),
                      g.tail.eq(Cat(lane < d.tail for lane in range(simd))),
@@ -548,21 +554,30 @@ class ConvRunner(wiring.Component):
                      ps.width.eq(Mux(streaming, 1, d.out_w)),
                      ps.out_folds.eq(Mux(streaming, cur_folds, d.out_folds)),
                      ps.jobs.eq(outputs),
-                     ps.row_beats.eq(Mux(streaming, (slice_bytes + db - 1) >> log_db,
+                     ps.row_beats.eq(Mux(streaming, (slice_bytes[0] + db - 1) >> log_db,
                                          Mux(two_levels, d.aux_pitch, d.out_pitch) >> log_db))]
+        # the map buffer: the main packer's maps (kind 0), the level packer's (kind 1)
         mbs = maps.settings
-        m.d.comb += [mbs.pixel_bytes.eq(out_pixel_bytes), mbs.width.eq(d.out_w),
-                     mbs.height.eq(d.out_h), mbs.pitch.eq(d.out_pitch),
-                     mbs.row_bytes.eq(out_row_bytes), mbs.jobs.eq(outputs)]
+        m.d.comb += [mbs.width.eq(d.out_w), mbs.height.eq(d.out_h), mbs.jobs.eq(outputs),
+                     mbs.kinds.eq(Cat(wide_out | two_levels, levels_out))]
+        for n, pitch in enumerate((Mux(two_levels, d.aux_pitch, d.out_pitch), d.aux_pitch)):
+            f = mbs.formats[n]
+            m.d.comb += [f.pixel_bytes.eq(pixel_bytes[n]), f.pitch.eq(pitch),
+                         f.row_bytes.eq(row_bytes[n])]
 
         lps = lpacker.settings
-        m.d.comb += [lps.elem_bits.eq(_elem_bits(d.aux_fmt, d.aux_elem)),
-                     lps.channels.eq(d.out_c), lps.width.eq(d.out_w),
-                     lps.out_folds.eq(d.out_folds), lps.jobs.eq(outputs),
-                     lps.row_beats.eq(d.aux_pitch >> log_db)]
+        m.d.comb += [lps.elem_bits.eq(aux_elem),
+                     lps.channels.eq(Mux(streaming, cur_channels, d.out_c)),
+                     lps.width.eq(Mux(streaming, 1, d.out_w)),
+                     lps.out_folds.eq(Mux(streaming, cur_folds, d.out_folds)),
+                     lps.jobs.eq(outputs),
+                     lps.row_beats.eq(Mux(streaming, (slice_bytes[1] + db - 1) >> log_db,
+                                          d.aux_pitch >> log_db))]
         for unit in (levels, levels2):
             m.d.comb += [unit.settings.jobs.eq(outputs), unit.settings.levels.eq(d.aux_levels),
-                         unit.settings.out_folds.eq(d.out_folds)]
+                         unit.settings.out_folds.eq(Mux(streaming, cur_folds, d.out_folds)),
+                         unit.settings.job_folds.eq(d.out_folds),
+                         unit.settings.fold_base.eq(Mux(streaming, fold_base, 0))]
         ms = mixer.settings
         coef = ms.lambdas[0].shape()
         lambdas = [Signal(coef, name=f"lambda{k}") for k in range(arrays)]
@@ -782,7 +797,8 @@ class ConvRunner(wiring.Component):
                                                   d.out_h * outputs)),
                              job.eq(0), w_addr.eq(0), part.eq(0), iy.eq(0),
                              const_base.eq(0), to_table.eq(1), flushed.eq(0),
-                             ld_fold.eq(0), w_offset.eq(0), slice_offset.eq(0),
+                             ld_fold.eq(0), w_offset.eq(0),
+                             *(o.eq(0) for o in slice_offset),
                              slices_in.eq(0), side_slice_next.eq(0)]
                 m.next = "TABLE"
             with m.State("TABLE"):
@@ -894,14 +910,16 @@ class ConvRunner(wiring.Component):
                              ch.payload.out_folds.eq(Mux(streaming, ld_folds, d.out_folds)),
                              ch.payload.in_folds.eq(d.in_folds), ch.payload.windows.eq(d.windows),
                              mc.valid.eq(go & streaming & ch.ready),
-                             mc.payload.offset.eq(slice_offset),
-                             mc.payload.slice_bytes.eq(chunk_bytes)]
+                             *(mc.payload[n].offset.eq(slice_offset[n]) for n in range(2)),
+                             *(mc.payload[n].slice_bytes.eq(chunk_bytes[n]) for n in range(2))]
                 if self.planes > 1:
                     m.d.comb += ch.payload.levels.eq(~binary_in)
                 with m.If(ch.ready & go):
                     m.d.sync += [fold_base.eq(ld_fold), cur_folds.eq(ld_folds),
-                                 cur_channels.eq(ld_channels), slice_bytes.eq(chunk_bytes),
-                                 slice_offset.eq(slice_offset + chunk_bytes),
+                                 cur_channels.eq(ld_channels),
+                                 *(slice_bytes[n].eq(chunk_bytes[n]) for n in range(2)),
+                                 *(slice_offset[n].eq(slice_offset[n] + chunk_bytes[n])
+                                   for n in range(2)),
                                  ld_fold.eq(ld_fold + ld_folds), slices_in.eq(0),
                                  w_offset.eq(w_offset + ld_words * (pe * simd // 8)), iy.eq(0),
                                  side_slice_words.eq(side_slice_ld),
