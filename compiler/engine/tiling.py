@@ -12,8 +12,9 @@ not, the descriptor either re-reads them once per row tile, or *streams* them
 (``weight_stream``): an outer loop over chunks of ``chunk_c`` output channels (whole PE
 folds whose weights fit half the buffer), the row tiles inside, each weight read once;
 the input is then read once if the whole of it fits half the input buffer (resident),
-else once per chunk. The compiler takes whichever moves fewer bytes; the values are the
-same either way, so the reference model runs the row tiles alone.
+else once per chunk. The compiler takes whichever moves fewer bytes (in one row tile
+the weights stream: they fit neither way); the values are the same either way, so the
+reference model runs the row tiles alone.
 
 On the core's scratchpad (``hw/engine/core.py``) the chunks run inside each row tile,
 so a descriptor whose weights stream in several tiles reads them all once per tile.

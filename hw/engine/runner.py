@@ -26,15 +26,29 @@ with any of the post-op, residual add, ReLU and threshold stages, binary or 2-/4
 level inputs or a prologue threshold of a fixed-point map (8-, 16- or 32-bit elements,
 a multiple of 8 channels, 4-byte thresholds, levels of the ring's bits), every output
 format of the packer, any number of jobs (more than ``arrays`` run in rounds of
-``arrays``, each as a descriptor of its own: the job table's next entries) and weights
-that fit one half of the fold issuer; and a block's mixer on chip (every array a base:
-its K gated outputs or its aggregate alone, and with fusion rule 7 one level output
-each, through the :class:`~.mixer.MixerLanes`, the :class:`~.levels.LevelLanes` and a
-second packer; with two level outputs an output and no wide one, the second's
-through a second unit of level lanes and the main packer). Anything else (a prologue
-of other maps, two level outputs beside a wide one, a fused max pool, weight
-streaming, integer weights, a mixer of more bases than arrays) is refused with ``error`` and the cause ``unsupported``
-before any transfer.
+``arrays``, each as a descriptor of its own: the job table's next entries); and a
+block's mixer on chip (every array a base: its K gated outputs or its aggregate alone,
+and with fusion rule 7 one level output each, through the :class:`~.mixer.MixerLanes`,
+the :class:`~.levels.LevelLanes` and a second packer; with two level outputs an output
+and no wide one, the second's through a second unit of level lanes and the main
+packer).
+
+Weights that pass half the fold issuer's buffer stream (the descriptor's
+``weight_stream``, in chunks of ``chunk_c`` output channels): each chunk's weights go
+into the half not issued while the arrays compute the chunk before (whose last
+windows they finish meanwhile), the input rows (and a residual add's side slices: each
+pixel's chunk of channels, whole bus words) are read again for each chunk, and the
+packers write each pixel's slice of the chunk as a row of its own into the
+:class:`~.mapbuffer.MapBuffer`, which gives the writer the whole maps after the last
+chunk. A chunk is committed once the one before has all its slices in the buffer, so
+the units' settings (the chunk's first fold, folds and channels) change between
+chunks only.
+
+Anything else (a prologue of other maps, two level outputs beside a wide one, a fused
+max pool, integer weights, a mixer of more bases than arrays, a streaming output map
+larger than its region of the map buffer, a streaming residual add of option A or of
+slices that are not whole bus words) is refused with ``error`` and the cause
+``unsupported`` before any transfer.
 """
 
 from __future__ import annotations
@@ -112,8 +126,8 @@ class ConvRunner(wiring.Component):
         Words of the row writer's commands (:class:`~.writer.RowWriter`).
     map_words : int
         Bus words of the output map buffer (:class:`~.mapbuffer.MapBuffer`) that a
-        weight-streaming descriptor's outputs are assembled in: each job's map within
-        ``map_words // arrays`` words.
+        weight-streaming descriptor's outputs are assembled in: each job's map and its
+        level output within ``map_words // (2 * arrays)`` words.
 
     Ports
     -----
@@ -200,6 +214,10 @@ class ConvRunner(wiring.Component):
         # a time, meet in the map buffer before the writer
         self.maps = MapBuffer(jobs=arrays, kinds=2, data_width=data_width, depth=map_words,
                               max_size=max_size)
+        # what the check reads of products registered in SIZE: the maps written fit
+        # their regions of the map buffer, a streaming add's side slices are whole words
+        self._map_fits = Signal(name="map_fits")
+        self._side_aligned = Signal(name="side_aligned")
         self.unpacker = InputUnpacker(arrays=arrays, pe=pe, lanes=lanes, value_width=value_width,
                                       data_width=data_width, max_size=max_size,
                                       max_channels=max_channels, max_out_folds=max_out_folds)
@@ -272,14 +290,6 @@ class ConvRunner(wiring.Component):
             ok = ok & c
         return ok
 
-    @property
-    def _map_fits(self):
-        """A job's output map and its level output fit their regions of the map buffer
-        (registered in ``SIZE``, before ``CHECK``)."""
-        if not hasattr(self, "_map_fits_signal"):
-            self._map_fits_signal = Signal(name="map_fits")
-        return self._map_fits_signal
-
     def _streaming_ok(self, d):
         """Whether the units stream ``d``'s weights: chunks of whole PE folds of whole
         bytes of outputs whose weights fit a half of the fold issuer, each output map
@@ -301,8 +311,6 @@ class ConvRunner(wiring.Component):
         channels, as whole bus words: the side map as many channels as the output (no
         option A), its pixels and the chunks' slices whole bus words (registered in
         ``SIZE``)."""
-        if not hasattr(self, "_side_aligned"):
-            self._side_aligned = Signal(name="side_aligned")
         return (d.side_c == d.out_c) & self._side_aligned
 
     def _prologue_ok(self, d):
@@ -476,9 +484,11 @@ class ConvRunner(wiring.Component):
                          row_bytes[n].eq(d.out_w[:bits_of(self.max_size)]
                                          * pixel_bytes[n][:bits_of(region)]),
                          chunk_bytes[n].eq(_bytes_of(ld_channels, elem))]
+        rows = d.out_h[:bits_of(self.max_size)]
         m.d.sync += self._map_fits.eq(
-            (d.out_h[:bits_of(self.max_size)] * d.out_pitch[:bits_of(region)] <= region)
-            & (d.out_h[:bits_of(self.max_size)] * d.aux_pitch[:bits_of(region)] <= region))
+            (~(wide_out | two_levels)
+             | (rows * Mux(two_levels, d.aux_pitch, d.out_pitch)[:bits_of(region)] <= region))
+            & (~levels_out | (rows * d.aux_pitch[:bits_of(region)] <= region)))
         side_elem = _elem_bits(d.side_fmt, d.side_elem)
         side_pixel = Signal(32)
         side_chunk_bytes = Signal(32)
@@ -489,7 +499,6 @@ class ConvRunner(wiring.Component):
         side_slice_at = Signal(32)                   # this chunk's, in a side pixel
         side_slice_next = Signal(32)
         side_row_off = Signal(self.addr_width)       # the side row's, in each job's map
-        self._side_slices_ok(d)
         m.d.comb += self._side_aligned.eq((side_pixel[:log_db] == 0)
                                           & (side_chunk_bytes[:log_db] == 0))
         m.d.sync += [side_pixel.eq(_bytes_of(d.side_c, side_elem)),
