@@ -50,7 +50,9 @@ INTENDED_SUM_WIDTH = 14
 #: each); the intended one is too wide for the ECP5's 208 block RAMs (3,840-bit words), so
 #: only one array's is placed there. The feeder's constant buffers hold 32 output folds
 #: (512 channels) of each array's job. The layer datapaths are those units connected, at
-#: ResNet-18's widest geometry (3x3 windows of 512 channels): one array of 48 lanes with
+#: ResNet-18's widest geometry (3x3 windows of 512 channels) and a ring of 16 rows, which
+#: holds a whole map of up to 16 rows for every weight chunk (ResNet-18's 14x14 and 7x7
+#: maps at 224x224): one array of 48 lanes with
 #: 99 window words and halves of 198 weight words, placed on ECP5; and the intended
 #: engine, 5 x 16 x 64 lanes, windows of 72 words and halves of one PE fold (72 words of
 #: 5 x 1,024 bits: 9 KiB an array, a half of ``EngineConfig.weight_buffer``'s order), on
@@ -59,7 +61,8 @@ INTENDED_SUM_WIDTH = 14
 #: and the mixer are measured at 16 lanes, twice ``EngineConfig.vector_lanes``; one
 #: threshold a channel for binary activations, 15 for 4-bit levels. The engines of the
 #: units (``UnitEngine``: register file, sequencer, DMAs and the convolution runner with
-#: its loader, constant loader, mixer, level lanes, two packers, writer and unpacker) are
+#: its loader, constant loader, mixer, level lanes, two packers, writer, unpacker and
+#: map buffer of 4,096 words) are
 #: the layer datapaths' sizes with 128-bit ports, bursts of 16 and the intended 8
 #: epilogue lanes (with 16, one array's engine took 101 DSP blocks and did not place on
 #: the LFE5U-85F; with 8, nextpnr had not finished routing it after 40 minutes, so the
@@ -118,12 +121,12 @@ SIZES = {
                           ("cyclonev", "ecp5"), "input unpacker of the intended feeder"),
     "writer-intended": ("RowWriter", dict(arrays=5, data_width=128, chunk=16),
                         ("cyclonev", "ecp5"), "row writer of the intended packer"),
-    "layer-one": ("LayerDatapath", dict(arrays=1, pe=16, simd=48, ring_rows=4, ring_words=512,
+    "layer-one": ("LayerDatapath", dict(arrays=1, pe=16, simd=48, ring_rows=16, ring_words=2048,
                                         max_size=64, max_words=11, max_kernel=3,
                                         max_weight_words=198, max_out_folds=32),
                   ("cyclonev", "ecp5"), "layer datapath of one array"),
-    "layer-intended": ("LayerDatapath", dict(arrays=5, pe=16, simd=64, lanes=8, ring_rows=4,
-                                             ring_words=512, max_size=64, max_words=8,
+    "layer-intended": ("LayerDatapath", dict(arrays=5, pe=16, simd=64, lanes=8, ring_rows=16,
+                                             ring_words=1024, max_size=64, max_words=8,
                                              max_kernel=3, max_weight_words=72,
                                              max_out_folds=32),
                        ("cyclonev",), "layer datapath of the intended engine"),
@@ -134,19 +137,19 @@ SIZES = {
                                              max_size=64), ("cyclonev", "ecp5"),
                            "output map buffer of the intended engine"),
     "unit-engine-one": ("UnitEngine", dict(data_width=128, max_burst=16, arrays=1, pe=16,
-                                           simd=48, lanes=8, ring_rows=4, ring_words=512,
+                                           simd=48, lanes=8, ring_rows=16, ring_words=2048,
                                            max_size=64, max_words=11, max_kernel=3,
                                            max_weight_words=198, max_out_folds=32,
                                            map_words=4096),
                         ("cyclonev",), "the engine of the units, one array"),
     "unit-engine-intended": ("UnitEngine", dict(data_width=128, max_burst=16, arrays=5, pe=16,
-                                                simd=64, lanes=8, ring_rows=4, ring_words=512,
+                                                simd=64, lanes=8, ring_rows=16, ring_words=1024,
                                                 max_size=64, max_words=8, max_kernel=3,
                                                 max_weight_words=72, max_out_folds=32,
                                                 map_words=4096),
                              ("cyclonev",), "the engine of the units, intended size"),
     "unit-engine-narrow": ("UnitEngine", dict(data_width=128, max_burst=16, arrays=5, pe=16,
-                                              simd=32, lanes=8, ring_rows=4, ring_words=1024,
+                                              simd=32, lanes=8, ring_rows=16, ring_words=2048,
                                               max_size=64, max_words=16, max_kernel=3,
                                               max_weight_words=144, max_out_folds=32,
                                               map_words=4096),

@@ -164,7 +164,7 @@ def first_difference(a, b):
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
 
 
-def run_steps(g, config, *, planes=1, max_levels=1, **bench):
+def run_steps(g, config, *, planes=1, max_levels=1, ring_rows=8, **bench):
     """Run every descriptor of ``g``'s program that the runner executes; each memory
     after it equals the model's, byte for byte. Returns the descriptors run."""
     program, descs, steps = program_steps(g, config)
@@ -172,7 +172,8 @@ def run_steps(g, config, *, planes=1, max_levels=1, **bench):
     for i, before, after in steps:
         got, result = run_runner(program, descs[i], before, planes=planes,
                                  max_levels=max_levels, max_size=16, max_words=4,
-                                 max_out_folds=4, ring_rows=8, ring_words=256, **bench)
+                                 max_out_folds=4, ring_rows=ring_rows, ring_words=256,
+                                 **bench)
         assert result == "done", (i, result)
         assert got != before, f"descriptor {i} wrote nothing"
         at = first_difference(got, after)
@@ -317,15 +318,17 @@ def test_more_bases_than_arrays_run_in_rounds():
     assert any(d["stride"] == 2 for d in ran)
 
 
-def test_weights_stream_in_chunks_of_output_channels():
+@pytest.mark.parametrize("ring_rows", [8, 4])
+def test_weights_stream_in_chunks_of_output_channels(ring_rows):
     """Weights more than half the fold issuer holds (20 words of 8 x 16 bits) stream: a
     chunk of output channels at a time, the next chunk's weights loaded into the free
-    half while the arrays compute this one, the input read again for each chunk and
-    every chunk's slices assembled in the map buffer; channels 20 in chunks of 8, 8 and
-    4, stride 2, three bases on two arrays, wait states."""
+    half while the arrays compute this one, every chunk's slices assembled in the map
+    buffer, and the input read once where the ring holds the whole map (8 rows: the 8x8
+    and 4x4 maps; 4 rows: the 4x4 ones), else again for each chunk; channels 20 in
+    chunks of 8, 8 and 4, stride 2, three bases on two arrays, wait states."""
     g = compile_model(random_model(4, **dict(NETWORKS["odd-channels-stride-2"], bases=3)))
     ran = run_steps(g, STREAMING_CONFIG, max_weight_words=20, p_wait=0.3, latency=(2, 9),
-                    seed=2)
+                    seed=2, ring_rows=ring_rows)
     streamed = [d for d in ran if d["flags"] & FLAG_BITS["weight_stream"]]
     assert len(streamed) >= 3
     assert any(d["out_folds"] * d["in_folds"] > 20 for d in streamed)

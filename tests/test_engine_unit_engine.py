@@ -29,10 +29,10 @@ from test_engine_sequencer import Host
 SIZES = dict(arrays=CONFIG.arrays, pe=CONFIG.pe, simd=CONFIG.simd, max_size=16, max_words=4,
              max_out_folds=4, ring_rows=8, ring_words=256)
 #: the engine of ResNet-18 K=5 at 32x32: the intended engine's units (5 arrays of 16 x 64
-#: lanes, 8 epilogue lanes, 72 weight words a half of the fold issuer, a map buffer of
-#: 4,096 bus words) with bounds of its maps (8x8 after the stem and its pooling): its
-#: layers of 128 channels and more stream their weights
-RESNET_SIZES = dict(arrays=5, pe=16, simd=64, lanes=8, ring_rows=4, ring_words=256,
+#: lanes, 8 epilogue lanes, a ring of 16 rows, 72 weight words a half of the fold issuer,
+#: a map buffer of 4,096 bus words) with bounds of its maps (8x8 after the stem and its
+#: pooling): its layers of 128 channels and more stream their weights
+RESNET_SIZES = dict(arrays=5, pe=16, simd=64, lanes=8, ring_rows=16, ring_words=1024,
                     max_size=8, max_words=8, max_kernel=3, max_weight_words=72,
                     max_out_folds=32, map_words=4096)
 #: its program's configuration: the intended engine

@@ -36,8 +36,10 @@ packer).
 Weights that pass half the fold issuer's buffer stream (the descriptor's
 ``weight_stream``, in chunks of ``chunk_c`` output channels): each chunk's weights go
 into the half not issued while the arrays compute the chunk before (whose last
-windows they finish meanwhile), the input rows (and a residual add's side slices: each
-pixel's chunk of channels, whole bus words) are read again for each chunk, and the
+windows they finish meanwhile), the input rows are read again for each chunk unless
+the ring holds the whole map (``in_h <= ring_rows``: the first chunk's rows stay for
+the others), a residual add's side slices (each pixel's chunk of channels, whole bus
+words) are read for each chunk, and the
 packers write each pixel's slice of the chunk as a row of its own into the
 :class:`~.mapbuffer.MapBuffer`, which gives the writer the whole maps after the last
 chunk. A chunk is committed once the one before has all its slices in the buffer, so
@@ -930,7 +932,11 @@ class ConvRunner(wiring.Component):
                                  *(slice_offset[n].eq(slice_offset[n] + chunk_bytes[n])
                                    for n in range(2)),
                                  ld_fold.eq(ld_fold + ld_folds), slices_in.eq(0),
-                                 w_offset.eq(w_offset + ld_words * (pe * simd // 8)), iy.eq(0),
+                                 w_offset.eq(w_offset + ld_words * (pe * simd // 8)),
+                                 # a map the ring holds whole is read for the first chunk
+                                 # alone: the next gather it from the ring again
+                                 iy.eq(Mux((ld_fold != 0) & (d.in_h <= self.ring_rows),
+                                           d.in_h, 0)),
                                  side_slice_words.eq(side_slice_ld),
                                  side_row_words.eq(side_row_ld),
                                  side_slice_at.eq(side_slice_next),
