@@ -223,13 +223,17 @@ def shape_text(unit, p):
     if unit == "PrologueThreshold":
         return (f"{p['data_width']}-bit bus words of 8- to 32-bit elements into levels, "
                 f"{p['arrays']} jobs' thresholds of up to {p['max_channels']} channels")
+    if unit == "MapBuffer":
+        return (f"{p['kinds']} kinds of map of {p['jobs']} jobs, {p['depth']} words of "
+                f"{p['data_width']} bits")
     if unit == "OutputPacker":
         return (f"{p['arrays']} jobs' beats of {p['lanes']} lanes into {p['data_width']}-bit "
                 f"bus words, 1- to 32-bit elements")
     lanes = p.get("lanes") or p.get("pe")
     if unit == "UnitEngine":
         return (f"{p['arrays']} x {p['pe']} x {p['simd']} lanes, {lanes} epilogue lanes, "
-                f"{p['max_weight_words']} weight words a half, {p['data_width']}-bit ports")
+                f"a ring of {p['ring_rows']} rows, {p['max_weight_words']} weight words a "
+                f"half, a map buffer of {p['map_words']} words, {p['data_width']}-bit ports")
     if unit == "LayerDatapath":
         return (f"{p['arrays']} x {p['pe']} x {p['simd']} lanes, {lanes} epilogue lanes, "
                 f"windows of {p['max_kernel'] ** 2 * p['max_words']} words, "

@@ -244,11 +244,12 @@ def test_predict_whole_program():
 
 def test_size_engine_de10nano_default_fits():
     sized = size_engine("de10nano")
-    # the engine of the units as measured at 5 x 16 x 64, with the guess for the stem,
-    # pooling and head, just fits 90 % of the ALMs
-    assert sized.config == EngineConfig()
+    # the engine of the units as measured (weight streaming and its map buffer among
+    # them), with the guess for the stem, pooling and head: at EngineConfig's 5 x 16 x 64
+    # it passes 90 % of the ALMs, and five arrays of 16 x 32 fit
     assert sized.fits and all(v <= 0.9 for v in sized.utilisation.values())
-    assert estimate(EngineConfig())["logic"] > 0.85 * sized.limits["logic"]
+    assert (sized.config.arrays, sized.config.pe, sized.config.simd) == (5, 16, 32)
+    assert estimate(EngineConfig())["logic"] > 0.9 * sized.limits["logic"]
     small = size_engine("icebreaker")
     assert small.config.lanes < sized.config.lanes
 

@@ -45,6 +45,11 @@ class EngineConfig:
         On-chip tile buffers in bytes, each double buffered (a transfer fills one half
         while the units work on the other). The input and output buffers are shared by
         the arrays (the jobs of one round split them); the weight buffer is per array.
+    ring_rows : int
+        Rows of the window gatherer's ring (docs/architecture.md section 15): a
+        weight-streaming descriptor reads its input once for all its chunks only where
+        the ring holds the whole map (at most ``ring_rows`` rows, and half the input
+        buffer), else once a chunk.
     clock_mhz : float
         The engine's own clock (a PLL output on the board), in MHz.
     pipeline_depth : int
@@ -108,6 +113,7 @@ class EngineConfig:
     input_buffer: int = 192 * 1024
     weight_buffer: int = 16 * 1024
     output_buffer: int = 192 * 1024
+    ring_rows: int = 16
     clock_mhz: float = 100.0
     pipeline_depth: int = 24
     scratchpad: int = 0
@@ -123,7 +129,8 @@ class EngineConfig:
                   stem_pe=self.stem_pe, stem_simd=self.stem_simd,
                   vector_lanes=self.vector_lanes, port_bytes=self.port_bytes,
                   input_buffer=self.input_buffer, weight_buffer=self.weight_buffer,
-                  output_buffer=self.output_buffer, pipeline_depth=self.pipeline_depth)
+                  output_buffer=self.output_buffer, pipeline_depth=self.pipeline_depth,
+                  ring_rows=self.ring_rows)
         if self.scratchpad < 0 or self.scratchpad % self.port_bytes:
             raise ValueError(f"EngineConfig.scratchpad ({self.scratchpad}) must be whole "
                              "port words")

@@ -11,10 +11,10 @@ Weights: read once per job when they fit half an array's weight buffer. When the
 not, the descriptor either re-reads them once per row tile, or *streams* them
 (``weight_stream``): an outer loop over chunks of ``chunk_c`` output channels (whole PE
 folds whose weights fit half the buffer), the row tiles inside, each weight read once;
-the input is then read once if the whole of it fits half the input buffer (resident),
-else once per chunk. The compiler takes whichever moves fewer bytes (in one row tile
-the weights stream: they fit neither way); the values are the same either way, so the
-reference model runs the row tiles alone.
+the input is then read once if the whole of it fits half the input buffer and the
+gatherer's ring holds its rows (resident), else once per chunk. The compiler takes
+whichever moves fewer bytes (in one row tile the weights stream: they fit neither way);
+the values are the same either way, so the reference model runs the row tiles alone.
 
 On the core's scratchpad (``hw/engine/core.py``) the chunks run inside each row tile,
 so a descriptor whose weights stream in several tiles reads them all once per tile.
@@ -74,9 +74,12 @@ def round_tensors(d, arrays):
 
 
 def input_resident(d, config):
-    """The whole input of a round fits half the input buffer."""
+    """The whole input of a round stays on chip for every weight chunk: it fits half
+    the input buffer, and the gatherer's ring holds all its rows."""
     ins = round_tensors(d, config.arrays)[0]
-    return d["in_h"] * buffered_in_row(d, config.port_bytes) * ins <= config.input_buffer // 2
+    return (d["in_h"] <= config.ring_rows
+            and d["in_h"] * buffered_in_row(d, config.port_bytes) * ins
+            <= config.input_buffer // 2)
 
 
 def n_chunks(d):

@@ -236,16 +236,19 @@ class MapBuffer(wiring.Component):
         m.d.comb += self.flush.ready.eq(~reading & (in_flight == 0))
 
         def first_kind(bits):
-            """The lowest kind set in ``bits`` (``kinds`` if none)."""
-            out = Const(kinds, range(kinds + 1))
+            """The lowest kind set in ``bits`` (``kinds`` if none) and its maps' first
+            word: multiplexers of constants."""
+            kind = Const(kinds, range(kinds + 1))
+            base = Const(0, range(self.depth + 1))
             for n in reversed(range(kinds)):
-                out = Mux(bits[n], n, out)
-            return out
+                kind = Mux(bits[n], n, kind)
+                base = Mux(bits[n], n * jobs * region, base)
+            return kind, base
         with m.If(self.flush.valid & self.flush.ready):
-            start = first_kind(s.kinds)
+            start, start_base = first_kind(s.kinds)
             m.d.sync += [reading.eq(s.kinds != 0), r_kind.eq(start), r_job.eq(0),
-                         r_row.eq(0), r_word.eq(0), r_addr.eq(start * (jobs * region)),
-                         r_base.eq(start * (jobs * region)), written.eq(s.kinds)]
+                         r_row.eq(0), r_word.eq(0), r_addr.eq(start_base),
+                         r_base.eq(start_base), written.eq(s.kinds)]
         for b, (_, rp) in enumerate(banks):
             m.d.comb += [rp.addr.eq(r_addr >> 1), rp.en.eq(issue)]
         # the word's bytes past the row's pixels are padding: zero
@@ -254,8 +257,11 @@ class MapBuffer(wiring.Component):
         d_keep, d_odd, d_last, d_valid = Signal(db), Signal(), Signal(), Signal()
         d_job = Signal(range(maps))
         m.d.sync += d_valid.eq(issue)
+        # the kind after this one: a multiplexer of constants (a product of the kind was
+        # the buffer's late path on ECP5)
         rest = Signal(kinds)
         m.d.comb += rest.eq(written & ~(Const(1, kinds) << r_kind)[:kinds])
+        next_kind, next_base = first_kind(rest)
         with m.If(issue):
             m.d.sync += [d_keep.eq(keep), d_odd.eq(r_addr[0]),
                          d_job.eq(r_kind * jobs + r_job),
@@ -267,10 +273,8 @@ class MapBuffer(wiring.Component):
                                  r_base.eq(r_base + region), r_addr.eq(r_base + region)]
                     with m.If(r_job == s.jobs - 1):
                         # the next kind written, or the end
-                        nxt = first_kind(rest)
-                        m.d.sync += [r_job.eq(0), r_kind.eq(nxt), written.eq(rest),
-                                     r_base.eq(nxt * (jobs * region)),
-                                     r_addr.eq(nxt * (jobs * region)),
+                        m.d.sync += [r_job.eq(0), r_kind.eq(next_kind), written.eq(rest),
+                                     r_base.eq(next_base), r_addr.eq(next_base),
                                      reading.eq(rest != 0)]
         m.d.sync += pending.eq(issue)
         read = Mux(d_odd, banks[1][1].data, banks[0][1].data)
