@@ -42,9 +42,9 @@ ALMs; LUT4-based families count two LUT4s per ALM), block-RAM bits and multiplie
 
 Measured so, 5 x 16 x 64 takes 97.2 % of the DE10-Nano's ALMs with the guess (weight
 streaming and its map buffer cost about 3,200 ALMs): past the default 90 %, so the
-DE10-Nano gets 5 x 16 x 32 (83.3 %) until the units are smaller. The ladder of candidates tops out at 5 arrays x
-16 PE x 64 SIMD: K = 5 bases run in one round, SIMD 64 divides every
-channel count of the paper's networks
+DE10-Nano gets 5 x 16 x 32 (83.3 %) until the units are smaller. The ladder of
+candidates tops out at 5 arrays x 16 PE x 64 SIMD: K = 5 bases run in one round, SIMD 64
+divides every channel count of the paper's networks
 (the window gatherer gives a tap's channels words of their own), and ResNet-18 K=5 is
 about as much DRAM-bound as compute-bound on the DE10-Nano at that size.
 """

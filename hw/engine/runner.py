@@ -802,7 +802,6 @@ class ConvRunner(wiring.Component):
                 # a round's jobs as a descriptor of their own (the held descriptor's
                 # `jobs` and `table_addr` are the round's)
                 # a row an output, and as many again with a second packer's output
-                both = (levels_out & wide_out) | two_levels
                 m.d.sync += [entry.eq(0), rows_out.eq(0),
                              rows_expected.eq(Mux(both, (d.out_h * outputs) << 1,
                                                   d.out_h * outputs)),
