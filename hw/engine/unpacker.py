@@ -253,14 +253,18 @@ class InputUnpacker(wiring.Component):
                 with m.Else():
                     m.d.sync += held[j].eq(held[j] - op.need)
 
-        # -- data: each job's bytes as a queue of whole bus words (slots), read from a
-        # byte of the oldest slot: a word goes into the first free slot, a beat is read
-        # from that byte (a shift of less than a bus word), and the slots it has used up
-        # are dropped (a shift by whole slots). Neither shift is by a byte
-        # count of the job's (a first design shifted bytes in and out of a byte
-        # gearbox: 6,700 ALMs, 82 MHz on ECP5) --
+        # -- data: each job's bytes as a ring of whole bus words (slots) from a head
+        # slot, read from a byte of the head: a word goes into the slot after the filled
+        # ones, a beat is read from that byte (the ring turned by the head, then a shift
+        # of less than a bus word), and the slots it has used up are left behind by
+        # moving the head. Slots are only ever loaded whole (an earlier design shifted
+        # them down on every beat: 7,400 ALUTs, half of them the slots' multiplexers; a
+        # first one shifted bytes in and out of a byte gearbox: 6,700 ALMs, 82 MHz) --
         slots = -(-(2 * W + B) // W)          # a word's bytes before the head, a beat's, a word
+        slots = 1 << (slots - 1).bit_length()  # a power of two: the ring's index wraps
+        window_slots = -(-(W + B) // W)        # the slots a beat's bytes can touch
         queue = [[Signal(8 * W, name=f"q{j}_{i}") for i in range(slots)] for j in range(arrays)]
+        head = [Signal(range(slots), name=f"head{j}") for j in range(arrays)]
         filled = [Signal(range(slots + 1), name=f"filled{j}") for j in range(arrays)]
         d_take, d_emit = Signal(), Signal()
         d_sel = Signal(arrays)
@@ -270,29 +274,39 @@ class InputUnpacker(wiring.Component):
         m.d.sync += [d_take.eq(take), d_emit.eq(emit), d_sel.eq(op.sel), d_word.eq(in_data),
                      d_at.eq(at_k), d_mask.eq(Mux(ours, op.mask, 0))]
 
-        # the job's slots registered, then the beat's bytes read from them (the pick and
-        # the read in one cycle were a late path on ECP5)
+        # the job's slots and head registered, then the beat's bytes read from them (the
+        # pick and the read in one cycle were a late path on ECP5)
         window = Signal(8 * W * slots)
+        r_head = Signal(range(slots))
         r_at = Signal(range(W))
         r_emit = Signal()
         r_mask = Signal(lanes)
         m.d.sync += [window.eq(picked(d_sel, [Cat(*queue[j]) for j in range(arrays)])),
+                     r_head.eq(picked(d_sel, head)),
                      r_at.eq(d_at), r_emit.eq(d_emit), r_mask.eq(d_mask)]
-        raw = Signal(8 * B)
-        with m.Switch(r_at):
-            for h in range(W):
+        turned = Signal(8 * W * window_slots)
+        with m.Switch(r_head):
+            for h in range(slots):
                 with m.Case(h):
-                    m.d.comb += raw.eq(window[8 * h:8 * (h + B)])
+                    m.d.comb += turned.eq(Cat(window[8 * W * ((h + i) % slots):
+                                                     8 * W * ((h + i) % slots + 1)]
+                                              for i in range(window_slots)))
+        # the beat's bytes from the head slot's byte r_at on: a stage a bit of the byte
+        # (multiplexers of two, which the LUTs merge; a multiplexer of the W bytes took
+        # twice the logic)
+        raw = turned
+        for i in range(len(r_at)):
+            raw = Mux(r_at[i], raw[8 << i:], raw)
+        raw = raw[:8 * B]
         # each job's own copy of the op's control, so that no register drives the
-        # enables and selects of every job's slots (with one, their route was the late
-        # path on ECP5)
+        # enables of every job's slots (with one, their route was the late path on ECP5)
         for j in range(arrays):
             j_take, j_emit, j_row_end = Signal(), Signal(), Signal()
             j_used = Signal(range(slots + 1))
             m.d.sync += [j_take.eq(op.sel[j] & take), j_emit.eq(op.sel[j] & emit),
                          j_row_end.eq(op.row_end), j_used.eq(ahead // W)]
             with m.If(j_take):
-                with m.Switch(filled[j]):
+                with m.Switch((head[j] + filled[j])[:len(head[j])]):
                     for i in range(slots):
                         with m.Case(i):
                             m.d.sync += queue[j][i].eq(d_word)
@@ -301,12 +315,8 @@ class InputUnpacker(wiring.Component):
                 with m.If(j_row_end):
                     m.d.sync += filled[j].eq(0)
                 with m.Else():
-                    m.d.sync += filled[j].eq(filled[j] - j_used)
-                    with m.Switch(j_used):
-                        for u in range(1, slots):
-                            with m.Case(u):
-                                m.d.sync += [queue[j][i].eq(queue[j][i + u])
-                                             for i in range(slots - u)]
+                    m.d.sync += [filled[j].eq(filled[j] - j_used),
+                                 head[j].eq(head[j] + j_used)]
 
         # -- out: the beat's bytes registered, then its values, into the output FIFO --
         v_valid = Signal()
