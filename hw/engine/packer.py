@@ -20,7 +20,7 @@ their bytes in a data stage behind it.
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -320,11 +320,13 @@ class OutputPacker(wiring.Component):
         m.d.sync += [s_valid.eq(step & op.keep), s_emit.eq(step & op.keep & emit),
                      s_last.eq(row_done), s_k.eq(op.k),
                      s_data.eq(Mux(phase == INSERT, op_bytes.r_data, 0)), s_shift.eq(hk)]
+        # a stage a bit of the shift (multiplexers of two, which the LUTs merge; a
+        # multiplexer of the W shifts took twice the logic)
         shifted = Signal(8 * (W + B))
-        with m.Switch(s_shift):
-            for h in range(W):
-                with m.Case(h):
-                    m.d.comb += shifted.eq(s_data << (8 * h))
+        moved = s_data
+        for i in range(len(s_shift)):
+            moved = Mux(s_shift[i], Cat(Const(0, 8 << i), moved), moved)
+        m.d.comb += shifted.eq(moved)
 
         # -- data: each job's bytes; a word out when the control says so --
         d_valid, d_emit, d_last = Signal(), Signal(), Signal()
