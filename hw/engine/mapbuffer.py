@@ -17,7 +17,7 @@ level outputs, fusion rule 7): ``kinds`` of maps, each with its own format (its 
 and rows' bytes, its slices' bytes and place); job ``k``'s map of kind ``n`` is the
 packers' (and the row writer's) job ``n * jobs + k``.
 
-The memory is two banks of bus words with a byte write enable, even and odd words: a
+The memory is two banks of bus words, a memory a byte lane, even and odd words: a
 slice's word, shifted to its byte in the map, covers at most two neighbouring words,
 one in each bank, so a word is written a cycle. Each map has a region of ``depth //
 (kinds * jobs)`` words.
@@ -139,11 +139,15 @@ class MapBuffer(wiring.Component):
         log_db = exact_log2(db)
         region = self.region_words
         half = self.depth // 2
-        banks = []
+        # a bank is a memory a byte lane, each with its own write enable: Yosys maps a
+        # memory of bus words with byte enables to Cyclone V M10Ks at 512 words of a
+        # byte lane a block (64 a bank of 2,048 words), byte-wide memories at 1,024 (32)
+        lanes = [[] for _ in range(2)]                # [bank][byte]: (write, read) ports
         for b in range(2):
-            mem = Memory(shape=unsigned(dw), depth=half, init=[])
-            m.submodules[f"bank{b}"] = mem
-            banks.append((mem.write_port(granularity=8), mem.read_port()))
+            for byte in range(db):
+                mem = Memory(shape=unsigned(8), depth=half, init=[])
+                m.submodules[f"bank{b}_{byte}"] = mem
+                lanes[b].append((mem.write_port(), mem.read_port()))
 
         # -- writes: each map's next slice's byte, its pixel and the slice's word --
         addr_bits = (self.depth * db - 1).bit_length()
@@ -171,11 +175,18 @@ class MapBuffer(wiring.Component):
         kind = Signal(range(kinds))
         sel_slice = Signal(addr_bits)
         sel_part = Signal.like(part[0])
+        sel_x = Signal.like(x[0])
         for j in range(maps):
             with m.If(job == j):
                 m.d.comb += [sel_slice.eq(slice_at[j]), sel_part.eq(part[j]),
-                             kind.eq(j // jobs)]
+                             sel_x.eq(x[j]), kind.eq(j // jobs)]
         fmt = s.formats[kind]
+        # the word's map's next part, pixel and slice: one set of adders for the maps
+        next_part = sel_part + 1
+        next_x = sel_x + 1
+        row_end = sel_x == s.width - 1
+        next_slice = sel_slice + Mux(row_end, fmt.pitch - fmt.row_bytes + fmt.pixel_bytes,
+                                     fmt.pixel_bytes)
         m.d.sync += w_valid.eq(taken)
         with m.If(taken):
             m.d.sync += [w_data.eq(self.i.payload.data),
@@ -186,33 +197,39 @@ class MapBuffer(wiring.Component):
             for j in range(maps):
                 with m.If(job == j):
                     with m.If(~self.i.payload.last):
-                        m.d.sync += part[j].eq(part[j] + 1)
-                    with m.Elif(x[j] == s.width - 1):
-                        # the row's last pixel: the next row's first
-                        m.d.sync += [part[j].eq(0), x[j].eq(0),
-                                     slice_at[j].eq(slice_at[j] + fmt.pitch - fmt.row_bytes
-                                                    + fmt.pixel_bytes)]
+                        m.d.sync += part[j].eq(next_part)
                     with m.Else():
-                        m.d.sync += [part[j].eq(0), x[j].eq(x[j] + 1),
-                                     slice_at[j].eq(slice_at[j] + fmt.pixel_bytes)]
+                        # the slice's last word: the next pixel's (at a row's end, the
+                        # next row's first)
+                        m.d.sync += [part[j].eq(0), x[j].eq(Mux(row_end, 0, next_x)),
+                                     slice_at[j].eq(next_slice)]
         m.d.sync += in_flight.eq(taken + w_valid)
 
-        # stage 2: shifted to its byte, written to the word it starts in and the next
+        # stage 2: turned to its byte (its bytes past the word's end wrap round to the
+        # same byte lanes of the next word), written to the word it starts in and the
+        # next: both banks take the same turned word, each with its own bytes enabled
+        # (a shift into two words' span and a pick of its half a bank cost twice the
+        # logic)
         shift = w_at[:log_db]
         word = w_at[log_db:]
-        span = Signal(2 * dw)
+        turned = w_data
+        for i in range(log_db):
+            # a stage a bit of the shift: multiplexers of two, which the LUTs merge
+            turned = Mux(shift[i], turned.rotate_left(8 << i), turned)
         mask = Signal(2 * db)
-        m.d.comb += [span.eq(w_data << (shift << 3)),
-                     mask.eq((((Const(1, 2 * db + 1) << w_bytes) - 1) << shift)[:2 * db])]
-        low, high = (span[:dw], mask[:db]), (span[dw:], mask[db:])
+        m.d.comb += mask.eq((((Const(1, 2 * db + 1) << w_bytes) - 1) << shift)[:2 * db])
         odd = word[0]
         at = word >> 1
-        for b, (wp, _) in enumerate(banks):
+        for b in range(2):
             # the word itself in its own bank, the next word in the other
             mine = odd == b
-            m.d.comb += [wp.addr.eq(Mux(mine, at, at + odd)),
-                         wp.data.eq(Mux(mine, low[0], high[0])),
-                         wp.en.eq(Mux(w_valid, Mux(mine, low[1], high[1]), 0))]
+            addr = Signal(range(half), name=f"w_addr{b}")
+            en = Signal(db, name=f"w_en{b}")
+            m.d.comb += [addr.eq(Mux(mine, at, at + odd)),
+                         en.eq(Mux(w_valid, Mux(mine, mask[:db], mask[db:]), 0))]
+            for byte, (wp, _) in enumerate(lanes[b]):
+                m.d.comb += [wp.addr.eq(addr), wp.data.eq(turned[8 * byte:8 * byte + 8]),
+                             wp.en.eq(en[byte])]
 
         # -- reads: every map's rows, word after word, into a FIFO whose room is counted
         # from registers --
@@ -249,8 +266,9 @@ class MapBuffer(wiring.Component):
             m.d.sync += [reading.eq(s.kinds != 0), r_kind.eq(start), r_job.eq(0),
                          r_row.eq(0), r_word.eq(0), r_addr.eq(start_base),
                          r_base.eq(start_base), written.eq(s.kinds)]
-        for b, (_, rp) in enumerate(banks):
-            m.d.comb += [rp.addr.eq(r_addr >> 1), rp.en.eq(issue)]
+        for b in range(2):
+            for _, rp in lanes[b]:
+                m.d.comb += [rp.addr.eq(r_addr >> 1), rp.en.eq(issue)]
         # the word's bytes past the row's pixels are padding: zero
         r_pos = r_word << log_db
         keep = Cat(r_pos + k < r_fmt.row_bytes for k in range(db))
@@ -277,7 +295,8 @@ class MapBuffer(wiring.Component):
                                      r_base.eq(next_base), r_addr.eq(next_base),
                                      reading.eq(rest != 0)]
         m.d.sync += pending.eq(issue)
-        read = Mux(d_odd, banks[1][1].data, banks[0][1].data)
+        read = Mux(d_odd, Cat(rp.data for _, rp in lanes[1]),
+                   Cat(rp.data for _, rp in lanes[0]))
         out = Signal(self.o.payload.shape())
         m.d.comb += [out.data.eq(Cat(Mux(d_keep[k], read[8 * k:8 * k + 8], 0)
                                      for k in range(db))),
