@@ -1023,12 +1023,13 @@ class ConvRunner(wiring.Component):
                     with m.If(pro.cmd.ready):
                         m.next = "ROW_READ"
             with m.State("ROW_READ"):
-                address = _pick(job, row_addr)
+                address = Signal(self.addr_width)
+                m.d.comb += address.eq(_pick(job, row_addr))
                 read(address, d.in_pitch)
                 with m.If(self.rd_cmd.ready):
                     for k in range(arrays):
                         with m.If(job == k):
-                            m.d.sync += row_addr[k].eq(row_addr[k] + d.in_pitch)
+                            m.d.sync += row_addr[k].eq(address + d.in_pitch)
                     with m.If(job == d.jobs - 1):
                         m.d.sync += [job.eq(0), iy.eq(iy + 1)]
                     with m.Else():

@@ -16,7 +16,7 @@ the other goes out.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Signal, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
@@ -156,12 +156,15 @@ class RowWriter(wiring.Component):
         # command has gone; the command register holds one
         take = chunks.r_rdy & ((left == 0) | ((left == 1) & read)) & ~cmd_full
         m.d.comb += chunks.r_en.eq(take)
+        # the chunk's job's address, and one adder for every job's next
+        at = Signal(self.addr_width)
+        m.d.comb += at.eq(Array(addr)[head.job])
         with m.If(take):
             m.d.sync += [job.eq(head.job), left.eq(head.n), cmd_full.eq(1),
-                         cmd_out.length.eq(head.n * wb)]
+                         cmd_out.length.eq(head.n * wb), cmd_out.address.eq(at)]
             for j in range(arrays):
                 with m.If(head.job == j):
-                    m.d.sync += [cmd_out.address.eq(addr[j]), addr[j].eq(addr[j] + head.n * wb)]
+                    m.d.sync += addr[j].eq(at + head.n * wb)
         with m.Elif(self.cmd.ready):
             m.d.sync += cmd_full.eq(0)
         m.d.comb += [self.cmd.valid.eq(cmd_full), self.cmd.payload.eq(cmd_out)]
