@@ -151,8 +151,11 @@ class EpilogueFeeder(wiring.Component):
         k = Signal(range(arrays))
         p = Signal(range(parts))
         nf = Signal(range(self.max_out_folds))
-        job_base = Signal(range(depth + 1))          # (k * job_folds + fold_base) * parts
         fold_word = Signal(range(depth + 1))         # nf * parts + p
+        # the constants' address, (k * job_folds + fold_base) * parts + fold_word, kept in
+        # a register of its own: its sum from the counters into the buffers' address was
+        # the late path on ECP5 (75 MHz)
+        addr = Signal(range(depth + 1))
         m.d.comb += self.sums.ready.eq(~full)
         with m.If(self.sums.valid & ~full):
             m.d.sync += [held.eq(self.sums.payload), full.eq(1)]
@@ -160,7 +163,7 @@ class EpilogueFeeder(wiring.Component):
         first_word = self.fold_base << shift
         # between folds (k is 0 then) job 0's constants start at the chunk's first fold
         with m.If(~full):
-            m.d.sync += job_base.eq(first_word)
+            m.d.sync += addr.eq(first_word + fold_word)
 
         # a beat goes out when the side element is there (if the stage reads one) and
         # the FIFO has room for it and the read in flight (a beat a cycle needs room for
@@ -174,12 +177,12 @@ class EpilogueFeeder(wiring.Component):
         m.d.sync += room.eq(fifo.level + in_flight + go < fifo.depth - 1)
         m.d.comb += self.side.ready.eq(full & room & needs_side)
         for _, rp in ports.values():
-            m.d.comb += [rp.addr.eq(job_base + fold_word), rp.en.eq(go)]
+            m.d.comb += [rp.addr.eq(addr), rp.en.eq(go)]
         with m.If(go):
             with m.If(k != arrays - 1):
-                m.d.sync += [k.eq(k + 1), job_base.eq(job_base + (self.job_folds << shift))]
+                m.d.sync += [k.eq(k + 1), addr.eq(addr + (self.job_folds << shift))]
             with m.Else():
-                m.d.sync += [k.eq(0), job_base.eq(first_word)]
+                m.d.sync += [k.eq(0), addr.eq(first_word + fold_word + 1)]
                 with m.If(p != parts - 1):
                     m.d.sync += [p.eq(p + 1), fold_word.eq(fold_word + 1)]
                 with m.Else():
