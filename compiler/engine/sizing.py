@@ -32,7 +32,7 @@ ALMs; LUT4-based families count two LUT4s per ALM), block-RAM bits and multiplie
   engine of the units (``UnitEngine``: register file, sequencer, DMAs, the runner with
   its layer datapath, loaders, packers, unpacker and writer) at one array of 16 x 48
   lanes and at five of 16 x 64, less their XNOR and vector lanes; five arrays of
-  16 x 32 are predicted 4.1 % below their count (``tests/test_engine_units.py`` holds
+  16 x 32 are predicted 4.6 % below their count (``tests/test_engine_units.py`` holds
   the three within 5 %);
 - the stem: ``stem_pe * stem_simd`` 9x9 multipliers (three per Cyclone V DSP block);
 - the units not built yet (the stem's control and pooling, max pooling, the head):
@@ -40,9 +40,8 @@ ALMs; LUT4-based families count two LUT4s per ALM), block-RAM bits and multiplie
 - tile buffers: their bytes in block RAM at 1,024 usable bytes per 10-kbit block
   (32-bit-wide M10K ports assembled to the port width).
 
-Measured so, 5 x 16 x 64 takes 97.2 % of the DE10-Nano's ALMs with the guess (weight
-streaming and its map buffer cost about 3,200 ALMs): past the default 90 %, so the
-DE10-Nano gets 5 x 16 x 32 (83.3 %) until the units are smaller. The ladder of
+Measured so, 5 x 16 x 64 takes 88.5 % of the DE10-Nano's ALMs with the guess, within
+the default 90 %, so the DE10-Nano gets the ladder's top rung. The ladder of
 candidates tops out at 5 arrays x 16 PE x 64 SIMD: K = 5 bases run in one round, SIMD 64
 divides every channel count of the paper's networks
 (the window gatherer gives a tap's channels words of their own), and ResNet-18 K=5 is
@@ -80,8 +79,8 @@ _ALM_PER_MIXER_LANE, _DSP_PER_MIXER_LANE = 533, 4
 #: beyond its lanes (its slice of the gatherer's ring, its fold issuer, its job's share
 #: of the feeder, packers, unpacker and writer) and what does not grow with the arrays.
 #: A third size, five arrays of 16 x 32 (``unit-engine-narrow``), checks the fit.
-_ALM_PER_ARRAY = 1215
-_ALM_FIXED = 13811
+_ALM_PER_ARRAY = 724
+_ALM_FIXED = 12636
 #: Vector lanes the sizing keeps before it takes the stem's multipliers: a 3x3 layer of
 #: 64 channels gives 5 arrays' 80 sums every 9 cycles, 10 beats of 8 lanes (1 % of
 #: ResNet-18's frame against 16 lanes; 4 lanes would double its first stage).

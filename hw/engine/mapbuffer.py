@@ -81,7 +81,8 @@ class MapBuffer(wiring.Component):
     Ports
     -----
     settings : ``In(map_buffer_settings(kinds, jobs, max_size, region_bytes))``
-        Held while not ``idle``. ``height * pitch`` must fit a region.
+        Held while not ``idle``, from a cycle before the first ``chunk`` on (the
+        formats' steps are registered). ``height * pitch`` must fit a region.
     chunk : ``In(stream.Signature(chunk_layout(kinds, region_bytes)))``
         A chunk: each kind's first byte in a pixel (its first channel's) and slices'
         bytes (a last chunk's may be fewer); every map's next slice is its pixel 0.
@@ -154,6 +155,7 @@ class MapBuffer(wiring.Component):
         slice_at = [Signal(addr_bits, name=f"slice_at{j}") for j in range(maps)]
         x = [Signal(range(self.max_size + 1), name=f"x{j}") for j in range(maps)]
         part = [Signal(range(self.region_words + 1), name=f"part{j}") for j in range(maps)]
+        at_end = [Signal(name=f"at_end{j}") for j in range(maps)]   # x is the row's last
         in_flight = Signal(2)
         slice_bytes = Signal(data.ArrayLayout(self.chunk.payload.shape().elem_shape, kinds))
         m.d.comb += [self.i.ready.eq(1), self.chunk.ready.eq(in_flight == 0)]
@@ -162,7 +164,7 @@ class MapBuffer(wiring.Component):
             for j in range(maps):
                 m.d.sync += [slice_at[j].eq(j * region * db
                                             + self.chunk.payload[j // jobs].offset),
-                             x[j].eq(0), part[j].eq(0)]
+                             x[j].eq(0), at_end[j].eq(s.width == 1), part[j].eq(0)]
 
         # stage 1: the word's byte in the buffer and how many of its bytes are the
         # slice's (the last word's rest is the packer's padding)
@@ -176,17 +178,28 @@ class MapBuffer(wiring.Component):
         sel_slice = Signal(addr_bits)
         sel_part = Signal.like(part[0])
         sel_x = Signal.like(x[0])
-        for j in range(maps):
-            with m.If(job == j):
-                m.d.comb += [sel_slice.eq(slice_at[j]), sel_part.eq(part[j]),
-                             sel_x.eq(x[j]), kind.eq(j // jobs)]
-        fmt = s.formats[kind]
+        row_end = Signal()
+        # each map's row end and each kind's steps kept in registers (settings are
+        # held), so that only the pick of the word's map (a case, not a chain of ifs)
+        # and one adder lie before its next slice (a comparison and the steps' sum behind
+        # a chain of picks were the buffer's late path on ECP5, 83.8 MHz)
+        pixel_step = Signal(data.ArrayLayout(addr_bits, kinds))
+        row_step = Signal(data.ArrayLayout(addr_bits, kinds))
+        m.d.sync += [*(pixel_step[n].eq(s.formats[n].pixel_bytes) for n in range(kinds)),
+                     *(row_step[n].eq(s.formats[n].pitch - s.formats[n].row_bytes
+                                      + s.formats[n].pixel_bytes) for n in range(kinds))]
+        step = Signal(addr_bits)
+        with m.Switch(job):
+            for j in range(maps):
+                with m.Case(j):
+                    m.d.comb += [sel_slice.eq(slice_at[j]), sel_part.eq(part[j]),
+                                 sel_x.eq(x[j]), kind.eq(j // jobs), row_end.eq(at_end[j]),
+                                 step.eq(Mux(at_end[j], row_step[j // jobs],
+                                             pixel_step[j // jobs]))]
         # the word's map's next part, pixel and slice: one set of adders for the maps
         next_part = sel_part + 1
         next_x = sel_x + 1
-        row_end = sel_x == s.width - 1
-        next_slice = sel_slice + Mux(row_end, fmt.pitch - fmt.row_bytes + fmt.pixel_bytes,
-                                     fmt.pixel_bytes)
+        next_slice = sel_slice + step
         m.d.sync += w_valid.eq(taken)
         with m.If(taken):
             m.d.sync += [w_data.eq(self.i.payload.data),
@@ -202,6 +215,8 @@ class MapBuffer(wiring.Component):
                         # the slice's last word: the next pixel's (at a row's end, the
                         # next row's first)
                         m.d.sync += [part[j].eq(0), x[j].eq(Mux(row_end, 0, next_x)),
+                                     at_end[j].eq(Mux(row_end, s.width == 1,
+                                                      next_x == s.width - 1)),
                                      slice_at[j].eq(next_slice)]
         m.d.sync += in_flight.eq(taken + w_valid)
 
