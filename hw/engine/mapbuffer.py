@@ -18,7 +18,7 @@ and rows' bytes, its slices' bytes and place); job ``k``'s map of kind ``n`` is 
 packers' (and the row writer's) job ``n * jobs + k``.
 
 The memory is two banks of bus words, a memory a byte lane, even and odd words: a
-slice's word, shifted to its byte in the map, covers at most two neighbouring words,
+slice's word, turned to its byte in the map, covers at most two neighbouring words,
 one in each bank, so a word is written a cycle. Each map has a region of ``depth //
 (kinds * jobs)`` words.
 """

@@ -257,9 +257,10 @@ class InputUnpacker(wiring.Component):
         # slot, read from a byte of the head: a word goes into the slot after the filled
         # ones, a beat is read from that byte (the ring turned by the head, then a shift
         # of less than a bus word), and the slots it has used up are left behind by
-        # moving the head. Slots are only ever loaded whole (an earlier design shifted
-        # them down on every beat: 7,400 ALUTs, half of them the slots' multiplexers; a
-        # first one shifted bytes in and out of a byte gearbox: 6,700 ALMs, 82 MHz) --
+        # moving the head. Slots are only ever loaded whole, so their bits need no
+        # multiplexer (a design that shifted them down on every beat took 7,550 ALUTs
+        # alone, this one 4,327; a first one shifted bytes in and out of a byte gearbox:
+        # 6,700 ALMs, 82 MHz) --
         slots = -(-(2 * W + B) // W)          # a word's bytes before the head, a beat's, a word
         slots = 1 << (slots - 1).bit_length()  # a power of two: the ring's index wraps
         window_slots = -(-(W + B) // W)        # the slots a beat's bytes can touch
