@@ -19,7 +19,7 @@ from groupnet_hw.compiler.engine.params import (pack_binary_weights, pack_bitvec
                                                 pack_int_weights, unpack_binary_weights,
                                                 unpack_bitvec, unpack_consts, unpack_int_weights)
 from groupnet_hw.compiler.engine.program import DESCRIPTOR, OPCODE_CODES, decode, encode
-from groupnet_hw.compiler.engine.sizing import size_engine
+from groupnet_hw.compiler.engine.sizing import estimate, size_engine
 from groupnet_hw.compiler.engine.tiling import input_rows_read
 from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.models.groupnet import GroupNet, randomize_eval_state
@@ -249,6 +249,7 @@ def test_size_engine_de10nano_default_fits():
     # the ladder's top rung, fits 90 % of the DE10-Nano
     assert sized.fits and all(v <= 0.9 for v in sized.utilisation.values())
     assert sized.config == EngineConfig()
+    assert estimate(EngineConfig())["logic"] > 0.85 * sized.limits["logic"]
     small = size_engine("icebreaker")
     assert small.config.lanes < sized.config.lanes
 
