@@ -110,35 +110,40 @@ def program_steps(g, config=None, frames=1):
     return program, descs, steps
 
 
-def run_runner(program, d, image, *, p_wait=0.0, latency=(1, 3), seed=0, max_cycles=200_000,
-               **params):
+def run_runner(program, d, image, **bench):
     """Run descriptor ``d`` on ``image``; return ``(memory, result)`` where result is
     ``"done"`` or ``("error", code)``."""
+    return run_runner_in_turn(program, [(d, image)], **bench)[0]
+
+
+def run_runner_in_turn(program, runs, *, p_wait=0.0, latency=(1, 3), seed=0,
+                       max_cycles=200_000, **params):
+    """Run each ``(descriptor, image)`` of ``runs`` on one runner, one after another,
+    the memory set to the run's image before its descriptor is given (one simulation:
+    building it takes as long as running a small descriptor). Returns each run's
+    ``(memory, result)``, result ``"done"`` or ``("error", code)``."""
     cfg = program.config
     top = RunnerTop(arrays=cfg.arrays, pe=cfg.pe, simd=cfg.simd, data_width=8 * cfg.port_bytes,
                     **params)
-    mem = bytearray(BASE) + bytearray(image) + bytearray(256)
+    size = len(runs[0][1])
+    assert all(len(image) == size for _, image in runs)
+    mem = bytearray(BASE + size + 256)
     rng = random.Random(seed)
-    window = (BASE, BASE + len(image))
+    window = (BASE, BASE + size)
     rd = AvalonDRAM(mem, top.rd.bus_signature, rng, latency=latency, p_wait=p_wait,
                     window=window)
     wr = AvalonDRAM(mem, top.wr.bus_signature, rng, latency=latency, p_wait=p_wait,
                     window=window)
-    raw = int.from_bytes(encode(d, DESCRIPTOR), "little")
-    result = []
+    outcomes = []
 
-    async def bench(ctx):
-        for dma in (top.rd, top.wr):
-            ctx.set(dma.window_base, window[0])
-            ctx.set(dma.window_limit, window[1])
+    async def run_one(ctx, d, image):
+        mem[BASE:BASE + size] = image
         runner = top.runner
-        ctx.set(runner.desc.payload.as_value(), raw)
+        ctx.set(runner.desc.payload.as_value(), int.from_bytes(encode(d, DESCRIPTOR), "little"))
         ctx.set(runner.desc.valid, 1)
+        result = []
         for cycle in range(max_cycles):
-            if ctx.get(runner.desc.ready) and ctx.get(runner.desc.valid):
-                given = True
-            else:
-                given = False
+            given = bool(ctx.get(runner.desc.ready) and ctx.get(runner.desc.valid))
             rd.step(ctx, top.rd.bus)
             wr.step(ctx, top.wr.bus)
             if ctx.get(runner.error):
@@ -149,15 +154,24 @@ def run_runner(program, d, image, *, p_wait=0.0, latency=(1, 3), seed=0, max_cyc
             if given:
                 ctx.set(runner.desc.valid, 0)
             if result and not ctx.get(top.wr.busy) and wr.idle() and rd.idle():
+                outcomes.append((bytes(mem[BASE:BASE + size]), result[0]))
                 return
         raise AssertionError(f"the runner did not finish in {max_cycles} cycles")
+
+    async def bench(ctx):
+        for dma in (top.rd, top.wr):
+            ctx.set(dma.window_base, window[0])
+            ctx.set(dma.window_limit, window[1])
+        for d, image in runs:
+            await run_one(ctx, d, image)
+            assert ctx.get(top.runner.idle), "the runner is not idle after its descriptor"
 
     sim = Simulator(top)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
     assert rd.violations == [] and wr.violations == []
-    return bytes(mem[BASE:BASE + len(image)]), result[0]
+    return outcomes
 
 
 def first_difference(a, b):
@@ -169,11 +183,11 @@ def run_steps(g, config, *, planes=1, max_levels=1, ring_rows=8, **bench):
     after it equals the model's, byte for byte. Returns the descriptors run."""
     program, descs, steps = program_steps(g, config)
     assert steps, "the network has no descriptor the runner executes"
-    for i, before, after in steps:
-        got, result = run_runner(program, descs[i], before, planes=planes,
-                                 max_levels=max_levels, max_size=16, max_words=4,
-                                 max_out_folds=4, ring_rows=ring_rows, ring_words=256,
-                                 **bench)
+    outcomes = run_runner_in_turn(program, [(descs[i], before) for i, before, _ in steps],
+                                  planes=planes, max_levels=max_levels, max_size=16,
+                                  max_words=4, max_out_folds=4, ring_rows=ring_rows,
+                                  ring_words=256, **bench)
+    for (i, before, after), (got, result) in zip(steps, outcomes):
         assert result == "done", (i, result)
         assert got != before, f"descriptor {i} wrote nothing"
         at = first_difference(got, after)
@@ -300,9 +314,10 @@ def test_what_it_cannot_run_is_refused_before_any_transfer():
     # the stem's 12 channels: a prologue of groups of 8 channels cannot take them
     odd = next(d for d in descs if d["stages"] & STAGE_BITS["prologue_threshold"])
     assert odd["in_c"] == 12
-    for d in (thresholding, too_many, streaming, odd):
-        got, result = run_runner(program, d, before, max_size=16, max_words=4,
-                                 max_out_folds=4, ring_words=256)
+    outcomes = run_runner_in_turn(program, [(d, before) for d in (thresholding, too_many,
+                                                                  streaming, odd)],
+                                  max_size=16, max_words=4, max_out_folds=4, ring_words=256)
+    for got, result in outcomes:
         assert result == ("error", ERROR_CAUSES["unsupported"])
         assert got == before
 

@@ -449,7 +449,16 @@ class ConvRunner(wiring.Component):
         wiring.connect(m, writer.cmd, wiring.flipped(self.wr_cmd))
         wiring.connect(m, writer.o, wiring.flipped(self.wr))
         wiring.connect(m, unpacker.o, layer.side)
-        m.d.comb += [layer.loaded.eq(loader.loaded), loader.release.eq(layer.release),
+        # a tile that reads its map again (a descriptor's, a round's, a chunk's when the
+        # ring does not hold the map) must not count the rows the loader holds of the
+        # map before: until the loader takes this map's row 0 (which starts its count
+        # again), the gatherer sees none loaded. Without it a descriptor's first windows
+        # read the ring's stale rows of the descriptor before
+        stale_rows = Signal()
+        with m.If(loader.row.valid & loader.row.ready & (loader.row.payload.iy == 0)):
+            m.d.sync += stale_rows.eq(0)
+        m.d.comb += [layer.loaded.eq(Mux(stale_rows, 0, loader.loaded)),
+                     loader.release.eq(layer.release),
                      layer.postops.eq(consts.postops), consts.const_bytes.eq(d.const_bytes)]
         binary_in = d.act_bits == 0
         in_elem = _elem_bits(d.in_fmt, d.in_elem)
@@ -915,6 +924,7 @@ class ConvRunner(wiring.Component):
                 ch = layer.chunk
                 mc = maps.chunk
                 previous_out = (ld_fold == 0) | (slices_in == slices_expected)
+                ring_holds_map = (ld_fold != 0) & (d.in_h <= self.ring_rows)
                 go = consts.idle & (~streaming | (previous_out & mc.ready))
                 m.d.comb += [ch.valid.eq(go),
                              ch.payload.out_folds.eq(Mux(streaming, ld_folds, d.out_folds)),
@@ -934,8 +944,8 @@ class ConvRunner(wiring.Component):
                                  w_offset.eq(w_offset + ld_words * (pe * simd // 8)),
                                  # a map the ring holds whole is read for the first chunk
                                  # alone: the next gather it from the ring again
-                                 iy.eq(Mux((ld_fold != 0) & (d.in_h <= self.ring_rows),
-                                           d.in_h, 0)),
+                                 iy.eq(Mux(ring_holds_map, d.in_h, 0)),
+                                 stale_rows.eq(~ring_holds_map),
                                  side_slice_words.eq(side_slice_ld),
                                  side_row_words.eq(side_row_ld),
                                  side_slice_at.eq(side_slice_next),
