@@ -80,7 +80,7 @@ class EpilogueFeeder(wiring.Component):
     ----------
     latency : int
         Cycles from a fold's sums being taken to its first beat on ``o``: the held
-        fold, the constants' read, the FIFO's write, read and output registers.
+        fold, the FIFO's write, read and output registers, the constants' read.
 
     Latency
     -------
@@ -141,8 +141,15 @@ class EpilogueFeeder(wiring.Component):
                          wp.en.eq(stream_in.valid), stream_in.ready.eq(1)]
             rp = mem.read_port()
             ports[name] = layout(rp.data), rp
-        m.submodules.fifo = fifo = block_ram_fifo(width=len(self.o.payload.as_value()),
-                                                  depth=4)
+        # the FIFO carries what a beat needs but its constants: its sums, side elements,
+        # job and the constants' address, which are read as the beat leaves it. With
+        # the constants in it, it was 29 M10K wide, spread over the device, and its level
+        # into itself the one-array layer's late path on ECP5 (70.9 MHz, 12.6 of 14.1 ns
+        # routing)
+        lane_sums = data.ArrayLayout(self.sums.payload.shape().elem_shape, lanes)
+        queued = data.StructLayout({"x": lane_sums, "side": self.side.payload.shape(),
+                                    "k": range(arrays), "addr": range(depth + 1)})
+        m.submodules.fifo = fifo = block_ram_fifo(width=queued.size, depth=4)
 
         # the fold being split: its sums held; its part p, job k and fold nf counted,
         # the jobs innermost
@@ -165,19 +172,14 @@ class EpilogueFeeder(wiring.Component):
         with m.If(~full):
             m.d.sync += addr.eq(first_word + fold_word)
 
-        # a beat goes out when the side element is there (if the stage reads one) and
-        # the FIFO has room for it and the read in flight (a beat a cycle needs room for
-        # the FIFO's three cycles and the read)
-        # (counted a cycle ahead: the FIFO's level into the reads' enables was the late
-        # path on ECP5)
-        in_flight = Signal()
+        # a beat goes into the FIFO when the side element is there (if the stage reads
+        # one) and the FIFO has room for it (counted a cycle ahead: the FIFO's level into
+        # the write's enable was a late path on ECP5)
         needs_side = self.settings.add
         room = Signal()
         go = full & room & (self.side.valid | ~needs_side)
-        m.d.sync += room.eq(fifo.level + in_flight + go < fifo.depth - 1)
+        m.d.sync += room.eq(fifo.level + go < fifo.depth - 1)
         m.d.comb += self.side.ready.eq(full & room & needs_side)
-        for _, rp in ports.values():
-            m.d.comb += [rp.addr.eq(addr), rp.en.eq(go)]
         with m.If(go):
             with m.If(k != arrays - 1):
                 m.d.sync += [k.eq(k + 1), addr.eq(addr + (self.job_folds << shift))]
@@ -192,30 +194,36 @@ class EpilogueFeeder(wiring.Component):
                     with m.Else():
                         m.d.sync += [nf.eq(nf + 1), fold_word.eq(fold_word + 1)]
 
-        # a cycle later: the constants read, the beat assembled (job k's part p: the
-        # held sums' (k * parts + p)-th run of lanes), with job k's own post-op settings
-        x_r = Signal(data.ArrayLayout(self.sums.payload.shape().elem_shape, lanes))
-        side_r = Signal(self.side.payload.shape())
-        k_r = Signal.like(k)
-        m.d.sync += in_flight.eq(go)
-        width = len(x_r.as_value())
-        with m.If(go):
-            with m.Switch(k * parts + p):
-                for j in range(arrays * parts):
-                    with m.Case(j):
-                        m.d.sync += x_r.as_value().eq(
-                            held.as_value()[j * width:(j + 1) * width])
-            m.d.sync += [side_r.eq(self.side.payload), k_r.eq(k)]
-        job = self.postops[k_r]
+        # into the FIFO: job k's part p (the held sums' (k * parts + p)-th run of lanes),
+        # its side elements, and where its constants are
+        into = Signal(queued)
+        width = len(into.x.as_value())
+        with m.Switch(k * parts + p):
+            for j in range(arrays * parts):
+                with m.Case(j):
+                    m.d.comb += into.x.as_value().eq(held.as_value()[j * width:(j + 1) * width])
+        m.d.comb += [into.side.eq(self.side.payload), into.k.eq(k), into.addr.eq(addr),
+                     fifo.w_data.eq(into.as_value()), fifo.w_en.eq(go)]
+
+        # out of the FIFO: a stage that reads the beat's constants (the buffers' read
+        # data held while the stage waits), with job k's own post-op settings
+        out = data.View(queued, fifo.r_data)
+        staged = Signal(queued)
+        staged_valid = Signal()
+        advance = ~staged_valid | self.o.ready
+        m.d.comb += fifo.r_en.eq(advance)
+        for _, rp in ports.values():
+            m.d.comb += [rp.addr.eq(out.addr), rp.en.eq(advance)]
+        with m.If(advance):
+            m.d.sync += [staged.eq(out), staged_valid.eq(fifo.r_rdy)]
+        job = self.postops[staged.k]
         beat = Signal(self.beat_layout)
         ab, thr, inv = (ports[n][0] for n in ("ab", "thr", "inv"))
-        m.d.comb += [beat.x.eq(x_r), beat.a.eq(ab.a), beat.b.eq(ab.b), beat.t.eq(thr.t),
-                     beat.invert.eq(inv.invert), beat.side.eq(side_r),
+        m.d.comb += [beat.x.eq(staged.x), beat.a.eq(ab.a), beat.b.eq(ab.b), beat.t.eq(thr.t),
+                     beat.invert.eq(inv.invert), beat.side.eq(staged.side),
                      beat.settings.eq(self.settings),
                      beat.settings.shift.eq(job.shift), beat.settings.pre_relu.eq(job.pre_relu),
                      beat.settings.post_relu.eq(job.post_relu),
-                     fifo.w_data.eq(beat.as_value()), fifo.w_en.eq(in_flight),
-                     self.o.payload.as_value().eq(fifo.r_data), self.o.valid.eq(fifo.r_rdy),
-                     fifo.r_en.eq(self.o.ready),
-                     self.idle.eq(~full & ~in_flight & (fifo.level == 0))]
+                     self.o.payload.eq(beat), self.o.valid.eq(staged_valid),
+                     self.idle.eq(~full & (fifo.level == 0) & ~staged_valid)]
         return m
