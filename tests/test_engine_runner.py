@@ -389,6 +389,24 @@ def test_streamed_mixers_and_their_level_outputs(shortcut):
         assert any(not d["stages"] & STAGE_BITS["gated"] for d in mixers)
 
 
+def test_streamed_maps_too_large_for_the_map_buffer_go_straight_to_dram():
+    """A map buffer of 128 words (a region of 512 bytes a map): the streaming block
+    mixers' gated 8 x 8 and 4 x 4 maps of 16-bit values (2 and 1 KiB) do not fit, so each
+    pixel's slice of a chunk (8 channels, a bus word) goes straight to its place in DRAM,
+    the writer skipping the pixel's other channels, while their sign outputs (rule 7) are
+    assembled in the map buffer; wait states."""
+    g = compile_model(random_model(5, **dict(RESIDUAL, stages=[[16, 2, 1], [32, 2, 2]],
+                                             dilations=None, bases=2)))
+    ran = run_steps(g, STREAMING_CONFIG, max_weight_words=20, map_words=128, p_wait=0.2,
+                    latency=(1, 5), seed=6)
+    region = 128 * 16 // (2 * STREAMING_CONFIG.arrays)
+    direct = [d for d in ran if d["flags"] & FLAG_BITS["weight_stream"]
+              and not d["flags"] & FLAG_BITS["levels_only"]
+              and d["out_h"] * d["out_pitch"] > region]
+    assert {d["out_c"] for d in direct} == {16, 32}
+    assert any(mixing(d) and d["flags"] & FLAG_BITS["levels_out"] for d in direct)
+
+
 def test_a_window_taller_than_the_ring_is_refused():
     g = compile_model(random_model(3, **NETWORKS["bpac-dilations"]))
     program, descs, steps = program_steps(g, CONFIG)

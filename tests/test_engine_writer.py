@@ -37,15 +37,18 @@ def interleaved(rng, jobs, rows, row_beats, data_width):
     return words, beats
 
 
-def writer_run(arrays, jobs, rows, row_beats, chunk, data_width=64, stall=0.0, seed=0):
+def writer_run(arrays, jobs, rows, row_beats, chunk, data_width=64, stall=0.0, seed=0,
+               skip=0, skip_jobs=0):
     rng = random.Random(seed)
     words, beats = interleaved(rng, jobs, rows, row_beats, data_width)
     wb = data_width // 8
     bases = [0x1000 * (k + 1) + wb * rng.randrange(8) for k in range(arrays)]
-    dut = RowWriter(arrays=arrays, data_width=data_width, chunk=chunk)
+    dut = RowWriter(arrays=arrays, data_width=data_width, chunk=chunk, max_skip=max(skip, 1))
 
     async def setup(ctx):
         ctx.set(dut.bases, bases)
+        ctx.set(dut.skip, skip)
+        ctx.set(dut.skip_jobs, skip_jobs)
         ctx.set(dut.start, 1)
         await ctx.tick()
         ctx.set(dut.start, 0)
@@ -79,6 +82,23 @@ def test_each_jobs_words_land_at_its_addresses(arrays, jobs, rows, row_beats, ch
     expected = {bases[k] + 8 * i: w for k in range(jobs) for i, (w, _) in enumerate(words[k])}
     assert mem == expected
     assert max(c["length"] for c in run.outputs["cmd"]) <= 8 * chunk
+
+
+@pytest.mark.parametrize("row_beats, chunk", [(3, 8), (5, 2), (1, 2)])
+def test_slices_skip_the_pixels_other_channels(row_beats, chunk):
+    """A row a pixel's slice: after each row's last word the address of a job below
+    ``skip_jobs`` steps past the pixel's other channels (slices shorter than a chunk,
+    longer than one, a word); the jobs above write their rows one after another."""
+    wb, skip = 8, 40
+    _, words, bases, run = writer_run(4, 4, 5, row_beats, chunk, stall=0.2, seed=row_beats,
+                                      skip=skip, skip_jobs=2)
+    mem = replay(run, wb)
+    expected = {}
+    for k in range(4):
+        pitch = row_beats * wb + (skip if k < 2 else 0)
+        for i, (w, _) in enumerate(words[k]):
+            expected[bases[k] + (i // row_beats) * pitch + (i % row_beats) * wb] = w
+    assert mem == expected
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -42,13 +42,17 @@ the others), a residual add's side slices (each pixel's chunk of channels, whole
 words) are read for each chunk, and the
 packers write each pixel's slice of the chunk as a row of its own into the
 :class:`~.mapbuffer.MapBuffer`, which gives the writer the whole maps after the last
-chunk. A chunk is committed once the one before has all its slices in the buffer, so
+chunk; an output map larger than its region of the map buffer whose slices are whole
+bus words goes straight to DRAM instead, each slice at its pixel (the writer starts each
+chunk at the chunk's offset in a pixel and skips the pixel's other channels after each
+slice). A chunk is committed once the one before has all its slices in the buffer, so
 the units' settings (the chunk's first fold, folds and channels) change between
 chunks only.
 
 Anything else (a prologue of other maps, two level outputs beside a wide one, a fused
 max pool, integer weights, a mixer of more bases than arrays, a streaming output map
-larger than its region of the map buffer, a streaming residual add of option A or of
+larger than its region of the map buffer whose slices are not whole bus words, a
+streaming level output larger than its region, a streaming residual add of option A or of
 slices that are not whole bus words) is refused with ``error`` and the cause
 ``unsupported`` before any transfer.
 """
@@ -194,9 +198,6 @@ class ConvRunner(wiring.Component):
         self.packer = OutputPacker(arrays=arrays, pe=pe, lanes=lanes, value_width=value_width,
                                    data_width=data_width, max_size=max_size,
                                    max_channels=max_channels, max_out_folds=max_out_folds)
-        # a job's output map and its level output (fusion rule 7): twice the jobs
-        self.writer = RowWriter(arrays=2 * arrays, data_width=data_width, chunk=chunk,
-                                addr_width=addr_width)
         self.mixer = MixerLanes(lanes=lanes, value_width=value_width, max_jobs=arrays)
         self.levels = LevelLanes(lanes=lanes, pe=pe, value_width=value_width,
                                  max_levels=max_levels, max_jobs=arrays,
@@ -216,6 +217,12 @@ class ConvRunner(wiring.Component):
         # a time, meet in the map buffer before the writer
         self.maps = MapBuffer(jobs=arrays, kinds=2, data_width=data_width, depth=map_words,
                               max_size=max_size)
+        # a job's output map and its level output (fusion rule 7): twice the jobs; a
+        # streaming output map too large for the map buffer is written a slice at a time,
+        # each skipping the pixel's other channels (up to a region of the map buffer)
+        self.writer = RowWriter(arrays=2 * arrays, data_width=data_width, chunk=chunk,
+                                addr_width=addr_width, max_skip=self.maps.region_bytes)
+        self._direct = Signal(name="direct")
         # what the check reads of products registered in SIZE: the maps written fit
         # their regions of the map buffer, a streaming add's side slices are whole words
         self._map_fits = Signal(name="map_fits")
@@ -296,7 +303,8 @@ class ConvRunner(wiring.Component):
         """Whether the units stream ``d``'s weights: chunks of whole PE folds of whole
         bytes of outputs whose weights fit a half of the fold issuer, each output map
         and level output within its region of the map buffer (the products registered:
-        ``SIZE``), and a residual add's side slices whole bus words."""
+        ``SIZE``) or, an output map, of slices of whole bus words (written straight to
+        DRAM), and a residual add's side slices whole bus words."""
         if self.pe & (self.pe - 1):
             return Const(0)
         pe_bits = exact_log2(self.pe)
@@ -305,7 +313,6 @@ class ConvRunner(wiring.Component):
                 & ((chunk >> pe_bits) * d.in_folds[:bits_of(self.layer.issuer.max_in_folds)]
                    <= self.max_weight_words)
                 & ((d.stages & STAGE_BITS["add"] == 0) | self._side_slices_ok(d))
-                & (d.out_pitch <= self.maps.region_bytes)
                 & (d.aux_pitch <= self.maps.region_bytes) & self._map_fits)
 
     def _side_slices_ok(self, d):
@@ -415,20 +422,25 @@ class ConvRunner(wiring.Component):
                                               levels.o.payload, lpacker.i))
         # both packers' words to the writer, a job's level output as writer job
         # `arrays + k`: the two take turns when both have a word; a weight-streaming
-        # descriptor's main packer writes slices into the map buffer, which gives the
-        # writer whole rows
+        # descriptor's packers write slices into the map buffer, which gives the writer
+        # whole rows, but for a map written straight to DRAM (`direct`: the main
+        # packer's slices go to the writer, which skips the pixels' other channels)
         streaming = d.flags & FLAG_BITS["weight_stream"] != 0
         w = stream.Signature(writer.i.payload.shape()).create()
         wi = writer.i
-        m.d.comb += [maps.i.valid.eq(w.valid & streaming),
+        to_maps = Signal()
+        w_direct = Signal()               # a word of `w` to the writer
+        m.d.comb += [to_maps.eq(streaming & ~(self._direct & (w.payload.job < arrays))),
+                     w_direct.eq(w.valid & ~to_maps),
+                     maps.i.valid.eq(w.valid & to_maps),
                      *(getattr(maps.i.payload, f).eq(getattr(w.payload, f))
                        for f in ("data", "job", "last")),
-                     *(getattr(wi.payload, f).eq(Mux(streaming, getattr(maps.o.payload, f),
-                                                     getattr(w.payload, f)))
+                     *(getattr(wi.payload, f).eq(Mux(w_direct, getattr(w.payload, f),
+                                                     getattr(maps.o.payload, f)))
                        for f in ("data", "job", "last")),
-                     wi.valid.eq(Mux(streaming, maps.o.valid, w.valid)),
-                     maps.o.ready.eq(streaming & wi.ready),
-                     w.ready.eq(Mux(streaming, maps.i.ready, wi.ready))]
+                     wi.valid.eq(w_direct | (streaming & maps.o.valid)),
+                     maps.o.ready.eq(streaming & ~w_direct & wi.ready),
+                     w.ready.eq(Mux(to_maps, maps.i.ready, wi.ready))]
         pick_levels = Signal()
         last_levels = Signal()
         m.d.comb += pick_levels.eq(lpacker.o.valid & (~packer.o.valid | ~last_levels))
@@ -444,7 +456,7 @@ class ConvRunner(wiring.Component):
         with m.If(w.valid & w.ready):
             m.d.sync += last_levels.eq(pick_levels)
         slices_in = Signal(range(arrays * self.max_size ** 2 + 1))
-        with m.If(maps.i.valid & maps.i.ready & maps.i.payload.last):
+        with m.If(w.valid & w.ready & w.payload.last):
             m.d.sync += slices_in.eq(slices_in + 1)
         wiring.connect(m, writer.cmd, wiring.flipped(self.wr_cmd))
         wiring.connect(m, writer.o, wiring.flipped(self.wr))
@@ -496,10 +508,23 @@ class ConvRunner(wiring.Component):
                                          * pixel_bytes[n][:bits_of(region)]),
                          chunk_bytes[n].eq(_bytes_of(ld_channels, elem))]
         rows = d.out_h[:bits_of(self.max_size)]
-        m.d.sync += self._map_fits.eq(
-            (~(wide_out | two_levels)
-             | (rows * Mux(two_levels, d.aux_pitch, d.out_pitch)[:bits_of(region)] <= region))
-            & (~levels_out | (rows * d.aux_pitch[:bits_of(region)] <= region)))
+        main_pitch = Mux(two_levels, d.aux_pitch, d.out_pitch)
+        main_fits, levels_fit = Signal(), Signal()
+        m.d.sync += [main_fits.eq((main_pitch <= region)
+                                  & (rows * main_pitch[:bits_of(region)] <= region)),
+                     levels_fit.eq(rows * d.aux_pitch[:bits_of(region)] <= region)]
+        # a streaming output map that does not fit its region: its slices go straight to
+        # DRAM, each at its pixel, when they are whole bus words (so are its pixels, and
+        # its rows have no padding) and a pixel is within the writer's skip
+        out_pixel, out_slice = Signal(32), Signal(32)
+        m.d.sync += [out_pixel.eq(_bytes_of(d.out_c, out_elem)),
+                     out_slice.eq(_bytes_of(d.chunk_c, out_elem))]
+        direct = self._direct
+        m.d.comb += direct.eq(streaming & wide_out & ~two_levels & ~main_fits
+                              & (out_pixel[:log_db] == 0) & (out_slice[:log_db] == 0)
+                              & (out_pixel <= region))
+        m.d.comb += self._map_fits.eq((~(wide_out | two_levels) | main_fits | direct)
+                                      & (~levels_out | levels_fit))
         side_elem = _elem_bits(d.side_fmt, d.side_elem)
         side_pixel = Signal(32)
         side_chunk_bytes = Signal(32)
@@ -579,7 +604,7 @@ class ConvRunner(wiring.Component):
         # the map buffer: the main packer's maps (kind 0), the level packer's (kind 1)
         mbs = maps.settings
         m.d.comb += [mbs.width.eq(d.out_w), mbs.height.eq(d.out_h), mbs.jobs.eq(outputs),
-                     mbs.kinds.eq(Cat(wide_out | two_levels, levels_out))]
+                     mbs.kinds.eq(Cat((wide_out | two_levels) & ~self._direct, levels_out))]
         for n, pitch in enumerate((Mux(two_levels, d.aux_pitch, d.out_pitch), d.aux_pitch)):
             f = mbs.formats[n]
             m.d.comb += [f.pixel_bytes.eq(pixel_bytes[n]), f.pitch.eq(pitch),
@@ -619,7 +644,12 @@ class ConvRunner(wiring.Component):
         out_addr = Signal(data.ArrayLayout(unsigned(self.addr_width), 2 * arrays))
         level_param = [Signal(self.addr_width, name=f"level_param{k}") for k in range(arrays)]
         level_param2 = [Signal(self.addr_width, name=f"level_param2_{k}") for k in range(arrays)]
-        m.d.comb += writer.bases.eq(out_addr)
+        # a direct map's slices: from the chunk's offset in the pixel, skipping the rest
+        direct_offset = Mux(self._direct, slice_offset[0], 0)
+        m.d.comb += [*(writer.bases[k].eq(out_addr[k] + direct_offset) for k in range(arrays)),
+                     *(writer.bases[k].eq(out_addr[k]) for k in range(arrays, 2 * arrays)),
+                     writer.skip.eq(Mux(self._direct, pixel_bytes[0] - slice_bytes[0], 0)),
+                     writer.skip_jobs.eq(Mux(self._direct, arrays, 0))]
 
         # -- a parameter block's sections, from the descriptor, each at a bus word --
         def round_up(n):
@@ -767,7 +797,9 @@ class ConvRunner(wiring.Component):
         iy = Signal(range(self.max_size + 1))
         rows_out = Signal(range(arrays * self.max_size + 1))
         rows_expected = Signal.like(rows_out)
-        with m.If(writer.i.valid & writer.i.ready & writer.i.payload.last):
+        # the rows that go out whole (a direct map's slices are counted as slices)
+        with m.If(writer.i.valid & writer.i.ready & writer.i.payload.last & ~(
+                self._direct & w_direct)):
             m.d.sync += rows_out.eq(rows_out + 1)
         # the side rows: the next one's output row, the last input row it needs (its
         # windows' last row: negative in the padding), the job and place of its chunks
@@ -812,8 +844,10 @@ class ConvRunner(wiring.Component):
                 # `jobs` and `table_addr` are the round's)
                 # a row an output, and as many again with a second packer's output
                 m.d.sync += [entry.eq(0), rows_out.eq(0),
-                             rows_expected.eq(Mux(both, (d.out_h * outputs) << 1,
-                                                  d.out_h * outputs)),
+                             rows_expected.eq(Mux(self._direct,
+                                                  Mux(levels_out, d.out_h * outputs, 0),
+                                                  Mux(both, (d.out_h * outputs) << 1,
+                                                      d.out_h * outputs))),
                              job.eq(0), w_addr.eq(0), part.eq(0), iy.eq(0),
                              const_base.eq(0), to_table.eq(1), flushed.eq(0),
                              ld_fold.eq(0), w_offset.eq(0),
@@ -923,7 +957,10 @@ class ConvRunner(wiring.Component):
                 # map buffer (its settings are this chunk's from now on)
                 ch = layer.chunk
                 mc = maps.chunk
-                previous_out = (ld_fold == 0) | (slices_in == slices_expected)
+                # (and a direct map's written: the writer starts again at the chunk's
+                # offset in each pixel)
+                previous_out = ((ld_fold == 0) | (slices_in == slices_expected)) & (
+                    ~self._direct | writer.idle)
                 ring_holds_map = (ld_fold != 0) & (d.in_h <= self.ring_rows)
                 go = consts.idle & (~streaming | (previous_out & mc.ready))
                 m.d.comb += [ch.valid.eq(go),
@@ -935,6 +972,7 @@ class ConvRunner(wiring.Component):
                 if self.planes > 1:
                     m.d.comb += ch.payload.levels.eq(~binary_in)
                 with m.If(ch.ready & go):
+                    m.d.comb += writer.start.eq(self._direct)
                     m.d.sync += [fold_base.eq(ld_fold), cur_folds.eq(ld_folds),
                                  cur_channels.eq(ld_channels),
                                  *(slice_bytes[n].eq(chunk_bytes[n]) for n in range(2)),

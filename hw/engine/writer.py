@@ -12,11 +12,16 @@ row's last word (so that a descriptor's end leaves nothing behind), and closed c
 go out in the order they closed, each a command (the job's address, its bytes) and its
 words, the job's address then advanced. Two chunks a job are held, so one fills while
 the other goes out.
+
+A row may also be a *slice* of a pixel (a weight chunk's channels, written straight to
+its place in the map when the map does not fit the map buffer): after a row's last word
+the address of a job below ``skip_jobs`` steps ``skip`` bytes further, past the pixel's
+other channels, to the next pixel's slice.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Module, Signal, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
@@ -49,6 +54,8 @@ class RowWriter(wiring.Component):
         turnaround a smaller share).
     addr_width : int
         Bits of a byte address.
+    max_skip : int
+        The most bytes a row's end skips.
 
     Ports
     -----
@@ -57,6 +64,9 @@ class RowWriter(wiring.Component):
         word, closes the job's chunk.
     bases : ``In(ArrayLayout(unsigned(addr_width), arrays))``
         Each job's map's first byte, taken on ``start``.
+    skip, skip_jobs : ``In(range(max_skip + 1))``, ``In(range(arrays + 1))``
+        Bytes a job below ``skip_jobs`` skips after a row's last word (0: rows follow
+        each other); held while not ``idle``.
     start : ``In(1)``
         A pulse while ``idle``: the jobs' addresses are ``bases`` again (a descriptor's,
         or a round's, first word follows).
@@ -80,7 +90,7 @@ class RowWriter(wiring.Component):
     some job holds nearly two chunks (its words wait for the DMA).
     """
 
-    def __init__(self, *, arrays, data_width=128, chunk=16, addr_width=32):
+    def __init__(self, *, arrays, data_width=128, chunk=16, addr_width=32, max_skip=1):
         for name, value in (("arrays", arrays), ("data_width", data_width), ("chunk", chunk),
                             ("addr_width", addr_width)):
             positive_int(f"RowWriter: {name}", value)
@@ -95,6 +105,7 @@ class RowWriter(wiring.Component):
             "i": In(stream.Signature(packed_word_layout(arrays, data_width))),
             "bases": In(data.ArrayLayout(unsigned(addr_width), arrays)),
             "start": In(1),
+            "skip": In(range(max_skip + 1)), "skip_jobs": In(range(arrays + 1)),
             "cmd": Out(stream.Signature(descriptor_layout(addr_width))),
             "o": Out(stream.Signature(unsigned(data_width))),
             "idle": Out(1),
@@ -125,11 +136,13 @@ class RowWriter(wiring.Component):
             m.d.sync += w.eq(self.i.payload)
         # closed chunks, in the order they closed: (job, words); each word's chunk may
         # be short, so as many as the words the buffer holds
-        chunk_layout = data.StructLayout({"job": range(arrays), "n": range(1, chunk + 1)})
+        chunk_layout = data.StructLayout({"job": range(arrays), "n": range(1, chunk + 1),
+                                          "skips": 1})
         m.submodules.chunks = chunks = SyncFIFOBuffered(width=chunk_layout.size,
                                                         depth=arrays * region)
         closed = Signal(chunk_layout)
-        m.d.comb += [chunks.w_data.eq(closed.as_value()), closed.job.eq(w.job)]
+        m.d.comb += [chunks.w_data.eq(closed.as_value()), closed.job.eq(w.job),
+                     closed.skips.eq(w.last & (w.job < self.skip_jobs))]
         sel_in = [w_valid & (w.job == j) for j in range(arrays)]
         for j in range(arrays):
             with m.If(sel_in[j]):
@@ -164,7 +177,7 @@ class RowWriter(wiring.Component):
                          cmd_out.length.eq(head.n * wb), cmd_out.address.eq(at)]
             for j in range(arrays):
                 with m.If(head.job == j):
-                    m.d.sync += addr[j].eq(at + head.n * wb)
+                    m.d.sync += addr[j].eq(at + head.n * wb + Mux(head.skips, self.skip, 0))
         with m.Elif(self.cmd.ready):
             m.d.sync += cmd_full.eq(0)
         m.d.comb += [self.cmd.valid.eq(cmd_full), self.cmd.payload.eq(cmd_out)]
