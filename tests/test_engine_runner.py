@@ -414,3 +414,78 @@ def test_a_window_taller_than_the_ring_is_refused():
     got, result = run_runner(program, descs[i], before, max_size=16, max_words=4,
                              max_out_folds=4, ring_rows=4, ring_words=256)
     assert result == ("error", ERROR_CAUSES["unsupported"]) and got == before
+
+
+def map_buffer_takes(d, region):
+    """Whether a streaming descriptor's maps fit the map buffer (``region`` bytes a map)
+    or, an output map, go straight to DRAM (slices and pixels of whole 16-byte bus words
+    and a pixel within a region): the runner's rule, as the docs state it."""
+    if not d["flags"] & FLAG_BITS["weight_stream"]:
+        return True
+    two_levels = d["flags"] & FLAG_BITS["levels_out"] and d["aux_outputs"] == 2
+    wide = not d["flags"] & FLAG_BITS["levels_only"]
+    pitch = d["aux_pitch"] if two_levels else d["out_pitch"]
+    main_fits = pitch <= region and d["out_h"] * pitch <= region
+    elem = 1 if d["out_fmt"] == 0 else d["out_elem"]
+    pixel, slice_ = -(-d["out_c"] * elem // 8), -(-d["chunk_c"] * elem // 8)
+    direct = wide and not two_levels and not main_fits and pixel % 16 == 0 \
+        and slice_ % 16 == 0 and pixel <= region
+    levels_fit = not d["flags"] & FLAG_BITS["levels_out"] or (
+        d["aux_pitch"] <= region and d["out_h"] * d["aux_pitch"] <= region)
+    return (not (wide or two_levels) or main_fits or direct) and levels_fit
+
+
+def test_the_intended_runner_takes_the_paper_networks_binary_convolutions_at_224():
+    """The runner at the DE10-Nano's size (5 arrays of 16 x 64 lanes, a map buffer of
+    4,096 words: 6,544 bytes a map) checks every CONV descriptor of ResNet-18 and
+    ResNet-34 K=5 at 224x224 as the tests' rule says: the stem (integer weights) is not
+    its; the 14x14 and 7x7 stages' streaming maps of 24 bits (up to 75 KB) go straight
+    to DRAM; the 28x28 stage's streaming descriptors are refused, their sign maps
+    (12.5 KB) larger than a map's region: 16 of ResNet-18's 19 binary convolutions run,
+    28 of ResNet-34's 35."""
+    from amaranth.hdl import ResetInserter, Signal
+    from test_engine_program import zoo_model
+    from test_engine_unit_engine import RESNET_CONFIG, RESNET_SIZES
+    sizes = dict(RESNET_SIZES, max_size=64)
+    runner = ConvRunner(data_width=8 * RESNET_CONFIG.port_bytes, **sizes)
+    region = runner.maps.region_bytes
+    programs = {arch: read_program(compile_engine(
+        compile_model(zoo_model(arch, 5, image_size=224)), RESNET_CONFIG, base=BASE))[1]
+        for arch in ("resnet18", "resnet34")}
+    reset = Signal()
+    taken = {}
+
+    async def bench(ctx):
+        for arch, descs in programs.items():
+            for i, d in enumerate(descs):
+                if d["opcode"] != OPCODE_CODES["CONV"]:
+                    continue
+                ctx.set(reset, 1)
+                await ctx.tick()
+                ctx.set(reset, 0)
+                ctx.set(runner.desc.payload.as_value(),
+                        int.from_bytes(encode(d, DESCRIPTOR), "little"))
+                ctx.set(runner.desc.valid, 1)
+                await ctx.tick()
+                ctx.set(runner.desc.valid, 0)
+                for _ in range(8):   # a refusal comes before the first read
+                    if ctx.get(runner.error) or ctx.get(runner.rd_cmd.valid):
+                        break
+                    await ctx.tick()
+                taken[arch, i] = bool(ctx.get(runner.rd_cmd.valid))
+                assert taken[arch, i] or ctx.get(runner.error_code) == ERROR_CAUSES["unsupported"]
+
+    sim = Simulator(ResetInserter(reset)(runner))
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    for (arch, i), ran in taken.items():
+        d = programs[arch][i]
+        assert ran == (runnable(d, sizes["arrays"]) and map_buffer_takes(d, region)), (arch, i)
+    # every binary convolution but the 28x28 stage's streaming ones
+    binary = {key for key in taken if runnable(programs[key[0]][key[1]], sizes["arrays"])}
+    refused = [programs[a][i] for a, i in binary if not taken[a, i]]
+    assert all(d["out_h"] == 28 and d["flags"] & FLAG_BITS["weight_stream"] for d in refused)
+    counts = {arch: (sum(taken[key] for key in binary if key[0] == arch),
+                     sum(1 for key in binary if key[0] == arch)) for arch in programs}
+    assert counts == {"resnet18": (16, 19), "resnet34": (28, 35)}
