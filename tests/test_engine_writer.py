@@ -114,7 +114,7 @@ def test_a_word_a_cycle():
     gaps = np.diff(run.out_cycles["o"])
     assert gaps.max() == 1, gaps
     # the eighth word closes the first chunk; its command and first word follow
-    assert run.out_cycles["cmd"][0] <= 8 + 5 and run.out_cycles["o"][0] <= 8 + 8
+    assert run.out_cycles["cmd"][0] <= 8 + 6 and run.out_cycles["o"][0] <= 8 + 9
 
 
 @pytest.mark.parametrize("bad, message", [
