@@ -79,8 +79,8 @@ _ALM_PER_MIXER_LANE, _DSP_PER_MIXER_LANE = 533, 4
 #: beyond its lanes (its slice of the gatherer's ring, its fold issuer, its job's share
 #: of the feeder, packers, unpacker and writer) and what does not grow with the arrays.
 #: A third size, five arrays of 16 x 32 (``unit-engine-narrow``), checks the fit.
-_ALM_PER_ARRAY = 724
-_ALM_FIXED = 12636
+_ALM_PER_ARRAY = 767
+_ALM_FIXED = 12660
 #: Vector lanes the sizing keeps before it takes the stem's multipliers: a 3x3 layer of
 #: 64 channels gives 5 arrays' 80 sums every 9 cycles, 10 beats of 8 lanes (1 % of
 #: ResNet-18's frame against 16 lanes; 4 lanes would double its first stage).
