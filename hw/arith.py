@@ -20,12 +20,12 @@ from __future__ import annotations
 import operator
 from typing import NamedTuple
 
-from amaranth.hdl import Const, Signal, Value
+from amaranth.hdl import Const, Mux, Signal, Value
 from amaranth.hdl import signed as signed_shape
 
 from ..numerics import signed_width
 
-__all__ = ["at_least", "compared_bits", "csd_digits", "MAX_SHIFT_ADD_DIGITS", "uses_dsp", "const_multiply", "const_sum",
+__all__ = ["at_least", "compared_bits", "moved_in_stages", "csd_digits", "MAX_SHIFT_ADD_DIGITS", "uses_dsp", "const_multiply", "const_sum",
            "Term", "const_terms", "reduce_levels", "registered_levels", "sum_tree",
            "multiplier_cost", "MULT_PIECE", "multiplier_pieces", "registered_pieces"]
 
@@ -236,6 +236,16 @@ def compared_bits(t: int, width: int) -> int:
     if t == 0 or not lo < t <= hi:
         return 0
     return width - ((t & -t).bit_length() - 1)
+
+
+def moved_in_stages(value, amount, move):
+    """``value`` moved by a run-time ``amount`` of steps, a stage of two-way multiplexers
+    a bit of ``amount``: ``move(v, n)`` moves ``v`` by ``n`` steps (a shift or a turn by
+    ``n`` bytes, say). The LUTs merge the stages; a multiplexer of every amount took
+    about twice the logic in the engine's byte shifts."""
+    for i in range(len(amount)):
+        value = Mux(amount[i], move(value, 1 << i), value)
+    return value
 
 
 def positive_int(name, value):

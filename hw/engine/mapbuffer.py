@@ -32,7 +32,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from ..arith import positive_int
+from ..arith import moved_in_stages, positive_int
 from .packer import packed_word_layout
 
 __all__ = ["MapBuffer", "map_buffer_settings", "map_format", "chunk_layout"]
@@ -227,10 +227,7 @@ class MapBuffer(wiring.Component):
         # logic)
         shift = w_at[:log_db]
         word = w_at[log_db:]
-        turned = w_data
-        for i in range(log_db):
-            # a stage a bit of the shift: multiplexers of two, which the LUTs merge
-            turned = Mux(shift[i], turned.rotate_left(8 << i), turned)
+        turned = moved_in_stages(w_data, shift, lambda v, n: v.rotate_left(8 * n))
         mask = Signal(2 * db)
         m.d.comb += mask.eq((((Const(1, 2 * db + 1) << w_bytes) - 1) << shift)[:2 * db])
         odd = word[0]

@@ -25,7 +25,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from ..arith import positive_int
+from ..arith import moved_in_stages, positive_int
 from ..fifo import block_ram_fifo
 
 __all__ = ["OutputPacker", "packer_settings", "packed_word_layout", "checked_beats",
@@ -320,13 +320,9 @@ class OutputPacker(wiring.Component):
         m.d.sync += [s_valid.eq(step & op.keep), s_emit.eq(step & op.keep & emit),
                      s_last.eq(row_done), s_k.eq(op.k),
                      s_data.eq(Mux(phase == INSERT, op_bytes.r_data, 0)), s_shift.eq(hk)]
-        # a stage a bit of the shift (multiplexers of two, which the LUTs merge; a
-        # multiplexer of the W shifts took twice the logic)
         shifted = Signal(8 * (W + B))
-        moved = s_data
-        for i in range(len(s_shift)):
-            moved = Mux(s_shift[i], Cat(Const(0, 8 << i), moved), moved)
-        m.d.comb += shifted.eq(moved)
+        m.d.comb += shifted.eq(moved_in_stages(s_data, s_shift,
+                                               lambda v, n: Cat(Const(0, 8 * n), v)))
 
         # -- data: each job's bytes; a word out when the control says so --
         d_valid, d_emit, d_last = Signal(), Signal(), Signal()

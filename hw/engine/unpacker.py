@@ -21,6 +21,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
+from ..arith import moved_in_stages
 from ..fifo import block_ram_fifo
 from .packer import ELEMS, checked_beats, picked
 
@@ -292,13 +293,8 @@ class InputUnpacker(wiring.Component):
                     m.d.comb += turned.eq(Cat(window[8 * W * ((h + i) % slots):
                                                      8 * W * ((h + i) % slots + 1)]
                                               for i in range(window_slots)))
-        # the beat's bytes from the head slot's byte r_at on: a stage a bit of the byte
-        # (multiplexers of two, which the LUTs merge; a multiplexer of the W bytes took
-        # twice the logic)
-        raw = turned
-        for i in range(len(r_at)):
-            raw = Mux(r_at[i], raw[8 << i:], raw)
-        raw = raw[:8 * B]
+        # the beat's bytes from the head slot's byte r_at on
+        raw = moved_in_stages(turned, r_at, lambda v, n: v[8 * n:])[:8 * B]
         # each job's own copy of the op's control, so that no register drives the
         # enables of every job's slots (with one, their route was the late path on ECP5)
         for j in range(arrays):
