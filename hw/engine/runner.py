@@ -222,7 +222,6 @@ class ConvRunner(wiring.Component):
         # each skipping the pixel's other channels (up to a region of the map buffer)
         self.writer = RowWriter(arrays=2 * arrays, data_width=data_width, chunk=chunk,
                                 addr_width=addr_width, max_skip=self.maps.region_bytes)
-        self._direct = Signal(name="direct")
         # what the check reads of products registered in SIZE: the maps written fit
         # their regions of the map buffer, a streaming add's side slices are whole words
         self._map_fits = Signal(name="map_fits")
@@ -348,6 +347,8 @@ class ConvRunner(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        # a streaming output map written straight to DRAM, its slices through the writer
+        direct = Signal(name="direct")
         m.submodules.layer, m.submodules.loader = self.layer, self.loader
         m.submodules.constants, m.submodules.packer = self.constants, self.packer
         m.submodules.writer, m.submodules.unpacker = self.writer, self.unpacker
@@ -430,7 +431,7 @@ class ConvRunner(wiring.Component):
         wi = writer.i
         to_maps = Signal()
         w_direct = Signal()               # a word of `w` to the writer
-        m.d.comb += [to_maps.eq(streaming & ~(self._direct & (w.payload.job < arrays))),
+        m.d.comb += [to_maps.eq(streaming & ~(direct & (w.payload.job < arrays))),
                      w_direct.eq(w.valid & ~to_maps),
                      maps.i.valid.eq(w.valid & to_maps),
                      *(getattr(maps.i.payload, f).eq(getattr(w.payload, f))
@@ -519,7 +520,6 @@ class ConvRunner(wiring.Component):
         out_pixel, out_slice = Signal(32), Signal(32)
         m.d.sync += [out_pixel.eq(_bytes_of(d.out_c, out_elem)),
                      out_slice.eq(_bytes_of(d.chunk_c, out_elem))]
-        direct = self._direct
         m.d.comb += direct.eq(streaming & wide_out & ~two_levels & ~main_fits
                               & (out_pixel[:log_db] == 0) & (out_slice[:log_db] == 0)
                               & (out_pixel <= region))
@@ -604,7 +604,7 @@ class ConvRunner(wiring.Component):
         # the map buffer: the main packer's maps (kind 0), the level packer's (kind 1)
         mbs = maps.settings
         m.d.comb += [mbs.width.eq(d.out_w), mbs.height.eq(d.out_h), mbs.jobs.eq(outputs),
-                     mbs.kinds.eq(Cat((wide_out | two_levels) & ~self._direct, levels_out))]
+                     mbs.kinds.eq(Cat((wide_out | two_levels) & ~direct, levels_out))]
         for n, pitch in enumerate((Mux(two_levels, d.aux_pitch, d.out_pitch), d.aux_pitch)):
             f = mbs.formats[n]
             m.d.comb += [f.pixel_bytes.eq(pixel_bytes[n]), f.pitch.eq(pitch),
@@ -645,11 +645,11 @@ class ConvRunner(wiring.Component):
         level_param = [Signal(self.addr_width, name=f"level_param{k}") for k in range(arrays)]
         level_param2 = [Signal(self.addr_width, name=f"level_param2_{k}") for k in range(arrays)]
         # a direct map's slices: from the chunk's offset in the pixel, skipping the rest
-        direct_offset = Mux(self._direct, slice_offset[0], 0)
+        direct_offset = Mux(direct, slice_offset[0], 0)
         m.d.comb += [*(writer.bases[k].eq(out_addr[k] + direct_offset) for k in range(arrays)),
                      *(writer.bases[k].eq(out_addr[k]) for k in range(arrays, 2 * arrays)),
-                     writer.skip.eq(Mux(self._direct, pixel_bytes[0] - slice_bytes[0], 0)),
-                     writer.skip_jobs.eq(Mux(self._direct, arrays, 0))]
+                     writer.skip.eq(Mux(direct, pixel_bytes[0] - slice_bytes[0], 0)),
+                     writer.skip_jobs.eq(Mux(direct, arrays, 0))]
 
         # -- a parameter block's sections, from the descriptor, each at a bus word --
         def round_up(n):
@@ -799,7 +799,7 @@ class ConvRunner(wiring.Component):
         rows_expected = Signal.like(rows_out)
         # the rows that go out whole (a direct map's slices are counted as slices)
         with m.If(writer.i.valid & writer.i.ready & writer.i.payload.last & ~(
-                self._direct & w_direct)):
+                direct & w_direct)):
             m.d.sync += rows_out.eq(rows_out + 1)
         # the side rows: the next one's output row, the last input row it needs (its
         # windows' last row: negative in the padding), the job and place of its chunks
@@ -844,7 +844,7 @@ class ConvRunner(wiring.Component):
                 # `jobs` and `table_addr` are the round's)
                 # a row an output, and as many again with a second packer's output
                 m.d.sync += [entry.eq(0), rows_out.eq(0),
-                             rows_expected.eq(Mux(self._direct,
+                             rows_expected.eq(Mux(direct,
                                                   Mux(levels_out, d.out_h * outputs, 0),
                                                   Mux(both, (d.out_h * outputs) << 1,
                                                       d.out_h * outputs))),
@@ -960,7 +960,7 @@ class ConvRunner(wiring.Component):
                 # (and a direct map's written: the writer starts again at the chunk's
                 # offset in each pixel)
                 previous_out = ((ld_fold == 0) | (slices_in == slices_expected)) & (
-                    ~self._direct | writer.idle)
+                    ~direct | writer.idle)
                 ring_holds_map = (ld_fold != 0) & (d.in_h <= self.ring_rows)
                 go = consts.idle & (~streaming | (previous_out & mc.ready))
                 m.d.comb += [ch.valid.eq(go),
@@ -972,7 +972,7 @@ class ConvRunner(wiring.Component):
                 if self.planes > 1:
                     m.d.comb += ch.payload.levels.eq(~binary_in)
                 with m.If(ch.ready & go):
-                    m.d.comb += writer.start.eq(self._direct)
+                    m.d.comb += writer.start.eq(direct)
                     m.d.sync += [fold_base.eq(ld_fold), cur_folds.eq(ld_folds),
                                  cur_channels.eq(ld_channels),
                                  *(slice_bytes[n].eq(chunk_bytes[n]) for n in range(2)),
