@@ -39,10 +39,11 @@ STREAMING_CONFIG = replace(CONFIG, weight_buffer=512)
 
 
 class RunnerTop(Elaboratable):
-    """The runner between a read and a write DMA."""
+    """The runner (or another unit of its ports, ``unit``) between a read and a write
+    DMA."""
 
-    def __init__(self, **params):
-        self.runner = ConvRunner(**params)
+    def __init__(self, unit=None, **params):
+        self.runner = unit or ConvRunner(**params)
         dw = self.runner.data_width
         self.rd = ReadDMA(data_width=dw, max_burst=8)
         self.wr = WriteDMA(data_width=dw, max_burst=8)
@@ -89,9 +90,10 @@ def prologue_runnable(d):
             and d["const_bytes"] == 4 and d["in_levels"] in PROLOGUE_LEVELS)
 
 
-def program_steps(g, config=None, frames=1):
+def program_steps(g, config=None, frames=1, which=None):
     """``(program, [(index, image before, image after)])``: the reference model's image
-    around each descriptor the runner executes, for the first frame."""
+    around each descriptor the runner executes (or that ``which`` takes), for the first
+    frame."""
     program = compile_engine(g, config, base=BASE)
     header, descs = read_program(program)
     image = bytearray(program.image)
@@ -105,7 +107,7 @@ def program_steps(g, config=None, frames=1):
     for i, d in enumerate(descs):
         before = bytes(image)
         run_descriptor(d, header, mem)
-        if runnable(d, config.arrays):
+        if (which or (lambda d: runnable(d, config.arrays)))(d):
             steps.append((i, before, bytes(image)))
     return program, descs, steps
 
@@ -117,14 +119,15 @@ def run_runner(program, d, image, **bench):
 
 
 def run_runner_in_turn(program, runs, *, p_wait=0.0, latency=(1, 3), seed=0,
-                       max_cycles=200_000, **params):
-    """Run each ``(descriptor, image)`` of ``runs`` on one runner, one after another,
-    the memory set to the run's image before its descriptor is given (one simulation:
-    building it takes as long as running a small descriptor). Returns each run's
-    ``(memory, result)``, result ``"done"`` or ``("error", code)``."""
+                       max_cycles=200_000, unit=None, **params):
+    """Run each ``(descriptor, image)`` of ``runs`` on one runner (or ``unit``, a
+    component of the runner's ports), one after another, the memory set to the run's
+    image before its descriptor is given (one simulation: building it takes as long as
+    running a small descriptor). Returns each run's ``(memory, result)``, result
+    ``"done"`` or ``("error", code)``."""
     cfg = program.config
-    top = RunnerTop(arrays=cfg.arrays, pe=cfg.pe, simd=cfg.simd, data_width=8 * cfg.port_bytes,
-                    **params)
+    top = RunnerTop(unit, arrays=cfg.arrays, pe=cfg.pe, simd=cfg.simd,
+                    data_width=8 * cfg.port_bytes, **params)
     size = len(runs[0][1])
     assert all(len(image) == size for _, image in runs)
     mem = bytearray(BASE + size + 256)

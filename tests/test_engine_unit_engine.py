@@ -15,14 +15,15 @@ from conftest import random_model
 from groupnet_hw import engine_opcodes as op
 from groupnet_hw import engine_registers as regs
 from groupnet_hw.compiler.engine.config import EngineConfig
-from groupnet_hw.compiler.engine.program import DESCRIPTOR, FLAG_BITS, STAGE_BITS, encode
+from groupnet_hw.compiler.engine.program import (DESCRIPTOR, FLAG_BITS, OPCODE_CODES,
+                                                 STAGE_BITS, encode)
 from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.hw.engine.unit_engine import UnitEngine
 from groupnet_hw.sim import toolchain
 from groupnet_hw.sim.engine_rtl import build_engine_rtl, run_engine_rtl
 from test_engine_dma import AvalonDRAM
 from test_engine_runner import (BASE, CONFIG, NETWORKS, RESIDUAL,
-                                program_steps)
+                                program_steps, runnable)
 from test_engine_sequencer import Host
 
 #: the runner's sizes for the tests' networks
@@ -151,6 +152,55 @@ def test_a_soft_reset_mid_convolution_then_a_new_start_completes(network, cycles
     assert the_image(mem, before, code) == after
 
 
+def the_input_and_head(steps, descs):
+    """``(program, image before, image after)``: the network's INPUT and HEAD
+    descriptors as a program of their own, the image before the head."""
+    (i_in, _, _), = [s for s in steps if descs[s[0]]["opcode"] == OPCODE_CODES["INPUT"]]
+    (i_head, before, after), = [s for s in steps if descs[s[0]]["opcode"] == OPCODE_CODES["HEAD"]]
+    return program_of(descs[i_in], descs[i_head]), before, after
+
+
+def test_the_input_and_the_classifier_head_run_to_done(residual_network):
+    """INPUT is done at once; HEAD goes to the classifier head, which has the DMAs
+    from its descriptor to its done: the logits are the model's."""
+    program, descs, steps = residual_network
+    code, before, after = the_input_and_head(steps, descs)
+    mem, status = engine_run(before, code, p_wait=0.3, latency=(1, 6), seed=4)
+    assert regs.field_value("STATUS", "DONE", status) == 1, hex(status)
+    assert regs.field_value("STATUS", "ERROR", status) == 0
+    assert the_image(mem, before, code) == after != before
+
+
+def test_a_soft_reset_mid_head_then_a_new_start_completes(residual_network):
+    """A soft reset while the head pools (the head is reset with the DMAs), then the
+    program again: the model's logits."""
+    program, descs, steps = residual_network
+    code, before, after = the_input_and_head(steps, descs)
+    soft_reset = regs.with_field("CONTROL", "SOFT_RESET")
+    start = regs.with_field("CONTROL", "START") | regs.with_field("CONTROL", "IRQ_ENABLE")
+
+    async def body(host, window, at):
+        await host.start(window=window, program=at)
+        while host.ctx.get(host.dut.head.idle):
+            await host.tick()
+        for _ in range(40):
+            await host.tick()
+        assert not host.ctx.get(host.dut.head.idle), "the head finished before the reset"
+        await host.write("CONTROL", soft_reset)
+        while await host.read("STATUS") & regs.BY_NAME["STATUS"].field("BUSY").mask:
+            pass
+        after_reset = await host.read("STATUS")
+        head_idle = host.ctx.get(host.dut.head.idle)
+        await host.write("CONTROL", start)
+        return after_reset, head_idle, await host.wait(timeout=100_000)
+
+    mem, (after_reset, head_idle, status) = engine_run(before, code, latency=(2, 6),
+                                                       p_wait=0.2, seed=8, body=body)
+    assert after_reset == 0 and head_idle
+    assert regs.field_value("STATUS", "DONE", status) == 1
+    assert the_image(mem, before, code) == after
+
+
 @pytest.mark.parametrize("where", ["table", "output"])
 def test_an_address_outside_the_window_stops_the_engine_with_no_access_outside(network, where):
     """A job table below the window (the read DMA refuses it), or an output map past
@@ -200,9 +250,16 @@ def engine_rtl(tmp_path_factory):
     return build_engine_rtl(path, "unit_engine")
 
 
+def on_the_units(d):
+    """The descriptors the engine of the units runs: the runner's, INPUT and HEAD (of
+    channels a multiple of the head's 8 lanes)."""
+    return runnable(d) or d["opcode"] in (OPCODE_CODES["INPUT"], OPCODE_CODES["HEAD"])
+
+
 @pytest.fixture(scope="module")
 def residual_network():
-    return program_steps(compile_model(random_model(3, **RESIDUAL)), CONFIG)
+    """Channels of 16 and 24: its head too runs on the units."""
+    return program_steps(compile_model(random_model(3, **RESIDUAL)), CONFIG, which=on_the_units)
 
 
 @pytest.mark.parametrize("stall, latency", [(0.0, 1), (0.3, 40)])

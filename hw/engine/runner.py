@@ -241,7 +241,7 @@ class ConvRunner(wiring.Component):
         self.ring_rows, self.ring_words, self.max_size = ring_rows, ring_words, max_size
         self.max_words, self.max_kernel = max_words, max_kernel
         self.max_weight_words, self.max_out_folds = max_weight_words, max_out_folds
-        self.max_levels = max_levels
+        self.max_levels, self.value_width = max_levels, value_width
         cmd = stream.Signature(descriptor_layout(addr_width))
         super().__init__({
             "desc": In(stream.Signature(descriptor_fields())),

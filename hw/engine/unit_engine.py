@@ -1,22 +1,27 @@
 """The engine built from the units (docs/architecture.md section 15): the register file,
 the sequencer and the DMAs of :class:`~.sequencer.EngineShell`, with the convolution
-runner as its compute unit.
+runner and the classifier head as its compute units.
 
 The sequencer fetches descriptors and executes COPY and END itself; any other
-descriptor goes whole to the :class:`~.runner.ConvRunner`, which has the DMAs' commands
-and words until the sequencer's fence after it (``computing``). A descriptor the runner
-cannot run stops the engine with the sequencer's error ``unsupported``; an address
-outside the window stops it with the DMA's error, and the sequencer's abort resets the
-runner with the DMAs. The top has :class:`~.sequencer.EngineShell`'s ports, so the fast
+descriptor goes whole to a compute unit, by its opcode: HEAD to the
+:class:`~.classifier.PooledClassifier`, INPUT (the host wrote the frame: nothing to do)
+done at once, any other to the :class:`~.runner.ConvRunner`. The unit has the DMAs'
+commands and words until the sequencer's fence after it (``computing``). A descriptor
+its unit cannot run stops the engine with the sequencer's error ``unsupported``; an
+address outside the window stops it with the DMA's error, and the sequencer's abort
+resets the units with the DMAs. The top has :class:`~.sequencer.EngineShell`'s ports, so the fast
 Verilator path (``sim/engine_rtl.py``) runs it as it runs the shell.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, ResetInserter, Value
-from amaranth.lib import wiring
+from amaranth.hdl import Module, Mux, ResetInserter, Signal, Value
+from amaranth.lib import data, stream, wiring
 
-from .runner import ConvRunner
+from ...engine_format import OPCODE_CODES
+from .classifier import PooledClassifier
+from .dma import descriptor_layout
+from .runner import ConvRunner, descriptor_fields
 from .sequencer import Sequencer, engine_members, wire_engine
 
 __all__ = ["UnitEngine"]
@@ -32,7 +37,7 @@ def _shared(m, owner, first, second, sink):
 
 
 class UnitEngine(wiring.Component):
-    """Register file, sequencer, DMAs and the convolution runner.
+    """Register file, sequencer, DMAs, the convolution runner and the classifier head.
 
     Parameters
     ----------
@@ -41,6 +46,11 @@ class UnitEngine(wiring.Component):
         the program's port width.
     max_burst, max_outstanding, buffer_depth : int
         The DMAs' (:class:`~.sequencer.EngineShell`).
+    head_size, max_classes : int
+        The classifier head's bounds (:class:`~.classifier.PooledClassifier`): the
+        largest height and width of its map (8: ResNet's 7 x 7 at 224 x 224) and the
+        most classes; its channels are the runner's output channels, its lanes the
+        epilogue's.
     **runner
         The runner's sizes (:class:`~.runner.ConvRunner`: ``arrays``, ``pe``, ``simd``,
         ``planes``, ring and buffer bounds); its row writer's commands are bursts of at
@@ -62,10 +72,16 @@ class UnitEngine(wiring.Component):
     """
 
     def __init__(self, *, data_width=128, max_burst=16, max_outstanding=4, buffer_depth=None,
-                 **runner):
+                 head_size=8, max_classes=1024, **runner):
         self.sequencer = Sequencer(data_width=data_width, compute=True)
         runner.setdefault("chunk", max_burst)
         self.runner = ConvRunner(data_width=data_width, **runner)
+        r = self.runner
+        self.head = PooledClassifier(lanes=r.lanes, data_width=data_width,
+                                     addr_width=r.addr_width,
+                                     max_channels=r.max_out_folds * r.pe,
+                                     max_classes=max_classes, max_size=head_size,
+                                     value_width=r.value_width)
         super().__init__(engine_members(self, data_width=data_width, max_burst=max_burst,
                                         max_outstanding=max_outstanding,
                                         buffer_depth=buffer_depth))
@@ -74,20 +90,42 @@ class UnitEngine(wiring.Component):
         m = Module()
         wire_engine(m, self)
         rd, wr, seq = self.rdma, self.wdma, self.sequencer
-        # the runner stops with the DMAs: a soft reset, or the sequencer's abort
-        runner = ResetInserter(self.regs.soft_reset | seq.abort)(self.runner)
-        m.submodules.runner = runner
-        unit = self.runner
+        # the units stop with the DMAs: a soft reset, or the sequencer's abort
+        stop = self.regs.soft_reset | seq.abort
+        m.submodules.runner = ResetInserter(stop)(self.runner)
+        m.submodules.head = ResetInserter(stop)(self.head)
+        runner, head = self.runner, self.head
+        # the head has the DMAs from its descriptor to its done, the runner otherwise
+        heading = ~head.idle
+        cmd = stream.Signature(descriptor_layout(runner.addr_width))
+        unit_rd_cmd, unit_wr_cmd = cmd.create(), cmd.create()
+        unit_wr = stream.Signature(rd.o.payload.shape()).create()
+        _shared(m, heading, head.rd_cmd, runner.rd_cmd, unit_rd_cmd)
+        _shared(m, heading, head.wr_cmd, runner.wr_cmd, unit_wr_cmd)
+        _shared(m, heading, head.wr, runner.wr, unit_wr)
         c = seq.computing
-        _shared(m, c, unit.rd_cmd, seq.rd_cmd, rd.cmd)
-        _shared(m, c, unit.wr_cmd, seq.wr_cmd, wr.cmd)
-        _shared(m, c, unit.wr, seq.copy, wr.i)
-        m.d.comb += [unit.rd.valid.eq(c & rd.o.valid), unit.rd.payload.eq(rd.o.payload),
+        _shared(m, c, unit_rd_cmd, seq.rd_cmd, rd.cmd)
+        _shared(m, c, unit_wr_cmd, seq.wr_cmd, wr.cmd)
+        _shared(m, c, unit_wr, seq.copy, wr.i)
+        m.d.comb += [runner.rd.valid.eq(c & ~heading & rd.o.valid),
+                     head.rd.valid.eq(c & heading & rd.o.valid),
+                     runner.rd.payload.eq(rd.o.payload), head.rd.payload.eq(rd.o.payload),
                      seq.words.valid.eq(~c & rd.o.valid), seq.words.payload.eq(rd.o.payload),
-                     rd.o.ready.eq(Mux(c, unit.rd.ready, seq.words.ready)),
-                     unit.desc.valid.eq(seq.compute.valid),
-                     unit.desc.payload.eq(seq.compute.payload),
-                     seq.compute.ready.eq(unit.desc.ready),
-                     seq.compute_done.eq(unit.done), seq.compute_error.eq(unit.error),
+                     rd.o.ready.eq(Mux(c, Mux(heading, head.rd.ready, runner.rd.ready),
+                                       seq.words.ready))]
+        # the descriptor to the unit of its opcode; INPUT is done at once
+        opcode = data.View(descriptor_fields(), seq.compute.payload).opcode
+        to_head = opcode == OPCODE_CODES["HEAD"]
+        to_input = opcode == OPCODE_CODES["INPUT"]
+        input_done = Signal()
+        m.d.sync += input_done.eq(seq.compute.valid & to_input)
+        m.d.comb += [runner.desc.valid.eq(seq.compute.valid & ~to_head & ~to_input),
+                     head.desc.valid.eq(seq.compute.valid & to_head),
+                     runner.desc.payload.eq(seq.compute.payload),
+                     head.desc.payload.eq(seq.compute.payload),
+                     seq.compute.ready.eq(Mux(to_head, head.desc.ready,
+                                              to_input | runner.desc.ready)),
+                     seq.compute_done.eq(runner.done | head.done | input_done),
+                     seq.compute_error.eq(runner.error | head.error),
                      seq.wr_idle.eq(~wr.busy)]
         return m

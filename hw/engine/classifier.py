@@ -1,0 +1,506 @@
+"""The intended engine's classifier head: a HEAD descriptor (global sum pooling and
+the fully connected classifier), DRAM to DRAM.
+
+The IR's ``head`` is ``logits = W @ sum_{y,x} x[:, y, x] + bias``
+(``compiler/ops/io.py``): the map's sums over its pixels, then a product of integer
+weights. The unit reads the descriptor's job-table entry, the bias section of its
+parameter block into a bias memory, the input map (a fixed-point map as section 12
+stores it) row by row, an element a cycle, into ``lanes`` banks of channel sums (channel
+``c`` at word ``c // lanes`` of bank ``c % lanes``: the classifier reads ``lanes`` sums
+a cycle), then the weights (``W[classes][C]``, as the compiler packs them) a group of
+``lanes`` a cycle, each group's products summed into its class's logit, the bias added
+at the class's last group, and writes the logits, packed as the output map's elements,
+through the write DMA. Every address goes through the DMAs, which check it against the
+host's window.
+
+Arithmetic is modulo ``2**64``: the logits' container is at most 64 bits and the
+compiler proves every logit fits it, so sums, products and the accumulation may wrap at
+64 bits (two's complement) and still give every logit exactly; the multipliers take
+each sum at ``sum_width`` bits (the map's elements and the pixels' count), the widest a
+sum of the map can be.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
+
+from ...engine_format import JOB_FIELDS, OPCODE_CODES, field_offsets
+from ...engine_registers import ERROR_CAUSES
+from ..arith import positive_int, registered_pieces
+from .dma import descriptor_layout
+from .runner import descriptor_fields
+
+__all__ = ["PooledClassifier", "HEAD_ELEMS", "LOGIT_ELEMS", "HEAD_WEIGHT_BYTES"]
+
+#: input map elements the unit reads (fixed point, whole bytes)
+HEAD_ELEMS = (8, 16, 24, 32)
+#: logits' elements it writes
+LOGIT_ELEMS = (32, 64)
+#: bytes of a weight it multiplies
+HEAD_WEIGHT_BYTES = (1, 2)
+_FIXED_FORMAT = 2
+_ACC = 64                    # the logits' arithmetic, modulo 2**64 (module docstring)
+_LATENCY = 5                 # a weight group's products to its class's sum
+
+
+def _entry_field(entry, name):
+    at, size = field_offsets(JOB_FIELDS)[name]
+    return entry[8 * at:8 * (at + size)]
+
+
+def _one_of(value, choices):
+    ok = Const(0)
+    for c in choices:
+        ok = ok | (value == c)
+    return ok
+
+
+def _sign_extended(raw, nbytes, choices, width):
+    """``raw``'s low ``8 * nbytes`` bits, sign-extended to ``width``: a multiplexer by
+    the run-time ``nbytes`` among ``choices``."""
+    out = Const(0, signed(width))
+    for b in choices:
+        out = Mux(nbytes == b, raw[:8 * b].as_signed(), out)
+    return out
+
+
+class PooledClassifier(wiring.Component):
+    """Runs a HEAD descriptor: sum pooling and the classifier, DRAM to DRAM.
+
+    Parameters
+    ----------
+    lanes : int
+        Products a cycle (the cycle model's ``vector_lanes``): a weight group is
+        ``lanes`` channels of one class, and the map's channels a multiple of it.
+    data_width : int
+        The DMAs' bus word: a power of two of at least 128 bits (a job-table entry is 16
+        bytes) and whole weight groups.
+    addr_width : int
+        Bits of a byte address.
+    max_channels, max_classes, max_size : int
+        Bounds of the map's channels, of the classes and of the map's height and width.
+    value_width : int
+        Widest element of the map (at most 32).
+
+    Ports
+    -----
+    desc : ``In(stream.Signature(descriptor_fields()))``
+        A HEAD descriptor; taken when the unit is idle.
+    rd_cmd, rd, wr_cmd, wr
+        The read and write DMAs' commands and words (as :class:`~.runner.ConvRunner`'s).
+    done : ``Out(1)``
+        Pulse: the logits' last word is with the write DMA.
+    error : ``Out(1)``
+        Pulse: the descriptor was refused (``error_code`` ``unsupported``: not a HEAD
+        descriptor of one job, a map or weights of widths it does not take, channels not a
+        multiple of ``lanes``, sizes past its bounds, pitches or sizes that are not the
+        fields' own); nothing was read or written.
+    error_code : ``Out(4)``
+    idle : ``Out(1)``
+
+    Latency
+    -------
+    The table's, the biases' and each row's read latency in turn, then the weights'; the
+    logits leave ``_LATENCY + 3`` cycles after their class's last group.
+
+    Throughput
+    ----------
+    Pooling: a map element a cycle (``C x H x W`` cycles). Classifier: a weight group
+    of ``lanes`` a cycle while the bus keeps up (``classes x C / lanes`` cycles).
+    """
+
+    def __init__(self, *, lanes=8, data_width=128, addr_width=32, max_channels=512,
+                 max_classes=1024, max_size=8, value_width=32):
+        for name, value in (("lanes", lanes), ("data_width", data_width),
+                            ("max_channels", max_channels), ("max_classes", max_classes),
+                            ("max_size", max_size)):
+            positive_int(f"PooledClassifier: {name}", value)
+        if data_width % 128 or data_width & (data_width - 1):
+            raise ValueError(f"PooledClassifier: data_width ({data_width}) must be a power "
+                             "of two of at least 128 bits: a job-table entry is 16 bytes")
+        if data_width % (8 * lanes * max(HEAD_WEIGHT_BYTES)):
+            raise ValueError(f"PooledClassifier: a bus word of {data_width} bits must be "
+                             f"whole groups of {lanes} weights")
+        if lanes & (lanes - 1):
+            raise ValueError(f"PooledClassifier: lanes ({lanes}) must be a power of two")
+        if max_channels % lanes:
+            raise ValueError(f"PooledClassifier: max_channels ({max_channels}) must be a "
+                             f"multiple of lanes ({lanes})")
+        if value_width not in HEAD_ELEMS:
+            raise ValueError(f"PooledClassifier: value_width must be one of {HEAD_ELEMS}")
+        self.lanes, self.data_width, self.addr_width = lanes, data_width, addr_width
+        self.max_channels, self.max_classes, self.max_size = max_channels, max_classes, max_size
+        self.value_width = value_width
+        #: a sum of the map's elements over its pixels, exactly
+        self.sum_width = min(_ACC, value_width + (max_size * max_size - 1).bit_length())
+        cmd = stream.Signature(descriptor_layout(addr_width))
+        super().__init__({
+            "desc": In(stream.Signature(descriptor_fields())),
+            "rd_cmd": Out(cmd), "rd": In(stream.Signature(data_width)),
+            "wr_cmd": Out(cmd), "wr": Out(stream.Signature(data_width)),
+            "done": Out(1), "error": Out(1), "error_code": Out(4), "idle": Out(1),
+        })
+
+    def supported(self, d, row_bytes, weight_bytes, logit_bits):
+        """Whether the unit runs descriptor ``d``, given the products ``row_bytes``
+        (a row's elements' bytes), ``weight_bytes`` (the weights' section) and
+        ``logit_bits`` (the logits' bits), which the unit registers from the descriptor
+        before it checks."""
+        db = self.data_width // 8
+        fits = lambda value, bound: (value != 0) & (value <= bound)        # noqa: E731
+        conditions = [
+            d.opcode == OPCODE_CODES["HEAD"], d.jobs == 1,
+            d.in_fmt == _FIXED_FORMAT,
+            _one_of(d.in_elem, [b for b in HEAD_ELEMS if b <= self.value_width]),
+            d.out_fmt == _FIXED_FORMAT, _one_of(d.out_elem, LOGIT_ELEMS),
+            _one_of(d.weight_bytes, HEAD_WEIGHT_BYTES), _one_of(d.const_bytes, (4, 8)),
+            fits(d.in_c, self.max_channels), d.in_c[:exact_log2(self.lanes)] == 0,
+            fits(d.out_c, self.max_classes),
+            fits(d.in_h, self.max_size), fits(d.in_w, self.max_size),
+            # the rows and the sections the unit reads are the fields' own
+            d.in_pitch[:exact_log2(db)] == 0, d.in_pitch >= row_bytes,
+            d.in_pitch - row_bytes < db,
+            d.weight_tile_bytes == weight_bytes,
+            d.out_bytes[:exact_log2(db)] == 0,
+            d.out_bytes * 8 >= logit_bits, d.out_bytes * 8 - logit_bits < 8 * db,
+        ]
+        ok = Const(1)
+        for c in conditions:
+            ok = ok & c
+        return ok
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes, dw = self.lanes, self.data_width
+        db = dw // 8
+        log_db = exact_log2(db)
+        depth = self.max_channels // lanes
+        d = Signal(descriptor_fields())
+        aw = self.addr_width
+
+        # -- the held descriptor's products and the job's addresses --
+        row_bytes = Signal(32)
+        row_elems_total = Signal(32)
+        weight_bytes = Signal(32)
+        logit_bits = Signal(32)
+        in_addr, out_addr, param_addr = (Signal(aw, name=n) for n in
+                                         ("in_addr", "out_addr", "param_addr"))
+        row_addr = Signal(aw)
+        rd_cmd = self.rd_cmd
+
+        # -- memories: the channels' sums in `lanes` banks, the classes' biases --
+        sw = self.sum_width
+        banks = []
+        for j in range(lanes):
+            m.submodules[f"sums{j}"] = bank = Memory(shape=signed(sw), depth=depth, init=[])
+            wp = bank.write_port()
+            rp = bank.read_port(transparent_for=(wp,))
+            banks.append((wp, rp))
+        m.submodules.biases = biases = Memory(shape=signed(_ACC), depth=self.max_classes,
+                                              init=[])
+        bias_wp, bias_rp = biases.write_port(), biases.read_port()
+
+        # -- counters of the phases --
+        y = Signal(range(self.max_size + 1))        # rows of the map requested
+        row_words = Signal(32 - log_db)
+        words_in_row = Signal(32 - log_db)          # the row's words taken (incl. dropped)
+        row_elems = Signal(range(self.max_size * self.max_channels + 1))
+        pixel_first = Signal()                       # the map's first pixel
+        c_lane = Signal(range(lanes))
+        c_word = Signal(range(depth))
+        cls = Signal(range(self.max_classes + 1))    # classes issued
+        bias_left = Signal(range(self.max_classes + 1))
+
+        # -- the element gearbox: two bus words and the next element's byte --
+        lo, hi = Signal(dw), Signal(dw)
+        have_lo, have_hi = Signal(), Signal()
+        pos = Signal(range(db))
+        eb = Signal(3)                                # the element's bytes
+        elem = _sign_extended(Cat(lo, hi).bit_select(pos << 3, 32), eb, (1, 2, 3, 4), sw)
+        fits_lo = pos + eb <= db
+        elem_ready = have_lo & (fits_lo | have_hi)
+        pooling = Signal()
+        take_elem = Signal()                          # an element into the sums
+        row_done = Signal()                           # the row's last element taken
+        dropping = Signal()                           # the row's words past its elements
+
+        # the pooling's second stage: the sum read a cycle before, the element added
+        p_valid = Signal()
+        p_value = Signal(signed(sw))
+        p_first = Signal()
+        p_lane = Signal.like(c_lane)
+        p_word = Signal.like(c_word)
+        for j, (wp, rp) in enumerate(banks):
+            m.d.comb += [wp.addr.eq(p_word), wp.en.eq(p_valid & (p_lane == j)),
+                         wp.data.eq(Mux(p_first, p_value, rp.data + p_value))]
+        m.d.sync += [p_valid.eq(take_elem), p_value.eq(elem), p_first.eq(pixel_first),
+                     p_lane.eq(c_lane), p_word.eq(c_word)]
+
+        # -- the classifier: a weight group a cycle --
+        wb = Signal(2)                                # a weight's bytes
+        group_bits = 8 * lanes * max(HEAD_WEIGHT_BYTES)
+        groups_a_word = db // lanes                   # groups of 1-byte weights a word
+        w_word = Signal(dw)
+        w_have = Signal()
+        w_group = Signal(range(groups_a_word))
+        w_groups = Mux(wb == 1, groups_a_word, groups_a_word // 2)
+        group1 = w_word.word_select(w_group, 8 * lanes)
+        group2 = w_word.word_select(w_group, 16 * lanes) if groups_a_word >= 4 \
+            else w_word[:group_bits]
+        g = Signal(range(depth))                       # the group's word of the sums
+        classifying = Signal()
+        take_group = Signal()
+        last_group = g + 1 == d.in_c >> exact_log2(lanes)
+        # stage 1: the sums' read (issued with the group), the weights registered
+        s1_valid, s1_last = Signal(), Signal()
+        s1_w = [Signal(signed(16), name=f"s1_w{j}") for j in range(lanes)]
+        for j, (wp, rp) in enumerate(banks):
+            m.d.comb += rp.addr.eq(Mux(classifying, g, c_word))
+            m.d.comb += rp.en.eq(Mux(classifying, take_group, take_elem))
+        m.d.sync += [s1_valid.eq(take_group), s1_last.eq(take_group & last_group)]
+        with m.If(take_group):
+            for j in range(lanes):
+                m.d.sync += s1_w[j].eq(Mux(wb == 1, group1[8 * j:8 * j + 8].as_signed(),
+                                           group2[16 * j:16 * j + 16].as_signed()))
+        # stage 2: each lane's product in pieces (a DSP block each)
+        s2_valid, s2_last = Signal(), Signal()
+        m.d.sync += [s2_valid.eq(s1_valid), s2_last.eq(s1_last)]
+        pieces = [registered_pieces(m, banks[j][1].data, s1_w[j], None, f"product{j}")
+                  for j in range(lanes)]
+        # stage 3: the pieces joined, modulo 2**64
+        s3_valid, s3_last = Signal(), Signal()
+        m.d.sync += [s3_valid.eq(s2_valid), s3_last.eq(s2_last)]
+        products = [Signal(signed(_ACC), name=f"joined{j}") for j in range(lanes)]
+        for j in range(lanes):
+            total = 0
+            for r, shift in pieces[j]:
+                total = total + (r.as_signed() << shift)
+            m.d.sync += products[j].eq(total)
+        # stage 4: the group's sum
+        s4_valid, s4_last = Signal(), Signal()
+        group_sum = Signal(signed(_ACC))
+        m.d.sync += [s4_valid.eq(s3_valid), s4_last.eq(s3_last),
+                     group_sum.eq(sum(products))]
+        # stage 5: the class's sum; its bias at its last group
+        acc = Signal(signed(_ACC))
+        logit_valid = Signal()
+        logit = Signal(signed(_ACC))
+        acc_first = Signal(init=1)
+        m.d.sync += logit_valid.eq(0)
+        with m.If(s4_valid):
+            total = Mux(acc_first, 0, acc) + group_sum
+            with m.If(s4_last):
+                m.d.sync += [logit.eq(total + bias_rp.data), logit_valid.eq(1),
+                             acc_first.eq(1)]
+            with m.Else():
+                m.d.sync += [acc.eq(total), acc_first.eq(0)]
+        # the class's bias, read while its last group's sum is formed: the classes
+        # whose last group has left the products' stage
+        ends = Signal(range(self.max_classes + 1))
+        m.d.comb += [bias_rp.addr.eq(ends), bias_rp.en.eq(1)]
+        with m.If(s3_valid & s3_last):
+            m.d.sync += ends.eq(ends + 1)
+
+        # -- the logits into words, through a FIFO whose room the groups wait for --
+        m.submodules.logits = logits = SyncFIFOBuffered(width=_ACC, depth=16)
+        in_flight = Signal(range(_LATENCY + 2))
+        m.d.comb += [logits.w_data.eq(logit), logits.w_en.eq(logit_valid)]
+        # a group may go in while the FIFO holds room for every logit on its way
+        starts = take_group & last_group
+        m.d.sync += in_flight.eq(in_flight + starts - logit_valid)
+        room = logits.level + in_flight + 1 < logits.depth
+        oe64 = Signal()
+        per_word = Mux(oe64, db // 8, db // 4)
+        out_word = Signal(dw)
+        out_slot = Signal(range(db // 4 + 1))
+        logits_out = Signal(range(self.max_classes + 1))
+        word_valid = Signal()
+        word_last = Signal()
+        with m.If(~word_valid & logits.r_rdy):
+            m.d.comb += logits.r_en.eq(1)
+            value = logits.r_data
+            slot64 = out_word.word_select(out_slot[:max(1, log_db - 3)], 64) \
+                if db > 8 else out_word
+            m.d.sync += [logits_out.eq(logits_out + 1), out_slot.eq(out_slot + 1)]
+            with m.If(oe64):
+                m.d.sync += slot64.eq(value)
+            with m.Else():
+                m.d.sync += out_word.word_select(out_slot[:log_db - 2], 32).eq(value[:32])
+            with m.If((out_slot + 1 == per_word) | (logits_out + 1 == d.out_c)):
+                m.d.sync += [word_valid.eq(1), word_last.eq(logits_out + 1 == d.out_c)]
+        m.d.comb += [self.wr.valid.eq(word_valid), self.wr.payload.eq(out_word)]
+        with m.If(self.wr.valid & self.wr.ready):
+            m.d.sync += [word_valid.eq(0), out_word.eq(0), out_slot.eq(0)]
+
+        # -- the gearbox and the row counting --
+        m.d.comb += [take_elem.eq(pooling & elem_ready & ~dropping),
+                     row_done.eq(take_elem & (row_elems == 1))]
+        word_in = self.rd.valid & self.rd.ready
+        with m.If(take_elem):
+            m.d.sync += [row_elems.eq(row_elems - 1),
+                         c_lane.eq(c_lane + 1)]
+            with m.If(c_lane == lanes - 1):
+                m.d.sync += [c_lane.eq(0), c_word.eq(c_word + 1)]
+            with m.If((c_word << exact_log2(lanes) if lanes & (lanes - 1) == 0
+                       else c_word * lanes) + c_lane + 1 == d.in_c):
+                m.d.sync += [c_lane.eq(0), c_word.eq(0), pixel_first.eq(0)]
+
+        # the phases
+        entry = Signal(128)
+        with m.FSM(name="phase"):
+            with m.State("IDLE"):
+                m.d.comb += [self.idle.eq(1), self.desc.ready.eq(1)]
+                with m.If(self.desc.valid):
+                    m.d.sync += d.eq(self.desc.payload)
+                    m.next = "SIZE"
+            with m.State("SIZE"):
+                m.d.sync += [row_bytes.eq(d.in_w * d.in_c * (d.in_elem >> 3)),
+                             row_elems_total.eq(d.in_w * d.in_c),
+                             logit_bits.eq(d.out_c * d.out_elem),
+                             weight_bytes.eq(d.out_c * d.in_c * d.weight_bytes),
+                             eb.eq(d.in_elem >> 3), wb.eq(d.weight_bytes),
+                             oe64.eq(d.out_elem == 64)]
+                m.next = "CHECK"
+            with m.State("CHECK"):
+                with m.If(~self.supported(d, row_bytes, weight_bytes, logit_bits)):
+                    m.d.comb += [self.error.eq(1),
+                                 self.error_code.eq(ERROR_CAUSES["unsupported"])]
+                    m.next = "IDLE"
+                with m.Else():
+                    m.next = "TABLE"
+            with m.State("TABLE"):
+                m.d.comb += [rd_cmd.valid.eq(1),
+                             rd_cmd.payload.address.eq(d.table_addr >> log_db << log_db),
+                             rd_cmd.payload.length.eq(db)]
+                with m.If(rd_cmd.ready):
+                    m.next = "ENTRY"
+            with m.State("ENTRY"):
+                m.d.comb += self.rd.ready.eq(1)
+                with m.If(self.rd.valid):
+                    at = d.table_addr[:log_db] >> 4
+                    picked = self.rd.payload.word_select(at, 128) if db > 16 \
+                        else self.rd.payload
+                    m.d.sync += entry.eq(picked)
+                    m.next = "ADDRESSES"
+            with m.State("ADDRESSES"):
+                m.d.sync += [in_addr.eq(_entry_field(entry, "in_addr")),
+                             out_addr.eq(_entry_field(entry, "out_addr")),
+                             param_addr.eq(_entry_field(entry, "param_addr")),
+                             row_words.eq(d.in_pitch >> log_db),
+                             bias_left.eq(d.out_c), cls.eq(0)]
+                m.next = "BIASES"
+            with m.State("BIASES"):
+                # the bias section follows the weights, from a bus word on
+                sec = ((weight_bytes + db - 1) >> log_db) << log_db
+                m.d.comb += [rd_cmd.valid.eq(1),
+                             rd_cmd.payload.address.eq(param_addr + sec),
+                             rd_cmd.payload.length.eq(
+                                 ((d.out_c * d.const_bytes + db - 1) >> log_db) << log_db)]
+                with m.If(rd_cmd.ready):
+                    m.d.sync += [lo.eq(0), have_lo.eq(0), pos.eq(0)]
+                    m.next = "BIAS_WORDS"
+            with m.State("BIAS_WORDS"):
+                # a constant a cycle from the held word
+                cb = d.const_bytes[:4]
+                word_left = db - pos
+                const = Mux(cb == 8, lo.bit_select(pos << 3, 64),
+                            lo.bit_select(pos << 3, 32).as_signed())
+                m.d.comb += [self.rd.ready.eq(~have_lo)]
+                with m.If(self.rd.valid & ~have_lo):
+                    m.d.sync += [lo.eq(self.rd.payload), have_lo.eq(1), pos.eq(0)]
+                with m.If(have_lo):
+                    with m.If(bias_left != 0):
+                        m.d.comb += [bias_wp.addr.eq(cls), bias_wp.en.eq(1),
+                                     bias_wp.data.eq(const.as_signed())]
+                        m.d.sync += [cls.eq(cls + 1), bias_left.eq(bias_left - 1)]
+                    m.d.sync += pos.eq(pos + cb)
+                    with m.If((word_left == cb) | (bias_left <= 1)):
+                        m.d.sync += [have_lo.eq(0), pos.eq(0)]
+                        # the section's last word: its constants past the classes are
+                        # zeros of the section's padding
+                        with m.If(bias_left <= 1):
+                            m.d.sync += [y.eq(0), row_addr.eq(in_addr), pixel_first.eq(1),
+                                         c_lane.eq(0), c_word.eq(0)]
+                            m.next = "ROW"
+            with m.State("ROW"):
+                m.d.comb += [rd_cmd.valid.eq(1), rd_cmd.payload.address.eq(row_addr),
+                             rd_cmd.payload.length.eq(d.in_pitch)]
+                with m.If(rd_cmd.ready):
+                    m.d.sync += [row_addr.eq(row_addr + d.in_pitch), y.eq(y + 1),
+                                 row_elems.eq(row_elems_total), words_in_row.eq(0),
+                                 have_lo.eq(0), have_hi.eq(0), pos.eq(0), dropping.eq(0)]
+                    m.next = "POOL"
+            with m.State("POOL"):
+                m.d.comb += pooling.eq(1)
+                # a word in while a slot is free and the row has words left
+                m.d.comb += self.rd.ready.eq(Mux(dropping, 1, ~have_hi)
+                                             & (words_in_row != row_words))
+                shift = take_elem & (pos + eb >= db)
+                with m.If(take_elem):
+                    m.d.sync += pos.eq(Mux(shift, pos + eb - db, pos + eb))
+                with m.If(word_in):
+                    m.d.sync += words_in_row.eq(words_in_row + 1)
+                # the slots after the element is taken and the word is in
+                with m.If(shift):
+                    m.d.sync += [lo.eq(hi), have_lo.eq(have_hi), have_hi.eq(0)]
+                    with m.If(word_in & ~dropping):
+                        with m.If(have_hi):
+                            m.d.sync += [hi.eq(self.rd.payload), have_hi.eq(1)]
+                        with m.Else():
+                            m.d.sync += [lo.eq(self.rd.payload), have_lo.eq(1)]
+                with m.Elif(word_in & ~dropping):
+                    with m.If(have_lo):
+                        m.d.sync += [hi.eq(self.rd.payload), have_hi.eq(1)]
+                    with m.Else():
+                        m.d.sync += [lo.eq(self.rd.payload), have_lo.eq(1)]
+                with m.If(row_done):
+                    # the rest of the row is its padding
+                    m.d.sync += [dropping.eq(1), have_lo.eq(0), have_hi.eq(0), pos.eq(0)]
+                with m.If(dropping & ((words_in_row == row_words)
+                                      | (word_in & (words_in_row + 1 == row_words)))):
+                    with m.If(y == d.in_h):
+                        m.d.sync += [g.eq(0), cls.eq(0), ends.eq(0), logits_out.eq(0),
+                                     acc_first.eq(1), out_slot.eq(0), out_word.eq(0)]
+                        m.next = "OUTPUT"
+                    with m.Else():
+                        m.next = "ROW"
+            with m.State("OUTPUT"):
+                m.d.comb += [self.wr_cmd.valid.eq(1),
+                             self.wr_cmd.payload.address.eq(out_addr),
+                             self.wr_cmd.payload.length.eq(d.out_bytes)]
+                with m.If(self.wr_cmd.ready):
+                    m.next = "WEIGHTS"
+            with m.State("WEIGHTS"):
+                m.d.comb += [rd_cmd.valid.eq(1), rd_cmd.payload.address.eq(param_addr),
+                             rd_cmd.payload.length.eq(((weight_bytes + db - 1) >> log_db)
+                                                      << log_db)]
+                with m.If(rd_cmd.ready):
+                    m.d.sync += [w_have.eq(0), w_group.eq(0)]
+                    m.next = "CLASSIFY"
+            with m.State("CLASSIFY"):
+                m.d.comb += classifying.eq(1)
+                issuing = cls != d.out_c
+                m.d.comb += take_group.eq(w_have & issuing & (room | ~(g == 0)))
+                m.d.comb += self.rd.ready.eq(~w_have | (take_group
+                                                        & (w_group == w_groups - 1)))
+                with m.If(take_group):
+                    m.d.sync += [w_group.eq(w_group + 1), g.eq(g + 1)]
+                    with m.If(w_group == w_groups - 1):
+                        m.d.sync += [w_group.eq(0), w_have.eq(0)]
+                    with m.If(last_group):
+                        m.d.sync += [g.eq(0), cls.eq(cls + 1)]
+                with m.If(~issuing):
+                    # the section's padding past the last class's weights
+                    m.d.comb += self.rd.ready.eq(1)
+                with m.If(self.rd.valid & self.rd.ready & issuing):
+                    m.d.sync += [w_word.eq(self.rd.payload), w_have.eq(1), w_group.eq(0)]
+                with m.If(self.wr.valid & self.wr.ready & word_last):
+                    m.d.comb += self.done.eq(1)
+                    m.d.sync += word_last.eq(0)
+                    m.next = "IDLE"
+        return m

@@ -1,0 +1,172 @@
+"""The classifier head (hw/engine/classifier.py) runs a HEAD descriptor, DRAM to DRAM,
+behind the read and write DMAs and the Avalon-MM memory model of the DMA tests: the
+memory after it equals, byte for byte, the memory after the reference model ran the
+same descriptor (sim/engine_model.py); a descriptor it cannot run is refused with
+memory untouched."""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from conftest import random_model
+from groupnet_hw.compiler.engine.formats import TensorFormat
+from groupnet_hw.compiler.engine.params import pack_consts, sections
+from groupnet_hw.compiler.engine.program import DESCRIPTOR, DESCRIPTOR_MAGIC, JOB, OPCODE_CODES, encode
+from groupnet_hw.compiler.passes import compile_model
+from groupnet_hw.engine_registers import ERROR_CAUSES
+from groupnet_hw.hw.engine.classifier import PooledClassifier
+from groupnet_hw.sim.engine_model import _Memory, run_descriptor
+from test_engine_runner import BASE, CONFIG, program_steps, run_runner_in_turn
+
+PORT = 16
+HEADER = dict(port_bytes=PORT, pe=CONFIG.pe, simd=CONFIG.simd, stem_pe=CONFIG.stem_pe,
+              stem_simd=CONFIG.stem_simd, flags=1)
+FAKE_PROGRAM = SimpleNamespace(config=CONFIG)
+IMAGE_BYTES = 0x8000       # every case's image (the runs of one simulation share a size)
+
+
+def head_case(rng, *, in_c, h, w, classes, in_elem, weight_bytes, const_bytes, out_elem):
+    """A HEAD descriptor and its image: random map elements, weights and biases of the
+    widths given, placed at random whole-word offsets."""
+    in_f = TensorFormat.from_code(2, in_elem, in_c, h, w, PORT)
+    out_f = TensorFormat.from_code(2, out_elem, classes, 1, 1, PORT)
+    d = {name: 0 for name in DESCRIPTOR.names if name != "reserved"}
+    d.update(opcode=OPCODE_CODES["HEAD"], flags=2, jobs=1, kernel=1, stride=1, dilation=1,
+             in_h=h, in_w=w, in_c=in_c, out_h=1, out_w=1, out_c=classes, groups=1,
+             in_fmt=2, in_elem=in_elem, out_fmt=2, out_elem=out_elem,
+             const_bytes=const_bytes, weight_bytes=weight_bytes, rows_per_tile=1,
+             n_tiles=1, in_pitch=in_f.row_bytes, out_pitch=out_f.row_bytes,
+             in_bytes=in_f.nbytes, out_bytes=out_f.nbytes,
+             weight_tile_bytes=classes * in_c * weight_bytes, index=7,
+             magic=DESCRIPTOR_MAGIC)
+    secs = sections(d, HEADER)
+    d["param_bytes"] = max(o + n for o, n in secs.values())
+    d["param_bytes"] += -d["param_bytes"] % PORT
+    # a logit's range: the map's elements and the weights are scaled so that it fits
+    wbits = 8 * weight_bytes - 1
+    x = np.array([rng.randrange(-(1 << (in_elem - 1)), 1 << (in_elem - 1))
+                  for _ in range(in_c * h * w)], dtype=np.int64).reshape(in_c, h, w)
+    weights = np.array([rng.randrange(-(1 << wbits), 1 << wbits)
+                        for _ in range(classes * in_c)], dtype=np.int64)
+    bias = np.array([rng.randrange(-(1 << (8 * const_bytes - 2)), 1 << (8 * const_bytes - 2))
+                     for _ in range(classes)], dtype=np.int64)
+    if out_elem == 32:
+        # a logit within 32 bits: small weights and biases, at most two pixels' sums
+        weights = weights % 3 - 1
+        bias = bias % 1000
+        x = x >> max(0, in_elem - 20)
+    table, params = 0x100, 0x200
+    in_addr = params + d["param_bytes"] + PORT * rng.randrange(0, 3)
+    out_addr = in_addr + in_f.nbytes + PORT * rng.randrange(0, 3)
+    assert out_addr + out_f.nbytes <= IMAGE_BYTES
+    image = bytearray(IMAGE_BYTES)
+    d["table_addr"] = BASE + table + PORT * rng.randrange(0, 2)
+    entry = {"in_addr": BASE + in_addr, "side_addr": 0, "out_addr": BASE + out_addr,
+             "param_addr": BASE + params}
+    t = d["table_addr"] - BASE
+    image[t:t + JOB.itemsize] = encode(entry, JOB)
+    o, n = secs["weights"]
+    image[params + o:params + o + n] = bytes(pack_consts(weights, weight_bytes))
+    o, n = secs["head"]
+    image[params + o:params + o + n] = bytes(pack_consts(bias, const_bytes))
+    image[in_addr:in_addr + in_f.nbytes] = bytes(in_f.pack(x))
+    # random bytes in the rows' padding and the logits' old place
+    for a in range(in_addr, in_addr + in_f.nbytes, in_f.row_bytes):
+        for k in range(in_f.row_bytes - in_c * in_elem // 8):
+            image[a + in_f.row_bytes - 1 - k] = rng.randrange(256)
+    image[out_addr:out_addr + out_f.nbytes] = bytes(rng.randrange(256) for _ in range(out_f.nbytes))
+    return d, bytes(image)
+
+
+def model_after(d, image):
+    mem = _Memory(bytearray(image), BASE)
+    run_descriptor(d, HEADER, mem)
+    return bytes(mem.image)
+
+
+def classifier(**params):
+    return PooledClassifier(lanes=8, data_width=8 * PORT, max_channels=64, max_classes=64,
+                            max_size=6, **params)
+
+
+CASES = [
+    dict(in_c=16, h=2, w=3, classes=10, in_elem=16, weight_bytes=1, const_bytes=4, out_elem=64),
+    dict(in_c=24, h=3, w=3, classes=7, in_elem=24, weight_bytes=1, const_bytes=4, out_elem=64),
+    dict(in_c=8, h=1, w=1, classes=37, in_elem=32, weight_bytes=2, const_bytes=8, out_elem=64),
+    dict(in_c=40, h=5, w=2, classes=3, in_elem=8, weight_bytes=2, const_bytes=4, out_elem=32),
+    dict(in_c=64, h=1, w=2, classes=5, in_elem=24, weight_bytes=1, const_bytes=8, out_elem=32),
+    dict(in_c=8, h=6, w=6, classes=1, in_elem=8, weight_bytes=1, const_bytes=4, out_elem=64),
+]
+
+
+@pytest.mark.parametrize("p_wait", [0.0, 0.3])
+def test_head_descriptors_leave_the_models_memory(p_wait):
+    """Every element width of the map (8 to 32 bits: 24-bit elements cross bus words),
+    1- and 2-byte weights, 4- and 8-byte biases, 32- and 64-bit logits, one channel
+    group a word to five, one class to 37 (a class a cycle at 8 channels), rows padded
+    with random bytes, and each descriptor after the one before on one unit."""
+    rng = random.Random(5)
+    runs = [head_case(rng, **case) for case in CASES]
+    outcomes = run_runner_in_turn(FAKE_PROGRAM, runs, unit=classifier(), p_wait=p_wait,
+                                  latency=(1, 6), seed=3)
+    for (d, before), (got, result), case in zip(runs, outcomes, CASES):
+        assert result == "done", (case, result)
+        want = model_after(d, before)
+        assert want != before
+        assert got == want, case
+
+
+def test_seeded_random_heads():
+    rng = random.Random(11)
+    cases = []
+    for _ in range(6):
+        cases.append(dict(in_c=8 * rng.randrange(1, 9), h=rng.randrange(1, 7),
+                          w=rng.randrange(1, 7), classes=rng.randrange(1, 65),
+                          in_elem=rng.choice((8, 16, 24, 32)),
+                          weight_bytes=rng.choice((1, 2)), const_bytes=rng.choice((4, 8)),
+                          out_elem=64))
+    runs = [head_case(rng, **case) for case in cases]
+    outcomes = run_runner_in_turn(FAKE_PROGRAM, runs, unit=classifier(), p_wait=0.2,
+                                  latency=(1, 4), seed=9)
+    for (d, before), (got, result), case in zip(runs, outcomes, cases):
+        assert result == "done", (case, result)
+        assert got == model_after(d, before), case
+
+
+def test_a_networks_head_runs_as_the_model_runs_it():
+    """The HEAD descriptor a compiled network's program ends with (its map the last
+    mixer's aggregate, its weights and biases as the compiler packs them)."""
+    g = compile_model(random_model(3, image_size=8, stem_channels=16,
+                                   stages=[[16, 1, 1], [24, 1, 2]], bases=2))
+    program, descs, steps = program_steps(
+        g, CONFIG, which=lambda d: d["opcode"] == OPCODE_CODES["HEAD"])
+    assert len(steps) == 1
+    (i, before, after), = steps
+    (got, result), = run_runner_in_turn(program, [(descs[i], before)], unit=classifier(),
+                                        p_wait=0.3)
+    assert result == "done"
+    assert got == after and got != before
+
+
+def refused(**change):
+    rng = random.Random(1)
+    d, image = head_case(rng, **CASES[0])
+    d.update(change)
+    return d, image
+
+
+@pytest.mark.parametrize("change", [
+    dict(opcode=OPCODE_CODES["CONV"]), dict(jobs=2), dict(in_c=12), dict(in_elem=12),
+    dict(in_fmt=1), dict(out_elem=16), dict(weight_bytes=4), dict(const_bytes=2),
+    dict(in_h=7), dict(out_c=65), dict(in_pitch=32), dict(weight_tile_bytes=96),
+    dict(out_bytes=64),
+], ids=lambda c: next(iter(c)))
+def test_a_descriptor_it_cannot_run_is_refused_with_memory_untouched(change):
+    d, image = refused(**change)
+    (got, result), = run_runner_in_turn(FAKE_PROGRAM, [(d, image)], unit=classifier())
+    assert result == ("error", ERROR_CAUSES["unsupported"])
+    assert got == image
