@@ -136,6 +136,10 @@ SIZES = {
     "mapbuffer-intended": ("MapBuffer", dict(jobs=5, kinds=2, data_width=128, depth=4096,
                                              max_size=64), ("cyclonev", "ecp5"),
                            "output map buffer of the intended engine"),
+    "classifier-intended": ("PooledClassifier", dict(lanes=8, data_width=128, max_channels=512,
+                                                     max_classes=1024, max_size=8,
+                                                     value_width=24, acc_width=48),
+                            ("cyclonev", "ecp5"), "classifier head of the intended engine"),
     "unit-engine-one": ("UnitEngine", dict(data_width=128, max_burst=16, arrays=1, pe=16,
                                            simd=48, lanes=8, ring_rows=16, ring_words=2048,
                                            max_size=64, max_words=11, max_kernel=3,
@@ -163,7 +167,8 @@ MODULES = {"RowLoader": "loader", "WindowGather": "gather", "FoldIssuer": "folds
            "MixerLanes": "mixer", "LayerDatapath": "layer", "OutputPacker": "packer",
            "RowWriter": "writer", "ConstantLoader": "constants",
            "LevelLanes": "levels", "InputUnpacker": "unpacker", "UnitEngine": "unit_engine",
-           "PrologueThreshold": "prologue", "MapBuffer": "mapbuffer"}
+           "PrologueThreshold": "prologue", "MapBuffer": "mapbuffer",
+           "PooledClassifier": "classifier"}
 
 
 def verilog_of(name):
@@ -223,6 +228,10 @@ def shape_text(unit, p):
     if unit == "PrologueThreshold":
         return (f"{p['data_width']}-bit bus words of 8- to 32-bit elements into levels, "
                 f"{p['arrays']} jobs' thresholds of up to {p['max_channels']} channels")
+    if unit == "PooledClassifier":
+        return (f"{p['lanes']} products a cycle, maps of up to {p['max_size']} x "
+                f"{p['max_size']} x {p['max_channels']}, {p['max_classes']} classes, "
+                f"{p['data_width']}-bit bus words")
     if unit == "MapBuffer":
         return (f"{p['kinds']} kinds of map of {p['jobs']} jobs, {p['depth']} words of "
                 f"{p['data_width']} bits")

@@ -88,9 +88,9 @@ def model_after(d, image):
     return bytes(mem.image)
 
 
-def classifier(**params):
+def classifier(acc_width=64):
     return PooledClassifier(lanes=8, data_width=8 * PORT, max_channels=64, max_classes=64,
-                            max_size=6, **params)
+                            max_size=6, acc_width=acc_width)
 
 
 CASES = [
@@ -150,6 +150,21 @@ def test_a_networks_head_runs_as_the_model_runs_it():
                                         p_wait=0.3)
     assert result == "done"
     assert got == after and got != before
+
+
+def test_logits_whose_bound_passes_the_arithmetic_are_refused():
+    """At 40 bits: a 24-bit map of 6 pixels (3 bits), 1-byte weights and 16 channels
+    (4 bits) bound a logit at 24 + 3 + 8 + 4 + 1 = 40 bits and run exactly; 32-bit
+    elements (48) and 8-byte biases are refused with memory untouched."""
+    rng = random.Random(2)
+    base = dict(CASES[0], in_elem=24, out_elem=64)
+    runs = [head_case(rng, **base), head_case(rng, **dict(base, in_elem=32)),
+            head_case(rng, **dict(base, const_bytes=8))]
+    outcomes = run_runner_in_turn(FAKE_PROGRAM, runs, unit=classifier(acc_width=40))
+    (d, before), (got, result) = runs[0], outcomes[0]
+    assert result == "done" and got == model_after(d, before)
+    for (d, before), (got, result) in zip(runs[1:], outcomes[1:]):
+        assert result == ("error", ERROR_CAUSES["unsupported"]) and got == before
 
 
 def refused(**change):

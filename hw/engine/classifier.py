@@ -13,11 +13,15 @@ at the class's last group, and writes the logits, packed as the output map's ele
 through the write DMA. Every address goes through the DMAs, which check it against the
 host's window.
 
-Arithmetic is modulo ``2**64``: the logits' container is at most 64 bits and the
-compiler proves every logit fits it, so sums, products and the accumulation may wrap at
-64 bits (two's complement) and still give every logit exactly; the multipliers take
-each sum at ``sum_width`` bits (the map's elements and the pixels' count), the widest a
-sum of the map can be.
+Arithmetic is modulo ``2**acc_width``: the unit takes a descriptor only when a
+bound on its logits from the fields alone (a sum's bits, the map's elements and its
+pixels' count; a product's, with the weight's bits; a logit's, with the channels' and a
+bit for the bias) fits ``acc_width`` bits, so sums, products and the accumulation may
+wrap at that width (two's complement) and still give every logit exactly, which the
+logits' container (32 or 64 bits) then holds sign-extended. The multipliers take each
+sum at ``sum_width`` bits, the widest a sum of the map can be, and the products of a
+group are summed piece by piece (a DSP block's piece of every lane, then the pieces
+joined once), so that one adder tree of full width is not paid per lane.
 """
 
 from __future__ import annotations
@@ -44,7 +48,6 @@ LOGIT_ELEMS = (32, 64)
 #: bytes of a weight it multiplies
 HEAD_WEIGHT_BYTES = (1, 2)
 _FIXED_FORMAT = 2
-_ACC = 64                    # the logits' arithmetic, modulo 2**64 (module docstring)
 _LATENCY = 5                 # a weight group's products to its class's sum
 
 
@@ -58,6 +61,20 @@ def _one_of(value, choices):
     for c in choices:
         ok = ok | (value == c)
     return ok
+
+
+def bits_of(bound):
+    """Bits of the numbers ``0 .. bound``."""
+    return max(bound, 1).bit_length()
+
+
+def _bits_below(n, bound):
+    """``ceil(log2(n))``, the bits of ``0 .. n - 1``, for ``1 <= n <= bound``: a
+    comparison with a constant a bit."""
+    bits = Const(0, range(bound.bit_length() + 1))
+    for k in range(bound.bit_length()):
+        bits = bits + (n > (1 << k))
+    return bits
 
 
 def _sign_extended(raw, nbytes, choices, width):
@@ -86,6 +103,8 @@ class PooledClassifier(wiring.Component):
         Bounds of the map's channels, of the classes and of the map's height and width.
     value_width : int
         Widest element of the map (at most 32).
+    acc_width : int
+        Bits of the logits' arithmetic (module docstring; at most 64).
 
     Ports
     -----
@@ -98,8 +117,9 @@ class PooledClassifier(wiring.Component):
     error : ``Out(1)``
         Pulse: the descriptor was refused (``error_code`` ``unsupported``: not a HEAD
         descriptor of one job, a map or weights of widths it does not take, channels not a
-        multiple of ``lanes``, sizes past its bounds, pitches or sizes that are not the
-        fields' own); nothing was read or written.
+        multiple of ``lanes``, sizes past its bounds, logits whose bound passes
+        ``acc_width``, pitches or sizes that are not the fields' own); nothing was read or
+        written.
     error_code : ``Out(4)``
     idle : ``Out(1)``
 
@@ -115,7 +135,7 @@ class PooledClassifier(wiring.Component):
     """
 
     def __init__(self, *, lanes=8, data_width=128, addr_width=32, max_channels=512,
-                 max_classes=1024, max_size=8, value_width=32):
+                 max_classes=1024, max_size=8, value_width=32, acc_width=48):
         for name, value in (("lanes", lanes), ("data_width", data_width),
                             ("max_channels", max_channels), ("max_classes", max_classes),
                             ("max_size", max_size)):
@@ -135,9 +155,11 @@ class PooledClassifier(wiring.Component):
             raise ValueError(f"PooledClassifier: value_width must be one of {HEAD_ELEMS}")
         self.lanes, self.data_width, self.addr_width = lanes, data_width, addr_width
         self.max_channels, self.max_classes, self.max_size = max_channels, max_classes, max_size
-        self.value_width = value_width
+        if not 32 <= acc_width <= 64:
+            raise ValueError(f"PooledClassifier: acc_width ({acc_width}) must be 32 to 64")
+        self.value_width, self.acc_width = value_width, acc_width
         #: a sum of the map's elements over its pixels, exactly
-        self.sum_width = min(_ACC, value_width + (max_size * max_size - 1).bit_length())
+        self.sum_width = min(acc_width, value_width + (max_size * max_size - 1).bit_length())
         cmd = stream.Signature(descriptor_layout(addr_width))
         super().__init__({
             "desc": In(stream.Signature(descriptor_fields())),
@@ -146,11 +168,11 @@ class PooledClassifier(wiring.Component):
             "done": Out(1), "error": Out(1), "error_code": Out(4), "idle": Out(1),
         })
 
-    def supported(self, d, row_bytes, weight_bytes, logit_bits):
+    def supported(self, d, row_bytes, weight_bytes, logit_bits, pixels):
         """Whether the unit runs descriptor ``d``, given the products ``row_bytes``
-        (a row's elements' bytes), ``weight_bytes`` (the weights' section) and
-        ``logit_bits`` (the logits' bits), which the unit registers from the descriptor
-        before it checks."""
+        (a row's elements' bytes), ``weight_bytes`` (the weights' section),
+        ``logit_bits`` (the logits' bits) and ``pixels`` (the map's), which the unit
+        registers from the descriptor before it checks."""
         db = self.data_width // 8
         fits = lambda value, bound: (value != 0) & (value <= bound)        # noqa: E731
         conditions = [
@@ -168,6 +190,11 @@ class PooledClassifier(wiring.Component):
             d.weight_tile_bytes == weight_bytes,
             d.out_bytes[:exact_log2(db)] == 0,
             d.out_bytes * 8 >= logit_bits, d.out_bytes * 8 - logit_bits < 8 * db,
+            # a logit's bound within the arithmetic, and a bias too
+            (d.in_elem + _bits_below(pixels, self.max_size ** 2)
+             + 8 * d.weight_bytes + _bits_below(d.in_c, self.max_channels) + 1
+             <= self.acc_width),
+            8 * d.const_bytes <= self.acc_width,
         ]
         ok = Const(1)
         for c in conditions:
@@ -188,6 +215,8 @@ class PooledClassifier(wiring.Component):
         row_elems_total = Signal(32)
         weight_bytes = Signal(32)
         logit_bits = Signal(32)
+        pixels = Signal(range(self.max_size ** 2 + 1))
+        acc_width = self.acc_width
         in_addr, out_addr, param_addr = (Signal(aw, name=n) for n in
                                          ("in_addr", "out_addr", "param_addr"))
         row_addr = Signal(aw)
@@ -201,7 +230,7 @@ class PooledClassifier(wiring.Component):
             wp = bank.write_port()
             rp = bank.read_port(transparent_for=(wp,))
             banks.append((wp, rp))
-        m.submodules.biases = biases = Memory(shape=signed(_ACC), depth=self.max_classes,
+        m.submodules.biases = biases = Memory(shape=signed(acc_width), depth=self.max_classes,
                                               init=[])
         bias_wp, bias_rp = biases.write_port(), biases.read_port()
 
@@ -272,24 +301,26 @@ class PooledClassifier(wiring.Component):
         m.d.sync += [s2_valid.eq(s1_valid), s2_last.eq(s1_last)]
         pieces = [registered_pieces(m, banks[j][1].data, s1_w[j], None, f"product{j}")
                   for j in range(lanes)]
-        # stage 3: the pieces joined, modulo 2**64
+        # stage 3: each piece summed over the lanes (every lane's pieces have the same
+        # shifts)
         s3_valid, s3_last = Signal(), Signal()
         m.d.sync += [s3_valid.eq(s2_valid), s3_last.eq(s2_last)]
-        products = [Signal(signed(_ACC), name=f"joined{j}") for j in range(lanes)]
-        for j in range(lanes):
-            total = 0
-            for r, shift in pieces[j]:
-                total = total + (r.as_signed() << shift)
-            m.d.sync += products[j].eq(total)
-        # stage 4: the group's sum
+        piece_sums = []
+        for i, (r0, shift) in enumerate(pieces[0]):
+            total = sum(pieces[j][i][0] for j in range(lanes))
+            piece_sum = Signal(signed(min(acc_width - shift, len(total))),
+                               name=f"piece_sum{i}")
+            m.d.sync += piece_sum.eq(total)
+            piece_sums.append((piece_sum, shift))
+        # stage 4: the pieces joined, modulo 2**acc_width
         s4_valid, s4_last = Signal(), Signal()
-        group_sum = Signal(signed(_ACC))
+        group_sum = Signal(signed(acc_width))
         m.d.sync += [s4_valid.eq(s3_valid), s4_last.eq(s3_last),
-                     group_sum.eq(sum(products))]
+                     group_sum.eq(sum(r << shift for r, shift in piece_sums))]
         # stage 5: the class's sum; its bias at its last group
-        acc = Signal(signed(_ACC))
+        acc = Signal(signed(acc_width))
         logit_valid = Signal()
-        logit = Signal(signed(_ACC))
+        logit = Signal(signed(acc_width))
         acc_first = Signal(init=1)
         m.d.sync += logit_valid.eq(0)
         with m.If(s4_valid):
@@ -307,7 +338,7 @@ class PooledClassifier(wiring.Component):
             m.d.sync += ends.eq(ends + 1)
 
         # -- the logits into words, through a FIFO whose room the groups wait for --
-        m.submodules.logits = logits = SyncFIFOBuffered(width=_ACC, depth=16)
+        m.submodules.logits = logits = SyncFIFOBuffered(width=acc_width, depth=8)
         in_flight = Signal(range(_LATENCY + 2))
         m.d.comb += [logits.w_data.eq(logit), logits.w_en.eq(logit_valid)]
         # a group may go in while the FIFO holds room for every logit on its way
@@ -323,7 +354,7 @@ class PooledClassifier(wiring.Component):
         word_last = Signal()
         with m.If(~word_valid & logits.r_rdy):
             m.d.comb += logits.r_en.eq(1)
-            value = logits.r_data
+            value = logits.r_data.as_signed()
             slot64 = out_word.word_select(out_slot[:max(1, log_db - 3)], 64) \
                 if db > 8 else out_word
             m.d.sync += [logits_out.eq(logits_out + 1), out_slot.eq(out_slot + 1)]
@@ -359,15 +390,24 @@ class PooledClassifier(wiring.Component):
                     m.d.sync += d.eq(self.desc.payload)
                     m.next = "SIZE"
             with m.State("SIZE"):
-                m.d.sync += [row_bytes.eq(d.in_w * d.in_c * (d.in_elem >> 3)),
-                             row_elems_total.eq(d.in_w * d.in_c),
-                             logit_bits.eq(d.out_c * d.out_elem),
-                             weight_bytes.eq(d.out_c * d.in_c * d.weight_bytes),
+                # products of the fields cut to their bounds (the check refuses larger
+                # ones) or by their few widths as shifts: one small multiplier
+                in_w, in_h = d.in_w[:bits_of(self.max_size)], d.in_h[:bits_of(self.max_size)]
+                in_c = d.in_c[:bits_of(self.max_channels)]
+                out_c = d.out_c[:bits_of(self.max_classes)]
+                elems = in_w * in_c
+                m.d.sync += [row_bytes.eq(Mux(d.in_elem == 24, elems + (elems << 1),
+                                              elems << (d.in_elem[3:6] >> 1))),
+                             row_elems_total.eq(elems),
+                             logit_bits.eq(Mux(d.out_elem == 64, out_c << 6, out_c << 5)),
+                             pixels.eq(in_h * in_w),
+                             weight_bytes.eq(Mux(d.weight_bytes == 2, (out_c * in_c) << 1,
+                                                 out_c * in_c)),
                              eb.eq(d.in_elem >> 3), wb.eq(d.weight_bytes),
                              oe64.eq(d.out_elem == 64)]
                 m.next = "CHECK"
             with m.State("CHECK"):
-                with m.If(~self.supported(d, row_bytes, weight_bytes, logit_bits)):
+                with m.If(~self.supported(d, row_bytes, weight_bytes, logit_bits, pixels)):
                     m.d.comb += [self.error.eq(1),
                                  self.error_code.eq(ERROR_CAUSES["unsupported"])]
                     m.next = "IDLE"
@@ -408,8 +448,10 @@ class PooledClassifier(wiring.Component):
                 # a constant a cycle from the held word
                 cb = d.const_bytes[:4]
                 word_left = db - pos
-                const = Mux(cb == 8, lo.bit_select(pos << 3, 64),
-                            lo.bit_select(pos << 3, 32).as_signed())
+                # constants start on multiples of 4 bytes: a word of 32-bit slots
+                slot = pos[2:]
+                const = Mux(cb == 8, Cat(lo.word_select(slot, 32), lo.word_select(slot + 1, 32)),
+                            lo.word_select(slot, 32).as_signed())
                 m.d.comb += [self.rd.ready.eq(~have_lo)]
                 with m.If(self.rd.valid & ~have_lo):
                     m.d.sync += [lo.eq(self.rd.payload), have_lo.eq(1), pos.eq(0)]

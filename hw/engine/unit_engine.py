@@ -50,7 +50,8 @@ class UnitEngine(wiring.Component):
         The classifier head's bounds (:class:`~.classifier.PooledClassifier`): the
         largest height and width of its map (8: ResNet's 7 x 7 at 224 x 224) and the
         most classes; its channels are the runner's output channels, its lanes the
-        epilogue's.
+        epilogue's; it reads maps of up to 24-bit elements (ResNet-18's aggregate
+        proves 17 to 20 bits) and bounds its logits at 48 bits.
     **runner
         The runner's sizes (:class:`~.runner.ConvRunner`: ``arrays``, ``pe``, ``simd``,
         ``planes``, ring and buffer bounds); its row writer's commands are bursts of at
@@ -81,7 +82,7 @@ class UnitEngine(wiring.Component):
                                      addr_width=r.addr_width,
                                      max_channels=r.max_out_folds * r.pe,
                                      max_classes=max_classes, max_size=head_size,
-                                     value_width=r.value_width)
+                                     value_width=min(24, r.value_width), acc_width=48)
         super().__init__(engine_members(self, data_width=data_width, max_burst=max_burst,
                                         max_outstanding=max_outstanding,
                                         buffer_depth=buffer_depth))
