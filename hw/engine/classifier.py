@@ -168,11 +168,12 @@ class PooledClassifier(wiring.Component):
             "done": Out(1), "error": Out(1), "error_code": Out(4), "idle": Out(1),
         })
 
-    def supported(self, d, row_bytes, weight_bytes, logit_bits, pixels):
+    def supported(self, d, row_bytes, weight_bytes, logit_bits, bound_bits):
         """Whether the unit runs descriptor ``d``, given the products ``row_bytes``
-        (a row's elements' bytes), ``weight_bytes`` (the weights' section),
-        ``logit_bits`` (the logits' bits) and ``pixels`` (the map's), which the unit
-        registers from the descriptor before it checks."""
+        (a row's elements' bytes), ``weight_bytes`` (the weights' section) and
+        ``logit_bits`` (the logits' bits), and ``bound_bits``, the bits of the pixels'
+        count and of the channels (``ceil(log2(.))`` each), which the unit registers
+        from the descriptor before it checks."""
         db = self.data_width // 8
         fits = lambda value, bound: (value != 0) & (value <= bound)        # noqa: E731
         conditions = [
@@ -191,9 +192,7 @@ class PooledClassifier(wiring.Component):
             d.out_bytes[:exact_log2(db)] == 0,
             d.out_bytes * 8 >= logit_bits, d.out_bytes * 8 - logit_bits < 8 * db,
             # a logit's bound within the arithmetic, and a bias too
-            (d.in_elem + _bits_below(pixels, self.max_size ** 2)
-             + 8 * d.weight_bytes + _bits_below(d.in_c, self.max_channels) + 1
-             <= self.acc_width),
+            d.in_elem + bound_bits + 8 * d.weight_bytes + 1 <= self.acc_width,
             8 * d.const_bytes <= self.acc_width,
         ]
         ok = Const(1)
@@ -216,6 +215,8 @@ class PooledClassifier(wiring.Component):
         weight_bytes = Signal(32)
         logit_bits = Signal(32)
         pixels = Signal(range(self.max_size ** 2 + 1))
+        bound_bits = Signal(8)
+        ok = Signal()
         acc_width = self.acc_width
         in_addr, out_addr, param_addr = (Signal(aw, name=n) for n in
                                          ("in_addr", "out_addr", "param_addr"))
@@ -383,31 +384,60 @@ class PooledClassifier(wiring.Component):
 
         # the phases
         entry = Signal(128)
+        out_c_of = lambda p: p.out_c[:bits_of(self.max_classes)]      # noqa: E731
+        step = Signal(range(bits_of(self.max_classes) + 1))
+        classes_left = Signal(bits_of(self.max_classes))
+        width_left, height_left = Signal(bits_of(self.max_size)), Signal(bits_of(self.max_size))
+        channels_shifted = Signal(bits_of(self.max_channels) + bits_of(self.max_classes))
+        width_shifted = Signal(2 * bits_of(self.max_size))
+        weight_count = Signal(32)
         with m.FSM(name="phase"):
             with m.State("IDLE"):
                 m.d.comb += [self.idle.eq(1), self.desc.ready.eq(1)]
                 with m.If(self.desc.valid):
-                    m.d.sync += d.eq(self.desc.payload)
+                    p = self.desc.payload
+                    m.d.sync += [d.eq(p), step.eq(0), classes_left.eq(out_c_of(p)),
+                                 width_left.eq(p.in_w[:len(width_left)]),
+                                 height_left.eq(p.in_h[:len(height_left)]),
+                                 channels_shifted.eq(p.in_c[:bits_of(self.max_channels)]),
+                                 width_shifted.eq(p.in_w[:len(width_left)]),
+                                 weight_count.eq(0), row_elems_total.eq(0), pixels.eq(0)]
                     m.next = "SIZE"
             with m.State("SIZE"):
-                # products of the fields cut to their bounds (the check refuses larger
-                # ones) or by their few widths as shifts: one small multiplier
-                in_w, in_h = d.in_w[:bits_of(self.max_size)], d.in_h[:bits_of(self.max_size)]
-                in_c = d.in_c[:bits_of(self.max_channels)]
-                out_c = d.out_c[:bits_of(self.max_classes)]
-                elems = in_w * in_c
+                # the fields' products, cut to their bounds (the check refuses larger
+                # fields), by shifts and adds a bit a cycle: no multiplier for a
+                # descriptor's few products
+                with m.If(classes_left[0]):
+                    m.d.sync += weight_count.eq(weight_count + channels_shifted)
+                with m.If(width_left[0]):
+                    m.d.sync += row_elems_total.eq(row_elems_total + channels_shifted)
+                with m.If(height_left[0]):
+                    m.d.sync += pixels.eq(pixels + width_shifted)
+                m.d.sync += [classes_left.eq(classes_left >> 1), width_left.eq(width_left >> 1),
+                             height_left.eq(height_left >> 1),
+                             channels_shifted.eq(channels_shifted << 1),
+                             width_shifted.eq(width_shifted << 1), step.eq(step + 1)]
+                with m.If(step == len(classes_left) - 1):
+                    m.next = "BOUNDS"
+            with m.State("BOUNDS"):
+                elems = row_elems_total
                 m.d.sync += [row_bytes.eq(Mux(d.in_elem == 24, elems + (elems << 1),
                                               elems << (d.in_elem[3:6] >> 1))),
-                             row_elems_total.eq(elems),
-                             logit_bits.eq(Mux(d.out_elem == 64, out_c << 6, out_c << 5)),
-                             pixels.eq(in_h * in_w),
-                             weight_bytes.eq(Mux(d.weight_bytes == 2, (out_c * in_c) << 1,
-                                                 out_c * in_c)),
+                             logit_bits.eq(Mux(d.out_elem == 64, out_c_of(d) << 6,
+                                               out_c_of(d) << 5)),
+                             weight_bytes.eq(Mux(d.weight_bytes == 2, weight_count << 1,
+                                                 weight_count)),
+                             bound_bits.eq(_bits_below(pixels, self.max_size ** 2)
+                                           + _bits_below(d.in_c, self.max_channels)),
                              eb.eq(d.in_elem >> 3), wb.eq(d.weight_bytes),
                              oe64.eq(d.out_elem == 64)]
                 m.next = "CHECK"
             with m.State("CHECK"):
-                with m.If(~self.supported(d, row_bytes, weight_bytes, logit_bits, pixels)):
+                m.d.sync += ok.eq(self.supported(d, row_bytes, weight_bytes, logit_bits,
+                                                 bound_bits))
+                m.next = "DECIDE"
+            with m.State("DECIDE"):
+                with m.If(~ok):
                     m.d.comb += [self.error.eq(1),
                                  self.error_code.eq(ERROR_CAUSES["unsupported"])]
                     m.next = "IDLE"
