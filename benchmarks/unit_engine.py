@@ -57,7 +57,9 @@ def engines():
 
 def stages_of(d):
     """The descriptor's epilogue stages and level outputs, as the table names them."""
-    from groupnet_hw.compiler.engine.program import FLAG_BITS, STAGE_BITS
+    from groupnet_hw.compiler.engine.program import FLAG_BITS, OPCODE_CODES, STAGE_BITS
+    if d["opcode"] == OPCODE_CODES["HEAD"]:
+        return "head: sum pooling, classifier"
     names = [name.replace("postop", "post-op") for name, bit in STAGE_BITS.items()
              if d["stages"] & bit]
     if d["flags"] & FLAG_BITS["levels_out"]:
@@ -70,7 +72,9 @@ def measure(progress=print):
 
     from groupnet_hw.hw.engine.unit_engine import UnitEngine
     from groupnet_hw.sim.engine_rtl import build_engine_rtl
+    from groupnet_hw.compiler.engine.program import OPCODE_CODES
     from test_engine_runner import program_steps
+    from test_engine_unit_engine import on_the_units
 
     rows, sizes_of = [], {}
     for engine, sizes, burst, nets in engines():
@@ -83,7 +87,10 @@ def measure(progress=print):
             build = build_engine_rtl(path, "unit_engine")
             progress(f"{engine}: built in {time.perf_counter() - t0:.1f} s")
             for name, g, config in nets:
-                _, descs, steps = program_steps(g, config)
+                # every descriptor the units run but INPUT, which does nothing
+                _, descs, steps = program_steps(
+                    g, config, which=lambda d: on_the_units(d, config.arrays)
+                    and d["opcode"] != OPCODE_CODES["INPUT"])
                 for i, before, after in steps:
                     rows.append(_run(build, name, descs[i], i, before, after))
                     r = rows[-1]
@@ -117,12 +124,14 @@ def render(data):
     lines = [head, "|---|---:|---:|---|---:|---|---|---:|" + "---:|" * (2 * len(lat))]
     for r in data["descriptors"]:
         cycles = [r[f"cycles_{n}"] for n in lat]
+        folds = f"{r['folds']:,}" if r["folds"] else ""      # a HEAD has none
         lines.append(
             f"| {r['network']} | {r['descriptor']} | {r['jobs']} | {r['in_c']} -> {r['out_c']} | "
             f"{r['size']}x{r['size']} | {r['stride']}, {r['dilation']} | "
-            f"{r['stages']} | {r['folds']:,} | "
+            f"{r['stages']} | {folds} | "
             + " | ".join(f"{c:,}" for c in cycles) + " | "
-            + " | ".join(f"{100 * r['folds'] / c:.0f} %" for c in cycles) + " |")
+            + " | ".join(f"{100 * r['folds'] / c:.0f} %" if r["folds"] else ""
+                         for c in cycles) + " |")
     return "\n".join(lines)
 
 
