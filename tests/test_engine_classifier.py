@@ -199,8 +199,10 @@ def test_the_intended_head_takes_the_paper_networks_heads_at_224():
     from groupnet_hw.sim.engine_model import read_program
     from test_engine_program import zoo_model
     from test_engine_unit_engine import RESNET_CONFIG, RESNET_SIZES
-    from groupnet_hw.hw.engine.unit_engine import UnitEngine
-    head = UnitEngine(data_width=8 * RESNET_CONFIG.port_bytes, **RESNET_SIZES).head
+    from groupnet_hw.hw.engine.unit_engine import classifier_head
+    head = classifier_head(lanes=RESNET_SIZES["lanes"], pe=RESNET_SIZES["pe"],
+                           max_out_folds=RESNET_SIZES["max_out_folds"],
+                           data_width=8 * RESNET_CONFIG.port_bytes)
     heads = []
     for arch in ("resnet18", "resnet34"):
         descs = read_program(compile_engine(compile_model(zoo_model(arch, 5, image_size=224)),

@@ -36,14 +36,17 @@ ALMs; LUT4-based families count two LUT4s per ALM), block-RAM bits and multiplie
   16 x 32 are predicted 4.1 % below their count (``tests/test_engine_units.py`` holds
   the three within 5 %);
 - the stem: ``stem_pe * stem_simd`` 9x9 multipliers (three per Cyclone V DSP block);
+- DSP blocks: the vector lanes' (epilogue, mixer and classifier head lanes) and the rest
+  of the engine of the units', measured;
 - the units not built yet (the stem's control and pooling, max pooling): 2,000 ALMs, a
   guess;
 - tile buffers: their bytes in block RAM at 1,024 usable bytes per 10-kbit block
   (32-bit-wide M10K ports assembled to the port width).
 
-Measured so, 5 x 16 x 64 takes 95.6 % of the DE10-Nano's ALMs with the guess (the
-classifier head, measured now, costs more than the whole guess it replaced), past the
-default 90 %, so the DE10-Nano gets 5 x 16 x 32 (81.8 %). The ladder of
+Measured so, 5 x 16 x 64 with 8 vector lanes takes 95.6 % of the DE10-Nano's ALMs with
+the guess (the classifier head, measured now, costs more than the whole guess it
+replaced) and 109 % of its DSP blocks, past the default 90 %; with 4 vector lanes it
+takes 87.0 % and 80 %, so the DE10-Nano gets 5 x 16 x 64 with 4 vector lanes. The ladder of
 candidates tops out at 5 arrays x 16 PE x 64 SIMD: K = 5 bases run in one round, SIMD 64
 divides every channel count of the paper's networks
 (the window gatherer gives a tap's channels words of their own), and ResNet-18 K=5 is
@@ -74,6 +77,17 @@ CANDIDATES = ((5, 16, 64), (5, 16, 32), (4, 16, 32), (3, 16, 32), (2, 16, 32), (
 _ALM_PER_LANE = 2.27
 _ALM_PER_VECTOR_LANE, _DSP_PER_VECTOR_LANE = 370, 2
 _ALM_PER_MIXER_LANE, _DSP_PER_MIXER_LANE = 533, 4
+#: Measured: DSP blocks a lane of the classifier head (``PooledClassifier``: a sum times a
+#: weight in two pieces), whose lanes are the vector lanes; its logic is in
+#: ``_ALM_FIXED``.
+_DSP_PER_HEAD_LANE = 2
+#: Measured: the engine of the units' DSP blocks beside its vector lanes' (the same at
+#: all three sizes: the DMAs', the runner's and the head's own).
+_DSP_FIXED = 10
+#: Vector lanes the sizing keeps when the logic does not fit: fewer double a 3x3 layer
+#: of 64 channels' epilogue beats again (5 arrays' 80 sums every 9 cycles are 20 beats
+#: of 4 lanes).
+_MIN_VECTOR_LANES = 4
 #: Measured: the engine of the units (``UnitEngine``: register file, sequencer, DMAs,
 #: the classifier head and the convolution runner with its layer datapath, loaders,
 #: lanes, packers, unpacker and writer) at one array of 16 x 48 lanes and at five of 16 x 64 (``unit-engine-one``,
@@ -115,8 +129,9 @@ def estimate(config, family="cyclonev"):
     buffers = config.input_buffer + config.output_buffer + config.arrays * config.weight_buffer
     blocks = -(-buffers // _BRAM_BYTES_PER_BLOCK)
     mults = config.stem_pe * config.stem_simd
-    dsp = (-(-mults // _MULTS_PER_DSP.get(family, 1))
-           + config.vector_lanes * (_DSP_PER_VECTOR_LANE + _DSP_PER_MIXER_LANE))
+    dsp = (-(-mults // _MULTS_PER_DSP.get(family, 1)) + _DSP_FIXED
+           + config.vector_lanes * (_DSP_PER_VECTOR_LANE + _DSP_PER_MIXER_LANE
+                                    + _DSP_PER_HEAD_LANE))
     return dict(logic=int(logic), ram_bits=blocks * _BRAM_BYTES_PER_BLOCK * 8, dsp=dsp)
 
 
@@ -130,10 +145,12 @@ def budget_limits(budget):
 def size_engine(board="de10nano", max_util=0.9, clock_mhz=100.0):
     """The first candidate of :data:`CANDIDATES` that fits ``max_util`` of the board.
 
-    Buffers shrink (halving, down to 2 KiB each) before the arrays do. Over the DSP
-    budget the vector lanes go first down to :data:`_KEPT_VECTOR_LANES`, then the
-    stem's multipliers (three at a time: a Cyclone V DSP block's three 9x9 products),
-    then the rest.
+    Buffers shrink (halving, down to 2 KiB each) before the arrays do. Over the logic
+    budget the vector lanes halve down to :data:`_MIN_VECTOR_LANES` before the next
+    candidate's arrays are tried (ResNet-18 K=5 at 224x224: 5 x 16 x 64 with 4 lanes
+    23.0 frames/s, 5 x 16 x 32 with 8 20.9). Over the DSP budget the vector lanes go
+    first down to :data:`_KEPT_VECTOR_LANES`, then the stem's multipliers (three at a
+    time: a Cyclone V DSP block's three 9x9 products), then the rest.
 
     Returns
     -------
@@ -156,6 +173,9 @@ def size_engine(board="de10nano", max_util=0.9, clock_mhz=100.0):
                 cfg = replace(cfg, input_buffer=cfg.input_buffer // 2,
                               output_buffer=cfg.output_buffer // 2,
                               weight_buffer=max(256, cfg.weight_buffer // 2))
+            elif util["logic"] > max_util and vector > _MIN_VECTOR_LANES:
+                vector //= 2
+                cfg = replace(cfg, vector_lanes=vector)
             elif util["dsp"] > max_util and (stem_simd > 3 or vector > 1 or stem_pe > 1):
                 if vector > _KEPT_VECTOR_LANES:
                     vector //= 2

@@ -93,7 +93,8 @@ class PooledClassifier(wiring.Component):
     ----------
     lanes : int
         Products a cycle (the cycle model's ``vector_lanes``): a weight group is
-        ``lanes`` channels of one class, and the map's channels a multiple of it.
+        ``lanes`` channels of one class, and the map's channels a multiple of it; a
+        power of two of at least 4.
     data_width : int
         The DMAs' bus word: a power of two of at least 128 bits (a job-table entry is 16
         bytes) and whole weight groups.
@@ -146,8 +147,9 @@ class PooledClassifier(wiring.Component):
         if data_width % (8 * lanes * max(HEAD_WEIGHT_BYTES)):
             raise ValueError(f"PooledClassifier: a bus word of {data_width} bits must be "
                              f"whole groups of {lanes} weights")
-        if lanes & (lanes - 1):
-            raise ValueError(f"PooledClassifier: lanes ({lanes}) must be a power of two")
+        if lanes & (lanes - 1) or lanes < 4:
+            raise ValueError(f"PooledClassifier: lanes ({lanes}) must be a power of two of "
+                             "at least 4 (a channel's sum is written before it is read again)")
         if max_channels % lanes:
             raise ValueError(f"PooledClassifier: max_channels ({max_channels}) must be a "
                              f"multiple of lanes ({lanes})")
@@ -229,7 +231,7 @@ class PooledClassifier(wiring.Component):
         for j in range(lanes):
             m.submodules[f"sums{j}"] = bank = Memory(shape=signed(sw), depth=depth, init=[])
             wp = bank.write_port()
-            rp = bank.read_port(transparent_for=(wp,))
+            rp = bank.read_port()
             banks.append((wp, rp))
         m.submodules.biases = biases = Memory(shape=signed(acc_width), depth=self.max_classes,
                                               init=[])
@@ -259,17 +261,27 @@ class PooledClassifier(wiring.Component):
         row_done = Signal()                           # the row's last element taken
         dropping = Signal()                           # the row's words past its elements
 
-        # the pooling's second stage: the sum read a cycle before, the element added
-        p_valid = Signal()
+        # the pooling's read, add and write, a stage each: a channel's sum is read again
+        # no sooner than `lanes` elements later (the channels are a multiple of `lanes`,
+        # at least `lanes`), after its write, so no sum is read while its new value is
+        # on its way. Stage 2: the element beside the sum read; stage 3: the bank's sum
+        # picked and added (one adder for the banks), written a cycle later
+        p_valid, p_first = Signal(), Signal()
         p_value = Signal(signed(sw))
-        p_first = Signal()
-        p_lane = Signal.like(c_lane)
-        p_word = Signal.like(c_word)
-        for j, (wp, rp) in enumerate(banks):
-            m.d.comb += [wp.addr.eq(p_word), wp.en.eq(p_valid & (p_lane == j)),
-                         wp.data.eq(Mux(p_first, p_value, rp.data + p_value))]
+        p_lane, p_word = Signal.like(c_lane), Signal.like(c_word)
         m.d.sync += [p_valid.eq(take_elem), p_value.eq(elem), p_first.eq(pixel_first),
                      p_lane.eq(c_lane), p_word.eq(c_word)]
+        q_valid = Signal()
+        q_sum = Signal(signed(sw))
+        q_lane, q_word = Signal.like(c_lane), Signal.like(c_word)
+        picked = Const(0, signed(sw))
+        for j, (wp, rp) in enumerate(banks):
+            picked = Mux(p_lane == j, rp.data, picked)
+        m.d.sync += [q_valid.eq(p_valid), q_lane.eq(p_lane), q_word.eq(p_word),
+                     q_sum.eq(Mux(p_first, p_value, picked + p_value))]
+        for j, (wp, rp) in enumerate(banks):
+            m.d.comb += [wp.addr.eq(q_word), wp.en.eq(q_valid & (q_lane == j)),
+                         wp.data.eq(q_sum)]
 
         # -- the classifier: a weight group a cycle --
         wb = Signal(2)                                # a weight's bytes

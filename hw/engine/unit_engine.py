@@ -24,7 +24,18 @@ from .dma import descriptor_layout
 from .runner import ConvRunner, descriptor_fields
 from .sequencer import Sequencer, engine_members, wire_engine
 
-__all__ = ["UnitEngine"]
+__all__ = ["UnitEngine", "classifier_head"]
+
+
+def classifier_head(*, lanes, pe, max_out_folds, data_width=128, addr_width=32,
+                    value_width=32, head_size=8, max_classes=1024):
+    """The :class:`~.classifier.PooledClassifier` of an engine of the units whose runner
+    has these sizes: the epilogue's lanes, the runner's most output channels, maps of up
+    to 24-bit elements (ResNet-18's aggregate proves 17 to 20 bits), 48-bit logits."""
+    return PooledClassifier(lanes=lanes, data_width=data_width, addr_width=addr_width,
+                            max_channels=max_out_folds * pe, max_classes=max_classes,
+                            max_size=head_size, value_width=min(24, value_width),
+                            acc_width=48)
 
 
 def _shared(m, owner, first, second, sink):
@@ -78,11 +89,10 @@ class UnitEngine(wiring.Component):
         runner.setdefault("chunk", max_burst)
         self.runner = ConvRunner(data_width=data_width, **runner)
         r = self.runner
-        self.head = PooledClassifier(lanes=r.lanes, data_width=data_width,
-                                     addr_width=r.addr_width,
-                                     max_channels=r.max_out_folds * r.pe,
-                                     max_classes=max_classes, max_size=head_size,
-                                     value_width=min(24, r.value_width), acc_width=48)
+        self.head = classifier_head(lanes=r.lanes, pe=r.pe, max_out_folds=r.max_out_folds,
+                                    data_width=data_width, addr_width=r.addr_width,
+                                    value_width=r.value_width, head_size=head_size,
+                                    max_classes=max_classes)
         super().__init__(engine_members(self, data_width=data_width, max_burst=max_burst,
                                         max_outstanding=max_outstanding,
                                         buffer_depth=buffer_depth))
