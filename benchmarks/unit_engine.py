@@ -72,6 +72,8 @@ def measure(progress=print):
 
     from groupnet_hw.hw.engine.unit_engine import UnitEngine
     from groupnet_hw.sim.engine_rtl import build_engine_rtl
+    from groupnet_hw.compiler.engine.config import DramModel
+    from groupnet_hw.compiler.engine.cycles import descriptor_cycles
     from groupnet_hw.compiler.engine.program import OPCODE_CODES
     from test_engine_runner import program_steps
     from test_engine_unit_engine import on_the_units
@@ -88,11 +90,16 @@ def measure(progress=print):
             progress(f"{engine}: built in {time.perf_counter() - t0:.1f} s")
             for name, g, config in nets:
                 # every descriptor the units run but INPUT, which does nothing
-                _, descs, steps = program_steps(
+                program, descs, steps = program_steps(
                     g, config, which=lambda d: on_the_units(d, config.arrays)
                     and d["opcode"] != OPCODE_CODES["INPUT"])
                 for i, before, after in steps:
                     rows.append(_run(build, name, descs[i], i, before, after))
+                    # the cycle model's figure for the same descriptor and DRAM
+                    for latency in LATENCIES:
+                        dram = DramModel(latency=latency, bytes_per_cycle=BYTES_PER_CYCLE)
+                        rows[-1][f"predicted_{latency}"] = descriptor_cycles(
+                            descs[i], program.header, config, dram).cycles
                     r = rows[-1]
                     progress(f"{name}: descriptor {i}: {r['cycles_1']} / "
                              f"{r[f'cycles_{LATENCIES[-1]}']} cycles, {r['folds']} folds")
@@ -120,8 +127,9 @@ def render(data):
     lat = data["latencies"]
     head = ("| network | descriptor | jobs | channels | output | stride, dilation | stages | folds | "
             + " | ".join(f"cycles (latency {n})" for n in lat) + " | "
+            + " | ".join(f"predicted (latency {n})" for n in lat) + " | "
             + " | ".join(f"arrays busy (latency {n})" for n in lat) + " |")
-    lines = [head, "|---|---:|---:|---|---:|---|---|---:|" + "---:|" * (2 * len(lat))]
+    lines = [head, "|---|---:|---:|---|---:|---|---|---:|" + "---:|" * (3 * len(lat))]
     for r in data["descriptors"]:
         cycles = [r[f"cycles_{n}"] for n in lat]
         folds = f"{r['folds']:,}" if r["folds"] else ""      # a HEAD has none
@@ -130,6 +138,8 @@ def render(data):
             f"{r['size']}x{r['size']} | {r['stride']}, {r['dilation']} | "
             f"{r['stages']} | {folds} | "
             + " | ".join(f"{c:,}" for c in cycles) + " | "
+            + " | ".join(f"{r[f'predicted_{n}']:,} ({100 * (c / r[f'predicted_{n}'] - 1):+.1f} %)"
+                         for n, c in zip(lat, cycles)) + " | "
             + " | ".join(f"{100 * r['folds'] / c:.0f} %" if r["folds"] else ""
                          for c in cycles) + " |")
     return "\n".join(lines)

@@ -15,7 +15,8 @@ import pytest
 from conftest import random_model
 from groupnet_hw.compiler.engine.formats import TensorFormat
 from groupnet_hw.compiler.engine.params import pack_consts, sections
-from groupnet_hw.compiler.engine.program import DESCRIPTOR, DESCRIPTOR_MAGIC, JOB, OPCODE_CODES, encode
+from groupnet_hw.compiler.engine.program import (DESCRIPTOR, DESCRIPTOR_MAGIC, JOB, OPCODE_CODES,
+                                                 encode)
 from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.engine_registers import ERROR_CAUSES
 from groupnet_hw.hw.engine.classifier import PooledClassifier
@@ -88,8 +89,8 @@ def model_after(d, image):
     return bytes(mem.image)
 
 
-def classifier(acc_width=64):
-    return PooledClassifier(lanes=8, data_width=8 * PORT, max_channels=64, max_classes=64,
+def classifier(acc_width=64, lanes=8):
+    return PooledClassifier(lanes=lanes, data_width=8 * PORT, max_channels=64, max_classes=64,
                             max_size=6, acc_width=acc_width)
 
 
@@ -120,18 +121,22 @@ def test_head_descriptors_leave_the_models_memory(p_wait):
         assert got == want, case
 
 
-def test_seeded_random_heads():
-    rng = random.Random(11)
+@pytest.mark.parametrize("lanes", [4, 8])
+def test_seeded_random_heads(lanes):
+    """Random widths and sizes; with 4 lanes, maps of 4 channels among them (a channel's
+    sum read again 4 elements after it was read, the pooling's closest)."""
+    rng = random.Random(11 + lanes)
     cases = []
-    for _ in range(6):
-        cases.append(dict(in_c=8 * rng.randrange(1, 9), h=rng.randrange(1, 7),
+    for k in range(6):
+        in_c = 4 if k == 0 and lanes == 4 else lanes * rng.randrange(1, 64 // lanes + 1)
+        cases.append(dict(in_c=in_c, h=rng.randrange(1, 7),
                           w=rng.randrange(1, 7), classes=rng.randrange(1, 65),
                           in_elem=rng.choice((8, 16, 24, 32)),
                           weight_bytes=rng.choice((1, 2)), const_bytes=rng.choice((4, 8)),
                           out_elem=64))
     runs = [head_case(rng, **case) for case in cases]
-    outcomes = run_runner_in_turn(FAKE_PROGRAM, runs, unit=classifier(), p_wait=0.2,
-                                  latency=(1, 4), seed=9)
+    outcomes = run_runner_in_turn(FAKE_PROGRAM, runs, unit=classifier(lanes=lanes),
+                                  p_wait=0.2, latency=(1, 4), seed=9)
     for (d, before), (got, result), case in zip(runs, outcomes, cases):
         assert result == "done", (case, result)
         assert got == model_after(d, before), case

@@ -44,11 +44,13 @@ def slice_words(maps, k, elem, c0, cc, db):
 
 
 def run(jobs, elem, channels, chunk, height, width, data_width, *, stall=0.0, seed=0,
-        depth=None, rounds=1, elems=None, written=None):
+        depth=None, rounds=1, elems=None, written=None, single=False):
     """Send every chunk's slices (the maps' words interleaved at random) and flush, for
     ``rounds`` descriptors of fresh maps one after the other; returns the formats of
     each kind of map (``elems``: their element bits, ``elem`` alone by default) and, for
-    each round, (maps of each kind written, words, cycles of the flush, first word's)."""
+    each round, (maps of each kind written, words, cycles of the flush, first word's).
+    ``single``: one kind written, in regions of every kind's (the depth then holds each
+    map in ``kinds`` regions only)."""
     db = data_width // 8
     rng = np.random.default_rng(seed)
     pyrng = random.Random(seed)
@@ -57,8 +59,14 @@ def run(jobs, elem, channels, chunk, height, width, data_width, *, stall=0.0, se
     written = (1 << kinds) - 1 if written is None else written
     fmts = [TensorFormat(KINDS[e], e, channels, height, width, db) for e in elems]
     depth = depth or 2 * kinds * jobs * max(-(-f.nbytes // db) for f in fmts)
+    if single:
+        # each map is larger than a region of kinds * jobs, within kinds of them
+        words = max(-(-f.nbytes // db) for f in fmts)
+        region = -(-words // kinds)
+        depth = kinds * jobs * region + (kinds * jobs * region) % 2
+        assert max(f.nbytes for f in fmts) > db * (depth // (kinds * jobs))
     dut = MapBuffer(jobs=jobs, kinds=kinds, data_width=data_width, depth=depth, max_size=16)
-    settings = dict(width=width, height=height, jobs=jobs, kinds=written,
+    settings = dict(width=width, height=height, jobs=jobs, kinds=written, single=int(single),
                     formats=[dict(pixel_bytes=f.pixel_bytes, pitch=f.row_bytes,
                                   row_bytes=width * f.pixel_bytes) for f in fmts])
     results = []
@@ -182,6 +190,17 @@ def test_a_word_a_cycle_out():
 def test_two_kinds_of_map_a_job(elems, written):
     fmts, results = run(3, None, 32, 16, 2, 3, 128, elems=elems, written=written,
                         stall=0.2, seed=sum(elems))
+    for maps, words, _, _ in results:
+        check(fmts, maps, words, 16)
+
+
+@pytest.mark.parametrize("elems, written", [([24, 1], 1), ([1, 2], 2), ([16, 4, 1], 4)])
+def test_one_kind_alone_takes_every_kinds_regions(elems, written):
+    """A descriptor that writes one kind (a map written straight to DRAM beside its
+    level outputs, or a map without them) holds maps larger than a region in the regions
+    of every kind; two descriptors one after the other, under stalls."""
+    fmts, results = run(3, None, 32, 16, 3, 3, 128, elems=elems, written=written,
+                        single=True, stall=0.2, seed=len(elems), rounds=2)
     for maps, words, _, _ in results:
         check(fmts, maps, words, 16)
 

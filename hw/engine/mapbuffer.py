@@ -20,7 +20,8 @@ packers' (and the row writer's) job ``n * jobs + k``.
 The memory is two banks of bus words, a memory a byte lane, even and odd words: a
 slice's word, turned to its byte in the map, covers at most two neighbouring words,
 one in each bank, so a word is written a cycle. Each map has a region of ``depth //
-(kinds * jobs)`` words.
+(kinds * jobs)`` words, or, when a descriptor writes one kind alone (``single``), of
+twice that: the regions of the kinds not written are its maps'.
 """
 
 from __future__ import annotations
@@ -48,10 +49,11 @@ def map_format(region_bytes):
 
 def map_buffer_settings(kinds, jobs, max_size, region_bytes):
     """The descriptor's outputs: the maps' width and height, the jobs whose maps it
-    holds, the kinds it writes (a bit a kind) and each kind's format."""
+    holds, the kinds it writes (a bit a kind), whether it writes one kind alone in
+    regions of ``kinds`` times the size (``single``), and each kind's format."""
     return data.StructLayout({
         "width": range(max_size + 1), "height": range(max_size + 1),
-        "jobs": range(jobs + 1), "kinds": unsigned(kinds),
+        "jobs": range(jobs + 1), "kinds": unsigned(kinds), "single": unsigned(1),
         "formats": data.ArrayLayout(map_format(region_bytes), kinds)})
 
 
@@ -82,7 +84,8 @@ class MapBuffer(wiring.Component):
     -----
     settings : ``In(map_buffer_settings(kinds, jobs, max_size, region_bytes))``
         Held while not ``idle``, from a cycle before the first ``chunk`` on (the
-        formats' steps are registered). ``height * pitch`` must fit a region.
+        formats' steps are registered). ``height * pitch`` must fit a region (with
+        ``single``, one kind written: ``kinds`` regions).
     chunk : ``In(stream.Signature(chunk_layout(kinds, region_bytes)))``
         A chunk: each kind's first byte in a pixel (its first channel's) and slices'
         bytes (a last chunk's may be fewer); every map's next slice is its pixel 0.
@@ -162,8 +165,9 @@ class MapBuffer(wiring.Component):
         with m.If(self.chunk.valid & self.chunk.ready):
             m.d.sync += slice_bytes.eq(self.chunk.payload)
             for j in range(maps):
-                m.d.sync += [slice_at[j].eq(j * region * db
-                                            + self.chunk.payload[j // jobs].offset),
+                # one kind alone: job k's map takes the regions of every kind's job k
+                base = Mux(s.single, (j % jobs) * kinds * region * db, j * region * db)
+                m.d.sync += [slice_at[j].eq(base + self.chunk.payload[j // jobs].offset),
                              x[j].eq(0), at_end[j].eq(s.width == 1), part[j].eq(0)]
 
         # stage 1: the word's byte in the buffer and how many of its bytes are the
@@ -266,13 +270,16 @@ class MapBuffer(wiring.Component):
 
         def first_kind(bits):
             """The lowest kind set in ``bits`` (``kinds`` if none) and its maps' first
-            word: multiplexers of constants."""
+            word (0 for a kind alone): multiplexers of constants."""
             kind = Const(kinds, range(kinds + 1))
             base = Const(0, range(self.depth + 1))
             for n in reversed(range(kinds)):
                 kind = Mux(bits[n], n, kind)
                 base = Mux(bits[n], n * jobs * region, base)
-            return kind, base
+            return kind, Mux(s.single, 0, base)
+        # a map's region: a kind alone takes every kind's
+        map_words = Signal(range(self.depth + 1))
+        m.d.sync += map_words.eq(Mux(s.single, kinds * region, region))
         with m.If(self.flush.valid & self.flush.ready):
             start, start_base = first_kind(s.kinds)
             m.d.sync += [reading.eq(s.kinds != 0), r_kind.eq(start), r_job.eq(0),
@@ -300,7 +307,7 @@ class MapBuffer(wiring.Component):
                 m.d.sync += [r_word.eq(0), r_row.eq(r_row + 1)]
                 with m.If(r_row == s.height - 1):
                     m.d.sync += [r_row.eq(0), r_job.eq(r_job + 1),
-                                 r_base.eq(r_base + region), r_addr.eq(r_base + region)]
+                                 r_base.eq(r_base + map_words), r_addr.eq(r_base + map_words)]
                     with m.If(r_job == s.jobs - 1):
                         # the next kind written, or the end
                         m.d.sync += [r_job.eq(0), r_kind.eq(next_kind), written.eq(rest),

@@ -42,10 +42,11 @@ the others), a residual add's side slices (each pixel's chunk of channels, whole
 words) are read for each chunk, and the
 packers write each pixel's slice of the chunk as a row of its own into the
 :class:`~.mapbuffer.MapBuffer`, which gives the writer the whole maps after the last
-chunk; an output map larger than its region of the map buffer whose slices are whole
-bus words goes straight to DRAM instead, each slice at its pixel (the writer starts each
-chunk at the chunk's offset in a pixel and skips the pixel's other channels after each
-slice). A chunk is committed once the one before has all its slices in the buffer, so
+chunk (a map and its level output a region each, a kind alone two); an output map
+larger than its region of the map buffer whose slices are whole bus words goes straight
+to DRAM instead, each slice at its pixel (the writer starts each chunk at the chunk's
+offset in a pixel and skips the pixel's other channels after each slice), and its level
+outputs take two regions each. A chunk is committed once the one before has all its slices in the buffer, so
 the units' settings (the chunk's first fold, folds and channels) change between
 chunks only.
 
@@ -510,10 +511,18 @@ class ConvRunner(wiring.Component):
                          chunk_bytes[n].eq(_bytes_of(ld_channels, elem))]
         rows = d.out_h[:bits_of(self.max_size)]
         main_pitch = Mux(two_levels, d.aux_pitch, d.out_pitch)
+        # a map's bytes against a region, and against the two regions of a kind alone
+        # (the map buffer's `single`: a map written straight to DRAM beside its level
+        # outputs, or a map without them)
+        main_bytes, levels_bytes = Signal(32), Signal(32)
+        m.d.sync += [main_bytes.eq(rows * main_pitch[:bits_of(region)]),
+                     levels_bytes.eq(rows * d.aux_pitch[:bits_of(region)])]
         main_fits, levels_fit = Signal(), Signal()
-        m.d.sync += [main_fits.eq((main_pitch <= region)
-                                  & (rows * main_pitch[:bits_of(region)] <= region)),
-                     levels_fit.eq(rows * d.aux_pitch[:bits_of(region)] <= region)]
+        # the main map in the buffer: beside its level outputs, each in a region; alone,
+        # in two
+        m.d.comb += main_fits.eq((main_pitch <= region) & Mux(
+            levels_out, (main_bytes <= region) & (levels_bytes <= region),
+            main_bytes <= 2 * region))
         # a streaming output map that does not fit its region: its slices go straight to
         # DRAM, each at its pixel, when they are whole bus words (so are its pixels, and
         # its rows have no padding) and a pixel is within the writer's skip
@@ -523,6 +532,9 @@ class ConvRunner(wiring.Component):
         m.d.comb += direct.eq(streaming & wide_out & ~two_levels & ~main_fits
                               & (out_pixel[:log_db] == 0) & (out_slice[:log_db] == 0)
                               & (out_pixel <= region))
+        # the level outputs alone (no main map in the buffer) take two regions a map
+        single = ~((wide_out | two_levels) & ~direct & levels_out)
+        m.d.comb += levels_fit.eq(levels_bytes <= Mux(single, 2 * region, region))
         m.d.comb += self._map_fits.eq((~(wide_out | two_levels) | main_fits | direct)
                                       & (~levels_out | levels_fit))
         side_elem = _elem_bits(d.side_fmt, d.side_elem)
@@ -604,7 +616,8 @@ class ConvRunner(wiring.Component):
         # the map buffer: the main packer's maps (kind 0), the level packer's (kind 1)
         mbs = maps.settings
         m.d.comb += [mbs.width.eq(d.out_w), mbs.height.eq(d.out_h), mbs.jobs.eq(outputs),
-                     mbs.kinds.eq(Cat((wide_out | two_levels) & ~direct, levels_out))]
+                     mbs.kinds.eq(Cat((wide_out | two_levels) & ~direct, levels_out)),
+                     mbs.single.eq(single)]
         for n, pitch in enumerate((Mux(two_levels, d.aux_pitch, d.out_pitch), d.aux_pitch)):
             f = mbs.formats[n]
             m.d.comb += [f.pixel_bytes.eq(pixel_bytes[n]), f.pitch.eq(pitch),
