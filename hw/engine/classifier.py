@@ -48,7 +48,7 @@ LOGIT_ELEMS = (32, 64)
 #: bytes of a weight it multiplies
 HEAD_WEIGHT_BYTES = (1, 2)
 _FIXED_FORMAT = 2
-_LATENCY = 5                 # a weight group's products to its class's sum
+_LATENCY = 6                 # a weight group's products to its class's sum
 
 
 def _entry_field(entry, name):
@@ -315,12 +315,20 @@ class PooledClassifier(wiring.Component):
             for j in range(lanes):
                 m.d.sync += s1_w[j].eq(Mux(wb == 1, group1[8 * j:8 * j + 8].as_signed(),
                                            group2[16 * j:16 * j + 16].as_signed()))
-        # stage 2: each lane's product in pieces (a DSP block each)
+        # stage 2: the sums registered beside their weights (a block RAM's read into a
+        # DSP block's product in one cycle placed at 75 MHz on ECP5)
+        t_valid, t_last = Signal(), Signal()
+        t_sums = [Signal(signed(sw), name=f"t_sum{j}") for j in range(lanes)]
+        t_w = [Signal(signed(16), name=f"t_w{j}") for j in range(lanes)]
+        m.d.sync += [t_valid.eq(s1_valid), t_last.eq(s1_last),
+                     *(t_sums[j].eq(banks[j][1].data) for j in range(lanes)),
+                     *(t_w[j].eq(s1_w[j]) for j in range(lanes))]
+        # stage 3: each lane's product in pieces (a DSP block each)
         s2_valid, s2_last = Signal(), Signal()
-        m.d.sync += [s2_valid.eq(s1_valid), s2_last.eq(s1_last)]
-        pieces = [registered_pieces(m, banks[j][1].data, s1_w[j], None, f"product{j}")
+        m.d.sync += [s2_valid.eq(t_valid), s2_last.eq(t_last)]
+        pieces = [registered_pieces(m, t_sums[j], t_w[j], None, f"product{j}")
                   for j in range(lanes)]
-        # stage 3: each piece summed over the lanes (every lane's pieces have the same
+        # stage 4: each piece summed over the lanes (every lane's pieces have the same
         # shifts)
         s3_valid, s3_last = Signal(), Signal()
         m.d.sync += [s3_valid.eq(s2_valid), s3_last.eq(s2_last)]
@@ -331,12 +339,12 @@ class PooledClassifier(wiring.Component):
                                name=f"piece_sum{i}")
             m.d.sync += piece_sum.eq(total)
             piece_sums.append((piece_sum, shift))
-        # stage 4: the pieces joined, modulo 2**acc_width
+        # stage 5: the pieces joined, modulo 2**acc_width
         s4_valid, s4_last = Signal(), Signal()
         group_sum = Signal(signed(acc_width))
         m.d.sync += [s4_valid.eq(s3_valid), s4_last.eq(s3_last),
                      group_sum.eq(sum(r << shift for r, shift in piece_sums))]
-        # stage 5: the class's sum; its bias at its last group
+        # stage 6: the class's sum; its bias at its last group
         acc = Signal(signed(acc_width))
         logit_valid = Signal()
         logit = Signal(signed(acc_width))
@@ -488,7 +496,8 @@ class PooledClassifier(wiring.Component):
                 m.d.comb += [rd_cmd.valid.eq(1),
                              rd_cmd.payload.address.eq(param_addr + sec),
                              rd_cmd.payload.length.eq(
-                                 ((d.out_c * d.const_bytes + db - 1) >> log_db) << log_db)]
+                                 ((Mux(d.const_bytes == 8, d.out_c << 3, d.out_c << 2)
+                                   + db - 1) >> log_db) << log_db)]
                 with m.If(rd_cmd.ready):
                     m.d.sync += [lo.eq(0), have_lo.eq(0), pos.eq(0)]
                     m.next = "BIAS_WORDS"
