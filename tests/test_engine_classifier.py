@@ -21,7 +21,7 @@ from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.engine_registers import ERROR_CAUSES
 from groupnet_hw.hw.engine.classifier import PooledClassifier
 from groupnet_hw.sim.engine_model import _Memory, run_descriptor
-from test_engine_runner import BASE, CONFIG, program_steps, run_runner_in_turn
+from test_engine_runner import BASE, CONFIG, program_steps, run_runner_in_turn, units_take
 
 PORT = 16
 HEADER = dict(port_bytes=PORT, pe=CONFIG.pe, simd=CONFIG.simd, stem_pe=CONFIG.stem_pe,
@@ -197,9 +197,6 @@ def test_the_intended_head_takes_the_paper_networks_heads_at_224():
     512 channels, 1,024 classes, 7 x 7 maps of up to 24 bits, 48-bit logits) takes the
     HEAD descriptor of ResNet-18 and ResNet-34 K=5 at 224x224: 24-bit maps of 7 x 7 x
     512, 1-byte weights, 1,000 classes, a logit bound of 24 + 6 + 8 + 9 + 1 = 48 bits."""
-    from amaranth.hdl import ResetInserter, Signal
-    from amaranth.sim import Simulator
-
     from groupnet_hw.compiler.engine.layout import compile_engine
     from groupnet_hw.sim.engine_model import read_program
     from test_engine_program import zoo_model
@@ -215,26 +212,5 @@ def test_the_intended_head_takes_the_paper_networks_heads_at_224():
         d, = [d for d in descs if d["opcode"] == OPCODE_CODES["HEAD"]]
         assert (d["in_h"], d["in_w"], d["in_c"], d["out_c"], d["in_elem"]) == (7, 7, 512, 1000, 24)
         heads.append(d)
-    reset = Signal()
-    taken = []
-
-    async def bench(ctx):
-        for d in heads:
-            ctx.set(reset, 1)
-            await ctx.tick()
-            ctx.set(reset, 0)
-            ctx.set(head.desc.payload.as_value(), int.from_bytes(encode(d, DESCRIPTOR), "little"))
-            ctx.set(head.desc.valid, 1)
-            await ctx.tick()
-            ctx.set(head.desc.valid, 0)
-            for _ in range(32):   # a refusal comes before the first read
-                if ctx.get(head.error) or ctx.get(head.rd_cmd.valid):
-                    break
-                await ctx.tick()
-            taken.append(bool(ctx.get(head.rd_cmd.valid)))
-
-    sim = Simulator(ResetInserter(reset)(head))
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    taken = units_take(head, heads)
     assert taken == [True, True]

@@ -419,6 +419,37 @@ def test_a_window_taller_than_the_ring_is_refused():
     assert result == ("error", ERROR_CAUSES["unsupported"]) and got == before
 
 
+def units_take(unit, descriptors):
+    """Whether ``unit`` (a compute unit of the runner's ports) takes each descriptor: its
+    own check in simulation, reset before each (a refusal, ``unsupported``, comes before
+    the first read; a descriptor taken issues its first read)."""
+    from amaranth.hdl import ResetInserter, Signal
+    reset = Signal()
+    taken = []
+
+    async def bench(ctx):
+        for d in descriptors:
+            ctx.set(reset, 1)
+            await ctx.tick()
+            ctx.set(reset, 0)
+            ctx.set(unit.desc.payload.as_value(), int.from_bytes(encode(d, DESCRIPTOR), "little"))
+            ctx.set(unit.desc.valid, 1)
+            await ctx.tick()
+            ctx.set(unit.desc.valid, 0)
+            for _ in range(32):
+                if ctx.get(unit.error) or ctx.get(unit.rd_cmd.valid):
+                    break
+                await ctx.tick()
+            taken.append(bool(ctx.get(unit.rd_cmd.valid)))
+            assert taken[-1] or ctx.get(unit.error_code) == ERROR_CAUSES["unsupported"]
+
+    sim = Simulator(ResetInserter(reset)(unit))
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return taken
+
+
 def map_buffer_takes(d, region):
     """Whether a streaming descriptor's maps fit the map buffer (``region`` bytes a map)
     or, an output map, go straight to DRAM (slices and pixels of whole 16-byte bus words
@@ -454,7 +485,6 @@ def test_the_intended_runner_takes_the_paper_networks_binary_convolutions_at_224
     are the buffer's one kind, and only its last mixer's two level outputs an output
     (two kinds, each larger than a region) are refused: 18 of ResNet-18's 19 binary
     convolutions run, 34 of ResNet-34's 35."""
-    from amaranth.hdl import ResetInserter, Signal
     from test_engine_program import zoo_model
     from test_engine_unit_engine import RESNET_CONFIG, RESNET_SIZES
     sizes = dict(RESNET_SIZES, max_size=64)
@@ -463,33 +493,9 @@ def test_the_intended_runner_takes_the_paper_networks_binary_convolutions_at_224
     programs = {arch: read_program(compile_engine(
         compile_model(zoo_model(arch, 5, image_size=224)), RESNET_CONFIG, base=BASE))[1]
         for arch in ("resnet18", "resnet34")}
-    reset = Signal()
-    taken = {}
-
-    async def bench(ctx):
-        for arch, descs in programs.items():
-            for i, d in enumerate(descs):
-                if d["opcode"] != OPCODE_CODES["CONV"]:
-                    continue
-                ctx.set(reset, 1)
-                await ctx.tick()
-                ctx.set(reset, 0)
-                ctx.set(runner.desc.payload.as_value(),
-                        int.from_bytes(encode(d, DESCRIPTOR), "little"))
-                ctx.set(runner.desc.valid, 1)
-                await ctx.tick()
-                ctx.set(runner.desc.valid, 0)
-                for _ in range(8):   # a refusal comes before the first read
-                    if ctx.get(runner.error) or ctx.get(runner.rd_cmd.valid):
-                        break
-                    await ctx.tick()
-                taken[arch, i] = bool(ctx.get(runner.rd_cmd.valid))
-                assert taken[arch, i] or ctx.get(runner.error_code) == ERROR_CAUSES["unsupported"]
-
-    sim = Simulator(ResetInserter(reset)(runner))
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    keys = [(arch, i) for arch, descs in programs.items() for i, d in enumerate(descs)
+            if d["opcode"] == OPCODE_CODES["CONV"]]
+    taken = dict(zip(keys, units_take(runner, [programs[a][i] for a, i in keys])))
     for (arch, i), ran in taken.items():
         d = programs[arch][i]
         assert ran == (runnable(d, sizes["arrays"]) and map_buffer_takes(d, region)), (arch, i)

@@ -27,17 +27,15 @@ joined once), so that one adder tree of full width is not paid per lane.
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
-from amaranth.lib import stream, wiring
+from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
-from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from ...engine_format import JOB_FIELDS, OPCODE_CODES, field_offsets
+from ...engine_format import OPCODE_CODES
 from ...engine_registers import ERROR_CAUSES
 from ..arith import positive_int, registered_pieces
-from .dma import descriptor_layout
-from .runner import descriptor_fields
+from .runner import bits_of, compute_unit_members, descriptor_fields, job_entry_field
 
 __all__ = ["PooledClassifier", "HEAD_ELEMS", "LOGIT_ELEMS", "HEAD_WEIGHT_BYTES"]
 
@@ -51,21 +49,11 @@ _FIXED_FORMAT = 2
 _LATENCY = 6                 # a weight group's products to its class's sum
 
 
-def _entry_field(entry, name):
-    at, size = field_offsets(JOB_FIELDS)[name]
-    return entry[8 * at:8 * (at + size)]
-
-
 def _one_of(value, choices):
     ok = Const(0)
     for c in choices:
         ok = ok | (value == c)
     return ok
-
-
-def bits_of(bound):
-    """Bits of the numbers ``0 .. bound``."""
-    return max(bound, 1).bit_length()
 
 
 def _bits_below(n, bound):
@@ -162,13 +150,7 @@ class PooledClassifier(wiring.Component):
         self.value_width, self.acc_width = value_width, acc_width
         #: a sum of the map's elements over its pixels, exactly
         self.sum_width = min(acc_width, value_width + (max_size * max_size - 1).bit_length())
-        cmd = stream.Signature(descriptor_layout(addr_width))
-        super().__init__({
-            "desc": In(stream.Signature(descriptor_fields())),
-            "rd_cmd": Out(cmd), "rd": In(stream.Signature(data_width)),
-            "wr_cmd": Out(cmd), "wr": Out(stream.Signature(data_width)),
-            "done": Out(1), "error": Out(1), "error_code": Out(4), "idle": Out(1),
-        })
+        super().__init__(compute_unit_members(data_width, addr_width))
 
     def supported(self, d, row_bytes, weight_bytes, logit_bits, bound_bits):
         """Whether the unit runs descriptor ``d``, given the products ``row_bytes``
@@ -371,7 +353,11 @@ class PooledClassifier(wiring.Component):
         # a group may go in while the FIFO holds room for every logit on its way
         starts = take_group & last_group
         m.d.sync += in_flight.eq(in_flight + starts - logit_valid)
-        room = logits.level + in_flight + 1 < logits.depth
+        # counted a cycle ahead, from registers (the FIFO's level into the groups' take
+        # placed at 75 MHz on ECP5): the words and logits on their way now bound those
+        # of the next cycle
+        room = Signal()
+        m.d.sync += room.eq(logits.level + in_flight + starts + 1 < logits.depth)
         oe64 = Signal()
         per_word = Mux(oe64, db // 8, db // 4)
         out_word = Signal(dw)
@@ -484,9 +470,9 @@ class PooledClassifier(wiring.Component):
                     m.d.sync += entry.eq(picked)
                     m.next = "ADDRESSES"
             with m.State("ADDRESSES"):
-                m.d.sync += [in_addr.eq(_entry_field(entry, "in_addr")),
-                             out_addr.eq(_entry_field(entry, "out_addr")),
-                             param_addr.eq(_entry_field(entry, "param_addr")),
+                m.d.sync += [in_addr.eq(job_entry_field(entry, "in_addr")),
+                             out_addr.eq(job_entry_field(entry, "out_addr")),
+                             param_addr.eq(job_entry_field(entry, "param_addr")),
                              row_words.eq(d.in_pitch >> log_db),
                              bias_left.eq(d.out_c), cls.eq(0)]
                 m.next = "BIASES"

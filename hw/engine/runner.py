@@ -82,7 +82,8 @@ from .prologue import PROLOGUE_ELEMS, PROLOGUE_LEVELS, PrologueThreshold
 from .unpacker import InputUnpacker
 from .writer import RowWriter
 
-__all__ = ["ConvRunner", "descriptor_fields", "RUNNER_STAGES"]
+__all__ = ["ConvRunner", "descriptor_fields", "compute_unit_members", "job_entry_field",
+           "RUNNER_STAGES"]
 
 #: the stages the runner executes (STAGE_BITS)
 RUNNER_STAGES = (STAGE_BITS["prologue_threshold"] | STAGE_BITS["postop"] | STAGE_BITS["add"]
@@ -108,7 +109,19 @@ def descriptor_fields():
     return data.StructLayout({name: unsigned(8 * size) for name, (_, size) in offsets.items()})
 
 
-def _entry_field(entry, name):
+def compute_unit_members(data_width, addr_width):
+    """The ports of a compute unit of the engine of the units (the runner's, the
+    classifier head's): a descriptor in, the read and write DMAs' commands and words,
+    and ``done``, ``error``, ``error_code``, ``idle``."""
+    cmd = stream.Signature(descriptor_layout(addr_width))
+    return {"desc": In(stream.Signature(descriptor_fields())),
+            "rd_cmd": Out(cmd), "rd": In(stream.Signature(data_width)),
+            "wr_cmd": Out(cmd), "wr": Out(stream.Signature(data_width)),
+            "done": Out(1), "error": Out(1), "error_code": Out(4), "idle": Out(1)}
+
+
+def job_entry_field(entry, name):
+    """Field ``name`` of a job-table entry's 16 bytes (``JOB_FIELDS``)."""
     at, size = field_offsets(JOB_FIELDS)[name]
     return entry[8 * at:8 * (at + size)]
 
@@ -243,13 +256,7 @@ class ConvRunner(wiring.Component):
         self.max_words, self.max_kernel = max_words, max_kernel
         self.max_weight_words, self.max_out_folds = max_weight_words, max_out_folds
         self.max_levels, self.value_width = max_levels, value_width
-        cmd = stream.Signature(descriptor_layout(addr_width))
-        super().__init__({
-            "desc": In(stream.Signature(descriptor_fields())),
-            "rd_cmd": Out(cmd), "rd": In(stream.Signature(data_width)),
-            "wr_cmd": Out(cmd), "wr": Out(stream.Signature(data_width)),
-            "done": Out(1), "error": Out(1), "error_code": Out(4), "idle": Out(1),
-        })
+        super().__init__(compute_unit_members(data_width, addr_width))
 
     def supported(self, d):
         """Whether the units can run descriptor ``d`` (a value of
@@ -784,18 +791,18 @@ class ConvRunner(wiring.Component):
                 raw = self.rd.payload[j * entry_bits:(j + 1) * entry_bits]
                 for k in range(arrays):
                     with m.If(entry + j == k):
-                        m.d.sync += [in_addr[k].eq(_entry_field(raw, "in_addr")),
-                                     side_addr[k].eq(_entry_field(raw, "side_addr")),
-                                     out_addr[k].eq(_entry_field(raw, "out_addr")),
-                                     param_addr[k].eq(_entry_field(raw, "param_addr"))]
+                        m.d.sync += [in_addr[k].eq(job_entry_field(raw, "in_addr")),
+                                     side_addr[k].eq(job_entry_field(raw, "side_addr")),
+                                     out_addr[k].eq(job_entry_field(raw, "out_addr")),
+                                     param_addr[k].eq(job_entry_field(raw, "param_addr"))]
                     # an output's level outputs, `aux_outputs` entries an output: the
                     # first to the level packer, a second to the main packer
                     with m.If(entry + j == d.jobs + Mux(two_levels, 2 * k, k)):
-                        m.d.sync += [out_addr[arrays + k].eq(_entry_field(raw, "out_addr")),
-                                     level_param[k].eq(_entry_field(raw, "param_addr"))]
+                        m.d.sync += [out_addr[arrays + k].eq(job_entry_field(raw, "out_addr")),
+                                     level_param[k].eq(job_entry_field(raw, "param_addr"))]
                     with m.If(two_levels & (entry + j == d.jobs + 2 * k + 1)):
-                        m.d.sync += [out_addr[k].eq(_entry_field(raw, "out_addr")),
-                                     level_param2[k].eq(_entry_field(raw, "param_addr"))]
+                        m.d.sync += [out_addr[k].eq(job_entry_field(raw, "out_addr")),
+                                     level_param2[k].eq(job_entry_field(raw, "param_addr"))]
             m.d.sync += entry.eq(entry + per_word)
 
         def read(address, length):
