@@ -285,7 +285,8 @@ class PooledClassifier(wiring.Component):
         g = Signal(range(depth))                       # the group's word of the sums
         classifying = Signal()
         take_group = Signal()
-        last_group = g + 1 == d.in_c >> exact_log2(lanes)
+        last_g = Signal.like(g)                        # a class's last group, registered
+        last_group = g == last_g
         # stage 1: the sums' read (issued with the group), the weights registered
         s1_valid, s1_last = Signal(), Signal()
         s1_w = [Signal(signed(16), name=f"s1_w{j}") for j in range(lanes)]
@@ -353,11 +354,11 @@ class PooledClassifier(wiring.Component):
         # a group may go in while the FIFO holds room for every logit on its way
         starts = take_group & last_group
         m.d.sync += in_flight.eq(in_flight + starts - logit_valid)
-        # counted a cycle ahead, from registers (the FIFO's level into the groups' take
-        # placed at 75 MHz on ECP5): the words and logits on their way now bound those
-        # of the next cycle
+        # counted a cycle ahead, from registers alone, as if a class ended every cycle
+        # (the FIFO's level into the groups' take placed at 75 MHz on ECP5, the class's
+        # last group from the held channel count at 83.8)
         room = Signal()
-        m.d.sync += room.eq(logits.level + in_flight + starts + 1 < logits.depth)
+        m.d.sync += room.eq(logits.level + in_flight + 2 < logits.depth)
         oe64 = Signal()
         per_word = Mux(oe64, db // 8, db // 4)
         out_word = Signal(dw)
@@ -442,7 +443,8 @@ class PooledClassifier(wiring.Component):
                              bound_bits.eq(_bits_below(pixels, self.max_size ** 2)
                                            + _bits_below(d.in_c, self.max_channels)),
                              eb.eq(d.in_elem >> 3), wb.eq(d.weight_bytes),
-                             oe64.eq(d.out_elem == 64)]
+                             oe64.eq(d.out_elem == 64),
+                             last_g.eq((d.in_c >> exact_log2(lanes)) - 1)]
                 m.next = "CHECK"
             with m.State("CHECK"):
                 # each condition registered, joined the next cycle (compared and joined
