@@ -14,8 +14,8 @@ For one descriptor (docs/architecture.md section 12):
   per pixel and input (``lanes`` = :attr:`EngineConfig.vector_lanes`), job after job;
   the head pools an element a cycle (``C`` per input pixel: the classifier head's
   pooling, an element a cycle, costs less logic than a vector's gearbox and is under
-  1 % of ResNet-18's frame) and multiplies ``classes*ceil(C/lanes)``. A convolution that pools on chip computes the rows its
-  pooling tiles need (rows shared by two tiles twice); the pooling keeps pace.
+  1 % of ResNet-18's frame) and multiplies ``classes*ceil(C/lanes)``. A convolution
+  that pools on chip computes the rows its pooling tiles need (rows shared by two tiles twice); the pooling keeps pace.
 - memory: DRAM bytes read (the input rows the tiles use, each once: the input buffer
   is a ring that keeps a tile's halo rows for the next, :mod:`.tiling`; an input or
   side input shared by the jobs of a round is read once per round; weights once per

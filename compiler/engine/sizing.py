@@ -26,13 +26,13 @@ ALMs; LUT4-based families count two LUT4s per ALM), block-RAM bits and multiplie
 - a vector lane: measured for its post-op, residual add, ReLU and one threshold
   (``EpilogueLanes``, 16 lanes: two multipliers, a 32-bit constant times a sum in two
   pieces) and its mixer lane (``MixerLanes``, 16 lanes: four, a lambda's and a gate's
-  product in two pieces each); the pooling and head it will also run are not in the
-  figure, nor the threshold lanes behind the mixer (fusion rule 7);
+  product in two pieces each); the head's lanes (its logic measured with the rest of
+  the units, below), max pooling and the threshold lanes behind the mixer (fusion
+  rule 7) are not in the figure;
 - an array beyond its lanes, and what does not grow with the arrays: measured, the
   engine of the units (``UnitEngine``: register file, sequencer, DMAs, the classifier
   head, the runner with its layer datapath, loaders, packers, unpacker and writer) at
-  one array of 16 x 48
-  lanes and at five of 16 x 64, less their XNOR and vector lanes; five arrays of
+  one array of 16 x 48 lanes and at five of 16 x 64, less their XNOR and vector lanes; five arrays of
   16 x 32 are predicted 4.3 % below their count (``tests/test_engine_units.py`` holds
   the three within 5 %);
 - the stem: ``stem_pe * stem_simd`` 9x9 multipliers (three per Cyclone V DSP block);
@@ -90,8 +90,8 @@ _DSP_FIXED = 9
 _MIN_VECTOR_LANES = 4
 #: Measured: the engine of the units (``UnitEngine``: register file, sequencer, DMAs,
 #: the classifier head and the convolution runner with its layer datapath, loaders,
-#: lanes, packers, unpacker and writer) at one array of 16 x 48 lanes and at five of 16 x 64 (``unit-engine-one``,
-#: ``unit-engine-intended``), less the XNOR and vector lanes above: what an array adds
+#: lanes, packers, unpacker and writer) at one array of 16 x 48 lanes and at five of
+#: 16 x 64 (``unit-engine-one``, ``unit-engine-intended``), less the XNOR and vector lanes above: what an array adds
 #: beyond its lanes (its slice of the gatherer's ring, its fold issuer, its job's share
 #: of the feeder, packers, unpacker and writer) and what does not grow with the arrays.
 #: A third size, five arrays of 16 x 32 (``unit-engine-narrow``), checks the fit.

@@ -200,7 +200,8 @@ class PooledClassifier(wiring.Component):
         logit_bits = Signal(32)
         pixels = Signal(range(self.max_size ** 2 + 1))
         bound_bits = Signal(8)
-        ok = Signal(len(self.supported(d, row_bytes, weight_bytes, logit_bits, bound_bits)))
+        conditions = self.supported(d, row_bytes, weight_bytes, logit_bits, bound_bits)
+        ok = Signal(len(conditions))
         acc_width = self.acc_width
         in_addr, out_addr, param_addr = (Signal(aw, name=n) for n in
                                          ("in_addr", "out_addr", "param_addr"))
@@ -449,8 +450,7 @@ class PooledClassifier(wiring.Component):
             with m.State("CHECK"):
                 # each condition registered, joined the next cycle (compared and joined
                 # in one cycle the check placed at 78 MHz on ECP5)
-                m.d.sync += ok.eq(self.supported(d, row_bytes, weight_bytes, logit_bits,
-                                                 bound_bits))
+                m.d.sync += ok.eq(conditions)
                 m.next = "DECIDE"
             with m.State("DECIDE"):
                 with m.If(~ok.all()):
