@@ -22,12 +22,15 @@ from typing import NamedTuple
 
 from amaranth.hdl import Const, Mux, Signal, Value
 from amaranth.hdl import signed as signed_shape
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
 
 from ..numerics import signed_width
 
 __all__ = ["at_least", "compared_bits", "moved_in_stages", "csd_digits", "MAX_SHIFT_ADD_DIGITS", "uses_dsp", "const_multiply", "const_sum",
            "Term", "const_terms", "reduce_levels", "registered_levels", "sum_tree",
-           "multiplier_cost", "MULT_PIECE", "multiplier_pieces", "registered_pieces"]
+           "multiplier_cost", "MULT_PIECE", "multiplier_pieces", "registered_pieces",
+           "multiplier_loan"]
 
 #: Above this many non-zero CSD digits one DSP block is cheaper than the adders
 #: (each adder costs one LUT per result bit on ECP5 and iCE40; 4 adders of ~25 bits
@@ -206,6 +209,27 @@ def registered_pieces(m, x, y, enable, name):
                 m.d.sync += r.eq(y * part)
         out.append((r, lo))
     return out
+
+
+def multiplier_loan(lanes, x_width, y_width):
+    """The signature of ``lanes`` multipliers lent, from the borrower's side: while it
+    holds ``on``, each lane's ``x`` (the wide operand, ``signed(x_width)``) and ``y``
+    (``signed(y_width)``) go into the lender's operand registers, and two cycles later
+    ``pieces`` holds their product as :func:`registered_pieces` leaves it: per lane, the
+    partial products of :func:`multiplier_pieces` of ``x_width`` bits, each to be
+    shifted by its range's low bit.
+
+    A unit whose multipliers idle while another runs lends them (the mixer lanes to the
+    classifier head: 2 DSP blocks a lane fewer)."""
+    widest = max(hi - lo for lo, hi in multiplier_pieces(x_width))
+    piece = data.ArrayLayout(signed_shape(y_width + widest + 1),
+                             len(multiplier_pieces(x_width)))
+    return wiring.Signature({
+        "on": Out(1),
+        "x": Out(data.ArrayLayout(signed_shape(x_width), lanes)),
+        "y": Out(data.ArrayLayout(signed_shape(y_width), lanes)),
+        "pieces": In(data.ArrayLayout(piece, lanes)),
+    })
 
 
 def at_least(x, t: int, width: int):

@@ -20,6 +20,7 @@ from groupnet_hw.compiler.engine.program import (DESCRIPTOR, DESCRIPTOR_MAGIC, J
 from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.engine_registers import ERROR_CAUSES
 from groupnet_hw.hw.engine.classifier import PooledClassifier
+from groupnet_hw.hw.engine.mixer import MixerLanes
 from groupnet_hw.sim.engine_model import _Memory, run_descriptor
 from test_engine_runner import BASE, CONFIG, program_steps, run_runner_in_turn, units_take
 
@@ -89,9 +90,15 @@ def model_after(d, image):
     return bytes(mem.image)
 
 
-def classifier(acc_width=64, lanes=8):
+def classifier(acc_width=64, lanes=8, value_width=32, loan_widths=None):
     return PooledClassifier(lanes=lanes, data_width=8 * PORT, max_channels=64, max_classes=64,
-                            max_size=6, acc_width=acc_width)
+                            max_size=6, value_width=value_width, acc_width=acc_width,
+                            loan_widths=loan_widths)
+
+
+def mixer_lender(lanes=8):
+    """Mixer lanes as the engine of the units has them, lending their multipliers."""
+    return MixerLanes(lanes=lanes, value_width=32, max_jobs=5)
 
 
 CASES = [
@@ -119,6 +126,29 @@ def test_head_descriptors_leave_the_models_memory(p_wait):
         want = model_after(d, before)
         assert want != before
         assert got == want, case
+
+
+@pytest.mark.parametrize("p_wait", [0.0, 0.3])
+def test_on_the_mixer_lanes_multipliers(p_wait):
+    """The head's products on a mixer's multipliers (its own none), as the engine of the
+    units builds it (maps of up to 24-bit elements, sums of 30 bits on 32-bit
+    multipliers): the same memory as the model's, the cases of the test above."""
+    rng = random.Random(5)
+    cases = [case for case in CASES if case["in_elem"] <= 24]
+    runs = [head_case(rng, **case) for case in cases]
+    unit = classifier(value_width=24, loan_widths=(32, 18))
+    outcomes = run_runner_in_turn(FAKE_PROGRAM, runs, unit=unit, lender=mixer_lender(),
+                                  p_wait=p_wait, latency=(1, 6), seed=3)
+    for (d, before), (got, result), case in zip(runs, outcomes, cases):
+        assert result == "done", (case, result)
+        assert got == model_after(d, before), case
+
+
+def test_borrowed_multipliers_too_narrow_are_refused():
+    with pytest.raises(ValueError, match="cannot take its 30-bit sums"):
+        classifier(value_width=24, loan_widths=(24, 18))
+    with pytest.raises(ValueError, match="16-bit weights"):
+        classifier(value_width=24, loan_widths=(32, 12))
 
 
 @pytest.mark.parametrize("lanes", [4, 8])

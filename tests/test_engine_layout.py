@@ -1,6 +1,7 @@
 """Engine layout pieces alone: tensor formats and parameter packing (round trips), the
 liveness allocator, tiling, the configuration records and the cycle model."""
 
+import copy
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -143,6 +144,44 @@ def test_program_tensors_do_not_overlap_and_share_the_arena():
     end = program.header["arena_addr"] + program.header["arena_bytes"]
     assert all(a + sizes[r] <= end for r, a in arena.items())
     assert len(program.image) == program.header["image_bytes"]
+
+
+def _changed(g, op, pick, **attrs):
+    """A copy of ``g`` whose first ``op`` node that ``pick`` takes has ``attrs``."""
+    g = copy.deepcopy(g)
+    node = next(n for n in g.nodes if n.op == op and pick(n))
+    node.attrs.update(attrs)
+    return g
+
+
+def test_the_lanes_refuse_constants_they_would_wrap():
+    """The intended engine's mixer lanes take fractions of up to 12 bits and
+    coefficients that, scaled to them, fit 18 bits; its epilogue lanes post-op scales of
+    18 bits. A program past them is refused with its descriptor named; the core's
+    configuration (which shifts at run time and multiplies 32-bit operands) takes it."""
+    from groupnet_hw.compiler.engine.target import CORE_PROGRAM
+    g = _digits()
+    compile_engine(g)
+    gated = lambda n: n.attrs.get("gates") is not None            # noqa: E731
+    mixer = next(n for n in g.nodes if n.op == "mixer" and gated(n))
+    lambdas, frac = mixer.attrs["lambdas"], mixer.attrs["lambda_frac"]
+    postop = next(n for n in g.nodes if n.op == "postop")
+    cases = [
+        # the same coefficients at 13 fraction bits
+        (_changed(g, "mixer", gated, lambdas=lambdas << (13 - frac), lambda_frac=13),
+         "lambdas of 13 fraction bits, the engine's mixer takes at most 12"),
+        (_changed(g, "mixer", gated, lambdas=torch.full_like(lambdas, 1 << 14)),
+         "lambdas need 20 bits at the mixer's 12 fraction bits"),
+        (_changed(g, "mixer", gated, gate_frac=16), "gates of 16 fraction bits"),
+        (_changed(g, "postop", lambda n: n.name == postop.name,
+                  A=torch.full_like(postop.attrs["A"], -(1 << 18))),
+         "post-op scales of 19 bits, the engine's lanes take 18"),
+    ]
+    for changed, message in cases:
+        with pytest.raises(ValueError, match=r"descriptor \d+ \(.*\): .*" + message):
+            compile_engine(changed)
+        compile_engine(changed, EngineConfig(coefficient_fraction=None, scale_bits=None))
+    assert CORE_PROGRAM["coefficient_fraction"] is None and CORE_PROGRAM["scale_bits"] is None
 
 
 def test_engine_config_is_validated():

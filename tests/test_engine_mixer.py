@@ -1,7 +1,8 @@
 # amaranth: UnusedElaboratable=no
 """The intended engine's mixer lanes (hw/engine/mixer.py): every output equals the IR's
 own ``mixer`` (``execute``: the aggregate of K bases, and with gates the K gated
-bases), for K = 1 to 5, random coefficients and fractions, under stalls and reset."""
+bases), for K = 1 to 5, random coefficients and fractions (scaled to the lanes' own
+fraction as the runner scales them), under stalls and reset."""
 
 import numpy as np
 import pytest
@@ -9,18 +10,23 @@ import torch
 
 from groupnet_hw.compiler.graph import Node
 from groupnet_hw.compiler.ops import op_of
-from groupnet_hw.hw.engine.mixer import MixerLanes
+from groupnet_hw.hw.engine.mixer import FRACTION, MixerLanes
 from groupnet_hw.sim.streams import run_streams
 
+#: the values' width; the coefficients' bits as the IR has them
 VW, CW = 24, 12
 
 
-def case(rng, lanes, jobs, gated, groups):
+def case(rng, lanes, jobs, gated, groups, fraction=FRACTION):
     lambdas = rng.integers(-(1 << (CW - 1)), 1 << (CW - 1), jobs)
     gates = rng.integers(-(1 << (CW - 1)), 1 << (CW - 1), jobs)
-    # fractions as the paper's fixed-point lambdas and gates have them: the outputs stay
-    # within the value width (a value the compiler's range would refuse is redrawn)
-    lambda_frac, gate_frac = int(rng.integers(6, 14)), int(rng.integers(8, 14))
+    # fractions as the paper's fixed-point lambdas and gates have them (up to the lanes'
+    # own): the outputs stay within the value width (a value the compiler's range would
+    # refuse is redrawn)
+    # and scaled to it within the lanes' 18-bit coefficients
+    least = fraction - (18 - CW)
+    lambda_frac = int(rng.integers(max(min(6, fraction), least), fraction + 1))
+    gate_frac = int(rng.integers(max(min(8, fraction), least), fraction + 1))
     node = Node("test", "mixer", [], dict(
         lambdas=torch.from_numpy(lambdas), lambda_frac=lambda_frac,
         gates=torch.from_numpy(gates) if gated else None, gate_frac=gate_frac),
@@ -41,16 +47,18 @@ def case(rng, lanes, jobs, gated, groups):
         beats += [[int(v) for v in x] for x in xs]
         expected += flat
     assert len(expected) == groups * (jobs if gated else 1), "no values fit: redraw"
-    settings = dict(jobs=jobs, lambdas=[int(v) for v in lambdas] + [0] * (5 - jobs),
-                    lambda_frac=lambda_frac, gated=int(gated),
-                    gates=[int(v) for v in gates] + [0] * (5 - jobs), gate_frac=gate_frac)
+    # at the lanes' fraction, as the runner loads them (hw.engine.mixer.at_fraction)
+    settings = dict(jobs=jobs, gated=int(gated),
+                    lambdas=[int(v) << (fraction - lambda_frac) for v in lambdas] + [0] * (5 - jobs),
+                    gates=[int(v) << (fraction - gate_frac) for v in gates] + [0] * (5 - jobs))
     return beats, expected, settings
 
 
-def run(lanes, jobs, gated, *, groups=6, stall=0.0, seed=0, reset_at=None, pace=1):
+def run(lanes, jobs, gated, *, groups=6, stall=0.0, seed=0, reset_at=None, pace=1,
+        fraction=FRACTION):
     rng = np.random.default_rng(seed)
-    beats, expected, settings = case(rng, lanes, jobs, gated, groups)
-    dut = MixerLanes(lanes=lanes, value_width=VW, coef_width=CW, max_jobs=5)
+    beats, expected, settings = case(rng, lanes, jobs, gated, groups, fraction)
+    dut = MixerLanes(lanes=lanes, value_width=VW, max_jobs=5, fraction=fraction)
 
     async def setup(ctx):
         ctx.set(dut.settings, settings)
@@ -66,6 +74,14 @@ def run(lanes, jobs, gated, *, groups=6, stall=0.0, seed=0, reset_at=None, pace=
 def test_outputs_equal_the_irs_mixer(lanes, jobs, gated):
     *_, expected, result = run(lanes, jobs, gated, seed=jobs + lanes)
     assert result.outputs["o"] == expected
+
+
+@pytest.mark.parametrize("fraction", [6, 9, 16])
+def test_any_fraction_of_the_lanes(fraction):
+    # the lanes' own fraction, and a program's fractions up to it, scaled to it
+    for seed in range(3):
+        *_, expected, result = run(3, 3, True, seed=seed, fraction=fraction)
+        assert result.outputs["o"] == expected
 
 
 @pytest.mark.parametrize("seed, jobs, gated", [(1, 4, True), (2, 4, True), (3, 1, False)])
@@ -96,7 +112,8 @@ def test_a_beat_a_cycle():
 
 
 @pytest.mark.parametrize("bad, message", [(dict(lanes=0), "must be positive"),
-                                          (dict(coef_width=19), "at most 18")])
+                                          (dict(coef_width=19), "at most 18"),
+                                          (dict(fraction=17), "at most coef_width - 2")])
 def test_bad_sizes_are_refused(bad, message):
     with pytest.raises(ValueError, match=message):
         MixerLanes(**{**dict(lanes=1), **bad})
@@ -105,7 +122,7 @@ def test_bad_sizes_are_refused(bad, message):
 def test_the_first_output_after_the_stated_latency():
     from amaranth.sim import Simulator
     beats, expected, settings = case(np.random.default_rng(0), 2, 3, True, 1)
-    dut = MixerLanes(lanes=2, value_width=VW, coef_width=CW, max_jobs=5)
+    dut = MixerLanes(lanes=2, value_width=VW, max_jobs=5)
     seen = []
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -136,3 +153,32 @@ def test_a_consumer_far_slower_fills_both_fifos_to_the_brim(jobs, gated):
     # one short would drop a beat
     *_, expected, result = run(2, jobs, gated, groups=8, seed=11, pace=25)
     assert result.outputs["o"] == expected
+
+
+def test_the_runners_scaling_to_the_lanes_fraction():
+    """``at_fraction``, as the runner loads a descriptor's 32-bit constants: a
+    coefficient of every fraction up to the lanes' own, negative ones among them, is
+    shifted to it exactly whenever the result fits the lanes' 18 bits."""
+    from amaranth.hdl import Module, Signal, signed
+    from amaranth.sim import Simulator
+    from groupnet_hw.hw.engine.mixer import at_fraction
+    m = Module()
+    coefficient, frac = Signal(32), Signal(32)
+    out = Signal(signed(18))
+    m.d.comb += out.eq(at_fraction(coefficient, frac, FRACTION, 18))
+    rng = np.random.default_rng(7)
+    cases = [(int(c), f) for f in range(FRACTION + 1)
+             for c in rng.integers(-(1 << (17 - FRACTION + f)), 1 << (17 - FRACTION + f), 8)]
+    cases += [(-(1 << 17), FRACTION), ((1 << 17) - 1, FRACTION), (-1, 0), (1, 0)]
+    seen = []
+    sim = Simulator(m)
+
+    async def bench(ctx):
+        for c, f in cases:
+            ctx.set(coefficient, c & 0xFFFF_FFFF)
+            ctx.set(frac, f)
+            seen.append(ctx.get(out))
+
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == [c << (FRACTION - f) for c, f in cases]

@@ -40,9 +40,10 @@ STREAMING_CONFIG = replace(CONFIG, weight_buffer=512)
 
 class RunnerTop(Elaboratable):
     """The runner (or another unit of its ports, ``unit``) between a read and a write
-    DMA."""
+    DMA; a unit that borrows multipliers (a ``loan`` it drives) borrows ``lender``'s."""
 
-    def __init__(self, unit=None, **params):
+    def __init__(self, unit=None, lender=None, **params):
+        self.lender = lender
         self.runner = unit or ConvRunner(**params)
         dw = self.runner.data_width
         self.rd = ReadDMA(data_width=dw, max_burst=8)
@@ -51,6 +52,9 @@ class RunnerTop(Elaboratable):
     def elaborate(self, platform):
         m = Module()
         m.submodules.runner, m.submodules.rd, m.submodules.wr = self.runner, self.rd, self.wr
+        if self.lender is not None:
+            m.submodules.lender = self.lender
+            wiring.connect(m, self.runner.loan, self.lender.loan)
         wiring.connect(m, self.runner.rd_cmd, self.rd.cmd)
         wiring.connect(m, self.rd.o, self.runner.rd)
         wiring.connect(m, self.runner.wr_cmd, self.wr.cmd)
@@ -119,14 +123,15 @@ def run_runner(program, d, image, **bench):
 
 
 def run_runner_in_turn(program, runs, *, p_wait=0.0, latency=(1, 3), seed=0,
-                       max_cycles=200_000, unit=None, **params):
+                       max_cycles=200_000, unit=None, lender=None, **params):
     """Run each ``(descriptor, image)`` of ``runs`` on one runner (or ``unit``, a
     component of the runner's ports), one after another, the memory set to the run's
     image before its descriptor is given (one simulation: building it takes as long as
     running a small descriptor). Returns each run's ``(memory, result)``, result
-    ``"done"`` or ``("error", code)``."""
+    ``"done"`` or ``("error", code)``. A ``unit`` that borrows multipliers borrows
+    ``lender``'s."""
     cfg = program.config
-    top = RunnerTop(unit, arrays=cfg.arrays, pe=cfg.pe, simd=cfg.simd,
+    top = RunnerTop(unit, lender, arrays=cfg.arrays, pe=cfg.pe, simd=cfg.simd,
                     data_width=8 * cfg.port_bytes, **params)
     size = len(runs[0][1])
     assert all(len(image) == size for _, image in runs)

@@ -101,6 +101,16 @@ class EngineConfig:
         channels against the previous tap's: the flat window of ``k*k*C_in/groups``
         lanes in ``ceil(k*k*C_in/groups / simd)`` folds. The program's header records
         the order (:func:`.params.tap_aligned_weights`).
+    coefficient_fraction : int or None
+        Fraction bits of the mixer lanes' coefficients (``hw/engine/mixer.py``): they
+        scale a mixer's lambdas and gates to it and shift by it, so a program's
+        fractions must be at most this and its coefficients, scaled, 18-bit signed
+        (:func:`.layout.unit_operand_refusal`). 12 for the intended engine; None for
+        the core as built, which shifts by any fraction at run time.
+    scale_bits : int or None
+        Signed bits of a post-op scale ``A`` in the epilogue lanes: one multiplier a
+        lane, the sum being the other operand. 18 for the intended engine; None for
+        the core as built (its multipliers take ``MUL_BITS``).
     """
 
     arrays: int = 5
@@ -123,6 +133,8 @@ class EngineConfig:
     levels_at_producer: bool = True
     fixed_containers: tuple = (8, 16, 24, 32, 64)
     tap_aligned_weights: bool = True
+    coefficient_fraction: int | None = 12
+    scale_bits: int | None = 18
 
     def __post_init__(self):
         _positive("EngineConfig", arrays=self.arrays, pe=self.pe, simd=self.simd,

@@ -23,6 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
+
+from ...numerics import signed_width
 
 from .config import EngineConfig
 from .formats import POWER_OF_TWO_FIXED, TensorFormat, container_bits, round_up
@@ -36,7 +39,7 @@ from .program import (DESCRIPTOR, DESCRIPTOR_MAGIC, END_OPCODE, FLAG_BITS, HEADE
 from .tiling import choose_tiling, tile_rows
 
 __all__ = ["DEFAULT_BASE", "REGION_ALIGN", "EngineProgram", "compile_engine", "allocate",
-           "tile_rows", "choose_tiling", "group_format", "level_format",
+           "tile_rows", "choose_tiling", "group_format", "level_format", "unit_operand_refusal",
            "check_no_overlap"]
 
 #: Where the image starts by default: the top 128 MiB of the DE10-Nano's 1 GiB, which
@@ -255,6 +258,41 @@ def _job_consts(job, mixer=None):
         if vals else np.zeros(1, dtype=np.int64)
 
 
+#: Signed bits of the mixer lanes' coefficients (one multiplier's narrow operand).
+COEFFICIENT_BITS = 18
+
+
+def unit_operand_refusal(grp, config):
+    """Why the intended engine's lanes cannot take group ``grp``'s constants exactly, or
+    None: a post-op scale wider than ``config.scale_bits``; a mixer's fraction above
+    ``config.coefficient_fraction``, or a coefficient that, scaled to it, is wider than
+    :data:`COEFFICIENT_BITS` (``hw/engine/mixer.py``, :func:`at_fraction`). The lanes
+    would wrap them, so the compiler refuses them instead."""
+    fraction, scale = config.coefficient_fraction, config.scale_bits
+    for n in grp.nodes:
+        a = n.attrs
+        if n.op == "postop" and scale is not None:
+            bits = signed_width(int(a["A"].min()), int(a["A"].max()))
+            if bits > scale:
+                return (f"{n.name}: post-op scales of {bits} bits, the engine's lanes "
+                        f"take {scale}")
+        if n.op in ("mixer", "gate") and fraction is not None:
+            coefficients = [("lambda", a.get("lambdas"), a.get("lambda_frac", 0)),
+                            ("gate", a.get("gates"), a.get("gate_frac", 0))]
+            for what, values, frac in coefficients:
+                if values is None:
+                    continue
+                if frac > fraction:
+                    return (f"{n.name}: {what}s of {frac} fraction bits, the engine's mixer "
+                            f"takes at most {fraction}")
+                scaled = values.to(torch.int64) << (fraction - frac)
+                bits = signed_width(int(scaled.min()), int(scaled.max()))
+                if bits > COEFFICIENT_BITS:
+                    return (f"{n.name}: {what}s need {bits} bits at the mixer's "
+                            f"{fraction} fraction bits, it takes {COEFFICIENT_BITS}")
+    return None
+
+
 def _param_block(job, d, header, size, mixer=None, base=0):
     """One job's parameter block (``size`` bytes), sections as :func:`sections` says."""
     secs = sections(d, header)
@@ -460,6 +498,9 @@ def compile_engine(g, config=None, base=DEFAULT_BASE):
         size = _size_params(d, packing)
         try:
             choose_tiling(d, config)
+            refusal = unit_operand_refusal(grp, config)
+            if refusal:
+                raise ValueError(refusal)
         except ValueError as exc:     # name the layer, as check_program does
             raise ValueError(f"descriptor {d['index']} ({grp.nodes[0].name}): {exc}") from None
         blocks.append(([_param_block(j, d, header, size, grp.mixer, k)

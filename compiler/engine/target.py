@@ -115,7 +115,7 @@ class EngineTarget:
 #: containers (its element reader's widths) and binary weights in the flat window's
 #: folds (its gather packs a tap's channels against the previous tap's).
 CORE_PROGRAM = dict(levels_at_producer=False, fixed_containers=POWER_OF_TWO_FIXED,
-                    tap_aligned_weights=False)
+                    tap_aligned_weights=False, coefficient_fraction=None, scale_bits=None)
 
 
 def core_config(core, clock_mhz=100.0):

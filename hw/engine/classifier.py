@@ -30,11 +30,12 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import Out
 from amaranth.utils import exact_log2
 
 from ...engine_format import OPCODE_CODES
 from ...engine_registers import ERROR_CAUSES
-from ..arith import positive_int, registered_pieces
+from ..arith import multiplier_loan, multiplier_pieces, positive_int, registered_pieces
 from .runner import bits_of, compute_unit_members, descriptor_fields, job_entry_field
 
 __all__ = ["PooledClassifier", "HEAD_ELEMS", "LOGIT_ELEMS", "HEAD_WEIGHT_BYTES"]
@@ -94,6 +95,11 @@ class PooledClassifier(wiring.Component):
         Widest element of the map (at most 32).
     acc_width : int
         Bits of the logits' arithmetic (module docstring; at most 64).
+    loan_widths : (int, int) or None
+        None: the unit has its own multipliers, a lane's product in pieces. Else the
+        widths of the wide and the narrow operand of ``lanes`` multipliers it borrows
+        (port ``loan``; :class:`~.mixer.MixerLanes` lends its aggregate's), at least
+        the sums' and the weights' (16 bits).
 
     Ports
     -----
@@ -111,6 +117,8 @@ class PooledClassifier(wiring.Component):
         written.
     error_code : ``Out(4)``
     idle : ``Out(1)``
+    loan : ``Out(multiplier_loan(lanes, *loan_widths))``
+        With ``loan_widths``: the borrowed multipliers (held ``on`` while classifying).
 
     Latency
     -------
@@ -126,7 +134,7 @@ class PooledClassifier(wiring.Component):
     """
 
     def __init__(self, *, lanes=8, data_width=128, addr_width=32, max_channels=512,
-                 max_classes=1024, max_size=8, value_width=32, acc_width=48):
+                 max_classes=1024, max_size=8, value_width=32, acc_width=48, loan_widths=None):
         for name, value in (("lanes", lanes), ("data_width", data_width),
                             ("max_channels", max_channels), ("max_classes", max_classes),
                             ("max_size", max_size)):
@@ -152,7 +160,16 @@ class PooledClassifier(wiring.Component):
         self.value_width, self.acc_width = value_width, acc_width
         #: a sum of the map's elements over its pixels, exactly
         self.sum_width = min(acc_width, value_width + (max_size * max_size - 1).bit_length())
-        super().__init__(compute_unit_members(data_width, addr_width))
+        members = compute_unit_members(data_width, addr_width)
+        if loan_widths is not None:
+            x_width, y_width = loan_widths
+            if x_width < self.sum_width or y_width < 16:
+                raise ValueError(f"PooledClassifier: borrowed multipliers of {x_width} x "
+                                 f"{y_width} bits cannot take its {self.sum_width}-bit sums "
+                                 f"and 16-bit weights")
+            members["loan"] = Out(multiplier_loan(lanes, x_width, y_width))
+        self.loan_widths = loan_widths
+        super().__init__(members)
 
     def supported(self, d, row_bytes, weight_bytes, logit_bits, bound_bits):
         """The conditions under which the unit runs descriptor ``d``, a bit each (it
@@ -302,16 +319,26 @@ class PooledClassifier(wiring.Component):
         # stage 2: the sums registered beside their weights (a block RAM's read into a
         # DSP block's product in one cycle placed at 75 MHz on ECP5)
         t_valid, t_last = Signal(), Signal()
-        t_sums = [Signal(signed(sw), name=f"t_sum{j}") for j in range(lanes)]
-        t_w = [Signal(signed(16), name=f"t_w{j}") for j in range(lanes)]
-        m.d.sync += [t_valid.eq(s1_valid), t_last.eq(s1_last),
-                     *(t_sums[j].eq(banks[j][1].data) for j in range(lanes)),
-                     *(t_w[j].eq(s1_w[j]) for j in range(lanes))]
+        m.d.sync += [t_valid.eq(s1_valid), t_last.eq(s1_last)]
         # stage 3: each lane's product in pieces (a DSP block each)
         s2_valid, s2_last = Signal(), Signal()
         m.d.sync += [s2_valid.eq(t_valid), s2_last.eq(t_last)]
-        pieces = [registered_pieces(m, t_sums[j], t_w[j], None, f"product{j}")
-                  for j in range(lanes)]
+        if self.loan_widths is None:
+            t_sums = [Signal(signed(sw), name=f"t_sum{j}") for j in range(lanes)]
+            t_w = [Signal(signed(16), name=f"t_w{j}") for j in range(lanes)]
+            m.d.sync += [*(t_sums[j].eq(banks[j][1].data) for j in range(lanes)),
+                         *(t_w[j].eq(s1_w[j]) for j in range(lanes))]
+            pieces = [registered_pieces(m, t_sums[j], t_w[j], None, f"product{j}")
+                      for j in range(lanes)]
+        else:
+            # the lender's operand registers are stage 2's, its pieces stage 3's
+            loan = self.loan
+            m.d.comb += [loan.on.eq(classifying),
+                         *(loan.x[j].eq(banks[j][1].data.as_signed()) for j in range(lanes)),
+                         *(loan.y[j].eq(s1_w[j]) for j in range(lanes))]
+            shifts = [lo for lo, _ in multiplier_pieces(self.loan_widths[0])]
+            pieces = [[(loan.pieces[j][i], lo) for i, lo in enumerate(shifts)]
+                      for j in range(lanes)]
         # stage 4: each piece summed over the lanes (every lane's pieces have the same
         # shifts)
         s3_valid, s3_last = Signal(), Signal()

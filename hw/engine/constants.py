@@ -27,7 +27,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..arith import positive_int
-from .epilogue import SHIFT_BITS
+from .epilogue import SHIFT_BITS, scale_width
 
 __all__ = ["ConstantLoader", "section_layout", "job_postop_layout", "constant_layouts",
            "word_streams",
@@ -48,7 +48,7 @@ def constant_layouts(lanes, const_width, value_width, max_levels):
     lanes' buffers hold: post-op ``a`` and ``b`` (``ab``), thresholds (``thr``), invert
     bits (``inv``)."""
     return {
-        "ab": data.StructLayout({"a": data.ArrayLayout(signed(const_width), lanes),
+        "ab": data.StructLayout({"a": data.ArrayLayout(signed(scale_width(const_width)), lanes),
                                  "b": data.ArrayLayout(signed(const_width), lanes)}),
         "thr": data.StructLayout({"t": data.ArrayLayout(
             data.ArrayLayout(signed(value_width), max(1, max_levels)), lanes)}),
@@ -82,9 +82,9 @@ class ConstantLoader(wiring.Component):
         The feeder's jobs and lanes (``lanes`` divides 32: invert bits come 32 or 64 a
         constant).
     const_width, value_width, max_levels : int
-        The epilogue's (:class:`~.epilogue.EpilogueLanes`): ``a`` and ``b`` are
-        ``const_width`` bits, thresholds ``value_width``; a constant in DRAM is cut to
-        them (the compiler proves they fit).
+        The epilogue's (:class:`~.epilogue.EpilogueLanes`): ``b`` is ``const_width``
+        bits, ``a`` :func:`~.epilogue.scale_width` bits, thresholds ``value_width``; a
+        constant in DRAM is cut to them (the compiler proves they fit).
     data_width : int
         The read DMA's bus word: a multiple of 64 bits, so whole constants of 4 and 8
         bytes.
@@ -190,8 +190,8 @@ class ConstantLoader(wiring.Component):
         waddr = Signal(range(self.max_words))
         in_inv = Signal()                            # thr: the invert bits' constants
         done_items = Signal()                        # the rest of the section is padding
-        a_acc = Signal(data.ArrayLayout(signed(self.const_width), lanes))
-        b_acc = Signal.like(a_acc)
+        a_acc = Signal(self.ab.payload.a.shape())
+        b_acc = Signal(self.ab.payload.b.shape())
         t_acc = Signal(self.thr.payload.t.shape())
         job = sec.job
 

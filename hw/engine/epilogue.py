@@ -18,11 +18,21 @@ from amaranth.lib.wiring import In, Out
 from ..arith import positive_int, registered_pieces, sum_tree
 from ..skid import skid_outputs, staged
 
-__all__ = ["EpilogueLanes", "epilogue_settings", "epilogue_layout", "compared_halves",
+__all__ = ["EpilogueLanes", "epilogue_settings", "epilogue_layout", "scale_width", "compared_halves",
            "joined_halves", "level_count"]
 
 #: Bits of the post-op's shift.
 SHIFT_BITS = 6
+#: Signed bits of a post-op scale ``a`` at most: one multiplier's operand (ECP5's 18 x 18,
+#: a Cyclone V DSP block's 18 x 19), the sum being the other; a 32-bit scale took two
+#: multipliers and their sum's stage a lane. The compiler refuses wider scales
+#: (``EngineConfig.scale_bits``); the paper's networks' are 12 bits.
+SCALE_BITS = 18
+
+
+def scale_width(const_width):
+    """Bits of a post-op scale ``a`` for constants of ``const_width`` bits."""
+    return min(const_width, SCALE_BITS)
 
 
 def epilogue_settings(max_levels):
@@ -42,7 +52,7 @@ def epilogue_layout(lanes, x_width, const_width, value_width, max_levels):
     ``invert``; and the ``settings`` (:func:`epilogue_settings`)."""
     return data.StructLayout({
         "x": data.ArrayLayout(signed(x_width), lanes),
-        "a": data.ArrayLayout(signed(const_width), lanes),
+        "a": data.ArrayLayout(signed(scale_width(const_width)), lanes),
         "b": data.ArrayLayout(signed(const_width), lanes),
         "side": data.ArrayLayout(signed(value_width), lanes),
         "t": data.ArrayLayout(data.ArrayLayout(signed(value_width), max(1, max_levels)),
@@ -80,7 +90,7 @@ class EpilogueLanes(wiring.Component):
     x_width : int
         A lane's input (the arrays' sums are ``BaseArrays.sum_width`` bits).
     const_width : int
-        The post-op's ``a`` and ``b``.
+        The post-op's ``b``, and its ``a`` up to :data:`SCALE_BITS` (:func:`scale_width`).
     value_width : int
         The values after the shift, the side elements, the thresholds and the output:
         the compiler keeps every value the stages make within ``signed(value_width)``
@@ -133,13 +143,13 @@ class EpilogueLanes(wiring.Component):
 
         # 1: the product's pieces; b and the rounding constant; the rest carried on
         v = [Mux(st.pre_relu & op.x[j][-1], 0, op.x[j]) for j in range(lanes)]
-        narrow_x = self.x_width <= self.const_width
+        narrow_x = self.x_width <= scale_width(self.const_width)
         pieces = []
         for j in range(lanes):
             wide, narrow = (op.a[j], v[j]) if narrow_x else (v[j], op.a[j])
             pieces.append(registered_pieces(m, wide, narrow, adv, f"prod{j}"))
         # 2**(shift-1), 0 for no shift; no wider than the product
-        prod_width = self.x_width + self.const_width + 1
+        prod_width = self.x_width + scale_width(self.const_width) + 1
         rounding = (Const(1, 1) << st.shift)[1:prod_width]
         offsets = [stage(op.b[j] + rounding, f"offset{j}", False) for j in range(lanes)]
         xs = [stage(op.x[j], f"x1_{j}", False) for j in range(lanes)]

@@ -8,45 +8,57 @@ channels of one pixel. The mixer computes, per channel, the IR's ``mixer`` (its 
 K outputs ``round_shift(C_i x_i + (2**gate_frac - C_i) agg, gate_frac)``, written here
 as ``agg + round_shift(C_i (x_i - agg), gate_frac)`` (the same integer: ``agg <<
 gate_frac`` is a multiple of ``2**gate_frac``), one product a lane instead of two.
+
+The lanes take their coefficients at one fraction of their own, ``fraction`` bits, so
+that both shifts are wiring: a coefficient ``c`` of ``f`` fraction bits becomes ``c <<
+(fraction - f)`` (:func:`at_fraction`), and ``round_shift(sum c_k x_k << d, f + d) ==
+round_shift(sum c_k x_k, f)`` for any ``d >= 0`` (round half up adds ``2**(f+d-1)``,
+the same half). A run-time shift a lane, two a lane, were half of the lanes' logic
+(274 of 533 ALMs a lane on Cyclone V); the runner scales a descriptor's coefficients
+once, as it loads them.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..arith import positive_int, registered_pieces, sum_tree
+from ..arith import multiplier_loan, positive_int, registered_pieces, sum_tree
 from ..fifo import block_ram_fifo
 from ..skid import skid_outputs
 
 __all__ = ["MixerLanes", "mixer_settings"]
 
-#: Bits of the fractions (the shifts).
-FRAC_BITS = 6
+#: The lanes' coefficients' fraction bits unless told otherwise: a descriptor's lambdas
+#: and gates of up to 12 fraction bits (the paper's networks have 8) run on them.
+FRACTION = 12
 
 
 def mixer_settings(max_jobs, coef_width):
-    """A descriptor's mixer: ``jobs`` bases, their ``lambdas`` and ``lambda_frac``; with
-    ``gated``, the ``gates`` and ``gate_frac``."""
+    """A descriptor's mixer: ``jobs`` bases and their ``lambdas``; with ``gated``, the
+    ``gates``; both at the lanes' fraction (:func:`at_fraction`)."""
     return data.StructLayout({
         "jobs": range(1, max_jobs + 1),
         "lambdas": data.ArrayLayout(signed(coef_width), max_jobs),
-        "lambda_frac": unsigned(FRAC_BITS),
         "gated": unsigned(1),
         "gates": data.ArrayLayout(signed(coef_width), max_jobs),
-        "gate_frac": unsigned(FRAC_BITS),
     })
 
 
-def _half(shift, width):
-    """``2**(shift-1)`` (0 for no shift) in ``width`` bits: round half up's constant."""
-    return (Const(1, 1) << shift)[1:width]
+def at_fraction(coefficient, frac, fraction, width):
+    """A coefficient of ``frac`` fraction bits at ``fraction`` bits, in ``signed(width)``:
+    ``coefficient << (fraction - frac)``, for a run-time ``frac``. Exact when ``frac <=
+    fraction`` and the result fits ``width`` (the compiler's check,
+    :func:`~groupnet_hw.compiler.engine.target.mixer_refusal`); else it wraps."""
+    amount = (fraction - Value.cast(frac))[:max(1, fraction.bit_length())]
+    return (Value.cast(coefficient).as_signed() << amount)[:width].as_signed()
 
 
-def _round_shift(value, shift, width):
-    """``round_shift(value, shift)`` (half up), for a run-time ``shift``."""
-    return (value + _half(shift, width)) >> shift
+def _round_shift(value, shift):
+    """``round_shift(value, shift)`` (half up) for a constant ``shift``: wiring and one
+    addition."""
+    return (value + (1 << (shift - 1))) >> shift if shift else value
 
 
 class MixerLanes(wiring.Component):
@@ -60,9 +72,12 @@ class MixerLanes(wiring.Component):
         The bases' values, the aggregate and the outputs (the compiler's proven ranges,
         the mixer's ``agg_range`` among them, fit it; outside it they wrap).
     coef_width : int
-        The lambdas and gates (at most 18 bits: one multiplier a piece of the value).
+        The lambdas and gates at ``fraction`` bits (at most 18 bits: one multiplier a
+        piece of the value).
     max_jobs : int
         The most bases a group has.
+    fraction : int
+        The coefficients' fraction bits: both shifts.
 
     Ports
     -----
@@ -72,6 +87,10 @@ class MixerLanes(wiring.Component):
         Held while groups are in the unit.
     o : ``Out(stream.Signature(ArrayLayout(signed(value_width), lanes)))``
         Per group: the ``jobs`` gated bases, base 0 first, or the aggregate alone.
+    loan : ``In(multiplier_loan(lanes, value_width, coef_width))``
+        The aggregate's multipliers lent (:func:`~groupnet_hw.hw.arith.multiplier_loan`),
+        one a lane in pieces, while ``loan.on``: only while no beat is in the unit (the
+        classifier head's products, between descriptors of the runner).
 
     Latency
     -------
@@ -87,19 +106,25 @@ class MixerLanes(wiring.Component):
 
     latency = 13
 
-    def __init__(self, *, lanes, value_width=32, coef_width=16, max_jobs=8):
+    def __init__(self, *, lanes, value_width=32, coef_width=18, max_jobs=8, fraction=FRACTION):
         for name, value in (("lanes", lanes), ("value_width", value_width),
-                            ("coef_width", coef_width), ("max_jobs", max_jobs)):
+                            ("coef_width", coef_width), ("max_jobs", max_jobs),
+                            ("fraction", fraction)):
             positive_int(f"MixerLanes: {name}", value)
         if coef_width > 18:
             raise ValueError(f"MixerLanes: coef_width must be at most 18 bits, not {coef_width}")
+        if fraction > coef_width - 2:
+            raise ValueError(f"MixerLanes: fraction must be at most coef_width - 2 "
+                             f"({coef_width - 2}), not {fraction}: a gate of 1.0 is "
+                             f"2**fraction")
         self.lanes, self.value_width, self.coef_width = lanes, value_width, coef_width
-        self.max_jobs = max_jobs
+        self.max_jobs, self.fraction = max_jobs, fraction
         beat = data.ArrayLayout(signed(value_width), lanes)
         super().__init__({
             "i": In(stream.Signature(beat)),
             "settings": In(mixer_settings(max_jobs, coef_width)),
             "o": Out(stream.Signature(beat)),
+            "loan": In(multiplier_loan(lanes, value_width, coef_width)),
         })
 
     def elaborate(self, platform):
@@ -140,13 +165,19 @@ class MixerLanes(wiring.Component):
         # the register takes the input, its base and lambda every cycle (what it holds
         # counts only with `valid_a`), so it has no enable: with `room` as its enable,
         # that register's route to the 512 bits was the mixer's late path on ECP5; the
-        # lambda is picked here, no selection before the products
-        lam = Signal(signed(self.coef_width))
+        # lambda is picked here, no selection before the products. A lane's lambda is
+        # its own register, so that a loan gives each lane its own operand
+        loan = self.loan
+        lams = [Signal(signed(self.coef_width), name=f"lam_a{j}") for j in range(lanes)]
         k_a = Signal.like(k)
-        m.d.sync += [x_a.eq(self.i.payload), k_a.eq(k), lam.eq(st.lambdas[k])]
+        m.d.sync += [x_a.eq(Mux(loan.on, Value.cast(loan.x), Value.cast(self.i.payload))),
+                     k_a.eq(k)]
+        m.d.sync += [lam.eq(Mux(loan.on, loan.y[j], st.lambdas[k])) for j, lam in enumerate(lams)]
         # B: the products' pieces
-        pieces = [registered_pieces(m, x_a[j], lam, None, f"lam{j}")
+        pieces = [registered_pieces(m, x_a[j], lams[j], None, f"lam{j}")
                   for j in range(lanes)]
+        for j in range(lanes):
+            m.d.comb += [loan.pieces[j][i].eq(p) for i, (p, _) in enumerate(pieces[j])]
         valid_b, first_b = Signal(), Signal()
         m.d.sync += [valid_b.eq(valid_a), first_b.eq(k_a == 0), last_b.eq(last_a)]
         # C: the sum of the group so far
@@ -159,16 +190,15 @@ class MixerLanes(wiring.Component):
                 m.d.sync += accs[j].eq(total)
             with m.If(last_b):
                 m.d.sync += totals[j].eq(total)
-        # D: the rounding constant added; E: the shift, the aggregate into its FIFO (the
-        # sum and the run-time shift in one stage were a late path on ECP5)
-        rounded = [Signal(signed(acc_width + 1), name=f"rounded{j}") for j in range(lanes)]
+        # D: the rounding constant added; E: the aggregate into its FIFO (a stage kept
+        # from when the shift was a run-time one, so that the latency is unchanged)
+        rounded = [Signal(signed(vw), name=f"rounded{j}") for j in range(lanes)]
         agg_e = [Signal(signed(vw), name=f"agg{j}") for j in range(lanes)]
         m.d.sync += [last_d.eq(last_c), last_e.eq(last_d)]
-        half = _half(st.lambda_frac, acc_width)
         with m.If(last_c):
-            m.d.sync += [r.eq(t + half) for r, t in zip(rounded, totals)]
+            m.d.sync += [r.eq(_round_shift(t, self.fraction)) for r, t in zip(rounded, totals)]
         with m.If(last_d):
-            m.d.sync += [a.eq(r >> st.lambda_frac) for a, r in zip(agg_e, rounded)]
+            m.d.sync += [a.eq(r) for a, r in zip(agg_e, rounded)]
         m.d.comb += [aggs.w_data.eq(Cat(*agg_e)), aggs.w_en.eq(last_e)]
 
         # --- the gates: per output, the base's value and the group's aggregate
@@ -214,8 +244,7 @@ class MixerLanes(wiring.Component):
             m.d.sync += [v3.eq(v2), gated3.eq(gated2), v4.eq(v3), gated4.eq(gated3)]
             m.d.sync += [s.eq(sum_tree([p << lo for p, lo in products[j]]))
                          for j, s in enumerate(sums)]
-            m.d.sync += [r.eq(_round_shift(s, st.gate_frac, width))
-                         for r, s in zip(shifted, sums)]
+            m.d.sync += [r.eq(_round_shift(s, self.fraction)) for r, s in zip(shifted, sums)]
             m.d.sync += [b.eq(a) for a, b in zip(agg2, agg3)]
             m.d.sync += [b.eq(a) for a, b in zip(agg3, agg4)]
         outs = []

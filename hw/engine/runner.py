@@ -69,14 +69,14 @@ from amaranth.utils import exact_log2
 from ...engine_format import (DESCRIPTOR_FIELDS, FLAG_BITS, JOB_FIELDS, OPCODE_CODES,
                               STAGE_BITS, field_offsets)
 from ...engine_registers import ERROR_CAUSES
-from ..arith import positive_int
+from ..arith import multiplier_loan, positive_int
 from .constants import POSTOP, THR, ConstantLoader
 from .dma import descriptor_layout
 from .layer import LayerDatapath
 from .levels import LevelLanes
 from .loader import RowLoader
 from .mapbuffer import MapBuffer
-from .mixer import MixerLanes
+from .mixer import MixerLanes, at_fraction
 from .packer import ELEMS, OutputPacker
 from .prologue import PROLOGUE_ELEMS, PROLOGUE_LEVELS, PrologueThreshold
 from .unpacker import InputUnpacker
@@ -169,6 +169,9 @@ class ConvRunner(wiring.Component):
         read or written.
     error_code : ``Out(4)``
     idle : ``Out(1)``
+    loan : ``In(multiplier_loan(lanes, value_width, 18))``
+        The mixer lanes' multipliers, lent between descriptors
+        (:class:`~.mixer.MixerLanes`'s ``loan``).
 
     Latency
     -------
@@ -256,7 +259,9 @@ class ConvRunner(wiring.Component):
         self.max_words, self.max_kernel = max_words, max_kernel
         self.max_weight_words, self.max_out_folds = max_weight_words, max_out_folds
         self.max_levels, self.value_width = max_levels, value_width
-        super().__init__(compute_unit_members(data_width, addr_width))
+        # the mixer's multipliers, lent between descriptors (to the classifier head)
+        loan = multiplier_loan(lanes, value_width, self.mixer.coef_width)
+        super().__init__({**compute_unit_members(data_width, addr_width), "loan": In(loan)})
 
     def supported(self, d):
         """Whether the units can run descriptor ``d`` (a value of
@@ -361,6 +366,7 @@ class ConvRunner(wiring.Component):
         m.submodules.constants, m.submodules.packer = self.constants, self.packer
         m.submodules.writer, m.submodules.unpacker = self.writer, self.unpacker
         m.submodules.mixer, m.submodules.levels = self.mixer, self.levels
+        wiring.connect(m, wiring.flipped(self.loan), self.mixer.loan)
         m.submodules.levels2 = levels2 = self.levels2
         m.submodules.level_packer = self.level_packer
         m.submodules.maps = maps = self.maps
@@ -647,9 +653,7 @@ class ConvRunner(wiring.Component):
         coef = ms.lambdas[0].shape()
         lambdas = [Signal(coef, name=f"lambda{k}") for k in range(arrays)]
         gates = [Signal(coef, name=f"gate{k}") for k in range(arrays)]
-        lambda_frac, gate_frac = Signal.like(ms.lambda_frac), Signal.like(ms.gate_frac)
         m.d.comb += [ms.jobs.eq(d.jobs), ms.gated.eq(d.stages & STAGE_BITS["gated"] != 0),
-                     ms.lambda_frac.eq(lambda_frac), ms.gate_frac.eq(gate_frac),
                      *(ms.lambdas[k].eq(lambdas[k]) for k in range(arrays)),
                      *(ms.gates[k].eq(gates[k]) for k in range(arrays))]
 
@@ -944,11 +948,13 @@ class ConvRunner(wiring.Component):
                     read(address + mix_at, round_up(mix_bytes))
                 with m.Elif(left == 0):
                     ms = mixer.settings
-                    m.d.sync += [rd_busy.eq(0), to_mix.eq(0), to_consts.eq(1),
-                                 lambda_frac.eq(mix_const(0)), gate_frac.eq(mix_const(1))]
+                    m.d.sync += [rd_busy.eq(0), to_mix.eq(0), to_consts.eq(1)]
+                    # the coefficients at the mixer's own fraction (its shifts are wiring)
+                    lam = at_fraction(mix_const(2), mix_const(0), mixer.fraction, coef.width)
+                    gate = at_fraction(mix_const(3), mix_const(1), mixer.fraction, coef.width)
                     for k in range(arrays):
                         with m.If(job == k):
-                            m.d.sync += [lambdas[k].eq(mix_const(2)), gates[k].eq(mix_const(3))]
+                            m.d.sync += [lambdas[k].eq(lam), gates[k].eq(gate)]
                     m.next = "NEXT_JOB"
             with m.State("NEXT_JOB"):
                 m.d.sync += const_base.eq(const_base + (d.out_folds << parts))

@@ -28,14 +28,15 @@ __all__ = ["UnitEngine", "classifier_head"]
 
 
 def classifier_head(*, lanes, pe, max_out_folds, data_width=128, addr_width=32,
-                    value_width=32, head_size=8, max_classes=1024):
+                    value_width=32, head_size=8, max_classes=1024, loan_widths=None):
     """The :class:`~.classifier.PooledClassifier` of an engine of the units whose runner
     has these sizes: the epilogue's lanes, the runner's most output channels, maps of up
-    to 24-bit elements (ResNet-18's aggregate proves 17 to 20 bits), 48-bit logits."""
+    to 24-bit elements (ResNet-18's aggregate proves 17 to 20 bits), 48-bit logits; with
+    ``loan_widths``, on the mixer lanes' multipliers."""
     return PooledClassifier(lanes=lanes, data_width=data_width, addr_width=addr_width,
                             max_channels=max_out_folds * pe, max_classes=max_classes,
                             max_size=head_size, value_width=min(24, value_width),
-                            acc_width=48)
+                            acc_width=48, loan_widths=loan_widths)
 
 
 def _shared(m, owner, first, second, sink):
@@ -62,7 +63,8 @@ class UnitEngine(wiring.Component):
         largest height and width of its map (8: ResNet's 7 x 7 at 224 x 224) and the
         most classes; its channels are the runner's output channels, its lanes the
         epilogue's; it reads maps of up to 24-bit elements (ResNet-18's aggregate
-        proves 17 to 20 bits) and bounds its logits at 48 bits.
+        proves 17 to 20 bits), bounds its logits at 48 bits and multiplies on the
+        mixer lanes' multipliers (the runner's ``loan``), which idle while it runs.
     **runner
         The runner's sizes (:class:`~.runner.ConvRunner`: ``arrays``, ``pe``, ``simd``,
         ``planes``, ring and buffer bounds); its row writer's commands are bursts of at
@@ -92,7 +94,8 @@ class UnitEngine(wiring.Component):
         self.head = classifier_head(lanes=r.lanes, pe=r.pe, max_out_folds=r.max_out_folds,
                                     data_width=data_width, addr_width=r.addr_width,
                                     value_width=r.value_width, head_size=head_size,
-                                    max_classes=max_classes)
+                                    max_classes=max_classes,
+                                    loan_widths=(r.value_width, r.mixer.coef_width))
         super().__init__(engine_members(self, data_width=data_width, max_burst=max_burst,
                                         max_outstanding=max_outstanding,
                                         buffer_depth=buffer_depth))
@@ -106,6 +109,9 @@ class UnitEngine(wiring.Component):
         m.submodules.runner = ResetInserter(stop)(self.runner)
         m.submodules.head = ResetInserter(stop)(self.head)
         runner, head = self.runner, self.head
+        # the head's products on the mixer lanes' multipliers, idle while the head runs
+        # (the two never run at once)
+        wiring.connect(m, head.loan, runner.loan)
         # the head has the DMAs from its descriptor to its done, the runner otherwise
         heading = ~head.idle
         cmd = stream.Signature(descriptor_layout(runner.addr_width))
