@@ -60,12 +60,11 @@ def test_the_intended_engines_sizing_uses_the_measured_costs():
     per_array = (beyond["unit-engine-intended"] - beyond["unit-engine-one"]) / 4
     assert sizing._ALM_PER_ARRAY == round(per_array)
     assert sizing._ALM_FIXED == round(beyond["unit-engine-one"] - per_array)
-    # DSP blocks: the head's two a lane, and the engine of the units' beside its lanes
+    # DSP blocks: the engine of the units' beside its lanes (the head has none in it: it
+    # borrows the mixer's, which alone it has two a lane of)
     head = RECORDS["classifier-intended"]["cyclonev"]
-    assert sizing._DSP_PER_HEAD_LANE == head["cells"]["dsp"] // engine_units.SIZES[
-        "classifier-intended"][1]["lanes"]
-    per_vector_lane = (sizing._DSP_PER_VECTOR_LANE + sizing._DSP_PER_MIXER_LANE
-                       + sizing._DSP_PER_HEAD_LANE)
+    assert head["cells"]["dsp"] == 2 * engine_units.SIZES["classifier-intended"][1]["lanes"]
+    per_vector_lane = sizing._DSP_PER_VECTOR_LANE + sizing._DSP_PER_MIXER_LANE
     for name in ("unit-engine-one", "unit-engine-intended", "unit-engine-narrow"):
         p = engine_units.SIZES[name][1]
         assert (RECORDS[name]["cyclonev"]["cells"]["dsp"]

@@ -24,11 +24,12 @@ ALMs; LUT4-based families count two LUT4s per ALM), block-RAM bits and multiplie
 - an XNOR lane with its share of its PE's accumulators: measured, ``BaseArrays`` (one
   array of 16 x 48 lanes and five: the per-lane figure of their difference);
 - a vector lane: measured for its post-op, residual add, ReLU and one threshold
-  (``EpilogueLanes``, 16 lanes: two multipliers, a 32-bit constant times a sum in two
-  pieces) and its mixer lane (``MixerLanes``, 16 lanes: four, a lambda's and a gate's
-  product in two pieces each); the head's lanes (its logic measured with the rest of
-  the units, below), max pooling and the threshold lanes behind the mixer (fusion
-  rule 7) are not in the figure;
+  (``EpilogueLanes``, 16 lanes: one multiplier, an 18-bit scale times a sum) and its
+  mixer lane (``MixerLanes``, 16 lanes: four, a lambda's and a gate's product in two
+  pieces each, the shifts wiring at the lanes' own fraction); the head's lanes (its
+  logic measured with the rest of the units, below; its products on the mixer lanes'
+  multipliers), max pooling and the threshold lanes behind the mixer (fusion rule 7)
+  are not in the figure;
 - an array beyond its lanes, and what does not grow with the arrays: measured, the
   engine of the units (``UnitEngine``: register file, sequencer, DMAs, the classifier
   head, the runner with its layer datapath, loaders, packers, unpacker and writer) at
@@ -36,8 +37,8 @@ ALMs; LUT4-based families count two LUT4s per ALM), block-RAM bits and multiplie
   16 x 32 are predicted 4.3 % below their count (``tests/test_engine_units.py`` holds
   the three within 5 %);
 - the stem: ``stem_pe * stem_simd`` 9x9 multipliers (three per Cyclone V DSP block);
-- DSP blocks: the vector lanes' (epilogue, mixer and classifier head lanes) and the rest
-  of the engine of the units', measured;
+- DSP blocks: the vector lanes' (epilogue and mixer lanes: the classifier head borrows
+  the mixer's) and the rest of the engine of the units', measured;
 - the units not built yet (the stem's control and pooling, max pooling): 2,000 ALMs, a
   guess;
 - tile buffers: their bytes in block RAM at 1,024 usable bytes per 10-kbit block
@@ -77,10 +78,6 @@ CANDIDATES = ((5, 16, 64), (5, 16, 32), (4, 16, 32), (3, 16, 32), (2, 16, 32), (
 _ALM_PER_LANE = 2.27
 _ALM_PER_VECTOR_LANE, _DSP_PER_VECTOR_LANE = 370, 2
 _ALM_PER_MIXER_LANE, _DSP_PER_MIXER_LANE = 533, 4
-#: Measured: DSP blocks a lane of the classifier head (``PooledClassifier``: a sum times a
-#: weight in two pieces), whose lanes are the vector lanes; its logic is in
-#: ``_ALM_FIXED``.
-_DSP_PER_HEAD_LANE = 2
 #: Measured: the engine of the units' DSP blocks beside its vector lanes' (the same at
 #: all three sizes: the DMAs', the runner's and the head's own).
 _DSP_FIXED = 9
@@ -130,8 +127,7 @@ def estimate(config, family="cyclonev"):
     blocks = -(-buffers // _BRAM_BYTES_PER_BLOCK)
     mults = config.stem_pe * config.stem_simd
     dsp = (-(-mults // _MULTS_PER_DSP.get(family, 1)) + _DSP_FIXED
-           + config.vector_lanes * (_DSP_PER_VECTOR_LANE + _DSP_PER_MIXER_LANE
-                                    + _DSP_PER_HEAD_LANE))
+           + config.vector_lanes * (_DSP_PER_VECTOR_LANE + _DSP_PER_MIXER_LANE))
     return dict(logic=int(logic), ram_bits=blocks * _BRAM_BYTES_PER_BLOCK * 8, dsp=dsp)
 
 

@@ -697,6 +697,9 @@ class ConvRunner(wiring.Component):
         has_postop = d.stages & STAGE_BITS["postop"] != 0
         has_thr = d.stages & STAGE_BITS["threshold"] != 0
         has_side = d.stages & STAGE_BITS["add"] != 0
+        # jobs that share one side map read it once, every word into each job's FIFO
+        shared_side = d.flags & FLAG_BITS["shared_side"] != 0
+        side_jobs = Mux(shared_side, 1, d.jobs)
         # the weights are whole weight words, so whole bus words: the post-op follows
         m.d.sync += [weights_at.eq(Mux(has_pro, round_up(pro_bytes), 0)),
                      postop_at.eq(weights_at + d.weight_tile_bytes),
@@ -726,18 +729,25 @@ class ConvRunner(wiring.Component):
         to_side = Signal()
         to_pro = Signal()                 # a prologue's thresholds
         # the side maps: a FIFO a job in front of the unpacker, which takes the jobs'
-        # words in turn; a job's row is read a chunk at a time, job after job, each
-        # chunk only into room for it, so that no read waits on another job's words
+        # words in turn; a row is read a chunk of every job at a time, the jobs' reads
+        # back to back (their latencies overlap: one at a time, a 56 x 56 x 64 side map
+        # of 24 bits paid 11,760 latencies a descriptor), and a batch of chunks of the
+        # same size while the last one's words arrive, only into room for two chunks
+        # in every job's FIFO (the one in flight and its own), so that no read waits on
+        # another job's words
         side_chunk = self.chunk
         side_fifos = []
         for k in range(arrays):
-            fifo = SyncFIFOBuffered(width=dw, depth=2 * side_chunk)
+            fifo = SyncFIFOBuffered(width=dw, depth=4 * side_chunk)
             m.submodules[f"side_fifo{k}"] = fifo
             side_fifos.append(fifo)
             port = getattr(unpacker, f"i{k}")
             m.d.comb += [port.valid.eq(fifo.r_rdy), port.payload.eq(fifo.r_data),
                          fifo.r_en.eq(port.ready), fifo.w_data.eq(self.rd.payload)]
-        w_side = Signal(range(arrays))            # the job whose side chunk is in flight
+        w_side = Signal(range(arrays))            # the job whose side words arrive
+        w_count = Signal(range(side_chunk))       # their words of its chunk so far
+        batch_n = Signal(range(side_chunk + 1))   # words a job's chunk of the batch
+        batch_words = Signal(range(arrays * side_chunk + 1))     # and of every job
         taken = self.rd.valid & self.rd.ready
         weight_words = pe * simd // dw
         part = Signal(range(max(weight_words, 2)))
@@ -775,7 +785,13 @@ class ConvRunner(wiring.Component):
         for k in range(arrays):
             m.d.comb += wv.payload.w[k].eq(word)
         for k, fifo in enumerate(side_fifos):
-            m.d.comb += fifo.w_en.eq(taken & to_side & (w_side == k))
+            m.d.comb += fifo.w_en.eq(taken & to_side & Mux(shared_side, k < d.jobs, w_side == k))
+        with m.If(taken & to_side):
+            with m.If(w_count == batch_n - 1):
+                m.d.sync += [w_count.eq(0),
+                             w_side.eq(Mux(w_side == side_jobs - 1, 0, w_side + 1))]
+            with m.Else():
+                m.d.sync += w_count.eq(w_count + 1)
         with m.If(taken & to_mix):
             m.d.sync += mix_word.eq(mix_word + 1)
             for j in range(len(mix_raw) // dw):
@@ -1066,21 +1082,32 @@ class ConvRunner(wiring.Component):
                         m.next = "DRAIN"
             with m.State("SIDE"):
                 n = Mux(s_left > side_chunk, side_chunk, s_left)
-                room = Const(0)
+                room = Const(1)
                 for k, fifo in enumerate(side_fifos):
-                    room = room | ((s_job == k) & (fifo.level <= side_chunk))
-                with m.If(words_in & (s_left != 0) & room):
+                    room = room & ((fifo.level <= 2 * side_chunk) | (k >= d.jobs))
+                # a batch: every job's chunk, once the last batch's words are all in or,
+                # chunks of the same size, once only the last batch's are still to come
+                # (then none of an earlier batch: they arrive in order)
+                overlap = rd_busy & (n == batch_n) & (left <= batch_words)
+                with m.If((s_job != 0) | ((words_in | overlap) & (s_left != 0) & room)):
                     address = _pick(s_job, side_addr)
-                    read(address + side_row_off + s_offset, n << log_db)
+                    m.d.comb += [self.rd_cmd.valid.eq(1),
+                                 self.rd_cmd.payload.address.eq(address + side_row_off + s_offset),
+                                 self.rd_cmd.payload.length.eq(n << log_db)]
                     with m.If(self.rd_cmd.ready):
-                        m.d.sync += w_side.eq(s_job)
-                        with m.If(s_job == d.jobs - 1):
+                        # the batch's words still to come: this chunk's too (a word may
+                        # arrive in the same cycle)
+                        m.d.sync += [rd_busy.eq(1), left.eq(left + n - taken)]
+                        with m.If((s_job == 0) & words_in):
+                            m.d.sync += [batch_n.eq(n), w_side.eq(0), w_count.eq(0),
+                                         batch_words.eq(n * side_jobs[:bits_of(arrays)])]
+                        with m.If(s_job == side_jobs - 1):
                             m.d.sync += [s_job.eq(0), s_offset.eq(s_offset + (n << log_db)),
                                          s_left.eq(s_left - n)]
                         with m.Else():
                             m.d.sync += s_job.eq(s_job + 1)
-                with m.Elif(words_in & (s_left == 0) & streaming & (s_x != d.out_w - 1)):
-                    # the next pixel's slice
+                with m.Elif((s_left == 0) & streaming & (s_x != d.out_w - 1)):
+                    # the next pixel's slice (its batch may overlap this one's words)
                     m.d.sync += [s_x.eq(s_x + 1), s_pixel_at.eq(s_pixel_at + side_pixel),
                                  s_offset.eq(s_pixel_at + side_pixel + side_slice_at),
                                  s_left.eq(side_slice_words)]
