@@ -731,14 +731,15 @@ class ConvRunner(wiring.Component):
         # the side maps: a FIFO a job in front of the unpacker, which takes the jobs'
         # words in turn; a row is read a chunk of every job at a time, the jobs' reads
         # back to back (their latencies overlap: one at a time, a 56 x 56 x 64 side map
-        # of 24 bits paid 11,760 latencies a descriptor), and a batch of chunks of the
-        # same size while the last one's words arrive, only into room for two chunks
-        # in every job's FIFO (the one in flight and its own), so that no read waits on
-        # another job's words
+        # of 24 bits paid 11,760 latencies a descriptor), and batches of chunks of the
+        # same size while the last three's words arrive (a streaming descriptor's
+        # slices of 6 words: two batches in flight hid 17 cycles of latency, not 48),
+        # only into room for four chunks in every job's FIFO (those in flight and its
+        # own), so that no read waits on another job's words
         side_chunk = self.chunk
         side_fifos = []
         for k in range(arrays):
-            fifo = SyncFIFOBuffered(width=dw, depth=4 * side_chunk)
+            fifo = SyncFIFOBuffered(width=dw, depth=8 * side_chunk)
             m.submodules[f"side_fifo{k}"] = fifo
             side_fifos.append(fifo)
             port = getattr(unpacker, f"i{k}")
@@ -833,6 +834,16 @@ class ConvRunner(wiring.Component):
                 m.d.sync += [rd_busy.eq(1), left.eq(length >> log_db)]
 
         words_in = ~rd_busy | (left == 0)
+        # a row command waiting for the loader: its read is issued as it is set, so that
+        # the row's words are on their way while the loader takes the row before it (a
+        # read a row and job, each after the last one's words, paid 864 latencies in
+        # ResNet-18's 28x28 stride-2 descriptor at 224x224)
+        held_row = Signal.like(loader.row.payload)
+        held_valid = Signal()
+        m.d.comb += [loader.row.payload.eq(held_row), loader.row.valid.eq(held_valid)]
+        with m.If(loader.row.valid & loader.row.ready):
+            m.d.sync += held_valid.eq(0)
+        rows_in = words_in & ~held_valid
         row_addr = [Signal(self.addr_width, name=f"row_addr{k}") for k in range(arrays)]
         iy = Signal(range(self.max_size + 1))
         rows_out = Signal(range(arrays * self.max_size + 1))
@@ -1051,28 +1062,29 @@ class ConvRunner(wiring.Component):
             with m.State("ROW"):
                 # input rows as far as the next side row's output row needs them, then
                 # that side row; a row's jobs one after another
-                r = loader.row
                 iy_s = Signal(signed(len(iy) + 1))
                 m.d.comb += iy_s.eq(iy)
                 side_wanted = has_side & (oy_side != d.out_h)
                 row_next = (iy != d.in_h) & ((job != 0) | ~side_wanted | (iy_s <= need))
-                m.d.comb += [r.valid.eq(words_in & row_next), r.payload.base.eq(slot_base),
-                             r.payload.array.eq(job), r.payload.iy.eq(iy),
-                             r.payload.last.eq(job == d.jobs - 1)]
-                with m.If(r.valid & r.ready):
-                    m.d.sync += rd_busy.eq(0)
+                # the next row's command once the held one leaves (through a prologue,
+                # once every word before it is in: its commands are one at a time)
+                free = ~held_valid | loader.row.ready
+                with m.If(row_next & free & (~has_pro | rows_in)):
+                    m.d.sync += [held_valid.eq(1), held_row.base.eq(slot_base),
+                                 held_row.array.eq(job), held_row.iy.eq(iy),
+                                 held_row.last.eq(job == d.jobs - 1)]
                     with m.If(has_pro):
                         m.next = "ROW_PRO"
                     with m.Else():
                         m.next = "ROW_READ"
-                with m.Elif(words_in & ~row_next & side_wanted):
+                with m.Elif(rows_in & ~row_next & side_wanted):
                     m.d.sync += [rd_busy.eq(0), to_loader.eq(0), to_side.eq(1), s_job.eq(0),
                                  s_x.eq(0), s_pixel_at.eq(0),
                                  s_offset.eq(Mux(streaming, side_slice_at, 0)),
                                  s_left.eq(Mux(streaming, side_slice_words,
                                                d.side_pitch >> log_db))]
                     m.next = "SIDE"
-                with m.Elif(words_in & ~row_next):
+                with m.Elif(rows_in & ~row_next):
                     m.d.sync += [rd_busy.eq(0), to_loader.eq(0)]
                     with m.If(streaming & (ld_fold != d.out_folds)):
                         # the next chunk: its weights into the free half
@@ -1084,11 +1096,11 @@ class ConvRunner(wiring.Component):
                 n = Mux(s_left > side_chunk, side_chunk, s_left)
                 room = Const(1)
                 for k, fifo in enumerate(side_fifos):
-                    room = room & ((fifo.level <= 2 * side_chunk) | (k >= d.jobs))
+                    room = room & ((fifo.level <= 4 * side_chunk) | (k >= d.jobs))
                 # a batch: every job's chunk, once the last batch's words are all in or,
-                # chunks of the same size, once only the last batch's are still to come
-                # (then none of an earlier batch: they arrive in order)
-                overlap = rd_busy & (n == batch_n) & (left <= batch_words)
+                # chunks of the same size, once only the last three batches' are still
+                # to come (then none of an earlier batch: they arrive in order)
+                overlap = rd_busy & (n == batch_n) & (left <= 3 * batch_words)
                 with m.If((s_job != 0) | ((words_in | overlap) & (s_left != 0) & room)):
                     address = _pick(s_job, side_addr)
                     m.d.comb += [self.rd_cmd.valid.eq(1),
@@ -1125,9 +1137,12 @@ class ConvRunner(wiring.Component):
                         m.next = "ROW_READ"
             with m.State("ROW_READ"):
                 address = Signal(self.addr_width)
-                m.d.comb += address.eq(_pick(job, row_addr))
-                read(address, d.in_pitch)
+                m.d.comb += [address.eq(_pick(job, row_addr)), self.rd_cmd.valid.eq(1),
+                             self.rd_cmd.payload.address.eq(address),
+                             self.rd_cmd.payload.length.eq(d.in_pitch)]
                 with m.If(self.rd_cmd.ready):
+                    # the row's words, after those still to come (a word may arrive now)
+                    m.d.sync += [rd_busy.eq(1), left.eq(left + (d.in_pitch >> log_db) - taken)]
                     for k in range(arrays):
                         with m.If(job == k):
                             m.d.sync += row_addr[k].eq(address + d.in_pitch)

@@ -57,7 +57,9 @@ class UnitEngine(wiring.Component):
         Bits of a bus word of both DRAM ports (128: the DE10-Nano's FPGA-to-SDRAM port);
         the program's port width.
     max_burst, max_outstanding, buffer_depth : int
-        The DMAs' (:class:`~.sequencer.EngineShell`).
+        The DMAs' (:class:`~.sequencer.EngineShell`); 8 bursts in flight by default
+        (the DRAM model's ``max_pending``): a streaming descriptor's side slices of 6
+        words need 48 words in flight to hide a latency of 48 cycles.
     head_size, max_classes : int
         The classifier head's bounds (:class:`~.classifier.PooledClassifier`): the
         largest height and width of its map (8: ResNet's 7 x 7 at 224 x 224) and the
@@ -85,7 +87,7 @@ class UnitEngine(wiring.Component):
     The runner's.
     """
 
-    def __init__(self, *, data_width=128, max_burst=16, max_outstanding=4, buffer_depth=None,
+    def __init__(self, *, data_width=128, max_burst=16, max_outstanding=8, buffer_depth=None,
                  head_size=8, max_classes=1024, **runner):
         self.sequencer = Sequencer(data_width=data_width, compute=True)
         runner.setdefault("chunk", max_burst)
