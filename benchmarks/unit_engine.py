@@ -1,11 +1,13 @@
 """Run the engine of the units (``hw/engine/unit_engine.py``) on the fast Verilator path:
-every descriptor its convolution runner executes in two small compiled networks (the
-tests' engine: 2 arrays of 8 x 16 lanes) and in ResNet-18 K=5 at 32x32 (the DE10-Nano's
-array shape, 5 arrays of 16 x 64 lanes), behind the C++ DRAM model at two read
-latencies, each checked byte for byte against the reference model's image; record its
-cycles against the folds it computes.
+every descriptor it executes in two small compiled networks (the tests' engine: 2 arrays
+of 8 x 16 lanes), in ResNet-18 K=5 at 32x32 (the DE10-Nano's array shape, 5 arrays of
+16 x 64 lanes, maps of up to 8 x 8) and at 224x224 (the same arrays, maps of up to 64 x
+64: the DE10-Nano's size), behind the C++ DRAM model at two read latencies of a 16-byte
+port at full rate and at the default DRAM model (``DE10_NANO_DRAM``: latency 48, 10
+bytes a cycle), each checked byte for byte against the reference model's image; record
+its cycles against the folds it computes and against the cycle model's figure.
 
-    python3 benchmarks/unit_engine.py            # about three minutes on two cores
+    python3 benchmarks/unit_engine.py            # about five minutes on two cores
 
 Writes ``benchmarks/results/unit_engine.json`` and the table of docs/architecture.md
 section 15 (between the markers below). A descriptor's utilisation is its fold cycles
@@ -44,15 +46,19 @@ def engines():
     from test_engine_program import zoo_model
     from test_engine_runner import (CONFIG, NETWORKS, RESIDUAL,
                                     compile_model, random_model)
-    from test_engine_unit_engine import RESNET_CONFIG, RESNET_SIZES, SIZES
+    from test_engine_unit_engine import DE10_NANO_SIZES, RESNET_CONFIG, RESNET_SIZES, SIZES
     small = [("odd channels, stride 2", random_model(3, **NETWORKS["odd-channels-stride-2"]),
               CONFIG),
              ("residual adds, option A, BPAC", random_model(3, **RESIDUAL), CONFIG)]
     resnet = [("ResNet-18 K=5, 32x32", zoo_model("resnet18", 5, image_size=32),
                RESNET_CONFIG)]
+    full = [("ResNet-18 K=5, 224x224", zoo_model("resnet18", 5, image_size=224),
+             RESNET_CONFIG)]
     return [("tests' engine", SIZES, 8, [(n, compile_model(m), c) for n, m, c in small]),
             ("intended arrays", RESNET_SIZES, 16,
-             [(n, compile_model(m), c) for n, m, c in resnet])]
+             [(n, compile_model(m), c) for n, m, c in resnet]),
+            ("DE10-Nano size", DE10_NANO_SIZES, 16,
+             [(n, compile_model(m), c) for n, m, c in full])]
 
 
 def stages_of(d):
@@ -72,10 +78,11 @@ def measure(progress=print):
 
     from groupnet_hw.hw.engine.unit_engine import UnitEngine
     from groupnet_hw.sim.engine_rtl import build_engine_rtl
-    from groupnet_hw.compiler.engine.config import DramModel
+    from groupnet_hw.compiler.engine.config import DE10_NANO_DRAM, DramModel
     from groupnet_hw.compiler.engine.cycles import descriptor_cycles
     from groupnet_hw.compiler.engine.program import OPCODE_CODES
-    from test_engine_runner import program_steps
+    from groupnet_hw.hw.engine.runner import ConvRunner
+    from test_engine_runner import map_buffer_takes, program_steps
     from test_engine_unit_engine import on_the_units
 
     rows, sizes_of = [], {}
@@ -88,11 +95,14 @@ def measure(progress=print):
             t0 = time.perf_counter()
             build = build_engine_rtl(path, "unit_engine")
             progress(f"{engine}: built in {time.perf_counter() - t0:.1f} s")
+            region = ConvRunner(data_width=128, **sizes).maps.region_bytes
             for name, g, config in nets:
-                # every descriptor the units run but INPUT, which does nothing
+                # every descriptor the units run but INPUT, which does nothing (a
+                # convolution whose maps its map buffer holds)
                 program, descs, steps = program_steps(
                     g, config, which=lambda d: on_the_units(d, config.arrays)
-                    and d["opcode"] != OPCODE_CODES["INPUT"])
+                    and d["opcode"] != OPCODE_CODES["INPUT"]
+                    and (d["opcode"] != OPCODE_CODES["CONV"] or map_buffer_takes(d, region)))
                 for i, before, after in steps:
                     rows.append(_run(build, name, descs[i], i, before, after))
                     # the cycle model's figure for the same descriptor and DRAM
@@ -100,6 +110,8 @@ def measure(progress=print):
                         dram = DramModel(latency=latency, bytes_per_cycle=BYTES_PER_CYCLE)
                         rows[-1][f"predicted_{latency}"] = descriptor_cycles(
                             descs[i], program.header, config, dram).cycles
+                    rows[-1]["predicted_default"] = descriptor_cycles(
+                        descs[i], program.header, config, DE10_NANO_DRAM).cycles
                     r = rows[-1]
                     progress(f"{name}: descriptor {i}: {r['cycles_1']} / "
                              f"{r[f'cycles_{LATENCIES[-1]}']} cycles, {r['folds']} folds")
@@ -114,12 +126,15 @@ def _run(build, name, d, i, before, after):
     row = dict(network=name, descriptor=i, jobs=d["jobs"], in_c=d["in_c"], out_c=d["out_c"],
                size=d["out_h"], stride=d["stride"], dilation=d["dilation"],
                stages=stages_of(d), folds=folds)
-    for latency in LATENCIES:
+    from groupnet_hw.compiler.engine.config import DE10_NANO_DRAM
+    runs = [(f"cycles_{latency}", latency, BYTES_PER_CYCLE) for latency in LATENCIES]
+    runs.append(("cycles_default", DE10_NANO_DRAM.latency, DE10_NANO_DRAM.bytes_per_cycle))
+    for key, latency, rate in runs:
         run, code = verilog_run(build, d, before, latency=latency, stall=0.0, seed=1,
-                                bytes_per_cycle=BYTES_PER_CYCLE)
+                                bytes_per_cycle=rate)
         if not (run.done and the_image(run.image_after, before, code) == after):
             raise SystemExit(f"{name}, descriptor {i}: not the model's image")
-        row[f"cycles_{latency}"] = run.cycles
+        row[key] = run.cycles
     return row
 
 
@@ -142,7 +157,28 @@ def render(data):
                          for n, c in zip(lat, cycles)) + " | "
             + " | ".join(f"{100 * r['folds'] / c:.0f} %" if r["folds"] else ""
                          for c in cycles) + " |")
+    lines += ["", "| network | " + " | ".join(
+        f"cycles against predicted (latency {n})" for n in lat)
+        + " | cycles against predicted (default DRAM model) |",
+        "|---|" + "---:|" * (len(lat) + 1)]
+    for net, total in totals(data).items():
+        lines.append(f"| {net} | " + " | ".join(
+            f"{c:,} / {p:,} ({100 * (c / p - 1):+.1f} %)" for c, p in total) + " |")
     return "\n".join(lines)
+
+
+def totals(data):
+    """Per network: ``(RTL cycles, predicted)`` summed over its descriptors, at each
+    latency and at the default DRAM model."""
+    keys = [(f"cycles_{n}", f"predicted_{n}") for n in data["latencies"]]
+    keys.append(("cycles_default", "predicted_default"))
+    out = {}
+    for r in data["descriptors"]:
+        sums = out.setdefault(r["network"], [[0, 0] for _ in keys])
+        for s, (c, p) in zip(sums, keys):
+            s[0] += r[c]
+            s[1] += r[p]
+    return {net: [tuple(s) for s in sums] for net, sums in out.items()}
 
 
 def write_doc(data):

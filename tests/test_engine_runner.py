@@ -491,8 +491,8 @@ def test_the_intended_runner_takes_the_paper_networks_binary_convolutions_at_224
     (two kinds, each larger than a region) are refused: 18 of ResNet-18's 19 binary
     convolutions run, 34 of ResNet-34's 35."""
     from test_engine_program import zoo_model
-    from test_engine_unit_engine import RESNET_CONFIG, RESNET_SIZES
-    sizes = dict(RESNET_SIZES, max_size=64)
+    from test_engine_unit_engine import DE10_NANO_SIZES, RESNET_CONFIG
+    sizes = DE10_NANO_SIZES
     runner = ConvRunner(data_width=8 * RESNET_CONFIG.port_bytes, **sizes)
     region = runner.maps.region_bytes
     programs = {arch: read_program(compile_engine(

@@ -38,6 +38,8 @@ RESNET_SIZES = dict(arrays=5, pe=16, simd=64, lanes=8, ring_rows=16, ring_words=
                     max_out_folds=32, map_words=4096)
 #: its program's configuration: the intended engine
 RESNET_CONFIG = EngineConfig()
+#: the same arrays at the DE10-Nano's size: maps of up to 64 x 64 (ResNet at 224x224)
+DE10_NANO_SIZES = dict(RESNET_SIZES, max_size=64)
 
 
 @pytest.fixture(scope="module")
@@ -290,7 +292,8 @@ def test_the_docs_table_is_the_benchmarks_record():
     assert f"{unit_engine.BEGIN}\n{unit_engine.render(data)}\n{unit_engine.END}" in doc
     # the record is of the tests' engine and of the intended arrays
     assert data["engines"] == {"tests' engine": dict(SIZES, max_burst=8),
-                               "intended arrays": dict(RESNET_SIZES, max_burst=16)}
+                               "intended arrays": dict(RESNET_SIZES, max_burst=16),
+                               "DE10-Nano size": dict(DE10_NANO_SIZES, max_burst=16)}
 
 
 @pytest.mark.slow
