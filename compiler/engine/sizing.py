@@ -34,7 +34,7 @@ ALMs; LUT4-based families count two LUT4s per ALM), block-RAM bits and multiplie
   engine of the units (``UnitEngine``: register file, sequencer, DMAs, the classifier
   head, the runner with its layer datapath, loaders, packers, unpacker and writer) at
   one array of 16 x 48 lanes and at five of 16 x 64, less their XNOR and vector lanes; five arrays of
-  16 x 32 are predicted 4.3 % below their count (``tests/test_engine_units.py`` holds
+  16 x 32 are predicted 4.6 % below their count (``tests/test_engine_units.py`` holds
   the three within 5 %);
 - the stem: ``stem_pe * stem_simd`` 9x9 multipliers (three per Cyclone V DSP block);
 - DSP blocks: the vector lanes' (epilogue and mixer lanes: the classifier head borrows
@@ -44,10 +44,10 @@ ALMs; LUT4-based families count two LUT4s per ALM), block-RAM bits and multiplie
 - tile buffers: their bytes in block RAM at 1,024 usable bytes per 10-kbit block
   (32-bit-wide M10K ports assembled to the port width).
 
-Measured so, 5 x 16 x 64 with 8 vector lanes takes 94.8 % of the DE10-Nano's ALMs with
-the guess (the classifier head, measured now, costs more than the whole guess it
-replaced) and 108 % of its DSP blocks, past the default 90 %; with 4 vector lanes it
-takes 86.2 % and 79 %, so the DE10-Nano gets 5 x 16 x 64 with 4 vector lanes. The ladder of
+Measured so, 5 x 16 x 64 with 8 vector lanes takes 89.3 % of the DE10-Nano's ALMs with
+the guess and 86.6 % of its DSP blocks (97), within the default 90 %: the mixer lanes'
+shifts are wiring, a post-op scale is one multiplier, and the classifier head
+multiplies on the mixer's multipliers. The ladder of
 candidates tops out at 5 arrays x 16 PE x 64 SIMD: K = 5 bases run in one round, SIMD 64
 divides every channel count of the paper's networks
 (the window gatherer gives a tap's channels words of their own), and ResNet-18 K=5 is
@@ -76,8 +76,8 @@ CANDIDATES = ((5, 16, 64), (5, 16, 32), (4, 16, 32), (3, 16, 32), (2, 16, 32), (
 #: and DSP blocks a vector lane: an epilogue lane and a mixer lane (the mixer writes
 #: most of a Group-Net's maps, fusion rules 5 and 7).
 _ALM_PER_LANE = 2.27
-_ALM_PER_VECTOR_LANE, _DSP_PER_VECTOR_LANE = 370, 2
-_ALM_PER_MIXER_LANE, _DSP_PER_MIXER_LANE = 533, 4
+_ALM_PER_VECTOR_LANE, _DSP_PER_VECTOR_LANE = 272, 1
+_ALM_PER_MIXER_LANE, _DSP_PER_MIXER_LANE = 304, 4
 #: Measured: the engine of the units' DSP blocks beside its vector lanes' (the same at
 #: all three sizes: the DMAs', the runner's and the head's own).
 _DSP_FIXED = 9
@@ -92,8 +92,8 @@ _MIN_VECTOR_LANES = 4
 #: beyond its lanes (its slice of the gatherer's ring, its fold issuer, its job's share
 #: of the feeder, packers, unpacker and writer) and what does not grow with the arrays.
 #: A third size, five arrays of 16 x 32 (``unit-engine-narrow``), checks the fit.
-_ALM_PER_ARRAY = 743
-_ALM_FIXED = 15158
+_ALM_PER_ARRAY = 766
+_ALM_FIXED = 15371
 #: Vector lanes the sizing keeps before it takes the stem's multipliers: a 3x3 layer of
 #: 64 channels gives 5 arrays' 80 sums every 9 cycles, 10 beats of 8 lanes (1 % of
 #: ResNet-18's frame against 16 lanes; 4 lanes would double its first stage).
@@ -144,7 +144,7 @@ def size_engine(board="de10nano", max_util=0.9, clock_mhz=100.0):
     Buffers shrink (halving, down to 2 KiB each) before the arrays do. Over the logic
     budget the vector lanes halve down to :data:`_MIN_VECTOR_LANES` before the next
     candidate's arrays are tried (ResNet-18 K=5 at 224x224: 5 x 16 x 64 with 4 lanes
-    22.9 frames/s, 5 x 16 x 32 with 8 20.8). Over the DSP budget the vector lanes go
+    is 22.9 frames/s, with 8 25.4, 5 x 16 x 32 with 8 20.8). Over the DSP budget the vector lanes go
     first down to :data:`_KEPT_VECTOR_LANES`, then the stem's multipliers (three at a
     time: a Cyclone V DSP block's three 9x9 products), then the rest.
 

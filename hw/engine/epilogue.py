@@ -18,8 +18,8 @@ from amaranth.lib.wiring import In, Out
 from ..arith import positive_int, registered_pieces, sum_tree
 from ..skid import skid_outputs, staged
 
-__all__ = ["EpilogueLanes", "epilogue_settings", "epilogue_layout", "scale_width", "compared_halves",
-           "joined_halves", "level_count"]
+__all__ = ["EpilogueLanes", "epilogue_settings", "epilogue_layout", "scale_width",
+           "compared_halves", "joined_halves", "level_count"]
 
 #: Bits of the post-op's shift.
 SHIFT_BITS = 6

@@ -13,9 +13,9 @@ The lanes take their coefficients at one fraction of their own, ``fraction`` bit
 that both shifts are wiring: a coefficient ``c`` of ``f`` fraction bits becomes ``c <<
 (fraction - f)`` (:func:`at_fraction`), and ``round_shift(sum c_k x_k << d, f + d) ==
 round_shift(sum c_k x_k, f)`` for any ``d >= 0`` (round half up adds ``2**(f+d-1)``,
-the same half). A run-time shift a lane, two a lane, were half of the lanes' logic
-(274 of 533 ALMs a lane on Cyclone V); the runner scales a descriptor's coefficients
-once, as it loads them.
+the same half). Two run-time shifts a lane were half of the lanes' logic (274 of 533
+ALMs a lane on Cyclone V); the runner scales a descriptor's coefficients once, as it
+loads them.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from ..arith import multiplier_loan, positive_int, registered_pieces, sum_tree
 from ..fifo import block_ram_fifo
 from ..skid import skid_outputs
 
-__all__ = ["MixerLanes", "mixer_settings"]
+__all__ = ["MixerLanes", "mixer_settings", "at_fraction", "FRACTION"]
 
 #: The lanes' coefficients' fraction bits unless told otherwise: a descriptor's lambdas
 #: and gates of up to 12 fraction bits (the paper's networks have 8) run on them.
@@ -49,8 +49,8 @@ def mixer_settings(max_jobs, coef_width):
 def at_fraction(coefficient, frac, fraction, width):
     """A coefficient of ``frac`` fraction bits at ``fraction`` bits, in ``signed(width)``:
     ``coefficient << (fraction - frac)``, for a run-time ``frac``. Exact when ``frac <=
-    fraction`` and the result fits ``width`` (the compiler's check,
-    :func:`~groupnet_hw.compiler.engine.target.mixer_refusal`); else it wraps."""
+    fraction`` and the result fits ``width`` (the compiler refuses programs past them:
+    ``EngineConfig.coefficient_fraction``); else it wraps."""
     amount = (fraction - Value.cast(frac))[:max(1, fraction.bit_length())]
     return (Value.cast(coefficient).as_signed() << amount)[:width].as_signed()
 

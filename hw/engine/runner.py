@@ -175,8 +175,10 @@ class ConvRunner(wiring.Component):
 
     Latency
     -------
-    Per descriptor: the job table's read, then each section's and each row's read
-    latency in turn (the transfers do not overlap yet), plus the datapath's latency.
+    Per descriptor: the job table's read, then each section's and each job's weights'
+    read latency in turn, plus the datapath's latency. Rows' and side maps' reads
+    overlap (a row's goes out while the loader takes the one before it; a side row's
+    chunks a batch of every job at a time, three batches deep).
 
     Throughput
     ----------
