@@ -80,10 +80,8 @@ def measure(progress=print):
     from groupnet_hw.sim.engine_rtl import build_engine_rtl
     from groupnet_hw.compiler.engine.config import DE10_NANO_DRAM, DramModel
     from groupnet_hw.compiler.engine.cycles import descriptor_cycles
-    from groupnet_hw.compiler.engine.program import OPCODE_CODES
-    from groupnet_hw.hw.engine.runner import ConvRunner
-    from test_engine_runner import map_buffer_takes, program_steps
-    from test_engine_unit_engine import on_the_units
+    from test_engine_runner import program_steps
+    from test_engine_unit_engine import measured_on_the_units
 
     rows, sizes_of = [], {}
     for engine, sizes, burst, nets in engines():
@@ -95,14 +93,9 @@ def measure(progress=print):
             t0 = time.perf_counter()
             build = build_engine_rtl(path, "unit_engine")
             progress(f"{engine}: built in {time.perf_counter() - t0:.1f} s")
-            region = ConvRunner(data_width=128, **sizes).maps.region_bytes
+            measured = measured_on_the_units(sizes)
             for name, g, config in nets:
-                # every descriptor the units run but INPUT, which does nothing (a
-                # convolution whose maps its map buffer holds)
-                program, descs, steps = program_steps(
-                    g, config, which=lambda d: on_the_units(d, config.arrays)
-                    and d["opcode"] != OPCODE_CODES["INPUT"]
-                    and (d["opcode"] != OPCODE_CODES["CONV"] or map_buffer_takes(d, region)))
+                program, descs, steps = program_steps(g, config, which=measured)
                 for i, before, after in steps:
                     rows.append(_run(build, name, descs[i], i, before, after))
                     # the cycle model's figure for the same descriptor and DRAM

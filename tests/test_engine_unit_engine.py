@@ -260,6 +260,18 @@ def on_the_units(d, arrays=None):
                 and d["in_elem"] <= 24))
 
 
+def measured_on_the_units(sizes):
+    """Whether a descriptor's cycles are measured on the engine of the units of
+    ``sizes`` (the unit engine benchmark's and the 224x224 test's): one the units run
+    but INPUT, which does nothing, a convolution only when its maps fit their map
+    buffer."""
+    from groupnet_hw.hw.engine.runner import ConvRunner
+    from test_engine_runner import map_buffer_takes
+    region = ConvRunner(data_width=128, **sizes).maps.region_bytes
+    return lambda d: (on_the_units(d, sizes["arrays"]) and d["opcode"] != OPCODE_CODES["INPUT"]
+                      and (d["opcode"] != OPCODE_CODES["CONV"] or map_buffer_takes(d, region)))
+
+
 @pytest.fixture(scope="module")
 def residual_network():
     """Channels of 16 and 24: its head too runs on the units."""
@@ -347,14 +359,10 @@ def test_resnet18_at_224_on_the_de10_nanos_units_near_the_cycle_model():
 
     from groupnet_hw.compiler.engine.config import DE10_NANO_DRAM
     from groupnet_hw.compiler.engine.cycles import descriptor_cycles
-    from groupnet_hw.hw.engine.runner import ConvRunner
     from test_engine_program import zoo_model
-    from test_engine_runner import map_buffer_takes
-    region = ConvRunner(data_width=128, **DE10_NANO_SIZES).maps.region_bytes
     g = compile_model(zoo_model("resnet18", 5, image_size=224))
-    program, descs, steps = program_steps(g, RESNET_CONFIG, which=lambda d: (
-        on_the_units(d, RESNET_CONFIG.arrays) and d["opcode"] != OPCODE_CODES["INPUT"]
-        and (d["opcode"] != OPCODE_CODES["CONV"] or map_buffer_takes(d, region))))
+    program, descs, steps = program_steps(g, RESNET_CONFIG,
+                                          which=measured_on_the_units(DE10_NANO_SIZES))
     assert len(steps) == 19
     measured = predicted = 0
     with tempfile.TemporaryDirectory() as work:
