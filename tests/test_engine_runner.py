@@ -123,13 +123,14 @@ def run_runner(program, d, image, **bench):
 
 
 def run_runner_in_turn(program, runs, *, p_wait=0.0, latency=(1, 3), seed=0,
-                       max_cycles=200_000, unit=None, lender=None, **params):
+                       max_cycles=200_000, unit=None, lender=None, words_read=None,
+                       **params):
     """Run each ``(descriptor, image)`` of ``runs`` on one runner (or ``unit``, a
     component of the runner's ports), one after another, the memory set to the run's
     image before its descriptor is given (one simulation: building it takes as long as
     running a small descriptor). Returns each run's ``(memory, result)``, result
     ``"done"`` or ``("error", code)``. A ``unit`` that borrows multipliers borrows
-    ``lender``'s."""
+    ``lender``'s. A list ``words_read`` gets each run's bus words read."""
     cfg = program.config
     top = RunnerTop(unit, lender, arrays=cfg.arrays, pe=cfg.pe, simd=cfg.simd,
                     data_width=8 * cfg.port_bytes, **params)
@@ -163,6 +164,8 @@ def run_runner_in_turn(program, runs, *, p_wait=0.0, latency=(1, 3), seed=0,
                 ctx.set(runner.desc.valid, 0)
             if result and not ctx.get(top.wr.busy) and wr.idle() and rd.idle():
                 outcomes.append((bytes(mem[BASE:BASE + size]), result[0]))
+                if words_read is not None:
+                    words_read.append(rd.words_returned - sum(words_read))
                 return
         raise AssertionError(f"the runner did not finish in {max_cycles} cycles")
 
@@ -303,6 +306,48 @@ def test_a_one_by_one_downsample_convolution():
     got, result = run_runner(program, wide_too, steps[0][1], max_size=16, max_words=4,
                              max_out_folds=4, ring_rows=8, ring_words=256)
     assert result == ("error", ERROR_CAUSES["unsupported"]) and got == steps[0][1]
+
+
+def sharing_one_input(program, d, image):
+    """``d`` made to read one input map for all its jobs: its job table's input
+    addresses the first job's and the ``shared_input`` flag; ``(descriptor, image,
+    the model's image after it)``."""
+    from groupnet_hw.compiler.engine.program import JOB
+    header, _ = read_program(program)
+    image = bytearray(image)
+    at = d["table_addr"] - BASE
+    for k in range(1, d["jobs"]):
+        image[at + k * JOB.itemsize:at + k * JOB.itemsize + 4] = image[at:at + 4]
+    shared = {**d, "flags": d["flags"] | FLAG_BITS["shared_input"]}
+    after = bytearray(image)
+    run_descriptor(shared, header, _Memory(after, BASE))
+    return shared, bytes(image), bytes(after)
+
+
+def test_a_map_every_job_reads_is_read_once_for_all_of_them():
+    """Each two-job convolution without a residual add of a network, made to read one
+    input map (``shared_input``): the runner reads each row once and the replay unit
+    gives it to both arrays in turn, so the memory after it is the model's and it reads
+    fewer words than the same descriptor without the flag; wait states."""
+    g = compile_model(random_model(3, **NETWORKS["odd-channels-stride-2"]))
+    program, descs, steps = program_steps(g, CONFIG)
+    picked = [(descs[i], before) for i, before, _ in steps
+              if descs[i]["jobs"] == 2 and not descs[i]["stages"] & STAGE_BITS["add"]]
+    assert len(picked) >= 2
+    runs, afters = [], []
+    for d, before in picked:
+        shared, image, after = sharing_one_input(program, d, before)
+        runs += [(shared, image), (d, image)]
+        afters.append(after)
+    counts = []
+    outcomes = run_runner_in_turn(program, runs, max_size=16, max_words=4, max_out_folds=4,
+                                  ring_rows=8, ring_words=256, p_wait=0.2, latency=(2, 9),
+                                  seed=7, words_read=counts)
+    for n, after in enumerate(afters):
+        for got, result in outcomes[2 * n:2 * n + 2]:
+            assert result == "done" and first_difference(got, after) is None, n
+        rows = picked[n][0]["in_h"] * picked[n][0]["in_pitch"] // CONFIG.port_bytes
+        assert counts[2 * n] == counts[2 * n + 1] - rows, (n, counts)
 
 
 def test_under_wait_states_and_long_latency():

@@ -45,6 +45,12 @@ class EngineConfig:
         On-chip tile buffers in bytes, each double buffered (a transfer fills one half
         while the units work on the other). The input and output buffers are shared by
         the arrays (the jobs of one round split them); the weight buffer is per array.
+    replay_row_bytes : int
+        Bytes of an input row the runner's row replay holds (``hw/engine/replay.py``,
+        two slots): a binary convolution whose jobs all read one map
+        (``shared_input``) reads each row of at most these bytes once for every job of
+        a round, else once a job (and beside a residual add, whose side rows come
+        between the input rows, always once a job).
     ring_rows : int
         Rows of the window gatherer's ring (docs/architecture.md section 15): a
         weight-streaming descriptor reads its input once for all its chunks only where
@@ -124,6 +130,7 @@ class EngineConfig:
     weight_buffer: int = 16 * 1024
     output_buffer: int = 192 * 1024
     ring_rows: int = 16
+    replay_row_bytes: int = 8192
     clock_mhz: float = 100.0
     pipeline_depth: int = 24
     scratchpad: int = 0
@@ -142,7 +149,7 @@ class EngineConfig:
                   vector_lanes=self.vector_lanes, port_bytes=self.port_bytes,
                   input_buffer=self.input_buffer, weight_buffer=self.weight_buffer,
                   output_buffer=self.output_buffer, pipeline_depth=self.pipeline_depth,
-                  ring_rows=self.ring_rows)
+                  ring_rows=self.ring_rows, replay_row_bytes=self.replay_row_bytes)
         if self.scratchpad < 0 or self.scratchpad % self.port_bytes:
             raise ValueError(f"EngineConfig.scratchpad ({self.scratchpad}) must be whole "
                              "port words")

@@ -9,6 +9,9 @@ For one descriptor (docs/architecture.md section 12):
   or where more, the epilogue's ``jobs * ceil(PE/lanes)`` beats an output fold
   (:func:`binary_fold_cycles`); the K jobs of a descriptor run on the ``arrays``
   arrays in ``ceil(K/arrays)`` rounds.
+  A prologue threshold (of a fixed-point input, fusion rule 3) takes 8 channels a
+  cycle of every row it reads for every job, in parallel with the arrays: where it is
+  more, it bounds the compute.
   The stem uses the same formula on its multiplier array; max pooling takes
   ``k*k*ceil(C/lanes)`` cycles per output pixel and element-wise ops ``ceil(C/lanes)``
   per pixel and input (``lanes`` = :attr:`EngineConfig.vector_lanes`), job after job;
@@ -17,8 +20,11 @@ For one descriptor (docs/architecture.md section 12):
   1 % of ResNet-18's frame) and multiplies ``classes*ceil(C/lanes)``. A convolution
   that pools on chip computes the rows its pooling tiles need (rows shared by two tiles twice); the pooling keeps pace.
 - memory: DRAM bytes read (the input rows the tiles use, each once: the input buffer
-  is a ring that keeps a tile's halo rows for the next, :mod:`.tiling`; an input or
-  side input shared by the jobs of a round is read once per round; weights once per
+  is a ring that keeps a tile's halo rows for the next, :mod:`.tiling`; an input
+  shared by the jobs of a round is read once per round (a binary convolution's: where
+  the runner's row replay holds its rows, ``EngineConfig.replay_row_bytes``, and no
+  residual add's side rows come between them; else once a job), a side input shared
+  so once per round too; weights once per
   job if they fit half the weight buffer, else once per tile; other parameters once per
   job; side inputs; the descriptor and its job table) and written (outputs), at
   ``DramModel.bytes_per_cycle``, plus one read latency. A weight-streaming descriptor
@@ -102,6 +108,19 @@ def _core_pixels(d):
     return rows * d["mid_w"]
 
 
+def _input_passes(d, config):
+    """Times a descriptor reads its input: a streamed one once per weight chunk unless
+    resident."""
+    return 1 if input_resident(d, config) else n_chunks(d)
+
+
+def _replayed(d, config):
+    """Whether the runner's row replay gives a shared input's rows to every job of a
+    round (``hw/engine/replay.py``): rows it holds, no residual add's side rows between
+    them."""
+    return not d["stages"] & STAGE_BITS["add"] and d["in_pitch"] <= config.replay_row_bytes
+
+
 def binary_fold_cycles(d, config):
     """Cycles of one output fold (``pe`` channels of every job of a round) of a binary
     convolution on the intended engine's units (docs/architecture.md section 15): its
@@ -130,6 +149,9 @@ def descriptor_cycles(d, header, config, dram, label=""):
             compute = rounds * core_px * g * _ceil(d["out_c"] // g, config.pe) * \
                 binary_fold_cycles(d, config)
             macs = jobs * core_px * d["out_c"] * n
+            if d["stages"] & STAGE_BITS["prologue_threshold"]:
+                compute = max(compute, jobs * _input_passes(d, config) * input_rows_read(d)
+                              * d["in_w"] * _ceil(d["in_c"], 8))
     elif op == "MAXPOOL":
         compute = jobs * out_px * d["kernel"] ** 2 * _ceil(d["out_c"], lanes)
     elif op in ("PIXEL", "SUBSAMPLE", "REPEAT", "MIXER", "GATE"):
@@ -144,10 +166,9 @@ def descriptor_cycles(d, header, config, dram, label=""):
             in_bytes = d["in_bytes"]
         else:
             in_bytes = input_rows_read(d) * d["in_pitch"]
-        shared = d["flags"] & FLAG_BITS["shared_input"] and op not in ("MIXER", "GATE")
-        # a streamed descriptor reads its input once per weight chunk unless resident
-        in_passes = 1 if input_resident(d, config) else n_chunks(d)
-        read += in_bytes * (rounds if shared else jobs) * in_passes
+        shared = d["flags"] & FLAG_BITS["shared_input"] and op not in ("MIXER", "GATE") and (
+            op != "CONV" or _replayed(d, config))
+        read += in_bytes * (rounds if shared else jobs) * _input_passes(d, config)
         if d["stages"] & STAGE_BITS["add"]:
             side_reads = 1 if op in ("MIXER", "GATE") else (
                 rounds if d["flags"] & FLAG_BITS["shared_side"] else jobs)

@@ -19,9 +19,11 @@ gatherer's steps, a pixel's bytes, the windows) is the descriptor's *unit geomet
 which the compiler computes (``compiler/engine/gather.py``): the runner multiplies
 nothing but small counts once a descriptor.
 
-This first runner executes the transfers one after another: a read command is issued
-once the previous one's words are all taken, and the constants and weights are loaded
-before the first row. What it runs: a CONV of binary weights and one channel group,
+The constants and weights are loaded before the first row, a read at a time; rows and
+side maps overlap their reads (``ConvRunner``'s latency). A map every job of a round
+reads (``shared_input``, no residual add) is read a row at a time into the
+:class:`~.replay.RowReplay`, which gives each row to every job in turn, the next row's
+read overlapping. What it runs: a CONV of binary weights and one channel group,
 with any of the post-op, residual add, ReLU and threshold stages, binary or 2-/4-bit
 level inputs or a prologue threshold of a fixed-point map (8-, 16- or 32-bit elements,
 a multiple of 8 channels, 4-byte thresholds, levels of the ring's bits), every output
@@ -79,6 +81,7 @@ from .mapbuffer import MapBuffer
 from .mixer import MixerLanes, at_fraction
 from .packer import ELEMS, OutputPacker
 from .prologue import PROLOGUE_ELEMS, PROLOGUE_LEVELS, PrologueThreshold
+from .replay import RowReplay
 from .unpacker import InputUnpacker
 from .writer import RowWriter
 
@@ -144,6 +147,10 @@ class ConvRunner(wiring.Component):
         Bounds of the units (:class:`~.layer.LayerDatapath`).
     chunk : int
         Words of the row writer's commands (:class:`~.writer.RowWriter`).
+    replay_words : int
+        Bus words of a row the :class:`~.replay.RowReplay` holds (a power of two): an
+        input map all jobs read (``shared_input``) whose rows are at most this is read
+        once for every job of a round, else once a job.
     map_words : int
         Bus words of the output map buffer (:class:`~.mapbuffer.MapBuffer`) that a
         weight-streaming descriptor's outputs are assembled in: each job's map and its
@@ -178,7 +185,8 @@ class ConvRunner(wiring.Component):
     Per descriptor: the job table's read, then each section's and each job's weights'
     read latency in turn, plus the datapath's latency. Rows' and side maps' reads
     overlap (a row's goes out while the loader takes the one before it; a side row's
-    chunks a batch of every job at a time, three batches deep).
+    chunks a batch of every job at a time, three batches deep; a shared map's next row
+    while the replay unit gives out this one).
 
     Throughput
     ----------
@@ -188,7 +196,8 @@ class ConvRunner(wiring.Component):
     def __init__(self, *, arrays, pe, simd, planes=1, lanes=None, data_width=128,
                  addr_width=32, ring_rows=4, ring_words=1024, max_size=64, max_words=8,
                  max_kernel=3, max_weight_words=512, max_out_folds=16, const_width=32,
-                 value_width=32, max_levels=1, chunk=8, map_words=256):
+                 value_width=32, max_levels=1, chunk=8, map_words=256,
+                 replay_words=512):
         for name, value in (("arrays", arrays), ("pe", pe), ("simd", simd),
                             ("data_width", data_width), ("chunk", chunk)):
             positive_int(f"ConvRunner: {name}", value)
@@ -254,6 +263,8 @@ class ConvRunner(wiring.Component):
                                           max_size=max_size, max_channels=max_words * simd,
                                           max_levels=self.prologue_levels) \
             if data_width in (128, 256) else None
+        # a map every job reads: each row read once, given out once a job
+        self.replay = RowReplay(data_width=data_width, row_words=replay_words)
         self.chunk = chunk
         self.arrays, self.pe, self.simd, self.planes, self.lanes = arrays, pe, simd, planes, lanes
         self.data_width, self.addr_width = data_width, addr_width
@@ -375,6 +386,7 @@ class ConvRunner(wiring.Component):
         pro = self.prologue
         if pro is not None:
             m.submodules.prologue = pro
+        m.submodules.replay = replay_unit = self.replay
         layer, loader, consts = self.layer, self.loader, self.constants
         unpacker, mixer, levels, lpacker = self.unpacker, self.mixer, self.levels, self.level_packer
         packer, writer = self.packer, self.writer
@@ -583,6 +595,12 @@ class ConvRunner(wiring.Component):
         # a prologue hands the loader rows of levels: their element bits, pixel bytes
         # and bus words a row (the row's product registered), not the fixed map's
         has_pro = d.stages & STAGE_BITS["prologue_threshold"] != 0
+        # a map every job of a round reads, its rows through the replay unit (not
+        # beside a residual add, whose side rows come between input rows)
+        replay = Signal(name="replay")
+        m.d.sync += replay.eq((d.flags & FLAG_BITS["shared_input"] != 0)
+                              & (d.stages & STAGE_BITS["add"] == 0)
+                              & (d.in_pitch <= self.replay.row_words * db))
         level_bits = Mux(d.in_levels == 1, 1, Mux(d.in_levels == 3, 2, 4))
         level_pixel = Mux(d.in_levels == 1, d.in_c >> 3, Mux(d.in_levels == 3, d.in_c >> 2,
                                                                d.in_c >> 1))
@@ -759,25 +777,35 @@ class ConvRunner(wiring.Component):
         job = Signal(range(arrays + 1))
         word_done = part == weight_words - 1
         # rows go to the loader, or through the prologue (as its thresholds do) and
-        # then to the loader
+        # then to the loader; a map every job reads, into the replay unit, and from it
+        # once a job to the prologue or the loader
         rd_words = self.rd.valid & rd_busy & (left != 0)
-        pro_in = to_pro | (to_loader & has_pro)
+        fill = to_loader & replay
+        pro_in = to_pro | (to_loader & has_pro & ~replay)
+        replayed = replay & ~to_pro          # the rows' words come from the replay unit
+        row_valid = Mux(replayed, replay_unit.o.valid, rd_words & to_loader)
+        row_payload = Mux(replayed, replay_unit.o.payload, self.rd.payload)
         pro_ready = Const(0)
         if pro is not None:
             pro_ready = pro.i.ready
-            m.d.comb += [pro.i.valid.eq(rd_words & pro_in), pro.i.payload.eq(self.rd.payload),
+            m.d.comb += [pro.i.valid.eq(Mux(replayed, has_pro & row_valid, rd_words & pro_in)),
+                         pro.i.payload.eq(row_payload),
                          pro.o.ready.eq(has_pro & loader.data.ready)]
         m.d.comb += [
             self.rd.ready.eq(rd_busy & (left != 0) & (
                 to_table | to_side | to_mix | (to_consts & consts.data.ready)
-                | (to_loader & ~has_pro & loader.data.ready) | (pro_in & pro_ready)
+                | (to_loader & ~has_pro & ~replay & loader.data.ready) | (pro_in & pro_ready)
+                | (fill & replay_unit.i.ready)
                 | (to_weights & (~word_done | layer.weights.ready)))),
+            replay_unit.i.valid.eq(rd_words & fill), replay_unit.i.payload.eq(self.rd.payload),
+            replay_unit.o.ready.eq(replayed & Mux(has_pro, pro_ready, loader.data.ready)),
+            replay_unit.words.eq(d.in_pitch >> log_db),
             consts.data.valid.eq(rd_words & to_consts),
             consts.data.payload.eq(self.rd.payload),
             loader.data.valid.eq(Mux(has_pro, pro.o.valid if pro is not None else 0,
-                                     rd_words & to_loader)),
+                                     row_valid)),
             loader.data.payload.eq(Mux(has_pro, pro.o.payload if pro is not None else 0,
-                                       self.rd.payload)),
+                                       row_payload)),
         ]
         # a weight word: `weight_words` bus words, the last completing it
         wv = layer.weights
@@ -846,6 +874,11 @@ class ConvRunner(wiring.Component):
         with m.If(loader.row.valid & loader.row.ready):
             m.d.sync += held_valid.eq(0)
         rows_in = words_in & ~held_valid
+        # a replayed map's rows: read (`fill_iy`) while the replay unit has a slot
+        # free, i.e. at most one row ahead of the last given out fresh (`fresh_rows`)
+        filling = Signal()
+        fill_iy = Signal(range(self.max_size + 1))
+        fresh_rows = Signal(range(self.max_size + 1))
         row_addr = [Signal(self.addr_width, name=f"row_addr{k}") for k in range(arrays)]
         iy = Signal(range(self.max_size + 1))
         rows_out = Signal(range(arrays * self.max_size + 1))
@@ -878,6 +911,8 @@ class ConvRunner(wiring.Component):
         with m.FSM(name="phase") as fsm:
             with m.State("IDLE"):
                 m.d.comb += [self.idle.eq(1), self.desc.ready.eq(1)]
+                # (the next descriptor's rows are not this one's)
+                m.d.sync += filling.eq(0)
                 with m.If(self.desc.valid):
                     m.d.sync += d.eq(self.desc.payload)
                     m.next = "SIZE"
@@ -1038,6 +1073,8 @@ class ConvRunner(wiring.Component):
                                  # a map the ring holds whole is read for the first chunk
                                  # alone: the next gather it from the ring again
                                  iy.eq(Mux(ring_holds_map, d.in_h, 0)),
+                                 fill_iy.eq(Mux(ring_holds_map, d.in_h, 0)),
+                                 fresh_rows.eq(0), filling.eq(replay),
                                  stale_rows.eq(~ring_holds_map),
                                  side_slice_words.eq(side_slice_ld),
                                  side_row_words.eq(side_row_ld),
@@ -1071,12 +1108,14 @@ class ConvRunner(wiring.Component):
                 # the next row's command once the held one leaves (through a prologue,
                 # once every word before it is in: its commands are one at a time)
                 free = ~held_valid | loader.row.ready
-                with m.If(row_next & free & (~has_pro | rows_in)):
+                with m.If(row_next & free & (~has_pro | replay | rows_in)):
                     m.d.sync += [held_valid.eq(1), held_row.base.eq(slot_base),
                                  held_row.array.eq(job), held_row.iy.eq(iy),
                                  held_row.last.eq(job == d.jobs - 1)]
                     with m.If(has_pro):
                         m.next = "ROW_PRO"
+                    with m.Elif(replay):
+                        m.next = "ROW_PLAY"
                     with m.Else():
                         m.next = "ROW_READ"
                 with m.Elif(rows_in & ~row_next & side_wanted):
@@ -1136,7 +1175,10 @@ class ConvRunner(wiring.Component):
                     m.d.comb += [pro.cmd.valid.eq(1), pro.cmd.payload.load.eq(0),
                                  pro.cmd.payload.job.eq(job)]
                     with m.If(pro.cmd.ready):
-                        m.next = "ROW_READ"
+                        with m.If(replay):
+                            m.next = "ROW_PLAY"
+                        with m.Else():
+                            m.next = "ROW_READ"
             with m.State("ROW_READ"):
                 address = Signal(self.addr_width)
                 m.d.comb += [address.eq(_pick(job, row_addr)), self.rd_cmd.valid.eq(1),
@@ -1153,6 +1195,18 @@ class ConvRunner(wiring.Component):
                     with m.Else():
                         m.d.sync += job.eq(job + 1)
                     m.next = "ROW"
+            with m.State("ROW_PLAY"):
+                # the row's job from the replay unit: the next row for the first job
+                rc = replay_unit.cmd
+                m.d.comb += [rc.valid.eq(1), rc.payload.fresh.eq(job == 0)]
+                with m.If(rc.ready):
+                    with m.If(job == 0):
+                        m.d.sync += fresh_rows.eq(fresh_rows + 1)
+                    with m.If(job == d.jobs - 1):
+                        m.d.sync += [job.eq(0), iy.eq(iy + 1)]
+                    with m.Else():
+                        m.d.sync += job.eq(job + 1)
+                    m.next = "ROW"
             with m.State("DRAIN"):
                 # with weight streaming, the maps go out once the last chunk's slices are in
                 m.d.comb += maps.flush.valid.eq(streaming & ~flushed
@@ -1161,7 +1215,7 @@ class ConvRunner(wiring.Component):
                     m.d.sync += flushed.eq(1)
                 with m.If((rows_out == rows_expected) & loader.idle & layer.idle & packer.idle
                           & writer.idle & unpacker.idle & maps.idle & (flushed | ~streaming)
-                          & (pro.idle if pro is not None else 1)):
+                          & (pro.idle if pro is not None else 1) & replay_unit.idle):
                     m.d.sync += unpacker.active.eq(0)
                     with m.If(jobs_left != 0):
                         # the next round's jobs: the job table's next `arrays` entries
@@ -1171,6 +1225,14 @@ class ConvRunner(wiring.Component):
                     with m.Else():
                         m.d.comb += self.done.eq(1)
                         m.next = "IDLE"
+        # a replayed map's rows, read ahead of the jobs' passes (in the row states, which
+        # issue no read of their own then)
+        with m.If(filling & (fill_iy != d.in_h) & (fill_iy <= fresh_rows)):
+            m.d.comb += [self.rd_cmd.valid.eq(1), self.rd_cmd.payload.address.eq(row_addr[0]),
+                         self.rd_cmd.payload.length.eq(d.in_pitch)]
+            with m.If(self.rd_cmd.ready):
+                m.d.sync += [rd_busy.eq(1), left.eq(left + (d.in_pitch >> log_db) - taken),
+                             row_addr[0].eq(row_addr[0] + d.in_pitch), fill_iy.eq(fill_iy + 1)]
         self._phase = {name: fsm.ongoing(name) for name in fsm.encoding}
         return m
 
