@@ -19,8 +19,8 @@ gatherer's steps, a pixel's bytes, the windows) is the descriptor's *unit geomet
 which the compiler computes (``compiler/engine/gather.py``): the runner multiplies
 nothing but small counts once a descriptor.
 
-The constants and weights are loaded before the first row, a read at a time; rows and
-side maps overlap their reads (``ConvRunner``'s latency). A map every job of a round
+The constants are loaded before the first row, a read at a time, and the weights
+through the weight loader (below); rows and side maps overlap their reads (``ConvRunner``'s latency). A map every job of a round
 reads (``shared_input``, no residual add) is read a row at a time into the
 :class:`~.replay.RowReplay`, which gives each row to every job in turn, the next row's
 read overlapping. What it runs: a CONV of binary weights and one channel group,
@@ -37,8 +37,11 @@ packer).
 
 Weights that pass half the fold issuer's buffer stream (the descriptor's
 ``weight_stream``, in chunks of ``chunk_c`` output channels): each chunk's weights go
-into the half not issued while the arrays compute the chunk before (whose last
-windows they finish meanwhile), the input rows are read again for each chunk unless
+into the half not issued while the arrays compute the chunk before, read by the
+*weight loader* from the moment the chunk before begins its rows, a piece of 8 weight
+words at a time between the rows' and side slices' reads (each read command's words
+are tagged weights or not in issue order, so weights reach the fold issuer wherever
+they fall in the read DMA's words), the input rows are read again for each chunk unless
 the ring holds the whole map (``in_h <= ring_rows``: the first chunk's rows stay for
 the others), a residual add's side slices (each pixel's chunk of channels, whole bus
 words) are read for each chunk, and the
@@ -64,7 +67,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
@@ -102,6 +105,12 @@ _LEVEL_ELEMS = (1, 2, 4)
 _FIXED_FORMAT = 2          # a fixed-point map (two's complement elements)
 _ENTRY_BITS = 8 * sum(size for _, size in field_offsets(JOB_FIELDS).values())
 _BITS_FORMAT = 0           # in_fmt / out_fmt: a binary map (one bit a channel)
+#: read commands whose words may still come: a side row's batches (four of a chunk a
+#: job), a row's, the weight loader's and the replay's
+_TAGS = 32
+#: weight words a command of the weight loader (its reads go out between the side
+#: slices' without holding them long)
+_WEIGHT_PIECE = 8
 
 
 def descriptor_fields():
@@ -291,6 +300,8 @@ class ConvRunner(wiring.Component):
             d.kernel != 0, fits(d.kernel, self.max_kernel),
             d.stride != 0, fits(d.stride, self.max_kernel), d.dilation != 0,
             d.in_h != 0, d.in_w != 0, fits(d.in_h, self.max_size), fits(d.in_w, self.max_size),
+            # (a read's words are counted in 16 bits)
+            d.in_pitch < (1 << 16) * (self.data_width // 8),
             d.out_h != 0, d.out_w != 0, fits(d.out_h, self.max_size),
             fits(d.out_w, self.max_size),
             d.out_folds != 0, fits(d.out_folds, self.max_out_folds),
@@ -742,10 +753,16 @@ class ConvRunner(wiring.Component):
         const_base = Signal(range(self.const_words + 1))     # job k's feeder words
         parts = exact_log2(pe // self.lanes)
 
-        # -- reads: a command, then its words, routed by the phase --
-        left = Signal(32)                 # words of the current command still to come
+        # -- reads: a command, then its words, routed by the phase; weights by a tag --
+        # Every command's words are tagged in issue order (`tags`: weights or not, and
+        # its words), so that the weight loader's reads (`w_left` words to come) go out
+        # between the phases' own (`left`) and their words reach the fold issuer
+        # wherever they fall: a chunk's weights come in while the arrays compute the
+        # chunk before and its side slices are read (one after the other, the 14x14
+        # stage's mixer took 36 % more cycles than the model)
+        left = Signal(32)                 # the phases' words still to come
         rd_busy = Signal()
-        to_consts, to_weights, to_loader, to_table = Signal(), Signal(), Signal(), Signal()
+        to_consts, to_loader, to_table = Signal(), Signal(), Signal()
         to_side = Signal()
         to_pro = Signal()                 # a prologue's thresholds
         # the side maps: a FIFO a job in front of the unpacker, which takes the jobs'
@@ -769,8 +786,26 @@ class ConvRunner(wiring.Component):
         w_count = Signal(range(side_chunk))       # their words of its chunk so far
         batch_n = Signal(range(side_chunk + 1))   # words a job's chunk of the batch
         batch_words = Signal(range(arrays * side_chunk + 1))     # and of every job
-        taken = self.rd.valid & self.rd.ready
         weight_words = pe * simd // dw
+        tag_layout = data.StructLayout({"weights": 1, "job_end": 1, "words": 16})
+        m.submodules.tags = tags = SyncFIFO(width=tag_layout.size, depth=_TAGS)
+        head = data.View(tag_layout, tags.r_data)
+        w_head = tags.r_rdy & head.weights
+        o_head = tags.r_rdy & ~head.weights
+        head_taken = Signal(16)           # the head command's words so far
+        taken_any = self.rd.valid & self.rd.ready
+        taken = taken_any & o_head        # a phase's word
+        taken_w = taken_any & w_head      # a weight loader's word
+        head_last = head_taken == head.words - 1
+        m.d.comb += tags.r_en.eq(taken_any & head_last)
+        with m.If(taken_any):
+            m.d.sync += head_taken.eq(Mux(head_last, 0, head_taken + 1))
+        w_left = Signal(32)               # the weight loader's words still to come
+        w_job_in = Signal(range(arrays))  # the job whose weights come in
+        w_on = Signal()                   # the weight loader reads
+        w_next = Signal()                 # ... once the chunk's rows begin
+        w_job = Signal(range(arrays + 1))  # the job it reads, and its bytes read
+        w_off = Signal(32)
         part = Signal(range(max(weight_words, 2)))
         held = Signal(max(dw * (weight_words - 1), 1))
         w_addr = Signal(range(self.max_weight_words + 1))
@@ -779,7 +814,7 @@ class ConvRunner(wiring.Component):
         # rows go to the loader, or through the prologue (as its thresholds do) and
         # then to the loader; a map every job reads, into the replay unit, and from it
         # once a job to the prologue or the loader
-        rd_words = self.rd.valid & rd_busy & (left != 0)
+        rd_words = self.rd.valid & o_head & rd_busy & (left != 0)
         fill = to_loader & replay
         pro_in = to_pro | (to_loader & has_pro & ~replay)
         replayed = replay & ~to_pro          # the rows' words come from the replay unit
@@ -792,11 +827,11 @@ class ConvRunner(wiring.Component):
                          pro.i.payload.eq(row_payload),
                          pro.o.ready.eq(has_pro & loader.data.ready)]
         m.d.comb += [
-            self.rd.ready.eq(rd_busy & (left != 0) & (
+            self.rd.ready.eq((o_head & rd_busy & (left != 0) & (
                 to_table | to_side | to_mix | (to_consts & consts.data.ready)
                 | (to_loader & ~has_pro & ~replay & loader.data.ready) | (pro_in & pro_ready)
-                | (fill & replay_unit.i.ready)
-                | (to_weights & (~word_done | layer.weights.ready)))),
+                | (fill & replay_unit.i.ready)))
+                | (w_head & (~word_done | layer.weights.ready))),
             replay_unit.i.valid.eq(rd_words & fill), replay_unit.i.payload.eq(self.rd.payload),
             replay_unit.o.ready.eq(replayed & Mux(has_pro, pro_ready, loader.data.ready)),
             replay_unit.words.eq(d.in_pitch >> log_db),
@@ -809,9 +844,9 @@ class ConvRunner(wiring.Component):
         ]
         # a weight word: `weight_words` bus words, the last completing it
         wv = layer.weights
-        m.d.comb += [wv.valid.eq(self.rd.valid & rd_busy & (left != 0) & to_weights & word_done),
+        m.d.comb += [wv.valid.eq(self.rd.valid & w_head & word_done),
                      wv.payload.addr.eq(w_addr),
-                     wv.payload.en.eq(Const(1, arrays) << job)]
+                     wv.payload.en.eq(Const(1, arrays) << w_job_in)]
         word = Cat(held, self.rd.payload) if weight_words > 1 else self.rd.payload
         for k in range(arrays):
             m.d.comb += wv.payload.w[k].eq(word)
@@ -830,12 +865,16 @@ class ConvRunner(wiring.Component):
                     m.d.sync += mix_raw[j * dw:(j + 1) * dw].eq(self.rd.payload)
         with m.If(taken):
             m.d.sync += left.eq(left - 1)
-            with m.If(to_weights):
-                m.d.sync += part.eq(Mux(word_done, 0, part + 1))
-                if weight_words > 1:
-                    m.d.sync += held.eq(Cat(held[dw:], self.rd.payload))
-                with m.If(word_done):
-                    m.d.sync += w_addr.eq(w_addr + 1)
+        with m.If(taken_w):
+            m.d.sync += part.eq(Mux(word_done, 0, part + 1))
+            if weight_words > 1:
+                m.d.sync += held.eq(Cat(held[dw:], self.rd.payload))
+            with m.If(word_done):
+                m.d.sync += w_addr.eq(w_addr + 1)
+            # a job's last word: the next job's weights start at its word 0
+            with m.If(head_last & head.job_end):
+                m.d.sync += [w_addr.eq(0),
+                             w_job_in.eq(Mux(w_job_in == d.jobs - 1, 0, w_job_in + 1))]
         entry = Signal(range(3 * arrays + per_word + 1))
         with m.If(taken & to_table):
             for j in range(per_word):
@@ -856,11 +895,14 @@ class ConvRunner(wiring.Component):
                                      level_param2[k].eq(job_entry_field(raw, "param_addr"))]
             m.d.sync += entry.eq(entry + per_word)
 
+        # the phases' read commands (the weight loader's go out when they issue none)
+        fc = stream.Signature(descriptor_layout(self.addr_width)).create()
+
         def read(address, length):
             """Issue a read command and take its words (a state's action)."""
-            m.d.comb += [self.rd_cmd.valid.eq(1), self.rd_cmd.payload.address.eq(address),
-                         self.rd_cmd.payload.length.eq(length)]
-            with m.If(self.rd_cmd.ready):
+            m.d.comb += [fc.valid.eq(1), fc.payload.address.eq(address),
+                         fc.payload.length.eq(length)]
+            with m.If(fc.ready):
                 m.d.sync += [rd_busy.eq(1), left.eq(length >> log_db)]
 
         words_in = ~rd_busy | (left == 0)
@@ -936,7 +978,8 @@ class ConvRunner(wiring.Component):
                                                   Mux(levels_out, d.out_h * outputs, 0),
                                                   Mux(both, (d.out_h * outputs) << 1,
                                                       d.out_h * outputs))),
-                             job.eq(0), w_addr.eq(0), part.eq(0), iy.eq(0),
+                             job.eq(0), w_addr.eq(0), part.eq(0), iy.eq(0), w_job_in.eq(0),
+                             w_next.eq(0), w_on.eq(0),
                              const_base.eq(0), to_table.eq(1), flushed.eq(0),
                              ld_fold.eq(0), w_offset.eq(0),
                              *(o.eq(0) for o in slice_offset),
@@ -967,7 +1010,7 @@ class ConvRunner(wiring.Component):
                     m.next = "POSTOP"
             with m.State("PRO_READ"):
                 read(_pick(job, param_addr), round_up(pro_bytes))
-                with m.If(self.rd_cmd.ready):
+                with m.If(fc.ready):
                     m.next = "PRO"
             # each job's sections: the constant loader takes its command, then its words
             # (a level output's thresholds go to the level lanes: `to_levels`, switched
@@ -1000,7 +1043,7 @@ class ConvRunner(wiring.Component):
                 with m.State(f"{state}_READ"):
                     address = _pick(job, blocks)
                     read(address + at, round_up(nbytes))
-                    with m.If(self.rd_cmd.ready):
+                    with m.If(fc.ready):
                         m.next = state
             with m.State("MIX"):
                 # this base's lambda and gate, and the group's fractions
@@ -1023,25 +1066,19 @@ class ConvRunner(wiring.Component):
             with m.State("NEXT_JOB"):
                 m.d.sync += const_base.eq(const_base + (d.out_folds << parts))
                 with m.If(job == d.jobs - 1):
-                    m.d.sync += [job.eq(0), to_consts.eq(0), to_weights.eq(1)]
+                    m.d.sync += [job.eq(0), to_consts.eq(0), w_on.eq(1), w_job.eq(0),
+                                 w_off.eq(0)]
                     m.next = "WEIGHTS"
                 with m.Else():
                     m.d.sync += job.eq(job + 1)
                     m.next = "PRO"
             with m.State("WEIGHTS"):
-                # a job's weights, or with weight streaming its chunk's (the next chunk's
-                # while the arrays compute this one's last windows)
-                with m.If(~rd_busy):
-                    address = _pick(job, param_addr)
-                    m.d.sync += w_addr.eq(0)
-                    read(address + weights_at + w_offset,
-                         Mux(streaming, ld_words * (pe * simd // 8), d.weight_tile_bytes))
-                with m.Elif(left == 0):
-                    m.d.sync += rd_busy.eq(0)
-                    with m.If(job == d.jobs - 1):
-                        m.next = "CHUNK"
-                    with m.Else():
-                        m.d.sync += job.eq(job + 1)
+                # every job's weights, or with weight streaming its chunk's (the next
+                # chunk's: the weight loader began them as this chunk's rows began), all in
+                m.d.sync += w_on.eq(1)
+                with m.If(w_on & (w_job == d.jobs) & (w_left == 0)):
+                    m.d.sync += w_on.eq(0)
+                    m.next = "CHUNK"
             with m.State("CHUNK"):
                 # with weight streaming, once the previous chunk's slices are all in the
                 # map buffer (its settings are this chunk's from now on)
@@ -1083,7 +1120,11 @@ class ConvRunner(wiring.Component):
                                  side_row_off.eq(0)]
                     # the unpacker is lowered a cycle between chunks, and raised a cycle
                     # after their settings (TILE)
-                    m.d.sync += [job.eq(0), to_weights.eq(0), to_loader.eq(1), oy_side.eq(0),
+                    # the next chunk's weights, once its rows begin (its first fold and
+                    # words are set two cycles from now)
+                    m.d.sync += [w_job.eq(0), w_off.eq(0), w_on.eq(0),
+                                 w_next.eq(streaming & (ld_fold + ld_folds != d.out_folds))]
+                    m.d.sync += [job.eq(0), to_loader.eq(1), oy_side.eq(0),
                                  need.eq(Cat(d.span, 0).as_signed()
                                          - Cat(d.padding, 0).as_signed()),
                                  unpacker.active.eq(0)]
@@ -1101,6 +1142,8 @@ class ConvRunner(wiring.Component):
             with m.State("ROW"):
                 # input rows as far as the next side row's output row needs them, then
                 # that side row; a row's jobs one after another
+                with m.If(w_next):
+                    m.d.sync += [w_next.eq(0), w_on.eq(1)]
                 iy_s = Signal(signed(len(iy) + 1))
                 m.d.comb += iy_s.eq(iy)
                 side_wanted = has_side & (oy_side != d.out_h)
@@ -1128,8 +1171,7 @@ class ConvRunner(wiring.Component):
                 with m.Elif(rows_in & ~row_next):
                     m.d.sync += [rd_busy.eq(0), to_loader.eq(0)]
                     with m.If(streaming & (ld_fold != d.out_folds)):
-                        # the next chunk: its weights into the free half
-                        m.d.sync += [job.eq(0), to_weights.eq(1)]
+                        # the next chunk: the rest of its weights into the free half
                         m.next = "WEIGHTS"
                     with m.Else():
                         m.next = "DRAIN"
@@ -1144,10 +1186,10 @@ class ConvRunner(wiring.Component):
                 overlap = rd_busy & (n == batch_n) & (left <= 3 * batch_words)
                 with m.If((s_job != 0) | ((words_in | overlap) & (s_left != 0) & room)):
                     address = _pick(s_job, side_addr)
-                    m.d.comb += [self.rd_cmd.valid.eq(1),
-                                 self.rd_cmd.payload.address.eq(address + side_row_off + s_offset),
-                                 self.rd_cmd.payload.length.eq(n << log_db)]
-                    with m.If(self.rd_cmd.ready):
+                    m.d.comb += [fc.valid.eq(1),
+                                 fc.payload.address.eq(address + side_row_off + s_offset),
+                                 fc.payload.length.eq(n << log_db)]
+                    with m.If(fc.ready):
                         # the batch's words still to come: this chunk's too (a word may
                         # arrive in the same cycle)
                         m.d.sync += [rd_busy.eq(1), left.eq(left + n - taken)]
@@ -1181,10 +1223,10 @@ class ConvRunner(wiring.Component):
                             m.next = "ROW_READ"
             with m.State("ROW_READ"):
                 address = Signal(self.addr_width)
-                m.d.comb += [address.eq(_pick(job, row_addr)), self.rd_cmd.valid.eq(1),
-                             self.rd_cmd.payload.address.eq(address),
-                             self.rd_cmd.payload.length.eq(d.in_pitch)]
-                with m.If(self.rd_cmd.ready):
+                m.d.comb += [address.eq(_pick(job, row_addr)), fc.valid.eq(1),
+                             fc.payload.address.eq(address),
+                             fc.payload.length.eq(d.in_pitch)]
+                with m.If(fc.ready):
                     # the row's words, after those still to come (a word may arrive now)
                     m.d.sync += [rd_busy.eq(1), left.eq(left + (d.in_pitch >> log_db) - taken)]
                     for k in range(arrays):
@@ -1228,11 +1270,44 @@ class ConvRunner(wiring.Component):
         # a replayed map's rows, read ahead of the jobs' passes (in the row states, which
         # issue no read of their own then)
         with m.If(filling & (fill_iy != d.in_h) & (fill_iy <= fresh_rows)):
-            m.d.comb += [self.rd_cmd.valid.eq(1), self.rd_cmd.payload.address.eq(row_addr[0]),
-                         self.rd_cmd.payload.length.eq(d.in_pitch)]
-            with m.If(self.rd_cmd.ready):
+            m.d.comb += [fc.valid.eq(1), fc.payload.address.eq(row_addr[0]),
+                         fc.payload.length.eq(d.in_pitch)]
+            with m.If(fc.ready):
                 m.d.sync += [rd_busy.eq(1), left.eq(left + (d.in_pitch >> log_db) - taken),
                              row_addr[0].eq(row_addr[0] + d.in_pitch), fill_iy.eq(fill_iy + 1)]
+
+        # -- the weight loader: each job's weights (or the chunk's) in pieces, while no
+        # phase reads, at most two pieces' words on their way --
+        piece_bytes = _WEIGHT_PIECE * pe * simd // 8
+        w_total = Mux(streaming, ld_words * (pe * simd // 8), d.weight_tile_bytes)
+        w_rest = Signal(32)
+        m.d.comb += w_rest.eq(w_total - w_off)
+        w_len = Mux(w_rest > piece_bytes, piece_bytes, w_rest)
+        w_issue = (w_on & (w_job != d.jobs) & ~fc.valid
+                   & (w_left <= _WEIGHT_PIECE * weight_words))
+        cmd_weights = Signal()
+        cmd_end = Signal()
+        m.d.comb += [self.rd_cmd.valid.eq(fc.valid), self.rd_cmd.payload.eq(fc.payload)]
+        with m.If(w_issue):
+            m.d.comb += [self.rd_cmd.valid.eq(1), cmd_weights.eq(1),
+                         cmd_end.eq(w_rest <= piece_bytes),
+                         self.rd_cmd.payload.address.eq(_pick(w_job, param_addr) + weights_at
+                                                        + w_offset + w_off),
+                         self.rd_cmd.payload.length.eq(w_len)]
+        # a command goes out with its tag
+        sent = self.rd_cmd.valid & self.rd_cmd.ready
+        m.d.comb += [fc.ready.eq(self.rd_cmd.ready & tags.w_rdy),
+                     tags.w_en.eq(sent & ((self.rd_cmd.payload.length >> log_db) != 0)),
+                     tags.w_data.eq(Cat(cmd_weights, cmd_end,
+                                        (self.rd_cmd.payload.length >> log_db)[:16]))]
+        with m.If(~tags.w_rdy):
+            m.d.comb += self.rd_cmd.valid.eq(0)
+        with m.If(sent & cmd_weights):
+            m.d.sync += [w_left.eq(w_left + (w_len >> log_db) - taken_w),
+                         w_off.eq(Mux(cmd_end, 0, w_off + w_len)),
+                         w_job.eq(w_job + cmd_end)]
+        with m.Elif(taken_w):
+            m.d.sync += w_left.eq(w_left - 1)
         self._phase = {name: fsm.ongoing(name) for name in fsm.encoding}
         return m
 
