@@ -39,7 +39,8 @@ Weights that pass half the fold issuer's buffer stream (the descriptor's
 ``weight_stream``, in chunks of ``chunk_c`` output channels): each chunk's weights go
 into the half not issued while the arrays compute the chunk before, read by the
 *weight loader* from the moment the chunk before begins its rows, a piece of 8 weight
-words at a time between the rows' and side slices' reads (each read command's words
+words at a time between the side slices' reads (a weight word at a time, once the
+rows' words are in, while input rows are still to be read; each read command's words
 are tagged weights or not in issue order, so weights reach the fold issuer wherever
 they fall in the read DMA's words), the input rows are read again for each chunk unless
 the ring holds the whole map (``in_h <= ring_rows``: the first chunk's rows stay for
@@ -109,8 +110,17 @@ _BITS_FORMAT = 0           # in_fmt / out_fmt: a binary map (one bit a channel)
 #: job), a row's, the weight loader's and the replay's
 _TAGS = 32
 #: weight words a command of the weight loader (its reads go out between the side
-#: slices' without holding them long)
+#: slices' without holding them long), and while input rows are still to be read: a
+#: weight word, only once every row word asked for is in (the loader, at a ring word a
+#: cycle, keeps the ring ahead of the arrays only with its rows' words coming as soon
+#: as it takes them: behind two pieces of 8, a stride-2 layer's rows came a piece late
+#: each and its arrays waited on them)
 _WEIGHT_PIECE = 8
+_WEIGHT_PIECE_BESIDE_ROWS = 1
+#: input rows read past the arrays' window from which the weight loader takes pieces of
+#: 8 again (two pieces' words delay the next row by about as long as the arrays take
+#: for a row of a 14x14 stride-2 layer's chunk)
+_ROWS_AHEAD = 3
 
 
 def descriptor_fields():
@@ -1278,13 +1288,20 @@ class ConvRunner(wiring.Component):
 
         # -- the weight loader: each job's weights (or the chunk's) in pieces, while no
         # phase reads, at most two pieces' words on their way --
-        piece_bytes = _WEIGHT_PIECE * pe * simd // 8
+        # rows the ring still needs soon: input rows to read, fewer than `_ROWS_AHEAD`
+        # past the arrays' window
+        ahead = Signal()
+        m.d.sync += ahead.eq(iy > layer.release + d.span[:bits_of(self.ring_rows)] + _ROWS_AHEAD)
+        rows_to_read = to_loader & ~ahead & (
+            (iy != d.in_h) | (filling & (fill_iy != d.in_h)))
+        piece = Mux(rows_to_read, _WEIGHT_PIECE_BESIDE_ROWS, _WEIGHT_PIECE)
+        piece_bytes = piece * (pe * simd // 8)
         w_total = Mux(streaming, ld_words * (pe * simd // 8), d.weight_tile_bytes)
         w_rest = Signal(32)
         m.d.comb += w_rest.eq(w_total - w_off)
         w_len = Mux(w_rest > piece_bytes, piece_bytes, w_rest)
-        w_issue = (w_on & (w_job != d.jobs) & ~fc.valid
-                   & (w_left <= _WEIGHT_PIECE * weight_words))
+        w_issue = (w_on & (w_job != d.jobs) & ~fc.valid & (w_left <= piece * weight_words)
+                   & (~rows_to_read | words_in))
         cmd_weights = Signal()
         cmd_end = Signal()
         m.d.comb += [self.rd_cmd.valid.eq(fc.valid), self.rd_cmd.payload.eq(fc.payload)]
