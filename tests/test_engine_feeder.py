@@ -208,29 +208,3 @@ def test_the_feeders_first_beat_after_the_stated_latency():
     sim.run()
     latency = dut.latency
     assert seen == [(latency, [1, 2]), (latency + 1, [3, 4])]
-
-
-@pytest.mark.parametrize("arrays, pe, lanes", [(5, 16, 8), (2, 4, 4), (3, 4, 1)])
-def test_folds_follow_one_another_a_beat_a_cycle(arrays, pe, lanes):
-    """Folds of ``arrays * pe / lanes`` beats back to back (the 3x3 layers of 64 channels
-    on the intended arrays give a fold every 9 cycles for 10 beats): the next fold's
-    sums are taken with the last beat of this one, so the beats leave a cycle each."""
-    from groupnet_hw.hw.engine.feeder import EpilogueFeeder
-    dut = EpilogueFeeder(arrays=arrays, pe=pe, lanes=lanes, sum_width=8, const_width=8,
-                         value_width=8, max_levels=1, max_out_folds=4)
-    folds = 12
-    sums = [[(f * 7 + j) % 100 for j in range(arrays * pe)] for f in range(folds)]
-
-    async def setup(ctx):
-        ctx.set(dut.out_folds, 3)
-        ctx.set(dut.job_folds, 3)
-        ctx.set(dut.settings, FIRST_LAYER)
-
-    beats = folds * arrays * (pe // lanes)
-    run = run_streams(dut, {"sums": sums}, {"o": beats}, setup=setup)
-    got = [beat["x"] for beat in run.outputs["o"]]
-    parts = pe // lanes
-    want = [sums[f][(k * parts + p) * lanes:(k * parts + p + 1) * lanes]
-            for f in range(folds) for p in range(parts) for k in range(arrays)]
-    assert got == want
-    assert run.cycles <= beats + EpilogueFeeder.latency + 3

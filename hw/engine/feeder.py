@@ -19,7 +19,7 @@ more (a 3x3 layer of 64 channels on 64 SIMD lanes takes 9 folds an output fold).
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Module, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -88,9 +88,8 @@ class EpilogueFeeder(wiring.Component):
 
     Throughput
     ----------
-    A beat a cycle: an output fold every ``arrays * pe / lanes`` cycles, the next
-    fold's sums taken with the last beat of this one. The sums wait in a one-fold
-    register, so the arrays stall only when their folds come faster.
+    A beat a cycle: an output fold every ``arrays * pe / lanes`` cycles. The sums wait
+    in a one-fold register, so the arrays stall only when their folds come faster.
     """
 
     latency = 5
@@ -164,6 +163,9 @@ class EpilogueFeeder(wiring.Component):
         # a register of its own: its sum from the counters into the buffers' address was
         # the late path on ECP5 (75 MHz)
         addr = Signal(range(depth + 1))
+        m.d.comb += self.sums.ready.eq(~full)
+        with m.If(self.sums.valid & ~full):
+            m.d.sync += [held.eq(self.sums.payload), full.eq(1)]
         shift = (parts - 1).bit_length()            # parts is a power of two
         first_word = self.fold_base << shift
         # between folds (k is 0 then) job 0's constants start at the chunk's first fold
@@ -178,34 +180,19 @@ class EpilogueFeeder(wiring.Component):
         go = full & room & (self.side.valid | ~needs_side)
         m.d.sync += room.eq(fifo.level + go < fifo.depth - 1)
         m.d.comb += self.side.ready.eq(full & room & needs_side)
-        # the next fold's sums are taken with the last beat of this one, so a fold of
-        # `arrays * parts` beats takes as many cycles (taken a cycle after it, the 3x3
-        # layers of 64 channels, whose folds are beat-bound, took 11 cycles for 10 beats)
-        fold_end = go & (k == arrays - 1) & (p == parts - 1)
-        m.d.comb += self.sums.ready.eq(~full | fold_end)
-        with m.If(self.sums.valid & self.sums.ready):
-            m.d.sync += held.eq(self.sums.payload)
-        last_fold = nf == self.out_folds - 1
         with m.If(go):
             with m.If(k != arrays - 1):
                 m.d.sync += [k.eq(k + 1), addr.eq(addr + (self.job_folds << shift))]
             with m.Else():
-                # the next part's constants, or the next fold's (a window's first after
-                # its last)
-                m.d.sync += [k.eq(0), addr.eq(first_word + Mux(
-                    (p == parts - 1) & last_fold, 0, fold_word + 1))]
+                m.d.sync += [k.eq(0), addr.eq(first_word + fold_word + 1)]
                 with m.If(p != parts - 1):
                     m.d.sync += [p.eq(p + 1), fold_word.eq(fold_word + 1)]
                 with m.Else():
-                    m.d.sync += p.eq(0)
-                    with m.If(last_fold):
+                    m.d.sync += [p.eq(0), full.eq(0)]
+                    with m.If(nf == self.out_folds - 1):
                         m.d.sync += [nf.eq(0), fold_word.eq(0)]
                     with m.Else():
                         m.d.sync += [nf.eq(nf + 1), fold_word.eq(fold_word + 1)]
-        with m.If(self.sums.valid & self.sums.ready):
-            m.d.sync += full.eq(1)
-        with m.Elif(fold_end):
-            m.d.sync += full.eq(0)
 
         # into the FIFO: job k's part p (the held sums' (k * parts + p)-th run of lanes),
         # its side elements, and where its constants are
