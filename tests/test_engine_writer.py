@@ -38,7 +38,7 @@ def interleaved(rng, jobs, rows, row_beats, data_width):
 
 
 def writer_run(arrays, jobs, rows, row_beats, chunk, data_width=64, stall=0.0, seed=0,
-               skip=0, skip_jobs=0):
+               skip=0, skip_jobs=0, offset=0):
     rng = random.Random(seed)
     words, beats = interleaved(rng, jobs, rows, row_beats, data_width)
     wb = data_width // 8
@@ -49,9 +49,11 @@ def writer_run(arrays, jobs, rows, row_beats, chunk, data_width=64, stall=0.0, s
         ctx.set(dut.bases, bases)
         ctx.set(dut.skip, skip)
         ctx.set(dut.skip_jobs, skip_jobs)
+        ctx.set(dut.offset, offset)
         ctx.set(dut.start, 1)
         await ctx.tick()
         ctx.set(dut.start, 0)
+        ctx.set(dut.offset, 0)       # taken on start: a later value is not the slices'
 
     commands = jobs * rows * -(-row_beats // chunk)
     run = run_streams(dut, {"i": beats}, {"cmd": commands, "o": len(beats)}, stall=stall,
@@ -84,20 +86,22 @@ def test_each_jobs_words_land_at_its_addresses(arrays, jobs, rows, row_beats, ch
     assert max(c["length"] for c in run.outputs["cmd"]) <= 8 * chunk
 
 
-@pytest.mark.parametrize("row_beats, chunk", [(3, 8), (5, 2), (1, 2)])
-def test_slices_skip_the_pixels_other_channels(row_beats, chunk):
+@pytest.mark.parametrize("row_beats, chunk, offset", [(3, 8, 0), (5, 2, 24), (1, 2, 40)])
+def test_slices_skip_the_pixels_other_channels(row_beats, chunk, offset):
     """A row a pixel's slice: after each row's last word the address of a job below
     ``skip_jobs`` steps past the pixel's other channels (slices shorter than a chunk,
-    longer than one, a word); the jobs above write their rows one after another."""
+    longer than one, a word), its first slice ``offset`` bytes into its pixel; the jobs
+    above write their rows one after another from their bases."""
     wb, skip = 8, 40
     _, words, bases, run = writer_run(4, 4, 5, row_beats, chunk, stall=0.2, seed=row_beats,
-                                      skip=skip, skip_jobs=2)
+                                      skip=skip, skip_jobs=2, offset=offset)
     mem = replay(run, wb)
     expected = {}
     for k in range(4):
         pitch = row_beats * wb + (skip if k < 2 else 0)
+        first = bases[k] + (offset if k < 2 else 0)
         for i, (w, _) in enumerate(words[k]):
-            expected[bases[k] + (i // row_beats) * pitch + (i % row_beats) * wb] = w
+            expected[first + (i // row_beats) * pitch + (i % row_beats) * wb] = w
     assert mem == expected
 
 

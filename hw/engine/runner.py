@@ -312,6 +312,7 @@ class ConvRunner(wiring.Component):
             d.in_h != 0, d.in_w != 0, fits(d.in_h, self.max_size), fits(d.in_w, self.max_size),
             # (a read's words are counted in 16 bits)
             d.in_pitch < (1 << 16) * (self.data_width // 8),
+            d.side_pitch < (1 << 16) * (self.data_width // 8),
             d.out_h != 0, d.out_w != 0, fits(d.out_h, self.max_size),
             fits(d.out_w, self.max_size),
             d.out_folds != 0, fits(d.out_folds, self.max_out_folds),
@@ -586,14 +587,16 @@ class ConvRunner(wiring.Component):
         m.d.comb += self._map_fits.eq((~(wide_out | two_levels) | main_fits | direct)
                                       & (~levels_out | levels_fit))
         side_elem = _elem_bits(d.side_fmt, d.side_elem)
-        side_pixel = Signal(32)
+        # (a side row is fewer than 2**16 bus words: `supported`; offsets in it are
+        # counted in as few bits)
+        side_pixel = Signal(len(_bytes_of(d.side_c, side_elem)))
         side_chunk_bytes = Signal(32)
         side_slice_ld = Signal(32)                   # the next chunk's side slice
         side_row_ld = Signal(range(self.max_size * (1 << 16)))
         side_slice_words = Signal(16)
         side_row_words = Signal.like(side_row_ld)
-        side_slice_at = Signal(32)                   # this chunk's, in a side pixel
-        side_slice_next = Signal(32)
+        side_slice_at = Signal(len(side_pixel) + 1)  # this chunk's, in a side pixel
+        side_slice_next = Signal.like(side_slice_at)
         side_row_off = Signal(self.addr_width)       # the side row's, in each job's map
         m.d.comb += self._side_aligned.eq((side_pixel[:log_db] == 0)
                                           & (side_chunk_bytes[:log_db] == 0))
@@ -710,9 +713,8 @@ class ConvRunner(wiring.Component):
         level_param = [Signal(self.addr_width, name=f"level_param{k}") for k in range(arrays)]
         level_param2 = [Signal(self.addr_width, name=f"level_param2_{k}") for k in range(arrays)]
         # a direct map's slices: from the chunk's offset in the pixel, skipping the rest
-        direct_offset = Mux(direct, slice_offset[0], 0)
-        m.d.comb += [*(writer.bases[k].eq(out_addr[k] + direct_offset) for k in range(arrays)),
-                     *(writer.bases[k].eq(out_addr[k]) for k in range(arrays, 2 * arrays)),
+        m.d.comb += [*(writer.bases[k].eq(out_addr[k]) for k in range(2 * arrays)),
+                     writer.offset.eq(slice_offset[0]),
                      writer.skip.eq(Mux(direct, pixel_bytes[0] - slice_bytes[0], 0)),
                      writer.skip_jobs.eq(Mux(direct, arrays, 0))]
 
@@ -770,7 +772,9 @@ class ConvRunner(wiring.Component):
         # wherever they fall: a chunk's weights come in while the arrays compute the
         # chunk before and its side slices are read (one after the other, the 14x14
         # stage's mixer took 36 % more cycles than the model)
-        left = Signal(32)                 # the phases' words still to come
+        # the phases' words still to come: at most two rows' (of fewer than 2**16 words)
+        # and the side batches'
+        left = Signal(18)
         rd_busy = Signal()
         to_consts, to_loader, to_table = Signal(), Signal(), Signal()
         to_side = Signal()
@@ -798,7 +802,8 @@ class ConvRunner(wiring.Component):
         batch_words = Signal(range(arrays * side_chunk + 1))     # and of every job
         weight_words = pe * simd // dw
         tag_layout = data.StructLayout({"weights": 1, "job_end": 1, "words": 16})
-        m.submodules.tags = tags = SyncFIFO(width=tag_layout.size, depth=_TAGS)
+        # (in block RAM: a word waits for its tag, which is a command's issue old)
+        m.submodules.tags = tags = SyncFIFOBuffered(width=tag_layout.size, depth=_TAGS)
         head = data.View(tag_layout, tags.r_data)
         w_head = tags.r_rdy & head.weights
         o_head = tags.r_rdy & ~head.weights
@@ -810,12 +815,16 @@ class ConvRunner(wiring.Component):
         m.d.comb += tags.r_en.eq(taken_any & head_last)
         with m.If(taken_any):
             m.d.sync += head_taken.eq(Mux(head_last, 0, head_taken + 1))
-        w_left = Signal(32)               # the weight loader's words still to come
+        # the weight loader's words still to come: a piece is issued while at most a
+        # piece's are
+        w_left = Signal(range(2 * _WEIGHT_PIECE * weight_words + 1))
         w_job_in = Signal(range(arrays))  # the job whose weights come in
         w_on = Signal()                   # the weight loader reads
         w_next = Signal()                 # ... once the chunk's rows begin
         w_job = Signal(range(arrays + 1))  # the job it reads, and its bytes read
-        w_off = Signal(32)
+        # a job's weight bytes (or its chunk's) are at most the fold issuer's half: `supported`
+        w_bytes = self.max_weight_words * (pe * simd // 8)
+        w_off = Signal(range(w_bytes + 1))
         part = Signal(range(max(weight_words, 2)))
         held = Signal(max(dw * (weight_words - 1), 1))
         w_addr = Signal(range(self.max_weight_words + 1))
@@ -944,10 +953,12 @@ class ConvRunner(wiring.Component):
         oy_side = Signal(range(self.max_size + 1))
         need = Signal(signed(bits_of(2 * self.max_size * self.max_kernel) + 1))
         s_job = Signal(range(arrays))
-        s_left = Signal(32)
-        s_offset = Signal(32)
+        # (offsets in a side row: fewer than 2**16 bus words, `supported`)
+        side_row_bits = 16 + log_db
+        s_left = Signal(17)
+        s_pixel_at = Signal(side_row_bits)
+        s_offset = Signal(side_row_bits + 1)
         s_x = Signal(range(self.max_size + 1))          # a streaming side row's pixel
-        s_pixel_at = Signal(32)
         slot_base = Signal(range(self.ring_words))
         slot = iy[:exact_log2(self.ring_rows)] if self.ring_rows > 1 else Const(0)
         m.d.comb += slot_base.eq(sum(Mux(slot[b], d.pitch << b, 0) for b in range(len(slot))))
@@ -1296,8 +1307,9 @@ class ConvRunner(wiring.Component):
             (iy != d.in_h) | (filling & (fill_iy != d.in_h)))
         piece = Mux(rows_to_read, _WEIGHT_PIECE_BESIDE_ROWS, _WEIGHT_PIECE)
         piece_bytes = piece * (pe * simd // 8)
-        w_total = Mux(streaming, ld_words * (pe * simd // 8), d.weight_tile_bytes)
-        w_rest = Signal(32)
+        w_total = Mux(streaming, ld_words * (pe * simd // 8),
+                      d.weight_tile_bytes[:bits_of(w_bytes)])
+        w_rest = Signal.like(w_off)
         m.d.comb += w_rest.eq(w_total - w_off)
         w_len = Mux(w_rest > piece_bytes, piece_bytes, w_rest)
         w_issue = (w_on & (w_job != d.jobs) & ~fc.valid & (w_left <= piece * weight_words)

@@ -16,7 +16,9 @@ the other goes out.
 A row may also be a *slice* of a pixel (a weight chunk's channels, written straight to
 its place in the map when the map does not fit the map buffer): after a row's last word
 the address of a job below ``skip_jobs`` steps ``skip`` bytes further, past the pixel's
-other channels, to the next pixel's slice.
+other channels, to the next pixel's slice; such a job's first slice lies ``offset``
+bytes into its pixel (the chunk's first channel), added to its commands' addresses by
+one adder rather than to each job's base.
 """
 
 from __future__ import annotations
@@ -68,6 +70,9 @@ class RowWriter(wiring.Component):
     skip, skip_jobs : ``In(range(max_skip + 1))``, ``In(range(arrays + 1))``
         Bytes a job below ``skip_jobs`` skips after a row's last word (0: rows follow
         each other); held while not ``idle``.
+    offset : ``In(range(max_skip + 1))``
+        Bytes past its base a job below ``skip_jobs`` writes its first word, taken on
+        ``start``.
     start : ``In(1)``
         A pulse while ``idle``: the jobs' addresses are ``bases`` again (a descriptor's,
         or a round's, first word follows).
@@ -107,6 +112,7 @@ class RowWriter(wiring.Component):
             "bases": In(data.ArrayLayout(unsigned(addr_width), arrays)),
             "start": In(1),
             "skip": In(range(max_skip + 1)), "skip_jobs": In(range(arrays + 1)),
+            "offset": In(range(max_skip + 1)),
             "cmd": Out(stream.Signature(descriptor_layout(addr_width))),
             "o": Out(stream.Signature(unsigned(data_width))),
             "idle": Out(1),
@@ -178,9 +184,11 @@ class RowWriter(wiring.Component):
         # the chunk's job's address, and one adder for every job's next
         at = Signal(self.addr_width)
         m.d.comb += at.eq(Array(addr)[head.job])
+        offset = Signal.like(self.offset)
         with m.If(take):
             m.d.sync += [job.eq(head.job), left.eq(head.n), cmd_full.eq(1),
-                         cmd_out.length.eq(head.n * wb), cmd_out.address.eq(at)]
+                         cmd_out.length.eq(head.n * wb),
+                         cmd_out.address.eq(at + Mux(head.job < self.skip_jobs, offset, 0))]
             for j in range(arrays):
                 with m.If(head.job == j):
                     m.d.sync += addr[j].eq(at + head.step)
@@ -217,6 +225,7 @@ class RowWriter(wiring.Component):
 
         with m.If(self.start):
             m.d.sync += [addr[j].eq(self.bases[j]) for j in range(arrays)]
+            m.d.sync += offset.eq(self.offset)
         empty = Const(1)
         for j in range(arrays):
             empty = empty & (held[j] == 0)
