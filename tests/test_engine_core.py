@@ -346,6 +346,8 @@ def test_cifar_small_k5_bit_exact(big_core):
     check_network(big_core, g, frames_for(g, 1), max_cycles=2_000_000_000)
 
 
+# (its Verilator build, which every core test uses, compiles the same Verilog)
+@SLOW
 def test_engine_core_verilog_lints_clean(core):
     """The shared build's Verilog (the engine a 64 KiB build writes)."""
     from groupnet_hw.sim.toolchain import lint_verilog

@@ -158,6 +158,7 @@ def test_a_tighter_max_util_takes_a_slower_array_shape_never_a_faster_one(planes
     assert {0, 1} <= seen and seen & {2, 3}
 
 
+@pytest.mark.slow
 def test_an_n_bit_network_takes_a_smaller_shape_when_the_full_array_is_over_budget(
         tmp_path, need_verilator):
     """2-bit activations need the array of four bit planes; when the full array and

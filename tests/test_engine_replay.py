@@ -60,3 +60,16 @@ def test_replay_bounds():
         RowReplay(row_words=6)
     with pytest.raises(ValueError):
         RowReplay(data_width=0)
+
+
+def test_the_runner_replays_the_rows_the_cycle_model_counts_replayed():
+    """The runner's replay unit (``ConvRunner(replay_words=...)``, hw/) and the cycle
+    model's bound (``EngineConfig.replay_row_bytes``, the compiler's) state one number:
+    hw/ may not import the compiler, so this test ties them."""
+    import inspect
+
+    from groupnet_hw.compiler.engine.config import EngineConfig
+    from groupnet_hw.hw.engine.runner import ConvRunner
+    config = EngineConfig()
+    words = inspect.signature(ConvRunner).parameters["replay_words"].default
+    assert words * config.port_bytes == config.replay_row_bytes

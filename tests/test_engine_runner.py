@@ -30,6 +30,13 @@ from test_engine_dma import AvalonDRAM
 from test_engine_program import images_for
 
 BASE = 0x1000          # the image's first byte in the memory model
+#: The runner's simulations take 30 to 120 s each in the Amaranth simulator; the default
+#: tier keeps one per kind of run (a dilated network with a prologue, weight streaming
+#: under wait states with more bases than arrays, the shared input's replay, the
+#: refusals, the DE10-Nano's descriptors at 224) and the engine of the units runs the
+#: odd-channel and residual networks' whole programs on Verilator
+#: (tests/test_engine_unit_engine.py); every other feature's run is in -m slow.
+SLOW = pytest.mark.slow
 #: a small intended engine: weight words of pe x simd = 128 bits, one bus word; weight
 #: buffers that hold the test networks' layers
 CONFIG = EngineConfig(arrays=2, pe=8, simd=16, input_buffer=4096, weight_buffer=4096,
@@ -218,7 +225,8 @@ NETWORKS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(NETWORKS))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=SLOW if n == "odd-channels-stride-2" else ())
+                                  for n in sorted(NETWORKS)])
 def test_each_descriptor_runs_dram_to_dram_as_the_model_runs_it(name):
     g = compile_model(random_model(3, **NETWORKS[name]))
     ran = run_steps(g, CONFIG)
@@ -238,6 +246,7 @@ RESIDUAL = dict(image_size=8, stem_channels=16, stages=[[16, 1, 1], [24, 2, 2]],
                 dilations=[[1, 2], [1, 2]])
 
 
+@SLOW
 def test_residual_adds_read_their_side_maps():
     g = compile_model(random_model(3, **RESIDUAL))
     ran = run_steps(g, CONFIG)
@@ -245,6 +254,7 @@ def test_residual_adds_read_their_side_maps():
     assert len(adds) >= 4 and any(d["side_c"] < d["out_c"] for d in adds)
 
 
+@SLOW
 def test_weight_words_of_two_bus_words():
     """PE x SIMD = 16 x 16 = 256 bits: a weight word is two bus words, the first the
     lower half; 16 lanes an epilogue beat."""
@@ -252,6 +262,7 @@ def test_weight_words_of_two_bus_words():
     run_steps(g, replace(CONFIG, pe=16, simd=16))
 
 
+@SLOW
 def test_constants_of_eight_bytes(monkeypatch):
     """Parameter blocks of 8-byte constants (the compiler's choice where a value needs
     more than 4 bytes; forced here): post-ops, thresholds, the mixer's section and the
@@ -263,6 +274,7 @@ def test_constants_of_eight_bytes(monkeypatch):
     assert all(d["const_bytes"] == 8 for d in ran) and any(mixing(d) for d in ran)
 
 
+@SLOW
 def test_two_bit_levels_in_four_planes():
     """2-bit activations: the convolutions read levels (planes) and write levels of 3
     thresholds; the block's mixer writes 2-bit level outputs."""
@@ -277,6 +289,7 @@ def mixing(d):
     return bool(d["stages"] & STAGE_BITS["mixer"])
 
 
+@SLOW
 def test_block_mixers_of_three_bases_write_gated_maps_and_levels():
     """K = 3 on three arrays: each block's second convolutions, their residual adds,
     the mixer's three gated outputs and their signs for the next block (rule 7), and
@@ -290,6 +303,7 @@ def test_block_mixers_of_three_bases_write_gated_maps_and_levels():
     assert any(mixing(d) and not d["stages"] & STAGE_BITS["gated"] for d in ran)
 
 
+@SLOW
 def test_a_one_by_one_downsample_convolution():
     """The conv shortcut's 1x1 stride-2 binary convolution, and the mixer before it,
     whose outputs two readers threshold differently: two level outputs an output and no
@@ -350,6 +364,7 @@ def test_a_map_every_job_reads_is_read_once_for_all_of_them():
         assert counts[2 * n] == counts[2 * n + 1] - rows, (n, counts)
 
 
+@SLOW
 def test_under_wait_states_and_long_latency():
     g = compile_model(random_model(5, **NETWORKS["odd-channels-stride-2"]))
     run_steps(g, CONFIG, p_wait=0.3, latency=(2, 9), seed=5)
@@ -375,6 +390,7 @@ def test_what_it_cannot_run_is_refused_before_any_transfer():
         assert got == before
 
 
+@SLOW
 def test_more_bases_than_arrays_run_in_rounds():
     """K = 3 on 2 arrays: a descriptor of 3 jobs runs 2, then 1, each round its own
     job table entries, weights and maps (the mixers, which need every base at once, are
@@ -386,7 +402,7 @@ def test_more_bases_than_arrays_run_in_rounds():
     assert any(d["stride"] == 2 for d in ran)
 
 
-@pytest.mark.parametrize("ring_rows", [8, 4])
+@pytest.mark.parametrize("ring_rows", [pytest.param(8, marks=SLOW), 4])
 def test_weights_stream_in_chunks_of_output_channels(ring_rows):
     """Weights more than half the fold issuer holds (20 words of 8 x 16 bits) stream: a
     chunk of output channels at a time, the next chunk's weights loaded into the free
@@ -404,6 +420,7 @@ def test_weights_stream_in_chunks_of_output_channels(ring_rows):
     assert any(d["stride"] == 2 for d in streamed) and all(d["jobs"] == 3 for d in streamed)
 
 
+@SLOW
 def test_streamed_residual_adds_read_their_side_slices():
     """A streaming block's residual add reads, for each chunk, every pixel's slice of its
     side map (16-bit, 16 and 32 channels: whole bus words); the first block's
@@ -420,6 +437,7 @@ def test_streamed_residual_adds_read_their_side_slices():
     assert any(d["stages"] & STAGE_BITS["prologue_threshold"] for d in streamed)
 
 
+@SLOW
 @pytest.mark.parametrize("shortcut", ["conv", None])
 def test_streamed_mixers_and_their_level_outputs(shortcut):
     """A block's streaming second convolutions with their mixer on chip: each chunk's
@@ -442,6 +460,7 @@ def test_streamed_mixers_and_their_level_outputs(shortcut):
         assert any(not d["stages"] & STAGE_BITS["gated"] for d in mixers)
 
 
+@SLOW
 def test_streamed_maps_too_large_for_the_map_buffer_go_straight_to_dram():
     """A map buffer of 128 words (a region of 512 bytes a map): the streaming block
     mixers' gated 8 x 8 and 4 x 4 maps of 16-bit values (2 and 1 KiB) do not fit, so each

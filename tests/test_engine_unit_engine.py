@@ -99,7 +99,8 @@ def the_image(mem, image, program, base=BASE):
     return bytes(got)
 
 
-@pytest.mark.parametrize("p_wait", [0.0, 0.3])
+# (without wait states in -m slow: the Verilator test below runs the program so)
+@pytest.mark.parametrize("p_wait", [pytest.param(0.0, marks=pytest.mark.slow), 0.3])
 def test_a_program_of_convolutions_runs_to_done(network, p_wait):
     """The same convolution twice (its input is not its output, so the second leaves
     what the first wrote), then END: the fence, a second hand-off and the runner's
@@ -125,7 +126,7 @@ def test_a_descriptor_the_runner_cannot_run_stops_the_engine(network):
     assert the_image(mem, before, code) == before
 
 
-@pytest.mark.parametrize("cycles", [60, 700])
+@pytest.mark.parametrize("cycles", [60, pytest.param(700, marks=pytest.mark.slow)])
 def test_a_soft_reset_mid_convolution_then_a_new_start_completes(network, cycles):
     """A soft reset while the runner loads constants (60 cycles in) or computes (700):
     the engine goes idle with STATUS clear, and the program started again leaves the

@@ -163,6 +163,7 @@ def test_deadlock_is_reported(misbehave, build_dir):
         _run(misbehave, "misbehave", [DEADLOCK, 1, 2], 3, build_dir, timeout_cycles=500)
 
 
+@pytest.mark.slow
 def test_builds_reuse_verilators_runtime(misbehave, tmp_path, monkeypatch):
     """The first build compiles Verilator's runtime library and keeps it; a later build
     (another cache entry) links it instead of compiling it again, and still runs

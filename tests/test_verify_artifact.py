@@ -52,7 +52,7 @@ def _measured(output):
     return float(line.split("measured ")[1].split(",")[0])
 
 
-@pytest.mark.parametrize("name", ["out", "out1024"])
+@pytest.mark.parametrize("name", ["out", pytest.param("out1024", marks=pytest.mark.slow)])
 def test_verify_simulates_the_build_it_is_given(work, name):
     report = json.loads((work / name / "report.json").read_text())
     result = verify(work, work / name, "--images", 40)

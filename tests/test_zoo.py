@@ -13,7 +13,8 @@ from groupnet_hw.models.zoo import ARCHS, arch_config
 from conftest import randomize_bn, random_model
 
 
-@pytest.mark.parametrize("arch,bases", [("resnet18", 1), ("resnet34", 1)])
+@pytest.mark.parametrize("arch,bases", [("resnet18", 1),
+                                        pytest.param("resnet34", 1, marks=pytest.mark.slow)])
 def test_imagenet_resnets_run_exactly_in_the_integer_graph(arch, bases):
     """7x7 stride-2 stem, max pooling, binary downsample, per-conv shortcuts, one theta
     per block and per-tensor alpha (the authors' layout): integer graph == fixed-point
