@@ -34,7 +34,7 @@ ALMs; LUT4-based families count two LUT4s per ALM), block-RAM bits and multiplie
   engine of the units (``UnitEngine``: register file, sequencer, DMAs, the classifier
   head, the runner with its layer datapath, loaders, packers, unpacker and writer) at
   one array of 16 x 48 lanes and at five of 16 x 64, less their XNOR and vector lanes; five arrays of
-  16 x 32 are predicted 4.6 % below their count (``tests/test_engine_units.py`` holds
+  16 x 32 are predicted 4.3 % below their count (``tests/test_engine_units.py`` holds
   the three within 5 %);
 - the stem: ``stem_pe * stem_simd`` 9x9 multipliers (three per Cyclone V DSP block);
 - DSP blocks: the vector lanes' (epilogue and mixer lanes: the classifier head borrows
@@ -44,10 +44,10 @@ ALMs; LUT4-based families count two LUT4s per ALM), block-RAM bits and multiplie
 - tile buffers: their bytes in block RAM at 1,024 usable bytes per 10-kbit block
   (32-bit-wide M10K ports assembled to the port width).
 
-Measured so, 5 x 16 x 64 with 8 vector lanes takes 91.3 % of the DE10-Nano's ALMs with
-the guess and 86.6 % of its DSP blocks (97), over the default 90 % by a little (the
-runner's row replay and weight loader took 800 ALMs), so the sizing takes it with 4
-vector lanes (85.8 %, 77 DSP blocks). The ladder of
+Measured so, 5 x 16 x 64 with 8 vector lanes takes 89.97 % of the DE10-Nano's ALMs
+with the guess (37,707) and 86.6 % of its DSP blocks (97): within the default 90 % by
+12 ALMs, so the sizing takes it whole. That is no margin: the 2,000-ALM guess for the
+units not built yet decides whether 8 lanes stay (4 lanes: 84.5 %). The ladder of
 candidates tops out at 5 arrays x 16 PE x 64 SIMD: K = 5 bases run in one round, SIMD 64
 divides every channel count of the paper's networks
 (the window gatherer gives a tap's channels words of their own), and ResNet-18 K=5 is
@@ -92,8 +92,8 @@ _MIN_VECTOR_LANES = 4
 #: beyond its lanes (its slice of the gatherer's ring, its fold issuer, its job's share
 #: of the feeder, packers, unpacker and writer) and what does not grow with the arrays.
 #: A third size, five arrays of 16 x 32 (``unit-engine-narrow``), checks the fit.
-_ALM_PER_ARRAY = 778
-_ALM_FIXED = 16156
+_ALM_PER_ARRAY = 773
+_ALM_FIXED = 15612
 #: Vector lanes the sizing keeps before it takes the stem's multipliers: a 3x3 layer of
 #: 64 channels gives 5 arrays' 80 sums every 9 cycles, 10 beats of 8 lanes (1 % of
 #: ResNet-18's frame against 16 lanes; 4 lanes would double its first stage).
