@@ -382,8 +382,11 @@ def test_what_it_cannot_run_is_refused_before_any_transfer():
     # the stem's 12 channels: a prologue of groups of 8 channels cannot take them
     odd = next(d for d in descs if d["stages"] & STAGE_BITS["prologue_threshold"])
     assert odd["in_c"] == 12
+    # rows of 2**16 bus words or more: the runner counts a row's words in 16 bits
+    long_rows = [{**descs[i], name: (1 << 16) * CONFIG.port_bytes}
+                 for name in ("in_pitch", "side_pitch")]
     outcomes = run_runner_in_turn(program, [(d, before) for d in (thresholding, too_many,
-                                                                  streaming, odd)],
+                                                                  streaming, odd, *long_rows)],
                                   max_size=16, max_words=4, max_out_folds=4, ring_words=256)
     for got, result in outcomes:
         assert result == ("error", ERROR_CAUSES["unsupported"])
