@@ -68,7 +68,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
@@ -109,6 +109,9 @@ _BITS_FORMAT = 0           # in_fmt / out_fmt: a binary map (one bit a channel)
 #: read commands whose words may still come: a side row's batches (four of a chunk a
 #: job), a row's, the weight loader's and the replay's
 _TAGS = 32
+#: Bits of a read's words (its tag's count): rows, main or side, of fewer than 2**16 bus
+#: words, which `supported` checks, so that counts and offsets in a row are this narrow.
+_ROW_WORD_BITS = 16
 #: weight words a command of the weight loader (its reads go out between the side
 #: slices' without holding them long), and while input rows are still to be read: a
 #: weight word, only once every row word asked for is in (the loader, at a ring word a
@@ -311,8 +314,8 @@ class ConvRunner(wiring.Component):
             d.stride != 0, fits(d.stride, self.max_kernel), d.dilation != 0,
             d.in_h != 0, d.in_w != 0, fits(d.in_h, self.max_size), fits(d.in_w, self.max_size),
             # (a read's words are counted in 16 bits)
-            d.in_pitch < (1 << 16) * (self.data_width // 8),
-            d.side_pitch < (1 << 16) * (self.data_width // 8),
+            d.in_pitch < (1 << _ROW_WORD_BITS) * (self.data_width // 8),
+            d.side_pitch < (1 << _ROW_WORD_BITS) * (self.data_width // 8),
             d.out_h != 0, d.out_w != 0, fits(d.out_h, self.max_size),
             fits(d.out_w, self.max_size),
             d.out_folds != 0, fits(d.out_folds, self.max_out_folds),
@@ -774,7 +777,7 @@ class ConvRunner(wiring.Component):
         # stage's mixer took 36 % more cycles than the model)
         # the phases' words still to come: at most two rows' (of fewer than 2**16 words)
         # and the side batches'
-        left = Signal(18)
+        left = Signal(_ROW_WORD_BITS + 2)
         rd_busy = Signal()
         to_consts, to_loader, to_table = Signal(), Signal(), Signal()
         to_side = Signal()
@@ -801,13 +804,13 @@ class ConvRunner(wiring.Component):
         batch_n = Signal(range(side_chunk + 1))   # words a job's chunk of the batch
         batch_words = Signal(range(arrays * side_chunk + 1))     # and of every job
         weight_words = pe * simd // dw
-        tag_layout = data.StructLayout({"weights": 1, "job_end": 1, "words": 16})
+        tag_layout = data.StructLayout({"weights": 1, "job_end": 1, "words": _ROW_WORD_BITS})
         # (in block RAM: a word waits for its tag, which is a command's issue old)
         m.submodules.tags = tags = SyncFIFOBuffered(width=tag_layout.size, depth=_TAGS)
         head = data.View(tag_layout, tags.r_data)
         w_head = tags.r_rdy & head.weights
         o_head = tags.r_rdy & ~head.weights
-        head_taken = Signal(16)           # the head command's words so far
+        head_taken = Signal(_ROW_WORD_BITS)           # the head command's words so far
         taken_any = self.rd.valid & self.rd.ready
         taken = taken_any & o_head        # a phase's word
         taken_w = taken_any & w_head      # a weight loader's word
@@ -954,8 +957,8 @@ class ConvRunner(wiring.Component):
         need = Signal(signed(bits_of(2 * self.max_size * self.max_kernel) + 1))
         s_job = Signal(range(arrays))
         # (offsets in a side row: fewer than 2**16 bus words, `supported`)
-        side_row_bits = 16 + log_db
-        s_left = Signal(17)
+        side_row_bits = _ROW_WORD_BITS + log_db
+        s_left = Signal(_ROW_WORD_BITS + 1)
         s_pixel_at = Signal(side_row_bits)
         s_offset = Signal(side_row_bits + 1)
         s_x = Signal(range(self.max_size + 1))          # a streaming side row's pixel
@@ -1328,7 +1331,7 @@ class ConvRunner(wiring.Component):
         m.d.comb += [fc.ready.eq(self.rd_cmd.ready & tags.w_rdy),
                      tags.w_en.eq(sent & ((self.rd_cmd.payload.length >> log_db) != 0)),
                      tags.w_data.eq(Cat(cmd_weights, cmd_end,
-                                        (self.rd_cmd.payload.length >> log_db)[:16]))]
+                                        (self.rd_cmd.payload.length >> log_db)[:_ROW_WORD_BITS]))]
         with m.If(~tags.w_rdy):
             m.d.comb += self.rd_cmd.valid.eq(0)
         with m.If(sent & cmd_weights):
