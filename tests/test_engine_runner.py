@@ -30,12 +30,11 @@ from test_engine_dma import AvalonDRAM
 from test_engine_program import images_for
 
 BASE = 0x1000          # the image's first byte in the memory model
-#: The runner's simulations take 30 to 120 s each in the Amaranth simulator; the default
-#: tier keeps one per kind of run (a dilated network with a prologue, weight streaming
-#: under wait states with more bases than arrays, the shared input's replay, the
-#: refusals, the DE10-Nano's descriptors at 224) and the engine of the units runs the
-#: odd-channel and residual networks' whole programs on Verilator
-#: (tests/test_engine_unit_engine.py); every other feature's run is in -m slow.
+#: The runner's simulations take 30 to 120 s each in the Amaranth simulator: the default
+#: tier keeps the refusals and the DE10-Nano's descriptors at 224; the engine of the
+#: units runs the odd-channel, residual, dilated and weight-streaming networks' programs
+#: and the shared input's replay on Verilator (tests/test_engine_unit_engine.py); every
+#: feature's run in the Amaranth simulator is in -m slow.
 SLOW = pytest.mark.slow
 #: a small intended engine: weight words of pe x simd = 128 bits, one bus word; weight
 #: buffers that hold the test networks' layers
@@ -225,8 +224,8 @@ NETWORKS = {
 }
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=SLOW if n == "odd-channels-stride-2" else ())
-                                  for n in sorted(NETWORKS)])
+@SLOW
+@pytest.mark.parametrize("name", sorted(NETWORKS))
 def test_each_descriptor_runs_dram_to_dram_as_the_model_runs_it(name):
     g = compile_model(random_model(3, **NETWORKS[name]))
     ran = run_steps(g, CONFIG)
@@ -338,6 +337,7 @@ def sharing_one_input(program, d, image):
     return shared, bytes(image), bytes(after)
 
 
+@SLOW
 def test_a_map_every_job_reads_is_read_once_for_all_of_them():
     """Each two-job convolution without a residual add of a network, made to read one
     input map (``shared_input``): the runner reads each row once and the replay unit
@@ -405,7 +405,8 @@ def test_more_bases_than_arrays_run_in_rounds():
     assert any(d["stride"] == 2 for d in ran)
 
 
-@pytest.mark.parametrize("ring_rows", [pytest.param(8, marks=SLOW), 4])
+@SLOW
+@pytest.mark.parametrize("ring_rows", [8, 4])
 def test_weights_stream_in_chunks_of_output_channels(ring_rows):
     """Weights more than half the fold issuer holds (20 words of 8 x 16 bits) stream: a
     chunk of output channels at a time, the next chunk's weights loaded into the free
@@ -548,7 +549,12 @@ def map_buffer_takes(d, region):
     return bool((not (wide or two_levels) or main_fits or direct) and levels_fit)
 
 
-def test_the_intended_runner_takes_the_paper_networks_binary_convolutions_at_224():
+#: binary convolutions the intended runner takes at 224x224, of each network's
+COUNTS_AT_224 = {"resnet18": (18, 19), "resnet34": (34, 35)}
+
+
+@pytest.mark.parametrize("arch", ["resnet18", pytest.param("resnet34", marks=SLOW)])
+def test_the_intended_runner_takes_the_paper_networks_binary_convolutions_at_224(arch):
     """The runner at the DE10-Nano's size (5 arrays of 16 x 64 lanes, a map buffer of
     4,096 words: 6,544 bytes a map) checks every CONV descriptor of ResNet-18 and
     ResNet-34 K=5 at 224x224 as the tests' rule says: the stem (integer weights) is not
@@ -563,8 +569,7 @@ def test_the_intended_runner_takes_the_paper_networks_binary_convolutions_at_224
     runner = ConvRunner(data_width=8 * RESNET_CONFIG.port_bytes, **sizes)
     region = runner.maps.region_bytes
     programs = {arch: read_program(compile_engine(
-        compile_model(zoo_model(arch, 5, image_size=224)), RESNET_CONFIG, base=BASE))[1]
-        for arch in ("resnet18", "resnet34")}
+        compile_model(zoo_model(arch, 5, image_size=224)), RESNET_CONFIG, base=BASE))[1]}
     keys = [(arch, i) for arch, descs in programs.items() for i, d in enumerate(descs)
             if d["opcode"] == OPCODE_CODES["CONV"]]
     taken = dict(zip(keys, units_take(runner, [programs[a][i] for a, i in keys])))
@@ -577,5 +582,5 @@ def test_the_intended_runner_takes_the_paper_networks_binary_convolutions_at_224
     assert all(d["out_h"] == 28 and d["flags"] & FLAG_BITS["weight_stream"] for d in refused)
     counts = {arch: (sum(taken[key] for key in binary if key[0] == arch),
                      sum(1 for key in binary if key[0] == arch)) for arch in programs}
-    assert counts == {"resnet18": (18, 19), "resnet34": (34, 35)}
+    assert counts == {arch: COUNTS_AT_224[arch]}
     assert all(d["aux_outputs"] == 2 for d in refused)

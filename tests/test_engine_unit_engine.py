@@ -22,8 +22,8 @@ from groupnet_hw.hw.engine.unit_engine import UnitEngine
 from groupnet_hw.sim import toolchain
 from groupnet_hw.sim.engine_rtl import build_engine_rtl, run_engine_rtl
 from test_engine_dma import AvalonDRAM
-from test_engine_runner import (BASE, CONFIG, NETWORKS, RESIDUAL,
-                                program_steps, runnable)
+from test_engine_runner import (BASE, CONFIG, NETWORKS, RESIDUAL, STREAMING_CONFIG,
+                                program_steps, runnable, sharing_one_input)
 from test_engine_sequencer import Host
 
 #: the runner's sizes for the tests' networks
@@ -163,6 +163,8 @@ def the_input_and_head(steps, descs):
     return program_of(descs[i_in], descs[i_head]), before, after
 
 
+# (the soft reset below runs the same program to done after its reset)
+@pytest.mark.slow
 def test_the_input_and_the_classifier_head_run_to_done(residual_network):
     """INPUT is done at once; HEAD goes to the classifier head, which has the DMAs
     from its descriptor to its done: the logits are the model's."""
@@ -279,19 +281,75 @@ def residual_network():
     return program_steps(compile_model(random_model(3, **RESIDUAL)), CONFIG, which=on_the_units)
 
 
+@pytest.fixture(scope="module")
+def dilated_network():
+    """BPAC dilations (a base a descriptor: one job), a window of five rows in the ring
+    of eight, the stem's 16-bit map thresholded as its rows arrive."""
+    network = program_steps(compile_model(random_model(3, **NETWORKS["bpac-dilations"])),
+                            CONFIG)
+    ran = [network[1][i] for i, _, _ in network[2]]
+    assert any(d["dilation"] == 2 for d in ran) and all(d["jobs"] == 1 for d in ran)
+    assert any(d["stages"] & STAGE_BITS["prologue_threshold"] and d["in_elem"] == 16
+               for d in ran)
+    return network
+
+
+#: three bases on the two arrays, 16x16 maps (taller than the ring of 8 rows: the input
+#: is read again for each chunk of output channels) and 8x8 ones (the ring holds them:
+#: read once), weight buffers that hold no layer's weights
+STREAMING = dict(NETWORKS["odd-channels-stride-2"], bases=3, image_size=16)
+
+
+@pytest.fixture(scope="module")
+def streaming_network():
+    """Weights streamed a chunk of output channels at a time: the next chunk loaded
+    while the arrays compute this one, each chunk's slices assembled in the map buffer;
+    channels 20 in chunks of 8, 8 and 4, stride 2, rounds of 2 and 1 bases."""
+    network = program_steps(compile_model(random_model(4, **STREAMING)), STREAMING_CONFIG)
+    streamed = [network[1][i] for i, _, _ in network[2]
+                if network[1][i]["flags"] & FLAG_BITS["weight_stream"]]
+    assert len(streamed) >= 3
+    assert any(d["out_c"] % d["chunk_c"] for d in streamed)
+    assert any(d["stride"] == 2 for d in streamed) and all(d["jobs"] == 3 for d in streamed)
+    assert {d["in_h"] for d in streamed} >= {16, 8}
+    return network
+
+
 @pytest.mark.parametrize("stall, latency", [(0.0, 1), (0.3, 40)])
-@pytest.mark.parametrize("which", ["network", "residual_network"])
+@pytest.mark.parametrize("which", ["network", "residual_network", "dilated_network",
+                                   "streaming_network"])
 def test_the_verilog_runs_the_program_behind_the_cpp_dram_model(request, which, engine_rtl,
                                                                 stall, latency):
     """The generated Verilog under Verilator, the DRAM model's wait states and read-data
     gaps (``stall``) and a DE10-Nano-like read latency: each descriptor the runner
-    executes leaves the model's image (residual adds among them)."""
+    executes leaves the model's image (odd channels and stride 2, residual adds,
+    dilations with the prologue, streamed weights)."""
     program, descs, steps = request.getfixturevalue(which)
     for i, before, after in steps:
         run, code = verilog_run(engine_rtl, descs[i], before, latency=latency, stall=stall,
                                 seed=i)
         assert run.done and not run.error, (i, hex(run.status))
         assert the_image(run.image_after, before, code, base=BASE) == after
+
+
+def test_a_map_every_job_reads_is_read_once_on_verilator(network, engine_rtl):
+    """Each two-job convolution without a residual add, made to read one input map
+    (``shared_input``): the model's image, and the register file counts one map's rows
+    fewer words read than for the same descriptor without the flag; wait states."""
+    program, descs, steps = network
+    picked = [(descs[i], before) for i, before, _ in steps
+              if descs[i]["jobs"] == 2 and not descs[i]["stages"] & STAGE_BITS["add"]]
+    assert len(picked) >= 2
+    for n, (d, before) in enumerate(picked):
+        shared, image, after = sharing_one_input(program, d, before)
+        words = []
+        for each in (shared, d):
+            run, code = verilog_run(engine_rtl, each, image, latency=9, stall=0.2, seed=n)
+            assert run.done and not run.error, (n, hex(run.status))
+            assert the_image(run.image_after, image, code, base=BASE) == after, n
+            words.append(run.counters["WORDS_READ"])
+        rows = d["in_h"] * d["in_pitch"] // CONFIG.port_bytes
+        assert words[0] == words[1] - rows, (n, words)
 
 
 def test_the_docs_table_is_the_benchmarks_record():

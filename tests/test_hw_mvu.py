@@ -382,7 +382,7 @@ def _random_config(draw):
     return kind, n_in, c_out, pe, simd, in_width, in_signed, seed, in_place, activation_bits
 
 
-@settings(max_examples=45, deadline=None, derandomize=True, database=None,
+@settings(max_examples=30, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(_random_config(), st.sampled_from([None, "reset"]))
 def test_random_configurations(config, mode):
