@@ -99,8 +99,10 @@ def the_image(mem, image, program, base=BASE):
     return bytes(got)
 
 
-# (without wait states in -m slow: the Verilator test below runs the program so)
-@pytest.mark.parametrize("p_wait", [pytest.param(0.0, marks=pytest.mark.slow), 0.3])
+# (in -m slow: the Verilator tests below run the same program, with and without wait
+# states)
+@pytest.mark.slow
+@pytest.mark.parametrize("p_wait", [0.0, 0.3])
 def test_a_program_of_convolutions_runs_to_done(network, p_wait):
     """The same convolution twice (its input is not its output, so the second leaves
     what the first wrote), then END: the fence, a second hand-off and the runner's
@@ -126,7 +128,9 @@ def test_a_descriptor_the_runner_cannot_run_stops_the_engine(network):
     assert the_image(mem, before, code) == before
 
 
-@pytest.mark.parametrize("cycles", [60, pytest.param(700, marks=pytest.mark.slow)])
+# (in -m slow: the Verilator test below resets the same run at the same cycle)
+@pytest.mark.slow
+@pytest.mark.parametrize("cycles", [60, 700])
 def test_a_soft_reset_mid_convolution_then_a_new_start_completes(network, cycles):
     """A soft reset while the runner loads constants (60 cycles in) or computes (700):
     the engine goes idle with STATUS clear, and the program started again leaves the
@@ -232,16 +236,18 @@ def test_an_address_outside_the_window_stops_the_engine_with_no_access_outside(n
 
 # ---- the fast Verilator path: the C++ DRAM model behind the ports ----------------------
 
-def verilog_run(build, d, before, *, latency, stall, seed, bytes_per_cycle=4):
-    """Descriptor ``d`` and END at the image's descriptors, run on a Verilator build of
-    the engine behind the C++ DRAM model; ``(the run, the program's bytes)``."""
-    code = program_of(d)
+def verilog_run(build, d, before, *, latency, stall, seed, bytes_per_cycle=4, repeat=1,
+                reset_at=None):
+    """Descriptor ``d`` (``repeat`` times) and END at the image's descriptors, run on a
+    Verilator build of the engine behind the C++ DRAM model (a soft reset ``reset_at``
+    cycles after START, then START again); ``(the run, the program's bytes)``."""
+    code = program_of(*[d] * repeat)
     image = bytearray(BASE) + bytearray(before)
     at = BASE + PROGRAM_OFFSET
     image[at:at + len(code)] = code
     run = run_engine_rtl(build, bytes(image), window=(BASE, len(image)), program_address=at,
                          latency=latency, bytes_per_cycle=bytes_per_cycle, stall=stall,
-                         seed=seed, max_cycles=10_000_000)
+                         seed=seed, max_cycles=10_000_000, reset_at=reset_at)
     return run, code
 
 
@@ -330,6 +336,35 @@ def test_the_verilog_runs_the_program_behind_the_cpp_dram_model(request, which, 
                                 seed=i)
         assert run.done and not run.error, (i, hex(run.status))
         assert the_image(run.image_after, before, code, base=BASE) == after
+
+
+@pytest.mark.parametrize("stall", [0.0, 0.3])
+def test_a_program_of_convolutions_runs_to_done_on_verilator(network, engine_rtl, stall):
+    """The same convolution twice (its input is not its output, so the second leaves
+    what the first wrote), then END: the fence, a second hand-off and the runner's
+    reuse, with and without wait states."""
+    program, descs, steps = network
+    i, before, after = steps[0]
+    run, code = verilog_run(engine_rtl, descs[i], before, latency=6, stall=stall, seed=3,
+                            repeat=2)
+    assert run.done and not run.error, hex(run.status)
+    assert the_image(run.image_after, before, code, base=BASE) == after
+
+
+@pytest.mark.parametrize("cycles", [60, 700])
+def test_a_soft_reset_mid_convolution_on_verilator(network, engine_rtl, cycles):
+    """A soft reset while the runner loads constants (60 cycles after START) or
+    computes (700): the engine goes idle with STATUS clear, and the program started
+    again leaves the model's image; wait states."""
+    program, descs, steps = network
+    i, before, after = steps[0]
+    run, code = verilog_run(engine_rtl, descs[i], before, latency=6, stall=0.2, seed=cycles,
+                            reset_at=cycles)
+    # busy when reset (the run takes about 2,000 cycles), idle and clear after it
+    assert run.reset["at"] == cycles and run.reset["busy_cycles"] > 0, run.reset
+    assert run.reset["status"] == 0, run.reset
+    assert run.done and not run.error, hex(run.status)
+    assert the_image(run.image_after, before, code, base=BASE) == after
 
 
 def test_a_map_every_job_reads_is_read_once_on_verilator(network, engine_rtl):
