@@ -6,7 +6,8 @@ For one descriptor (docs/architecture.md section 12):
   ``out_h*out_w * groups * ceil(C_out/groups/PE) * k*k * ceil(C_in/groups/SIMD)``
   cycles (a tap's channels are words of their own, as the window gatherer reads them;
   times the input bits for n-bit activations, which the XNOR lanes take bit-serially),
-  or where more, the epilogue's ``jobs * ceil(PE/lanes)`` beats an output fold
+  or where more, the epilogue's ``jobs * ceil(PE/lanes)`` beats an output fold, each
+  beat of a residual add a cycle more for each bus word of side elements it takes
   (:func:`binary_fold_cycles`); the K jobs of a descriptor run on the ``arrays``
   arrays in ``ceil(K/arrays)`` rounds.
   A prologue threshold (of a fixed-point input, fusion rule 3) takes 8 channels a
@@ -126,9 +127,16 @@ def binary_fold_cycles(d, config):
     convolution on the intended engine's units (docs/architecture.md section 15): its
     window's folds, a tap's channels in ``ceil(C_in/groups/simd)`` words of their own
     (the gatherer's tap-aligned words), each bit plane in turn; or, where that is
-    fewer, the epilogue's beats (``ceil(pe/vector_lanes)`` a job of the round)."""
+    fewer, the epilogue's beats (``ceil(pe/vector_lanes)`` a job of the round). A
+    residual add's beat also waits for its side elements, which the input unpacker
+    gives a beat a cycle plus a cycle for each bus word it takes in
+    (``hw/engine/unpacker.py``): 16-bit sides at 8 lanes take a word a beat, so two
+    cycles a beat (measured on the unpacker alone: 2.06; 24-bit 2.56)."""
     taps = d["kernel"] ** 2 * _ceil(d["in_c"] // d["groups"], config.simd)
     beats = min(d["jobs"], config.arrays) * _ceil(config.pe, config.vector_lanes)
+    if d["stages"] & STAGE_BITS["add"]:
+        side_beat_bytes = config.vector_lanes * d["side_elem"] / 8
+        beats = beats * (1 + side_beat_bytes / config.port_bytes)
     return max(taps * max(1, d["act_bits"]), beats)
 
 

@@ -144,7 +144,7 @@ def size_engine(board="de10nano", max_util=0.9, clock_mhz=100.0):
     Buffers shrink (halving, down to 2 KiB each) before the arrays do. Over the logic
     budget the vector lanes halve down to :data:`_MIN_VECTOR_LANES` before the next
     candidate's arrays are tried (ResNet-18 K=5 at 224x224: 5 x 16 x 64 with 4 lanes
-    is 22.9 frames/s, with 8 25.4, 5 x 16 x 32 with 8 20.8). Over the DSP budget the vector lanes go
+    is 21.6 frames/s, with 8 25.3, 5 x 16 x 32 with 8 20.7). Over the DSP budget the vector lanes go
     first down to :data:`_KEPT_VECTOR_LANES`, then the stem's multipliers (three at a
     time: a Cyclone V DSP block's three 9x9 products), then the rest.
 
