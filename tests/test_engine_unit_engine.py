@@ -293,7 +293,8 @@ def dilated_network():
     of eight, the stem's 16-bit map thresholded as its rows arrive."""
     network = program_steps(compile_model(random_model(3, **NETWORKS["bpac-dilations"])),
                             CONFIG)
-    ran = [network[1][i] for i, _, _ in network[2]]
+    _, descs, steps = network
+    ran = [descs[i] for i, _, _ in steps]
     assert any(d["dilation"] == 2 for d in ran) and all(d["jobs"] == 1 for d in ran)
     assert any(d["stages"] & STAGE_BITS["prologue_threshold"] and d["in_elem"] == 16
                for d in ran)
@@ -312,8 +313,8 @@ def streaming_network():
     while the arrays compute this one, each chunk's slices assembled in the map buffer;
     channels 20 in chunks of 8, 8 and 4, stride 2, rounds of 2 and 1 bases."""
     network = program_steps(compile_model(random_model(4, **STREAMING)), STREAMING_CONFIG)
-    streamed = [network[1][i] for i, _, _ in network[2]
-                if network[1][i]["flags"] & FLAG_BITS["weight_stream"]]
+    _, descs, steps = network
+    streamed = [descs[i] for i, _, _ in steps if descs[i]["flags"] & FLAG_BITS["weight_stream"]]
     assert len(streamed) >= 3
     assert any(d["out_c"] % d["chunk_c"] for d in streamed)
     assert any(d["stride"] == 2 for d in streamed) and all(d["jobs"] == 3 for d in streamed)
