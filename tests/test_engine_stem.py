@@ -170,8 +170,7 @@ def stem_run(lanes, c, h, w, kernel, stride, padding, c_out, pe, simd, *, stall=
 
     async def setup(ctx):
         ctx.set(dut.gather.settings, g.settings())
-        ctx.set(dut.folds.settings, dict(channels=c, taps=taps, in_folds=in_folds,
-                                         out_folds=out_folds))
+        ctx.set(dut.folds.settings, dict(channels=c, in_folds=in_folds, out_folds=out_folds))
         if data_width is None:
             ctx.set(dut.gather.loaded, g.h)
             for word in g.ring():

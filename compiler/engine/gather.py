@@ -72,22 +72,30 @@ def unit_geometry(d, header):
     dict
         ``words``, ``tail`` (lanes, not :func:`gather_geometry`'s mask), ``span``,
         ``in_folds``, ``out_folds``, ``pitch``, ``x_step``, ``dx_words``,
-        ``pad_words``, ``pixel_bytes`` and ``windows`` of a CONV descriptor with binary
-        weights and one channel group in a tap-aligned program; empty for any other
-        descriptor, whose fields stay zero (the core as built reads none of them, and
-        its programs stay what they were).
+        ``pad_words``, ``pixel_bytes`` and ``windows`` of a CONV descriptor with one
+        channel group in a tap-aligned program; empty for any other descriptor, whose
+        fields stay zero (the core as built reads none of them, and its programs stay
+        what they were). A CONV of integer weights (the stem) is gathered a pixel a word
+        (``words`` 1: its channels are a word of byte lanes) and folded over the flat
+        window in ``stem_simd`` elements, ``stem_pe`` output channels a fold.
     """
-    if (d["opcode"] != OPCODE_CODES["CONV"] or d["flags"] & FLAG_BITS["int_weights"]
-            or d["groups"] != 1 or not tap_aligned_weights(header)):
+    if (d["opcode"] != OPCODE_CODES["CONV"] or d["groups"] != 1
+            or not tap_aligned_weights(header)):
         return {}
-    simd = header["simd"]
+    integer = d["flags"] & FLAG_BITS["int_weights"]
+    simd = d["in_c"] if integer else header["simd"]
     g = gather_geometry(d, simd)
     # the fold issuer's windows are the convolution's output pixels: a fused pooling
     # stage's input, not its output (gather_geometry's out_w already is)
     out_h = d["mid_h"] if d["stages"] & STAGE_BITS["maxpool"] else d["out_h"]
+    if integer:
+        in_folds = -(-d["kernel"] ** 2 * d["in_c"] // header["stem_simd"])
+        out_folds = -(-d["out_c"] // header["stem_pe"])
+    else:
+        in_folds = binary_in_folds(d["in_c"], d["kernel"], simd, True)
+        out_folds = -(-d["out_c"] // header["pe"])
     return dict(words=g["words"], tail=g["tail"].bit_length(), span=g["span"],
-                in_folds=binary_in_folds(d["in_c"], d["kernel"], simd, True),
-                out_folds=-(-d["out_c"] // header["pe"]), pitch=g["pitch"],
+                in_folds=in_folds, out_folds=out_folds, pitch=g["pitch"],
                 x_step=g["x_step"], dx_words=g["dx_words"], pad_words=g["pad_words"],
                 # the loader's pixel: ceil(C/8) bytes of a bit map (in_elem 1), ceil(C*b/8)
                 # of b-bit elements

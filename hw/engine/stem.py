@@ -15,7 +15,7 @@ output fold, so any kernel, stride and channel count runs on it.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -182,11 +182,12 @@ class StemArray(wiring.Component):
 
 def stem_fold_settings(simd, lanes, max_in_folds, max_out_folds):
     """A descriptor's folding, held while :class:`StemFolds` runs: ``channels``, the
-    window's channels (at most ``lanes``, and dividing ``simd``); ``taps``, taps a fold
-    (``simd / channels``); ``in_folds``, folds a window (``ceil(kernel**2 / taps)``);
-    ``out_folds``, output folds a pixel (``ceil(C_out / pe)``)."""
+    window's channels (at most ``lanes``, and dividing ``simd``: a fold is whole taps);
+    ``in_folds``, folds a window (``ceil(kernel**2 * channels / simd)``); ``out_folds``,
+    output folds a pixel (``ceil(C_out / pe)``): the descriptor's unit geometry
+    (``compiler/engine/gather.py``)."""
     return data.StructLayout({
-        "channels": range(1, lanes + 1), "taps": range(1, simd + 1),
+        "channels": range(1, lanes + 1),
         "in_folds": range(1, max_in_folds + 1), "out_folds": range(1, max_out_folds + 1),
     })
 
@@ -279,12 +280,12 @@ class StemFolds(wiring.Component):
         held = Signal(2)                          # window buffer h holds a whole window
         w_half = Signal()
         w_fold = Signal(range(depth))
-        t = Signal(range(simd + 1))               # taps in the fold being packed
-        pos = Signal(range(8 * simd + 1))         # its next tap's first bit
+        at = Signal(range(simd + 1))              # the fold's next tap's first byte
         packed = Signal(simd * 8)
         take = self.taps.valid & self.taps.ready
-        fold_done = (t == st.taps - 1) | self.taps.payload.last
-        word = Mux(t == 0, 0, packed) | (tap_bytes << pos)
+        # a fold ends where the next tap would not fit (the channels divide `simd`)
+        fold_done = (at + 2 * st.channels > simd) | self.taps.payload.last
+        word = Mux(at == 0, 0, packed) | (tap_bytes << Cat(Const(0, 3), at))
         win_wp = windows.write_port()
         m.d.comb += [self.taps.ready.eq(~held.bit_select(w_half, 1)),
                      win_wp.addr.eq(Mux(w_half, depth, 0) + w_fold),
@@ -293,12 +294,12 @@ class StemFolds(wiring.Component):
         with m.If(take):
             m.d.sync += packed.eq(word)
             with m.If(fold_done):
-                m.d.sync += [t.eq(0), pos.eq(0), w_fold.eq(w_fold + 1)]
+                m.d.sync += [at.eq(0), w_fold.eq(w_fold + 1)]
                 with m.If(self.taps.payload.last):
                     m.d.comb += set_held.eq(Mux(w_half, 0b10, 0b01))
                     m.d.sync += [w_half.eq(~w_half), w_fold.eq(0)]
             with m.Else():
-                m.d.sync += [t.eq(t + 1), pos.eq(pos + 8 * st.channels)]
+                m.d.sync += at.eq(at + st.channels)
 
         # folds out: (fo, fs) over the held window; the read data is `o`'s payload and
         # moves on with `o` (`advance`: `o` taken or empty)
@@ -332,7 +333,7 @@ class StemFolds(wiring.Component):
         m.d.comb += [self.o.payload.x.eq(win_rp.data), self.o.payload.w.eq(wt_rp.data),
                      self.o.payload.first.eq(first_r), self.o.payload.last.eq(last_r),
                      self.o.valid.eq(o_valid),
-                     self.idle.eq(~held.any() & ~o_valid & (t == 0))]
+                     self.idle.eq(~held.any() & ~o_valid & (at == 0))]
         return m
 
 
