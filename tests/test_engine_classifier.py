@@ -56,11 +56,12 @@ def head_case(rng, *, in_c, h, w, classes, in_elem, weight_bytes, const_bytes, o
                         for _ in range(classes * in_c)], dtype=np.int64)
     bias = np.array([rng.randrange(-(1 << (8 * const_bytes - 2)), 1 << (8 * const_bytes - 2))
                      for _ in range(classes)], dtype=np.int64)
-    if out_elem == 32:
-        # a logit within 32 bits: small weights and biases, at most two pixels' sums
+    if out_elem < 64:
+        # a logit within its element: weights of -1, 0 and 1, small biases, the map's
+        # elements scaled so that their sum over the pixels and channels fits
         weights = weights % 3 - 1
-        bias = bias % 1000
-        x = x >> max(0, in_elem - 20)
+        bias = bias % 64
+        x = x >> max(0, in_elem - (out_elem - 3 - (in_c * h * w).bit_length()))
     table, params = 0x100, 0x200
     in_addr = params + d["param_bytes"] + PORT * rng.randrange(0, 3)
     out_addr = in_addr + in_f.nbytes + PORT * rng.randrange(0, 3)
@@ -78,7 +79,7 @@ def head_case(rng, *, in_c, h, w, classes, in_elem, weight_bytes, const_bytes, o
     image[in_addr:in_addr + in_f.nbytes] = bytes(in_f.pack(x))
     # random bytes in the rows' padding and the logits' old place
     for a in range(in_addr, in_addr + in_f.nbytes, in_f.row_bytes):
-        for k in range(in_f.row_bytes - in_c * in_elem // 8):
+        for k in range(in_f.row_bytes - w * in_c * in_elem // 8):
             image[a + in_f.row_bytes - 1 - k] = rng.randrange(256)
     image[out_addr:out_addr + out_f.nbytes] = bytes(rng.randrange(256) for _ in range(out_f.nbytes))
     return d, bytes(image)
@@ -108,6 +109,10 @@ CASES = [
     dict(in_c=40, h=5, w=2, classes=3, in_elem=8, weight_bytes=2, const_bytes=4, out_elem=32),
     dict(in_c=64, h=1, w=2, classes=5, in_elem=24, weight_bytes=1, const_bytes=8, out_elem=32),
     dict(in_c=8, h=6, w=6, classes=1, in_elem=8, weight_bytes=1, const_bytes=4, out_elem=64),
+    # logits of 24 bits (a logit across two bus words), 16 and 8
+    dict(in_c=16, h=2, w=2, classes=11, in_elem=16, weight_bytes=1, const_bytes=4, out_elem=24),
+    dict(in_c=8, h=3, w=3, classes=9, in_elem=24, weight_bytes=2, const_bytes=4, out_elem=16),
+    dict(in_c=8, h=1, w=2, classes=20, in_elem=8, weight_bytes=1, const_bytes=4, out_elem=8),
 ]
 
 
@@ -211,7 +216,7 @@ def refused(**change):
 
 @pytest.mark.parametrize("change", [
     dict(opcode=OPCODE_CODES["CONV"]), dict(jobs=2), dict(in_c=12), dict(in_elem=12),
-    dict(in_fmt=1), dict(out_elem=16), dict(weight_bytes=4), dict(const_bytes=2),
+    dict(in_fmt=1), dict(out_elem=48), dict(weight_bytes=4), dict(const_bytes=2),
     dict(in_h=7), dict(out_c=65), dict(in_pitch=32), dict(weight_tile_bytes=96),
     dict(out_bytes=64),
 ], ids=lambda c: next(iter(c)))

@@ -28,18 +28,19 @@ from test_engine_sequencer import Host
 
 #: the runner's sizes for the tests' networks
 SIZES = dict(arrays=CONFIG.arrays, pe=CONFIG.pe, simd=CONFIG.simd, max_size=16, max_words=4,
-             max_out_folds=4, ring_rows=8, ring_words=256)
+             max_out_folds=4, ring_rows=8, ring_words=256,
+             stem=dict(pe=CONFIG.stem_pe, simd=CONFIG.stem_simd, max_size=16))
 #: the engine of ResNet-18 K=5 at 32x32: the intended engine's units (5 arrays of 16 x 64
 #: lanes, 8 epilogue lanes, a ring of 16 rows, 72 weight words a half of the fold issuer,
 #: a map buffer of 4,096 bus words) with bounds of its maps (8x8 after the stem and its
 #: pooling): its layers of 128 channels and more stream their weights
 RESNET_SIZES = dict(arrays=5, pe=16, simd=64, lanes=8, ring_rows=16, ring_words=1024,
                     max_size=8, max_words=8, max_kernel=3, max_weight_words=72,
-                    max_out_folds=32, map_words=4096)
+                    max_out_folds=32, map_words=4096, stem=dict(max_size=32))
 #: its program's configuration: the intended engine
 RESNET_CONFIG = EngineConfig()
 #: the same arrays at the DE10-Nano's size: maps of up to 64 x 64 (ResNet at 224x224)
-DE10_NANO_SIZES = dict(RESNET_SIZES, max_size=64)
+DE10_NANO_SIZES = dict(RESNET_SIZES, max_size=64, stem=dict(max_size=224))
 
 
 @pytest.fixture(scope="module")
@@ -262,9 +263,12 @@ def engine_rtl(tmp_path_factory):
 
 
 def on_the_units(d, arrays=None):
-    """The descriptors the engine of the units runs: the runner's, INPUT, and HEAD of
-    channels a multiple of the head's 8 lanes and maps of up to 24 bits."""
+    """The descriptors the engine of the units runs: the runner's, INPUT, the stem (a
+    CONV of integer weights on a frame of up to 3 channels), and HEAD of channels a
+    multiple of the head's 8 lanes and maps of up to 24 bits."""
     return (runnable(d, arrays) or d["opcode"] == OPCODE_CODES["INPUT"]
+            or (d["opcode"] == OPCODE_CODES["CONV"] and d["flags"] & FLAG_BITS["int_weights"]
+                and d["in_c"] <= 3)
             or (d["opcode"] == OPCODE_CODES["HEAD"] and d["in_c"] % 8 == 0
                 and d["in_elem"] <= 24))
 
@@ -337,6 +341,49 @@ def test_the_verilog_runs_the_program_behind_the_cpp_dram_model(request, which, 
                                 seed=i)
         assert run.done and not run.error, (i, hex(run.status))
         assert the_image(run.image_after, before, code, base=BASE) == after
+
+
+#: networks whose whole program runs on the units of the tests' engine (two bases on the
+#: two arrays, 1x1 conv shortcuts, heads of channels a multiple of 8): an RGB frame
+#: through a 3x3 stem pooled 3x3/2 on chip, and a grey frame through a 3x3 stem of 16
+#: channels with a stage of 24 (a head of 24 channels)
+WHOLE = {
+    "rgb-pooled-stem": dict(image_size=8, in_channels=3, stem_channels=16, stem_pool=True,
+                            stages=[[16, 1, 1], [32, 1, 2]], bases=2, shortcut="conv"),
+    "grey-stem": dict(image_size=8, in_channels=1, stem_channels=16,
+                      stages=[[16, 1, 1], [24, 1, 2]], bases=2, shortcut="conv"),
+}
+
+
+@pytest.mark.parametrize("stall, latency", [(0.0, 1), (0.3, 40)])
+@pytest.mark.parametrize("name", sorted(WHOLE))
+def test_a_whole_program_from_the_frame_to_the_logits_on_verilator(engine_rtl, name, stall,
+                                                                  latency):
+    """Every descriptor of the network's program on the units, one START: INPUT, the
+    stem (its rows, multipliers, pooling and post-op), every binary convolution with
+    its on-chip mixer, and the head; DRAM ends as the reference model leaves it, whose
+    logits are the integer graph's (tests/test_engine_program.py)."""
+    import torch
+
+    from groupnet_hw.compiler.execute import execute
+    from groupnet_hw.sim.engine_model import read_program
+    from groupnet_hw.sim.engine_verify import read_logits
+    from test_engine_program import images_for
+    g = compile_model(random_model(3, **WHOLE[name]))
+    program, descs, steps = program_steps(g, CONFIG, which=lambda d: True)
+    assert all(on_the_units(d, CONFIG.arrays) for d in descs)
+    before, after = steps[0][1], steps[-1][2]
+    image = bytes(BASE) + before
+    header, _ = read_program(program)
+    run = run_engine_rtl(engine_rtl, image, window=(BASE, len(image)),
+                         program_address=header["desc_addr"], latency=latency,
+                         bytes_per_cycle=4, stall=stall, seed=len(name),
+                         max_cycles=10_000_000)
+    assert run.done and not run.error, hex(run.status)
+    assert run.image_after[BASE:] == after
+    # the logits in DRAM are the integer graph's
+    logits = execute(g, images_for(g, 1))[g.output].reshape(-1)
+    assert torch.equal(read_logits(program, run.image_after[BASE:]), logits)
 
 
 @pytest.mark.parametrize("stall", [0.0, 0.3])

@@ -18,7 +18,8 @@ bound on its logits from the fields alone (a sum's bits, the map's elements and 
 pixels' count; a product's, with the weight's bits; a logit's, with the channels' and a
 bit for the bias) fits ``acc_width`` bits, so sums, products and the accumulation may
 wrap at that width (two's complement) and still give every logit exactly, which the
-logits' container (32 or 64 bits) then holds sign-extended. The multipliers take each
+logits' element (8 to 64 bits, which the compiler proves holds every logit) then
+holds. The multipliers take each
 sum at ``sum_width`` bits, the widest a sum of the map can be, and the products of a
 group are summed piece by piece (a DSP block's piece of every lane, then the pieces
 joined once), so that one adder tree of full width is not paid per lane.
@@ -42,8 +43,9 @@ __all__ = ["PooledClassifier", "HEAD_ELEMS", "LOGIT_ELEMS", "HEAD_WEIGHT_BYTES"]
 
 #: input map elements the unit reads (fixed point, whole bytes)
 HEAD_ELEMS = (8, 16, 24, 32)
-#: logits' elements it writes
-LOGIT_ELEMS = (32, 64)
+#: logits' elements it writes (the low bits of its ``acc_width`` arithmetic: the
+#: compiler proves the logits' range fits the element)
+LOGIT_ELEMS = (8, 16, 24, 32, 64)
 #: bytes of a weight it multiplies
 HEAD_WEIGHT_BYTES = (1, 2)
 _FIXED_FORMAT = 2
@@ -387,28 +389,34 @@ class PooledClassifier(wiring.Component):
         # last group from the held channel count at 83.8)
         room = Signal()
         m.d.sync += room.eq(logits.level + in_flight + 2 < logits.depth)
-        oe64 = Signal()
-        per_word = Mux(oe64, db // 8, db // 4)
-        out_word = Signal(dw)
-        out_slot = Signal(range(db // 4 + 1))
+        # the logits packed as the output map's elements: a logit's bytes at byte `pos`
+        # of the word being filled, what passes the word's end spilled into the next
+        ob = Signal(4)                                # bytes of a logit
+        out_word, spill = Signal(dw), Signal(dw)
+        out_pos = Signal(range(db))
         logits_out = Signal(range(self.max_classes + 1))
+        words_left = Signal(range(self.max_classes * 8 // db + 2))
         word_valid = Signal()
-        word_last = Signal()
-        with m.If(~word_valid & logits.r_rdy):
+        flushing = Signal()                           # the last logit is placed
+        wide = Signal(signed(64))
+        m.d.comb += wide.eq(logits.r_data.as_signed())
+        mask = Mux(ob == 8, (1 << 64) - 1, (Const(1, 33) << Cat(Const(0, 3), ob[:3])) - 1)
+        placed = Cat(out_word, spill) | ((wide.as_unsigned() & mask) << Cat(Const(0, 3), out_pos))
+        with m.If(~word_valid & ~flushing & logits.r_rdy):
             m.d.comb += logits.r_en.eq(1)
-            value = logits.r_data.as_signed()
-            slot64 = out_word.word_select(out_slot[:max(1, log_db - 3)], 64) \
-                if db > 8 else out_word
-            m.d.sync += [logits_out.eq(logits_out + 1), out_slot.eq(out_slot + 1)]
-            with m.If(oe64):
-                m.d.sync += slot64.eq(value)
-            with m.Else():
-                m.d.sync += out_word.word_select(out_slot[:log_db - 2], 32).eq(value[:32])
-            with m.If((out_slot + 1 == per_word) | (logits_out + 1 == d.out_c)):
-                m.d.sync += [word_valid.eq(1), word_last.eq(logits_out + 1 == d.out_c)]
+            full = out_pos + ob >= db
+            last = logits_out + 1 == d.out_c
+            m.d.sync += [logits_out.eq(logits_out + 1), out_word.eq(placed[:dw]),
+                         spill.eq(placed[dw:]),
+                         out_pos.eq(Mux(full, out_pos + ob - db, out_pos + ob)),
+                         word_valid.eq(full | last), flushing.eq(last)]
+        with m.If(flushing & ~word_valid & (words_left != 0)):
+            # the last logit's word, its spill, then the section's padding
+            m.d.sync += word_valid.eq(1)
         m.d.comb += [self.wr.valid.eq(word_valid), self.wr.payload.eq(out_word)]
         with m.If(self.wr.valid & self.wr.ready):
-            m.d.sync += [word_valid.eq(0), out_word.eq(0), out_slot.eq(0)]
+            m.d.sync += [word_valid.eq(0), out_word.eq(spill), spill.eq(0),
+                         words_left.eq(words_left - 1)]
 
         # -- the gearbox and the row counting --
         m.d.comb += [take_elem.eq(pooling & elem_ready & ~dropping),
@@ -465,13 +473,17 @@ class PooledClassifier(wiring.Component):
                 m.d.sync += [row_bytes.eq(Mux(d.in_elem == 24, elems + (elems << 1),
                                               elems << (d.in_elem[3:6] >> 1))),
                              logit_bits.eq(Mux(d.out_elem == 64, out_c_of(d) << 6,
-                                               out_c_of(d) << 5)),
+                                               Mux(d.out_elem == 32, out_c_of(d) << 5,
+                                                   Mux(d.out_elem == 24,
+                                                       (out_c_of(d) << 4) + (out_c_of(d) << 3),
+                                                       Mux(d.out_elem == 16, out_c_of(d) << 4,
+                                                           out_c_of(d) << 3))))),
                              weight_bytes.eq(Mux(d.weight_bytes == 2, weight_count << 1,
                                                  weight_count)),
                              bound_bits.eq(_bits_below(pixels, self.max_size ** 2)
                                            + _bits_below(d.in_c, self.max_channels)),
                              eb.eq(d.in_elem >> 3), wb.eq(d.weight_bytes),
-                             oe64.eq(d.out_elem == 64),
+                             ob.eq(d.out_elem >> 3),
                              last_g.eq((d.in_c >> exact_log2(lanes)) - 1)]
                 m.next = "CHECK"
             with m.State("CHECK"):
@@ -581,7 +593,9 @@ class PooledClassifier(wiring.Component):
                                       | (word_in & (words_in_row + 1 == row_words)))):
                     with m.If(y == d.in_h):
                         m.d.sync += [g.eq(0), cls.eq(0), ends.eq(0), logits_out.eq(0),
-                                     acc_first.eq(1), out_slot.eq(0), out_word.eq(0)]
+                                     acc_first.eq(1), out_pos.eq(0), out_word.eq(0),
+                                     spill.eq(0), flushing.eq(0),
+                                     words_left.eq(d.out_bytes >> log_db)]
                         m.next = "OUTPUT"
                     with m.Else():
                         m.next = "ROW"
@@ -615,8 +629,7 @@ class PooledClassifier(wiring.Component):
                     m.d.comb += self.rd.ready.eq(1)
                 with m.If(self.rd.valid & self.rd.ready & issuing):
                     m.d.sync += [w_word.eq(self.rd.payload), w_have.eq(1), w_group.eq(0)]
-                with m.If(self.wr.valid & self.wr.ready & word_last):
+                with m.If(flushing & ~word_valid & (words_left == 0)):
                     m.d.comb += self.done.eq(1)
-                    m.d.sync += word_last.eq(0)
                     m.next = "IDLE"
         return m

@@ -1,10 +1,11 @@
 """The engine built from the units (docs/architecture.md section 15): the register file,
-the sequencer and the DMAs of :class:`~.sequencer.EngineShell`, with the convolution
-runner and the classifier head as its compute units.
+the sequencer and the DMAs of :class:`~.sequencer.EngineShell`, with the stem runner,
+the convolution runner and the classifier head as its compute units.
 
 The sequencer fetches descriptors and executes COPY and END itself; any other
 descriptor goes whole to a compute unit, by its opcode: HEAD to the
-:class:`~.classifier.PooledClassifier`, INPUT (the host wrote the frame: nothing to do)
+:class:`~.classifier.PooledClassifier`, a CONV of integer weights (the stem) to the
+:class:`~.stem_runner.StemRunner`, INPUT (the host wrote the frame: nothing to do)
 done at once, any other to the :class:`~.runner.ConvRunner`. The unit has the DMAs'
 commands and words until the sequencer's fence after it (``computing``). A descriptor
 its unit cannot run stops the engine with the sequencer's error ``unsupported``; an
@@ -18,11 +19,12 @@ from __future__ import annotations
 from amaranth.hdl import Module, Mux, ResetInserter, Signal, Value
 from amaranth.lib import data, stream, wiring
 
-from ...engine_format import OPCODE_CODES
+from ...engine_format import FLAG_BITS, OPCODE_CODES
 from .classifier import PooledClassifier
 from .dma import descriptor_layout
 from .runner import ConvRunner, descriptor_fields
 from .sequencer import Sequencer, engine_members, wire_engine
+from .stem_runner import StemRunner
 
 __all__ = ["UnitEngine", "classifier_head"]
 
@@ -49,7 +51,8 @@ def _shared(m, owner, first, second, sink):
 
 
 class UnitEngine(wiring.Component):
-    """Register file, sequencer, DMAs, the convolution runner and the classifier head.
+    """Register file, sequencer, DMAs, the stem runner, the convolution runner and the
+    classifier head.
 
     Parameters
     ----------
@@ -67,6 +70,11 @@ class UnitEngine(wiring.Component):
         epilogue's; it reads maps of up to 24-bit elements (ResNet-18's aggregate
         proves 17 to 20 bits), bounds its logits at 48 bits and multiplies on the
         mixer lanes' multipliers (the runner's ``loan``), which idle while it runs.
+    stem : dict, optional
+        The :class:`~.stem_runner.StemRunner`'s sizes beside ``data_width`` and the
+        runner's address width (default: the DE10-Nano's, ``pe`` 16 x ``simd`` 9, RGB
+        frames of up to 256 pixels a side, 7 x 7 windows of up to 17 folds, 4 output
+        folds).
     **runner
         The runner's sizes (:class:`~.runner.ConvRunner`: ``arrays``, ``pe``, ``simd``,
         ``planes``, ring and buffer bounds); its row writer's commands are bursts of at
@@ -88,7 +96,7 @@ class UnitEngine(wiring.Component):
     """
 
     def __init__(self, *, data_width=128, max_burst=16, max_outstanding=8, buffer_depth=None,
-                 head_size=8, max_classes=1024, **runner):
+                 head_size=8, max_classes=1024, stem=None, **runner):
         self.sequencer = Sequencer(data_width=data_width, compute=True)
         runner.setdefault("chunk", max_burst)
         self.runner = ConvRunner(data_width=data_width, **runner)
@@ -98,6 +106,7 @@ class UnitEngine(wiring.Component):
                                     value_width=r.value_width, head_size=head_size,
                                     max_classes=max_classes,
                                     loan_widths=(r.value_width, r.mixer.coef_width))
+        self.stem = StemRunner(data_width=data_width, addr_width=r.addr_width, **(stem or {}))
         super().__init__(engine_members(self, data_width=data_width, max_burst=max_burst,
                                         max_outstanding=max_outstanding,
                                         buffer_depth=buffer_depth))
@@ -110,41 +119,57 @@ class UnitEngine(wiring.Component):
         stop = self.regs.soft_reset | seq.abort
         m.submodules.runner = ResetInserter(stop)(self.runner)
         m.submodules.head = ResetInserter(stop)(self.head)
-        runner, head = self.runner, self.head
+        m.submodules.stem = ResetInserter(stop)(self.stem)
+        runner, head, stem = self.runner, self.head, self.stem
         # the head's products on the mixer lanes' multipliers, idle while the head runs
         # (the two never run at once)
         wiring.connect(m, head.loan, runner.loan)
-        # the head has the DMAs from its descriptor to its done, the runner otherwise
-        heading = ~head.idle
+        # the head and the stem runner have the DMAs from their descriptor to their
+        # done, the convolution runner otherwise
+        heading, stemming = ~head.idle, ~stem.idle
         cmd = stream.Signature(descriptor_layout(runner.addr_width))
+        conv_rd_cmd, conv_wr_cmd = cmd.create(), cmd.create()
         unit_rd_cmd, unit_wr_cmd = cmd.create(), cmd.create()
-        unit_wr = stream.Signature(rd.o.payload.shape()).create()
-        _shared(m, heading, head.rd_cmd, runner.rd_cmd, unit_rd_cmd)
-        _shared(m, heading, head.wr_cmd, runner.wr_cmd, unit_wr_cmd)
-        _shared(m, heading, head.wr, runner.wr, unit_wr)
+        words = stream.Signature(rd.o.payload.shape())
+        conv_wr, unit_wr = words.create(), words.create()
+        _shared(m, stemming, stem.rd_cmd, runner.rd_cmd, conv_rd_cmd)
+        _shared(m, stemming, stem.wr_cmd, runner.wr_cmd, conv_wr_cmd)
+        _shared(m, stemming, stem.wr, runner.wr, conv_wr)
+        _shared(m, heading, head.rd_cmd, conv_rd_cmd, unit_rd_cmd)
+        _shared(m, heading, head.wr_cmd, conv_wr_cmd, unit_wr_cmd)
+        _shared(m, heading, head.wr, conv_wr, unit_wr)
         c = seq.computing
         _shared(m, c, unit_rd_cmd, seq.rd_cmd, rd.cmd)
         _shared(m, c, unit_wr_cmd, seq.wr_cmd, wr.cmd)
         _shared(m, c, unit_wr, seq.copy, wr.i)
-        m.d.comb += [runner.rd.valid.eq(c & ~heading & rd.o.valid),
+        running = c & ~heading & ~stemming
+        m.d.comb += [runner.rd.valid.eq(running & rd.o.valid),
                      head.rd.valid.eq(c & heading & rd.o.valid),
+                     stem.rd.valid.eq(c & stemming & rd.o.valid),
                      runner.rd.payload.eq(rd.o.payload), head.rd.payload.eq(rd.o.payload),
+                     stem.rd.payload.eq(rd.o.payload),
                      seq.words.valid.eq(~c & rd.o.valid), seq.words.payload.eq(rd.o.payload),
-                     rd.o.ready.eq(Mux(c, Mux(heading, head.rd.ready, runner.rd.ready),
+                     rd.o.ready.eq(Mux(c, Mux(heading, head.rd.ready,
+                                              Mux(stemming, stem.rd.ready, runner.rd.ready)),
                                        seq.words.ready))]
         # the descriptor to the unit of its opcode; INPUT is done at once
-        opcode = data.View(descriptor_fields(), seq.compute.payload).opcode
-        to_head = opcode == OPCODE_CODES["HEAD"]
-        to_input = opcode == OPCODE_CODES["INPUT"]
+        fields = data.View(descriptor_fields(), seq.compute.payload)
+        to_head = fields.opcode == OPCODE_CODES["HEAD"]
+        to_input = fields.opcode == OPCODE_CODES["INPUT"]
+        to_stem = (fields.opcode == OPCODE_CODES["CONV"]) & \
+            ((fields.flags & FLAG_BITS["int_weights"]) != 0)
         input_done = Signal()
         m.d.sync += input_done.eq(seq.compute.valid & to_input)
-        m.d.comb += [runner.desc.valid.eq(seq.compute.valid & ~to_head & ~to_input),
+        m.d.comb += [runner.desc.valid.eq(seq.compute.valid & ~to_head & ~to_input & ~to_stem),
                      head.desc.valid.eq(seq.compute.valid & to_head),
+                     stem.desc.valid.eq(seq.compute.valid & to_stem),
                      runner.desc.payload.eq(seq.compute.payload),
                      head.desc.payload.eq(seq.compute.payload),
+                     stem.desc.payload.eq(seq.compute.payload),
                      seq.compute.ready.eq(Mux(to_head, head.desc.ready,
-                                              to_input | runner.desc.ready)),
-                     seq.compute_done.eq(runner.done | head.done | input_done),
-                     seq.compute_error.eq(runner.error | head.error),
+                                              Mux(to_stem, stem.desc.ready,
+                                                  to_input | runner.desc.ready))),
+                     seq.compute_done.eq(runner.done | head.done | stem.done | input_done),
+                     seq.compute_error.eq(runner.error | head.error | stem.error),
                      seq.wr_idle.eq(~wr.busy)]
         return m
