@@ -140,6 +140,23 @@ SIZES = {
                                                      max_classes=1024, max_size=8,
                                                      value_width=24, acc_width=48),
                             ("cyclonev", "ecp5"), "classifier head of the intended engine"),
+    "stem-intended": ("StemArray", dict(pe=16, simd=9), ("cyclonev",),
+                      "stem array of the intended engine"),
+    "stemfolds-intended": ("StemFolds", dict(pe=16, simd=9, lanes=3, max_in_folds=17,
+                                             max_out_folds=4), ("cyclonev", "ecp5"),
+                           "stem folds (taps into folds, the weights)"),
+    "stemloader-intended": ("StemRowLoader", dict(lanes=3, data_width=128, ring_rows=8,
+                                                  ring_words=2048, max_size=256),
+                            ("cyclonev", "ecp5"), "stem row loader"),
+    "stemgather-intended": ("WindowGather", dict(arrays=1, simd=3, planes=8, ring_rows=8,
+                                                 ring_words=2048, max_size=256, max_words=1,
+                                                 max_kernel=7),
+                            ("cyclonev", "ecp5"), "window gatherer of the stem (bytes)"),
+    "pool-stem": ("PoolRows", dict(lanes=1, width=24, max_size=224, max_folds=64, max_kernel=3,
+                                   max_out=64), ("cyclonev", "ecp5"),
+                  "pooling rows of the stem (a channel a cycle)"),
+    "stemrunner-intended": ("StemRunner", dict(max_size=224), ("cyclonev",),
+                            "the stem runner at the DE10-Nano's size"),
     "unit-engine-one": ("UnitEngine", dict(data_width=128, max_burst=16, arrays=1, pe=16,
                                            simd=48, lanes=8, ring_rows=16, ring_words=2048,
                                            max_size=64, max_words=11, max_kernel=3,
@@ -168,7 +185,8 @@ MODULES = {"RowLoader": "loader", "WindowGather": "gather", "FoldIssuer": "folds
            "RowWriter": "writer", "ConstantLoader": "constants",
            "LevelLanes": "levels", "InputUnpacker": "unpacker", "UnitEngine": "unit_engine",
            "PrologueThreshold": "prologue", "MapBuffer": "mapbuffer",
-           "PooledClassifier": "classifier"}
+           "PooledClassifier": "classifier", "StemArray": "stem", "StemFolds": "stem",
+           "StemRowLoader": "stem", "PoolRows": "pool", "StemRunner": "stem_runner"}
 
 
 def verilog_of(name):
@@ -203,6 +221,21 @@ def synth_size(name, flow, work):
 
 
 def shape_text(unit, p):
+    if unit == "StemArray":
+        return f"{p['pe']} x {p['simd']} multipliers of 8 x 8 bits"
+    if unit == "StemFolds":
+        return (f"{p['lanes']}-byte taps into {p['simd']}-byte folds, "
+                f"{p['max_in_folds'] * p['max_out_folds']} weight words of {p['pe']} x "
+                f"{p['simd']} bytes")
+    if unit == "StemRowLoader":
+        return (f"{p['data_width']}-bit bus words into pixels of {p['lanes']} bytes, "
+                f"{p['ring_rows']} rows of up to {p['ring_words'] // p['ring_rows']} pixels")
+    if unit == "PoolRows":
+        return (f"{p['lanes']} lane(s) of {p['width']} bits, {p['max_folds']} folds a pixel, "
+                f"maps of up to {p['max_size']} (pooled {p.get('max_out', p['max_size'])})")
+    if unit == "StemRunner":
+        return (f"{p.get('pe', 16)} x {p.get('simd', 9)} multipliers, frames of up to "
+                f"{p['max_size']} x {p['max_size']}, the units above, a post-op lane")
     if unit == "BaseArrays":
         return f"{p['arrays']} x {p['pe']} x {p['simd']} lanes, {p['planes']} plane(s)"
     if unit == "RowLoader":
@@ -210,7 +243,9 @@ def shape_text(unit, p):
         return (f"{p['data_width']}-bit bus words into {p['arrays']} x {p['simd']}-lane words"
                 + (f" of {planes} planes" if planes > 1 else ""))
     if unit == "WindowGather":
-        return (f"{p['arrays']} x {p['simd']} lanes, {p['ring_rows']} rows of up to "
+        return (f"{p['arrays']} x {p['simd']} lanes"
+                + (f" of {p['planes']} planes" if p.get("planes", 1) > 1 else "") + f", "
+                f"{p['ring_rows']} rows of up to "
                 f"{p['ring_words'] // p['ring_rows']} words")
     if unit == "MixerLanes":
         return f"{p['lanes']} lanes, up to {p['max_jobs']} bases"

@@ -90,7 +90,7 @@ def test_reset_mid_stream_starts_clean(reset_at):
     assert result.outputs["o"] == expected
 
 
-@pytest.mark.parametrize("simd, latency", [(2, 4), (4, 5), (9, 6), (16, 6)])
+@pytest.mark.parametrize("simd, latency", [(2, 3), (4, 4), (9, 5), (16, 5)])
 def test_one_fold_a_cycle_at_the_stated_latency(simd, latency):
     # output folds of one fold each, offered and taken every cycle: an output a cycle,
     # the first `latency` cycles after the first beat (run_streams counts an output at
@@ -103,7 +103,7 @@ def test_one_fold_a_cycle_at_the_stated_latency(simd, latency):
 
 def test_the_de10nano_array_converts():
     dut = StemArray(pe=16, simd=9)
-    assert (dut.product_width, dut.sum_width) == (16, 24)
+    assert (dut.product_width, dut.sum_width, dut.latency) == (16, 24, 5)
     assert "prod15_8" in verilog.convert(dut, name="stem_array")
 
 

@@ -75,7 +75,7 @@ class PoolRows(wiring.Component):
       ``max_folds`` words a bank (address: the fold); a window that ends at this column
       (at most one) passes its max on;
     - across the rows: per column window and fold, the max of the window's rows so far,
-      in a memory of ``max_size * max_folds`` words a bank (address: a count of the
+      in a memory of ``max_out * max_folds`` words a bank (address: a count of the
       row's passed maxima, which come in ``(px, f)`` order: ``px * folds + f`` without
       a product); a window that ends at this row goes to the output register.
 
@@ -104,6 +104,9 @@ class PoolRows(wiring.Component):
         The most folds a pixel.
     max_kernel : int
         The largest ``kernel``, ``stride`` and ``padding``.
+    max_out : int, optional
+        The largest ``out_w`` (default ``max_size``): the column stage's banks hold
+        ``max_out * max_folds`` words.
 
     Ports
     -----
@@ -136,12 +139,15 @@ class PoolRows(wiring.Component):
 
     latency = 3
 
-    def __init__(self, *, lanes, width, max_size, max_folds, max_kernel=3):
+    def __init__(self, *, lanes, width, max_size, max_folds, max_kernel=3, max_out=None):
+        max_out = max_size if max_out is None else max_out
         for name, value in (("lanes", lanes), ("width", width), ("max_size", max_size),
-                            ("max_folds", max_folds), ("max_kernel", max_kernel)):
+                            ("max_folds", max_folds), ("max_kernel", max_kernel),
+                            ("max_out", max_out)):
             positive_int(f"PoolRows: {name}", value)
         self.lanes, self.width = lanes, width
         self.max_size, self.max_folds, self.max_kernel = max_size, max_folds, max_kernel
+        self.max_out = max_out
         self.fold = data.ArrayLayout(signed(width), lanes)
         super().__init__({
             "i": In(stream.Signature(self.fold)),
@@ -220,7 +226,7 @@ class PoolRows(wiring.Component):
         passed = v1 & (cols1[0][2] | cols1[1][2])
 
         # the passed maxima of a row come in (px, f) order: their count is the address
-        addr = Signal(range(self.max_size * self.max_folds))
+        addr = Signal(range(self.max_out * self.max_folds))
         with m.If(adv & v1):
             with m.If(row_end1):
                 m.d.sync += addr.eq(0)
@@ -232,7 +238,7 @@ class PoolRows(wiring.Component):
         x2 = [stage(v, f"x2_{j}", False) for j, v in enumerate(row_max)]
         addr2 = stage(addr, "addr2", False)
         rows2 = flags(rows1, "rows2")
-        pooled = bank_rmw("rows", self.max_size * self.max_folds, addr, addr2, v2, x2, rows2)
+        pooled = bank_rmw("rows", self.max_out * self.max_folds, addr, addr2, v2, x2, rows2)
         ends = v2 & (rows2[0][2] | rows2[1][2])
         m.d.comb += adv.eq(skid_outputs(m, [self.o], [pooled], adv & ends, name="out",
                                         advance=adv))

@@ -15,7 +15,7 @@ output fold, so any kernel, stride and channel count runs on it.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -49,8 +49,9 @@ class StemArray(wiring.Component):
 
     PE ``p``'s sum is ``sum_j x[j] * w[p][j]`` over every fold of an output fold: the
     IR's ``int_conv`` of the window and the output channel's weights (the executor's
-    integers, exactly). The pipeline: the operands registered; each product
-    registered by its multiplier (a DSP block's own output register); the adder tree
+    integers, exactly). The pipeline: each product of the operands as they come (its
+    feeder's block RAM read ports) registered by its multiplier (a DSP block's own
+    output register); the adder tree
     over a PE's ``simd`` products ``TREE_LEVELS_PER_STAGE`` levels a stage until two
     terms are left (``hw.mvu.tree_stages``, the dataflow MVUs' rule for 100 MHz), which
     the accumulator adds; an output fold's sums go to the output register, whose
@@ -80,8 +81,8 @@ class StemArray(wiring.Component):
     Attributes
     ----------
     stages : int
-        Register stages from an accepted fold to its last tree stage: the operands, the
-        products, and the tree's further stages.
+        Register stages from an accepted fold to its last tree stage: the products and
+        the tree's further stages.
     latency : int
         Cycles from the acceptance of an output fold's ``last`` beat to its sums on
         ``o`` (valid), with ``o.ready`` held high.
@@ -89,7 +90,7 @@ class StemArray(wiring.Component):
     Latency
     -------
     :attr:`latency`: ``stages + 2`` (the accumulator's result register and the output
-    register): 6 at ``simd`` 9, 5 at 4 and fewer.
+    register): 5 at ``simd`` 9 to 16, 4 at 3 and 4, 3 at 1 and 2.
 
     Throughput
     ----------
@@ -108,7 +109,7 @@ class StemArray(wiring.Component):
                                           top_x * ((1 << (weight_bits - 1)) - 1))
         self.sum_width = signed_width(-max_window * top_x << (weight_bits - 1),
                                       max_window * top_x * ((1 << (weight_bits - 1)) - 1))
-        self.stages = 1 + tree_stages(simd)
+        self.stages = tree_stages(simd)
         self.latency = self.stages + 2
         super().__init__({
             "i": In(stream.Signature(stem_fold_layout(pe, simd, in_bits, weight_bits))),
@@ -120,11 +121,9 @@ class StemArray(wiring.Component):
         pe, simd, xb, wb = self.pe, self.simd, self.in_bits, self.weight_bits
         adv = Signal()                 # every stage moves on it (the skid's room)
         m.d.comb += self.i.ready.eq(adv)
-
-        op = Signal(self.i.payload.shape(), name="op")
-        op_valid = Signal()
-        with m.If(adv):
-            m.d.sync += [op.eq(self.i.payload), op_valid.eq(self.i.valid)]
+        # the operands go straight to the multipliers: the feeder's are block RAM read
+        # ports, registers already (a register of them cost 1,224 flip-flops at 16 x 9)
+        op, op_valid = self.i.payload, self.i.valid
 
         # The products, each registered by its multiplier: the tree's first stage.
         groups = []
@@ -143,12 +142,12 @@ class StemArray(wiring.Component):
             m.d.sync += [valid.eq(op_valid), first.eq(op.first), last.eq(op.last)]
 
         # TREE_LEVELS_PER_STAGE levels a stage until two terms are left.
-        for depth in range(1, self.stages - 1):
+        for depth in range(1, self.stages):
             regs = []
             for g, terms in enumerate(groups):
                 row_regs = []
                 for j, t in enumerate(reduce_levels(terms, TREE_LEVELS_PER_STAGE)):
-                    r = Signal(signed(self.sum_width), name=f"t{depth}_{g}_{j}",
+                    r = Signal(Value.cast(t).shape(), name=f"t{depth}_{g}_{j}",
                                reset_less=True)
                     with m.If(adv):
                         m.d.sync += r.eq(t)

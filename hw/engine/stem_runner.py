@@ -9,11 +9,11 @@ memory (a channel's ``A`` and ``B``; the shift and the ReLU flags into registers
 the frame row by row through the :class:`~.stem.StemRowLoader` into the ring of the
 :class:`~.gather.WindowGather` (a pixel's channels one word of bytes, 8 bit planes), while
 the :class:`~.stem.StemFolds` and :class:`~.stem.StemArray` compute every output pixel's
-sums, the :class:`~.pool.PoolRows` pools them (a ``maxpool`` stage: before the post-op, as
-the reference model does) and a post-op lane takes a channel a cycle (the stem's output
-is a few channels a pixel against its window's folds: ResNet's takes 16 cycles of a
-pooled pixel's 272 of folds), whose results are packed as the output map's elements
-and written a row a command. Every address goes through the DMAs, which check it
+sums. The sums go on a channel a cycle (a fold of ``pe`` sums comes every ``in_folds``
+cycles: 17 at ResNet's stem), through a :class:`~.pool.PoolRows` of one lane (a
+``maxpool`` stage: before the post-op, as the reference model does) and a post-op
+lane, whose results are packed as the output map's elements and written a row a
+command. Every address goes through the DMAs, which check it
 against the host's window.
 
 What it runs: one job, the frame's bytes (``uint`` of 8 bits) of channels that divide
@@ -33,7 +33,7 @@ from amaranth.utils import exact_log2
 
 from ...engine_format import FLAG_BITS, OPCODE_CODES, STAGE_BITS
 from ...engine_registers import ERROR_CAUSES
-from ..arith import positive_int, registered_pieces
+from ..arith import positive_int, registered_pieces, sum_tree
 from .epilogue import SCALE_BITS
 from .gather import WindowGather
 from .pool import PoolRows
@@ -58,13 +58,21 @@ def _one_of(value, choices):
     return ok
 
 
-def _floor_size_ok(out, size, padding, span, stride):
+def _product(x, y, bits):
+    """``x * y`` for ``y`` of at most ``bits`` bits, as shifted adds: the descriptor's
+    checks multiply a field by a small one (a kernel, a stride, the channels), which
+    as a ``*`` Yosys gave a DSP block each (20 of the board's 112)."""
+    return sum_tree([Mux(y[i], x << i, 0) for i in range(bits)])
+
+
+def _floor_size_ok(out, size, padding, span, stride, stride_bits):
     """``out == (size + 2 * padding - span - 1) // stride + 1``, checked by products of
     the small stride: ``(out - 1) * stride <= last < out * stride`` with ``last = size +
     2 * padding - span - 1 >= 0``."""
     last = size + 2 * padding - span - 1
     return ((size + 2 * padding > span) & (out != 0)
-            & ((out - 1) * stride <= last) & (last < out * stride))
+            & (_product(out - 1, stride, stride_bits) <= last)
+            & (last < _product(out, stride, stride_bits)))
 
 
 class StemRunner(wiring.Component):
@@ -88,6 +96,9 @@ class StemRunner(wiring.Component):
     max_in_folds, max_out_folds : int
         The :class:`~.stem.StemFolds`' (17 and 4: ResNet's 7 x 7 x 3 window on 9 lanes,
         64 channels on 16 PE rows).
+    max_pooled : int
+        The widest pooled map (its rows' banks in the :class:`~.pool.PoolRows`; 56 at
+        ResNet's 224 x 224).
 
     Ports
     -----
@@ -110,12 +121,13 @@ class StemRunner(wiring.Component):
     """
 
     def __init__(self, *, pe=16, simd=9, lanes=3, data_width=128, addr_width=32,
-                 ring_rows=8, max_size=256, max_kernel=7, max_in_folds=17, max_out_folds=4):
+                 ring_rows=8, max_size=256, max_kernel=7, max_in_folds=17, max_out_folds=4,
+                 max_pooled=64):
         for name, value in (("pe", pe), ("simd", simd), ("lanes", lanes),
                             ("data_width", data_width), ("addr_width", addr_width),
                             ("ring_rows", ring_rows), ("max_size", max_size),
                             ("max_kernel", max_kernel), ("max_in_folds", max_in_folds),
-                            ("max_out_folds", max_out_folds)):
+                            ("max_out_folds", max_out_folds), ("max_pooled", max_pooled)):
             positive_int(f"StemRunner: {name}", value)
         if data_width % 128 or data_width & (data_width - 1):
             raise ValueError(f"StemRunner: data_width ({data_width}) must be a power of two "
@@ -127,6 +139,7 @@ class StemRunner(wiring.Component):
         self.data_width, self.addr_width = data_width, addr_width
         self.ring_rows, self.max_size, self.max_kernel = ring_rows, max_size, max_kernel
         self.max_in_folds, self.max_out_folds = max_in_folds, max_out_folds
+        self.max_pooled = max_pooled
         ring_words = ring_rows * max_size
         self.loader = StemRowLoader(lanes=lanes, data_width=data_width, ring_rows=ring_rows,
                                     ring_words=ring_words, max_size=max_size)
@@ -136,8 +149,12 @@ class StemRunner(wiring.Component):
         self.folds = StemFolds(pe=pe, simd=simd, lanes=lanes, max_in_folds=max_in_folds,
                                max_out_folds=max_out_folds)
         self.array = StemArray(pe=pe, simd=simd, max_window=max_in_folds * simd)
-        self.pool = PoolRows(lanes=pe, width=self.array.sum_width, max_size=max_size,
-                             max_folds=max_out_folds, max_kernel=_POOL_MAX)
+        # the pooling takes a channel a cycle, behind the folds' channels one by one: a
+        # fold of 16 comes every 17 cycles or more at ResNet's stem, and the lanes'
+        # comparisons and transparent banks cost 16 times the logic at 16 lanes
+        self.pool = PoolRows(lanes=1, width=self.array.sum_width, max_size=max_size,
+                             max_folds=max_out_folds * pe, max_kernel=_POOL_MAX,
+                             max_out=max_pooled)
         super().__init__(compute_unit_members(data_width, addr_width))
 
     def supported(self, d):
@@ -147,8 +164,17 @@ class StemRunner(wiring.Component):
         pool = d.stages[exact_log2(STAGE_BITS["maxpool"])]
         conv_h = Mux(pool, d.mid_h, d.out_h)
         conv_w = Mux(pool, d.mid_w, d.out_w)
-        row_bytes = d.in_w * d.in_c
-        out_row_bits = d.out_w * d.out_c * d.out_elem
+        kb = bits_of(self.max_kernel)               # a kernel's or a stride's bits
+        pb = bits_of(_POOL_MAX)
+        fb = bits_of(self.max_out_folds)
+        in_w, out_w = d.in_w[:bits_of(self.max_size)], d.out_w[:bits_of(self.max_size)]
+        kernel, dilation = d.kernel[:kb], d.dilation[:bits_of(self.max_size)]
+        row_bytes = _product(in_w, d.in_c, bits_of(self.lanes))
+        window = _product(_product(kernel, kernel, kb), d.in_c, bits_of(self.lanes))
+        # a row's bits: its channels' elements of 1 to 4 bytes, a pixel after another
+        pixel_bytes = _product(d.out_c[:bits_of(self.max_out_folds * self.pe)],
+                               d.out_elem[3:6], 3)
+        out_row_bits = _product(pixel_bytes, out_w, bits_of(self.max_size)) << 3
         fits = lambda value, bound: (value != 0) & (value <= bound)        # noqa: E731
         conditions = [
             d.opcode == OPCODE_CODES["CONV"], (d.flags & FLAG_BITS["int_weights"]) != 0,
@@ -167,21 +193,22 @@ class StemRunner(wiring.Component):
             # the unit geometry the compiler wrote (compiler/engine/gather.py)
             d.words == 1, d.tail == d.in_c, d.pitch == d.in_w, d.x_step == d.stride,
             d.dx_words == d.dilation, d.pad_words == d.padding,
-            d.span == (d.kernel - 1) * d.dilation,
+            d.span == _product(dilation, kernel - 1, kb),
             fits(d.in_folds, self.max_in_folds), fits(d.out_folds, self.max_out_folds),
-            d.in_folds * self.simd >= d.kernel * d.kernel * d.in_c,
-            (d.in_folds - 1) * self.simd < d.kernel * d.kernel * d.in_c,
+            d.in_folds * self.simd >= window, (d.in_folds - 1) * self.simd < window,
             d.out_folds * self.pe >= d.out_c, (d.out_folds - 1) * self.pe < d.out_c,
-            d.weight_tile_bytes == d.in_folds * d.out_folds * (self.pe * self.simd),
+            d.weight_tile_bytes == _product(d.in_folds * (self.pe * self.simd),
+                                            d.out_folds, fb),
             # the convolution's and the pooling's sizes are the fields' own, so the
             # units make exactly the pixels the rows wait for
-            _floor_size_ok(conv_h, d.in_h, d.padding, d.span, d.stride),
-            _floor_size_ok(conv_w, d.in_w, d.padding, d.span, d.stride),
+            _floor_size_ok(conv_h, d.in_h, d.padding, d.span, d.stride, kb),
+            _floor_size_ok(conv_w, d.in_w, d.padding, d.span, d.stride, kb),
             ~pool | (fits(d.pool_kernel, _POOL_MAX) & fits(d.pool_stride, _POOL_MAX)
+                     & fits(d.out_w, self.max_pooled)
                      & (d.pool_kernel <= 2 * d.pool_stride)
                      & (d.pool_padding < d.pool_stride)
                      & _floor_size_ok(d.out_h, d.mid_h, d.pool_padding, d.pool_kernel - 1,
-                                      d.pool_stride)),
+                                      d.pool_stride, pb)),
             # rows of the fields' own pitches
             d.in_pitch[:exact_log2(db)] == 0, d.in_pitch >= row_bytes,
             d.in_pitch - row_bytes < db,
@@ -230,23 +257,12 @@ class StemRunner(wiring.Component):
             folds.settings.channels.eq(d.in_c), folds.settings.in_folds.eq(d.in_folds),
             folds.settings.out_folds.eq(d.out_folds),
             pool.settings.mid_h.eq(d.mid_h), pool.settings.mid_w.eq(d.mid_w),
-            pool.settings.folds.eq(d.out_folds), pool.settings.kernel.eq(d.pool_kernel),
+            pool.settings.folds.eq(d.out_c), pool.settings.kernel.eq(d.pool_kernel),
             pool.settings.stride.eq(d.pool_stride), pool.settings.padding.eq(d.pool_padding),
             pool.settings.out_h.eq(d.out_h), pool.settings.out_w.eq(d.out_w),
         ]
 
-        # -- the sums: pooled (a maxpool stage) or straight from the array --
-        take_fold = Signal()
-        m.d.comb += [pool.i.payload.eq(array.o.payload),
-                     pool.i.valid.eq(array.o.valid & pooling),
-                     array.o.ready.eq(Mux(pooling, pool.i.ready, take_fold)),
-                     pool.o.ready.eq(pooling & take_fold)]
-        fold_valid = Mux(pooling, pool.o.valid, array.o.valid)
-        fold_payload = Mux(pooling, pool.o.payload.as_value(), array.o.payload.as_value())
-
-        # -- the post-op lane: a channel a cycle --
-        # a fold is held while its channels go out; `adv`: the lane's stages move on
-        adv = Signal()
+        # -- the sums a channel at a time: a fold held while its channels go out --
         sw = self.array.sum_width
         held = Signal(pe * sw)
         held_valid = Signal()
@@ -254,20 +270,32 @@ class StemRunner(wiring.Component):
         channel = Signal(range(self.max_out_folds * pe + 1))
         next_fold = Signal(range(self.max_out_folds))
         next_channel = Signal(range(self.max_out_folds * pe))
-        issue = held_valid & adv
+        value = held.word_select(p, sw).as_signed()
+        adv = Signal()                              # the post-op lane's stages move on
+        sent = held_valid & Mux(pooling, pool.i.ready, adv)
         last_channel = (p == pe - 1) | (channel + 1 == d.out_c)
-        m.d.comb += take_fold.eq(fold_valid & (~held_valid | (issue & last_channel)))
-        with m.If(issue):
+        take_fold = array.o.valid & (~held_valid | (sent & last_channel))
+        m.d.comb += array.o.ready.eq(take_fold)
+        with m.If(sent):
             m.d.sync += [p.eq(p + 1), channel.eq(channel + 1)]
             with m.If(last_channel):
                 m.d.sync += held_valid.eq(0)
         with m.If(take_fold):
             wrap = next_fold == d.out_folds - 1
-            m.d.sync += [held.eq(fold_payload), held_valid.eq(1), p.eq(0),
+            m.d.sync += [held.eq(array.o.payload.as_value()), held_valid.eq(1), p.eq(0),
                          channel.eq(next_channel),
                          next_fold.eq(Mux(wrap, 0, next_fold + 1)),
                          next_channel.eq(Mux(wrap, 0, next_channel + pe))]
-        value = held.word_select(p, sw).as_signed()
+
+        # -- pooled (a maxpool stage) or not, a channel a cycle into the post-op lane --
+        m.d.comb += [pool.i.payload[0].eq(value), pool.i.valid.eq(held_valid & pooling),
+                     pool.o.ready.eq(pooling & adv)]
+        in_valid = Mux(pooling, pool.o.valid, held_valid)
+        in_value = Mux(pooling, pool.o.payload[0], value)
+        issue = in_valid & adv
+        post_channel = Signal(range(self.max_out_folds * pe))  # the value's channel
+        with m.If(issue):
+            m.d.sync += post_channel.eq(Mux(post_channel == d.out_c - 1, 0, post_channel + 1))
 
         m.submodules.constants = constants = Memory(
             shape=unsigned(2 * 32), depth=self.max_out_folds * pe, init=[])
@@ -277,9 +305,9 @@ class StemRunner(wiring.Component):
         # stage 1: the value (after pre_relu) beside its channel's constants
         v1 = Signal(signed(sw))
         s1 = Signal()
-        m.d.comb += [ab_rp.addr.eq(channel), ab_rp.en.eq(adv)]
+        m.d.comb += [ab_rp.addr.eq(post_channel), ab_rp.en.eq(adv)]
         with m.If(adv):
-            m.d.sync += [s1.eq(issue), v1.eq(Mux(pre_relu & value[-1], 0, value))]
+            m.d.sync += [s1.eq(issue), v1.eq(Mux(pre_relu & in_value[-1], 0, in_value))]
         a1 = ab_rp.data[:SCALE_BITS].as_signed()
         b1 = ab_rp.data[32:64].as_signed()
         # stage 2: the product's pieces (a DSP block each) and b with the rounding
@@ -305,6 +333,7 @@ class StemRunner(wiring.Component):
         pos = Signal(range(db))
         eb = Signal(3)                                  # bytes of an element
         elems_left = Signal(range(self.max_size * self.max_out_folds * pe + 1))
+        row_elems = Signal.like(elems_left)             # a row's elements
         words_left = Signal(range((self.max_size * self.max_out_folds * pe * 4) // db + 2))
         rows_left = Signal(range(self.max_size + 1))
         row_addr = Signal(aw)
@@ -357,8 +386,10 @@ class StemRunner(wiring.Component):
                     m.d.sync += d.eq(self.desc.payload)
                     m.next = "CHECK"
             with m.State("CHECK"):
-                m.d.sync += [ok.eq(conditions),
-                             eb.eq(d.out_elem >> 3)]
+                m.d.sync += [ok.eq(conditions), eb.eq(d.out_elem >> 3),
+                             row_elems.eq(_product(
+                                 d.out_c[:bits_of(self.max_out_folds * pe)],
+                                 d.out_w[:bits_of(self.max_size)], bits_of(self.max_size)))]
                 m.next = "DECIDE"
             with m.State("DECIDE"):
                 with m.If(~ok.all()):
@@ -446,7 +477,8 @@ class StemRunner(wiring.Component):
                                  row_cmd_out.eq(0), tile_sent.eq(0),
                                  rows_left.eq(d.out_h), row_addr.eq(out_addr),
                                  row_open.eq(0), padding_words.eq(0), pos.eq(0),
-                                 lo.eq(0), hi.eq(0), next_fold.eq(0), next_channel.eq(0)]
+                                 lo.eq(0), hi.eq(0), next_fold.eq(0), next_channel.eq(0),
+                                 post_channel.eq(0)]
                     m.next = "RUN"
             with m.State("RUN"):
                 # the frame's rows: each row's read, then its slot to the loader
@@ -481,7 +513,7 @@ class StemRunner(wiring.Component):
                     with m.If(wr_cmd.ready):
                         m.d.sync += [row_open.eq(1), row_addr.eq(row_addr + d.out_pitch),
                                      rows_left.eq(rows_left - 1),
-                                     elems_left.eq(d.out_w * d.out_c),
+                                     elems_left.eq(row_elems),
                                      words_left.eq(d.out_pitch >> log_db),
                                      padding_words.eq(0), pos.eq(0), lo.eq(0), hi.eq(0)]
                 with m.If(row_open & padding_words & ~word_valid):
