@@ -1,8 +1,8 @@
 """Run the engine of the units (``hw/engine/unit_engine.py``) on the fast Verilator path:
 every descriptor it executes in two small compiled networks (the tests' engine: 2 arrays
-of 8 x 16 lanes), in ResNet-18 K=5 at 32x32 (the DE10-Nano's array shape, 5 arrays of
-16 x 64 lanes, maps of up to 8 x 8) and at 224x224 (the same arrays, maps of up to 64 x
-64: the DE10-Nano's size), behind the C++ DRAM model at two read latencies of a 16-byte
+of 8 x 16 lanes), in ResNet-18 K=5 at 32x32 (the ladder's top rung, 5 arrays of 16 x 64
+lanes, maps of up to 8 x 8) and at 224x224 (the engine the sizing gives the DE10-Nano,
+5 arrays of 16 x 32 lanes, maps of up to 64 x 64, frames of 224 x 224), behind the C++ DRAM model at two read latencies of a 16-byte
 port at full rate and at the default DRAM model (``DE10_NANO_DRAM``: latency 48, 10
 bytes a cycle), each checked byte for byte against the reference model's image; record
 its cycles against the folds it computes and against the cycle model's figure.
@@ -46,14 +46,15 @@ def engines():
     from test_engine_program import zoo_model
     from test_engine_runner import (CONFIG, NETWORKS, RESIDUAL,
                                     compile_model, random_model)
-    from test_engine_unit_engine import DE10_NANO_SIZES, RESNET_CONFIG, RESNET_SIZES, SIZES
+    from test_engine_unit_engine import (DE10_NANO_CONFIG, DE10_NANO_SIZES, RESNET_CONFIG,
+                                         RESNET_SIZES, SIZES)
     small = [("odd channels, stride 2", random_model(3, **NETWORKS["odd-channels-stride-2"]),
               CONFIG),
              ("residual adds, option A, BPAC", random_model(3, **RESIDUAL), CONFIG)]
     resnet = [("ResNet-18 K=5, 32x32", zoo_model("resnet18", 5, image_size=32),
                RESNET_CONFIG)]
     full = [("ResNet-18 K=5, 224x224", zoo_model("resnet18", 5, image_size=224),
-             RESNET_CONFIG)]
+             DE10_NANO_CONFIG)]
     return [("tests' engine", SIZES, 8, [(n, compile_model(m), c) for n, m, c in small]),
             ("intended arrays", RESNET_SIZES, 16,
              [(n, compile_model(m), c) for n, m, c in resnet]),

@@ -564,12 +564,12 @@ def test_the_intended_runner_takes_the_paper_networks_binary_convolutions_at_224
     (two kinds, each larger than a region) are refused: 18 of ResNet-18's 19 binary
     convolutions run, 34 of ResNet-34's 35."""
     from test_engine_program import zoo_model
-    from test_engine_unit_engine import DE10_NANO_SIZES, RESNET_CONFIG
-    sizes = DE10_NANO_SIZES
-    runner = ConvRunner(data_width=8 * RESNET_CONFIG.port_bytes, **sizes)
+    from test_engine_unit_engine import DE10_NANO_CONFIG, DE10_NANO_SIZES, runner_sizes
+    sizes = runner_sizes(DE10_NANO_SIZES)
+    runner = ConvRunner(data_width=8 * DE10_NANO_CONFIG.port_bytes, **sizes)
     region = runner.maps.region_bytes
     descs = read_program(compile_engine(compile_model(zoo_model(arch, 5, image_size=224)),
-                                        RESNET_CONFIG, base=BASE))[1]
+                                        DE10_NANO_CONFIG, base=BASE))[1]
     convs = [d for d in descs if d["opcode"] == OPCODE_CODES["CONV"]]
     taken = units_take(runner, convs)
     for i, (d, ran) in enumerate(zip(convs, taken)):

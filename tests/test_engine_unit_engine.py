@@ -15,6 +15,7 @@ from conftest import random_model
 from groupnet_hw import engine_opcodes as op
 from groupnet_hw import engine_registers as regs
 from groupnet_hw.compiler.engine.config import EngineConfig
+from groupnet_hw.compiler.engine.sizing import size_engine
 from groupnet_hw.compiler.engine.program import (DESCRIPTOR, FLAG_BITS, OPCODE_CODES,
                                                  STAGE_BITS, encode)
 from groupnet_hw.compiler.passes import compile_model
@@ -39,8 +40,18 @@ RESNET_SIZES = dict(arrays=5, pe=16, simd=64, lanes=8, ring_rows=16, ring_words=
                     max_out_folds=32, map_words=4096, stem=dict(max_size=32))
 #: its program's configuration: the intended engine
 RESNET_CONFIG = EngineConfig()
-#: the same arrays at the DE10-Nano's size: maps of up to 64 x 64 (ResNet at 224x224)
-DE10_NANO_SIZES = dict(RESNET_SIZES, max_size=64, stem=dict(max_size=224))
+#: the engine the sizing gives the DE10-Nano (5 arrays of 16 x 32 lanes, 8 vector lanes:
+#: compiler/engine/sizing.py) and its units: maps of up to 64 x 64 and frames of 224 x
+#: 224 (ResNet at 224x224), 144 weight words a half (the same bytes as 72 of 16 x 64)
+DE10_NANO_CONFIG = size_engine("de10nano").config
+DE10_NANO_SIZES = dict(arrays=5, pe=16, simd=32, lanes=8, ring_rows=16, ring_words=2048,
+                       max_size=64, max_words=16, max_kernel=3, max_weight_words=144,
+                       max_out_folds=32, map_words=4096, stem=dict(max_size=224))
+
+
+def runner_sizes(sizes):
+    """The convolution runner's part of an engine of the units' sizes."""
+    return {k: v for k, v in sizes.items() if k != "stem"}
 
 
 @pytest.fixture(scope="module")
@@ -280,7 +291,7 @@ def measured_on_the_units(sizes):
     buffer."""
     from groupnet_hw.hw.engine.runner import ConvRunner
     from test_engine_runner import map_buffer_takes
-    region = ConvRunner(data_width=128, **sizes).maps.region_bytes
+    region = ConvRunner(data_width=128, **runner_sizes(sizes)).maps.region_bytes
     return lambda d: (on_the_units(d, sizes["arrays"]) and d["opcode"] != OPCODE_CODES["INPUT"]
                       and (d["opcode"] != OPCODE_CODES["CONV"] or map_buffer_takes(d, region)))
 
@@ -503,7 +514,7 @@ def test_resnet18_at_224_on_the_de10_nanos_units_near_the_cycle_model():
     from groupnet_hw.compiler.engine.cycles import descriptor_cycles
     from test_engine_program import zoo_model
     g = compile_model(zoo_model("resnet18", 5, image_size=224))
-    program, descs, steps = program_steps(g, RESNET_CONFIG,
+    program, descs, steps = program_steps(g, DE10_NANO_CONFIG,
                                           which=measured_on_the_units(DE10_NANO_SIZES))
     assert len(steps) == 19
     measured = predicted = 0
@@ -519,6 +530,6 @@ def test_resnet18_at_224_on_the_de10_nanos_units_near_the_cycle_model():
             assert run.done and not run.error, (i, hex(run.status))
             assert the_image(run.image_after, before, code) == after, i
             measured += run.cycles
-            predicted += descriptor_cycles(descs[i], program.header, RESNET_CONFIG,
+            predicted += descriptor_cycles(descs[i], program.header, DE10_NANO_CONFIG,
                                            DE10_NANO_DRAM).cycles
     assert measured == pytest.approx(predicted, rel=0.10), (measured, predicted)

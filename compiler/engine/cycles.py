@@ -13,7 +13,9 @@ For one descriptor (docs/architecture.md section 12):
   A prologue threshold (of a fixed-point input, fusion rule 3) takes 8 channels a
   cycle of every row it reads for every job, in parallel with the arrays: where it is
   more, it bounds the compute.
-  The stem uses the same formula on its multiplier array; max pooling takes
+  The stem uses the same formula on its multiplier array, or where more its window's
+  taps (gathered a cycle each) or its channels (a cycle each through the stem
+  runner's pooling and post-op lane), per pixel; max pooling takes
   ``k*k*ceil(C/lanes)`` cycles per output pixel and element-wise ops ``ceil(C/lanes)``
   per pixel and input (``lanes`` = :attr:`EngineConfig.vector_lanes`), job after job;
   the head pools an element a cycle (``C`` per input pixel: the classifier head's
@@ -152,7 +154,12 @@ def descriptor_cycles(d, header, config, dram, label=""):
         g = d["groups"]
         n = d["kernel"] ** 2 * (d["in_c"] // g)
         if d["flags"] & FLAG_BITS["int_weights"]:
-            compute = jobs * core_px * _ceil(d["out_c"], config.stem_pe) * _ceil(n, config.stem_simd)
+            # the stem runner: a pixel's folds, under which its taps are gathered a
+            # cycle each, and its channels a cycle each through the pooling and the
+            # post-op lane (hw/engine/stem_runner.py), whichever is more
+            compute = jobs * core_px * max(
+                _ceil(d["out_c"], config.stem_pe) * _ceil(n, config.stem_simd),
+                d["kernel"] ** 2, d["out_c"])
         else:
             compute = rounds * core_px * g * _ceil(d["out_c"] // g, config.pe) * \
                 binary_fold_cycles(d, config)

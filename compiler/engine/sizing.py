@@ -31,27 +31,25 @@ ALMs; LUT4-based families count two LUT4s per ALM), block-RAM bits and multiplie
   multipliers), max pooling and the threshold lanes behind the mixer (fusion rule 7)
   are not in the figure;
 - an array beyond its lanes, and what does not grow with the arrays: measured, the
-  engine of the units (``UnitEngine``: register file, sequencer, DMAs, the classifier
-  head, the runner with its layer datapath, loaders, packers, unpacker and writer) at
-  one array of 16 x 48 lanes and at five of 16 x 64, less their XNOR and vector lanes; five arrays of
-  16 x 32 are predicted 4.3 % below their count (``tests/test_engine_units.py`` holds
-  the three within 5 %);
-- the stem: ``stem_pe * stem_simd`` 9x9 multipliers (three per Cyclone V DSP block);
+  engine of the units (``UnitEngine``: register file, sequencer, DMAs, the stem runner,
+  the classifier head, the runner with its layer datapath, loaders, packers, unpacker
+  and writer) at one array of 16 x 48 lanes and at five of 16 x 64, less their XNOR
+  and vector lanes and the stem's array; five arrays of 16 x 32 check the fit
+  (``tests/test_engine_units.py`` holds the three within 5 %);
+- the stem: ``stem_pe * stem_simd`` 9x9 multipliers (three per Cyclone V DSP block),
+  and the adder trees and accumulators of its array: 23 ALMs a multiplier, measured
+  (``StemArray``, 16 x 9); the rest of the stem runner is in the engine of the units;
 - DSP blocks: the vector lanes' (epilogue and mixer lanes: the classifier head borrows
   the mixer's) and the rest of the engine of the units', measured;
-- the units not built yet (the stem's control and pooling, max pooling): 2,000 ALMs, a
-  guess;
 - tile buffers: their bytes in block RAM at 1,024 usable bytes per 10-kbit block
   (32-bit-wide M10K ports assembled to the port width).
 
-Measured so, 5 x 16 x 64 with 8 vector lanes takes 89.97 % of the DE10-Nano's ALMs
-with the guess (37,707) and 86.6 % of its DSP blocks (97): within the default 90 % by
-12 ALMs, so the sizing takes it whole. That is no margin: the 2,000-ALM guess for the
-units not built yet decides whether 8 lanes stay (4 lanes: 84.5 %). The ladder of
-candidates tops out at 5 arrays x 16 PE x 64 SIMD: K = 5 bases run in one round, SIMD 64
-divides every channel count of the paper's networks
-(the window gatherer gives a tap's channels words of their own), and ResNet-18 K=5 is
-about as much DRAM-bound as compute-bound on the DE10-Nano at that size.
+Measured so, with the stem built (it was a guess of 2,000 ALMs; it takes 7,357), 5 x
+16 x 64 takes 102.8 % of the DE10-Nano's ALMs with 8 vector lanes and 97.3 % with 4:
+the DE10-Nano holds the ladder's second rung, 5 arrays x 16 PE x 32 SIMD with 8 vector
+lanes (88.9 % of its ALMs). K = 5 bases run in one round, and SIMD 32 divides every
+channel count of the paper's networks (the window gatherer gives a tap's channels
+words of their own).
 """
 
 from __future__ import annotations
@@ -78,30 +76,31 @@ CANDIDATES = ((5, 16, 64), (5, 16, 32), (4, 16, 32), (3, 16, 32), (2, 16, 32), (
 _ALM_PER_LANE = 2.27
 _ALM_PER_VECTOR_LANE, _DSP_PER_VECTOR_LANE = 272, 1
 _ALM_PER_MIXER_LANE, _DSP_PER_MIXER_LANE = 304, 4
-#: Measured: the engine of the units' DSP blocks beside its vector lanes' (the same at
-#: all three sizes: the DMAs', the runner's and the head's own).
-_DSP_FIXED = 9
+#: Measured: the engine of the units' DSP blocks beside its vector lanes' and the stem's
+#: multipliers (the same at all three sizes: the DMAs', the runner's, the head's and the
+#: stem runner's post-op lane's own).
+_DSP_FIXED = 11
 #: Vector lanes the sizing keeps when the logic does not fit: fewer double a 3x3 layer
 #: of 64 channels' epilogue beats again (5 arrays' 80 sums every 9 cycles are 20 beats
 #: of 4 lanes).
 _MIN_VECTOR_LANES = 4
 #: Measured: the engine of the units (``UnitEngine``: register file, sequencer, DMAs,
-#: the classifier head and the convolution runner with its layer datapath, loaders,
-#: lanes, packers, unpacker and writer) at one array of 16 x 48 lanes and at five of
-#: 16 x 64 (``unit-engine-one``, ``unit-engine-intended``), less the XNOR and vector lanes above: what an array adds
-#: beyond its lanes (its slice of the gatherer's ring, its fold issuer, its job's share
-#: of the feeder, packers, unpacker and writer) and what does not grow with the arrays.
-#: A third size, five arrays of 16 x 32 (``unit-engine-narrow``), checks the fit.
-_ALM_PER_ARRAY = 773
-_ALM_FIXED = 15612
+#: the stem runner, the classifier head and the convolution runner with its layer
+#: datapath, loaders, lanes, packers, unpacker and writer) at one array of 16 x 48 lanes
+#: and at five of 16 x 64 (``unit-engine-one``, ``unit-engine-intended``), less the XNOR
+#: and vector lanes and the stem's array above: what an array adds beyond its lanes
+#: (its slice of the gatherer's ring, its fold issuer, its job's share of the feeder,
+#: packers, unpacker and writer) and what does not grow with the arrays. A third size,
+#: five arrays of 16 x 32 (``unit-engine-narrow``), checks the fit.
+_ALM_PER_ARRAY = 752
+_ALM_FIXED = 19760
 #: Vector lanes the sizing keeps before it takes the stem's multipliers: a 3x3 layer of
 #: 64 channels gives 5 arrays' 80 sums every 9 cycles, 10 beats of 8 lanes (1 % of
 #: ResNet-18's frame against 16 lanes; 4 lanes would double its first stage).
 _KEPT_VECTOR_LANES = 8
-#: A guess for the units not built yet: the stem's control and its pooling, and max
-#: pooling (the stem's multipliers are counted apart). It covered the classifier head
-#: too until the head was built and measured (2,347 ALMs alone, in ``_ALM_FIXED`` now).
-_ALM_UNBUILT = 2000
+#: Measured (``stem-intended``): ALMs of the stem array a multiplier (its products'
+#: adder trees, accumulators and output; the multipliers are DSP blocks).
+_ALM_PER_STEM_MULT = 23
 _BRAM_BYTES_PER_BLOCK = 1024
 _MULTS_PER_DSP = {"cyclonev": 3}
 
@@ -121,7 +120,7 @@ def estimate(config, family="cyclonev"):
     """``{"logic", "ram_bits", "dsp"}`` of an engine (module docstring's model)."""
     alms = (config.lanes * _ALM_PER_LANE + config.arrays * _ALM_PER_ARRAY
             + config.vector_lanes * (_ALM_PER_VECTOR_LANE + _ALM_PER_MIXER_LANE) + _ALM_FIXED
-            + _ALM_UNBUILT)
+            + config.stem_pe * config.stem_simd * _ALM_PER_STEM_MULT)
     logic = alms if family == "cyclonev" else 2 * alms
     buffers = config.input_buffer + config.output_buffer + config.arrays * config.weight_buffer
     blocks = -(-buffers // _BRAM_BYTES_PER_BLOCK)

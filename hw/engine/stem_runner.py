@@ -33,7 +33,7 @@ from amaranth.utils import exact_log2
 
 from ...engine_format import FLAG_BITS, OPCODE_CODES, STAGE_BITS
 from ...engine_registers import ERROR_CAUSES
-from ..arith import positive_int, registered_pieces, sum_tree
+from ..arith import const_multiply, positive_int, registered_pieces, sum_tree
 from .epilogue import SCALE_BITS
 from .gather import WindowGather
 from .pool import PoolRows
@@ -175,6 +175,11 @@ class StemRunner(wiring.Component):
         pixel_bytes = _product(d.out_c[:bits_of(self.max_out_folds * self.pe)],
                                d.out_elem[3:6], 3)
         out_row_bits = _product(pixel_bytes, out_w, bits_of(self.max_size)) << 3
+        # products by the unit's own sizes: shifted adds too (a constant's `*` was a
+        # DSP block as well)
+        in_folds = d.in_folds[:bits_of(self.max_in_folds)]
+        in_folds_lanes = const_multiply(in_folds, self.simd)
+        out_folds_rows = const_multiply(d.out_folds[:fb], self.pe)
         fits = lambda value, bound: (value != 0) & (value <= bound)        # noqa: E731
         conditions = [
             d.opcode == OPCODE_CODES["CONV"], (d.flags & FLAG_BITS["int_weights"]) != 0,
@@ -195,9 +200,9 @@ class StemRunner(wiring.Component):
             d.dx_words == d.dilation, d.pad_words == d.padding,
             d.span == _product(dilation, kernel - 1, kb),
             fits(d.in_folds, self.max_in_folds), fits(d.out_folds, self.max_out_folds),
-            d.in_folds * self.simd >= window, (d.in_folds - 1) * self.simd < window,
-            d.out_folds * self.pe >= d.out_c, (d.out_folds - 1) * self.pe < d.out_c,
-            d.weight_tile_bytes == _product(d.in_folds * (self.pe * self.simd),
+            in_folds_lanes >= window, in_folds_lanes - self.simd < window,
+            out_folds_rows >= d.out_c, out_folds_rows - self.pe < d.out_c,
+            d.weight_tile_bytes == _product(const_multiply(in_folds, self.pe * self.simd),
                                             d.out_folds, fb),
             # the convolution's and the pooling's sizes are the fields' own, so the
             # units make exactly the pixels the rows wait for
