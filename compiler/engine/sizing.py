@@ -92,8 +92,8 @@ _MIN_VECTOR_LANES = 4
 #: (its slice of the gatherer's ring, its fold issuer, its job's share of the feeder,
 #: packers, unpacker and writer) and what does not grow with the arrays. A third size,
 #: five arrays of 16 x 32 (``unit-engine-narrow``), checks the fit.
-_ALM_PER_ARRAY = 752
-_ALM_FIXED = 19760
+_ALM_PER_ARRAY = 774
+_ALM_FIXED = 19686
 #: Vector lanes the sizing keeps before it takes the stem's multipliers: a 3x3 layer of
 #: 64 channels gives 5 arrays' 80 sums every 9 cycles, 10 beats of 8 lanes (1 % of
 #: ResNet-18's frame against 16 lanes; 4 lanes would double its first stage).
