@@ -35,9 +35,9 @@ from amaranth.lib.wiring import Out
 from amaranth.utils import exact_log2
 
 from ...engine_format import OPCODE_CODES
-from ...engine_registers import ERROR_CAUSES
 from ..arith import multiplier_loan, multiplier_pieces, positive_int, registered_pieces
-from .runner import bits_of, compute_unit_members, descriptor_fields, job_entry_field
+from .runner import (bits_of, compute_unit_members, descriptor_fields, job_entry_field,
+                     refuse_or_read_entry)
 
 __all__ = ["PooledClassifier", "HEAD_ELEMS", "LOGIT_ELEMS", "HEAD_WEIGHT_BYTES"]
 
@@ -491,27 +491,7 @@ class PooledClassifier(wiring.Component):
                 # in one cycle the check placed at 78 MHz on ECP5)
                 m.d.sync += ok.eq(conditions)
                 m.next = "DECIDE"
-            with m.State("DECIDE"):
-                with m.If(~ok.all()):
-                    m.d.comb += [self.error.eq(1),
-                                 self.error_code.eq(ERROR_CAUSES["unsupported"])]
-                    m.next = "IDLE"
-                with m.Else():
-                    m.next = "TABLE"
-            with m.State("TABLE"):
-                m.d.comb += [rd_cmd.valid.eq(1),
-                             rd_cmd.payload.address.eq(d.table_addr >> log_db << log_db),
-                             rd_cmd.payload.length.eq(db)]
-                with m.If(rd_cmd.ready):
-                    m.next = "ENTRY"
-            with m.State("ENTRY"):
-                m.d.comb += self.rd.ready.eq(1)
-                with m.If(self.rd.valid):
-                    at = d.table_addr[:log_db] >> 4
-                    picked = self.rd.payload.word_select(at, 128) if db > 16 \
-                        else self.rd.payload
-                    m.d.sync += entry.eq(picked)
-                    m.next = "ADDRESSES"
+            refuse_or_read_entry(m, self, d, ok, entry, "ADDRESSES")
             with m.State("ADDRESSES"):
                 m.d.sync += [in_addr.eq(job_entry_field(entry, "in_addr")),
                              out_addr.eq(job_entry_field(entry, "out_addr")),

@@ -90,6 +90,7 @@ from .unpacker import InputUnpacker
 from .writer import RowWriter
 
 __all__ = ["ConvRunner", "descriptor_fields", "compute_unit_members", "job_entry_field",
+           "refuse_or_read_entry",
            "RUNNER_STAGES"]
 
 #: the stages the runner executes (STAGE_BITS)
@@ -143,6 +144,34 @@ def compute_unit_members(data_width, addr_width):
             "rd_cmd": Out(cmd), "rd": In(stream.Signature(data_width)),
             "wr_cmd": Out(cmd), "wr": Out(stream.Signature(data_width)),
             "done": Out(1), "error": Out(1), "error_code": Out(4), "idle": Out(1)}
+
+
+def refuse_or_read_entry(m, unit, d, ok, entry, next_state):
+    """A compute unit's ``DECIDE``, ``TABLE`` and ``ENTRY`` states (inside its FSM): the
+    registered checks ``ok`` refuse the descriptor ``d`` (``error``, cause
+    ``unsupported``, back to ``IDLE``), or the bus word that holds its job table's first
+    entry is read into ``entry`` and the FSM goes on to ``next_state``."""
+    db = unit.data_width // 8
+    log_db = exact_log2(db)
+    with m.State("DECIDE"):
+        with m.If(~ok.all()):
+            m.d.comb += [unit.error.eq(1), unit.error_code.eq(ERROR_CAUSES["unsupported"])]
+            m.next = "IDLE"
+        with m.Else():
+            m.next = "TABLE"
+    with m.State("TABLE"):
+        m.d.comb += [unit.rd_cmd.valid.eq(1),
+                     unit.rd_cmd.payload.address.eq(d.table_addr >> log_db << log_db),
+                     unit.rd_cmd.payload.length.eq(db)]
+        with m.If(unit.rd_cmd.ready):
+            m.next = "ENTRY"
+    with m.State("ENTRY"):
+        m.d.comb += unit.rd.ready.eq(1)
+        with m.If(unit.rd.valid):
+            at = d.table_addr[:log_db] >> 4
+            picked = unit.rd.payload.word_select(at, 128) if db > 16 else unit.rd.payload
+            m.d.sync += entry.eq(picked)
+            m.next = next_state
 
 
 def job_entry_field(entry, name):

@@ -32,12 +32,12 @@ from amaranth.lib.memory import Memory
 from amaranth.utils import exact_log2
 
 from ...engine_format import FLAG_BITS, OPCODE_CODES, STAGE_BITS
-from ...engine_registers import ERROR_CAUSES
 from ..arith import const_multiply, positive_int, registered_pieces, sum_tree
 from .epilogue import SCALE_BITS
 from .gather import WindowGather
 from .pool import PoolRows
-from .runner import bits_of, compute_unit_members, descriptor_fields, job_entry_field
+from .runner import (bits_of, compute_unit_members, descriptor_fields, job_entry_field,
+                     refuse_or_read_entry)
 from .stem import StemArray, StemFolds, StemRowLoader
 
 __all__ = ["StemRunner", "STEM_OUT_ELEMS"]
@@ -396,26 +396,7 @@ class StemRunner(wiring.Component):
                                  d.out_c[:bits_of(self.max_out_folds * pe)],
                                  d.out_w[:bits_of(self.max_size)], bits_of(self.max_size)))]
                 m.next = "DECIDE"
-            with m.State("DECIDE"):
-                with m.If(~ok.all()):
-                    m.d.comb += [self.error.eq(1),
-                                 self.error_code.eq(ERROR_CAUSES["unsupported"])]
-                    m.next = "IDLE"
-                with m.Else():
-                    m.next = "TABLE"
-            with m.State("TABLE"):
-                m.d.comb += [rd_cmd.valid.eq(1),
-                             rd_cmd.payload.address.eq(d.table_addr >> log_db << log_db),
-                             rd_cmd.payload.length.eq(db)]
-                with m.If(rd_cmd.ready):
-                    m.next = "ENTRY"
-            with m.State("ENTRY"):
-                m.d.comb += self.rd.ready.eq(1)
-                with m.If(self.rd.valid):
-                    at = d.table_addr[:log_db] >> 4
-                    m.d.sync += entry.eq(self.rd.payload.word_select(at, 128) if db > 16
-                                         else self.rd.payload)
-                    m.next = "ADDRESSES"
+            refuse_or_read_entry(m, self, d, ok, entry, "ADDRESSES")
             with m.State("ADDRESSES"):
                 m.d.sync += [in_addr.eq(job_entry_field(entry, "in_addr")),
                              out_addr.eq(job_entry_field(entry, "out_addr")),
