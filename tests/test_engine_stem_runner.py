@@ -60,8 +60,15 @@ STEMS = {
 }
 
 
+#: The Amaranth simulations of the CIFAR-size stem take 20-30 s each; its frames run on
+#: the units' Verilator build in the default tier (tests/test_engine_unit_engine.py,
+#: whole programs, wait states among them)
+SLOW = pytest.mark.slow
+
+
 @pytest.mark.parametrize("config", [CONFIG, NARROW], ids=["16x9", "8x6"])
-@pytest.mark.parametrize("name", sorted(STEMS))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=SLOW) if n == "rgb-3x3" else n
+                                  for n in sorted(STEMS)])
 def test_the_stem_runs_dram_to_dram_as_the_model_runs_it(name, config):
     program, d, before, after = stem_step(STEMS[name](), config)
     if name == "resnet-7x7-pooled":
@@ -72,6 +79,7 @@ def test_the_stem_runs_dram_to_dram_as_the_model_runs_it(name, config):
     assert got == after and got != before
 
 
+@SLOW
 def test_the_pooled_stem_under_wait_states():
     program, d, before, after = stem_step(STEMS["resnet-7x7-pooled"](), CONFIG)
     (got, result), = run_runner_in_turn(program, [(d, before)], unit=stem_unit(CONFIG),
@@ -94,6 +102,7 @@ def test_a_descriptor_it_cannot_run_is_refused_with_memory_untouched(change):
     assert got == before
 
 
+@SLOW
 def test_the_de10nano_stem_converts():
     """At the DE10-Nano's size: ResNet's 224 x 224 frame, 7 x 7 windows of RGB on 16 x 9
     multipliers, 64 channels."""

@@ -217,9 +217,21 @@ def test_binary_convs_carry_their_unit_geometry(geometry_graph):
     assert one(dilation=2, in_c=5) == dict(words=1, tail=5, span=4, in_folds=9,
                                            out_folds=3, pitch=8, x_step=1, dx_words=2,
                                            pad_words=2, pixel_bytes=5, windows=64)
-    # the stem (integer weights) and every other opcode carry none
-    assert all(not any(_geometry(d).values()) for d in ds
-               if d["opcode"] != OPCODE_CODES["CONV"] or d["flags"] & FLAG_BITS["int_weights"])
+    # every other opcode carries none
+    assert all(not any(_geometry(d).values()) for d in ds if d["opcode"] != OPCODE_CODES["CONV"])
+    # the stem (integer weights) carries the stem runner's: a pixel's channels one word
+    # of byte lanes, the flat window in folds of stem_simd bytes, stem_pe channels a fold
+    h = program.header
+    for d in ds:
+        if d["opcode"] == OPCODE_CODES["CONV"] and d["flags"] & FLAG_BITS["int_weights"]:
+            conv_h = d["mid_h"] if d["stages"] & STAGE_BITS["maxpool"] else d["out_h"]
+            conv_w = d["mid_w"] if d["stages"] & STAGE_BITS["maxpool"] else d["out_w"]
+            assert _geometry(d) == dict(
+                words=1, tail=d["in_c"], span=(d["kernel"] - 1) * d["dilation"],
+                in_folds=-(-d["kernel"] ** 2 * d["in_c"] // h["stem_simd"]),
+                out_folds=-(-d["out_c"] // h["stem_pe"]), pitch=d["in_w"],
+                x_step=d["stride"], dx_words=d["dilation"], pad_words=d["padding"],
+                pixel_bytes=d["in_c"], windows=conv_h * conv_w)
     # a fused pooling stage's windows are the convolution's pixels, not the pool's
     d = _binary_conv(program, stride=2)[1]
     pooled = dict(d, stages=d["stages"] | STAGE_BITS["maxpool"], mid_h=6, mid_w=5)

@@ -143,9 +143,11 @@ def size_engine(board="de10nano", max_util=0.9, clock_mhz=100.0):
     Buffers shrink (halving, down to 2 KiB each) before the arrays do. Over the logic
     budget the vector lanes halve down to :data:`_MIN_VECTOR_LANES` before the next
     candidate's arrays are tried (ResNet-18 K=5 at 224x224: 5 x 16 x 64 with 4 lanes
-    is 21.6 frames/s, with 8 25.3, 5 x 16 x 32 with 8 20.7). Over the DSP budget the vector lanes go
-    first down to :data:`_KEPT_VECTOR_LANES`, then the stem's multipliers (three at a
-    time: a Cyclone V DSP block's three 9x9 products), then the rest.
+    is 21.6 frames/s, with 8 25.3, 5 x 16 x 32 with 8 20.7: the DE10-Nano's, since with
+    the stem built the first two take 97 % and 103 % of its ALMs). Over the DSP budget
+    the vector lanes go first down to :data:`_KEPT_VECTOR_LANES`, then the stem's
+    multipliers (three at a time: a Cyclone V DSP block's three 9x9 products), then
+    the rest.
 
     Returns
     -------
