@@ -508,15 +508,18 @@ def _read_folding(path):
               help="The back end: dataflow (every layer its own units, all weights on chip), "
                    "sequential (the layer-sequential engine: one set of units, weights and "
                    "feature maps in DRAM; boards with a DRAM port: de10nano), or dataflow "
-                   "where it fits the board, else the engine (auto).")
+                   "where it fits the board, else the engine (auto). The engine is the "
+                   "engine of the units (arrays side by side, one a base) where they run "
+                   "every layer, else the one-array core; report.txt says which and why.")
 @click.option("--engine-clock", "engine_clock_mhz", default=DEFAULTS.engine_clock_mhz,
               show_default=True, type=click.FloatRange(1, 1000),
               help="The engine's own clock in MHz (a PLL output on the board); the report's "
                    "frames/s are at this clock.")
 @click.option("--engine-scratchpad", "engine_scratchpad_kib", default=None,
               type=click.Choice([str(k) for k in SCRATCHPAD_KIB]), metavar="KIB",
-              help="The engine's scratchpad in KiB (" + ", ".join(map(str, SCRATCHPAD_KIB))
-                   + "; default: the largest). Smaller: fewer block RAMs, smaller row tiles.")
+              help="Build the one-array core with a scratchpad of KIB KiB (" + ", ".join(map(str, SCRATCHPAD_KIB))
+                   + "), even where the engine of the units runs the network. Smaller: fewer "
+                   "block RAMs, smaller row tiles.")
 @click.option("--stop-after", type=click.Choice([step.name for step in STEPS]), default=None,
               help="Stop after this step of the flow (nothing is written before `write`): "
                    "load, lower, passes, schedule, elaborate, write.")

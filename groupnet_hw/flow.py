@@ -34,9 +34,12 @@ from typing import Callable
 
 from .compiler.artifact import BuildError, BuildManifest, file_sha256, read_manifest, write_manifest
 from .compiler.engine.cycles import predict as predict_engine
-from .compiler.engine.report import engine_report, render_engine_text
+from .compiler.engine.layout import compile_engine
+from .compiler.engine.report import engine_report, render_engine_text, units_report
 from .compiler.engine.target import (SCRATCHPAD_BYTES, array_planes, compile_for_core,
                                      engine_target)
+from .compiler.engine.units import bound as bound_units
+from .compiler.engine.units import network_bases, program_refusal, units_target
 from .compiler.frontend import lower
 from .compiler.passes import run_passes
 from .compiler.report import render_text
@@ -46,6 +49,7 @@ from .devices import get_board
 from .hw.accelerator import Accelerator
 from .hw.boards.core_instance import CoreInstance
 from .hw.engine.core import EngineCore
+from .hw.engine.unit_engine import UnitEngine
 from .models.checkpoint import CheckpointError, load_checkpoint
 from .sim.cocotb_runner import RTLError, default_build_dir
 from .sim.engine_rtl import build_engine_rtl
@@ -248,12 +252,16 @@ class EngineBuild:
 
     Attributes
     ----------
-    target : EngineTarget
-        The core's parameters, the compiler's configuration, the DRAM model.
+    target : UnitsTarget or EngineTarget
+        The engine of the units (:mod:`~groupnet_hw.compiler.engine.units`) where it
+        runs every descriptor of the program, else the core as built
+        (:mod:`~groupnet_hw.compiler.engine.target`): its ``implementation``, the top's
+        keyword arguments (``params``), the compiler's configuration, the DRAM model.
     program : EngineProgram
         Descriptors and memory image.
-    prediction : CoreFrameCycles
-        The core's cycle model under ``target.dram`` (what the built engine does).
+    prediction : FrameCycles or CoreFrameCycles
+        The cycle model of the engine built under ``target.dram``: the units'
+        (:func:`~groupnet_hw.compiler.engine.cycles.predict`) or the core's.
     report : dict
         :func:`~groupnet_hw.compiler.engine.report.engine_report`.
     """
@@ -318,6 +326,46 @@ def _schedule(b: Build, source, out_dir):
             reason = "the dataflow design's estimate exceeds the board"
             b.schedule = None
     b.backend = "sequential"
+    units, refused = None, None
+    if b.config.engine_scratchpad_kib is None:   # a scratchpad is the core's alone
+        units, refused = _units_engine(b, reason)
+    if units is not None:
+        b.engine = units
+    else:
+        if refused:
+            reason = "; ".join(r for r in (reason, f"the engine of the units does not run "
+                                                   f"it yet ({refused})") if r)
+        b.engine = _core_engine(b, reason)
+    report, prediction = b.engine.report, b.engine.prediction
+    fps, clock = report["frame"]["fps"], b.engine.target.config.clock_mhz
+    wanted = b.config.fps or (b.config.target_cycles and clock * 1e6 / b.config.target_cycles)
+    if wanted and fps < wanted:
+        raise FlowError(f"the layer-sequential engine reaches {fps:.3g} frames/s at {clock:g} MHz "
+                        f"({prediction.cycles:,} cycles/frame), below the {wanted:.3g} asked; "
+                        "drop --fps/--target-cycles or raise --engine-clock")
+
+
+def _units_engine(b: Build, reason):
+    """``(EngineBuild, None)`` for the engine of the units sized for the board, or
+    ``(None, why)`` when it cannot run the program (the core runs it instead)."""
+    try:
+        sized = units_target(b.config.board, b.config.engine_clock_mhz, b.config.max_util,
+                             bases=network_bases(b.graph))
+        program = compile_engine(b.graph, sized.config)
+    except ValueError as exc:
+        return None, str(exc)
+    target = bound_units(sized, program.descriptors)
+    refused = program_refusal(program, target.units)
+    if refused:
+        return None, refused
+    prediction = predict_engine(program, target.dram)
+    report = units_report(program, target, prediction, reason=reason,
+                          estimate=target.estimate())
+    return EngineBuild(target, program, prediction, report), None
+
+
+def _core_engine(b: Build, reason):
+    """The core as built (``hw/engine/core.py``) for the board and its program."""
     try:
         kib = b.config.engine_scratchpad_kib
         target = engine_target(b.config.board, b.config.engine_clock_mhz,
@@ -329,32 +377,32 @@ def _schedule(b: Build, source, out_dir):
     intended = predict_engine(program, target.dram)
     report = engine_report(program, target, prediction, intended, reason=reason,
                            estimate=target.estimate())
-    b.engine = EngineBuild(target, program, prediction, report)
-    fps, clock = report["frame"]["fps"], target.config.clock_mhz
-    wanted = b.config.fps or (b.config.target_cycles and clock * 1e6 / b.config.target_cycles)
-    if wanted and fps < wanted:
-        raise FlowError(f"the layer-sequential engine reaches {fps:.3g} frames/s at {clock:g} MHz "
-                        f"({prediction.cycles:,} cycles/frame), below the {wanted:.3g} asked; "
-                        "drop --fps/--target-cycles or raise --engine-clock")
+    return EngineBuild(target, program, prediction, report)
 
 
-def engine_verilog(core: dict) -> str:
-    """The Verilog of the engine core with parameters ``core`` (module
-    :data:`ENGINE_NAME`). It depends on the parameters and the hardware library's source
-    alone (the program is data in DRAM), so a process converts each configuration once,
-    and the conversion (10-30 s) is kept in the RTL cache (:func:`default_build_dir`)
-    under a key of the parameters, the source of ``hw/`` and the package's top-level
-    modules it reads, and Amaranth's version."""
-    return _engine_verilog(tuple(sorted(core.items())))
+def engine_verilog(params: dict, implementation: str = "core") -> str:
+    """The Verilog of the engine ``implementation`` (``"core"``:
+    :class:`~groupnet_hw.hw.engine.core.EngineCore`; ``"units"``:
+    :class:`~groupnet_hw.hw.engine.unit_engine.UnitEngine`) with keyword arguments
+    ``params`` (module :data:`ENGINE_NAME`). It depends on them and the hardware
+    library's source alone (the program is data in DRAM), so a process converts each
+    configuration once, and the conversion (10-60 s) is kept in the RTL cache
+    (:func:`default_build_dir`) under a key of the parameters, the source of ``hw/`` and
+    the package's top-level modules it reads, and Amaranth's version."""
+    return _engine_verilog(json.dumps(params, sort_keys=True), implementation)
 
 
-def _engine_source_key(core_items: tuple) -> str:
+#: the engine tops a build elaborates, by :attr:`EngineTarget.implementation`
+_ENGINE_TOPS = {"core": EngineCore, "units": UnitEngine}
+
+
+def _engine_source_key(key: str) -> str:
     import amaranth
 
     from . import hw
     # the folders as imported: hw/ sits beside groupnet_hw/ in a checkout
     top, lib = Path(__file__).resolve().parent, Path(hw.__file__).resolve().parent
-    h = hashlib.sha256(repr((core_items, amaranth.__version__, ENGINE_NAME)).encode())
+    h = hashlib.sha256(repr((key, amaranth.__version__, ENGINE_NAME)).encode())
     for root, paths in ((top, top.glob("*.py")), (lib, lib.rglob("*.py"))):
         for path in sorted(paths):
             h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
@@ -362,12 +410,14 @@ def _engine_source_key(core_items: tuple) -> str:
 
 
 @functools.lru_cache(maxsize=4)
-def _engine_verilog(core_items: tuple) -> str:
+def _engine_verilog(params_json: str, implementation: str = "core") -> str:
     from amaranth.back import verilog
-    cached = default_build_dir() / f"{ENGINE_NAME}-{_engine_source_key(core_items)}.v"
+    key = params_json if implementation == "core" else f"{implementation}:{params_json}"
+    cached = default_build_dir() / f"{ENGINE_NAME}-{_engine_source_key(key)}.v"
     if cached.is_file():
         return cached.read_text()
-    text = verilog.convert(EngineCore(**dict(core_items)), name=ENGINE_NAME, emit_src=False)
+    top = _ENGINE_TOPS[implementation](**json.loads(params_json))
+    text = verilog.convert(top, name=ENGINE_NAME, emit_src=False)
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=cached.parent, prefix=".verilog-")
@@ -382,7 +432,7 @@ def _engine_verilog(core_items: tuple) -> str:
 def _elaborate(b: Build, source, out_dir):
     from amaranth.back import verilog
     if b.backend == "sequential":
-        b.verilog = engine_verilog(b.engine.target.core)
+        b.verilog = engine_verilog(b.engine.target.params, b.engine.target.implementation)
         return
     b.accelerator = Accelerator(b.schedule)
     # No source-location attributes: they double the file and no tool needs them.
@@ -688,7 +738,7 @@ def _verify_engine(b: Build, images, simulator, stall, seed, root, progress):
                              stall=stall, seed=seed, predicted_cycles=b.engine.prediction.cycles,
                              progress=progress)
     except EngineRunError as exc:
-        raise FlowError(f"{exc}: the program and the core disagree; please report this") from None
+        raise FlowError(f"{exc}: the program and the engine disagree; please report this") from None
 
 
 def test_images(config, n=None):

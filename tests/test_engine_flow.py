@@ -27,6 +27,10 @@ from groupnet_hw.models.zoo import arch_config
 from groupnet_hw.sim import toolchain
 
 SMALL_ENGINE = dict(engine="sequential", engine_scratchpad_kib=64)
+#: the core as built at its largest scratchpad (a scratchpad size asks for the core:
+#: without one, a program the engine of the units runs goes to it,
+#: tests/test_engine_units_flow.py)
+CORE_ENGINE = dict(engine="sequential", engine_scratchpad_kib=256)
 
 
 def zoo_checkpoint(path, arch, bases, seed=1, **fields):
@@ -90,10 +94,16 @@ def test_auto_takes_the_engine_where_dataflow_does_not_fit(tmp_path):
 
 def test_an_fps_the_engine_cannot_reach_is_refused(tmp_path):
     ckpt = zoo_checkpoint(tmp_path / "d.pt", "digits", 1)
-    ok = build(ckpt, BuildConfig(engine="sequential"), stop_after="schedule")
+    ok = build(ckpt, BuildConfig(**CORE_ENGINE), stop_after="schedule")
     fps = ok.engine.report["frame"]["fps"]
-    assert build(ckpt, BuildConfig(engine="sequential", fps=fps / 2),
+    assert build(ckpt, BuildConfig(**CORE_ENGINE, fps=fps / 2),
                  stop_after="schedule").backend == "sequential"
+    with pytest.raises(FlowError, match="engine reaches .* frames/s at 100 MHz"):
+        build(ckpt, BuildConfig(**CORE_ENGINE, fps=fps * 2), stop_after="schedule")
+    # the same for the engine of the units
+    units = build(ckpt, BuildConfig(engine="sequential"), stop_after="schedule")
+    fps = units.engine.report["frame"]["fps"]
+    assert units.engine.target.implementation == "units"
     with pytest.raises(FlowError, match="engine reaches .* frames/s at 100 MHz"):
         build(ckpt, BuildConfig(engine="sequential", fps=fps * 2), stop_after="schedule")
 
@@ -103,7 +113,7 @@ def test_the_engine_is_sized_within_max_util(tmp_path):
     a smaller scratchpad takes less block RAM; a --max-util that no configuration
     fits is refused naming the resource."""
     ckpt = zoo_checkpoint(tmp_path / "d.pt", "digits", 1)
-    full = build(ckpt, BuildConfig(engine="sequential"), stop_after="schedule")
+    full = build(ckpt, BuildConfig(**CORE_ENGINE), stop_after="schedule")
     est = full.engine.report["estimate"]
     assert set(est["cells"]) == {"logic", "ram_bits", "dsp"}
     assert all(0 < u <= 0.9 for u in est["utilisation"].values())
@@ -119,7 +129,7 @@ def test_the_engine_is_sized_within_max_util(tmp_path):
                   stop_after="schedule")
     assert small.engine.report["estimate"]["cells"]["ram_bits"] < est["cells"]["ram_bits"]
     with pytest.raises(FlowError, match="smallest configuration needs .* more than --max-util"):
-        build(ckpt, BuildConfig(engine="sequential", max_util=0.05), stop_after="schedule")
+        build(ckpt, BuildConfig(**CORE_ENGINE, max_util=0.05), stop_after="schedule")
 
 
 def _shape(core):
@@ -412,7 +422,7 @@ def test_cifar_size_k5_verifies_on_the_engine(tmp_path, need_verilator):
     """CIFAR-size K=5 (random eval state) on the default 256 KiB engine: two images,
     one more under stall 0.3."""
     ckpt = zoo_checkpoint(tmp_path / "c.pt", "cifar-small", 5, seed=1)
-    b = build(ckpt, BuildConfig(engine="sequential"), out_dir=tmp_path / "out")
+    b = build(ckpt, BuildConfig(**CORE_ENGINE), out_dir=tmp_path / "out")
     images = torch.randint(0, 256, (3, 3, 32, 32), dtype=torch.uint8,
                            generator=torch.Generator().manual_seed(2))
     result = verify(tmp_path / "out", images=images[:2])
@@ -471,10 +481,10 @@ def test_the_engine_verilog_is_kept_in_the_rtl_cache(tmp_path, monkeypatch):
         return f"module {name}; // conversion {len(calls)}\nendmodule\n"
     monkeypatch.setattr(verilog, "convert", convert)
     monkeypatch.setenv("GROUPNET_HW_RTL_CACHE", str(tmp_path))
-    core = (("buffer_bytes", 32768), ("data_width", 128), ("pe", 4), ("simd", 32))
+    core = json.dumps(dict(buffer_bytes=32768, data_width=128, pe=4, simd=32), sort_keys=True)
     first = _engine_verilog.__wrapped__(core)
     assert _engine_verilog.__wrapped__(core) == first and len(calls) == 1
     assert len(list(tmp_path.glob(f"{ENGINE_NAME}-*.v"))) == 1
-    other = _engine_verilog.__wrapped__((("buffer_bytes", 32768), ("data_width", 128),
-                                         ("pe", 8), ("simd", 16)))
+    other = _engine_verilog.__wrapped__(json.dumps(dict(buffer_bytes=32768, data_width=128,
+                                                        pe=8, simd=16), sort_keys=True))
     assert "conversion 2" in other and len(calls) == 2

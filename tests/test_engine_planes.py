@@ -70,8 +70,8 @@ def test_builds_pick_the_planes_from_the_activations():
     binary = compile_model(zoo_model("digits", 1, seed=1))
     two_bit = compile_model(random_model(2, **RANDOM_CONFIGS[2]))
     assert (array_planes(binary), array_planes(two_bit)) == (1, 4)
-    b = build(zoo_model("digits", 1, seed=1), BuildConfig(engine="sequential"),
-              stop_after="schedule")
+    b = build(zoo_model("digits", 1, seed=1),
+              BuildConfig(engine="sequential", engine_scratchpad_kib=256), stop_after="schedule")
     assert b.engine.target.core["planes"] == 1 and b.engine.target.core["simd"] == 64
 
 

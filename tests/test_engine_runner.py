@@ -18,13 +18,13 @@ from amaranth.sim import Simulator
 from conftest import random_model
 from groupnet_hw.compiler.engine.config import EngineConfig
 from groupnet_hw.compiler.engine.layout import compile_engine
+from groupnet_hw.compiler.engine.units import map_buffer_takes, runner_refusal
 from groupnet_hw.compiler.engine.program import (DESCRIPTOR, FLAG_BITS, OPCODE_CODES,
                                                  STAGE_BITS, encode)
 from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.engine_registers import ERROR_CAUSES
 from groupnet_hw.hw.engine.dma import ReadDMA, WriteDMA
-from groupnet_hw.hw.engine.prologue import PROLOGUE_ELEMS, PROLOGUE_LEVELS
-from groupnet_hw.hw.engine.runner import RUNNER_STAGES, ConvRunner
+from groupnet_hw.hw.engine.runner import ConvRunner
 from groupnet_hw.sim.engine_model import _Memory, read_program, run_descriptor
 from test_engine_dma import AvalonDRAM
 from test_engine_program import images_for
@@ -69,35 +69,10 @@ class RunnerTop(Elaboratable):
 
 
 def runnable(d, arrays=None):
-    """What the runner executes (its docstring), decided from the decoded fields."""
-    arrays = arrays or CONFIG.arrays
-    mixing = d["stages"] & STAGE_BITS["mixer"]
-    return (d["opcode"] == OPCODE_CODES["CONV"] and d["groups"] == 1
-            and not d["stages"] & ~RUNNER_STAGES
-            and not d["flags"] & ~(FLAG_BITS["shared_input"] | FLAG_BITS["shared_side"]
-                                   | FLAG_BITS["side_first"] | FLAG_BITS["levels_out"]
-                                   | FLAG_BITS["levels_only"] | FLAG_BITS["weight_stream"])
-            and (not d["flags"] & FLAG_BITS["weight_stream"] or streaming_runnable(d))
-            and (not mixing or (d["jobs"] == arrays and (
-                d["aux_outputs"] <= 1
-                or (d["aux_outputs"] == 2 and d["flags"] & FLAG_BITS["levels_only"]))))
-            and (not d["stages"] & STAGE_BITS["prologue_threshold"] or prologue_runnable(d)))
-
-
-def streaming_runnable(d):
-    """Weight streaming the runner does (``ConvRunner._streaming_ok``): chunks of whole
-    PE folds, a residual add's side slices whole bus words (of 16 bytes)."""
-    side_ok = not d["stages"] & STAGE_BITS["add"] or (
-        d["side_c"] == d["out_c"] and (d["side_c"] * d["side_elem"] // 8) % 16 == 0
-        and (d["chunk_c"] * d["side_elem"] // 8) % 16 == 0)
-    return d["chunk_c"] % 8 == 0 and d["chunk_c"] > 0 and side_ok
-
-
-def prologue_runnable(d):
-    """A prologue the runner's unit applies (``ConvRunner._prologue_ok``): 8-, 16- or
-    32-bit elements, a multiple of 8 channels, 4-byte thresholds."""
-    return (d["in_fmt"] == 2 and d["in_elem"] in PROLOGUE_ELEMS and d["in_c"] % 8 == 0
-            and d["const_bytes"] == 4 and d["in_levels"] in PROLOGUE_LEVELS)
+    """What the runner executes: the compiler's rules of it (compiler/engine/units.py),
+    which the runs below hold to the RTL."""
+    return (d["opcode"] == OPCODE_CODES["CONV"]
+            and runner_refusal(d, arrays or CONFIG.arrays) is None)
 
 
 def program_steps(g, config=None, frames=1, which=None):
@@ -521,32 +496,6 @@ def units_take(unit, descriptors):
     sim.add_testbench(bench)
     sim.run()
     return taken
-
-
-def map_buffer_takes(d, region):
-    """Whether a streaming descriptor's maps fit the map buffer (``region`` bytes a map)
-    or, an output map, go straight to DRAM (slices and pixels of whole 16-byte bus words
-    and a pixel within a region): the runner's rule, as the docs state it."""
-    if not d["flags"] & FLAG_BITS["weight_stream"]:
-        return True
-    two_levels = d["flags"] & FLAG_BITS["levels_out"] and d["aux_outputs"] == 2
-    levels_out = bool(d["flags"] & FLAG_BITS["levels_out"])
-    wide = not d["flags"] & FLAG_BITS["levels_only"]
-    pitch = d["aux_pitch"] if two_levels else d["out_pitch"]
-    levels_bytes = d["out_h"] * d["aux_pitch"]
-    # the main map in the buffer: beside level outputs, each in a region; alone, in two
-    main_fits = pitch <= region and (
-        d["out_h"] * pitch <= region and levels_bytes <= region if levels_out
-        else d["out_h"] * pitch <= 2 * region)
-    elem = 1 if d["out_fmt"] == 0 else d["out_elem"]
-    pixel, slice_ = -(-d["out_c"] * elem // 8), -(-d["chunk_c"] * elem // 8)
-    direct = wide and not two_levels and not main_fits and pixel % 16 == 0 \
-        and slice_ % 16 == 0 and pixel <= region
-    # the level outputs alone in the buffer (no main map there) take two regions a map
-    alone = not ((wide or two_levels) and not direct)
-    levels_fit = not levels_out or (
-        d["aux_pitch"] <= region and levels_bytes <= (2 if alone else 1) * region)
-    return bool((not (wide or two_levels) or main_fits or direct) and levels_fit)
 
 
 #: binary convolutions the intended runner takes at 224x224, of each network's

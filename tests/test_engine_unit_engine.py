@@ -16,6 +16,7 @@ from groupnet_hw import engine_opcodes as op
 from groupnet_hw import engine_registers as regs
 from groupnet_hw.compiler.engine.config import EngineConfig
 from groupnet_hw.compiler.engine.sizing import size_engine
+from groupnet_hw.compiler.engine.units import refusal
 from groupnet_hw.compiler.engine.program import (DESCRIPTOR, FLAG_BITS, OPCODE_CODES,
                                                  STAGE_BITS, encode)
 from groupnet_hw.compiler.passes import compile_model
@@ -24,7 +25,7 @@ from groupnet_hw.sim import toolchain
 from groupnet_hw.sim.engine_rtl import build_engine_rtl, run_engine_rtl
 from test_engine_dma import AvalonDRAM
 from test_engine_runner import (BASE, CONFIG, NETWORKS, RESIDUAL, STREAMING_CONFIG,
-                                program_steps, runnable, sharing_one_input)
+                                program_steps, sharing_one_input)
 from test_engine_sequencer import Host
 
 #: the runner's sizes for the tests' networks
@@ -274,14 +275,9 @@ def engine_rtl(tmp_path_factory):
 
 
 def on_the_units(d, arrays=None):
-    """The descriptors the engine of the units runs: the runner's, INPUT, the stem (a
-    CONV of integer weights on a frame of up to 3 channels), and HEAD of channels a
-    multiple of the head's 8 lanes and maps of up to 24 bits."""
-    return (runnable(d, arrays) or d["opcode"] == OPCODE_CODES["INPUT"]
-            or (d["opcode"] == OPCODE_CODES["CONV"] and d["flags"] & FLAG_BITS["int_weights"]
-                and d["in_c"] <= 3)
-            or (d["opcode"] == OPCODE_CODES["HEAD"] and d["in_c"] % 8 == 0
-                and d["in_elem"] <= 24))
+    """The descriptors the engine of the units runs (the compiler's rules of it,
+    compiler/engine/units.py): the runner's, INPUT, the stem and HEAD."""
+    return refusal(d, arrays or CONFIG.arrays) is None
 
 
 def measured_on_the_units(sizes):
@@ -290,10 +286,9 @@ def measured_on_the_units(sizes):
     but INPUT, which does nothing, a convolution only when its maps fit their map
     buffer."""
     from groupnet_hw.hw.engine.runner import ConvRunner
-    from test_engine_runner import map_buffer_takes
     region = ConvRunner(data_width=128, **runner_sizes(sizes)).maps.region_bytes
-    return lambda d: (on_the_units(d, sizes["arrays"]) and d["opcode"] != OPCODE_CODES["INPUT"]
-                      and (d["opcode"] != OPCODE_CODES["CONV"] or map_buffer_takes(d, region)))
+    return lambda d: (refusal(d, sizes["arrays"], region) is None
+                      and d["opcode"] != OPCODE_CODES["INPUT"])
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from .tiling import scratchpad_need
 #: the core's phases that wait for DRAM (:class:`.core_cycles.CoreDescriptorCycles`)
 MEMORY_PHASES = ("fetch", "loads", "stores", "fence")
 
-__all__ = ["engine_report", "render_engine_text"]
+__all__ = ["engine_report", "units_report", "render_engine_text"]
 
 
 def engine_report(program, target, core, intended, *, reason=None, estimate=None):
@@ -74,6 +74,84 @@ def engine_report(program, target, core, intended, *, reason=None, estimate=None
         estimate=estimate)
 
 
+def units_report(program, target, prediction, *, reason=None, estimate=None):
+    """The report dict of a build for the engine of the units
+    (:class:`~.units.UnitsTarget`): per descriptor the cycle model's figures
+    (:func:`.cycles.predict` under ``target.dram``, the model the units' RTL is
+    measured against), per frame its totals; the same keys as :func:`engine_report`."""
+    h = program.header
+    rows = [dict(index=p.index, opcode=p.opcode, jobs=p.jobs, label=p.label,
+                 tiles=int(d["n_tiles"]), cycles=p.cycles, compute=p.compute,
+                 memory=p.memory, overhead=p.overhead, bound=p.bound,
+                 lane_utilisation=p.lane_utilisation, bytes_read=p.bytes_read,
+                 bytes_written=p.bytes_written, macs=p.macs,
+                 streams_weights=bool(d["flags"] & FLAG_BITS["weight_stream"]))
+            for d, p in zip(program.descriptors, prediction.descriptors)]
+    clock = target.config.clock_mhz
+    return dict(
+        backend="sequential", reason=reason, board=target.board, engine=target.to_dict(),
+        descriptors=rows,
+        frame=dict(cycles=prediction.cycles, clock_mhz=clock, fps=prediction.fps,
+                   dram_bytes=prediction.dram_bytes,
+                   bandwidth_share=prediction.bandwidth_share,
+                   binary_macs=prediction.binary_macs,
+                   lane_utilisation=prediction.lane_utilisation,
+                   memory_bound=sum(r["bound"] == "memory" for r in rows)),
+        program=dict(descriptors=len(rows), arrays=program.config.arrays,
+                     pe=program.config.pe, simd=program.config.simd,
+                     vector_lanes=program.config.vector_lanes),
+        memory=dict(image_bytes=h["image_bytes"], param_bytes=h["param_bytes"],
+                    arena_bytes=h["arena_bytes"], base=h["base"]),
+        estimate=estimate)
+
+
+def _render_units(report):
+    e, f, mem = report["engine"], report["frame"], report["memory"]
+    u = e["units"]
+    lines = [f"layer-sequential engine for {report['board']}: the engine of the units"]
+    if report.get("reason"):
+        lines.append(f"  chosen because {report['reason']}")
+    lines += [
+        f"  units: {u['arrays']} XNOR arrays of {u['pe']} PE x {u['simd']} SIMD lanes "
+        f"({u['planes']} bit plane{'s' if u['planes'] > 1 else ''}), {u['lanes']} vector "
+        f"lanes, a stem array of {u['stem']['pe']} x {u['stem']['simd']} multipliers, "
+        f"{u['data_width']}-bit Avalon-MM ports; maps up to {u['max_size']} pixels a side",
+        f"  clock: {e['clock_mhz']:g} MHz (the engine's own; a PLL output on the board)",
+        f"  DRAM model: {e['dram']['latency']} cycles latency, "
+        f"{e['dram']['bytes_per_cycle']:g} bytes/cycle ({e['dram']['gbytes_per_s']:.2f} GB/s)",
+        "",
+        f"{'#':>3} {'opcode':<9} {'jobs':>4} {'cycles':>12} {'bound':<8} "
+        f"{'lanes':>6} {'DRAM bytes':>12}  nodes",
+    ]
+    for r in report["descriptors"]:
+        util = "" if r["lane_utilisation"] is None else f"{100 * r['lane_utilisation']:.1f}%"
+        lines.append(f"{r['index']:>3} {r['opcode']:<9} {r['jobs']:>4} {r['cycles']:>12,} "
+                     f"{r['bound']:<8} {util:>6} {r['bytes_read'] + r['bytes_written']:>12,}"
+                     f"  {r['label']}" + ("  (weights streamed)" if r["streams_weights"] else ""))
+    lines += [
+        "",
+        f"cycles/frame: {f['cycles']:,} -> {f['fps']:.2f} frames/s at {f['clock_mhz']:g} MHz",
+        f"DRAM per frame: {f['dram_bytes'] / 1e6:.2f} MB, {100 * f['bandwidth_share']:.0f}% "
+        f"of the modelled bandwidth; {f['memory_bound']} of {len(report['descriptors'])} "
+        "descriptors memory-bound",
+        f"lane utilisation: {100 * f['lane_utilisation']:.2f}% "
+        f"({f['binary_macs'] / 1e6:.1f} M binary MACs per frame)",
+        f"memory image: {mem['image_bytes'] / 2**20:.2f} MiB at {mem['base']:#x} "
+        f"(parameters {mem['param_bytes'] / 2**20:.2f} MiB, feature maps "
+        f"{mem['arena_bytes'] / 2**20:.2f} MiB)",
+    ]
+    return lines
+
+
+def _estimate_line(report):
+    est = report.get("estimate")
+    if not est:
+        return []
+    return ["estimate: " + ", ".join(
+        f"{k} {v:,} of {est['limits'][k]:,} ({100 * v / est['limits'][k]:.0f}%)"
+        for k, v in est["cells"].items() if est["limits"].get(k))]
+
+
 def _planes(core):
     """The array's bit planes, as the report says them (4 in a report that predates
     them)."""
@@ -85,6 +163,8 @@ def _planes(core):
 
 def render_engine_text(report):
     """``report.txt`` of an engine build."""
+    if report["engine"].get("implementation") == "units":
+        return "\n".join(_render_units(report) + _estimate_line(report)) + "\n"
     e, f, mem, prog = (report[k] for k in ("engine", "frame", "memory", "program"))
     core = e["core"]
     lines = [f"layer-sequential engine for {report['board']}"]
@@ -138,9 +218,4 @@ def render_engine_text(report):
         f"(parameters {mem['param_bytes'] / 2**20:.2f} MiB, feature maps "
         f"{mem['arena_bytes'] / 2**20:.2f} MiB)",
     ]
-    est = report.get("estimate")
-    if est:
-        lines.append("estimate: " + ", ".join(
-            f"{k} {v:,} of {est['limits'][k]:,} ({100 * v / est['limits'][k]:.0f}%)"
-            for k, v in est["cells"].items() if est["limits"].get(k)))
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _estimate_line(report)) + "\n"

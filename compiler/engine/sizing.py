@@ -137,8 +137,10 @@ def budget_limits(budget):
     return dict(logic=lim.get("alm", lim.get("lut")), ram_bits=budget["ram_bits"], dsp=lim["dsp"])
 
 
-def size_engine(board="de10nano", max_util=0.9, clock_mhz=100.0):
-    """The first candidate of :data:`CANDIDATES` that fits ``max_util`` of the board.
+def size_engine(board="de10nano", max_util=0.9, clock_mhz=100.0, max_arrays=None):
+    """The first candidate of :data:`CANDIDATES` that fits ``max_util`` of the board
+    (with at most ``max_arrays`` arrays: a network of K bases a block mixes them with
+    one base an array, so more than K arrays would idle).
 
     Buffers shrink (halving, down to 2 KiB each) before the arrays do. Over the logic
     budget the vector lanes halve down to :data:`_MIN_VECTOR_LANES` before the next
@@ -158,6 +160,8 @@ def size_engine(board="de10nano", max_util=0.9, clock_mhz=100.0):
     family, limits = budget["family"], budget_limits(budget)
     tried = None
     for arrays, pe, simd in CANDIDATES:
+        if max_arrays and arrays > max_arrays:
+            continue
         cfg = EngineConfig(arrays=arrays, pe=pe, simd=simd, clock_mhz=clock_mhz)
         stem_pe, stem_simd, vector = cfg.stem_pe, cfg.stem_simd, cfg.vector_lanes
         while True:

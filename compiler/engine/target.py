@@ -87,6 +87,12 @@ class EngineTarget:
     config: EngineConfig
     dram: DramModel
     passed_over: tuple = ()
+    implementation = "core"
+
+    @property
+    def params(self):
+        """The top's keyword arguments (the flow's Verilog and its cache key)."""
+        return self.core
 
     def estimate(self):
         """The core's resource estimate (:func:`.sizing.estimate_core`) against the
@@ -103,7 +109,8 @@ class EngineTarget:
         return all(u <= max_util for u in self.estimate()["utilisation"].values())
 
     def to_dict(self):
-        return dict(board=self.board, core=dict(self.core), clock_mhz=self.config.clock_mhz,
+        return dict(board=self.board, implementation="core", core=dict(self.core),
+                    clock_mhz=self.config.clock_mhz,
                     passed_over=[dict(p) for p in self.passed_over],
                     dram=dict(latency=self.dram.latency,
                               bytes_per_cycle=self.dram.bytes_per_cycle,

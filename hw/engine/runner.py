@@ -91,7 +91,7 @@ from .writer import RowWriter
 
 __all__ = ["ConvRunner", "descriptor_fields", "compute_unit_members", "job_entry_field",
            "refuse_or_read_entry",
-           "RUNNER_STAGES"]
+           "RUNNER_STAGES", "RUNNER_FLAGS"]
 
 #: the stages the runner executes (STAGE_BITS)
 RUNNER_STAGES = (STAGE_BITS["prologue_threshold"] | STAGE_BITS["postop"] | STAGE_BITS["add"]
@@ -99,7 +99,7 @@ RUNNER_STAGES = (STAGE_BITS["prologue_threshold"] | STAGE_BITS["postop"] | STAGE
                  | STAGE_BITS["gated"])
 #: the flags it executes: all jobs reading one input (or one side input) is a job table
 #: whose entries share an address, read once a job; the add's order is the sum's
-_RUNNER_FLAGS = (FLAG_BITS["shared_input"] | FLAG_BITS["shared_side"] | FLAG_BITS["side_first"]
+RUNNER_FLAGS = (FLAG_BITS["shared_input"] | FLAG_BITS["shared_side"] | FLAG_BITS["side_first"]
                  | FLAG_BITS["levels_out"] | FLAG_BITS["levels_only"]
                  | FLAG_BITS["weight_stream"])
 #: the level outputs' element widths (fusion rule 7: signs and 2- and 4-bit levels)
@@ -336,7 +336,7 @@ class ConvRunner(wiring.Component):
         conditions = [
             d.opcode == OPCODE_CODES["CONV"],
             (d.stages & ~RUNNER_STAGES) == 0,
-            (d.flags & ~_RUNNER_FLAGS) == 0,
+            (d.flags & ~RUNNER_FLAGS) == 0,
             d.groups == 1, d.jobs != 0,
             d.words != 0, fits(d.words, self.max_words),
             d.kernel != 0, fits(d.kernel, self.max_kernel),

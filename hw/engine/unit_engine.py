@@ -1,11 +1,12 @@
 """The engine built from the units (docs/architecture.md section 15): the register file,
 the sequencer and the DMAs of :class:`~.sequencer.EngineShell`, with the stem runner,
-the convolution runner and the classifier head as its compute units.
+the convolution runner, the subsampler and the classifier head as its compute units.
 
 The sequencer fetches descriptors and executes COPY and END itself; any other
 descriptor goes whole to a compute unit, by its opcode: HEAD to the
 :class:`~.classifier.PooledClassifier`, a CONV of integer weights (the stem) to the
-:class:`~.stem_runner.StemRunner`, INPUT (the host wrote the frame: nothing to do)
+:class:`~.stem_runner.StemRunner`, SUBSAMPLE (option-A shortcuts) to the
+:class:`~.subsample_runner.SubsampleRunner`, INPUT (the host wrote the frame: nothing to do)
 done at once, any other to the :class:`~.runner.ConvRunner`. The unit has the DMAs'
 commands and words until the sequencer's fence after it (``computing``). A descriptor
 its unit cannot run stops the engine with the sequencer's error ``unsupported``; an
@@ -25,6 +26,7 @@ from .dma import descriptor_layout
 from .runner import ConvRunner, descriptor_fields
 from .sequencer import Sequencer, engine_members, wire_engine
 from .stem_runner import StemRunner
+from .subsample_runner import SubsampleRunner
 
 __all__ = ["UnitEngine", "classifier_head"]
 
@@ -51,8 +53,8 @@ def _shared(m, owner, first, second, sink):
 
 
 class UnitEngine(wiring.Component):
-    """Register file, sequencer, DMAs, the stem runner, the convolution runner and the
-    classifier head.
+    """Register file, sequencer, DMAs, the stem runner, the convolution runner, the
+    subsampler and the classifier head.
 
     Parameters
     ----------
@@ -75,6 +77,9 @@ class UnitEngine(wiring.Component):
         runner's address width (default: the DE10-Nano's, ``pe`` 16 x ``simd`` 9, RGB
         frames of up to 256 pixels a side, 7 x 7 windows of up to 17 folds, 4 output
         folds).
+    subsample : dict, optional
+        The :class:`~.subsample_runner.SubsampleRunner`'s bounds (default: maps of the
+        runner's ``max_size``, strides up to 4, the runner's most output channels).
     **runner
         The runner's sizes (:class:`~.runner.ConvRunner`: ``arrays``, ``pe``, ``simd``,
         ``planes``, ring and buffer bounds); its row writer's commands are bursts of at
@@ -96,7 +101,7 @@ class UnitEngine(wiring.Component):
     """
 
     def __init__(self, *, data_width=128, max_burst=16, max_outstanding=8, buffer_depth=None,
-                 head_size=8, max_classes=1024, stem=None, **runner):
+                 head_size=8, max_classes=1024, stem=None, subsample=None, **runner):
         self.sequencer = Sequencer(data_width=data_width, compute=True)
         runner.setdefault("chunk", max_burst)
         self.runner = ConvRunner(data_width=data_width, **runner)
@@ -107,6 +112,10 @@ class UnitEngine(wiring.Component):
                                     max_classes=max_classes,
                                     loan_widths=(r.value_width, r.mixer.coef_width))
         self.stem = StemRunner(data_width=data_width, addr_width=r.addr_width, **(stem or {}))
+        self.subsample = SubsampleRunner(
+            data_width=data_width, addr_width=r.addr_width,
+            **{"max_size": r.max_size, "max_channels": r.max_out_folds * r.pe,
+               **(subsample or {})})
         super().__init__(engine_members(self, data_width=data_width, max_burst=max_burst,
                                         max_outstanding=max_outstanding,
                                         buffer_depth=buffer_depth))
@@ -120,56 +129,64 @@ class UnitEngine(wiring.Component):
         m.submodules.runner = ResetInserter(stop)(self.runner)
         m.submodules.head = ResetInserter(stop)(self.head)
         m.submodules.stem = ResetInserter(stop)(self.stem)
-        runner, head, stem = self.runner, self.head, self.stem
+        m.submodules.subsample = ResetInserter(stop)(self.subsample)
+        runner, head, stem, sub = self.runner, self.head, self.stem, self.subsample
         # the head's products on the mixer lanes' multipliers, idle while the head runs
         # (the two never run at once)
         wiring.connect(m, head.loan, runner.loan)
-        # the head and the stem runner have the DMAs from their descriptor to their
-        # done, the convolution runner otherwise
-        heading, stemming = ~head.idle, ~stem.idle
+        # the head, the stem runner and the subsampler have the DMAs from their
+        # descriptor to their done, the convolution runner otherwise
+        heading, stemming, subsampling = ~head.idle, ~stem.idle, ~sub.idle
         cmd = stream.Signature(descriptor_layout(runner.addr_width))
-        conv_rd_cmd, conv_wr_cmd = cmd.create(), cmd.create()
-        unit_rd_cmd, unit_wr_cmd = cmd.create(), cmd.create()
         words = stream.Signature(rd.o.payload.shape())
-        conv_wr, unit_wr = words.create(), words.create()
-        _shared(m, stemming, stem.rd_cmd, runner.rd_cmd, conv_rd_cmd)
-        _shared(m, stemming, stem.wr_cmd, runner.wr_cmd, conv_wr_cmd)
-        _shared(m, stemming, stem.wr, runner.wr, conv_wr)
-        _shared(m, heading, head.rd_cmd, conv_rd_cmd, unit_rd_cmd)
-        _shared(m, heading, head.wr_cmd, conv_wr_cmd, unit_wr_cmd)
-        _shared(m, heading, head.wr, conv_wr, unit_wr)
+        rd_cmd, wr_cmd, wr_words = runner.rd_cmd, runner.wr_cmd, runner.wr
+        for owner, unit in ((stemming, stem), (heading, head), (subsampling, sub)):
+            shared = cmd.create(), cmd.create(), words.create()
+            _shared(m, owner, unit.rd_cmd, rd_cmd, shared[0])
+            _shared(m, owner, unit.wr_cmd, wr_cmd, shared[1])
+            _shared(m, owner, unit.wr, wr_words, shared[2])
+            rd_cmd, wr_cmd, wr_words = shared
         c = seq.computing
-        _shared(m, c, unit_rd_cmd, seq.rd_cmd, rd.cmd)
-        _shared(m, c, unit_wr_cmd, seq.wr_cmd, wr.cmd)
-        _shared(m, c, unit_wr, seq.copy, wr.i)
-        running = c & ~heading & ~stemming
+        _shared(m, c, rd_cmd, seq.rd_cmd, rd.cmd)
+        _shared(m, c, wr_cmd, seq.wr_cmd, wr.cmd)
+        _shared(m, c, wr_words, seq.copy, wr.i)
+        running = c & ~heading & ~stemming & ~subsampling
         m.d.comb += [runner.rd.valid.eq(running & rd.o.valid),
                      head.rd.valid.eq(c & heading & rd.o.valid),
                      stem.rd.valid.eq(c & stemming & rd.o.valid),
+                     sub.rd.valid.eq(c & subsampling & rd.o.valid),
                      runner.rd.payload.eq(rd.o.payload), head.rd.payload.eq(rd.o.payload),
-                     stem.rd.payload.eq(rd.o.payload),
+                     stem.rd.payload.eq(rd.o.payload), sub.rd.payload.eq(rd.o.payload),
                      seq.words.valid.eq(~c & rd.o.valid), seq.words.payload.eq(rd.o.payload),
                      rd.o.ready.eq(Mux(c, Mux(heading, head.rd.ready,
-                                              Mux(stemming, stem.rd.ready, runner.rd.ready)),
+                                              Mux(stemming, stem.rd.ready,
+                                                  Mux(subsampling, sub.rd.ready,
+                                                      runner.rd.ready))),
                                        seq.words.ready))]
         # the descriptor to the unit of its opcode; INPUT is done at once
         fields = data.View(descriptor_fields(), seq.compute.payload)
         to_head = fields.opcode == OPCODE_CODES["HEAD"]
         to_input = fields.opcode == OPCODE_CODES["INPUT"]
+        to_sub = fields.opcode == OPCODE_CODES["SUBSAMPLE"]
         to_stem = (fields.opcode == OPCODE_CODES["CONV"]) & \
             ((fields.flags & FLAG_BITS["int_weights"]) != 0)
         input_done = Signal()
         m.d.sync += input_done.eq(seq.compute.valid & to_input)
-        m.d.comb += [runner.desc.valid.eq(seq.compute.valid & ~to_head & ~to_input & ~to_stem),
+        m.d.comb += [runner.desc.valid.eq(seq.compute.valid & ~to_head & ~to_input & ~to_stem
+                                          & ~to_sub),
                      head.desc.valid.eq(seq.compute.valid & to_head),
                      stem.desc.valid.eq(seq.compute.valid & to_stem),
+                     sub.desc.valid.eq(seq.compute.valid & to_sub),
                      runner.desc.payload.eq(seq.compute.payload),
                      head.desc.payload.eq(seq.compute.payload),
                      stem.desc.payload.eq(seq.compute.payload),
+                     sub.desc.payload.eq(seq.compute.payload),
                      seq.compute.ready.eq(Mux(to_head, head.desc.ready,
                                               Mux(to_stem, stem.desc.ready,
-                                                  to_input | runner.desc.ready))),
-                     seq.compute_done.eq(runner.done | head.done | stem.done | input_done),
-                     seq.compute_error.eq(runner.error | head.error | stem.error),
+                                                  Mux(to_sub, sub.desc.ready,
+                                                      to_input | runner.desc.ready)))),
+                     seq.compute_done.eq(runner.done | head.done | stem.done | sub.done
+                                         | input_done),
+                     seq.compute_error.eq(runner.error | head.error | stem.error | sub.error),
                      seq.wr_idle.eq(~wr.busy)]
         return m
