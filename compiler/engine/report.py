@@ -105,20 +105,45 @@ def units_report(program, target, prediction, *, reason=None, estimate=None):
         estimate=estimate)
 
 
+def _header(report, title):
+    """The report's first line and why the build took the engine."""
+    lines = [f"layer-sequential engine for {report['board']}{title}"]
+    if report.get("reason"):
+        lines.append(f"  chosen because {report['reason']}")
+    return lines
+
+
+def _dram_line(e):
+    return (f"  DRAM model: {e['dram']['latency']} cycles latency, "
+            f"{e['dram']['bytes_per_cycle']:g} bytes/cycle ({e['dram']['gbytes_per_s']:.2f} GB/s)")
+
+
+def _frame_lines(report):
+    """A frame's cycles, frames/s and DRAM traffic."""
+    f = report["frame"]
+    return [
+        f"cycles/frame: {f['cycles']:,} -> {f['fps']:.2f} frames/s at {f['clock_mhz']:g} MHz",
+        f"DRAM per frame: {f['dram_bytes'] / 1e6:.2f} MB, {100 * f['bandwidth_share']:.0f}% "
+        f"of the modelled bandwidth; {f['memory_bound']} of {len(report['descriptors'])} "
+        "descriptors memory-bound"]
+
+
+def _memory_line(mem):
+    return (f"memory image: {mem['image_bytes'] / 2**20:.2f} MiB at {mem['base']:#x} "
+            f"(parameters {mem['param_bytes'] / 2**20:.2f} MiB, feature maps "
+            f"{mem['arena_bytes'] / 2**20:.2f} MiB)")
+
+
 def _render_units(report):
     e, f, mem = report["engine"], report["frame"], report["memory"]
     u = e["units"]
-    lines = [f"layer-sequential engine for {report['board']}: the engine of the units"]
-    if report.get("reason"):
-        lines.append(f"  chosen because {report['reason']}")
-    lines += [
+    lines = _header(report, ": the engine of the units") + [
         f"  units: {u['arrays']} XNOR arrays of {u['pe']} PE x {u['simd']} SIMD lanes "
         f"({u['planes']} bit plane{'s' if u['planes'] > 1 else ''}), {u['lanes']} vector "
         f"lanes, a stem array of {u['stem']['pe']} x {u['stem']['simd']} multipliers, "
         f"{u['data_width']}-bit Avalon-MM ports; maps up to {u['max_size']} pixels a side",
         f"  clock: {e['clock_mhz']:g} MHz (the engine's own; a PLL output on the board)",
-        f"  DRAM model: {e['dram']['latency']} cycles latency, "
-        f"{e['dram']['bytes_per_cycle']:g} bytes/cycle ({e['dram']['gbytes_per_s']:.2f} GB/s)",
+        _dram_line(e),
         "",
         f"{'#':>3} {'opcode':<9} {'jobs':>4} {'cycles':>12} {'bound':<8} "
         f"{'lanes':>6} {'DRAM bytes':>12}  nodes",
@@ -128,19 +153,10 @@ def _render_units(report):
         lines.append(f"{r['index']:>3} {r['opcode']:<9} {r['jobs']:>4} {r['cycles']:>12,} "
                      f"{r['bound']:<8} {util:>6} {r['bytes_read'] + r['bytes_written']:>12,}"
                      f"  {r['label']}" + ("  (weights streamed)" if r["streams_weights"] else ""))
-    lines += [
-        "",
-        f"cycles/frame: {f['cycles']:,} -> {f['fps']:.2f} frames/s at {f['clock_mhz']:g} MHz",
-        f"DRAM per frame: {f['dram_bytes'] / 1e6:.2f} MB, {100 * f['bandwidth_share']:.0f}% "
-        f"of the modelled bandwidth; {f['memory_bound']} of {len(report['descriptors'])} "
-        "descriptors memory-bound",
-        f"lane utilisation: {100 * f['lane_utilisation']:.2f}% "
-        f"({f['binary_macs'] / 1e6:.1f} M binary MACs per frame)",
-        f"memory image: {mem['image_bytes'] / 2**20:.2f} MiB at {mem['base']:#x} "
-        f"(parameters {mem['param_bytes'] / 2**20:.2f} MiB, feature maps "
-        f"{mem['arena_bytes'] / 2**20:.2f} MiB)",
-    ]
-    return lines
+    return lines + ["", *_frame_lines(report),
+                     f"lane utilisation: {100 * f['lane_utilisation']:.2f}% "
+                     f"({f['binary_macs'] / 1e6:.1f} M binary MACs per frame)",
+                     _memory_line(mem)]
 
 
 def _estimate_line(report):
@@ -167,10 +183,7 @@ def render_engine_text(report):
         return "\n".join(_render_units(report) + _estimate_line(report)) + "\n"
     e, f, mem, prog = (report[k] for k in ("engine", "frame", "memory", "program"))
     core = e["core"]
-    lines = [f"layer-sequential engine for {report['board']}"]
-    if report.get("reason"):
-        lines.append(f"  chosen because {report['reason']}")
-    lines += [
+    lines = _header(report, "") + [
         f"  core: one array of {core['pe']} PE x {core['simd']} SIMD XNOR lanes "
         f"({_planes(core)}), "
         f"{core['data_width']}-bit Avalon-MM ports, {core['buffer_bytes'] // 1024} KiB "
@@ -181,8 +194,7 @@ def render_engine_text(report):
           f"{p['max_util']:g})" for p in e.get("passed_over", ())),
         f"  clock: {e['clock_mhz']:g} MHz (the engine's own; a PLL output on the board; the "
         "core's timing at it is not closed yet, architecture.md section 13)",
-        f"  DRAM model: {e['dram']['latency']} cycles latency, "
-        f"{e['dram']['bytes_per_cycle']:g} bytes/cycle ({e['dram']['gbytes_per_s']:.2f} GB/s)",
+        _dram_line(e),
         # each choice the core's cycle model made (target.compile_for_core)
         f"  program: {prog['descriptors']} descriptors; binary convolutions' input "
         "thresholds " + ("in their gathers" if prog["prologue_thresholds"]
@@ -203,19 +215,14 @@ def render_engine_text(report):
                      + ("  (weights streamed)" if r["streams_weights"] else ""))
     lines += [
         "",
-        f"cycles/frame: {f['cycles']:,} -> {f['fps']:.2f} frames/s at {f['clock_mhz']:g} MHz",
-        f"DRAM per frame: {f['dram_bytes'] / 1e6:.2f} MB, {100 * f['bandwidth_share']:.0f}% "
-        f"of the modelled bandwidth; {f['memory_bound']} of {len(report['descriptors'])} "
-        "descriptors memory-bound",
+        *_frame_lines(report),
         f"lane utilisation: {100 * f['lane_utilisation']:.2f}% "
         f"({f['binary_macs'] / 1e6:.1f} M binary MACs per frame); cycles by phase: "
         + ", ".join(f"{k} {100 * v / f['cycles']:.0f}%"
                     for k, v in sorted(f["phases"].items(), key=lambda kv: -kv[1]) if v),
-        f"the intended engine ({report['intended']['arrays']} arrays side by side, transfers "
-        f"overlapped; not built yet): {report['intended']['cycles']:,} cycles/frame, "
-        f"{report['intended']['fps']:.1f} frames/s",
-        f"memory image: {mem['image_bytes'] / 2**20:.2f} MiB at {mem['base']:#x} "
-        f"(parameters {mem['param_bytes'] / 2**20:.2f} MiB, feature maps "
-        f"{mem['arena_bytes'] / 2**20:.2f} MiB)",
+        f"this program on {report['intended']['arrays']} arrays side by side with transfers "
+        f"overlapped (section 12's cycle model): {report['intended']['cycles']:,} "
+        f"cycles/frame, {report['intended']['fps']:.1f} frames/s",
+        _memory_line(mem),
     ]
     return "\n".join(lines + _estimate_line(report)) + "\n"

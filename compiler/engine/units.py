@@ -29,8 +29,8 @@ from ...hw.engine.subsample_runner import SUBSAMPLE_ELEMS
 from .config import DramModel
 from .sizing import budget_limits, estimate, size_engine
 
-__all__ = ["UnitsTarget", "units_target", "bound", "network_bases", "unit_sizes", "refusal", "program_refusal",
-           "runner_refusal", "subsample_refusal", "map_buffer_takes"]
+__all__ = ["UnitsTarget", "units_target", "bound", "network_bases", "unit_sizes", "refusal",
+           "program_refusal", "runner_refusal", "subsample_refusal", "map_buffer_takes"]
 
 _OPCODES = {v: k for k, v in OPCODE_CODES.items()}
 #: the output map buffer's bus words (64 KiB at 128 bits): each job's map and its level
