@@ -139,4 +139,9 @@ def test_cycle_model_counts_level_outputs_by_hand():
     c = descriptor_cycles(d, {}, cfg, dram)
     assert c.bytes_written == 5 * 2 * 512
     assert c.bytes_read == 128 + (5 + 10) * 16 + 5 * 512 + 5 * 4800
-    assert c.overhead == (40 + -(-(128 + 15 * 16) // 16)) + 40 + 24 + -(-8 * 2 * 64 * 5 // 8)
+    # the parameters before the rows: the table's read, each job's three constant
+    # sections (the mixer's coefficients and two level outputs' thresholds) and the
+    # weights, a read latency each; after the compute the last row's two level outputs
+    setup = (1 + 5 * 3 + 1) * 40 + -(-5 * 4800 // 8)
+    assert c.overhead == (40 + -(-(128 + 15 * 16) // 16)) + setup + 40 + 24 + \
+        -(-2 * 64 * 5 // 8)

@@ -51,6 +51,11 @@ class EngineConfig:
         (``shared_input``) reads each row of at most these bytes once for every job of
         a round, else once a job (and beside a residual add, whose side rows come
         between the input rows, always once a job).
+    map_buffer : int
+        Bytes of the runner's output map buffer (``hw/engine/mapbuffer.py``), in which a
+        weight-streaming descriptor's output maps are assembled a chunk at a time where
+        they fit, then written at its end (larger maps go straight to DRAM as they are
+        computed).
     ring_rows : int
         Rows of the window gatherer's ring (docs/architecture.md section 15): a
         weight-streaming descriptor reads its input once for all its chunks only where
@@ -131,6 +136,7 @@ class EngineConfig:
     output_buffer: int = 192 * 1024
     ring_rows: int = 16
     replay_row_bytes: int = 8192
+    map_buffer: int = 64 * 1024
     clock_mhz: float = 100.0
     pipeline_depth: int = 24
     scratchpad: int = 0

@@ -33,10 +33,20 @@ For one descriptor (docs/architecture.md section 12):
   ``DramModel.bytes_per_cycle``, plus one read latency. A weight-streaming descriptor
   reads its weights once and its input once per weight chunk, or once if it is
   resident (:mod:`.tiling`).
-- the descriptor takes ``fetch + max(compute, memory) + fill_drain`` cycles: transfers
-  overlap compute through the double-buffered tiles; ``fetch`` is the descriptor and
-  job-table read (latency + beats), ``fill_drain`` the first tile's wait for data
-  (latency), the pipeline depth and the last output tile's write.
+- setup: the parameters a unit reads before its rows, one read and its latency after
+  another, not overlapped (section 15's units): a binary convolution's round table,
+  each job's constant sections (prologue thresholds, post-op constants, thresholds,
+  level outputs' thresholds, mixer coefficients) and every job's weights or their
+  first chunk; the stem runner's weights and constants; the head's biases; the
+  subsampler's next job-table entry, a latency a job. A binary convolution reads its
+  input rows one at a time, the next while the loader takes this one: where rows are
+  short a read latency each bounds its row traffic.
+- the descriptor takes ``fetch + setup + max(compute, memory) + fill_drain`` cycles:
+  the rows' transfers overlap compute; ``fetch`` is the descriptor and job-table read
+  (latency + beats), ``fill_drain`` the first row's wait for data (latency), the
+  pipeline depth and the last output row's write (the units write each row as it is
+  computed), or a weight-streaming descriptor's whole maps where the map buffer
+  assembles them (written at its end).
 
 A frame takes the sum over descriptors (one descriptor at a time); frames/s at the
 engine's clock follow.
@@ -48,8 +58,8 @@ from dataclasses import asdict, dataclass
 
 from .config import DramModel
 from .program import DESCRIPTOR, FLAG_BITS, JOB, OPCODE_CODES, STAGE_BITS, table_entries
-from .tiling import (core_row_range, input_resident, input_rows_read, n_chunks,
-                     written_row_bytes)
+from .tiling import (core_row_range, input_resident, input_rows_read, map_buffer_assembles,
+                     map_region, n_chunks, written_row_bytes)
 
 __all__ = ["DescriptorCycles", "FrameCycles", "descriptor_cycles", "predict"]
 
@@ -142,6 +152,34 @@ def binary_fold_cycles(d, config):
     return max(taps * max(1, d["act_bits"]), beats)
 
 
+def _serial_setup(d, op, config, dram):
+    """``(bytes, cycles)`` of the parameters a descriptor's unit reads before its rows,
+    one read after another (section 15's units: the runner reads each job's prologue
+    thresholds, post-op constants, thresholds, level outputs' thresholds and mixer
+    coefficients a read each, a round's table first, then every job's weights or their
+    first chunk; the stem runner its weights, then its constants; the head its biases;
+    the subsampler each job's table entry once the job before is written)."""
+    L, bw = dram.latency, dram.bytes_per_cycle
+    jobs, rounds = d["jobs"], _ceil(d["jobs"], config.arrays)
+    if op == "CONV" and not d["flags"] & FLAG_BITS["int_weights"]:
+        st, fl = d["stages"], d["flags"]
+        levels = (2 if d["aux_outputs"] == 2 else 1) if fl & FLAG_BITS["levels_out"] else 0
+        sections = (bool(st & STAGE_BITS["prologue_threshold"]) + bool(st & STAGE_BITS["postop"])
+                    + bool(st & STAGE_BITS["threshold"]) + levels
+                    + bool(st & STAGE_BITS["mixer"]))
+        w = d["weight_tile_bytes"]
+        first = w * d["chunk_c"] // d["out_c"] if fl & FLAG_BITS["weight_stream"] else w
+        consts = jobs * (d["param_bytes"] - w + levels * d.get("aux_param_bytes", 0))
+        nbytes = consts + jobs * first
+        return nbytes, (rounds + jobs * sections + 1) * L + _ceil(nbytes, bw)
+    if op == "CONV" or op == "HEAD":
+        nbytes = d["param_bytes"] - (d["weight_tile_bytes"] if op == "HEAD" else 0)
+        return nbytes, 2 * L + _ceil(nbytes, bw)
+    if op == "SUBSAMPLE":
+        return 0, (jobs - 1) * L
+    return 0, 0
+
+
 def descriptor_cycles(d, header, config, dram, label=""):
     """The cycle model of one decoded descriptor (module docstring)."""
     op = _OPCODES[d["opcode"]]
@@ -208,9 +246,23 @@ def descriptor_cycles(d, header, config, dram, label=""):
     written = outputs * (d["out_h"] * written_row_bytes(d)
                          if d["flags"] & FLAG_BITS["levels_out"] else d["out_bytes"])
     total = read + written
-    memory = 0 if op == "INPUT" else dram.latency + _ceil(total, dram.bytes_per_cycle)
-    fetch = dram.latency + _ceil(fetch_bytes, config.port_bytes)
-    last_tile = d["rows_per_tile"] * written_row_bytes(d) * max(outputs, 1)
+    # parameters read before the rows, one read and its latency after another: not
+    # overlapped with the compute
+    setup_bytes, setup = _serial_setup(d, op, config, dram)
+    memory = 0 if op == "INPUT" else \
+        dram.latency + _ceil(max(0, total - setup_bytes), dram.bytes_per_cycle)
+    if op == "CONV" and not d["flags"] & FLAG_BITS["int_weights"]:
+        # a binary convolution's input rows are read one at a time (the next while the
+        # loader takes this one): a read latency each where rows are short
+        row_reads = (input_rows_read(d) * (rounds if shared else jobs)
+                     * _input_passes(d, config))
+        memory = max(memory, row_reads * (dram.latency + _ceil(d["in_pitch"],
+                                                                dram.bytes_per_cycle)))
+    fetch = dram.latency + _ceil(fetch_bytes, config.port_bytes) + setup
+    # after the compute: the last output row's write, or a weight-streaming
+    # descriptor's maps where the map buffer assembles them (then written at its end)
+    last_tile = (d["out_h"] if map_buffer_assembles(d, map_region(config)) else 1) * \
+        written_row_bytes(d) * max(outputs, 1)
     overhead = fetch if op == "INPUT" else (
         fetch + dram.latency + config.pipeline_depth + _ceil(last_tile, dram.bytes_per_cycle))
     cycles = overhead + max(compute, memory)

@@ -166,6 +166,58 @@ def input_rows_read(d, rows_per_tile=None):
     return total
 
 
+def map_region(config):
+    """Bytes of a map's region of the runner's output map buffer: each job's map and its
+    level output one (``hw/engine/mapbuffer.py``)."""
+    words = config.map_buffer // config.port_bytes
+    return words // (2 * config.arrays) * config.port_bytes
+
+
+def _main_map(d, region):
+    """``(main map fits its regions, the slices go straight to DRAM)`` of a streaming
+    descriptor ``d`` with map-buffer regions of ``region`` bytes."""
+    two_levels = d["flags"] & FLAG_BITS["levels_out"] and d["aux_outputs"] == 2
+    levels_out = bool(d["flags"] & FLAG_BITS["levels_out"])
+    wide = not d["flags"] & FLAG_BITS["levels_only"]
+    pitch = d["aux_pitch"] if two_levels else d["out_pitch"]
+    levels_bytes = d["out_h"] * d["aux_pitch"]
+    # the main map in the buffer: beside level outputs, each in a region; alone, in two
+    main_fits = pitch <= region and (
+        d["out_h"] * pitch <= region and levels_bytes <= region if levels_out
+        else d["out_h"] * pitch <= 2 * region)
+    elem = 1 if d["out_fmt"] == 0 else d["out_elem"]
+    pixel, slice_ = -(-d["out_c"] * elem // 8), -(-d["chunk_c"] * elem // 8)
+    direct = wide and not two_levels and not main_fits and pixel % 16 == 0 \
+        and slice_ % 16 == 0 and pixel <= region
+    return main_fits, direct
+
+
+def map_buffer_assembles(d, region):
+    """Whether a streaming descriptor's outputs are assembled in the map buffer (then
+    written at its end) rather than written straight to DRAM as they are computed."""
+    if not d["flags"] & FLAG_BITS["weight_stream"]:
+        return False
+    return not _main_map(d, region)[1]
+
+
+def map_buffer_takes(d, region):
+    """Whether a streaming descriptor's maps fit the map buffer (``region`` bytes a map)
+    or, an output map, go straight to DRAM (slices and pixels of whole 16-byte bus words
+    and a pixel within a region): the runner's rule (``hw/engine/runner.py``)."""
+    if not d["flags"] & FLAG_BITS["weight_stream"]:
+        return True
+    two_levels = d["flags"] & FLAG_BITS["levels_out"] and d["aux_outputs"] == 2
+    levels_out = bool(d["flags"] & FLAG_BITS["levels_out"])
+    wide = not d["flags"] & FLAG_BITS["levels_only"]
+    levels_bytes = d["out_h"] * d["aux_pitch"]
+    main_fits, direct = _main_map(d, region)
+    # the level outputs alone in the buffer (no main map there) take two regions a map
+    alone = not ((wide or two_levels) and not direct)
+    levels_fit = not levels_out or (
+        d["aux_pitch"] <= region and levels_bytes <= (2 if alone else 1) * region)
+    return bool((not (wide or two_levels) or main_fits or direct) and levels_fit)
+
+
 def choose_tiling(d, config):
     """Set a descriptor's ``rows_per_tile``, ``n_tiles``, ``chunk_c`` and the
     weight-streaming flag (module docstring)."""

@@ -28,14 +28,12 @@ from ...hw.engine.runner import RUNNER_FLAGS, RUNNER_STAGES
 from ...hw.engine.subsample_runner import SUBSAMPLE_ELEMS
 from .config import DramModel
 from .sizing import budget_limits, estimate, size_engine
+from .tiling import map_buffer_takes
 
 __all__ = ["UnitsTarget", "units_target", "bound", "network_bases", "unit_sizes", "refusal",
            "program_refusal", "runner_refusal", "subsample_refusal", "map_buffer_takes"]
 
 _OPCODES = {v: k for k, v in OPCODE_CODES.items()}
-#: the output map buffer's bus words (64 KiB at 128 bits): each job's map and its level
-#: output a region of ``MAP_WORDS // (2 * arrays)`` words
-MAP_WORDS = 4096
 #: the head's map of at least 8 x 8 (ResNet's 7 x 7 at 224 x 224)
 HEAD_SIZE = 8
 _FIXED_FORMAT, _UINT_FORMAT = 2, 1
@@ -103,7 +101,7 @@ def unit_sizes(config, descriptors):
         max_out_folds=_pow2(max(d["out_folds"] for d in runner), 4),
         max_levels=max(1, *(max(d["in_levels"], d["out_levels"], d["aux_levels"])
                             for d in runner)),
-        map_words=MAP_WORDS,
+        map_words=config.map_buffer // config.port_bytes,
         head_size=_pow2(max([max(d["in_h"], d["in_w"]) for d in heads] or [1]), HEAD_SIZE),
         max_classes=_pow2(max([d["out_c"] for d in heads] or [16]), 16),
         stem=dict(pe=config.stem_pe, simd=config.stem_simd))
@@ -206,32 +204,6 @@ def bound(target, descriptors):
 
 
 # ------------------------------------------------------------------ what the units run
-def map_buffer_takes(d, region):
-    """Whether a streaming descriptor's maps fit the map buffer (``region`` bytes a map)
-    or, an output map, go straight to DRAM (slices and pixels of whole 16-byte bus words
-    and a pixel within a region): the runner's rule (``hw/engine/runner.py``)."""
-    if not d["flags"] & FLAG_BITS["weight_stream"]:
-        return True
-    two_levels = d["flags"] & FLAG_BITS["levels_out"] and d["aux_outputs"] == 2
-    levels_out = bool(d["flags"] & FLAG_BITS["levels_out"])
-    wide = not d["flags"] & FLAG_BITS["levels_only"]
-    pitch = d["aux_pitch"] if two_levels else d["out_pitch"]
-    levels_bytes = d["out_h"] * d["aux_pitch"]
-    # the main map in the buffer: beside level outputs, each in a region; alone, in two
-    main_fits = pitch <= region and (
-        d["out_h"] * pitch <= region and levels_bytes <= region if levels_out
-        else d["out_h"] * pitch <= 2 * region)
-    elem = 1 if d["out_fmt"] == 0 else d["out_elem"]
-    pixel, slice_ = -(-d["out_c"] * elem // 8), -(-d["chunk_c"] * elem // 8)
-    direct = wide and not two_levels and not main_fits and pixel % 16 == 0 \
-        and slice_ % 16 == 0 and pixel <= region
-    # the level outputs alone in the buffer (no main map there) take two regions a map
-    alone = not ((wide or two_levels) and not direct)
-    levels_fit = not levels_out or (
-        d["aux_pitch"] <= region and levels_bytes <= (2 if alone else 1) * region)
-    return bool((not (wide or two_levels) or main_fits or direct) and levels_fit)
-
-
 def _streaming_refusal(d):
     side_ok = not d["stages"] & STAGE_BITS["add"] or (
         d["side_c"] == d["out_c"] and (d["side_c"] * d["side_elem"] // 8) % 16 == 0
