@@ -157,23 +157,25 @@ SIZES = {
                   "pooling rows of the stem (a channel a cycle)"),
     "stemrunner-intended": ("StemRunner", dict(max_size=224), ("cyclonev",),
                             "the stem runner at the DE10-Nano's size"),
+    "subsample": ("SubsampleRunner", dict(data_width=128, max_size=64, max_channels=512),
+                  ("cyclonev", "ecp5"), "the subsampler (option-A shortcuts)"),
     "unit-engine-one": ("UnitEngine", dict(data_width=128, max_burst=16, arrays=1, pe=16,
                                            simd=48, lanes=8, ring_rows=16, ring_words=2048,
                                            max_size=64, max_words=11, max_kernel=3,
                                            max_weight_words=198, max_out_folds=32,
-                                           map_words=4096),
+                                           map_words=4096, subsample=False),
                         ("cyclonev",), "the engine of the units, one array"),
     "unit-engine-intended": ("UnitEngine", dict(data_width=128, max_burst=16, arrays=5, pe=16,
                                                 simd=64, lanes=8, ring_rows=16, ring_words=1024,
                                                 max_size=64, max_words=8, max_kernel=3,
                                                 max_weight_words=72, max_out_folds=32,
-                                                map_words=4096),
+                                                map_words=4096, subsample=False),
                              ("cyclonev",), "the engine of the units, intended size"),
     "unit-engine-narrow": ("UnitEngine", dict(data_width=128, max_burst=16, arrays=5, pe=16,
                                               simd=32, lanes=8, ring_rows=16, ring_words=2048,
                                               max_size=64, max_words=16, max_kernel=3,
                                               max_weight_words=144, max_out_folds=32,
-                                              map_words=4096),
+                                              map_words=4096, subsample=False),
                            ("cyclonev",), "the engine of the units, 5 arrays of 16 x 32"),
 }
 
@@ -186,7 +188,8 @@ MODULES = {"RowLoader": "loader", "WindowGather": "gather", "FoldIssuer": "folds
            "LevelLanes": "levels", "InputUnpacker": "unpacker", "UnitEngine": "unit_engine",
            "PrologueThreshold": "prologue", "MapBuffer": "mapbuffer",
            "PooledClassifier": "classifier", "StemArray": "stem", "StemFolds": "stem",
-           "StemRowLoader": "stem", "PoolRows": "pool", "StemRunner": "stem_runner"}
+           "StemRowLoader": "stem", "PoolRows": "pool", "StemRunner": "stem_runner",
+           "SubsampleRunner": "subsample_runner"}
 
 
 def verilog_of(name):
@@ -273,6 +276,9 @@ def shape_text(unit, p):
     if unit == "OutputPacker":
         return (f"{p['arrays']} jobs' beats of {p['lanes']} lanes into {p['data_width']}-bit "
                 f"bus words, 1- to 32-bit elements")
+    if unit == "SubsampleRunner":
+        return (f"maps of up to {p['max_size']} x {p['max_size']} x {p['max_channels']}, "
+                f"{p['data_width']}-bit bus words")
     lanes = p.get("lanes") or p.get("pe")
     if unit == "UnitEngine":
         return (f"{p['arrays']} x {p['pe']} x {p['simd']} lanes, {lanes} epilogue lanes, "

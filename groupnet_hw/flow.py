@@ -39,7 +39,8 @@ from .compiler.engine.report import engine_report, render_engine_text, units_rep
 from .compiler.engine.target import (SCRATCHPAD_BYTES, array_planes, compile_for_core,
                                      engine_target)
 from .compiler.engine.units import bound as bound_units
-from .compiler.engine.units import network_bases, program_refusal, units_target
+from .compiler.engine.units import (network_bases, network_subsamples, program_refusal,
+                                    units_target)
 from .compiler.frontend import lower
 from .compiler.passes import run_passes
 from .compiler.report import render_text
@@ -350,7 +351,8 @@ def _units_engine(b: Build, reason):
     ``(None, why)`` when it cannot run the program (the core runs it instead)."""
     try:
         sized = units_target(b.config.board, b.config.engine_clock_mhz, b.config.max_util,
-                             bases=network_bases(b.graph))
+                             bases=network_bases(b.graph),
+                             subsampler=network_subsamples(b.graph))
         program = compile_engine(b.graph, sized.config)
     except ValueError as exc:
         return None, str(exc)

@@ -67,10 +67,11 @@ async def start_and_wait(host, window, program):
 
 
 def engine_run(image, program, *, p_wait=0.0, latency=(1, 3), seed=0, window=None,
-               body=start_and_wait):
+               body=start_and_wait, sizes=SIZES):
     """Write ``program`` (descriptor bytes) at the image's descriptors, run ``body``
-    (by default: start the engine and wait); return ``(memory, what body returned)``."""
-    dut = UnitEngine(data_width=8 * CONFIG.port_bytes, max_burst=8, **SIZES)
+    (by default: start the engine and wait) on the engine of ``sizes``; return
+    ``(memory, what body returned)``."""
+    dut = UnitEngine(data_width=8 * CONFIG.port_bytes, max_burst=8, **sizes)
     mem = bytearray(BASE) + bytearray(image) + bytearray(4096)
     at = BASE + PROGRAM_OFFSET
     mem[at:at + len(program)] = program
@@ -135,6 +136,21 @@ def test_a_descriptor_the_runner_cannot_run_stops_the_engine(network):
     thresholding = {**descs[i], "stages": descs[i]["stages"] | STAGE_BITS["prologue_threshold"]}
     code = program_of(thresholding)
     mem, status = engine_run(before, code)
+    assert regs.field_value("STATUS", "ERROR", status) == 1
+    assert regs.field_value("STATUS", "ERROR_CODE", status) == regs.error_code("sequencer",
+                                                                               "unsupported")
+    assert the_image(mem, before, code) == before
+
+
+def test_an_engine_without_the_subsampler_refuses_a_subsample():
+    """Built for a network without option-A shortcuts (``subsample=False``), the engine
+    stops a SUBSAMPLE descriptor with the sequencer's ``unsupported`` and writes
+    nothing."""
+    program, descs, steps = program_steps(compile_model(random_model(3, **RESIDUAL)), CONFIG,
+                                          which=lambda d: d["opcode"] == OPCODE_CODES["SUBSAMPLE"])
+    i, before, _ = steps[0]
+    code = program_of(descs[i])
+    mem, status = engine_run(before, code, sizes=dict(SIZES, subsample=False))
     assert regs.field_value("STATUS", "ERROR", status) == 1
     assert regs.field_value("STATUS", "ERROR_CODE", status) == regs.error_code("sequencer",
                                                                                "unsupported")

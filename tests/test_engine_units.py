@@ -67,6 +67,9 @@ def test_the_intended_engines_sizing_uses_the_measured_costs():
     per_array = (beyond["unit-engine-intended"] - beyond["unit-engine-one"]) / 4
     assert sizing._ALM_PER_ARRAY == round(per_array)
     assert sizing._ALM_FIXED == round(beyond["unit-engine-one"] - per_array)
+    # the three engines are built without the subsampler; it is measured alone
+    assert all(engine_units.SIZES[n][1]["subsample"] is False for n in beyond)
+    assert sizing._ALM_SUBSAMPLER == RECORDS["subsample"]["cyclonev"]["alm"]
     # DSP blocks: the engine of the units' beside its lanes and the stem's multipliers
     # (Yosys counts a cell a 9x9 multiplier; the sizing three a Cyclone V block) (the
     # head has none in it: it borrows the mixer's, which alone it has two a lane of)

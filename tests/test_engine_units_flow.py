@@ -17,8 +17,8 @@ from conftest import random_model
 from groupnet_hw.cli import main
 from groupnet_hw.compiler.engine.layout import compile_engine
 from groupnet_hw.compiler.engine.program import FLAG_BITS, OPCODE_CODES, STAGE_BITS
-from groupnet_hw.compiler.engine.units import (bound, network_bases, program_refusal,
-                                               refusal, units_target)
+from groupnet_hw.compiler.engine.units import (bound, network_bases, network_subsamples,
+                                               program_refusal, refusal, units_target)
 from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.flow import (ENGINE_IMAGE, ENGINE_NAME, BuildConfig, build, load_build,
                               verify)
@@ -122,9 +122,9 @@ def test_a_program_the_units_refuse_runs_on_the_core_and_the_report_says_why(tmp
 
 
 @pytest.mark.parametrize("bases, arrays", [(1, 1), (3, 3), (5, 5), (8, 5)])
-def test_the_units_take_no_more_arrays_than_the_network_has_bases(bases, arrays):
-    """The runner mixes a block's bases one an array: a network of K bases gets at most
-    K arrays (the board's 5 at most)."""
+def test_the_units_take_as_many_arrays_as_the_network_has_bases(bases, arrays):
+    """The runner mixes a block's bases one an array: a network of K bases gets K
+    arrays (the board's 5 at most)."""
     g = compile_model(random_model(3, **dict(UNITS_NETWORK, bases=bases)))
     assert network_bases(g) == bases
     assert units_target("de10nano", bases=network_bases(g)).config.arrays == arrays
@@ -166,3 +166,25 @@ def test_each_refusal_says_what_the_units_lack():
     assert "no unit runs PIXEL" in refusal(dict(mixer, opcode=OPCODE_CODES["PIXEL"]), 2)
     assert "map buffer" in refusal(dict(mixer, flags=mixer["flags"] | FLAG_BITS["weight_stream"],
                                         chunk_c=16), 2, region=16)
+
+
+def test_the_subsampler_is_built_only_for_option_a_shortcuts():
+    """digits' option-A shortcuts subsample: its engine has the subsampler, bounded by
+    the program, and the estimate counts it; a network of 1x1 conv shortcuts gets none."""
+    from groupnet_hw.compiler.engine.sizing import _ALM_SUBSAMPLER, estimate
+    digits = compile_model(zoo_model("digits", 3))
+    convs = compile_model(random_model(3, **UNITS_NETWORK))
+    assert network_subsamples(digits) and not network_subsamples(convs)
+    with_it = units_target("de10nano", bases=3, subsampler=True)
+    program = compile_engine(digits, with_it.config)
+    units = bound(with_it, program.descriptors).units
+    assert units["subsample"] == dict(max_stride=2) and program_refusal(program, units) is None
+    cells = with_it.estimate()["cells"]["logic"]
+    assert cells == estimate(with_it.config)["logic"] + _ALM_SUBSAMPLER
+    # five bases and the subsampler do not fit 90 % of the DE10-Nano at 16 x 32 lanes an
+    # array: 16 x 16
+    five = units_target("de10nano", bases=5, subsampler=True).config
+    assert (five.arrays, five.pe, five.simd, five.vector_lanes) == (5, 16, 16, 8)
+    without = units_target("de10nano", bases=2)
+    assert bound(without, compile_engine(convs, without.config).descriptors).units[
+        "subsample"] is False

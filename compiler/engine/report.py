@@ -134,6 +134,22 @@ def _memory_line(mem):
             f"{mem['arena_bytes'] / 2**20:.2f} MiB)")
 
 
+def _descriptor_table(report, core):
+    """A line a descriptor: opcode, jobs, (the core's row tiles,) cycles, what bounds
+    them (the core: its dominant phase), lane use, DRAM bytes, the nodes it runs."""
+    what = "mostly" if core else "bound"
+    lines = [f"{'#':>3} {'opcode':<9} {'jobs':>4} " + (f"{'tiles':>5} " if core else "")
+             + f"{'cycles':>12} {what:<8} {'lanes':>6} {'DRAM bytes':>12}  nodes"]
+    for r in report["descriptors"]:
+        util = "" if r["lane_utilisation"] is None else f"{100 * r['lane_utilisation']:.1f}%"
+        lines.append(f"{r['index']:>3} {r['opcode']:<9} {r['jobs']:>4} "
+                     + (f"{r['tiles']:>5} " if core else "")
+                     + f"{r['cycles']:>12,} {r['dominant' if core else 'bound']:<8} {util:>6} "
+                     f"{r['bytes_read'] + r['bytes_written']:>12,}  {r['label']}"
+                     + ("  (weights streamed)" if r["streams_weights"] else ""))
+    return lines
+
+
 def _render_units(report):
     e, f, mem = report["engine"], report["frame"], report["memory"]
     u = e["units"]
@@ -145,14 +161,8 @@ def _render_units(report):
         f"  clock: {e['clock_mhz']:g} MHz (the engine's own; a PLL output on the board)",
         _dram_line(e),
         "",
-        f"{'#':>3} {'opcode':<9} {'jobs':>4} {'cycles':>12} {'bound':<8} "
-        f"{'lanes':>6} {'DRAM bytes':>12}  nodes",
+        *_descriptor_table(report, core=False),
     ]
-    for r in report["descriptors"]:
-        util = "" if r["lane_utilisation"] is None else f"{100 * r['lane_utilisation']:.1f}%"
-        lines.append(f"{r['index']:>3} {r['opcode']:<9} {r['jobs']:>4} {r['cycles']:>12,} "
-                     f"{r['bound']:<8} {util:>6} {r['bytes_read'] + r['bytes_written']:>12,}"
-                     f"  {r['label']}" + ("  (weights streamed)" if r["streams_weights"] else ""))
     return lines + ["", *_frame_lines(report),
                      f"lane utilisation: {100 * f['lane_utilisation']:.2f}% "
                      f"({f['binary_macs'] / 1e6:.1f} M binary MACs per frame)",
@@ -204,15 +214,8 @@ def render_engine_text(report):
         + ("the tensor they read" if prog["group_by_tensor"] else "their producer")
         + " (each the faster by the core's cycle model)",
         "",
-        f"{'#':>3} {'opcode':<9} {'jobs':>4} {'tiles':>5} {'cycles':>12} {'mostly':<8} "
-        f"{'lanes':>6} {'DRAM bytes':>12}  nodes",
+        *_descriptor_table(report, core=True),
     ]
-    for r in report["descriptors"]:
-        util = "" if r["lane_utilisation"] is None else f"{100 * r['lane_utilisation']:.1f}%"
-        lines.append(f"{r['index']:>3} {r['opcode']:<9} {r['jobs']:>4} {r['tiles']:>5} "
-                     f"{r['cycles']:>12,} {r['dominant']:<8} {util:>6} "
-                     f"{r['bytes_read'] + r['bytes_written']:>12,}  {r['label']}"
-                     + ("  (weights streamed)" if r["streams_weights"] else ""))
     lines += [
         "",
         *_frame_lines(report),

@@ -33,9 +33,10 @@ ALMs; LUT4-based families count two LUT4s per ALM), block-RAM bits and multiplie
 - an array beyond its lanes, and what does not grow with the arrays: measured, the
   engine of the units (``UnitEngine``: register file, sequencer, DMAs, the stem runner,
   the classifier head, the runner with its layer datapath, loaders, packers, unpacker
-  and writer) at one array of 16 x 48 lanes and at five of 16 x 64, less their XNOR
-  and vector lanes and the stem's array; five arrays of 16 x 32 check the fit
-  (``tests/test_engine_units.py`` holds the three within 5 %);
+  and writer; built without the subsampler) at one array of 16 x 48 lanes and at five
+  of 16 x 64, less their XNOR and vector lanes and the stem's array; five arrays of 16
+  x 32 check the fit (``tests/test_engine_units.py`` holds the three within 5 %);
+- the subsampler (option-A shortcuts), where a network needs it: 660 ALMs, measured;
 - the stem: ``stem_pe * stem_simd`` 9x9 multipliers (three per Cyclone V DSP block),
   and the adder trees and accumulators of its array: 23 ALMs a multiplier, measured
   (``StemArray``, 16 x 9); the rest of the stem runner is in the engine of the units;
@@ -44,12 +45,11 @@ ALMs; LUT4-based families count two LUT4s per ALM), block-RAM bits and multiplie
 - tile buffers: their bytes in block RAM at 1,024 usable bytes per 10-kbit block
   (32-bit-wide M10K ports assembled to the port width).
 
-Measured so, with the stem built (it was a guess of 2,000 ALMs; it takes 7,357), 5 x
-16 x 64 takes 102.8 % of the DE10-Nano's ALMs with 8 vector lanes and 97.3 % with 4:
-the DE10-Nano holds the ladder's second rung, 5 arrays x 16 PE x 32 SIMD with 8 vector
-lanes (88.9 % of its ALMs). K = 5 bases run in one round, and SIMD 32 divides every
-channel count of the paper's networks (the window gatherer gives a tap's channels
-words of their own).
+Measured so, 5 x 16 x 64 takes 103.0 % of the DE10-Nano's ALMs: the DE10-Nano holds
+the ladder's second rung, 5 arrays x 16 PE x 32 SIMD with 8 vector lanes (89.1 % of
+its ALMs by the estimate, 92.3 % by Yosys's count), or with the subsampler 5 x 16 x 16
+(83.8 %). K = 5 bases run in one round, and SIMD 32 divides every channel count of the
+paper's networks (the window gatherer gives a tap's channels words of their own).
 """
 
 from __future__ import annotations
@@ -67,8 +67,10 @@ __all__ = ["SizedEngine", "size_engine", "estimate", "CANDIDATES", "estimate_cor
 #: (arrays, pe, simd), most preferred first. ``simd`` divides the paper's channel
 #: counts (64 to 512): the window gatherer gives each tap's channels words of their
 #: own, so 64 channels on 48 lanes would take two words of which a third is idle.
-CANDIDATES = ((5, 16, 64), (5, 16, 32), (4, 16, 32), (3, 16, 32), (2, 16, 32), (2, 8, 32),
-              (1, 8, 32), (1, 8, 16), (1, 4, 16), (1, 4, 8))
+#: PE rows of at least 8: the units' vector lanes are 8 (a beat starts on a byte) and
+#: divide PE.
+CANDIDATES = ((5, 16, 64), (5, 16, 32), (5, 16, 16), (4, 16, 32), (3, 16, 32), (2, 16, 32),
+              (2, 8, 32), (1, 8, 32), (1, 8, 16))
 #: Measured (``benchmarks/results/engine_units.json``; ``tests/test_engine_units.py``
 #: keeps them equal to the records): ALMs an XNOR lane with its accumulators, and ALMs
 #: and DSP blocks a vector lane: an epilogue lane and a mixer lane (the mixer writes
@@ -80,10 +82,10 @@ _ALM_PER_MIXER_LANE, _DSP_PER_MIXER_LANE = 304, 4
 #: multipliers (the same at all three sizes: the DMAs', the runner's, the head's and the
 #: stem runner's post-op lane's own).
 _DSP_FIXED = 11
-#: Vector lanes the sizing keeps when the logic does not fit: fewer double a 3x3 layer
-#: of 64 channels' epilogue beats again (5 arrays' 80 sums every 9 cycles are 20 beats
-#: of 4 lanes).
-_MIN_VECTOR_LANES = 4
+#: Vector lanes the sizing keeps when the logic does not fit: the units' packers take
+#: beats of a multiple of 8 lanes that divides PE, so that every beat starts on a byte
+#: (``hw/engine/packer.py``).
+_MIN_VECTOR_LANES = 8
 #: Measured: the engine of the units (``UnitEngine``: register file, sequencer, DMAs,
 #: the stem runner, the classifier head and the convolution runner with its layer
 #: datapath, loaders, lanes, packers, unpacker and writer) at one array of 16 x 48 lanes
@@ -92,8 +94,12 @@ _MIN_VECTOR_LANES = 4
 #: (its slice of the gatherer's ring, its fold issuer, its job's share of the feeder,
 #: packers, unpacker and writer) and what does not grow with the arrays. A third size,
 #: five arrays of 16 x 32 (``unit-engine-narrow``), checks the fit.
-_ALM_PER_ARRAY = 774
-_ALM_FIXED = 19686
+_ALM_PER_ARRAY = 789
+_ALM_FIXED = 19676
+#: Measured (``subsample``): the subsampler (option-A shortcuts' SUBSAMPLE
+#: descriptors), in the three engines' counts above; an engine for a network without
+#: option-A shortcuts is built without it.
+_ALM_SUBSAMPLER = 660
 #: Vector lanes the sizing keeps before it takes the stem's multipliers: a 3x3 layer of
 #: 64 channels gives 5 arrays' 80 sums every 9 cycles, 10 beats of 8 lanes (1 % of
 #: ResNet-18's frame against 16 lanes; 4 lanes would double its first stage).
@@ -116,11 +122,13 @@ class SizedEngine:
     fits: bool
 
 
-def estimate(config, family="cyclonev"):
-    """``{"logic", "ram_bits", "dsp"}`` of an engine (module docstring's model)."""
+def estimate(config, family="cyclonev", subsampler=False):
+    """``{"logic", "ram_bits", "dsp"}`` of an engine (module docstring's model), with
+    the subsampler if ``subsampler``."""
     alms = (config.lanes * _ALM_PER_LANE + config.arrays * _ALM_PER_ARRAY
             + config.vector_lanes * (_ALM_PER_VECTOR_LANE + _ALM_PER_MIXER_LANE) + _ALM_FIXED
-            + config.stem_pe * config.stem_simd * _ALM_PER_STEM_MULT)
+            + config.stem_pe * config.stem_simd * _ALM_PER_STEM_MULT
+            + (_ALM_SUBSAMPLER if subsampler else 0))
     logic = alms if family == "cyclonev" else 2 * alms
     buffers = config.input_buffer + config.output_buffer + config.arrays * config.weight_buffer
     blocks = -(-buffers // _BRAM_BYTES_PER_BLOCK)
@@ -137,19 +145,21 @@ def budget_limits(budget):
     return dict(logic=lim.get("alm", lim.get("lut")), ram_bits=budget["ram_bits"], dsp=lim["dsp"])
 
 
-def size_engine(board="de10nano", max_util=0.9, clock_mhz=100.0, max_arrays=None):
-    """The first candidate of :data:`CANDIDATES` that fits ``max_util`` of the board
-    (with at most ``max_arrays`` arrays: a network of K bases a block mixes them with
-    one base an array, so more than K arrays would idle).
+def size_engine(board="de10nano", max_util=0.9, clock_mhz=100.0, bases=None,
+                subsampler=False):
+    """The first candidate of :data:`CANDIDATES` that fits ``max_util`` of the board,
+    for a network of ``bases`` bases a block (as many arrays, or the most a candidate
+    has: the runner mixes a block's bases one an array, so fewer could not mix them and
+    more would idle), with the subsampler if ``subsampler`` (a network with option-A
+    shortcuts).
 
     Buffers shrink (halving, down to 2 KiB each) before the arrays do. Over the logic
     budget the vector lanes halve down to :data:`_MIN_VECTOR_LANES` before the next
-    candidate's arrays are tried (ResNet-18 K=5 at 224x224: 5 x 16 x 64 with 4 lanes
-    is 21.6 frames/s, with 8 25.3, 5 x 16 x 32 with 8 20.7: the DE10-Nano's, since with
-    the stem built the first two take 97 % and 103 % of its ALMs). Over the DSP budget
-    the vector lanes go first down to :data:`_KEPT_VECTOR_LANES`, then the stem's
-    multipliers (three at a time: a Cyclone V DSP block's three 9x9 products), then
-    the rest.
+    candidate is tried (ResNet-18 K=5 at 224x224 on the DE10-Nano: 5 x 16 x 64 takes
+    104 % of its ALMs, so 5 x 16 x 32 with 8 lanes; with the subsampler too, 5 x 16 x
+    16). Over the DSP budget the vector lanes go first down to
+    :data:`_KEPT_VECTOR_LANES`, then the stem's multipliers (three at a time: a Cyclone
+    V DSP block's three 9x9 products), then its PE rows.
 
     Returns
     -------
@@ -159,13 +169,14 @@ def size_engine(board="de10nano", max_util=0.9, clock_mhz=100.0, max_arrays=None
     budget = get_board(board).budget()
     family, limits = budget["family"], budget_limits(budget)
     tried = None
+    most = max(a for a, _, _ in CANDIDATES)
     for arrays, pe, simd in CANDIDATES:
-        if max_arrays and arrays > max_arrays:
+        if bases and arrays != min(bases, most):
             continue
         cfg = EngineConfig(arrays=arrays, pe=pe, simd=simd, clock_mhz=clock_mhz)
         stem_pe, stem_simd, vector = cfg.stem_pe, cfg.stem_simd, cfg.vector_lanes
         while True:
-            est = estimate(cfg, family)
+            est = estimate(cfg, family, subsampler)
             util = {k: est[k] / limits[k] for k in est}
             tried = SizedEngine(cfg, est, limits, util, all(v <= max_util for v in util.values()))
             if tried.fits:
@@ -177,13 +188,12 @@ def size_engine(board="de10nano", max_util=0.9, clock_mhz=100.0, max_arrays=None
             elif util["logic"] > max_util and vector > _MIN_VECTOR_LANES:
                 vector //= 2
                 cfg = replace(cfg, vector_lanes=vector)
-            elif util["dsp"] > max_util and (stem_simd > 3 or vector > 1 or stem_pe > 1):
+            elif util["dsp"] > max_util and (vector > _KEPT_VECTOR_LANES or stem_simd > 3
+                                             or stem_pe > 1):
                 if vector > _KEPT_VECTOR_LANES:
                     vector //= 2
                 elif stem_simd > 3:
                     stem_simd -= 3
-                elif vector > 1:
-                    vector //= 2
                 else:
                     stem_pe //= 2
                 cfg = replace(cfg, stem_pe=stem_pe, stem_simd=stem_simd, vector_lanes=vector)

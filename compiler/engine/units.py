@@ -30,7 +30,8 @@ from .config import DramModel
 from .sizing import budget_limits, estimate, size_engine
 from .tiling import map_buffer_takes
 
-__all__ = ["UnitsTarget", "units_target", "bound", "network_bases", "unit_sizes", "refusal",
+__all__ = ["UnitsTarget", "units_target", "bound", "network_bases", "network_subsamples",
+           "unit_sizes", "refusal",
            "program_refusal", "runner_refusal", "subsample_refusal", "map_buffer_takes"]
 
 _OPCODES = {v: k for k, v in OPCODE_CODES.items()}
@@ -105,8 +106,9 @@ def unit_sizes(config, descriptors):
         head_size=_pow2(max([max(d["in_h"], d["in_w"]) for d in heads] or [1]), HEAD_SIZE),
         max_classes=_pow2(max([d["out_c"] for d in heads] or [16]), 16),
         stem=dict(pe=config.stem_pe, simd=config.stem_simd))
-    if subsamples:
-        sizes["subsample"] = dict(max_stride=max(2, *(d["stride"] for d in subsamples)))
+    # the subsampler only where the program subsamples (660 ALMs)
+    sizes["subsample"] = dict(max_stride=max(2, *(d["stride"] for d in subsamples))) \
+        if subsamples else False
     if stems:
         side = max(max(d["in_h"], d["in_w"]) for d in stems)
         # the stem runner's own defaults hold ResNet's 7 x 7 x 3 stem of 64 channels
@@ -133,12 +135,15 @@ class UnitsTarget:
         What the compiler compiles for (:func:`.sizing.size_engine`'s).
     dram : DramModel
         The default DRAM model at the engine clock.
+    subsampler : bool
+        Whether the engine has the subsampler (the network's option-A shortcuts).
     """
 
     board: str
     units: dict
     config: object
     dram: DramModel
+    subsampler: bool = False
     implementation = "units"
 
     @property
@@ -151,7 +156,7 @@ class UnitsTarget:
         ``cells``, ``limits`` and ``utilisation`` over logic, block-RAM bits and DSP
         blocks."""
         budget = get_board(self.board).budget()
-        cells = estimate(self.config, budget["family"])
+        cells = estimate(self.config, budget["family"], self.subsampler)
         limits = budget_limits(budget)
         return dict(cells=cells, limits=limits,
                     utilisation={k: cells[k] / limits[k] for k in cells if limits.get(k)})
@@ -170,11 +175,17 @@ def network_bases(graph):
                default=None)
 
 
-def units_target(board="de10nano", clock_mhz=100.0, max_util=None, bases=None):
+def network_subsamples(graph):
+    """Whether ``graph`` has option-A shortcuts' subsamplings (the subsampler's work)."""
+    return any(n.op == "subsample" for n in graph.nodes)
+
+
+def units_target(board="de10nano", clock_mhz=100.0, max_util=None, bases=None,
+                 subsampler=False):
     """The engine of the units :func:`.sizing.size_engine` gives ``board`` (at
-    ``max_util``, default 0.9) for a network of ``bases`` bases a block (at most that
-    many arrays: the runner mixes a block's bases one an array), its sizes not yet
-    bounded by a program (:func:`bound`).
+    ``max_util``, default 0.9) for a network of ``bases`` bases a block (as many
+    arrays: the runner mixes a block's bases one an array), with the subsampler
+    if ``subsampler``, its sizes not yet bounded by a program (:func:`bound`).
 
     Raises
     ------
@@ -187,20 +198,20 @@ def units_target(board="de10nano", clock_mhz=100.0, max_util=None, bases=None):
         raise ValueError(f"{board} has no DRAM port for the layer-sequential engine "
                          f"(boards with one: {boards}); use --engine dataflow")
     sized = size_engine(board, 0.9 if max_util is None else max_util, clock_mhz,
-                        max_arrays=bases)
+                        bases=bases, subsampler=subsampler)
     if not sized.fits:
         worst = max(sized.utilisation, key=sized.utilisation.get)
         raise ValueError(f"the engine of the units' smallest size needs "
                          f"{100 * sized.utilisation[worst]:.0f} % of {board}'s {worst}, "
                          f"more than --max-util {max_util:g}")
-    return UnitsTarget(board, {}, sized.config, DramModel.at_clock(clock_mhz))
+    return UnitsTarget(board, {}, sized.config, DramModel.at_clock(clock_mhz), subsampler)
 
 
 def bound(target, descriptors):
     """``target`` with the units' sizes bounded by ``descriptors`` (:func:`unit_sizes`)."""
     units = dict(unit_sizes(target.config, descriptors),
                  data_width=8 * target.config.port_bytes, max_burst=16)
-    return UnitsTarget(target.board, units, target.config, target.dram)
+    return UnitsTarget(target.board, units, target.config, target.dram, target.subsampler)
 
 
 # ------------------------------------------------------------------ what the units run

@@ -17,7 +17,7 @@ Verilator path (``sim/engine_rtl.py``) runs it as it runs the shell.
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, ResetInserter, Signal, Value
+from amaranth.hdl import Const, Module, Mux, ResetInserter, Signal, Value
 from amaranth.lib import data, stream, wiring
 
 from ...engine_format import FLAG_BITS, OPCODE_CODES
@@ -77,9 +77,11 @@ class UnitEngine(wiring.Component):
         runner's address width (default: the DE10-Nano's, ``pe`` 16 x ``simd`` 9, RGB
         frames of up to 256 pixels a side, 7 x 7 windows of up to 17 folds, 4 output
         folds).
-    subsample : dict, optional
+    subsample : dict or False, optional
         The :class:`~.subsample_runner.SubsampleRunner`'s bounds (default: maps of the
-        runner's ``max_size``, strides up to 4, the runner's most output channels).
+        runner's ``max_size``, strides up to 4, the runner's most output channels);
+        ``False``: no subsampler (a SUBSAMPLE descriptor then stops the engine with
+        ``unsupported``; 660 ALMs saved for networks without option-A shortcuts).
     **runner
         The runner's sizes (:class:`~.runner.ConvRunner`: ``arrays``, ``pe``, ``simd``,
         ``planes``, ring and buffer bounds); its row writer's commands are bursts of at
@@ -112,7 +114,7 @@ class UnitEngine(wiring.Component):
                                     max_classes=max_classes,
                                     loan_widths=(r.value_width, r.mixer.coef_width))
         self.stem = StemRunner(data_width=data_width, addr_width=r.addr_width, **(stem or {}))
-        self.subsample = SubsampleRunner(
+        self.subsample = None if subsample is False else SubsampleRunner(
             data_width=data_width, addr_width=r.addr_width,
             **{"max_size": r.max_size, "max_channels": r.max_out_folds * r.pe,
                **(subsample or {})})
@@ -129,18 +131,22 @@ class UnitEngine(wiring.Component):
         m.submodules.runner = ResetInserter(stop)(self.runner)
         m.submodules.head = ResetInserter(stop)(self.head)
         m.submodules.stem = ResetInserter(stop)(self.stem)
-        m.submodules.subsample = ResetInserter(stop)(self.subsample)
         runner, head, stem, sub = self.runner, self.head, self.stem, self.subsample
+        if sub is not None:
+            m.submodules.subsample = ResetInserter(stop)(sub)
         # the head's products on the mixer lanes' multipliers, idle while the head runs
         # (the two never run at once)
         wiring.connect(m, head.loan, runner.loan)
         # the head, the stem runner and the subsampler have the DMAs from their
         # descriptor to their done, the convolution runner otherwise
-        heading, stemming, subsampling = ~head.idle, ~stem.idle, ~sub.idle
+        heading, stemming = ~head.idle, ~stem.idle
+        subsampling = ~sub.idle if sub is not None else None
         cmd = stream.Signature(descriptor_layout(runner.addr_width))
         words = stream.Signature(rd.o.payload.shape())
         rd_cmd, wr_cmd, wr_words = runner.rd_cmd, runner.wr_cmd, runner.wr
-        for owner, unit in ((stemming, stem), (heading, head), (subsampling, sub)):
+        whole_units = ((stemming, stem), (heading, head)) + \
+            (((subsampling, sub),) if sub is not None else ())
+        for owner, unit in whole_units:
             shared = cmd.create(), cmd.create(), words.create()
             _shared(m, owner, unit.rd_cmd, rd_cmd, shared[0])
             _shared(m, owner, unit.wr_cmd, wr_cmd, shared[1])
@@ -150,43 +156,51 @@ class UnitEngine(wiring.Component):
         _shared(m, c, rd_cmd, seq.rd_cmd, rd.cmd)
         _shared(m, c, wr_cmd, seq.wr_cmd, wr.cmd)
         _shared(m, c, wr_words, seq.copy, wr.i)
-        running = c & ~heading & ~stemming & ~subsampling
+        running = c & ~heading & ~stemming
+        others_ready = runner.rd.ready
+        if sub is not None:
+            running = running & ~subsampling
+            others_ready = Mux(subsampling, sub.rd.ready, runner.rd.ready)
         m.d.comb += [runner.rd.valid.eq(running & rd.o.valid),
                      head.rd.valid.eq(c & heading & rd.o.valid),
                      stem.rd.valid.eq(c & stemming & rd.o.valid),
-                     sub.rd.valid.eq(c & subsampling & rd.o.valid),
                      runner.rd.payload.eq(rd.o.payload), head.rd.payload.eq(rd.o.payload),
-                     stem.rd.payload.eq(rd.o.payload), sub.rd.payload.eq(rd.o.payload),
+                     stem.rd.payload.eq(rd.o.payload),
                      seq.words.valid.eq(~c & rd.o.valid), seq.words.payload.eq(rd.o.payload),
                      rd.o.ready.eq(Mux(c, Mux(heading, head.rd.ready,
-                                              Mux(stemming, stem.rd.ready,
-                                                  Mux(subsampling, sub.rd.ready,
-                                                      runner.rd.ready))),
+                                              Mux(stemming, stem.rd.ready, others_ready)),
                                        seq.words.ready))]
+        if sub is not None:
+            m.d.comb += [sub.rd.valid.eq(c & subsampling & rd.o.valid),
+                         sub.rd.payload.eq(rd.o.payload)]
         # the descriptor to the unit of its opcode; INPUT is done at once
         fields = data.View(descriptor_fields(), seq.compute.payload)
         to_head = fields.opcode == OPCODE_CODES["HEAD"]
         to_input = fields.opcode == OPCODE_CODES["INPUT"]
-        to_sub = fields.opcode == OPCODE_CODES["SUBSAMPLE"]
+        # without the subsampler a SUBSAMPLE goes to the runner, which refuses it
+        to_sub = fields.opcode == OPCODE_CODES["SUBSAMPLE"] if sub is not None else Const(0)
         to_stem = (fields.opcode == OPCODE_CODES["CONV"]) & \
             ((fields.flags & FLAG_BITS["int_weights"]) != 0)
         input_done = Signal()
         m.d.sync += input_done.eq(seq.compute.valid & to_input)
+        runner_ready = to_input | runner.desc.ready
+        done = runner.done | head.done | stem.done
+        error = runner.error | head.error | stem.error
+        if sub is not None:
+            runner_ready = Mux(to_sub, sub.desc.ready, runner_ready)
+            done, error = done | sub.done, error | sub.error
         m.d.comb += [runner.desc.valid.eq(seq.compute.valid & ~to_head & ~to_input & ~to_stem
                                           & ~to_sub),
                      head.desc.valid.eq(seq.compute.valid & to_head),
                      stem.desc.valid.eq(seq.compute.valid & to_stem),
-                     sub.desc.valid.eq(seq.compute.valid & to_sub),
                      runner.desc.payload.eq(seq.compute.payload),
                      head.desc.payload.eq(seq.compute.payload),
                      stem.desc.payload.eq(seq.compute.payload),
-                     sub.desc.payload.eq(seq.compute.payload),
                      seq.compute.ready.eq(Mux(to_head, head.desc.ready,
-                                              Mux(to_stem, stem.desc.ready,
-                                                  Mux(to_sub, sub.desc.ready,
-                                                      to_input | runner.desc.ready)))),
-                     seq.compute_done.eq(runner.done | head.done | stem.done | sub.done
-                                         | input_done),
-                     seq.compute_error.eq(runner.error | head.error | stem.error | sub.error),
+                                              Mux(to_stem, stem.desc.ready, runner_ready))),
+                     seq.compute_done.eq(done | input_done),
+                     seq.compute_error.eq(error),
+                     *([sub.desc.valid.eq(seq.compute.valid & to_sub),
+                        sub.desc.payload.eq(seq.compute.payload)] if sub is not None else []),
                      seq.wr_idle.eq(~wr.busy)]
         return m
