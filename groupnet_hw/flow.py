@@ -349,6 +349,11 @@ def _schedule(b: Build, source, out_dir):
 def _units_engine(b: Build, reason):
     """``(EngineBuild, None)`` for the engine of the units sized for the board, or
     ``(None, why)`` when it cannot run the program (the core runs it instead)."""
+    if array_planes(b.graph) > 1:
+        # the units take levels as bit planes, but their sizing counts arrays of one
+        # plane (four cost about three times the logic): not sized honestly yet
+        return None, ("its 2- and 4-bit activations: the units' sizing counts arrays of "
+                      "one bit plane")
     try:
         sized = units_target(b.config.board, b.config.engine_clock_mhz, b.config.max_util,
                              bases=network_bases(b.graph),

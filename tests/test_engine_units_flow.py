@@ -115,6 +115,11 @@ def test_a_program_the_units_refuse_runs_on_the_core_and_the_report_says_why(tmp
     assert reason.startswith("the engine of the units does not run it yet (descriptor ")
     assert "no unit runs PIXEL descriptors yet" in reason
     assert "the engine of the units does not run it yet" in b.report_text()
+    # n-bit activations: the units' sizing counts arrays of one bit plane
+    two_bit = build(zoo_model("digits", 2, act_bits=2), BuildConfig(engine="sequential"),
+                    stop_after="schedule")
+    assert two_bit.engine.target.implementation == "core"
+    assert "2- and 4-bit activations" in two_bit.engine.report["reason"]
     model = random_model(3, **UNITS_NETWORK)
     core = build(model, BuildConfig(engine="sequential", engine_scratchpad_kib=64),
                  stop_after="schedule")
