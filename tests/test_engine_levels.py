@@ -86,6 +86,31 @@ def test_maps_take_24_bits_where_their_range_proves_it(resnet18):
             assert plain.tensors[name][1].elem_bits == 32
 
 
+def test_level_outputs_the_map_buffer_does_not_hold_are_given_up(resnet18):
+    """Fusion rule 6 on the units: with a map buffer of 4 KiB (205-byte regions), the
+    streaming mixers' level outputs that do not fit are given up, each output's last
+    first; their convolutions threshold the mixers' outputs as they read them again,
+    from 8-, 16- or 32-bit containers (the prologue's), bit-exact. Every level output
+    left fits the map buffer."""
+    from groupnet_hw.compiler.engine.tiling import map_buffer_takes, map_region
+    g, images, program, _ = resnet18
+    small = replace(EngineConfig(), map_buffer=4096)
+    fewer = assert_bit_exact(g, images, small)
+    region = map_region(small)
+    assert all(map_buffer_takes(d, region) for d in fewer.descriptors if d["flags"] & LEVELS)
+
+    def levels(p):
+        return sum(len(ts) for grp in p.groups for ts in grp.levels)
+    assert levels(fewer) < levels(program)
+    prologues = [j for grp in fewer.groups for j in grp.jobs if j.prologue is not None]
+    assert any(g.producer(j.prologue.inputs[0]).op == "mixer" for j in prologues)
+    for j in prologues:
+        f = fewer.tensors[j.prologue.inputs[0]][1]
+        assert f.kind != "fixed" or f.elem_bits in (8, 16, 32)
+    # the default map buffer holds them all
+    assert all(map_buffer_takes(d, map_region(EngineConfig())) for d in program.descriptors)
+
+
 def test_a_standalone_mixer_writes_levels_too():
     """Buffers too small for the five bases' mixer on chip (rule 6 unfuses it): the
     MIXER descriptor thresholds for its readers instead."""

@@ -47,7 +47,11 @@ Fusion rules, decided on ops and edges only (no node name is read):
    the bases' results go to DRAM, a MIXER descriptor mixes them), then runs as
    consecutive descriptors of as many jobs as fit (:meth:`Group.split`): the jobs take
    turns in the buffers, a shared input is read once per part. On the core as built
-   (no rounds) a group also splits into parts of at most ``arrays`` jobs.
+   (no rounds) a group also splits into parts of at most ``arrays`` jobs. On the
+   engine of the units (no scratchpad) a group whose weights stream assembles its
+   outputs in the map buffer: where its level outputs (rule 7) do not fit there, it
+   gives up level tensors, each output's last first (:meth:`Group.fewer_levels`), and
+   the convolutions that read them threshold its written outputs again.
 7. Levels at the producer (``EngineConfig.levels_at_producer``): where a mixer's
    outputs are read by binary convolutions through their input thresholds (rule 3's
    prologues), the mixer's descriptor applies those thresholds and writes the levels
@@ -60,7 +64,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Job", "Group", "fuse", "OPCODES", "STAGES", "main_ref", "side_ref"]
+__all__ = ["Job", "Group", "fuse", "give_back_prologues", "OPCODES", "STAGES", "main_ref",
+           "side_ref"]
 
 #: core op -> descriptor opcode
 OPCODES = {"input": "INPUT", "int_conv": "CONV", "bin_conv": "CONV", "maxpool": "MAXPOOL",
@@ -176,6 +181,18 @@ class Group:
         if not self.splittable:
             raise ValueError(f"this {self.opcode} group's jobs cannot be split")
         return [Group(self.jobs[i:i + most_jobs]) for i in range(0, len(self.jobs), most_jobs)]
+
+    def fewer_levels(self):
+        """Rule 7 partly undone (rule 6's fitting): ``(group, thresholds)``, the group
+        without the last of each output's level tensors, and those thresholds, which the
+        convolutions that read them apply again as they read the outputs (their
+        prologues, :func:`give_back_prologues`). The group writes its outputs again."""
+        if not self.levels:
+            raise ValueError("this group writes no level outputs")
+        dropped = [ts[-1] for ts in self.levels]
+        levels = [ts[:-1] for ts in self.levels]
+        levels = levels if levels[0] else []
+        return Group(self.jobs, self.mixer, levels, False), dropped
 
     def unfused(self):
         """Rule 5 undone: the convolutions' group, writing each base's result, then the
@@ -472,7 +489,11 @@ def _levels_at_producer(g, groups):
             readers = [u for u in users if ref in u.inputs]
             moved = [u for u in readers if u.op == "threshold" and u.inputs == [ref]
                      and u.name in prologue_job]
-            levels.append(moved)
+            # the thresholds of convolutions of the widest windows first: fitting gives
+            # up the last (a 1x1 convolution reads a wide map once; a 3x3 one whose
+            # weights stream reads it again for every chunk)
+            levels.append(sorted(moved, key=lambda t: -prologue_job[t.name].core.attrs.get(
+                "kernel", 1)))
             others = others or len(moved) < len(readers)
         shapes = {tuple(t.attrs["T"].shape) for ts in levels for t in ts}
         if not levels[0] or len({len(ts) for ts in levels}) != 1 or len(shapes) != 1:
@@ -482,6 +503,17 @@ def _levels_at_producer(g, groups):
                 prologue_job.pop(t.name).prologue = None
         grp.levels, grp.levels_only = levels, not others
     return groups
+
+
+def give_back_prologues(groups, thresholds):
+    """The binary convolutions of ``groups`` that read the level tensors of
+    ``thresholds`` apply those thresholds again as they read (rule 3's prologues)."""
+    by_output = {t.name: t for t in thresholds}
+    for grp in groups:
+        for job in grp.jobs:
+            if job.prologue is None and job.core.op == "bin_conv" \
+                    and job.core.inputs[0] in by_output:
+                job.prologue = by_output[job.core.inputs[0]]
 
 
 def fuse(g, arrays=None, overlapping_pools=True, prologues=True, by_tensor=False,

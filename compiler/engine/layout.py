@@ -29,14 +29,14 @@ from ...numerics import signed_width
 
 from .config import EngineConfig
 from .formats import POWER_OF_TWO_FIXED, TensorFormat, container_bits, round_up
-from .fusion import Group, fuse, main_ref, side_ref
+from .fusion import Group, fuse, give_back_prologues, main_ref, side_ref
 from .gather import unit_geometry
 from .params import (int_bytes, level_block_bytes, pack_binary_weights, pack_bitvec,
                      pack_consts, pack_int_weights, sections, tap_aligned_weights)
 from .program import (DESCRIPTOR, DESCRIPTOR_MAGIC, END_OPCODE, FLAG_BITS, HEADER,
                       HEADER_FLAG_BITS, JOB, MAGIC, OPCODE_CODES, STAGE_BITS, VERSION,
                       ProgramError, decode, encode, table_entries)
-from .tiling import choose_tiling, tile_rows
+from .tiling import choose_tiling, map_buffer_takes, map_region, tile_rows
 
 __all__ = ["DEFAULT_BASE", "REGION_ALIGN", "EngineProgram", "compile_engine", "allocate",
            "tile_rows", "choose_tiling", "group_format", "level_format", "unit_operand_refusal",
@@ -600,6 +600,16 @@ def _formats(groups, g, port, fixed_elems):
             for ts in grp.levels:
                 for t in ts:
                     fmts[t.name] = lf
+    # the prologue threshold reads elements of 8, 16 or 32 bits (hw/engine/prologue.py)
+    for grp in groups:
+        for job in grp.jobs:
+            ref = _norm(main_ref(job)[0], g) if job.prologue is not None else None
+            f = fmts.get(ref)
+            if f is not None and f.kind == "fixed":
+                bits = container_bits(f.kind, f.elem_bits)
+                if bits != f.elem_bits:
+                    fmts[ref] = TensorFormat(f.kind, bits, f.channels, f.height, f.width,
+                                             f.port_bytes)
     _share_formats(groups, outputs, fmts, g)
     return fmts, outputs
 
@@ -623,6 +633,9 @@ def _fit_groups(groups, g, config, packing):
     # the core holds at most `arrays` jobs in one descriptor (no rounds)
     most_jobs = config.arrays if config.scratchpad else None
     fmts, outputs = _formats(groups, g, port, config.fixed_containers)
+    if not config.scratchpad:
+        groups, fmts, outputs = _levels_the_map_buffer_takes(groups, g, config, packing,
+                                                             fmts, outputs)
     unfused = [part for grp in groups
                for part in (grp.unfused() if grp.mixer is not None and not fits(grp, fmts)
                             else [grp])]
@@ -642,6 +655,31 @@ def _fit_groups(groups, g, config, packing):
     if len(out) == len(groups):
         return groups, fmts, outputs
     return out, fmts, [_outputs(grp) for grp in out]
+
+
+def _levels_the_map_buffer_takes(groups, g, config, packing, fmts, outputs):
+    """Fusion rule 6 on the engine of the units: a group whose level outputs its map
+    buffer does not hold gives them up, each output's last first, until it does (the
+    convolutions that read them threshold the group's outputs again). Returns
+    ``(groups, fmts, outputs)``."""
+    region = map_region(config)
+
+    def takes(grp):
+        d = _descriptor(grp, 0, g, fmts, config)
+        _size_params(d, packing)
+        try:
+            choose_tiling(d, config)
+        except ValueError:      # the tiler names it
+            return True
+        return map_buffer_takes(d, region)
+    groups = list(groups)
+    while True:
+        i = next((i for i, grp in enumerate(groups) if grp.levels and not takes(grp)), None)
+        if i is None:
+            return groups, fmts, outputs
+        groups[i], thresholds = groups[i].fewer_levels()
+        give_back_prologues(groups, thresholds)
+        fmts, outputs = _formats(groups, g, config.port_bytes, config.fixed_containers)
 
 
 def _job_entries(grp, d, g, tensors, outs, params):

@@ -8,13 +8,14 @@ the buffers. The input buffer is a ring of rows: the halo rows a tile shares wit
 one before are kept, so every input row is read once per pass.
 
 Weights: read once per job when they fit half an array's weight buffer. When they do
-not, the descriptor either re-reads them once per row tile, or *streams* them
-(``weight_stream``): an outer loop over chunks of ``chunk_c`` output channels (whole PE
-folds whose weights fit half the buffer), the row tiles inside, each weight read once;
-the input is then read once if the whole of it fits half the input buffer and the
-gatherer's ring holds its rows (resident), else once per chunk. The compiler takes
-whichever moves fewer bytes (in one row tile the weights stream: they fit neither way);
-the values are the same either way, so the reference model runs the row tiles alone.
+not, the descriptor *streams* them (``weight_stream``): an outer loop over chunks of
+``chunk_c`` output channels (whole PE folds whose weights fit half the buffer), the row
+tiles inside, each weight read once; the input is then read once if the whole of it
+fits half the input buffer and the gatherer's ring holds its rows (resident), else once
+per chunk. The engine of the units holds a job's weights whole or streams them (it has
+no re-read of the weights per row tile), so they stream even where re-reading them
+would move fewer bytes; the values are the same either way, so the reference model
+runs the row tiles alone.
 
 On the core's scratchpad (``hw/engine/core.py``) the chunks run inside each row tile,
 so a descriptor whose weights stream in several tiles reads them all once per tile.
@@ -236,20 +237,12 @@ def choose_tiling(d, config):
     fold_bits = binary_in_folds(d["in_c"], d["kernel"], config.simd,
                                 config.tap_aligned_weights) * config.pe * config.simd
     chunk = min(d["out_c"], max(1, half_w * 8 // fold_bits) * config.pe)
-    chunks = -(-d["out_c"] // chunk)
     try:
         rows = tile_rows(d, config, chunk / d["out_c"])
     except ValueError:
         return
-    in_row_bytes = d["in_pitch"] * round_tensors(d, config.arrays)[0]
-    rowwise = w * d["n_tiles"] + input_rows_read(d) * in_row_bytes
-    streamed_d = dict(d, flags=d["flags"] | FLAG_BITS["weight_stream"], chunk_c=chunk)
-    in_passes = 1 if input_resident(streamed_d, config) else chunks
-    streamed = w + input_rows_read(d, rows) * in_row_bytes * in_passes
-    # in one row tile the weights do not fit either way: they stream in chunks
-    if streamed < rowwise or d["n_tiles"] == 1:
-        d.update(flags=streamed_d["flags"], chunk_c=chunk, rows_per_tile=rows,
-                 n_tiles=-(-d["out_h"] // rows))
+    d.update(flags=d["flags"] | FLAG_BITS["weight_stream"], chunk_c=chunk, rows_per_tile=rows,
+             n_tiles=-(-d["out_h"] // rows))
 
 
 # ------------------------------------------------------------- the core's scratchpad
