@@ -19,7 +19,8 @@ from groupnet_hw.compiler.engine.layout import allocate, check_no_overlap, compi
 from groupnet_hw.compiler.engine.params import (pack_binary_weights, pack_bitvec, pack_consts,
                                                 pack_int_weights, unpack_binary_weights,
                                                 unpack_bitvec, unpack_consts, unpack_int_weights)
-from groupnet_hw.compiler.engine.program import DESCRIPTOR, OPCODE_CODES, decode, encode
+from groupnet_hw.compiler.engine.program import (DESCRIPTOR, FLAG_BITS, OPCODE_CODES, STAGE_BITS,
+                                                 decode, encode)
 from groupnet_hw.compiler.engine.sizing import estimate, size_engine
 from groupnet_hw.compiler.engine.tiling import input_rows_read
 from groupnet_hw.compiler.passes import compile_model
@@ -246,6 +247,32 @@ def test_cycle_model_hand_computed():
     assert c.cycles == c.overhead + max(c.compute, c.memory) and c.bound == "compute"
     assert c.macs == 5 * 64 * 64 * 576
     assert c.lane_utilisation == pytest.approx(c.macs / (c.cycles * cfg.lanes))
+
+
+def test_cycle_model_counts_the_runners_row_reads_by_hand():
+    """The runner's row loop reads every input row: a 1x1 stride-2 convolution's 8,
+    not the 4 its windows use. A resident input of a weight-streaming descriptor is read
+    while the first chunk computes and only then: 32-bit rows read through a prologue
+    (a row and job a read) bound the first of four chunks, the others compute."""
+    cfg, dram = EngineConfig(arrays=5, pe=16, simd=64), DramModel(latency=40, bytes_per_cycle=8.0)
+    strided = descriptor_cycles(_conv(kernel=1, padding=0, stride=2, out_h=4, out_w=4,
+                                      out_pitch=32, out_bytes=128), {}, cfg, dram)
+    assert strided.bytes_read == 8 * 64 + 5 * 4800 + 128 + 5 * 16
+    wide = 8 * 64 * 4             # a row of 64 channels of 32 bits
+    d = _conv(flags=FLAG_BITS["weight_stream"], stages=STAGE_BITS["prologue_threshold"],
+              in_fmt=2, in_elem=32, in_pitch=wide, in_bytes=8 * wide, in_levels=1,
+              chunk_c=16)
+    c = descriptor_cycles(d, {}, cfg, dram)
+    # the epilogue's 10 beats an output fold (5 jobs' 16 sums on 8 lanes) bound 9 taps of
+    # a word; the prologue's 8 channels a cycle of 8 rows of 5 jobs take as long
+    assert c.compute == 64 * 4 * 10 == 5 * 8 * 8 * 8
+    first = c.compute / 4
+    # 8 rows of 5 jobs, each read after the last one's words are in
+    reads = max(-(-5 * 8 * wide // 8), 5 * 8 * (40 + -(-wide // 8)))
+    assert reads > first
+    rest = max(0, c.memory - reads)
+    assert c.cycles == c.overhead + max(first, reads) + max(c.compute - first, rest)
+    assert c.cycles > c.overhead + max(c.compute, c.memory)
 
 
 def test_cycle_model_is_monotonic():

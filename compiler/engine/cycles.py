@@ -23,7 +23,9 @@ For one descriptor (docs/architecture.md section 12):
   1 % of ResNet-18's frame) and multiplies ``classes*ceil(C/lanes)``. A convolution
   that pools on chip computes the rows its pooling tiles need (rows shared by two tiles twice); the pooling keeps pace.
 - memory: DRAM bytes read (the input rows the tiles use, each once: the input buffer
-  is a ring that keeps a tile's halo rows for the next, :mod:`.tiling`; an input
+  is a ring that keeps a tile's halo rows for the next, :mod:`.tiling`; the
+  convolution runner's row loop reads every input row, a strided 1x1 convolution's
+  unused ones too; an input
   shared by the jobs of a round is read once per round (a binary convolution's: where
   the runner's row replay holds its rows, ``EngineConfig.replay_row_bytes``, and no
   residual add's side rows come between them; else once a job), a side input shared
@@ -42,7 +44,10 @@ For one descriptor (docs/architecture.md section 12):
   input rows one at a time, the next while the loader takes this one: where rows are
   short a read latency each bounds its row traffic.
 - the descriptor takes ``fetch + setup + max(compute, memory) + fill_drain`` cycles:
-  the rows' transfers overlap compute; ``fetch`` is the descriptor and job-table read
+  the rows' transfers overlap compute (a weight-streaming descriptor whose input is
+  resident reads it while its first chunk computes, and only then: that chunk takes
+  the longer of its compute and the input's reads, the other chunks the longer of
+  theirs and the remaining traffic); ``fetch`` is the descriptor and job-table read
   (latency + beats), ``fill_drain`` the first row's wait for data (latency), the
   pipeline depth and the last output row's write (the units write each row as it is
   computed), or a weight-streaming descriptor's whole maps where the map buffer
@@ -127,6 +132,15 @@ def _input_passes(d, config):
     return 1 if input_resident(d, config) else n_chunks(d)
 
 
+def _rows_read(d):
+    """Input rows a descriptor reads in one pass: the convolution runner's row loop steps
+    through every input row (a strided 1x1 convolution's unused ones too); other units
+    read the rows their windows use."""
+    if d["opcode"] == OPCODE_CODES["CONV"] and not d["flags"] & FLAG_BITS["int_weights"]:
+        return d["in_h"]
+    return input_rows_read(d)
+
+
 def _replayed(d, config):
     """Whether the runner's row replay gives a shared input's rows to every job of a
     round (``hw/engine/replay.py``): rows it holds, no residual add's side rows between
@@ -203,7 +217,7 @@ def descriptor_cycles(d, header, config, dram, label=""):
                 binary_fold_cycles(d, config)
             macs = jobs * core_px * d["out_c"] * n
             if d["stages"] & STAGE_BITS["prologue_threshold"]:
-                compute = max(compute, jobs * _input_passes(d, config) * input_rows_read(d)
+                compute = max(compute, jobs * _input_passes(d, config) * _rows_read(d)
                               * d["in_w"] * _ceil(d["in_c"], 8))
     elif op == "MAXPOOL":
         compute = jobs * out_px * d["kernel"] ** 2 * _ceil(d["out_c"], lanes)
@@ -218,7 +232,7 @@ def descriptor_cycles(d, header, config, dram, label=""):
         if op == "HEAD":
             in_bytes = d["in_bytes"]
         else:
-            in_bytes = input_rows_read(d) * d["in_pitch"]
+            in_bytes = _rows_read(d) * d["in_pitch"]
         shared = d["flags"] & FLAG_BITS["shared_input"] and op not in ("MIXER", "GATE") and (
             op != "CONV" or _replayed(d, config))
         read += in_bytes * (rounds if shared else jobs) * _input_passes(d, config)
@@ -254,7 +268,7 @@ def descriptor_cycles(d, header, config, dram, label=""):
     if op == "CONV" and not d["flags"] & FLAG_BITS["int_weights"]:
         # a binary convolution's input rows are read one at a time (the next while the
         # loader takes this one): a read latency each where rows are short
-        row_reads = (input_rows_read(d) * (rounds if shared else jobs)
+        row_reads = (_rows_read(d) * (rounds if shared else jobs)
                      * _input_passes(d, config))
         memory = max(memory, row_reads * (dram.latency + _ceil(d["in_pitch"],
                                                                 dram.bytes_per_cycle)))
@@ -265,7 +279,17 @@ def descriptor_cycles(d, header, config, dram, label=""):
         written_row_bytes(d) * max(outputs, 1)
     overhead = fetch if op == "INPUT" else (
         fetch + dram.latency + config.pipeline_depth + _ceil(last_tile, dram.bytes_per_cycle))
-    cycles = overhead + max(compute, memory)
+    busy = max(compute, memory)
+    if op == "CONV" and d["flags"] & FLAG_BITS["weight_stream"] and _input_passes(d, config) == 1:
+        # a resident input is read while the first chunk computes, and only then: the
+        # other chunks' compute cannot hide it (a prologue's wide rows, read a row and
+        # job after another, make the first chunk memory-bound)
+        first = compute / n_chunks(d)
+        in_cycles = max(_ceil(in_bytes * (rounds if shared else jobs), dram.bytes_per_cycle),
+                        row_reads * (dram.latency + _ceil(d["in_pitch"], dram.bytes_per_cycle)))
+        rest = max(0, memory - in_cycles)
+        busy = max(busy, max(first, in_cycles) + max(compute - first, rest))
+    cycles = overhead + busy
     util = macs / (cycles * config.lanes) if macs else None
     return DescriptorCycles(d["index"], op, jobs, int(compute), int(memory), int(overhead),
                             int(cycles), "compute" if compute >= memory else "memory",
