@@ -1,9 +1,9 @@
-"""The layer-sequential engine on the DE10-Nano: the intended engine's and the built
-core's predictions, RTL-measured cycles, and where the dataflow design and the engine
-cross over.
+"""The layer-sequential engine on the DE10-Nano: the units' cycle model, the engine a
+build writes, RTL-measured cycles, and where the dataflow design and the engine cross
+over.
 
 For ResNet-18 and ResNet-34 Group-Nets with K=5 at 224x224 (random eval state, seed 0)
-this compiles the engine program for the DE10-Nano's default engine
+this compiles the engine program for the DE10-Nano's sized engine of the units
 (:func:`groupnet_hw.compiler.engine.sizing.size_engine`), and writes per descriptor the
 predicted cycles, what bounds them, lane utilisation and DRAM bytes, then per frame the
 cycles, frames/s at the engine's clock, DRAM bytes and their share of the sustained
@@ -11,24 +11,23 @@ bandwidth, under the default DRAM model and at higher bandwidths (sensitivity), 
 the compile time and peak memory, and a what-if: the frame rate if the 32-bit
 fixed-point maps (ranges of the random eval state) were 16-bit (a trained network's).
 
-The *built* half: the engine that ``groupnet-hw build --engine sequential`` writes
-(:func:`groupnet_hw.compiler.engine.target.engine_target`: one array of 16 x 64 lanes of
-one bit plane, the networks' activations being binary; a 256 KiB scratchpad) for the
-same networks through the flow (compile time and peak memory; a network the core cannot
-run yet is reported with the flow's one-line reason), its cycles from the core's model
-(:mod:`groupnet_hw.compiler.engine.core_cycles`) with the phases they go to;
-RTL-measured cycles on Verilator (64 KiB scratchpad) for files in the Group-Net authors'
-layout at ResNet-18 and ResNet-34 depth, narrow and at 32x32; full-size K=5 files in the
-authors' layout through ``groupnet-hw import`` and ``build`` (times, peak memory,
-predicted cycles; with ``--rtl-224 N``, N 224x224 images on Verilator, bit-exact and
-measured cycles); and frames/s of the dataflow design (at the board clock) against the
-engine (at its clock) on digits and CIFAR-size networks. Writes ``docs/engine.md`` and
+The *built* half: the engine that ``groupnet-hw build --engine sequential`` writes for
+the same networks through the flow (the engine of the units where they run every
+descriptor, else the core of :func:`groupnet_hw.compiler.engine.target.engine_target`;
+compile time and peak memory; a network neither runs is reported with the flow's
+one-line reason) and its model's cycles; RTL-measured cycles on Verilator (the core,
+64 KiB scratchpad) for files in the Group-Net authors' layout at ResNet-18 and
+ResNet-34 depth, narrow and at 32x32; full-size K=5 files in the authors' layout
+through ``groupnet-hw import`` and ``build`` (times, peak memory, the engine, predicted
+cycles; with ``--rtl-224 N``, N 224x224 images on Verilator, bit-exact and measured
+cycles); and frames/s of the dataflow design (at the board clock) against the engine
+(at its clock) on digits and CIFAR-size networks. Writes ``docs/engine.md`` and
 ``docs/engine.png``; rows of networks a run does not measure are kept from the JSON
 already there.
 
     python benchmarks/engine.py                       # writes benchmarks/results/engine.json
     python benchmarks/engine.py --arch resnet18 -o /tmp/e.json --no-rtl
-    python benchmarks/engine.py --arch resnet34 --rtl-224 2     # about 20 minutes
+    python benchmarks/engine.py --rtl-224 1 --no-rtl    # about 20 minutes, run alone
 """
 
 from __future__ import annotations
@@ -252,8 +251,19 @@ def built(arch, bases=5, seed=0):
     seconds = time.perf_counter() - t0
     peak = round(_peak_rss_mb())    # the flow's own, before the model's extra programs
     dram = target.dram
-    c = predict_core(program, target.core, dram.latency, dram.bytes_per_cycle)
-    shapes = array_shapes(g, target)
+    units = getattr(target, "implementation", "core") == "units"
+    if units:
+        # the engine of the units: its own cycle model (section 12), no array ladder
+        c = b.engine.prediction
+        phases, shapes = None, None
+        rows = [dict(index=d.index, opcode=d.opcode, cycles=d.cycles, dominant=d.bound,
+                     label=d.label) for d in c.descriptors]
+    else:
+        c = predict_core(program, target.core, dram.latency, dram.bytes_per_cycle)
+        phases = {k: v / c.cycles for k, v in c.phases.items()}
+        shapes = array_shapes(g, target)
+        rows = [dict(index=d.index, opcode=d.opcode, cycles=d.cycles, dominant=d.dominant,
+                     label=d.label) for d in c.descriptors]
     # the fastest any engine could run this program under the DRAM model: its floor of
     # traffic at the model's sustained bytes a cycle
     per_s = dram.gbytes_per_s(target.config.clock_mhz) * 1e9
@@ -265,7 +275,8 @@ def built(arch, bases=5, seed=0):
     pooled, pooled24 = dram_floor(fused), dram_floor(fused, wide_maps_at=24, proven=True)
     wide = [g.producer(name).bit_width for name, (_, f) in fused.tensors.items()
             if f.kind == "fixed" and f.elem_bits == 32]
-    return dict(arch=arch, bases=bases, core=target.core, clock_mhz=target.config.clock_mhz,
+    return dict(arch=arch, bases=bases, implementation="units" if units else "core",
+                engine=target.params, clock_mhz=target.config.clock_mhz,
                 dram_floor=dict(bytes=floor, fps=per_s / floor, bytes_16bit_maps=floor16,
                                 fps_16bit_maps=per_s / floor16, bytes_pooled_stem=pooled,
                                 fps_pooled_stem=per_s / pooled,
@@ -273,10 +284,8 @@ def built(arch, bases=5, seed=0):
                                 fps_pooled_stem_24bit_maps=per_s / pooled24,
                                 wide_map_bits=[min(wide), max(wide)] if wide else None),
                 flow_refused=reason, flow_seconds=round(seconds, 1),
-                peak_rss_mb=peak, cycles=c.cycles, fps=c.fps,
-                phases={k: v / c.cycles for k, v in c.phases.items()}, shapes=shapes,
-                descriptors=[dict(index=d.index, opcode=d.opcode, cycles=d.cycles,
-                                  dominant=d.dominant, label=d.label) for d in c.descriptors])
+                peak_rss_mb=peak, cycles=c.cycles, fps=c.fps, phases=phases, shapes=shapes,
+                descriptors=rows)
 
 
 def array_shapes(g, target):
@@ -323,9 +332,11 @@ def authors_at_224(arch, bases=5, rtl_images=0):
     """A full-size K=5 file in the authors' layout (stem 64, widths 64-512, 1000
     classes, learned scales; random values) through the command line as a user runs
     it: ``groupnet-hw import`` and ``groupnet-hw build --engine sequential`` for the
-    DE10-Nano, timed, with their peak memory; the core model's cycles; with
+    DE10-Nano, timed, with their peak memory; the build's engine and its model's
+    cycles; with
     ``rtl_images``, that many 224x224 images of the built-in photos on Verilator
-    (6-9 minutes each): bit-exact or not, and the measured cycles per frame."""
+    (about two minutes each for ResNet-18 on the units): bit-exact or not, and the
+    measured cycles per frame."""
     import tempfile
     from authors_layout import full_size_authors_file, run_cli_measured
     from groupnet_hw.flow import load_build, verify
@@ -342,6 +353,7 @@ def authors_at_224(arch, bases=5, rtl_images=0):
                    peak_rss_mb=round(max(import_mib, build_mib)),
                    image_sha256=hashlib.sha256(b.engine.program.image).hexdigest(),
                    descriptors=len(b.engine.program.descriptors),
+                   implementation=b.engine.target.implementation,
                    predicted=b.engine.prediction.cycles, fps=b.engine.prediction.fps,
                    rtl_images=rtl_images, **threshold_placements(b))
         if rtl_images:
@@ -361,6 +373,8 @@ def threshold_placements(b):
     convolution's input thresholds in its gather, or as PIXEL descriptors."""
     from groupnet_hw.compiler.engine.core_cycles import predict_core
     target = b.engine.target
+    if target.implementation != "core":
+        return {}       # the units take every threshold in the gather (their prologue)
     out = {}
     for key, prologues in (("prologue_cycles", True), ("pixel_cycles", False)):
         program = compile_engine(b.graph, replace(target.config, prologue_thresholds=prologues))
@@ -428,25 +442,27 @@ def write_docs(results, built_rows, rtl_rows, authors, cross, out_md, out_png):
     lines = ["# The layer-sequential engine: measured and predicted",
              "",
              "Written by `benchmarks/engine.py` (numbers in `benchmarks/results/engine.json`).",
-             "The engine as built is `hw/engine/core.py` (for these binary networks",
-             f"{_built_core()}, threshold lanes, a scalar datapath for the rest, one",
-             "banked scratchpad, no overlap of transfers and compute; its timing at the",
-             "100 MHz target is not closed); the",
-             "intended engine is the cycle model of architecture section 12 ({arrays} "
-             "arrays of".format(**results[0]["engine"]),
-             "{pe} x {simd} lanes side by side, a stem of {stem_pe} x {stem_simd} "
-             "multipliers, {vector_lanes} vector lanes,".format(**results[0]["engine"]),
-             "double-buffered transfers), being built unit by unit (section 15). DRAM:",
+             "A build writes the engine of the units (`hw/engine/unit_engine.py`, "
+             "architecture section 15) where",
+             "they run every descriptor of the program, else the core "
+             f"(`hw/engine/core.py`: {_built_core()},",
+             "a scalar datapath, one banked scratchpad, no overlap of transfers and "
+             "compute). The cycle model",
+             "of section 12 is the units' ({arrays} arrays of {pe} x {simd} lanes side by "
+             "side, a stem of".format(**results[0]["engine"]),
+             "{stem_pe} x {stem_simd} multipliers, {vector_lanes} vector lanes, transfers "
+             "overlapping compute). DRAM:".format(**results[0]["engine"]),
              "the default DE10-Nano model (1.0 GB/s sustained, 48 cycles latency).",
              "",
-             "| network (K=5, 224x224) | intended engine: cycles/frame | frames/s | "
-             "DRAM MB/frame | engine as built: cycles/frame | frames/s | flow |",
-             "|---|---:|---:|---:|---:|---:|---|"]
+             "| network (K=5, 224x224) | the units' model: cycles/frame | frames/s | "
+             "DRAM MB/frame | the build: engine | cycles/frame | frames/s | flow |",
+             "|---|---:|---:|---:|---|---:|---:|---|"]
     for r, b in zip(results, built_rows):
         flow = (f"refused: {b['flow_refused'].split(': ', 1)[-1]}" if b["flow_refused"]
                 else f"built in {b['flow_seconds']} s, peak {b['peak_rss_mb']} MB")
         lines.append(f"| {r['arch']} | {r['cycles_per_frame']:,} | {r['fps']:.1f} | "
-                     f"{r['dram_bytes_per_frame'] / 1e6:.1f} | {b['cycles']:,} | "
+                     f"{r['dram_bytes_per_frame'] / 1e6:.1f} | "
+                     f"{b.get('implementation', 'core')} | {b['cycles']:,} | "
                      f"{b['fps']:.3f} | {flow} |")
     for r in results:
         top = r.get("design_point")
@@ -538,18 +554,18 @@ def write_docs(results, built_rows, rtl_rows, authors, cross, out_md, out_png):
     if authors:
         lines += ["", "Files in the authors' layout at the paper's size (K=5, learned scales, "
                   "1000 classes; random values), through `groupnet-hw import` and "
-                  "`groupnet-hw build --engine sequential` for the DE10-Nano's default "
-                  "engine (256 KiB scratchpad); RTL on Verilator with the built-in 224x224 "
-                  "photos:", "",
-                  "| network | import | build | peak memory | descriptors | predicted "
-                  "cycles/frame | frames/s | RTL images bit-exact | measured cycles/frame "
-                  "| error |",
-                  "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+                  "`groupnet-hw build --engine sequential` for the DE10-Nano (the engine "
+                  "the build writes); RTL on Verilator, 224x224 images:", "",
+                  "| network | import | build | peak memory | engine | descriptors | "
+                  "predicted cycles/frame | frames/s | RTL images bit-exact | measured "
+                  "cycles/frame | error |",
+                  "|---|---:|---:|---:|---|---:|---:|---:|---|---:|---:|"]
         for r in authors:
             rtl = (f"{r['exact']} of {r['rtl_images']} | {r['measured']:,.0f} | "
                    f"{100 * r['error']:+.3f} %" if r["rtl_images"] else "not run | | ")
             lines.append(f"| {r['arch']} K={r['bases']} | {r['import_seconds']} s | "
                          f"{r['build_seconds']} s | {r['peak_rss_mb']:,} MB | "
+                         f"{r.get('implementation', 'core')} | "
                          f"{r['descriptors']} | {r['predicted']:,} | {r['fps']:.3f} | {rtl} |")
         placed = [r for r in authors if "pixel_cycles" in r]
         if placed:
@@ -635,7 +651,7 @@ def main(argv=None):
     ap.add_argument("--no-rtl", action="store_true", help="skip the Verilator runs")
     ap.add_argument("--rtl-224", type=int, default=0, metavar="N",
                     help="run N 224x224 images of the authors'-layout file on Verilator "
-                         "(6-9 minutes an image)")
+                         "(about two minutes an image for ResNet-18, four for ResNet-34)")
     ap.add_argument("--docs", type=Path, default=Path(__file__).resolve().parents[1] / "docs",
                     help="where engine.md and engine.png go")
     args = ap.parse_args(argv)
