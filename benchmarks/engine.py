@@ -486,9 +486,14 @@ def write_docs(results, built_rows, rtl_rows, authors, cross, out_md, out_png):
             lines.append(f"| {r['arch']} | {name} | {c['cycles']:,} | {c['fps']:.1f} | "
                          f"{c['dram_bytes'] / 1e6:.1f} | {c['memory_bound']} of "
                          f"{r['descriptors']} |")
-    lines += ["", "The floor below is of the build's program, whose tensors are the "
-              "wide maps; the intended program's level outputs replace most of them, so "
-              "its traffic is below that floor."]
+    if any(b.get("implementation", "core") == "core" for b in built_rows):
+        lines += ["", "The floor below is of the core's program, whose tensors are the "
+                  "wide maps; the units' program's level outputs replace most of them, so "
+                  "its traffic is below that floor."]
+    lines += ["", "Without levels at the producer the binary convolutions threshold the "
+              "mixers' outputs as they read them, and the prologue reads 8-, 16- or 32-bit "
+              "elements: those maps keep 32-bit containers, so 24-bit maps alone change "
+              "little."]
     for b in built_rows:
         f = b.get("dram_floor")
         if f:
@@ -526,20 +531,27 @@ def write_docs(results, built_rows, rtl_rows, authors, cross, out_md, out_png):
             mark = " (built)" if s["built"] else ""
             lines.append(f"| {s['pe']} x {s['stem_simd']}{mark} | {100 * s['logic']:.1f} % | "
                          + " | ".join(f"{b['shapes'][k]['cycles']:,}" for b in rows) + " |")
-    lines += ["", "Where the built engine's cycles go (share of the frame):", ""]
-    for b in built_rows:
+    phased = [b for b in built_rows if b.get("phases")]
+    if phased:
+        lines += ["", "Where the core's cycles go (share of the frame):", ""]
+    for b in phased:
         lines.append(f"- {b['arch']}: " + ", ".join(
             f"{k} {100 * v:.0f} %" for k, v in sorted(b["phases"].items(), key=lambda kv: -kv[1])
             if v >= 0.005))
     placed = _placed_clock()
-    if placed:
+    cores = [b for b in built_rows if b.get("implementation", "core") == "core"]
+    if not cores:
+        lines += ["", "The engine's clock: 100 MHz is the target; the engine of the units "
+                  "is not placed as a whole yet (its units' ECP5 placements are in "
+                  "architecture section 15)."]
+    elif placed:
         mhz, share = placed
         lines += ["", f"The engine's clock: nextpnr's estimate after placement on ECP5 (the "
                   f"64 KiB core, pe 4 x simd 8, Yosys {'with' if share else 'without'} "
                   f"resource sharing; `benchmarks/engine_resources.py --place-only`) is "
                   f"{mhz:.2f} MHz on this RTL. At that clock the engine as built runs "
                   + ", ".join(f"{b['arch']} at {b['fps'] * mhz / b['clock_mhz']:.3f} frames/s"
-                              for b in built_rows) + "."]
+                              for b in cores) + "."]
     else:
         lines += ["", "The engine's clock: no ECP5 placement of this RTL is recorded "
                   "(`benchmarks/engine_resources.py --pnr-only --place-only`)."]
@@ -654,7 +666,14 @@ def main(argv=None):
                          "(about two minutes an image for ResNet-18, four for ResNet-34)")
     ap.add_argument("--docs", type=Path, default=Path(__file__).resolve().parents[1] / "docs",
                     help="where engine.md and engine.png go")
+    ap.add_argument("--render", action="store_true",
+                    help="only rewrite engine.md and engine.png from the JSON")
     args = ap.parse_args(argv)
+    if args.render:
+        data = json.loads(args.output.read_text())
+        write_docs(data["results"], data["built"], data["rtl"], data["authors_224"],
+                   data["crossover"], args.docs / "engine.md", args.docs / "engine.png")
+        return
     archs = args.arch or ["resnet18", "resnet34"]
     results = [run(a) for a in archs]
     for r in results:
