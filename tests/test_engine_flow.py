@@ -19,7 +19,7 @@ from groupnet_hw.cli import main
 from groupnet_hw.compiler.engine.core_cycles import predict_core
 from groupnet_hw.compiler.engine.layout import compile_engine
 from groupnet_hw.compiler.engine.report import render_engine_text
-from groupnet_hw.engine_format import FLAG_BITS, OPCODE_CODES, STAGE_BITS
+from groupnet_hw.engine_format import FLAG_BITS, STAGE_BITS
 from groupnet_hw.flow import ENGINE_IMAGE, ENGINE_NAME, BuildConfig, FlowError, build, verify
 from groupnet_hw.models.checkpoint import save_checkpoint
 from groupnet_hw.models.groupnet import GroupNet, randomize_eval_state
@@ -41,11 +41,9 @@ def zoo_checkpoint(path, arch, bases, seed=1, **fields):
 
 @pytest.fixture(scope="module")
 def digits_engine_build(tmp_path_factory):
-    """digits K=2 with 2-bit activations built for the small engine into a directory:
-    the core of tests/test_engine_core.py (four bit planes, a 64 KiB scratchpad), so
-    that one Verilator build of it serves both files."""
+    """digits K=2 built for the small engine into a directory."""
     root = tmp_path_factory.mktemp("engine_flow")
-    ckpt = zoo_checkpoint(root / "digits.pt", "digits", 2, seed=2, act_bits=2)
+    ckpt = zoo_checkpoint(root / "digits.pt", "digits", 2, seed=2)
     b = build(ckpt, BuildConfig(**SMALL_ENGINE), out_dir=root / "out")
     return root, b
 
@@ -63,9 +61,9 @@ def test_an_engine_build_writes_its_verilog_image_program_and_report(digits_engi
     assert len(rows) == len(b.engine.program.descriptors)
     assert report["frame"]["cycles"] == b.engine.prediction.cycles > sum(r["cycles"] for r in rows)
     assert report["engine"]["core"]["buffer_bytes"] == 64 * 1024
-    # 2-bit activations: the array of four bit planes, 16 x 32 lanes
-    assert (report["engine"]["core"]["planes"], report["engine"]["core"]["simd"]) == (4, 32)
-    assert "16 PE x 32 SIMD XNOR lanes" in (out / "report.txt").read_text()
+    # digits' activations are binary: the array of one bit plane and 16 x 64 lanes
+    assert (report["engine"]["core"]["planes"], report["engine"]["core"]["simd"]) == (1, 64)
+    assert "16 PE x 64 SIMD XNOR lanes (one bit plane" in (out / "report.txt").read_text()
     assert report["frame"]["fps"] == pytest.approx(100e6 / report["frame"]["cycles"])
     for r in rows:
         assert r["bound"] in ("compute", "memory") and sum(r["phases"].values()) == r["cycles"]
@@ -248,19 +246,15 @@ def test_verify_under_stalls_from_the_command_line(digits_engine_build, need_ver
 
 def test_a_wrong_result_names_the_first_differing_descriptor(digits_engine_build,
                                                              need_verilator):
-    """Weights inverted in the image after compilation (the first binary convolution's
-    first job): the engine computes a different tensor there, and verify names that
-    descriptor."""
+    """Weights inverted in the image after compilation (descriptor 2's first job): the
+    engine computes a different tensor there, and verify names that descriptor."""
     from groupnet_hw.compiler.engine.params import sections
     from groupnet_hw.compiler.engine.program import JOB, decode
     from groupnet_hw.flow import engine_rtl, load_build
     from groupnet_hw.sim.engine_verify import verify_engine
     root, b = digits_engine_build
     program = b.engine.program
-    h = program.header
-    first = next(i for i, d in enumerate(program.descriptors)
-                 if d["opcode"] == OPCODE_CODES["CONV"] and not d["flags"] & FLAG_BITS["int_weights"])
-    d = program.descriptors[first]
+    h, d = program.header, program.descriptors[2]
     lo = d["table_addr"] - h["base"]
     block = decode(bytes(program.image[lo:lo + JOB.itemsize]), JOB)["param_addr"] - h["base"]
     at, n = sections(d, h)["weights"]
@@ -274,7 +268,7 @@ def test_a_wrong_result_names_the_first_differing_descriptor(digits_engine_build
     result = verify_engine(b.model, b.graph, bad, rtl, images, latency=dram.latency,
                            bytes_per_cycle=dram.bytes_per_cycle)
     assert not result.ok
-    assert f"descriptor {first}" in result.first_mismatch, result.first_mismatch
+    assert "descriptor 2" in result.first_mismatch, result.first_mismatch
 
 
 @pytest.mark.parametrize("arch", ["resnet18", pytest.param("resnet34", marks=pytest.mark.slow)])
