@@ -275,6 +275,27 @@ def test_cycle_model_counts_the_runners_row_reads_by_hand():
     assert c.cycles > c.overhead + max(c.compute, c.memory)
 
 
+def test_weights_over_half_the_buffer_always_stream():
+    """The units hold a job's weights whole or stream them: a descriptor whose weights
+    pass half the weight buffer streams in chunks of whole PE folds, also where row
+    tiles that re-read the weights would move fewer bytes (many rows of wide 32-bit
+    input read through a prologue, and weights that just pass the half)."""
+    from groupnet_hw.compiler.engine.tiling import choose_tiling
+    cfg = EngineConfig(arrays=5, pe=16, simd=64, weight_buffer=8192, input_buffer=65536,
+                       output_buffer=65536)
+    wide = 56 * 64 * 4
+    d = _conv(in_h=56, in_w=56, out_h=56, out_w=56, flags=0, in_fmt=2, in_elem=32,
+              in_pitch=wide, in_bytes=56 * wide, stages=STAGE_BITS["prologue_threshold"],
+              in_levels=1, out_pitch=448, out_bytes=56 * 448, weight_tile_bytes=4608)
+    choose_tiling(d, cfg)
+    assert d["flags"] & FLAG_BITS["weight_stream"]
+    assert d["chunk_c"] % cfg.pe == 0 and d["chunk_c"] < d["out_c"]
+    # within half the buffer they are read whole, once
+    small = _conv(weight_tile_bytes=4096)
+    choose_tiling(small, cfg)
+    assert not small["flags"] & FLAG_BITS["weight_stream"] and small["chunk_c"] == 0
+
+
 def test_cycle_model_is_monotonic():
     d = _conv(out_h=32, out_w=32, in_h=32, in_w=32, rows_per_tile=32)
     base = descriptor_cycles(d, {}, EngineConfig(), DramModel(48, 10.0))
