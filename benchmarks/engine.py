@@ -567,7 +567,9 @@ def write_docs(results, built_rows, rtl_rows, authors, cross, out_md, out_png):
         lines += ["", "Files in the authors' layout at the paper's size (K=5, learned scales, "
                   "1000 classes; random values), through `groupnet-hw import` and "
                   "`groupnet-hw build --engine sequential` for the DE10-Nano (the engine "
-                  "the build writes); RTL on Verilator, 224x224 images:", "",
+                  "the build writes; the build times are with the engine's Verilog already "
+                  "in the RTL cache: a first build of the units converts it, about 100 s "
+                  "more); RTL on Verilator, 224x224 images:", "",
                   "| network | import | build | peak memory | engine | descriptors | "
                   "predicted cycles/frame | frames/s | RTL images bit-exact | measured "
                   "cycles/frame | error |",
