@@ -256,14 +256,14 @@ def built(arch, bases=5, seed=0):
         # the engine of the units: its own cycle model (section 12), no array ladder
         c = b.engine.prediction
         phases, shapes = None, None
-        rows = [dict(index=d.index, opcode=d.opcode, cycles=d.cycles, dominant=d.bound,
-                     label=d.label) for d in c.descriptors]
     else:
         c = predict_core(program, target.core, dram.latency, dram.bytes_per_cycle)
         phases = {k: v / c.cycles for k, v in c.phases.items()}
         shapes = array_shapes(g, target)
-        rows = [dict(index=d.index, opcode=d.opcode, cycles=d.cycles, dominant=d.dominant,
-                     label=d.label) for d in c.descriptors]
+    # what dominates a descriptor: the core's phase, or the units' bound
+    rows = [dict(index=d.index, opcode=d.opcode, cycles=d.cycles,
+                 dominant=d.bound if units else d.dominant, label=d.label)
+            for d in c.descriptors]
     # the fastest any engine could run this program under the DRAM model: its floor of
     # traffic at the model's sustained bytes a cycle
     per_s = dram.gbytes_per_s(target.config.clock_mhz) * 1e9

@@ -614,6 +614,13 @@ def _formats(groups, g, port, fixed_elems):
     return fmts, outputs
 
 
+def _trial_descriptor(grp, g, fmts, config, packing):
+    """A group's descriptor with its parameter sizes, to try a tiling on."""
+    d = _descriptor(grp, 0, g, fmts, config)
+    _size_params(d, packing)
+    return d
+
+
 def _fit_groups(groups, g, config, packing):
     """Fusion rule 6: a group whose one-row tile does not fit the buffers gives up its
     mixer, then runs as consecutive groups of as many jobs as fit, and on the core
@@ -623,8 +630,7 @@ def _fit_groups(groups, g, config, packing):
     port = packing["port_bytes"]
 
     def fits(grp, fmts):
-        d = _descriptor(grp, 0, g, fmts, config)
-        _size_params(d, packing)
+        d = _trial_descriptor(grp, g, fmts, config, packing)
         try:
             tile_rows(d, config)
         except ValueError:
@@ -665,8 +671,7 @@ def _levels_the_map_buffer_takes(groups, g, config, packing, fmts, outputs):
     region = map_region(config)
 
     def takes(grp):
-        d = _descriptor(grp, 0, g, fmts, config)
-        _size_params(d, packing)
+        d = _trial_descriptor(grp, g, fmts, config, packing)
         try:
             choose_tiling(d, config)
         except ValueError:      # the tiler names it
