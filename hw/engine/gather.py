@@ -16,7 +16,7 @@ time.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -175,7 +175,9 @@ class WindowGather(wiring.Component):
         j = Signal(range(self.max_words))
         iy_row, iy_tap = Signal(coord), Signal(coord)          # the tap's input row
         ix_pix, ix_tap = Signal(coord), Signal(coord)          # and column
-        xw_pix, xw_tap = Signal(signed(len(addr_shape) + 1)), Signal(signed(len(addr_shape) + 1))
+        # a word offset into the ring, less the padding: one bit wider than an address
+        xw_width = Shape.cast(addr_shape).width + 1
+        xw_pix, xw_tap = Signal(signed(xw_width)), Signal(signed(xw_width))
 
         # stages 1 to 3 hold a read each; the FIFO the rest. Whether a read may issue is
         # a register, counted a cycle ahead as if one did (in a layer on ECP5 the count
