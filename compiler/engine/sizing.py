@@ -94,8 +94,8 @@ _MIN_VECTOR_LANES = 8
 #: (its slice of the gatherer's ring, its fold issuer, its job's share of the feeder,
 #: packers, unpacker and writer) and what does not grow with the arrays. A third size,
 #: five arrays of 16 x 32 (``unit-engine-narrow``), checks the fit.
-_ALM_PER_ARRAY = 789
-_ALM_FIXED = 19676
+_ALM_PER_ARRAY = 776
+_ALM_FIXED = 19689
 #: Measured (``subsample``): the subsampler (option-A shortcuts' SUBSAMPLE
 #: descriptors), in the three engines' counts above; an engine for a network without
 #: option-A shortcuts is built without it.
