@@ -286,7 +286,7 @@ class Step:
 def _load(b: Build, source, out_dir):
     if isinstance(source, (str, os.PathLike)):
         try:
-            b.model, b.payload = load_checkpoint(source)
+            b.model, b.payload, b.graph = load_checkpoint(source, with_graph=True)
         except CheckpointError as exc:
             raise FlowError(str(exc)) from None
         b.checkpoint = os.path.abspath(source)
@@ -296,6 +296,8 @@ def _load(b: Build, source, out_dir):
 
 
 def _lower(b: Build, source, out_dir):
+    if b.graph is not None:
+        return                  # a checkpoint's validation lowered it
     try:
         b.graph = lower(b.model)
     except ValueError as exc:

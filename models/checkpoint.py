@@ -250,10 +250,10 @@ def _check_tensors(path, state, expected, file_size):
             raise CheckpointError(f"{path}: {name} = {int(value.min())}; allowed >= 0")
 
 
-def fixed_point_constants(model):
+def fixed_point_constants(model, graph=None):
     """Every integer constant of the model's fixed-point forward, by graph node:
-    the front end's lowering forms them with the layers' own quantization methods
-    (no tensor is computed).
+    the front end's lowering (``graph``, or the model lowered here) forms them with the
+    layers' own quantization methods (no tensor is computed).
 
     Raises
     ------
@@ -261,8 +261,9 @@ def fixed_point_constants(model):
         a constant that cannot be formed (non-finite, int64 overflow); the message
         starts with the layer.
     """
-    from ..compiler.frontend import lower
-    graph = lower(model)
+    if graph is None:
+        from ..compiler.frontend import lower
+        graph = lower(model)
     return {node.name: {k: v for k, v in node.attrs.items()
                         if isinstance(v, (int, torch.Tensor)) and not isinstance(v, bool)}
             for node in graph}
@@ -285,8 +286,10 @@ def _check_fixed_point(path, params):
                                       "settings are too extreme)")
 
 
-def load_checkpoint(path):
-    """Load and validate a checkpoint; returns ``(model in eval mode, payload dict)``.
+def load_checkpoint(path, *, with_graph=False):
+    """Load and validate a checkpoint; returns ``(model in eval mode, payload dict)``,
+    and with ``with_graph`` the model lowered to the integer graph as a third item (the
+    validation lowers it to bound its constants: a build need not lower it again).
 
     Nothing is allocated in proportion to what the checkpoint *declares* before it
     is checked against what the file *holds* (see the module docstring).
@@ -372,13 +375,16 @@ def load_checkpoint(path):
     # The declared architecture on the meta device: names, shapes and dtypes
     # without allocating a byte of weights.
     with torch.device("meta"):
-        skeleton = network_cls(config, quant)
-    _check_tensors(path, state, skeleton.state_dict(), file_size)
-    del skeleton
-
-    model = network_cls(config, quant)
+        model = network_cls(config, quant)
+    expected = model.state_dict()
+    _check_tensors(path, state, expected, file_size)
+    # The checked weights become the model's own (assigned, not copied into randomly
+    # initialised ones: a full-size ResNet-34's initialisation took 2 s), each a fresh
+    # contiguous tensor of the architecture's dtype, as a copy would make it.
+    owned = {name: value.to(dtype=expected[name].dtype, memory_format=torch.contiguous_format,
+                            copy=True) for name, value in state.items()}
     try:
-        model.load_state_dict(state)
+        model.load_state_dict(owned, assign=True)
     except (RuntimeError, ValueError) as exc:  # checked above; kept one line regardless
         raise CheckpointError(f"{path}: weights do not load ({' '.join(str(exc).split())[:200]})") \
             from None
@@ -389,10 +395,12 @@ def load_checkpoint(path):
             if not 0 <= frac <= MAX_ACT_FRAC:
                 raise CheckpointError(f"{path}: {name}.out_frac = {frac} is out of range; "
                                       f"allowed 0..{MAX_ACT_FRAC}")
+    from ..compiler.frontend import lower
     try:
-        params = fixed_point_constants(model)
+        graph = lower(model)
+        params = fixed_point_constants(model, graph)
     except (ValueError, OverflowError) as exc:
         raise CheckpointError(f"{path}: fixed-point constants cannot be formed: "
                               f"{' '.join(str(exc).split())}") from None
     _check_fixed_point(path, params)
-    return model, payload
+    return (model, payload, graph) if with_graph else (model, payload)
