@@ -395,7 +395,7 @@ def engine_verilog(params: dict, implementation: str = "core") -> str:
     :class:`~groupnet_hw.hw.engine.unit_engine.UnitEngine`) with keyword arguments
     ``params`` (module :data:`ENGINE_NAME`). It depends on them and the hardware
     library's source alone (the program is data in DRAM), so a process converts each
-    configuration once, and the conversion (10-60 s) is kept in the RTL cache
+    configuration once, and the conversion (10-35 s) is kept in the RTL cache
     (:func:`default_build_dir`) under a key of the parameters, the source of ``hw/`` and
     the package's top-level modules it reads, and Amaranth's version."""
     return _engine_verilog(json.dumps(params, sort_keys=True), implementation)
