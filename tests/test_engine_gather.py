@@ -319,3 +319,20 @@ def test_the_first_word_after_the_stated_latency():
     sim.add_testbench(bench)
     sim.run()
     assert seen[0] == dut.latency and seen == list(range(seen[0], 10))
+
+
+def test_the_ring_offsets_are_an_address_wide():
+    """The word offsets into the ring are one bit wider than a ring address: at the
+    stem's sizes (a ring of 2,048 words, frames of 256 pixels) 14 bits. (They were once
+    the ring's address count wide, 3,586 bits there: Yosys removed the surplus, but
+    Amaranth's netlist checks walked every bit, and the DE10-Nano's units took 80 s
+    instead of 28 to convert.)"""
+    import re
+
+    from amaranth.back import rtlil
+    gather = WindowGather(arrays=1, simd=3, planes=8, ring_rows=8, ring_words=2048,
+                          max_size=256, max_words=1, max_kernel=7)
+    text = rtlil.convert(gather, name="gather")
+    widths = {name: int(w) for w, name in
+              re.findall(r"wire width (\d+) signed \\(xw_\w+)", text)}
+    assert "xw_tap" in widths and set(widths.values()) == {14}, widths
