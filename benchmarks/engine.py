@@ -338,23 +338,17 @@ def authors_at_224(arch, bases=5, rtl_images=0):
     (about two minutes each for ResNet-18 on the units): bit-exact or not, and the
     measured cycles per frame. The import and the build see an empty RTL cache, so the
     build's time is a user's first (the engine's Verilog converted, not found)."""
-    import os
     import tempfile
-    from unittest import mock
-    from authors_layout import full_size_authors_file, run_cli_measured
+    from authors_layout import full_size_authors_file, import_and_build_cold
     from groupnet_hw.flow import load_build, verify
-    with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as cache:
+    with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         src = full_size_authors_file(tmp, arch, bases=bases)
-        with mock.patch.dict(os.environ, GROUPNET_HW_RTL_CACHE=cache):
-            import_s, import_mib = run_cli_measured("import", src, "--arch", arch, "-o",
-                                                    tmp / "r.pt")
-            build_s, build_mib = run_cli_measured("build", tmp / "r.pt", "--engine",
-                                                  "sequential", "-o", tmp / "out")
+        import_s, build_s, peak_mib = import_and_build_cold(src, arch, tmp)
         b = load_build(tmp / "out")
         row = dict(arch=arch, bases=bases, image_size=224, import_seconds=round(import_s, 1),
                    build_seconds=round(build_s, 1),
-                   peak_rss_mb=round(max(import_mib, build_mib)),
+                   peak_rss_mb=round(peak_mib),
                    image_sha256=hashlib.sha256(b.engine.program.image).hexdigest(),
                    descriptors=len(b.engine.program.descriptors),
                    implementation=b.engine.target.implementation,

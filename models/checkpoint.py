@@ -250,20 +250,10 @@ def _check_tensors(path, state, expected, file_size):
             raise CheckpointError(f"{path}: {name} = {int(value.min())}; allowed >= 0")
 
 
-def fixed_point_constants(model, graph=None):
-    """Every integer constant of the model's fixed-point forward, by graph node:
-    the front end's lowering (``graph``, or the model lowered here) forms them with the
-    layers' own quantization methods (no tensor is computed).
-
-    Raises
-    ------
-    ValueError
-        a constant that cannot be formed (non-finite, int64 overflow); the message
-        starts with the layer.
-    """
-    if graph is None:
-        from ..compiler.frontend import lower
-        graph = lower(model)
+def fixed_point_constants(graph):
+    """Every integer constant of a model's fixed-point forward, by node of its lowered
+    ``graph``: the front end's lowering forms them with the layers' own quantization
+    methods (no tensor is computed)."""
     return {node.name: {k: v for k, v in node.attrs.items()
                         if isinstance(v, (int, torch.Tensor)) and not isinstance(v, bool)}
             for node in graph}
@@ -397,10 +387,11 @@ def load_checkpoint(path, *, with_graph=False):
                                       f"allowed 0..{MAX_ACT_FRAC}")
     from ..compiler.frontend import lower
     try:
+        # a constant that cannot be formed (non-finite, int64 overflow) raises here,
+        # its message starting with the layer
         graph = lower(model)
-        params = fixed_point_constants(model, graph)
     except (ValueError, OverflowError) as exc:
         raise CheckpointError(f"{path}: fixed-point constants cannot be formed: "
                               f"{' '.join(str(exc).split())}") from None
-    _check_fixed_point(path, params)
+    _check_fixed_point(path, fixed_point_constants(graph))
     return (model, payload, graph) if with_graph else (model, payload)

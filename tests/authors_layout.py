@@ -5,8 +5,10 @@ Geometry can be smaller than ImageNet's (channels, image size) so tests stay fas
 state-dict names are exactly the documented ones.
 """
 
+import os
 import subprocess
 import sys
+import tempfile
 import time
 
 import torch
@@ -167,3 +169,18 @@ def run_cli_measured(*args):
         raise RuntimeError(f"groupnet-hw {' '.join(map(str, args))}: {run.stdout}{run.stderr}")
     peak = [line for line in run.stderr.splitlines() if line.startswith("peak_kib ")][-1]
     return seconds, int(peak.split()[1]) / 1024
+
+
+def import_and_build_cold(src, arch, directory):
+    """``groupnet-hw import`` of the authors' file ``src`` into ``directory/r.pt``, then
+    ``groupnet-hw build --engine sequential`` into ``directory/out``, each measured by
+    :func:`run_cli_measured` against an empty RTL cache (the build converts the engine's
+    Verilog, as a user's first build does): ``(import s, build s, peak MiB)``."""
+    from unittest import mock
+    with tempfile.TemporaryDirectory() as cache, \
+            mock.patch.dict(os.environ, GROUPNET_HW_RTL_CACHE=cache):
+        import_s, import_mib = run_cli_measured("import", src, "--arch", arch, "-o",
+                                                directory / "r.pt")
+        build_s, build_mib = run_cli_measured("build", directory / "r.pt", "--engine",
+                                              "sequential", "-o", directory / "out")
+    return import_s, build_s, max(import_mib, build_mib)

