@@ -16,7 +16,10 @@ __all__ = ["sign", "SignActivation", "BinarizeWeight", "weight_alpha"]
 
 def sign(x: torch.Tensor) -> torch.Tensor:
     """+1 where ``x >= 0``, -1 elsewhere, in ``x``'s dtype."""
-    return torch.where(x >= 0, torch.ones_like(x), -torch.ones_like(x))
+    # 0-d operands broadcast: no full-size tensors of ones (a 224x224 ResNet's
+    # activations are hundreds of MB a layer)
+    one = torch.ones((), dtype=x.dtype, device=x.device)
+    return torch.where(x >= 0, one, -one)
 
 
 class SignActivation(torch.autograd.Function):

@@ -18,6 +18,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import torch
 
@@ -54,8 +56,22 @@ def load_digits_split():
 
 
 def _photos():
-    from sklearn.datasets import load_sample_images
-    return [np.asarray(img, dtype=np.uint8) for img in load_sample_images().images]
+    """scikit-learn's two sample photos as ``load_sample_images`` returns them (its
+    ``datasets/images/*.jpg`` in name order, decoded by Pillow), read from the package's
+    folder without importing scikit-learn, whose import takes 3 s."""
+    from importlib.util import find_spec
+    from PIL import Image
+    spec = find_spec("sklearn")
+    folder = Path(spec.submodule_search_locations[0]) / "datasets" / "images"
+    paths = sorted(folder.glob("*.jpg"))
+    if not paths:           # a scikit-learn that keeps them elsewhere: its own loader
+        from sklearn.datasets import load_sample_images
+        return [np.asarray(img, dtype=np.uint8) for img in load_sample_images().images]
+    photos = []
+    for path in paths:
+        with Image.open(path) as image:
+            photos.append(np.asarray(image, dtype=np.uint8))
+    return photos
 
 
 def _on_photos(digits, rng, photos, size=32):

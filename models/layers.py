@@ -166,7 +166,9 @@ class BinaryConv2d(nn.Module):
         self.alpha_mode = alpha
         self.pad_value = float(pad_value)
         self.weight = nn.Parameter(
-            torch.randn(out_channels, in_channels, kernel_size, kernel_size) * 0.1)
+            # in place: a checkpoint's meta-device skeleton would otherwise run the
+            # out-of-place product's Python meta kernel, which imports torch._dynamo (1.4 s)
+            torch.randn(out_channels, in_channels, kernel_size, kernel_size).mul_(0.1))
 
     def alpha(self):
         """alpha per output channel (float64, [C_out]), from the current weights."""

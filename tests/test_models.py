@@ -15,6 +15,24 @@ def test_sign_of_zero_is_plus_one():
     assert torch.equal(SignActivation.apply(torch.zeros(3)), torch.ones(3))
 
 
+def test_sign_keeps_the_dtype():
+    for dtype in (torch.float32, torch.float64):
+        x = torch.tensor([-2.5, -0.0, 0.0, 1e-30, -1e-30], dtype=dtype)
+        y = sign(x)
+        assert y.dtype == dtype and torch.equal(y, torch.tensor([-1, 1, 1, 1, -1], dtype=dtype))
+
+
+def test_the_sample_photos_are_scikit_learns():
+    """The built-in photo datasets read scikit-learn's sample photos from its folder
+    (without importing it): the same arrays as its own loader."""
+    import numpy as np
+    from sklearn.datasets import load_sample_images
+    from groupnet_hw.models.data import _photos
+    ours, theirs = _photos(), load_sample_images().images
+    assert len(ours) == len(theirs) == 2
+    assert all(a.dtype == np.uint8 and np.array_equal(a, b) for a, b in zip(ours, theirs))
+
+
 def test_activation_backward_is_the_piecewise_polynomial():
     x = torch.tensor([-1.5, -1.0, -0.5, 0.0, 0.25, 0.75, 1.0, 2.0], requires_grad=True)
     SignActivation.apply(x).sum().backward()
@@ -99,3 +117,22 @@ def test_float_and_quantized_agree_on_trained_model(trained_digits):
     _, model, metrics = trained_digits
     # reported, never hidden: the fixed-point network is close to the float one
     assert metrics["float_quantized_agreement"] >= 0.9
+
+
+def test_loading_a_checkpoint_does_not_import_dynamo(tmp_path):
+    """The checkpoint's meta-device skeleton runs no Python meta kernel: importing
+    ``torch._dynamo`` for one cost a full-size import 1.4 s."""
+    import subprocess
+    import sys
+    from groupnet_hw.models.checkpoint import save_checkpoint
+    from groupnet_hw.models.groupnet import GroupNet
+    from groupnet_hw.models.zoo import arch_config
+    save_checkpoint(tmp_path / "m.pt", GroupNet(arch_config("resnet18", bases=2,
+                                                            image_size=32)).eval())
+    code = ("import sys\n"
+            "from groupnet_hw.models.checkpoint import load_checkpoint\n"
+            f"load_checkpoint({str(tmp_path / 'm.pt')!r})\n"
+            "print('torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"
