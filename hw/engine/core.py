@@ -290,6 +290,12 @@ def _any_of(choices):
     return out
 
 
+def _low_bit(value):
+    """Bit 0 of ``value``, 0 when it has no bits (the word address of a one-word
+    buffer)."""
+    return Cat(value, Const(0, 1))[0]
+
+
 def _aligned_piece(value, shift, granularity, width):
     """``(value >> shift)[:width]`` for a ``shift`` the layout keeps a multiple of
     ``granularity`` (a power of two): one mux over the ``2**len(shift) / granularity``
@@ -727,7 +733,7 @@ class ComputeSequencer(wiring.Component):
         # stem's) fold w is half w % 2 of word w / 2
         paired, w_half = Signal(), Signal()
         m.d.comb += paired.eq(Const(PAIRS) & ~svec)
-        m.d.sync += w_half.eq(paired & rw_word[0])
+        m.d.sync += w_half.eq(paired & _low_bit(rw_word))
         if PAIRS:
             H = WB // 2
             (rp_lo, wp_lo), (rp_hi, wp_hi) = halves
@@ -740,8 +746,8 @@ class ComputeSequencer(wiring.Component):
                          wp_lo.addr.eq(waddr), wp_hi.addr.eq(waddr),
                          wp_lo.data.eq(ww_data[:H]),
                          wp_hi.data.eq(Mux(half_write, ww_data[:H], ww_data[H:])),
-                         wp_lo.en.eq(ww_en & ~(half_write & ww_word[0])),
-                         wp_hi.en.eq(ww_en & ~(half_write & ~ww_word[0]))]
+                         wp_lo.en.eq(ww_en & ~(half_write & _low_bit(ww_word))),
+                         wp_hi.en.eq(ww_en & ~(half_write & ~_low_bit(ww_word)))]
         else:
             m.d.comb += [rp_w.addr.eq(rw_word), win_x.eq(rp_w.data), wp_w.addr.eq(ww_word),
                          wp_w.data.eq(ww_data), wp_w.en.eq(ww_en)]
