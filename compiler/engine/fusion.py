@@ -543,14 +543,15 @@ def fuse(g, arrays=None, overlapping_pools=True, prologues=True, by_tensor=False
     list of Group
         Every node of ``g`` is in exactly one job of one group.
     """
-    jobs = _jobs(g, overlapping_pools, prologues)
-    groups = _group(g, jobs)
-    if arrays:
-        groups = _mix_on_chip(g, groups, arrays)
-    if by_tensor:
-        groups = [part for grp in groups for part in _by_tensor(grp)]
-    if levels_at_producer:
-        groups = _levels_at_producer(g, groups)
+    with g.unchanged():
+        jobs = _jobs(g, overlapping_pools, prologues)
+        groups = _group(g, jobs)
+        if arrays:
+            groups = _mix_on_chip(g, groups, arrays)
+        if by_tensor:
+            groups = [part for grp in groups for part in _by_tensor(grp)]
+        if levels_at_producer:
+            groups = _levels_at_producer(g, groups)
     seen = [n.name for grp in groups for n in grp.nodes]
     if sorted(seen) != sorted(n.name for n in g) or len(seen) != len(set(seen)):
         raise AssertionError("fusion did not place every node exactly once")
