@@ -75,7 +75,7 @@ def main(argv=None):
                                                   / "engine_core_cycles.json"))
     args = ap.parse_args(argv)
     out = {"dram": {"latency": DRAM.latency, "bytes_per_cycle": DRAM.bytes_per_cycle}}
-    for key, core, config in (("nbit", T.CORE, T.CONFIG),
+    for key, core, config in (("nbit", T.NBIT_CORE, T.NBIT_CONFIG),
                               ("binary", P.BINARY_CORE, P.BINARY_CONFIG)):
         path = Path(tempfile.mkdtemp(prefix="engine_core_")) / "engine_core.v"
         path.write_text(verilog.convert(EngineCore(**core), name="engine_core"))

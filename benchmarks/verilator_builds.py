@@ -3,7 +3,8 @@
 C++ file, Verilator's runtime library compiled by every build).
 
 The designs are two engines of ``hw/engine/core.py``: a small one (4 PE x 8 SIMD, one
-bit plane) and the 4-plane engine of ``tests/test_engine_core.py`` (16 x 32, 64 KiB),
+bit plane) and the 4-plane engine a 64 KiB build writes for 2- and 4-bit activations
+(16 x 32; ``NBIT_CORE`` of ``tests/test_engine_core.py``),
 built one after the other as a test session or a user's second ``verify`` would.
 
     python benchmarks/verilator_builds.py                # the current options

