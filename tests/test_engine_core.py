@@ -13,8 +13,8 @@ running the program cut after that descriptor (its successor rewritten as END) a
 comparing the outputs it wrote with the integer executor's through ``first_mismatch``,
 which names the first diverging descriptor. The engine a build writes for 2- and 4-bit
 activations (four bit planes, 16 x 32 lanes) runs the n-bit networks on its planes in
-``-m slow``: a second whole-engine Verilator build (about 100 s) is more than the
-default tier can hold.
+``-m slow``: a second whole-engine Verilator build (about 100 s), which the default
+tier leaves out to stay short.
 """
 
 from dataclasses import replace
