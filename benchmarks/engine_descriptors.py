@@ -13,7 +13,8 @@ latency of 1 and 1,000 bytes a cycle the RTL's cycles are its compute alone, the
 model's its compute term.
 
     python benchmarks/engine_descriptors.py OUT_DIR                  # the default DRAM
-    python benchmarks/engine_descriptors.py OUT_DIR --dram 48,10 --dram 1,1000
+    python benchmarks/engine_descriptors.py OUT_DIR --dram 48,10 --dram 1,1000 \
+        --label "authors' ResNet-18 K=5, 224x224"
 
 Prints a table and writes ``benchmarks/results/engine_descriptors.json`` (``-o``).
 A 224x224 ResNet-18 on the DE10-Nano's units takes about 10 s a descriptor and DRAM
@@ -94,6 +95,7 @@ def main(argv=None):
     ap.add_argument("--dram", action="append", type=_dram, metavar="LATENCY,BYTES_PER_CYCLE",
                     help="a DRAM model to run under (repeatable; default: the build's)")
     ap.add_argument("--only", help="descriptor indices, comma-separated (default: all)")
+    ap.add_argument("--label", default="", help="what the build is, for the record")
     ap.add_argument("-o", "--output", default=str(OUT))
     args = ap.parse_args(argv)
     drams = args.dram or [load_build(args.build_dir).engine.target.dram]
@@ -107,8 +109,10 @@ def main(argv=None):
         t[1] += r["predicted"]
     for (lat, rate), (m, p) in totals.items():
         print(f"all {lat:4d} {rate:7.1f} {m:10,d} {p:10,d} {m / p - 1:+7.1%}")
-    Path(args.output).write_text(json.dumps(dict(build=str(args.build_dir), rows=rows),
-                                            indent=1) + "\n")
+    b = load_build(args.build_dir)
+    record = dict(label=args.label, engine=b.engine.target.implementation, board=b.config.board,
+                  descriptors=len(b.engine.program.descriptors), rows=rows)
+    Path(args.output).write_text(json.dumps(record, indent=1) + "\n")
     print(f"wrote {args.output}")
 
 
