@@ -124,11 +124,11 @@ class Graph:
         for n in self._nodes:
             for source in dict.fromkeys(self.source(r) for r in n.inputs):
                 index.setdefault(source, []).append(n)
-        self._consumer_index = index
+        outer, self._consumer_index = self._consumer_index, index
         try:
             yield self
         finally:
-            self._consumer_index = None
+            self._consumer_index = outer
 
     def add(self, node: Node) -> Node:
         if node.name in self._index:

@@ -178,3 +178,20 @@ def test_range_analysis_refuses_what_int64_cannot_hold():
     with pytest.raises(ValueError, match=rf"{node.name}: its product before the shift "
                                          r"can reach 2\*\*\d+, beyond int64"):
         analyze_ranges(graph)
+
+
+def test_consumers_from_the_index_are_the_scans():
+    """Within ``Graph.unchanged`` a node's readers come from one index: the same nodes
+    in the same order as the scan, nested or not; after it the graph scans again (a
+    pass that changes the graph sees its changes)."""
+    g = compile_model(random_model(3, bases=3, stages=[[4, 1, 1], [6, 1, 2]],
+                                   stem_channels=4, image_size=6, shortcut="conv"))
+    scanned = {n.name: g.consumers(n.name) for n in g}
+    assert any(len(v) > 1 for v in scanned.values())
+    with g.unchanged():
+        with g.unchanged():
+            assert {n.name: g.consumers(n.name) for n in g} == scanned
+        assert {n.name: g.consumers(n.name) for n in g} == scanned
+    reader = scanned[g.input][0]
+    reader.inputs = []
+    assert reader not in g.consumers(g.input)
