@@ -47,10 +47,10 @@ def _dram(text):
     return DramModel(latency=int(latency), bytes_per_cycle=float(rate))
 
 
-def measure(build_dir, drams, seed=4, only=None, progress=print):
+def measure(b, build_dir, drams, seed=4, only=None, progress=print):
     """Rows of ``{index, opcode, dram, measured, predicted, compute, memory, overhead,
-    exact}``, one per descriptor (INPUT, which does nothing, left out) and DRAM model."""
-    b = load_build(build_dir)
+    exact}``, one per descriptor (INPUT, which does nothing, left out) and DRAM model,
+    of the build ``b`` that ``load_build(build_dir)`` read."""
     program, header, config = b.engine.program, b.engine.program.header, b.engine.program.config
     rtl = build_engine_rtl(Path(build_dir) / f"{ENGINE_NAME}.v", ENGINE_NAME)
     x = b.graph[b.graph.input]
@@ -98,10 +98,11 @@ def main(argv=None):
     ap.add_argument("--label", default="", help="what the build is, for the record")
     ap.add_argument("-o", "--output", default=str(OUT))
     args = ap.parse_args(argv)
-    drams = args.dram or [load_build(args.build_dir).engine.target.dram]
+    b = load_build(args.build_dir)
+    drams = args.dram or [b.engine.target.dram]
     only = set(map(int, args.only.split(","))) if args.only else None
     print("  i opcode    lat    B/cy   measured  predicted   error")
-    rows = measure(args.build_dir, drams, only=only)
+    rows = measure(b, args.build_dir, drams, only=only)
     totals = {}
     for r in rows:
         t = totals.setdefault(tuple(r["dram"]), [0, 0])
@@ -109,7 +110,6 @@ def main(argv=None):
         t[1] += r["predicted"]
     for (lat, rate), (m, p) in totals.items():
         print(f"all {lat:4d} {rate:7.1f} {m:10,d} {p:10,d} {m / p - 1:+7.1%}")
-    b = load_build(args.build_dir)
     record = dict(label=args.label, engine=b.engine.target.implementation, board=b.config.board,
                   descriptors=len(b.engine.program.descriptors), rows=rows)
     Path(args.output).write_text(json.dumps(record, indent=1) + "\n")
