@@ -117,7 +117,9 @@ def unit_sizes(config, descriptors):
             max_kernel=max(7, *(max(d["kernel"], d["stride"]) for d in stems)),
             max_in_folds=max(17, *(d["in_folds"] for d in stems)),
             max_out_folds=max(4, *(d["out_folds"] for d in stems)),
-            max_pooled=max(64, *(d["out_w"] for d in stems)))
+            max_pooled=max(64, *(d["out_w"] for d in stems)),
+            ring_rows=_pow2(2 * max(d["dilation"] * (d["kernel"] - 1) + d["stride"]
+                                    for d in stems), 8))
     return sizes
 
 
