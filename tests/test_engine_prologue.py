@@ -13,7 +13,9 @@ import torch
 from groupnet_hw.compiler.engine.formats import TensorFormat
 from groupnet_hw.compiler.engine.params import pack_bitvec, pack_consts
 from groupnet_hw.compiler.ops import op_of
-from groupnet_hw.hw.engine.prologue import PROLOGUE_LEVELS, PrologueThreshold
+from amaranth.sim import Simulator
+
+from groupnet_hw.hw.engine.prologue import CMD_DEPTH, PROLOGUE_LEVELS, PrologueThreshold
 from groupnet_hw.sim.engine_model import _node
 from groupnet_hw.sim.streams import run_streams
 from test_engine_unpacker import words_of as unpacker_words
@@ -97,6 +99,32 @@ def test_prologue_keeps_up_with_a_word_a_cycle():
     assert run.outputs["o"] == expected
     words = 2 * 64 * 8 * 16 // 128
     assert run.cycles < words + 64 // 8 * 4 + 40
+
+
+def test_prologue_queues_the_next_rows_commands():
+    """A runner gives the next row's command while this row's words still come (so that
+    its read goes out early): with no word yet, the unit takes a row's command and
+    :data:`CMD_DEPTH` more, then holds the next; and it is not idle with them queued."""
+    dut = PrologueThreshold(arrays=2, data_width=128, max_size=16, max_channels=64)
+    accepted = []
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+
+    async def bench(ctx):
+        ctx.set(dut.settings, dict(elem_bits=16, channels=64, levels=1, width=4,
+                                   row_beats=32))
+        await ctx.tick()
+        ctx.set(dut.cmd.valid, 1)
+        ctx.set(dut.cmd.payload, dict(load=0, job=1))
+        for cycle in range(20):
+            *_, ready, idle = await ctx.tick().sample(dut.cmd.ready, dut.idle)
+            if ready:
+                accepted.append(cycle)
+            if cycle > 0:
+                assert not idle
+    sim.add_testbench(bench)
+    sim.run()
+    assert len(accepted) == CMD_DEPTH + 1, accepted
 
 
 def test_prologue_bounds():

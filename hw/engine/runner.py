@@ -832,16 +832,28 @@ class ConvRunner(wiring.Component):
         w_count = Signal(range(side_chunk))       # their words of its chunk so far
         batch_n = Signal(range(side_chunk + 1))   # words a job's chunk of the batch
         batch_words = Signal(range(arrays * side_chunk + 1))     # and of every job
+        # side words still to come (at most four batches: the FIFOs' room)
+        s_words = Signal(range(5 * arrays * side_chunk + 1))
+        side_in = s_words == 0
+        cmd_side = Signal()               # the command issued is a side batch's
         weight_words = pe * simd // dw
-        tag_layout = data.StructLayout({"weights": 1, "job_end": 1, "words": _ROW_WORD_BITS})
+        tag_layout = data.StructLayout({"weights": 1, "job_end": 1, "words": _ROW_WORD_BITS,
+                                        "side": 1})
         # (in block RAM: a word waits for its tag, which is a command's issue old)
         m.submodules.tags = tags = SyncFIFOBuffered(width=tag_layout.size, depth=_TAGS)
         head = data.View(tag_layout, tags.r_data)
         w_head = tags.r_rdy & head.weights
         o_head = tags.r_rdy & ~head.weights
+        # a side batch's words go to the side FIFOs by their tag, so that the rows'
+        # reads and the side rows' follow one another without waiting for the words
+        # before them (each wait a read latency: two an output row, 55,000 cycles of
+        # ResNet-18's frame at 224 x 224)
+        s_head = o_head & head.side
+        p_head = o_head & ~head.side
         head_taken = Signal(_ROW_WORD_BITS)           # the head command's words so far
         taken_any = self.rd.valid & self.rd.ready
         taken = taken_any & o_head        # a phase's word
+        taken_side = taken_any & s_head   # a side batch's
         taken_w = taken_any & w_head      # a weight loader's word
         head_last = head_taken == head.words - 1
         m.d.comb += tags.r_en.eq(taken_any & head_last)
@@ -865,7 +877,7 @@ class ConvRunner(wiring.Component):
         # rows go to the loader, or through the prologue (as its thresholds do) and
         # then to the loader; a map every job reads, into the replay unit, and from it
         # once a job to the prologue or the loader
-        rd_words = self.rd.valid & o_head & rd_busy & (left != 0)
+        rd_words = self.rd.valid & p_head & rd_busy & (left != 0)
         fill = to_loader & replay
         pro_in = to_pro | (to_loader & has_pro & ~replay)
         replayed = replay & ~to_pro          # the rows' words come from the replay unit
@@ -878,8 +890,9 @@ class ConvRunner(wiring.Component):
                          pro.i.payload.eq(row_payload),
                          pro.o.ready.eq(has_pro & loader.data.ready)]
         m.d.comb += [
-            self.rd.ready.eq((o_head & rd_busy & (left != 0) & (
-                to_table | to_side | to_mix | (to_consts & consts.data.ready)
+            self.rd.ready.eq((s_head & rd_busy & (left != 0))
+                             | (p_head & rd_busy & (left != 0) & (
+                to_table | to_mix | (to_consts & consts.data.ready)
                 | (to_loader & ~has_pro & ~replay & loader.data.ready) | (pro_in & pro_ready)
                 | (fill & replay_unit.i.ready)))
                 | (w_head & (~word_done | layer.weights.ready))),
@@ -902,8 +915,8 @@ class ConvRunner(wiring.Component):
         for k in range(arrays):
             m.d.comb += wv.payload.w[k].eq(word)
         for k, fifo in enumerate(side_fifos):
-            m.d.comb += fifo.w_en.eq(taken & to_side & Mux(shared_side, k < d.jobs, w_side == k))
-        with m.If(taken & to_side):
+            m.d.comb += fifo.w_en.eq(taken_side & Mux(shared_side, k < d.jobs, w_side == k))
+        with m.If(taken_side):
             with m.If(w_count == batch_n - 1):
                 m.d.sync += [w_count.eq(0),
                              w_side.eq(Mux(w_side == side_jobs - 1, 0, w_side + 1))]
@@ -1201,10 +1214,11 @@ class ConvRunner(wiring.Component):
                 m.d.comb += iy_s.eq(iy)
                 side_wanted = has_side & (oy_side != d.out_h)
                 row_next = (iy != d.in_h) & ((job != 0) | ~side_wanted | (iy_s <= need))
-                # the next row's command once the held one leaves (through a prologue,
-                # once every word before it is in: its commands are one at a time)
+                # the next row's command once the held one leaves (through a prologue
+                # too: it queues the rows' commands, so that this row's words are on
+                # their way while it takes the row before)
                 free = ~held_valid | loader.row.ready
-                with m.If(row_next & free & (~has_pro | replay | rows_in)):
+                with m.If(row_next & free):
                     m.d.sync += [held_valid.eq(1), held_row.base.eq(slot_base),
                                  held_row.array.eq(job), held_row.iy.eq(iy),
                                  held_row.last.eq(job == d.jobs - 1)]
@@ -1214,8 +1228,9 @@ class ConvRunner(wiring.Component):
                         m.next = "ROW_PLAY"
                     with m.Else():
                         m.next = "ROW_READ"
-                with m.Elif(rows_in & ~row_next & side_wanted):
-                    m.d.sync += [rd_busy.eq(0), to_loader.eq(0), to_side.eq(1), s_job.eq(0),
+                with m.Elif(~row_next & side_wanted):
+                    # (the rows' words may still come: they go to the loader by their tag)
+                    m.d.sync += [to_side.eq(1), s_job.eq(0),
                                  s_x.eq(0), s_pixel_at.eq(0),
                                  s_offset.eq(Mux(streaming, side_slice_at, 0)),
                                  s_left.eq(Mux(streaming, side_slice_words,
@@ -1236,17 +1251,17 @@ class ConvRunner(wiring.Component):
                 # a batch: every job's chunk, once the last batch's words are all in or,
                 # chunks of the same size, once only the last three batches' are still
                 # to come (then none of an earlier batch: they arrive in order)
-                overlap = rd_busy & (n == batch_n) & (left <= 3 * batch_words)
-                with m.If((s_job != 0) | ((words_in | overlap) & (s_left != 0) & room)):
+                overlap = ~side_in & (n == batch_n) & (s_words <= 3 * batch_words)
+                with m.If((s_job != 0) | ((side_in | overlap) & (s_left != 0) & room)):
                     address = _pick(s_job, side_addr)
-                    m.d.comb += [fc.valid.eq(1),
+                    m.d.comb += [fc.valid.eq(1), cmd_side.eq(1),
                                  fc.payload.address.eq(address + side_row_off + s_offset),
                                  fc.payload.length.eq(n << log_db)]
                     with m.If(fc.ready):
                         # the batch's words still to come: this chunk's too (a word may
                         # arrive in the same cycle)
                         m.d.sync += [rd_busy.eq(1), left.eq(left + n - taken)]
-                        with m.If((s_job == 0) & words_in):
+                        with m.If((s_job == 0) & side_in):
                             m.d.sync += [batch_n.eq(n), w_side.eq(0), w_count.eq(0),
                                          batch_words.eq(n * side_jobs[:bits_of(arrays)])]
                         with m.If(s_job == side_jobs - 1):
@@ -1259,9 +1274,11 @@ class ConvRunner(wiring.Component):
                     m.d.sync += [s_x.eq(s_x + 1), s_pixel_at.eq(s_pixel_at + side_pixel),
                                  s_offset.eq(s_pixel_at + side_pixel + side_slice_at),
                                  s_left.eq(side_slice_words)]
-                with m.Elif(words_in & (s_left == 0)):
+                with m.Elif(s_left == 0):
+                    # (the side row's words may still come: they go to its FIFOs by
+                    # their tag)
                     m.d.sync += [side_row_off.eq(side_row_off + d.side_pitch),
-                                 rd_busy.eq(0), to_side.eq(0), to_loader.eq(1),
+                                 to_side.eq(0),
                                  oy_side.eq(oy_side + 1), need.eq(need + d.stride)]
                     m.next = "ROW"
             with m.State("ROW_PRO"):
@@ -1335,7 +1352,7 @@ class ConvRunner(wiring.Component):
         # past the arrays' window
         ahead = Signal()
         m.d.sync += ahead.eq(iy > layer.release + d.span[:bits_of(self.ring_rows)] + _ROWS_AHEAD)
-        rows_to_read = to_loader & ~ahead & (
+        rows_to_read = to_loader & ~to_side & ~ahead & (
             (iy != d.in_h) | (filling & (fill_iy != d.in_h)))
         piece = Mux(rows_to_read, _WEIGHT_PIECE_BESIDE_ROWS, _WEIGHT_PIECE)
         piece_bytes = piece * (pe * simd // 8)
@@ -1344,8 +1361,10 @@ class ConvRunner(wiring.Component):
         w_rest = Signal.like(w_off)
         m.d.comb += w_rest.eq(w_total - w_off)
         w_len = Mux(w_rest > piece_bytes, piece_bytes, w_rest)
+        # (the rows' words in: a side batch's still to come do not hold the weights back)
+        row_words_in = ~rd_busy | (left == s_words)
         w_issue = (w_on & (w_job != d.jobs) & ~fc.valid & (w_left <= piece * weight_words)
-                   & (~rows_to_read | words_in))
+                   & (~rows_to_read | row_words_in))
         cmd_weights = Signal()
         cmd_end = Signal()
         m.d.comb += [self.rd_cmd.valid.eq(fc.valid), self.rd_cmd.payload.eq(fc.payload)]
@@ -1360,9 +1379,13 @@ class ConvRunner(wiring.Component):
         m.d.comb += [fc.ready.eq(self.rd_cmd.ready & tags.w_rdy),
                      tags.w_en.eq(sent & ((self.rd_cmd.payload.length >> log_db) != 0)),
                      tags.w_data.eq(Cat(cmd_weights, cmd_end,
-                                        (self.rd_cmd.payload.length >> log_db)[:_ROW_WORD_BITS]))]
+                                        (self.rd_cmd.payload.length >> log_db)[:_ROW_WORD_BITS],
+                                        cmd_side & ~cmd_weights))]
         with m.If(~tags.w_rdy):
             m.d.comb += self.rd_cmd.valid.eq(0)
+        side_sent = fc.valid & fc.ready & cmd_side
+        m.d.sync += s_words.eq(s_words + Mux(side_sent, fc.payload.length >> log_db, 0)
+                               - taken_side)
         with m.If(sent & cmd_weights):
             m.d.sync += [w_left.eq(w_left + (w_len >> log_db) - taken_w),
                          w_off.eq(Mux(cmd_end, 0, w_off + w_len)),
