@@ -465,9 +465,6 @@ def test_authors_resnet_k5_at_224_on_the_units(authors_at_224):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 30's 2 %: the units' cycle model is 3.5 % under "
-               "the authors' ResNet-18 at 224 (the stem's ring, the stride-2 streamed "
-               "convolutions' weight loads; docs/architecture.md section 15)")
 def test_authors_resnet_k5_at_224_near_the_cycle_model(authors_at_224):
     """The measured cycles a frame within 2 % of the report's."""
     _, b, _, _, result = authors_at_224

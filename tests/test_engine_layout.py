@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from groupnet_hw.compiler.engine.config import DE10_NANO_DRAM, DramModel, EngineConfig
-from groupnet_hw.compiler.engine.cycles import descriptor_cycles, predict
+from groupnet_hw.compiler.engine.cycles import CHUNK_SWITCH, descriptor_cycles, predict
 from groupnet_hw.compiler.engine.formats import TensorFormat, container_bits
 from groupnet_hw.compiler.engine.layout import allocate, check_no_overlap, compile_engine
 from groupnet_hw.compiler.engine.params import (pack_binary_weights, pack_bitvec, pack_consts,
@@ -263,16 +263,40 @@ def test_cycle_model_counts_the_runners_row_reads_by_hand():
               in_fmt=2, in_elem=32, in_pitch=wide, in_bytes=8 * wide, in_levels=1,
               chunk_c=16)
     c = descriptor_cycles(d, {}, cfg, dram)
-    # the epilogue's 10 beats an output fold (5 jobs' 16 sums on 8 lanes) bound 9 taps of
-    # a word; the prologue's 8 channels a cycle of 8 rows of 5 jobs take as long
-    assert c.compute == 64 * 4 * 10 == 5 * 8 * 8 * 8
-    first = c.compute / 4
+    # four chunks of one output fold: the epilogue's 10 beats an output fold (5 jobs' 16
+    # sums on 8 lanes) bound 9 taps of a word, 640 cycles a chunk; the first chunk's
+    # rows come through the prologue at 4 channels a cycle (32-bit elements, two bus
+    # words a group of 8), 8 rows of 5 jobs; the ring holds the map for the others,
+    # which each wait CHUNK_SWITCH for the chunk before
+    first = 5 * 8 * 8 * (64 // 4)
+    assert first > 64 * 10
+    assert c.compute == first + 3 * (64 * 10 + CHUNK_SWITCH)
     # 8 rows of 5 jobs, each read after the last one's words are in
     reads = max(-(-5 * 8 * wide // 8), 5 * 8 * (40 + -(-wide // 8)))
     assert reads > first
     rest = max(0, c.memory - reads)
     assert c.cycles == c.overhead + max(first, reads) + max(c.compute - first, rest)
     assert c.cycles > c.overhead + max(c.compute, c.memory)
+
+
+def test_cycle_model_of_the_stem_runner_by_hand():
+    """The stem runner computes its convolution's whole map once (one tile: its pooling
+    takes the rows as they come), reads every frame row once and its weights once, also
+    where the compiler's tiles would overlap and its weights pass half the weight
+    buffer (ResNet's 7x7 stride-2 stem, pooled 3x3 stride 2, at 64x64)."""
+    cfg, dram = EngineConfig(stem_pe=16, stem_simd=9), DramModel(latency=48, bytes_per_cycle=10.0)
+    d = _conv(flags=FLAG_BITS["int_weights"] | FLAG_BITS["shared_input"], jobs=1,
+              stages=STAGE_BITS["postop"] | STAGE_BITS["maxpool"], kernel=7, stride=2,
+              padding=3, in_h=64, in_w=64, in_c=3, in_fmt=1, in_elem=8, in_pitch=192,
+              in_bytes=64 * 192, mid_h=32, mid_w=32, out_h=16, out_w=16, out_c=64,
+              pool_kernel=3, pool_stride=2, pool_padding=1, out_fmt=2, out_elem=16,
+              out_pitch=2048, out_bytes=16 * 2048, rows_per_tile=5, n_tiles=4,
+              weight_tile_bytes=9792, param_bytes=10320, in_folds=17, out_folds=4)
+    c = descriptor_cycles(d, {}, cfg, dram)
+    # 32 x 32 convolution pixels, each 4 output folds x 17 window folds (of 9 lanes)
+    assert c.compute == 32 * 32 * 4 * 17
+    # the frame's 64 rows once, the weights and constants once, descriptor and entry
+    assert c.bytes_read == 64 * 192 + 10320 + 128 + 16
 
 
 def test_weights_over_half_the_buffer_always_stream():

@@ -9,10 +9,14 @@ For one descriptor (docs/architecture.md section 12):
   or where more, the epilogue's ``jobs * ceil(PE/lanes)`` beats an output fold, each
   beat of a residual add a cycle more for each bus word of side elements it takes
   (:func:`binary_fold_cycles`); the K jobs of a descriptor run on the ``arrays``
-  arrays in ``ceil(K/arrays)`` rounds.
-  A prologue threshold (of a fixed-point input, fusion rule 3) takes 8 channels a
-  cycle of every row it reads for every job, in parallel with the arrays: where it is
-  more, it bounds the compute.
+  arrays in ``ceil(K/arrays)`` rounds, and a weight-streaming descriptor's chunks one
+  after another. The input rows a chunk reads go into the gatherer's ring a job and
+  row at a time, beside the arrays: the row loader takes a ring word a cycle, a
+  prologue threshold (of a fixed-point input, fusion rule 3) 8 channels a cycle (4 of
+  32-bit elements), and where the rows take longer than the chunk's folds they bound
+  it (a stride-2 convolution's last chunk of one output fold). A chunk after the
+  first waits :data:`CHUNK_SWITCH` for the one before and, where the ring does not
+  hold the whole map, for its first output row's rows (:func:`binary_conv_compute`).
   The stem uses the same formula on its multiplier array, or where more its window's
   taps (gathered a cycle each) or its channels (a cycle each through the stem
   runner's pooling and post-op lane), per pixel; max pooling takes
@@ -20,18 +24,19 @@ For one descriptor (docs/architecture.md section 12):
   per pixel and input (``lanes`` = :attr:`EngineConfig.vector_lanes`), job after job;
   the head pools an element a cycle (``C`` per input pixel: the classifier head's
   pooling, an element a cycle, costs less logic than a vector's gearbox and is under
-  1 % of ResNet-18's frame) and multiplies ``classes*ceil(C/lanes)``. A convolution
-  that pools on chip computes the rows its pooling tiles need (rows shared by two tiles twice); the pooling keeps pace.
+  1 % of ResNet-18's frame) and multiplies ``classes*ceil(C/lanes)``. The stem
+  runner, which pools on chip, computes its convolution's whole map once, a row after
+  another, and its pooling keeps pace (its ring holds twice the rows a window and its
+  stride span, so that the next rows come in while a row computes).
 - memory: DRAM bytes read (the input rows the tiles use, each once: the input buffer
   is a ring that keeps a tile's halo rows for the next, :mod:`.tiling`; the
   convolution runner's row loop reads every input row, a strided 1x1 convolution's
-  unused ones too; an input
+  unused ones too, and the stem runner every frame row once; an input
   shared by the jobs of a round is read once per round (a binary convolution's: where
   the runner's row replay holds its rows, ``EngineConfig.replay_row_bytes``, and no
   residual add's side rows come between them; else once a job), a side input shared
-  so once per round too; weights once per
-  job if they fit half the weight buffer, else once per tile; other parameters once per
-  job; side inputs; the descriptor and its job table) and written (outputs), at
+  so once per round too; weights once per job if they fit half the weight buffer (the
+  stem's whole), else once per tile; other parameters once per job; side inputs; the descriptor and its job table) and written (outputs), at
   ``DramModel.bytes_per_cycle``, plus one read latency. A weight-streaming descriptor
   reads its weights once and its input once per weight chunk, or once if it is
   resident (:mod:`.tiling`).
@@ -63,12 +68,19 @@ from dataclasses import asdict, dataclass
 
 from .config import DramModel
 from .program import DESCRIPTOR, FLAG_BITS, JOB, OPCODE_CODES, STAGE_BITS, table_entries
-from .tiling import (core_row_range, input_resident, input_rows_read, map_buffer_assembles,
+from .tiling import (input_resident, input_rows_read, map_buffer_assembles,
                      map_region, n_chunks, written_row_bytes)
 
 __all__ = ["DescriptorCycles", "FrameCycles", "descriptor_cycles", "predict"]
 
 _OPCODES = {v: k for k, v in OPCODE_CODES.items()}
+#: Cycles a weight chunk after the first waits for the one before: a chunk begins once
+#: the chunk before has all its slices in the map buffer (the arrays, the epilogue and
+#: the packers drained), and its first window is gathered only then. Measured on the
+#: DE10-Nano's units (``benchmarks/unit_engine.py``, ResNet-18 K=5 at 224x224, the
+#: 14x14 and 7x7 stages' 16 and 32 chunks a descriptor): 330-350 cycles a chunk where
+#: the descriptor thresholds, 410-630 where it mixes.
+CHUNK_SWITCH = 400
 
 
 def _ceil(a, b):
@@ -115,15 +127,12 @@ class FrameCycles:
 
 
 def _core_pixels(d):
-    """Pixels the core computes per job, rows shared by two pool tiles twice."""
+    """Pixels a convolution computes per job: with a fused max pooling (the stem
+    runner's) its convolution's whole map, once (one tile: the pooling takes its rows as
+    they come)."""
     if not d["stages"] & STAGE_BITS["maxpool"]:
         return d["out_h"] * d["out_w"]
-    r = d["rows_per_tile"]
-    rows = 0
-    for t in range(d["n_tiles"]):
-        c0, c1 = core_row_range(d, t * r, min(d["out_h"], (t + 1) * r))
-        rows += c1 - c0
-    return rows * d["mid_w"]
+    return d["mid_h"] * d["mid_w"]
 
 
 def _input_passes(d, config):
@@ -134,9 +143,10 @@ def _input_passes(d, config):
 
 def _rows_read(d):
     """Input rows a descriptor reads in one pass: the convolution runner's row loop steps
-    through every input row (a strided 1x1 convolution's unused ones too); other units
-    read the rows their windows use."""
-    if d["opcode"] == OPCODE_CODES["CONV"] and not d["flags"] & FLAG_BITS["int_weights"]:
+    through every input row (a strided 1x1 convolution's unused ones too), the stem
+    runner's through every frame row once; other units read the rows their windows
+    use."""
+    if d["opcode"] == OPCODE_CODES["CONV"]:
         return d["in_h"]
     return input_rows_read(d)
 
@@ -164,6 +174,55 @@ def binary_fold_cycles(d, config):
         side_beat_bytes = config.vector_lanes * d["side_elem"] / 8
         beats = beats * (1 + side_beat_bytes / config.port_bytes)
     return max(taps * max(1, d["act_bits"]), beats)
+
+
+def _feed_cycles(d, config):
+    """Cycles a job's input row takes into the gatherer's ring: the row loader writes
+    a ring word a cycle (a pixel's channels in ``ceil(C_in/simd)`` words, as the
+    gatherer reads them), behind a prologue threshold's groups of 8 channels, a group a
+    cycle (two cycles of 32-bit elements: two bus words a group), whichever is slower
+    (``hw/engine/loader.py``, ``hw/engine/prologue.py``)."""
+    per_pixel = _ceil(d["in_c"] // d["groups"], config.simd)
+    if d["stages"] & STAGE_BITS["prologue_threshold"]:
+        per_pixel = max(per_pixel, _ceil(d["in_c"], 8) * (2 if d["in_elem"] == 32 else 1))
+    return d["in_w"] * per_pixel
+
+
+def binary_conv_compute(d, config):
+    """``(cycles, first chunk's cycles)`` of a binary convolution's compute on the
+    units: round after round, chunk after chunk (one chunk without weight streaming),
+    each the longer of its arrays' folds (:func:`binary_fold_cycles` an output fold)
+    and the rows fed into the ring where the chunk reads the input (the first chunk, or
+    every chunk unless the ring holds the whole map: :func:`_feed_cycles` a row of each
+    job), and before each chunk after the first the rows its first output row needs
+    fed again where the chunk reads them (the ring starts empty) and
+    :data:`CHUNK_SWITCH`."""
+    g, pe = d["groups"], config.pe
+    px = _core_pixels(d) * g * binary_fold_cycles(d, config)
+    folds = _ceil(d["out_c"] // g, pe)
+    if d["flags"] & FLAG_BITS["weight_stream"]:
+        per = max(1, d["chunk_c"] // pe)
+        chunks = [min(per, folds - c) for c in range(0, folds, per)]
+    else:
+        chunks = [folds]
+    rereads = not input_resident(d, config)
+    head_rows = max(1, d["dilation"] * (d["kernel"] - 1) + 1 - d["padding"])
+    total = first = 0
+    jobs_left = d["jobs"]
+    while jobs_left > 0:
+        jobs = min(jobs_left, config.arrays)
+        jobs_left -= jobs
+        feed = jobs * _rows_read(d) * _feed_cycles(d, config)
+        for c, n in enumerate(chunks):
+            reads = c == 0 or rereads
+            busy = max(px * n, feed if reads else 0)
+            if c:
+                refill = jobs * head_rows * _feed_cycles(d, config) if reads else 0
+                busy += CHUNK_SWITCH + refill
+            total += busy
+            if c == 0 and first == 0:
+                first = busy
+    return total, first
 
 
 def _serial_setup(d, op, config, dram):
@@ -213,12 +272,8 @@ def descriptor_cycles(d, header, config, dram, label=""):
                 _ceil(d["out_c"], config.stem_pe) * _ceil(n, config.stem_simd),
                 d["kernel"] ** 2, d["out_c"])
         else:
-            compute = rounds * core_px * g * _ceil(d["out_c"] // g, config.pe) * \
-                binary_fold_cycles(d, config)
+            compute, first_chunk = binary_conv_compute(d, config)
             macs = jobs * core_px * d["out_c"] * n
-            if d["stages"] & STAGE_BITS["prologue_threshold"]:
-                compute = max(compute, jobs * _input_passes(d, config) * _rows_read(d)
-                              * d["in_w"] * _ceil(d["in_c"], 8))
     elif op == "MAXPOOL":
         compute = jobs * out_px * d["kernel"] ** 2 * _ceil(d["out_c"], lanes)
     elif op in ("PIXEL", "SUBSAMPLE", "REPEAT", "MIXER", "GATE"):
@@ -241,8 +296,9 @@ def descriptor_cycles(d, header, config, dram, label=""):
                 rounds if d["flags"] & FLAG_BITS["shared_side"] else jobs)
             read += d["out_h"] * d["side_pitch"] * side_reads
         w = d["weight_tile_bytes"]
-        weight_passes = 1 if (w <= config.weight_buffer // 2
-                              or d["flags"] & FLAG_BITS["weight_stream"]) else d["n_tiles"]
+        # (the stem runner holds its weights whole: read once)
+        weight_passes = 1 if (w <= config.weight_buffer // 2 or d["flags"] & (
+            FLAG_BITS["weight_stream"] | FLAG_BITS["int_weights"])) else d["n_tiles"]
         param_jobs = 1 if op in ("MIXER", "GATE") else jobs
         read += param_jobs * (w * weight_passes + d["param_bytes"] - w)
     # tensors written: one per job; a mixer's one (aggregate) or K (gated outputs); a
@@ -284,7 +340,7 @@ def descriptor_cycles(d, header, config, dram, label=""):
         # a resident input is read while the first chunk computes, and only then: the
         # other chunks' compute cannot hide it (a prologue's wide rows, read a row and
         # job after another, make the first chunk memory-bound)
-        first = compute / n_chunks(d)
+        first = first_chunk
         in_cycles = max(_ceil(in_bytes * (rounds if shared else jobs), dram.bytes_per_cycle),
                         row_reads * (dram.latency + _ceil(d["in_pitch"], dram.bytes_per_cycle)))
         rest = max(0, memory - in_cycles)
