@@ -235,13 +235,16 @@ class ConvRunner(wiring.Component):
     -------
     Per descriptor: the job table's read, then each section's and each job's weights'
     read latency in turn, plus the datapath's latency. Rows' and side maps' reads
-    overlap (a row's goes out while the loader takes the one before it; a side row's
-    chunks a batch of every job at a time, three batches deep; a shared map's next row
-    while the replay unit gives out this one).
+    overlap (a row's goes out while the loader, or the prologue, takes the one before
+    it; a side row's chunks a batch of every job at a time, three batches deep, while
+    the rows before still arrive, and the rows after while its words do; a shared
+    map's next row while the replay unit gives out this one).
 
     Throughput
     ----------
-    The units' while a row's words stream; a read's latency between commands.
+    The units' while a row's words stream: the ring takes a ring word a cycle, a
+    prologue 8 channels a cycle (4 of 32-bit elements); a weight chunk after the first
+    begins once the one before is drained into the map buffer.
     """
 
     def __init__(self, *, arrays, pe, simd, planes=1, lanes=None, data_width=128,
