@@ -95,6 +95,26 @@ def test_the_intended_engines_estimate_is_within_5_percent_of_yosys(name):
     assert est == pytest.approx(RECORDS[name]["cyclonev"]["alm"], rel=0.05)
 
 
+def test_the_units_block_ram_is_counted_memory_by_memory():
+    """The units' block RAM, counted memory by memory from the elaborated engine, is
+    Yosys's M10K count of the DE10-Nano's engine (503: the sizing's buffers say 371),
+    and a bounded target's estimate reports it. (After a change to the units' memories,
+    synthesize it again: ``benchmarks/engine_units.py --sizes unit-engine-narrow
+    --flows cyclonev``.)"""
+    from groupnet_hw.compiler.engine.units import UnitsTarget, units_ram_blocks
+    from groupnet_hw.compiler.engine.config import DramModel
+    from groupnet_hw.compiler.engine.sizing import size_engine
+    units = engine_units.SIZES["unit-engine-narrow"][1]
+    blocks = units_ram_blocks(units)
+    assert blocks == RECORDS["unit-engine-narrow"]["cyclonev"]["cells"]["bram"]
+    config = size_engine("de10nano").config
+    bounded = UnitsTarget("de10nano", dict(units), config, DramModel.at_clock(100.0))
+    assert bounded.estimate()["cells"]["ram_bits"] == blocks * 10240
+    # before a program bounds the sizes, the sizing's buffers
+    unbounded = UnitsTarget("de10nano", {}, config, DramModel.at_clock(100.0))
+    assert unbounded.estimate()["cells"]["ram_bits"] < blocks * 10240
+
+
 def test_the_cores_records_are_keyed_by_the_cores_sources_alone():
     # the units beside the core in hw/engine must not make its records stale, and every
     # module the core elaborates from must be in its key

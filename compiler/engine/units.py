@@ -21,17 +21,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...devices import BOARDS, get_board
+from ...devices import BOARDS, get_board, get_family
 from ...engine_format import FLAG_BITS, OPCODE_CODES, STAGE_BITS
 from ...hw.engine.prologue import PROLOGUE_ELEMS, PROLOGUE_LEVELS
 from ...hw.engine.runner import RUNNER_FLAGS, RUNNER_STAGES
 from ...hw.engine.subsample_runner import SUBSAMPLE_ELEMS
 from .config import DramModel
-from .sizing import budget_limits, estimate, size_engine
+from .sizing import budget_limits, estimate, size_engine, yosys_m10k_blocks
 from .tiling import map_buffer_takes
 
 __all__ = ["UnitsTarget", "units_target", "bound", "network_bases", "network_subsamples",
-           "unit_sizes", "refusal",
+           "unit_sizes", "units_ram_blocks", "refusal",
            "program_refusal", "runner_refusal", "subsample_refusal", "map_buffer_takes"]
 
 _OPCODES = {v: k for k, v in OPCODE_CODES.items()}
@@ -123,6 +123,34 @@ def unit_sizes(config, descriptors):
     return sizes
 
 
+def units_ram_blocks(units, family="cyclonev"):
+    """Block RAMs of the engine of the units built with ``units`` (the keyword arguments
+    of :class:`~groupnet_hw.hw.engine.unit_engine.UnitEngine`), memory by memory: the
+    engine is elaborated (about a second at the DE10-Nano's size) and each memory
+    counted as Yosys maps it to Cyclone V M10K (:func:`.sizing.yosys_m10k_blocks`:
+    503 for the DE10-Nano's units, Yosys's own count), else in the family's best
+    aspect ratio (:func:`~groupnet_hw.compiler.hard_blocks.rom_blocks`; not checked
+    against Yosys). The sizing's :func:`.sizing.estimate` counts the cycle model's
+    buffers instead, which are not the units' memories (371 blocks for those 503)."""
+    from amaranth.hdl import Fragment, Shape
+    from amaranth.lib.memory import Memory
+
+    from ...hw.engine.unit_engine import UnitEngine
+    from ..hard_blocks import rom_blocks
+    blocks = 0
+    todo = [Fragment.get(UnitEngine(**units), None)]
+    while todo:
+        for sub, *_ in todo.pop().subfragments:
+            mems = [o for o in getattr(sub, "origins", None) or () if isinstance(o, Memory)]
+            if mems:
+                words, width = mems[0].depth, Shape.cast(mems[0].shape).width
+                blocks += (yosys_m10k_blocks(words, width)[0] if family == "cyclonev"
+                           else rom_blocks(words, width, family))
+            else:
+                todo.append(sub)
+    return blocks
+
+
 @dataclass(frozen=True)
 class UnitsTarget:
     """The engine of the units of a build.
@@ -156,9 +184,13 @@ class UnitsTarget:
     def estimate(self):
         """The resource estimate (:func:`.sizing.estimate`) against the board's budget:
         ``cells``, ``limits`` and ``utilisation`` over logic, block-RAM bits and DSP
-        blocks."""
+        blocks; once the units' sizes are bounded by a program (:func:`bound`), their
+        block RAM counted memory by memory (:func:`units_ram_blocks`)."""
         budget = get_board(self.board).budget()
         cells = estimate(self.config, budget["family"], self.subsampler)
+        if self.units:
+            cells["ram_bits"] = (units_ram_blocks(self.units, budget["family"])
+                                 * get_family(budget["family"]).bram_bits)
         limits = budget_limits(budget)
         return dict(cells=cells, limits=limits,
                     utilisation={k: cells[k] / limits[k] for k in cells if limits.get(k)})
