@@ -31,12 +31,13 @@ For one descriptor (docs/architecture.md section 12):
 - memory: DRAM bytes read (the input rows the tiles use, each once: the input buffer
   is a ring that keeps a tile's halo rows for the next, :mod:`.tiling`; the
   convolution runner's row loop reads every input row, a strided 1x1 convolution's
-  unused ones too, and the stem runner every frame row once; an input
-  shared by the jobs of a round is read once per round (a binary convolution's: where
-  the runner's row replay holds its rows, ``EngineConfig.replay_row_bytes``, and no
-  residual add's side rows come between them; else once a job), a side input shared
-  so once per round too; weights once per job if they fit half the weight buffer (the
-  stem's whole), else once per tile; other parameters once per job; side inputs; the descriptor and its job table) and written (outputs), at
+  unused ones too, and the stem runner every frame row once; an input shared by the
+  jobs of a round is read once per round (a binary convolution's: where the runner's
+  row replay holds its rows, ``EngineConfig.replay_row_bytes``, and no residual add's
+  side rows come between them; else once a job), a side input shared so once per
+  round too; weights once per job if they fit half the weight buffer (the stem's
+  whole), else once per tile; other parameters once per job; side inputs; the
+  descriptor and its job table) and written (outputs), at
   ``DramModel.bytes_per_cycle``, plus one read latency. A weight-streaming descriptor
   reads its weights once and its input once per weight chunk, or once if it is
   resident (:mod:`.tiling`).
@@ -207,22 +208,17 @@ def binary_conv_compute(d, config):
         chunks = [folds]
     rereads = not input_resident(d, config)
     head_rows = max(1, d["dilation"] * (d["kernel"] - 1) + 1 - d["padding"])
-    total = first = 0
-    jobs_left = d["jobs"]
-    while jobs_left > 0:
-        jobs = min(jobs_left, config.arrays)
-        jobs_left -= jobs
-        feed = jobs * _rows_read(d) * _feed_cycles(d, config)
+    row = _feed_cycles(d, config)
+    busy = []                       # each round's chunks in turn
+    for r in range(0, d["jobs"], config.arrays):
+        jobs = min(config.arrays, d["jobs"] - r)
         for c, n in enumerate(chunks):
             reads = c == 0 or rereads
-            busy = max(px * n, feed if reads else 0)
+            cycles = max(px * n, jobs * _rows_read(d) * row if reads else 0)
             if c:
-                refill = jobs * head_rows * _feed_cycles(d, config) if reads else 0
-                busy += CHUNK_SWITCH + refill
-            total += busy
-            if c == 0 and first == 0:
-                first = busy
-    return total, first
+                cycles += CHUNK_SWITCH + (jobs * head_rows * row if reads else 0)
+            busy.append(cycles)
+    return sum(busy), busy[0]
 
 
 def _serial_setup(d, op, config, dram):
