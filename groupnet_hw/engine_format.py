@@ -72,7 +72,8 @@ DESCRIPTOR_FIELDS = [
     ("out_levels", "u1", "epilogue threshold levels per channel"),
     ("const_bytes", "u1", "bytes of a constant (4 or 8) in the parameter block"),
     ("weight_bytes", "u1", "bytes of an integer weight (stem, classifier)"),
-    ("pad0", "u1", ""),
+    ("detach", "u1", "1: detached, the sequencer goes on while its unit runs, until a "
+                     "WAIT (groupnet_hw.engine_opcodes)"),
     ("rows_per_tile", "<u2", "output rows per tile"),
     ("n_tiles", "<u2", "row tiles = ceil(out_h / rows_per_tile)"),
     ("in_pitch", "<u4", "main input row pitch in bytes"),

@@ -19,7 +19,18 @@ opcode    name    fields
 0x11      COPY    ``source`` (byte 8, u32), ``destination`` (byte 12, u32), ``length``
                   (byte 16, u32): bytes, multiples of the bus word, read by the read DMA
                   and written by the write DMA; every byte checked against the window
+0x12      WAIT    none: waits until the detached descriptor (below) is done and every
+                  byte it wrote is on the bus
 ========  ======  ====================================================================
+
+A compute descriptor whose byte :data:`DETACH_OFFSET` is 1 is *detached*: the sequencer
+hands it to its unit and fetches the next descriptor at once, so that the unit runs
+beside the descriptors that follow (the stem of the next frame beside this frame's
+binary layers). One descriptor is detached at a time (a second waits for the first's
+unit); a later ``WAIT`` (and ``END``) waits for it, so a descriptor after the ``WAIT``
+may read what it wrote. Only the units of an engine's background port detach (the
+stem runner of the engine of the units); any other descriptor detached stops the engine
+with ``unsupported``.
 
 Any other opcode stops the engine with ``error_code("sequencer", "unknown_opcode")``;
 a descriptor whose magic is not :data:`DESCRIPTOR_MAGIC` with ``"bad_magic"``, one whose
@@ -29,7 +40,8 @@ index is not its place in the program (0, 1, ...) with ``"bad_index"``.
 from __future__ import annotations
 
 __all__ = ["DESCRIPTOR_BYTES", "DESCRIPTOR_MAGIC", "OPCODE_OFFSET", "INDEX_OFFSET",
-           "MAGIC_OFFSET", "COPY_FIELDS", "CONTROL_OPCODES", "END", "COPY",
+           "MAGIC_OFFSET", "DETACH_OFFSET", "COPY_FIELDS", "CONTROL_OPCODES", "END", "COPY",
+           "WAIT", "wait_descriptor",
            "encode_descriptor", "copy_descriptor", "end_descriptor"]
 
 #: Bytes per descriptor (the compiler's ``DESCRIPTOR.itemsize``).
@@ -40,11 +52,14 @@ DESCRIPTOR_MAGIC = 0x4E44
 OPCODE_OFFSET = 0
 INDEX_OFFSET = 124
 MAGIC_OFFSET = 126
+#: Byte offset of a compute descriptor's ``detach`` flag (u8, the compiler's field).
+DETACH_OFFSET = 35
 
 #: The sequencer's own opcodes.
 END = 0x10
 COPY = 0x11
-CONTROL_OPCODES = {"END": END, "COPY": COPY}
+WAIT = 0x12
+CONTROL_OPCODES = {"END": END, "COPY": COPY, "WAIT": WAIT}
 
 #: COPY's operands: name -> (byte offset, bytes), little-endian.
 COPY_FIELDS = {"source": (8, 4), "destination": (12, 4), "length": (16, 4)}
@@ -80,6 +95,11 @@ def copy_descriptor(index: int, source: int, destination: int, length: int) -> b
     """A COPY descriptor: ``length`` bytes from ``source`` to ``destination``."""
     return encode_descriptor(COPY, index, {"source": source, "destination": destination,
                                            "length": length})
+
+
+def wait_descriptor(index: int) -> bytes:
+    """A WAIT descriptor."""
+    return encode_descriptor(WAIT, index)
 
 
 def end_descriptor(index: int) -> bytes:

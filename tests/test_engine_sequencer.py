@@ -36,6 +36,7 @@ def test_descriptor_format_agrees_with_the_compilers():
     assert d.fields["opcode"][1] == op.OPCODE_OFFSET
     assert d.fields["index"][1] == op.INDEX_OFFSET
     assert d.fields["magic"][1] == op.MAGIC_OFFSET
+    assert d.fields["detach"][1] == op.DETACH_OFFSET
     assert program.DESCRIPTOR_MAGIC == op.DESCRIPTOR_MAGIC
     # the sequencer's opcodes are not compute opcodes
     assert not set(op.CONTROL_OPCODES.values()) & set(program.OPCODE_CODES.values())

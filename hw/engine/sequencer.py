@@ -36,8 +36,9 @@ from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ...engine_opcodes import (COPY, COPY_FIELDS, DESCRIPTOR_BYTES, DESCRIPTOR_MAGIC, END,
-                               INDEX_OFFSET, MAGIC_OFFSET, OPCODE_OFFSET)
+from ...engine_opcodes import (COPY, COPY_FIELDS, DESCRIPTOR_BYTES, DESCRIPTOR_MAGIC,
+                               DETACH_OFFSET, END, INDEX_OFFSET, MAGIC_OFFSET, OPCODE_OFFSET,
+                               WAIT)
 from ...engine_registers import ERROR_CAUSES, ERROR_SOURCES
 from .avalon import AvalonRegisterSignature
 from .csr import EngineCSR
@@ -89,11 +90,19 @@ class Sequencer(wiring.Component):
         unit drives the DMAs' commands and words.
     compute_done, compute_error : ``In(1)``
         Pulses of the compute unit: the descriptor's words are all given to the write
-        DMA; or it refused the descriptor (the run stops with ``unsupported``).
+        DMA; or it refused the descriptor (the run stops with ``unsupported``, whenever
+        it comes: a detached descriptor's unit refuses it while the sequencer goes on).
+    detach : ``Out(1)``
+        With ``compute``: the descriptor is detached (its byte ``DETACH_OFFSET``): the
+        sequencer fetches the next one once it is taken, and its unit's ``done`` is not
+        ``compute_done`` (the top keeps it apart).
+    background_idle : ``In(1)``
+        No detached descriptor is running (WAIT and END wait for it, then for the fence).
     wr_idle : ``In(1)``
-        The write DMA holds no descriptor (the compute fence: a compute descriptor ends
-        with many write descriptors, so the sequencer waits for the DMA to go idle after
-        ``compute_done`` rather than for one ``done``).
+        The write DMA holds no descriptor and no word to write is held before it (the
+        compute fence: a compute descriptor ends with many write descriptors, so the
+        sequencer waits for the DMA to go idle after ``compute_done`` rather than for
+        one ``done``).
     busy : ``Out(1)``
         A run is going on.
     done : ``Out(1)``
@@ -115,8 +124,8 @@ class Sequencer(wiring.Component):
 
     Throughput
     ----------
-    One descriptor at a time (the fence); a COPY moves one word per cycle when the
-    memory keeps up (the DMAs' rate).
+    One descriptor at a time (the fence), and one detached beside it; a COPY moves one
+    word per cycle when the memory keeps up (the DMAs' rate).
     """
 
     def __init__(self, *, data_width=64, addr_width=32, compute=False):
@@ -145,7 +154,8 @@ class Sequencer(wiring.Component):
             "error_code": Out(unsigned(4)),
             **({"compute": Out(stream.Signature(unsigned(DESCRIPTOR_BYTES * 8))),
                 "computing": Out(1), "compute_done": In(1), "compute_error": In(1),
-                "wr_idle": In(1)} if compute else {}),
+                "detach": Out(1), "background_idle": In(1), "wr_idle": In(1)}
+               if compute else {}),
         })
 
     def _captures(self):
@@ -154,7 +164,7 @@ class Sequencer(wiring.Component):
         and words are at least 4 bytes)."""
         bpw = self.bytes_per_word
         fields = {"opcode": (OPCODE_OFFSET, 1), "index": (INDEX_OFFSET, 2),
-                  "magic": (MAGIC_OFFSET, 2), **COPY_FIELDS}
+                  "magic": (MAGIC_OFFSET, 2), "detach": (DETACH_OFFSET, 1), **COPY_FIELDS}
         out = {}
         for name, (offset, size) in fields.items():
             assert offset // bpw == (offset + size - 1) // bpw, name
@@ -217,9 +227,14 @@ class Sequencer(wiring.Component):
                     self._fail(m, "bad_magic")
                 with m.Elif(f["index"] != index):
                     self._fail(m, "bad_index")
-                with m.Elif(f["opcode"] == END):
+                with m.Elif((f["opcode"] == END) & (not self.compute_unit)):
                     m.d.sync += self.done.eq(1)
                     m.next = "IDLE"
+                with m.Elif((f["opcode"] == END) | (f["opcode"] == WAIT)):
+                    if self.compute_unit:
+                        m.next = "WAIT"
+                    else:
+                        self._fail(m, "unknown_opcode")
                 with m.Elif(f["opcode"] == COPY):
                     m.d.sync += [rd_sent.eq(0), wr_sent.eq(0)]
                     m.next = "ISSUE"
@@ -230,7 +245,7 @@ class Sequencer(wiring.Component):
                         self._fail(m, "unknown_opcode")
                 self._exits(m, dma_error)
             if self.compute_unit:
-                self._compute_states(m, pc, index, dma_error)
+                self._compute_states(m, f, pc, index, dma_error)
             with m.State("ISSUE"):
                 # both DMAs get their descriptor; each is held until taken
                 m.d.comb += [
@@ -266,12 +281,18 @@ class Sequencer(wiring.Component):
         ]
         return m
 
-    def _compute_states(self, m, pc, index, dma_error):
+    def _compute_states(self, m, f, pc, index, dma_error):
         """Hand the descriptor over, wait for the unit, then the fence: the write DMA
-        idle, so that the next fetch (or a later descriptor's reads) sees every write."""
+        idle, so that the next fetch (or a later descriptor's reads) sees every write.
+        A detached descriptor is only handed over; WAIT and END wait for it."""
+        detached = f["detach"] != 0
         with m.State("COMPUTE"):
-            m.d.comb += [self.compute.valid.eq(1), self.computing.eq(1)]
-            with m.If(self.compute.ready):
+            m.d.comb += [self.compute.valid.eq(1), self.computing.eq(1),
+                         self.detach.eq(detached)]
+            with m.If(self.compute.ready & detached):
+                m.d.sync += [pc.eq(pc + DESCRIPTOR_BYTES), index.eq(index + 1)]
+                m.next = "FETCH"
+            with m.Elif(self.compute.ready):
                 m.next = "COMPUTING"
             self._exits(m, dma_error)
         with m.State("COMPUTING"):
@@ -287,10 +308,24 @@ class Sequencer(wiring.Component):
                 m.d.sync += [pc.eq(pc + DESCRIPTOR_BYTES), index.eq(index + 1)]
                 m.next = "FETCH"
             self._exits(m, dma_error)
+        with m.State("WAIT"):
+            # WAIT and END: the detached descriptor done, then the fence
+            with m.If(self.background_idle & self.wr_idle):
+                with m.If(f["opcode"] == END):
+                    m.d.sync += self.done.eq(1)
+                    m.next = "IDLE"
+                with m.Else():
+                    m.d.sync += [pc.eq(pc + DESCRIPTOR_BYTES), index.eq(index + 1)]
+                    m.next = "FETCH"
+            self._exits(m, dma_error)
 
     def _exits(self, m, dma_error):
-        """The transitions every running state has, last so that they win: a DMA's
-        refusal ends the run (the DMA reported it), a soft reset stops at once."""
+        """The transitions every running state has, last so that they win: a compute
+        unit's refusal (of a detached descriptor, in any state) and a DMA's end the run
+        (the DMA reported its own), a soft reset stops at once."""
+        if self.compute_unit:
+            with m.If(self.compute_error):
+                self._fail(m, "unsupported")
         with m.If(dma_error):
             m.next = "ABORT"
         with m.If(self.soft_reset):

@@ -23,6 +23,7 @@ from amaranth.lib import data, stream, wiring
 from ...engine_format import FLAG_BITS, OPCODE_CODES
 from .classifier import PooledClassifier
 from .dma import descriptor_layout
+from .port_share import PortShare
 from .runner import ConvRunner, descriptor_fields
 from .sequencer import Sequencer, engine_members, wire_engine
 from .stem_runner import StemRunner
@@ -105,6 +106,7 @@ class UnitEngine(wiring.Component):
     def __init__(self, *, data_width=128, max_burst=16, max_outstanding=8, buffer_depth=None,
                  head_size=8, max_classes=1024, stem=None, subsample=None, **runner):
         self.sequencer = Sequencer(data_width=data_width, compute=True)
+        self.max_burst = max_burst
         runner.setdefault("chunk", max_burst)
         self.runner = ConvRunner(data_width=data_width, **runner)
         r = self.runner
@@ -137,15 +139,27 @@ class UnitEngine(wiring.Component):
         # the head's products on the mixer lanes' multipliers, idle while the head runs
         # (the two never run at once)
         wiring.connect(m, head.loan, runner.loan)
-        # the head, the stem runner and the subsampler have the DMAs from their
-        # descriptor to their done, the convolution runner otherwise
-        heading, stemming = ~head.idle, ~stem.idle
+        # the stem runner is on the background side of the DMAs (it may run detached,
+        # beside the rest); the head and the subsampler have the foreground from their
+        # descriptor to their done, the convolution runner otherwise, the sequencer
+        # between descriptors
+        m.submodules.share = share = ResetInserter(stop)(PortShare(
+            data_width=rd.o.payload.shape().width, addr_width=runner.addr_width,
+            piece=self.max_burst))
+        wiring.connect(m, stem.rd_cmd, share.bg_rd_cmd)
+        wiring.connect(m, stem.wr_cmd, share.bg_wr_cmd)
+        wiring.connect(m, stem.wr, share.bg_wr)
+        wiring.connect(m, share.bg_rd, stem.rd)
+        wiring.connect(m, share.rd_cmd, rd.cmd)
+        wiring.connect(m, share.wr_cmd, wr.cmd)
+        wiring.connect(m, share.wr_words, wr.i)
+        wiring.connect(m, rd.o, share.rd_words)
+        heading = ~head.idle
         subsampling = ~sub.idle if sub is not None else None
         cmd = stream.Signature(descriptor_layout(runner.addr_width))
         words = stream.Signature(rd.o.payload.shape())
         rd_cmd, wr_cmd, wr_words = runner.rd_cmd, runner.wr_cmd, runner.wr
-        whole_units = ((stemming, stem), (heading, head)) + \
-            (((subsampling, sub),) if sub is not None else ())
+        whole_units = ((heading, head),) + (((subsampling, sub),) if sub is not None else ())
         for owner, unit in whole_units:
             shared = cmd.create(), cmd.create(), words.create()
             _shared(m, owner, unit.rd_cmd, rd_cmd, shared[0])
@@ -153,26 +167,24 @@ class UnitEngine(wiring.Component):
             _shared(m, owner, unit.wr, wr_words, shared[2])
             rd_cmd, wr_cmd, wr_words = shared
         c = seq.computing
-        _shared(m, c, rd_cmd, seq.rd_cmd, rd.cmd)
-        _shared(m, c, wr_cmd, seq.wr_cmd, wr.cmd)
-        _shared(m, c, wr_words, seq.copy, wr.i)
-        running = c & ~heading & ~stemming
+        _shared(m, c, rd_cmd, seq.rd_cmd, share.fg_rd_cmd)
+        _shared(m, c, wr_cmd, seq.wr_cmd, share.fg_wr_cmd)
+        _shared(m, c, wr_words, seq.copy, share.fg_wr)
+        fg = share.fg_rd
+        running = c & ~heading
         others_ready = runner.rd.ready
         if sub is not None:
             running = running & ~subsampling
             others_ready = Mux(subsampling, sub.rd.ready, runner.rd.ready)
-        m.d.comb += [runner.rd.valid.eq(running & rd.o.valid),
-                     head.rd.valid.eq(c & heading & rd.o.valid),
-                     stem.rd.valid.eq(c & stemming & rd.o.valid),
-                     runner.rd.payload.eq(rd.o.payload), head.rd.payload.eq(rd.o.payload),
-                     stem.rd.payload.eq(rd.o.payload),
-                     seq.words.valid.eq(~c & rd.o.valid), seq.words.payload.eq(rd.o.payload),
-                     rd.o.ready.eq(Mux(c, Mux(heading, head.rd.ready,
-                                              Mux(stemming, stem.rd.ready, others_ready)),
-                                       seq.words.ready))]
+        m.d.comb += [runner.rd.valid.eq(running & fg.valid),
+                     head.rd.valid.eq(c & heading & fg.valid),
+                     runner.rd.payload.eq(fg.payload), head.rd.payload.eq(fg.payload),
+                     seq.words.valid.eq(~c & fg.valid), seq.words.payload.eq(fg.payload),
+                     fg.ready.eq(Mux(c, Mux(heading, head.rd.ready, others_ready),
+                                     seq.words.ready))]
         if sub is not None:
-            m.d.comb += [sub.rd.valid.eq(c & subsampling & rd.o.valid),
-                         sub.rd.payload.eq(rd.o.payload)]
+            m.d.comb += [sub.rd.valid.eq(c & subsampling & fg.valid),
+                         sub.rd.payload.eq(fg.payload)]
         # the descriptor to the unit of its opcode; INPUT is done at once
         fields = data.View(descriptor_fields(), seq.compute.payload)
         to_head = fields.opcode == OPCODE_CODES["HEAD"]
@@ -181,26 +193,36 @@ class UnitEngine(wiring.Component):
         to_sub = fields.opcode == OPCODE_CODES["SUBSAMPLE"] if sub is not None else Const(0)
         to_stem = (fields.opcode == OPCODE_CODES["CONV"]) & \
             ((fields.flags & FLAG_BITS["int_weights"]) != 0)
-        input_done = Signal()
-        m.d.sync += input_done.eq(seq.compute.valid & to_input)
         runner_ready = to_input | runner.desc.ready
-        done = runner.done | head.done | stem.done
-        error = runner.error | head.error | stem.error
+        # a detached stem's done is not the foreground's (the sequencer has gone on);
+        # only the stem detaches
+        stem_detached = Signal()
+        with m.If(stem.desc.valid & stem.desc.ready & seq.detach):
+            m.d.sync += stem_detached.eq(1)
+        with m.Elif(stem.done | stem.error | stop):
+            m.d.sync += stem_detached.eq(0)
+        bad_detach = seq.compute.valid & seq.detach & ~to_stem
+        offer = seq.compute.valid & ~bad_detach
+        input_done = Signal()
+        m.d.sync += input_done.eq(offer & to_input)
+        done = runner.done | head.done | (stem.done & ~stem_detached)
+        error = runner.error | head.error | stem.error | bad_detach
         if sub is not None:
             runner_ready = Mux(to_sub, sub.desc.ready, runner_ready)
             done, error = done | sub.done, error | sub.error
-        m.d.comb += [runner.desc.valid.eq(seq.compute.valid & ~to_head & ~to_input & ~to_stem
-                                          & ~to_sub),
-                     head.desc.valid.eq(seq.compute.valid & to_head),
-                     stem.desc.valid.eq(seq.compute.valid & to_stem),
+        m.d.comb += [runner.desc.valid.eq(offer & ~to_head & ~to_input & ~to_stem & ~to_sub),
+                     head.desc.valid.eq(offer & to_head),
+                     stem.desc.valid.eq(offer & to_stem),
                      runner.desc.payload.eq(seq.compute.payload),
                      head.desc.payload.eq(seq.compute.payload),
                      stem.desc.payload.eq(seq.compute.payload),
-                     seq.compute.ready.eq(Mux(to_head, head.desc.ready,
-                                              Mux(to_stem, stem.desc.ready, runner_ready))),
+                     seq.compute.ready.eq(~bad_detach & Mux(to_head, head.desc.ready,
+                                                            Mux(to_stem, stem.desc.ready,
+                                                                runner_ready))),
                      seq.compute_done.eq(done | input_done),
                      seq.compute_error.eq(error),
-                     *([sub.desc.valid.eq(seq.compute.valid & to_sub),
+                     *([sub.desc.valid.eq(offer & to_sub),
                         sub.desc.payload.eq(seq.compute.payload)] if sub is not None else []),
-                     seq.wr_idle.eq(~wr.busy)]
+                     seq.background_idle.eq(~stem_detached),
+                     seq.wr_idle.eq(~wr.busy & share.bg_idle)]
         return m
