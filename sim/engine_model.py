@@ -27,10 +27,12 @@ from ..compiler.engine.params import (level_block_bytes, sections, tap_aligned_w
 from ..compiler.engine.program import (DESCRIPTOR, DESCRIPTOR_MAGIC, END_OPCODE, FLAG_BITS,
                                        HEADER, JOB, MAGIC, OPCODE_CODES, STAGE_BITS,
                                        VERSION, ProgramError, decode, table_entries)
+from ..engine_opcodes import WAIT
 from ..compiler.graph import Node
 from ..compiler.ops import op_of
 
-__all__ = ["run_program", "first_mismatch", "Mismatch", "read_program"]
+__all__ = ["run_program", "run_frames_in_flight", "first_mismatch", "Mismatch",
+           "read_program", "read_descriptors"]
 
 _OPCODES = {v: k for k, v in OPCODE_CODES.items()}
 
@@ -438,6 +440,53 @@ def run_program(program, image, frames):
     outputs = [[torch.stack([f[j] for f in frames_out]) for j in range(len(frames_out[0]))]
                for frames_out in per_desc]
     return torch.stack(logits), outputs
+
+
+def read_descriptors(image, base, address):
+    """The compute descriptors of the program at ``address`` in ``image`` (from byte
+    address ``base``), up to its END; a WAIT is left out (this model runs a detached
+    descriptor to its end before the next, so there is nothing to wait for)."""
+    descs, at = [], address - base
+    while True:
+        chunk = bytes(image[at:at + DESCRIPTOR.itemsize])
+        if len(chunk) != DESCRIPTOR.itemsize:
+            raise ProgramError(f"the program at {address:#x} has no END")
+        d = decode(chunk, DESCRIPTOR)
+        if d["magic"] != DESCRIPTOR_MAGIC:
+            raise ProgramError(f"the program at {address:#x}: bad magic at {base + at:#x}")
+        if d["opcode"] == END_OPCODE:
+            return descs
+        if d["opcode"] != WAIT:
+            descs.append(d)
+        at += DESCRIPTOR.itemsize
+
+
+def run_frames_in_flight(program, image, frames):
+    """Run a stream of frames as a host runs frames in flight (:mod:`~groupnet_hw.
+    compiler.engine.frames`): each detached stem to its end before the descriptors after
+    it (the engine runs them side by side on tensors apart, so the values are the same).
+    Returns the logits, int64 [N, classes]."""
+    from ..compiler.engine.frames import frame_runs
+    header = program.header
+    mem = _Memory(image, header["base"])
+    frames = torch.as_tensor(frames)
+    if frames.dim() == 3:
+        frames = frames.unsqueeze(1)
+    in_f = _fmt(header["in_fmt"], header["in_elem"], header["in_c"], header["in_h"],
+                header["in_w"], header["port_bytes"])
+    out_f = _fmt(header["out_fmt"], header["out_elem"], header["classes"], 1, 1,
+                 header["port_bytes"])
+    logits = []
+    for address, frame, slot, done in frame_runs(header, len(frames)):
+        if frame is not None:
+            mem.where = "the host"
+            mem.write(slot, in_f.pack(frames[frame].to(torch.int64).numpy()), "input frame")
+        for d in read_descriptors(image, header["base"], address):
+            run_descriptor(d, header, mem)
+        if done is not None:
+            mem.where = "the host"
+            logits.append(mem.read_rows(header["out_addr"], out_f, 0, 1, "logits").reshape(-1))
+    return torch.stack(logits)
 
 
 class Mismatch:

@@ -22,6 +22,7 @@ import torch
 from .. import engine_registers as regs
 from .. import engine_opcodes as eop
 from ..compiler.engine.formats import TensorFormat
+from ..compiler.engine.frames import frame_runs
 from ..compiler.engine.program import DESCRIPTOR, JOB, decode
 from ..compiler.execute import execute
 from .engine_model import _formats, first_mismatch
@@ -29,7 +30,7 @@ from .engine_rtl import run_engine_rtl
 from .verify import VerifyResult, first_divergence
 
 __all__ = ["frame_image", "cut_after", "descriptor_outputs", "read_logits", "run_program_rtl",
-           "first_mismatching_descriptor", "verify_engine"]
+           "run_frames_rtl", "first_mismatching_descriptor", "verify_engine"]
 
 
 def _input_format(h):
@@ -89,6 +90,41 @@ def run_program_rtl(rtl, program, image, **kw):
     kw.setdefault("max_cycles", 2_000_000_000)
     return run_engine_rtl(rtl, image, window=(h["base"], h["base"] + len(image)),
                           program_address=h["desc_addr"], base=h["base"], **kw)
+
+
+def run_frames_rtl(rtl, program, frames, **kw):
+    """Run ``frames`` ([N, C, H, W] uint8) in flight on the engine ``rtl``, START after
+    START as a host does (:func:`~groupnet_hw.compiler.engine.frames.frame_runs`: the
+    next frame's stem detached beside each frame's rest), the image carried from run to
+    run. Returns ``(logits, runs)``: each frame's logits (1-D int64) and every run
+    (:class:`~.engine_rtl.EngineRTLRun`; the first computes frame 0's stem alone).
+
+    Raises
+    ------
+    EngineRunError
+        A run stopped with an error status instead of DONE.
+    """
+    h = program.header
+    fmt = _input_format(h)
+    image = bytearray(program.image)
+    kw.setdefault("max_cycles", 2_000_000_000)
+    logits, runs = [], []
+    for address, frame, slot, done in frame_runs(h, len(frames)):
+        if frame is not None:
+            lo = slot - h["base"]
+            image[lo:lo + fmt.nbytes] = fmt.pack(
+                torch.as_tensor(frames[frame]).to(torch.int64).numpy()).tobytes()
+        run = run_engine_rtl(rtl, image, window=(h["base"], h["base"] + len(image)),
+                             program_address=address, base=h["base"], **kw)
+        if not run.status & 2 or run.status & 4:
+            raise EngineRunError(f"run {len(runs)} of frames in flight: the engine stopped "
+                                 f"with STATUS {run.status:#x} "
+                                 f"({regs.decode_error(run.error_code)})")
+        image = bytearray(run.image_after)
+        runs.append(run)
+        if done is not None:
+            logits.append(read_logits(program, image))
+    return logits, runs
 
 
 def first_mismatching_descriptor(rtl, program, image, values, **kw):

@@ -546,3 +546,32 @@ def test_resnet18_at_224_on_the_de10_nanos_units_near_the_cycle_model():
             predicted += descriptor_cycles(descs[i], program.header, DE10_NANO_CONFIG,
                                            DE10_NANO_DRAM).cycles
     assert measured == pytest.approx(predicted, rel=0.10), (measured, predicted)
+
+
+@pytest.mark.parametrize("stall, latency", [(0.0, 1), (0.3, 40)])
+@pytest.mark.parametrize("name", sorted(WHOLE))
+def test_frames_in_flight_give_every_frames_logits_on_verilator(engine_rtl, name, stall,
+                                                              latency):
+    """Three frames in flight (compiler/engine/frames.py): the first START computes frame
+    0's stem, each later one a frame's rest with the next frame's stem detached beside
+    it, on tensors apart; every frame's logits are the integer graph's, and a run of
+    the rest and a stem together takes less than the two one after the other."""
+    import torch
+
+    from groupnet_hw.compiler.engine.layout import compile_engine
+    from groupnet_hw.compiler.execute import execute
+    from groupnet_hw.sim.engine_verify import run_frames_rtl
+    from test_engine_program import images_for
+    g = compile_model(random_model(3, **WHOLE[name]))
+    program = compile_engine(g, CONFIG, base=BASE)
+    frames = images_for(g, 3)
+    kw = dict(latency=latency, bytes_per_cycle=4, stall=stall, seed=len(name))
+    logits, runs = run_frames_rtl(engine_rtl, program, frames, **kw)
+    want = execute(g, frames)[g.output].reshape(3, -1)
+    for n in range(3):
+        assert torch.equal(logits[n], want[n]), n
+    if not stall:
+        from groupnet_hw.sim.engine_verify import frame_image, run_program_rtl
+        alone = run_program_rtl(engine_rtl, program, frame_image(program, frames[0]), **kw)
+        # first: INPUT and the stem; alone: the same and the rest, one after the other
+        assert runs[1].cycles + runs[0].cycles // 2 < alone.cycles

@@ -122,6 +122,12 @@ class EngineConfig:
         Signed bits of a post-op scale ``A`` in the epilogue lanes: one multiplier a
         lane, the sum being the other operand. 18 for the intended engine; None for
         the core as built (its multipliers take ``MUL_BITS``).
+    frames_in_flight : bool
+        The image also holds the programs that run the next frame's stem, detached,
+        beside this frame's other descriptors (:mod:`.frames`): a stream of frames then
+        takes the longer of the two a frame. True for the intended engine, whose stem
+        runner shares the DMAs from their background side; False for the core as
+        built.
     """
 
     arrays: int = 5
@@ -148,6 +154,7 @@ class EngineConfig:
     tap_aligned_weights: bool = True
     coefficient_fraction: int | None = 12
     scale_bits: int | None = 18
+    frames_in_flight: bool = True
 
     def __post_init__(self):
         _positive("EngineConfig", arrays=self.arrays, pe=self.pe, simd=self.simd,

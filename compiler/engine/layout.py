@@ -30,6 +30,7 @@ from ...numerics import signed_width
 from .config import EngineConfig
 from .formats import POWER_OF_TWO_FIXED, TensorFormat, container_bits, round_up
 from .fusion import Group, fuse, give_back_prologues, main_ref, side_ref
+from .frames import add_frames_in_flight, stem_index
 from .gather import unit_geometry
 from .params import (int_bytes, level_block_bytes, pack_binary_weights, pack_bitvec,
                      pack_consts, pack_int_weights, sections, tap_aligned_weights)
@@ -492,6 +493,12 @@ def compile_engine(g, config=None, base=DEFAULT_BASE):
     header = dict(magic=MAGIC, version=VERSION, n_desc=len(groups) + 1, base=base,
                   desc_bytes=DESCRIPTOR.itemsize, **packing)
     descs = [_descriptor(grp, i, g, fmts, config) for i, grp in enumerate(groups)]
+    stem = stem_index(descs) if config.frames_in_flight else None
+    if stem is not None:
+        # the next frame's stem writes these while this frame's later descriptors run:
+        # no tensor of theirs may take the bytes (:mod:`.frames`)
+        for r in outputs[stem]:
+            lifetimes[r] = (lifetimes[r][0], len(groups))
     # parameter blocks: one per job (a mixer's one block, shared by its entries)
     blocks = []
     for grp, d in zip(groups, descs):
@@ -564,8 +571,9 @@ def compile_engine(g, config=None, base=DEFAULT_BASE):
                                                    magic=DESCRIPTOR_MAGIC), DESCRIPTOR)
     decoded = [decode(image[desc_addr - base + i * 128: desc_addr - base + (i + 1) * 128], DESCRIPTOR)
                for i in range(len(descs))]
-    return EngineProgram(config, groups, decoded, decode(image[:HEADER.itemsize], HEADER), image,
-                         tensors, outputs, g, lifetimes)
+    program = EngineProgram(config, groups, decoded, decode(image[:HEADER.itemsize], HEADER),
+                            image, tensors, outputs, g, lifetimes)
+    return add_frames_in_flight(program) if stem is not None else program
 
 
 def _encode_descriptor(d, header):

@@ -72,6 +72,11 @@ _HEADER_FIELDS = [
     ("param_bytes", "<u4", "its size"),
     ("table_addr", "<u4", "job-table region"),
     ("table_bytes", "<u4", "its size"),
+    ("in_addr_b", "<u4", "frames in flight: the input frame's second slot (0: none)"),
+    ("first_addr", "<u4", "frames in flight: the program of the first frame's stem"),
+    ("next_addr_a", "<u4", "frames in flight: the program of the rest of the frame in "
+                           "slot A and the stem of the frame in slot B"),
+    ("next_addr_b", "<u4", "frames in flight: the same with the slots swapped"),
 ]
 
 HEADER = np.dtype([(n, t) for n, t, _ in _HEADER_FIELDS])

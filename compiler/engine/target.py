@@ -120,9 +120,11 @@ class EngineTarget:
 #: The program choices of :class:`EngineConfig` that the core as built cannot run, off:
 #: no level outputs (it has no threshold behind its mixer), maps in power-of-two
 #: containers (its element reader's widths) and binary weights in the flat window's
-#: folds (its gather packs a tap's channels against the previous tap's).
+#: folds (its gather packs a tap's channels against the previous tap's), and no frames
+#: in flight (its sequencer detaches nothing).
 CORE_PROGRAM = dict(levels_at_producer=False, fixed_containers=POWER_OF_TWO_FIXED,
-                    tap_aligned_weights=False, coefficient_fraction=None, scale_bits=None)
+                    tap_aligned_weights=False, coefficient_fraction=None, scale_bits=None,
+                    frames_in_flight=False)
 
 
 def core_config(core, clock_mhz=100.0):
