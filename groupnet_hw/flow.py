@@ -344,8 +344,8 @@ def _schedule(b: Build, source, out_dir):
     wanted = b.config.fps or (b.config.target_cycles and clock * 1e6 / b.config.target_cycles)
     if wanted and fps < wanted:
         raise FlowError(f"the layer-sequential engine reaches {fps:.3g} frames/s at {clock:g} MHz "
-                        f"({prediction.cycles:,} cycles/frame), below the {wanted:.3g} asked; "
-                        "drop --fps/--target-cycles or raise --engine-clock")
+                        f"({prediction.frame_interval:,} cycles/frame), below the {wanted:.3g} "
+                        "asked; drop --fps/--target-cycles or raise --engine-clock")
 
 
 def _units_engine(b: Build, reason):
@@ -499,7 +499,7 @@ def _write_engine(b: Build, staging: Path):
         board=b.config.board, options=_manifest_options(b.config),
         verilog=f"{ENGINE_NAME}.v", toplevel=ENGINE_NAME,
         verilog_sha256=file_sha256(staging / f"{ENGINE_NAME}.v"),
-        in_width=0, out_width=0, frame_cycles=b.engine.prediction.cycles,
+        in_width=0, out_width=0, frame_cycles=b.engine.prediction.frame_interval,
         backend="sequential", image=ENGINE_IMAGE,
         image_sha256=file_sha256(staging / ENGINE_IMAGE))
 
@@ -744,7 +744,8 @@ def _verify_engine(b: Build, images, simulator, stall, seed, root, progress):
     try:
         return verify_engine(b.model, b.graph, b.engine.program, rtl, images,
                              latency=dram.latency, bytes_per_cycle=dram.bytes_per_cycle,
-                             stall=stall, seed=seed, predicted_cycles=b.engine.prediction.cycles,
+                             stall=stall, seed=seed,
+                             predicted_cycles=b.engine.prediction.frame_interval,
                              progress=progress)
     except EngineRunError as exc:
         raise FlowError(f"{exc}: the program and the engine disagree; please report this") from None

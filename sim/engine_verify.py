@@ -92,12 +92,13 @@ def run_program_rtl(rtl, program, image, **kw):
                           program_address=h["desc_addr"], base=h["base"], **kw)
 
 
-def run_frames_rtl(rtl, program, frames, **kw):
+def run_frames_rtl(rtl, program, frames, progress=None, **kw):
     """Run ``frames`` ([N, C, H, W] uint8) in flight on the engine ``rtl``, START after
     START as a host does (:func:`~groupnet_hw.compiler.engine.frames.frame_runs`: the
     next frame's stem detached beside each frame's rest), the image carried from run to
     run. Returns ``(logits, runs)``: each frame's logits (1-D int64) and every run
     (:class:`~.engine_rtl.EngineRTLRun`; the first computes frame 0's stem alone).
+    ``progress(text)`` is called before each run.
 
     Raises
     ------
@@ -110,6 +111,8 @@ def run_frames_rtl(rtl, program, frames, **kw):
     kw.setdefault("max_cycles", 2_000_000_000)
     logits, runs = [], []
     for address, frame, slot, done in frame_runs(h, len(frames)):
+        if progress:
+            progress(f"frame {0 if done is None else done + 1}/{len(frames)} on the engine")
         if frame is not None:
             lo = slot - h["base"]
             image[lo:lo + fmt.nbytes] = fmt.pack(
@@ -159,7 +162,9 @@ def verify_engine(model, graph, program, rtl, images, *, latency, bytes_per_cycl
     seed : int
     predicted_cycles : int, optional
         The cycle model's cycles per frame under the same DRAM, reported beside the
-        measured mean (stall-free runs only).
+        measured mean (stall-free runs only): with frames in flight (the program's
+        header names their programs), the model's ``frame_interval``, for the images
+        run as a stream and each run after the first measured.
     progress : callable, optional
         ``progress(text)``.
 
@@ -167,7 +172,8 @@ def verify_engine(model, graph, program, rtl, images, *, latency, bytes_per_cycl
     -------
     VerifyResult
         ``first_mismatch`` names the image, the logit and the first descriptor whose
-        output tensor in DRAM differs.
+        output tensor in DRAM differs (the one-frame program, cut after each
+        descriptor, on that image).
     """
     images = torch.as_tensor(images).to(torch.uint8)
     frames = images if images.dim() == 4 else images.unsqueeze(1)
@@ -179,17 +185,26 @@ def verify_engine(model, graph, program, rtl, images, *, latency, bytes_per_cycl
     kw = dict(latency=latency, bytes_per_cycle=bytes_per_cycle, stall=stall)
     exact, first, first_idx, cycles, sim_s = 0, None, None, [], 0.0
     t0 = time.perf_counter()
+    in_flight = bool(program.header["next_addr_a"])
+    if in_flight:
+        # a stream: a frame's cycles are a run's after the first (its stem alone)
+        stream, runs = run_frames_rtl(rtl, program, frames, progress, seed=seed, **kw)
+        sim_s = sum(r.sim_seconds for r in runs)
+        cycles = [r.cycles for r in runs[1:]]
     for n in range(len(frames)):
-        if progress:
-            progress(f"image {n + 1}/{len(frames)} on the engine")
         image = frame_image(program, frames[n])
-        run = run_program_rtl(rtl, program, image, seed=seed + n, **kw)
-        sim_s += run.sim_seconds
-        if not run.status & 2 or run.status & 4:
-            raise EngineRunError(f"image {n}: the engine stopped with STATUS "
-                                 f"{run.status:#x} ({regs.decode_error(run.error_code)})")
-        cycles.append(run.cycles)
-        logits = read_logits(program, run.image_after)
+        if in_flight:
+            logits = stream[n]
+        else:
+            if progress:
+                progress(f"image {n + 1}/{len(frames)} on the engine")
+            run = run_program_rtl(rtl, program, image, seed=seed + n, **kw)
+            sim_s += run.sim_seconds
+            if not run.status & 2 or run.status & 4:
+                raise EngineRunError(f"image {n}: the engine stopped with STATUS "
+                                     f"{run.status:#x} ({regs.decode_error(run.error_code)})")
+            cycles.append(run.cycles)
+            logits = read_logits(program, run.image_after)
         want = expected.logits[n].reshape(-1)
         if torch.equal(logits, want):
             exact += 1

@@ -211,7 +211,7 @@ def _conv(**over):
              dilation=1, padding=1, in_h=8, in_w=8, in_c=64, out_h=8, out_w=8, out_c=64,
              side_c=0, groups=1, in_fmt=0, in_elem=1, side_fmt=0, side_elem=0, out_fmt=0,
              out_elem=1, act_bits=0, in_levels=0, out_levels=1, const_bytes=4, weight_bytes=0,
-             rows_per_tile=8, n_tiles=1, in_pitch=64, side_pitch=0, out_pitch=64,
+             detach=0, rows_per_tile=8, n_tiles=1, in_pitch=64, side_pitch=0, out_pitch=64,
              in_bytes=512, out_bytes=512, table_addr=0, param_bytes=4800,
              weight_tile_bytes=4608, chunk_c=0, mid_h=0, mid_w=0, pool_kernel=0, pool_stride=0,
              pool_padding=0, aux_outputs=0, aux_fmt=0, aux_elem=0, aux_levels=0, aux_pitch=0,
@@ -357,7 +357,18 @@ def test_predict_whole_program():
     program = compile_engine(_digits())
     frame = predict(program)
     assert frame.cycles == sum(d.cycles for d in frame.descriptors)
-    assert frame.fps == pytest.approx(100e6 / frame.cycles)
+    # frames in flight: a frame of a stream takes the longer of the stem (descriptor 1,
+    # after INPUT) and the rest with the stem's DRAM bytes and a descriptor fetch more
+    dram = DramModel.at_clock(100.0)
+    stem, rest = frame.descriptors[1], frame.descriptors[2:]
+    assert program.header["next_addr_a"] and stem.opcode == "CONV"
+    traffic = -(-(stem.bytes_read + stem.bytes_written) // dram.bytes_per_cycle)
+    fetch = dram.latency + -(-128 // dram.bytes_per_cycle)
+    assert frame.interval == max(stem.cycles, sum(d.cycles for d in rest) + traffic + fetch)
+    assert frame.interval < frame.cycles
+    assert frame.fps == pytest.approx(100e6 / frame.interval)
+    one = predict(compile_engine(_digits(), replace(EngineConfig(), frames_in_flight=False)))
+    assert one.interval is None and one.fps == pytest.approx(100e6 / one.cycles)
     assert all(d.bound in ("compute", "memory") for d in frame.descriptors)
     assert 0 < frame.lane_utilisation < 1 and 0 < frame.bandwidth_share <= 1
 

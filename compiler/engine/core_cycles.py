@@ -196,6 +196,12 @@ class CoreFrameCycles:
     phases: dict = field(default_factory=dict)
 
     @property
+    def frame_interval(self):
+        """Cycles from one frame to the next in a stream: a frame's (the core runs one
+        frame at a time)."""
+        return self.cycles
+
+    @property
     def fps(self):
         return self.clock_mhz * 1e6 / self.cycles
 

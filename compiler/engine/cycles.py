@@ -59,8 +59,13 @@ For one descriptor (docs/architecture.md section 12):
   computed), or a weight-streaming descriptor's whole maps where the map buffer
   assembles them (written at its end).
 
-A frame takes the sum over descriptors (one descriptor at a time); frames/s at the
-engine's clock follow.
+A frame takes the sum over descriptors (one descriptor at a time). Where the program
+holds frames in flight (:mod:`.frames`), a stream of frames runs the next frame's stem
+beside each frame's other descriptors: a frame then takes the longer of the stem and the
+rest, the rest slowed by the stem's DRAM traffic (all of it counted against the rest's
+bandwidth: the rest is memory-bound in places) and by one more descriptor fetch (the
+stem's, in the rest's program). That *interval* gives the frames/s at the engine's
+clock; a frame's latency is still the sum.
 """
 
 from __future__ import annotations
@@ -121,10 +126,17 @@ class FrameCycles:
     bandwidth_share: float
     binary_macs: int
     lane_utilisation: float
+    interval: int | None = None
+
+    @property
+    def frame_interval(self):
+        """Cycles from one frame to the next in a stream: ``interval`` with frames in
+        flight, else a frame's ``cycles``."""
+        return self.interval or self.cycles
 
     @property
     def fps(self):
-        return self.clock_mhz * 1e6 / self.cycles
+        return self.clock_mhz * 1e6 / self.frame_interval
 
 
 def _core_pixels(d):
@@ -372,6 +384,22 @@ def predict(program, dram=None):
     cycles = sum(p.cycles for p in per)
     dram_bytes = sum(p.bytes_read + p.bytes_written for p in per)
     macs = sum(p.macs for p in per)
+    interval = frames_in_flight_interval(program, per, dram)
+    every = interval or cycles
     return FrameCycles(per, cycles, config.clock_mhz, dram_bytes,
-                       dram_bytes / (cycles * dram.bytes_per_cycle), macs,
-                       macs / (cycles * config.lanes))
+                       dram_bytes / (every * dram.bytes_per_cycle), macs,
+                       macs / (every * config.lanes), interval)
+
+
+def frames_in_flight_interval(program, per, dram):
+    """Cycles a frame of a stream takes with frames in flight (:mod:`.frames`; None
+    without): the longer of the stem and the rest, the rest with the stem's DRAM bytes
+    and one more descriptor fetch."""
+    from .frames import stem_index
+    if not program.header["next_addr_a"]:
+        return None
+    s = stem_index(program.descriptors)
+    stem, rest = per[s], per[s + 1:]
+    traffic = _ceil(stem.bytes_read + stem.bytes_written, dram.bytes_per_cycle)
+    fetch = dram.latency + _ceil(DESCRIPTOR.itemsize, dram.bytes_per_cycle)
+    return int(max(stem.cycles, sum(p.cycles for p in rest) + traffic + fetch))

@@ -91,8 +91,8 @@ def units_report(program, target, prediction, *, reason=None, estimate=None):
     return dict(
         backend="sequential", reason=reason, board=target.board, engine=target.to_dict(),
         descriptors=rows,
-        frame=dict(cycles=prediction.cycles, clock_mhz=clock, fps=prediction.fps,
-                   dram_bytes=prediction.dram_bytes,
+        frame=dict(cycles=prediction.cycles, interval=prediction.frame_interval,
+                   clock_mhz=clock, fps=prediction.fps, dram_bytes=prediction.dram_bytes,
                    bandwidth_share=prediction.bandwidth_share,
                    binary_macs=prediction.binary_macs,
                    lane_utilisation=prediction.lane_utilisation,
@@ -121,8 +121,17 @@ def _dram_line(e):
 def _frame_lines(report):
     """A frame's cycles, frames/s and DRAM traffic."""
     f = report["frame"]
-    return [
-        f"cycles/frame: {f['cycles']:,} -> {f['fps']:.2f} frames/s at {f['clock_mhz']:g} MHz",
+    interval = f.get("interval", f["cycles"])
+    if interval != f["cycles"]:
+        speed = [f"cycles/frame in a stream of frames: {interval:,} -> {f['fps']:.2f} "
+                 f"frames/s at {f['clock_mhz']:g} MHz (the next frame's stem beside each "
+                 "frame's rest)",
+                 f"latency: {f['cycles']:,} cycles a frame, "
+                 f"{f['cycles'] / f['clock_mhz'] / 1e3:.1f} ms"]
+    else:
+        speed = [f"cycles/frame: {f['cycles']:,} -> {f['fps']:.2f} frames/s at "
+                 f"{f['clock_mhz']:g} MHz"]
+    return speed + [
         f"DRAM per frame: {f['dram_bytes'] / 1e6:.2f} MB, {100 * f['bandwidth_share']:.0f}% "
         f"of the modelled bandwidth; {f['memory_bound']} of {len(report['descriptors'])} "
         "descriptors memory-bound"]
