@@ -41,13 +41,17 @@ RESNET_SIZES = dict(arrays=5, pe=16, simd=64, lanes=8, ring_rows=16, ring_words=
                     max_out_folds=32, map_words=4096, stem=dict(max_size=32))
 #: its program's configuration: the intended engine
 RESNET_CONFIG = EngineConfig()
-#: the engine the sizing gives the DE10-Nano (5 arrays of 16 x 32 lanes, 8 vector lanes:
-#: compiler/engine/sizing.py) and its units: maps of up to 64 x 64 and frames of 224 x
-#: 224 (ResNet at 224x224), 144 weight words a half (the same bytes as 72 of 16 x 64)
+#: the engine the sizing gives the DE10-Nano (5 arrays of 16 x 32 lanes, 8 vector lanes,
+#: a stem of 16 x 6: compiler/engine/sizing.py) and its units: maps of up to 64 x 64 and
+#: frames of 224 x 224 (ResNet at 224x224), 144 weight words a half (the same bytes as 72
+#: of 16 x 64), the stem's 7 x 7 x 3 window in its folds
 DE10_NANO_CONFIG = size_engine("de10nano").config
 DE10_NANO_SIZES = dict(arrays=5, pe=16, simd=32, lanes=8, ring_rows=16, ring_words=2048,
                        max_size=64, max_words=16, max_kernel=3, max_weight_words=144,
-                       max_out_folds=32, map_words=4096, stem=dict(max_size=224))
+                       max_out_folds=32, map_words=4096,
+                       stem=dict(max_size=224, pe=DE10_NANO_CONFIG.stem_pe,
+                                 simd=DE10_NANO_CONFIG.stem_simd,
+                                 max_in_folds=-(-147 // DE10_NANO_CONFIG.stem_simd)))
 
 
 def runner_sizes(sizes):
@@ -140,6 +144,32 @@ def test_a_descriptor_the_runner_cannot_run_stops_the_engine(network):
     assert regs.field_value("STATUS", "ERROR_CODE", status) == regs.error_code("sequencer",
                                                                                "unsupported")
     assert the_image(mem, before, code) == before
+
+
+def test_a_detached_descriptor_of_the_runner_stops_the_engine(network):
+    """Only the stem runner detaches: a runner's convolution marked detached is refused
+    (the sequencer's ``unsupported``) before it is handed over, and writes nothing."""
+    program, descs, steps = network
+    i, before, _ = steps[0]
+    code = program_of({**descs[i], "detach": 1})
+    mem, status = engine_run(before, code)
+    assert regs.field_value("STATUS", "ERROR", status) == 1
+    assert regs.field_value("STATUS", "ERROR_CODE", status) == regs.error_code("sequencer",
+                                                                               "unsupported")
+    assert the_image(mem, before, code) == before
+
+
+def test_wait_without_a_detached_descriptor_goes_on(network):
+    """WAIT with nothing detached waits only for the fence: the convolution, WAIT, the
+    convolution again, END, as without the WAIT."""
+    program, descs, steps = network
+    i, before, after = steps[0]
+    code = (encode({**descs[i], "index": 0}, DESCRIPTOR) + op.wait_descriptor(1)
+            + encode({**descs[i], "index": 2}, DESCRIPTOR) + op.end_descriptor(3))
+    mem, status = engine_run(before, code)
+    assert regs.field_value("STATUS", "DONE", status) == 1, hex(status)
+    assert regs.field_value("STATUS", "ERROR", status) == 0
+    assert the_image(mem, before, code) == after
 
 
 def test_an_engine_without_the_subsampler_refuses_a_subsample():

@@ -4,9 +4,10 @@
 The foreground is the sequencer and the unit it waits for; the background is the unit of
 a detached descriptor (the stem of the next frame, ``groupnet_hw.engine_opcodes``),
 which runs beside it. Both issue commands to the one read DMA and the one write DMA,
-whose words come back, and must be given, in command order. Each DMA's commands pass
-through a tag queue that records whose command each is and its words, so the read words
-go back to their issuer and the write words are taken from theirs.
+whose words come back, and must be given, in command order. The read commands in flight
+pass through a queue that records whose each is and its words, so the read words go back
+to their issuer; the write DMA has one command open at a time (it takes the next once
+the last burst of one has its words), so a register says whose words it takes.
 
 Neither side may stall the other for good. A read word that its issuer cannot take
 holds every word behind it, and a write command whose words are not yet made holds
@@ -50,9 +51,10 @@ class PortShare(wiring.Component):
         Words of each background buffer (at least ``2 * piece``, so that one piece
         moves while the next collects).
     tags : int
-        Commands in flight on each DMA at most (their words not all moved): a
-        foreground of short reads (a streamed layer's side slices of 6 words, 8 bursts
-        in flight) needs more than the DMA's bursts in flight.
+        Read commands in flight at most (their words not all moved): a foreground of
+        short reads (a streamed layer's side slices of 6 words, 8 bursts in flight)
+        needs more than the DMA's bursts in flight. (The write DMA takes a command only
+        with the one before's words all taken, so one write command is open at a time.)
 
     Ports
     -----
@@ -106,43 +108,48 @@ class PortShare(wiring.Component):
             "bg_idle": Out(1),
         })
 
-    def _tag_queue(self, m, name):
-        """A queue of (background, words) per command on a DMA, and the count of the
-        head command's words moved; returns (queue, head background, head's last word)."""
-        count_width = self.addr_width - self.log_bytes
-        q = SyncFIFOBuffered(width=1 + count_width, depth=self.tags)
-        m.submodules[f"{name}_tags"] = q
-        moved = Signal(count_width, name=f"{name}_moved")
-        head_bg = q.r_data[0]
-        head_last = moved == q.r_data[1:] - 1
-        return q, moved, head_bg, head_last
+    def _held(self, m, cmd, count_width):
+        """A background command taken whole and cut into pieces of at most ``piece``
+        words: returns (the next piece's address, its words ``n``: a register, 0 when
+        none is held, and the signal to drive when it is issued)."""
+        lb, piece = self.log_bytes, self.piece
+        address = Signal(self.addr_width)
+        after = Signal(count_width)                  # the command's words past the piece
+        n = Signal(range(piece + 1))
+        issued = Signal()
 
-    def _advance(self, m, q, moved, head_last, moving):
-        with m.If(moving):
-            m.d.sync += moved.eq(Mux(head_last, 0, moved + 1))
-        m.d.comb += q.r_en.eq(moving & head_last)
+        def first(words):
+            return Mux(words < piece, words, piece)
+
+        words = cmd.payload.length[lb:]
+        m.d.comb += cmd.ready.eq(n == 0)
+        with m.If(cmd.valid & cmd.ready):
+            m.d.sync += [address.eq(cmd.payload.address), n.eq(first(words)),
+                         after.eq(words - first(words))]
+        with m.Elif(issued):
+            m.d.sync += [address.eq(address + (n << lb)), n.eq(first(after)),
+                         after.eq(after - first(after))]
+        return address, n, issued
 
     def elaborate(self, platform):
         m = Module()
-        lb, piece, depth = self.log_bytes, self.piece, self.depth
+        lb, depth = self.log_bytes, self.depth
         count_width = self.addr_width - lb
-        aw = self.addr_width
 
         def words_of(cmd):
             return cmd.payload.length[lb:]
 
         # ---- reads --------------------------------------------------------------
-        rq, r_moved, r_bg, r_last = self._tag_queue(m, "rd")
+        # whose each read command in flight is and its words less one (many are in
+        # flight: the read DMA takes the next once the last burst of one is asked for)
+        rq = m.submodules.rd_tags = SyncFIFOBuffered(width=1 + count_width, depth=self.tags)
+        r_moved = Signal(count_width)                # the head command's words moved
+        r_bg = rq.r_data[0]
+        r_last = r_moved == rq.r_data[1:]
         m.submodules.bg_rd_buffer = rbuf = block_ram_fifo(width=self.data_width, depth=depth)
-        r_addr = Signal(aw)
-        r_left = Signal(count_width)                 # words of the held command to issue
+        r_addr, r_n, r_issued = self._held(m, self.bg_rd_cmd, count_width)
         r_owed = Signal(range(rbuf.depth + 1))       # issued words not yet taken by bg_rd
-        r_n = Mux(r_left < piece, r_left, piece)
-        r_bg_go = (r_left != 0) & (r_owed + r_n <= rbuf.depth)
-        m.d.comb += self.bg_rd_cmd.ready.eq(r_left == 0)
-        with m.If(self.bg_rd_cmd.valid & self.bg_rd_cmd.ready):
-            m.d.sync += [r_addr.eq(self.bg_rd_cmd.payload.address),
-                         r_left.eq(words_of(self.bg_rd_cmd))]
+        r_bg_go = (r_n != 0) & (r_owed + r_n <= rbuf.depth)
         m.d.comb += [
             self.rd_cmd.valid.eq(rq.w_rdy & (r_bg_go | self.fg_rd_cmd.valid)),
             self.rd_cmd.payload.address.eq(Mux(r_bg_go, r_addr,
@@ -151,11 +158,10 @@ class PortShare(wiring.Component):
                                               self.fg_rd_cmd.payload.length)),
             self.fg_rd_cmd.ready.eq(rq.w_rdy & ~r_bg_go & self.rd_cmd.ready),
             rq.w_en.eq(self.rd_cmd.valid & self.rd_cmd.ready),
-            rq.w_data.eq(Mux(r_bg_go, (r_n << 1) | 1, words_of(self.fg_rd_cmd) << 1)),
+            rq.w_data.eq(Mux(r_bg_go, ((r_n - 1) << 1) | 1,
+                             (words_of(self.fg_rd_cmd) - 1) << 1)),
+            r_issued.eq(self.rd_cmd.valid & self.rd_cmd.ready & r_bg_go),
         ]
-        r_issued = self.rd_cmd.valid & self.rd_cmd.ready & r_bg_go
-        with m.If(r_issued):
-            m.d.sync += [r_addr.eq(r_addr + (r_n << lb)), r_left.eq(r_left - r_n)]
         bg_taken = self.bg_rd.valid & self.bg_rd.ready
         m.d.sync += r_owed.eq(r_owed + Mux(r_issued, r_n, 0) - bg_taken)
         # the words to their issuer (the background's always have room: r_owed)
@@ -168,49 +174,50 @@ class PortShare(wiring.Component):
             self.bg_rd.valid.eq(rbuf.r_rdy), self.bg_rd.payload.eq(rbuf.r_data),
             rbuf.r_en.eq(self.bg_rd.ready),
         ]
-        self._advance(m, rq, r_moved, r_last, self.rd_words.valid & self.rd_words.ready)
+        r_moving = self.rd_words.valid & self.rd_words.ready
+        with m.If(r_moving):
+            m.d.sync += r_moved.eq(Mux(r_last, 0, r_moved + 1))
+        m.d.comb += rq.r_en.eq(r_moving & r_last)
 
         # ---- writes -------------------------------------------------------------
-        wq, w_moved, w_bg, w_last = self._tag_queue(m, "wr")
+        # the write DMA takes a command only once the last burst of the one before has
+        # started, that is with all its words taken: one command's words are open at
+        # a time, so a register says whose they are and how many are left
         m.submodules.bg_wr_buffer = wbuf = block_ram_fifo(width=self.data_width, depth=depth)
-        w_addr = Signal(aw)
-        w_left = Signal(count_width)                 # words of the held command to issue
+        w_addr, w_n, w_issued = self._held(m, self.bg_wr_cmd, count_width)
         w_ready = Signal(range(wbuf.depth + 1))      # buffered words of no piece yet
-        w_inflight = Signal(range(self.tags + 1))    # background pieces not all moved
-        w_n = Mux(w_left < piece, w_left, piece)
-        w_bg_go = (w_left != 0) & (w_ready >= w_n)
-        m.d.comb += self.bg_wr_cmd.ready.eq(w_left == 0)
-        with m.If(self.bg_wr_cmd.valid & self.bg_wr_cmd.ready):
-            m.d.sync += [w_addr.eq(self.bg_wr_cmd.payload.address),
-                         w_left.eq(words_of(self.bg_wr_cmd))]
+        open_bg = Signal()                           # the open command is a piece
+        open_left = Signal(count_width)              # its words not yet given
+        w_bg_go = (w_n != 0) & (w_ready >= w_n)
+        w_free = open_left == 0
         m.d.comb += [
-            self.wr_cmd.valid.eq(wq.w_rdy & (w_bg_go | self.fg_wr_cmd.valid)),
+            self.wr_cmd.valid.eq(w_free & (w_bg_go | self.fg_wr_cmd.valid)),
             self.wr_cmd.payload.address.eq(Mux(w_bg_go, w_addr,
                                                self.fg_wr_cmd.payload.address)),
             self.wr_cmd.payload.length.eq(Mux(w_bg_go, w_n << lb,
                                               self.fg_wr_cmd.payload.length)),
-            self.fg_wr_cmd.ready.eq(wq.w_rdy & ~w_bg_go & self.wr_cmd.ready),
-            wq.w_en.eq(self.wr_cmd.valid & self.wr_cmd.ready),
-            wq.w_data.eq(Mux(w_bg_go, (w_n << 1) | 1, words_of(self.fg_wr_cmd) << 1)),
+            self.fg_wr_cmd.ready.eq(w_free & ~w_bg_go & self.wr_cmd.ready),
+            w_issued.eq(self.wr_cmd.valid & self.wr_cmd.ready & w_bg_go),
         ]
-        w_issued = self.wr_cmd.valid & self.wr_cmd.ready & w_bg_go
-        with m.If(w_issued):
-            m.d.sync += [w_addr.eq(w_addr + (w_n << lb)), w_left.eq(w_left - w_n)]
         buffered = self.bg_wr.valid & self.bg_wr.ready
         m.d.sync += w_ready.eq(w_ready + buffered - Mux(w_issued, w_n, 0))
         m.d.comb += [wbuf.w_data.eq(self.bg_wr.payload), wbuf.w_en.eq(self.bg_wr.valid),
                      self.bg_wr.ready.eq(wbuf.w_rdy)]
-        # the words from the head command's issuer
+        # the open command's words from its issuer
+        w_open = ~w_free
         m.d.comb += [
-            self.wr_words.valid.eq(wq.r_rdy & Mux(w_bg, wbuf.r_rdy, self.fg_wr.valid)),
-            self.wr_words.payload.eq(Mux(w_bg, wbuf.r_data, self.fg_wr.payload)),
-            wbuf.r_en.eq(wq.r_rdy & w_bg & self.wr_words.ready),
-            self.fg_wr.ready.eq(wq.r_rdy & ~w_bg & self.wr_words.ready),
+            self.wr_words.valid.eq(w_open & Mux(open_bg, wbuf.r_rdy, self.fg_wr.valid)),
+            self.wr_words.payload.eq(Mux(open_bg, wbuf.r_data, self.fg_wr.payload)),
+            wbuf.r_en.eq(w_open & open_bg & self.wr_words.ready),
+            self.fg_wr.ready.eq(w_open & ~open_bg & self.wr_words.ready),
         ]
         w_moving = self.wr_words.valid & self.wr_words.ready
-        self._advance(m, wq, w_moved, w_last, w_moving)
-        m.d.sync += w_inflight.eq(w_inflight + w_issued - (w_moving & w_bg & w_last))
+        with m.If(self.wr_cmd.valid & self.wr_cmd.ready):
+            m.d.sync += [open_bg.eq(w_bg_go),
+                         open_left.eq(Mux(w_bg_go, w_n, words_of(self.fg_wr_cmd)))]
+        with m.Elif(w_moving):
+            m.d.sync += open_left.eq(open_left - 1)
 
-        m.d.comb += self.bg_idle.eq((r_left == 0) & (r_owed == 0) & (w_left == 0)
-                                    & (w_ready == 0) & (w_inflight == 0) & ~wbuf.r_rdy)
+        m.d.comb += self.bg_idle.eq((r_n == 0) & (r_owed == 0) & (w_n == 0) & (w_ready == 0)
+                                    & ~(open_bg & w_open) & ~wbuf.r_rdy)
         return m

@@ -9,7 +9,9 @@ at END with DONE. It executes COPY (a region through the read DMA into the write
 and END itself; built with ``compute=True`` it hands every other descriptor, whole, to a
 compute unit on ``compute`` (the units' :class:`~.runner.ConvRunner` in
 :class:`~.unit_engine.UnitEngine`), which has the DMAs while ``computing`` and answers
-with ``compute_done`` or ``compute_error``.
+with ``compute_done`` or ``compute_error``, or, a *detached* descriptor, hands it over and
+goes on; WAIT (and END) then waits for ``background_idle``
+(``groupnet_hw.engine_opcodes``).
 
 Fence
     Avalon-MM has no write responses, and the read and write DMAs have separate ports:

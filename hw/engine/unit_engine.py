@@ -8,7 +8,11 @@ descriptor goes whole to a compute unit, by its opcode: HEAD to the
 :class:`~.stem_runner.StemRunner`, SUBSAMPLE (option-A shortcuts) to the
 :class:`~.subsample_runner.SubsampleRunner`, INPUT (the host wrote the frame: nothing to do)
 done at once, any other to the :class:`~.runner.ConvRunner`. The unit has the DMAs'
-commands and words until the sequencer's fence after it (``computing``). A descriptor
+commands and words until the sequencer's fence after it (``computing``), except the
+stem runner, which is on the background side of a :class:`~.port_share.PortShare` and
+may run *detached* (the next frame's stem beside this frame's other descriptors,
+``groupnet_hw.engine_opcodes``): its ``done`` then is not the foreground's, and WAIT and
+END wait for it. A descriptor
 its unit cannot run stops the engine with the sequencer's error ``unsupported``; an
 address outside the window stops it with the DMA's error, and the sequencer's abort
 resets the units with the DMAs. The top has :class:`~.sequencer.EngineShell`'s ports, so the fast
@@ -95,12 +99,12 @@ class UnitEngine(wiring.Component):
 
     Latency
     -------
-    Per descriptor: the fetch, the runner's transfers and compute, then the fence (the
-    write DMA idle).
+    Per descriptor: the fetch, the unit's transfers and compute, then the fence (the
+    write DMA idle, the stem's buffered words written); a detached stem's fetch only.
 
     Throughput
     ----------
-    The runner's.
+    The runner's, with a detached stem beside it (sharing the DMAs).
     """
 
     def __init__(self, *, data_width=128, max_burst=16, max_outstanding=8, buffer_depth=None,
@@ -224,5 +228,7 @@ class UnitEngine(wiring.Component):
                      *([sub.desc.valid.eq(offer & to_sub),
                         sub.desc.payload.eq(seq.compute.payload)] if sub is not None else []),
                      seq.background_idle.eq(~stem_detached),
-                     seq.wr_idle.eq(~wr.busy & share.bg_idle)]
+                     # a foreground fence waits for the stem's words only where the stem
+                     # is the foreground (a detached stem's are WAIT's business)
+                     seq.wr_idle.eq(~wr.busy & (share.bg_idle | stem_detached))]
         return m
