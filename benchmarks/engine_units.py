@@ -159,6 +159,8 @@ SIZES = {
                             "the stem runner at the DE10-Nano's size"),
     "subsample": ("SubsampleRunner", dict(data_width=128, max_size=64, max_channels=512),
                   ("cyclonev", "ecp5"), "the subsampler (option-A shortcuts)"),
+    "port-share": ("PortShare", dict(data_width=128, piece=16), ("cyclonev", "ecp5"),
+                   "the DMAs shared with the stem (frames in flight)"),
     "unit-engine-one": ("UnitEngine", dict(data_width=128, max_burst=16, arrays=1, pe=16,
                                            simd=48, lanes=8, ring_rows=16, ring_words=2048,
                                            max_size=64, max_words=11, max_kernel=3,
@@ -189,7 +191,7 @@ MODULES = {"RowLoader": "loader", "WindowGather": "gather", "FoldIssuer": "folds
            "PrologueThreshold": "prologue", "MapBuffer": "mapbuffer",
            "PooledClassifier": "classifier", "StemArray": "stem", "StemFolds": "stem",
            "StemRowLoader": "stem", "PoolRows": "pool", "StemRunner": "stem_runner",
-           "SubsampleRunner": "subsample_runner"}
+           "SubsampleRunner": "subsample_runner", "PortShare": "port_share"}
 
 
 def verilog_of(name):
@@ -279,6 +281,9 @@ def shape_text(unit, p):
     if unit == "SubsampleRunner":
         return (f"maps of up to {p['max_size']} x {p['max_size']} x {p['max_channels']}, "
                 f"{p['data_width']}-bit bus words")
+    if unit == "PortShare":
+        return (f"{p['data_width']}-bit words, background pieces of {p['piece']} words, "
+                f"two background buffers of {p.get('depth', 32)} words")
     lanes = p.get("lanes") or p.get("pe")
     if unit == "UnitEngine":
         return (f"{p['arrays']} x {p['pe']} x {p['simd']} lanes, {lanes} epilogue lanes, "

@@ -70,6 +70,8 @@ def test_the_intended_engines_sizing_uses_the_measured_costs():
     # the three engines are built without the subsampler; it is measured alone
     assert all(engine_units.SIZES[n][1]["subsample"] is False for n in beyond)
     assert sizing._ALM_SUBSAMPLER == RECORDS["subsample"]["cyclonev"]["alm"]
+    # the DMAs shared with the stem: measured alone (the two engines above predate it)
+    assert sizing._ALM_PORT_SHARE == RECORDS["port-share"]["cyclonev"]["alm"]
     # DSP blocks: the engine of the units' beside its lanes and the stem's multipliers
     # (Yosys counts a cell a 9x9 multiplier; the sizing three a Cyclone V block) (the
     # head has none in it: it borrows the mixer's, which alone it has two a lane of)
@@ -97,7 +99,7 @@ def test_the_intended_engines_estimate_is_within_5_percent_of_yosys(name):
 
 def test_the_units_block_ram_is_counted_memory_by_memory():
     """The units' block RAM, counted memory by memory from the elaborated engine, is
-    Yosys's M10K count of the DE10-Nano's engine (503: the sizing's buffers say 371),
+    Yosys's M10K count of the DE10-Nano's engine (511: the sizing's buffers say 371),
     and a bounded target's estimate reports it. (After a change to the units' memories,
     synthesize it again: ``benchmarks/engine_units.py --sizes unit-engine-narrow
     --flows cyclonev``.)"""
