@@ -115,7 +115,7 @@ def run(arch, bases=5, seed=0, board="de10nano"):
     sensitivity = {}
     for gbs in BANDWIDTHS:
         f = predict(program, DramModel.at_clock(clock, gbytes_per_s=gbs))
-        sensitivity[f"{gbs:.1f}"] = dict(cycles=f.cycles, fps=f.fps,
+        sensitivity[f"{gbs:.1f}"] = dict(cycles=f.frame_interval, fps=f.fps,
                                          memory_bound=sum(d.bound == "memory" for d in f.descriptors))
     narrow = sum(descriptor_cycles(_narrowed(d, sized.config.port_bytes), program.header,
                                    sized.config, dram).cycles for d in program.descriptors)
@@ -127,13 +127,14 @@ def run(arch, bases=5, seed=0, board="de10nano"):
     else:
         top_frame = predict(compile_engine(g, top), dram)
         top_est = estimate(top, get_board(board).budget()["family"])
-    design_point = dict(engine=f"{top.arrays}x{top.pe}x{top.simd}", cycles=top_frame.cycles,
+    design_point = dict(engine=f"{top.arrays}x{top.pe}x{top.simd}",
+                        cycles=top_frame.frame_interval,
                         fps=top_frame.fps, estimate=top_est,
                         utilisation={k: top_est[k] / sized.limits[k] for k in top_est})
     choices = {}
     for name, fields in CHOICES.items():
         f = predict(compile_engine(g, replace(sized.config, **fields)), dram)
-        choices[name] = dict(cycles=f.cycles, fps=f.fps, dram_bytes=f.dram_bytes,
+        choices[name] = dict(cycles=f.frame_interval, fps=f.fps, dram_bytes=f.dram_bytes,
                              memory_bound=sum(d.bound == "memory" for d in f.descriptors))
     return dict(
         arch=arch, bases=bases, seed=seed, image_size=224, board=board,
@@ -146,7 +147,8 @@ def run(arch, bases=5, seed=0, board="de10nano"):
         descriptors=len(program.descriptors), graph_nodes=len(g),
         image_bytes=len(program.image), param_bytes=program.header["param_bytes"],
         arena_bytes=program.header["arena_bytes"], tensor_containers=containers,
-        cycles_per_frame=frame.cycles, fps=frame.fps, clock_mhz=clock,
+        cycles_per_frame=frame.frame_interval, latency_cycles=frame.cycles, fps=frame.fps,
+        clock_mhz=clock,
         dram_bytes_per_frame=frame.dram_bytes, bandwidth_share=frame.bandwidth_share,
         binary_macs=frame.binary_macs, lane_utilisation=frame.lane_utilisation,
         memory_bound=sum(d.bound == "memory" for d in frame.descriptors),
@@ -284,7 +286,8 @@ def built(arch, bases=5, seed=0):
                                 fps_pooled_stem_24bit_maps=per_s / pooled24,
                                 wide_map_bits=[min(wide), max(wide)] if wide else None),
                 flow_refused=reason, flow_seconds=round(seconds, 1),
-                peak_rss_mb=peak, cycles=c.cycles, fps=c.fps, phases=phases, shapes=shapes,
+                peak_rss_mb=peak, cycles=c.frame_interval, latency_cycles=c.cycles, fps=c.fps,
+                phases=phases, shapes=shapes,
                 descriptors=rows)
 
 
@@ -324,8 +327,9 @@ def rtl_measured(arch, bases=5):
                                generator=torch.Generator().manual_seed(1))
         r = verify(b, images=images)
     return dict(arch=arch, bases=bases, image_size=32, widths=widths, exact=r.ok,
-                predicted=b.engine.prediction.cycles, measured=r.cycles_per_frame_measured,
-                error=r.cycles_per_frame_measured / b.engine.prediction.cycles - 1)
+                predicted=b.engine.prediction.frame_interval,
+                measured=r.cycles_per_frame_measured,
+                error=r.cycles_per_frame_measured / b.engine.prediction.frame_interval - 1)
 
 
 def authors_at_224(arch, bases=5, rtl_images=0):
@@ -352,7 +356,8 @@ def authors_at_224(arch, bases=5, rtl_images=0):
                    image_sha256=hashlib.sha256(b.engine.program.image).hexdigest(),
                    descriptors=len(b.engine.program.descriptors),
                    implementation=b.engine.target.implementation,
-                   predicted=b.engine.prediction.cycles, fps=b.engine.prediction.fps,
+                   predicted=b.engine.prediction.frame_interval,
+                   latency_cycles=b.engine.prediction.cycles, fps=b.engine.prediction.fps,
                    rtl_images=rtl_images, **threshold_placements(b))
         if rtl_images:
             row["hw_engine_sha256"] = sources_digest()
@@ -451,14 +456,21 @@ def write_docs(results, built_rows, rtl_rows, authors, cross, out_md, out_png):
              "{stem_pe} x {stem_simd} multipliers, {vector_lanes} vector lanes, transfers "
              "overlapping compute). DRAM:".format(**results[0]["engine"]),
              "the default DE10-Nano model (1.0 GB/s sustained, 48 cycles latency).",
+             "Frames in flight (architecture section 12): in a stream of frames the "
+             "next frame's stem runs beside each",
+             "frame's other descriptors, so a frame takes the longer of the two; "
+             "cycles/frame and frames/s are the stream's, and",
+             "a frame's latency (the descriptors one after another) is beside them.",
              "",
              "| network (K=5, 224x224) | the units' model: cycles/frame | frames/s | "
-             "DRAM MB/frame | the build: engine | cycles/frame | frames/s | flow |",
-             "|---|---:|---:|---:|---|---:|---:|---|"]
+             "latency (cycles) | DRAM MB/frame | the build: engine | cycles/frame | "
+             "frames/s | flow |",
+             "|---|---:|---:|---:|---:|---|---:|---:|---|"]
     for r, b in zip(results, built_rows):
         flow = (f"refused: {b['flow_refused'].split(': ', 1)[-1]}" if b["flow_refused"]
                 else f"built in {b['flow_seconds']} s, peak {b['peak_rss_mb']} MB")
         lines.append(f"| {r['arch']} | {r['cycles_per_frame']:,} | {r['fps']:.1f} | "
+                     f"{r.get('latency_cycles', r['cycles_per_frame']):,} | "
                      f"{r['dram_bytes_per_frame'] / 1e6:.1f} | "
                      f"{b.get('implementation', 'core')} | {b['cycles']:,} | "
                      f"{b['fps']:.3f} | {flow} |")
@@ -567,7 +579,9 @@ def write_docs(results, built_rows, rtl_rows, authors, cross, out_md, out_png):
                   "`groupnet-hw build --engine sequential` for the DE10-Nano (the engine "
                   "the build writes; each build's RTL cache empty, so its time includes "
                   "converting the engine's Verilog, as a user's first build does); RTL on "
-                  "Verilator, 224x224 images:", "",
+                  "Verilator, 224x224 images run as a stream (frames in flight: the "
+                  "predicted and measured cycles are a frame's in the stream, each START "
+                  "after the first, which computes the first frame's stem alone):", "",
                   "| network | import | build | peak memory | engine | descriptors | "
                   "predicted cycles/frame | frames/s | RTL images bit-exact | measured "
                   "cycles/frame | error |",
