@@ -396,6 +396,22 @@ def run_descriptor(d, header, mem):
             + [(e["out_addr"], level_f) for e in levels])
 
 
+def _frames_for(header, frames):
+    """``(frames as [N, C, H, W], the input frame's format, the logits')`` of a program's
+    header; frames of another shape are refused."""
+    frames = torch.as_tensor(frames)
+    if frames.dim() == 3:
+        frames = frames.unsqueeze(1)
+    in_f = _fmt(header["in_fmt"], header["in_elem"], header["in_c"], header["in_h"],
+                header["in_w"], header["port_bytes"])
+    out_f = _fmt(header["out_fmt"], header["out_elem"], header["classes"], 1, 1,
+                 header["port_bytes"])
+    if tuple(frames.shape[1:]) != (in_f.channels, in_f.height, in_f.width):
+        raise ValueError(f"frames of shape {tuple(frames.shape[1:])} for a program that takes "
+                         f"{(in_f.channels, in_f.height, in_f.width)}")
+    return frames, in_f, out_f
+
+
 def run_program(program, image, frames):
     """Run a program on an image, frame after frame.
 
@@ -418,15 +434,7 @@ def run_program(program, image, frames):
     """
     header, descs = read_program(program)
     mem = _Memory(image, header["base"])
-    frames = torch.as_tensor(frames)
-    if frames.dim() == 3:
-        frames = frames.unsqueeze(1)
-    in_f = _fmt(header["in_fmt"], header["in_elem"], header["in_c"], header["in_h"],
-                header["in_w"], header["port_bytes"])
-    out_f = _fmt(header["out_fmt"], header["out_elem"], header["classes"], 1, 1, header["port_bytes"])
-    if tuple(frames.shape[1:]) != (in_f.channels, in_f.height, in_f.width):
-        raise ValueError(f"frames of shape {tuple(frames.shape[1:])} for a program that takes "
-                         f"{(in_f.channels, in_f.height, in_f.width)}")
+    frames, in_f, out_f = _frames_for(header, frames)
     per_desc = [[] for _ in descs]
     logits = []
     for frame in frames:
@@ -469,13 +477,7 @@ def run_frames_in_flight(program, image, frames):
     from ..compiler.engine.frames import frame_runs
     header = program.header
     mem = _Memory(image, header["base"])
-    frames = torch.as_tensor(frames)
-    if frames.dim() == 3:
-        frames = frames.unsqueeze(1)
-    in_f = _fmt(header["in_fmt"], header["in_elem"], header["in_c"], header["in_h"],
-                header["in_w"], header["port_bytes"])
-    out_f = _fmt(header["out_fmt"], header["out_elem"], header["classes"], 1, 1,
-                 header["port_bytes"])
+    frames, in_f, out_f = _frames_for(header, frames)
     logits = []
     for address, frame, slot, done in frame_runs(header, len(frames)):
         if frame is not None:
