@@ -707,6 +707,8 @@ def verify(target, simulator, images, input_path, stall, seed, waves, jobs, as_j
             dev = 100 * (result.cycles_per_frame_measured / result.cycles_per_frame_predicted - 1)
             click.echo(f"cycles/frame: measured {result.cycles_per_frame_measured:.1f}, "
                        f"predicted {result.cycles_per_frame_predicted} ({dev:+.2f}%)")
+            for note in result.notes:
+                click.echo(f"  ({note})")
         if result.latency_measured is not None:
             click.echo(f"latency (cycles, first pixel to result): one frame from reset measured "
                        f"{result.latency_measured}, predicted {result.latency_predicted}; "

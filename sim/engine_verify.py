@@ -221,6 +221,9 @@ def verify_engine(model, graph, program, rtl, images, *, latency, bytes_per_cycl
     with torch.no_grad():
         agreement = float((model(images).argmax(dim=1) == expected.classes).float().mean())
     notes = [] if not stall else ["cycles per frame are measured only in stall-free runs"]
+    if in_flight:
+        notes.append("the images ran as a stream, frames in flight: a frame's cycles are a "
+                     "START's after the first, which computes the first frame's stem alone")
     return VerifyResult(
         simulator="verilator", images=len(frames), exact=exact, first_mismatch=first,
         graph_equals_model=graph_ok, first_divergence=divergence,

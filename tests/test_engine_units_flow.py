@@ -78,7 +78,8 @@ def test_a_network_the_units_run_builds_for_them(units_build):
     assert "frames/s at 100 MHz" in text
 
 
-def test_a_units_build_verifies_bit_exact_also_under_stalls(units_build, need_verilator):
+def test_a_units_build_verifies_bit_exact_also_under_stalls(units_build, need_verilator,
+                                                            tmp_path):
     """Three images bit-exact from the build directory, their cycles measured; two more
     under 30 % wait states and read-data gaps, from the command line."""
     root, b = units_build
@@ -92,6 +93,13 @@ def test_a_units_build_verifies_bit_exact_also_under_stalls(units_build, need_ve
         < b.engine.prediction.cycles
     stalled = verify(root / "out", images=images[:2], stall=0.3, seed=2)
     assert stalled.ok and stalled.exact == 2, stalled.first_mismatch
+    # the command line says the cycles are a stream's
+    import numpy as np
+    np.save(tmp_path / "i.npy", images[:2].numpy())
+    r = CliRunner().invoke(main, ["verify", str(root / "out"), "--input",
+                                  str(tmp_path / "i.npy")])
+    assert r.exit_code == 0, r.output
+    assert "2/2 images bit-exact" in r.output and "frames in flight" in r.output
 
 
 def test_the_command_line_builds_for_the_units(units_build, tmp_path):
