@@ -23,7 +23,7 @@ from .. import engine_registers as regs
 from .. import engine_opcodes as eop
 from ..compiler.engine.formats import TensorFormat
 from ..compiler.engine.frames import frame_runs
-from ..compiler.engine.program import DESCRIPTOR, JOB, decode
+from ..compiler.engine.program import DESCRIPTOR, job_table
 from ..compiler.execute import execute
 from .engine_model import _formats, first_mismatch
 from .engine_rtl import run_engine_rtl
@@ -38,13 +38,14 @@ def _input_format(h):
                                   h["port_bytes"])
 
 
-def frame_image(program, frame, image=None):
+def frame_image(program, frame, image=None, address=None):
     """A copy of ``image`` (default: the program's) with ``frame`` ([C, H, W] uint8)
-    packed into the input region."""
+    packed into the input region (or the one at ``address``: a slot of frames in
+    flight)."""
     h = program.header
     image = bytearray(program.image if image is None else image)
     fmt = _input_format(h)
-    lo = h["in_addr"] - h["base"]
+    lo = (h["in_addr"] if address is None else address) - h["base"]
     image[lo:lo + fmt.nbytes] = fmt.pack(torch.as_tensor(frame).to(torch.int64).numpy()).tobytes()
     return image
 
@@ -63,9 +64,7 @@ def descriptor_outputs(program, image, i):
     h, d = program.header, program.descriptors[i]
     _, _, fmt = _formats(d, h)
     outs = []
-    for k in range(d["jobs"]):
-        lo = d["table_addr"] - h["base"] + k * JOB.itemsize
-        e = decode(bytes(image[lo:lo + JOB.itemsize]), JOB)
+    for e in job_table(image, h["base"], d, d["jobs"]):
         if e["out_addr"]:
             a = e["out_addr"] - h["base"]
             raw = np.frombuffer(bytes(image[a:a + fmt.nbytes]), dtype=np.uint8)
@@ -83,13 +82,24 @@ def read_logits(program, image):
     return torch.from_numpy(fmt.unpack(raw)).reshape(-1)
 
 
-def run_program_rtl(rtl, program, image, **kw):
+def run_program_rtl(rtl, program, image, address=None, **kw):
     """Run ``image`` (a program image with its frame) on the engine ``rtl``
-    (:func:`~.engine_rtl.build_engine_rtl`), the window the image's extent."""
+    (:func:`~.engine_rtl.build_engine_rtl`), the window the image's extent, from the
+    one-frame program (or the program at ``address``)."""
     h = program.header
     kw.setdefault("max_cycles", 2_000_000_000)
     return run_engine_rtl(rtl, image, window=(h["base"], h["base"] + len(image)),
-                          program_address=h["desc_addr"], base=h["base"], **kw)
+                          program_address=h["desc_addr"] if address is None else address,
+                          base=h["base"], **kw)
+
+
+def _finished(run, what):
+    """``run``, which must have ended with DONE: else :class:`EngineRunError` naming
+    ``what`` ran."""
+    if not run.status & 2 or run.status & 4:
+        raise EngineRunError(f"{what}: the engine stopped with STATUS {run.status:#x} "
+                             f"({regs.decode_error(run.error_code)})")
+    return run
 
 
 def run_frames_rtl(rtl, program, frames, progress=None, **kw):
@@ -105,25 +115,16 @@ def run_frames_rtl(rtl, program, frames, progress=None, **kw):
     EngineRunError
         A run stopped with an error status instead of DONE.
     """
-    h = program.header
-    fmt = _input_format(h)
-    image = bytearray(program.image)
-    kw.setdefault("max_cycles", 2_000_000_000)
+    image = program.image
     logits, runs = [], []
-    for address, frame, slot, done in frame_runs(h, len(frames)):
+    for address, frame, slot, done in frame_runs(program.header, len(frames)):
         if progress:
             progress(f"frame {0 if done is None else done + 1}/{len(frames)} on the engine")
         if frame is not None:
-            lo = slot - h["base"]
-            image[lo:lo + fmt.nbytes] = fmt.pack(
-                torch.as_tensor(frames[frame]).to(torch.int64).numpy()).tobytes()
-        run = run_engine_rtl(rtl, image, window=(h["base"], h["base"] + len(image)),
-                             program_address=address, base=h["base"], **kw)
-        if not run.status & 2 or run.status & 4:
-            raise EngineRunError(f"run {len(runs)} of frames in flight: the engine stopped "
-                                 f"with STATUS {run.status:#x} "
-                                 f"({regs.decode_error(run.error_code)})")
-        image = bytearray(run.image_after)
+            image = frame_image(program, frames[frame], image, slot)
+        run = _finished(run_program_rtl(rtl, program, image, address, **kw),
+                        f"run {len(runs)} of frames in flight")
+        image = run.image_after
         runs.append(run)
         if done is not None:
             logits.append(read_logits(program, image))
@@ -192,17 +193,14 @@ def verify_engine(model, graph, program, rtl, images, *, latency, bytes_per_cycl
         sim_s = sum(r.sim_seconds for r in runs)
         cycles = [r.cycles for r in runs[1:]]
     for n in range(len(frames)):
-        image = frame_image(program, frames[n])
         if in_flight:
             logits = stream[n]
         else:
             if progress:
                 progress(f"image {n + 1}/{len(frames)} on the engine")
-            run = run_program_rtl(rtl, program, image, seed=seed + n, **kw)
+            run = _finished(run_program_rtl(rtl, program, frame_image(program, frames[n]),
+                                            seed=seed + n, **kw), f"image {n}")
             sim_s += run.sim_seconds
-            if not run.status & 2 or run.status & 4:
-                raise EngineRunError(f"image {n}: the engine stopped with STATUS "
-                                     f"{run.status:#x} ({regs.decode_error(run.error_code)})")
             cycles.append(run.cycles)
             logits = read_logits(program, run.image_after)
         want = expected.logits[n].reshape(-1)
@@ -213,7 +211,8 @@ def verify_engine(model, graph, program, rtl, images, *, latency, bytes_per_cycl
             c = int((logits != want).nonzero()[0])
             one = {k: (v[n:n + 1] if torch.is_tensor(v) else [t[n:n + 1] for t in v])
                    for k, v in values.items()}
-            where = first_mismatching_descriptor(rtl, program, image, one, seed=seed + n, **kw)
+            where = first_mismatching_descriptor(rtl, program, frame_image(program, frames[n]),
+                                                 one, seed=seed + n, **kw)
             first = (f"image {n}, logit {c}: RTL {int(logits[c])}, PyTorch {int(want[c])}; "
                      f"first differing tensor in DRAM: {where or 'none before the logits'}")
             first_idx = n

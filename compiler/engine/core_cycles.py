@@ -109,7 +109,7 @@ import numpy as np
 
 from ...engine_format import (DENSE_PIXEL_BYTES, accumulator_channels, pair_table_bits,
                               window_words)
-from .program import FLAG_BITS, JOB, OPCODE_CODES, STAGE_BITS, decode
+from .program import FLAG_BITS, OPCODE_CODES, STAGE_BITS, job_table
 from .sizing import CORE_DEFAULTS, core_paths_of, full_core_params
 from .tiling import core_layout
 
@@ -1164,13 +1164,6 @@ def _result(d, op, phases, label):
                                 {k: int(v) for k, v in phases.items()}, dominant, label)
 
 
-def _job_table(program, d):
-    h = program.header
-    lo = d["table_addr"] - h["base"]
-    return [decode(bytes(program.image[lo + k * JOB.itemsize:lo + (k + 1) * JOB.itemsize]), JOB)
-            for k in range(d["jobs"])]
-
-
 def predict_core(program, core_params=None, latency=48, bytes_per_cycle=10.0):
     """Predicted cycles of a compiled program on ``EngineCore`` as built.
 
@@ -1194,7 +1187,7 @@ def predict_core(program, core_params=None, latency=48, bytes_per_cycle=10.0):
     for d, grp in zip(program.descriptors, program.groups):
         nodes = grp.nodes
         label = nodes[0].name if len(nodes) == 1 else f"{nodes[0].name} .. {nodes[-1].name}"
-        table = _job_table(program, d) if d["jobs"] else []
+        table = job_table(program.image, program.base, d, d["jobs"])
         per.append(descriptor_core_cycles(d, table, core, label))
     end = _fetch(core) + RUN_OVERHEAD
     phases = {}

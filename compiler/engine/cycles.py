@@ -73,6 +73,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from .config import DramModel
+from .frames import stem_index
 from .program import DESCRIPTOR, FLAG_BITS, JOB, OPCODE_CODES, STAGE_BITS, table_entries
 from .tiling import (input_resident, input_rows_read, map_buffer_assembles,
                      map_region, n_chunks, written_row_bytes)
@@ -395,7 +396,6 @@ def frames_in_flight_interval(program, per, dram):
     """Cycles a frame of a stream takes with frames in flight (:mod:`.frames`; None
     without): the longer of the stem and the rest, the rest with the stem's DRAM bytes
     and one more descriptor fetch."""
-    from .frames import stem_index
     if not program.header["next_addr_a"]:
         return None
     s = stem_index(program.descriptors)

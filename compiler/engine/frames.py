@@ -30,11 +30,9 @@ from dataclasses import replace
 from ...engine_format import FLAG_BITS, OPCODE_CODES
 from ...engine_opcodes import END
 from .formats import TensorFormat, round_up
-from .program import DESCRIPTOR, DESCRIPTOR_MAGIC, HEADER, JOB, decode, encode, table_entries
+from .program import DESCRIPTOR, DESCRIPTOR_MAGIC, HEADER, JOB, decode, encode, job_table
 
 __all__ = ["stem_index", "add_frames_in_flight", "frame_runs"]
-
-_ALIGN = 4096
 
 
 def stem_index(descriptors):
@@ -49,24 +47,18 @@ def stem_index(descriptors):
     return None
 
 
-def _entries(image, base, d):
-    at = d["table_addr"] - base
-    return [decode(bytes(image[at + k * JOB.itemsize:at + (k + 1) * JOB.itemsize]), JOB)
-            for k in range(table_entries(d))]
-
-
 def add_frames_in_flight(program):
     """``program`` (an :class:`~.layout.EngineProgram` compiled with its stem's outputs
     kept to its end) with the slot-B tensors, tables and the programs of frames in
     flight appended to its image and named in its header; unchanged if the program has
     no stem that reads the input frame alone."""
-    from .layout import _encode_descriptor
+    from .layout import REGION_ALIGN, _encode_descriptor
     h, base = program.header, program.base
     descs = program.descriptors
     s = stem_index(descs)
     if s is None:
         return program
-    stem_entries = _entries(program.image, base, descs[s])
+    stem_entries = job_table(program.image, base, descs[s])
     if len(stem_entries) != 1 or stem_entries[0]["in_addr"] != h["in_addr"]:
         return program
     image = bytearray(program.image)
@@ -74,7 +66,7 @@ def add_frames_in_flight(program):
 
     def region(nbytes):
         nonlocal at
-        address, at = at, at + round_up(nbytes, _ALIGN)
+        address, at = at, at + round_up(nbytes, REGION_ALIGN)
         return address
 
     in_fmt = TensorFormat.from_code(h["in_fmt"], h["in_elem"], h["in_c"], h["in_h"],
@@ -84,19 +76,18 @@ def add_frames_in_flight(program):
         address, fmt = program.tensors[ref]
         slot_b[int(address)] = region(fmt.nbytes)
     # slot B's job tables, for the descriptors that touch a slotted tensor
-    tables_b = {}
-    new_tables = bytearray()
-    table_at = at
+    offsets, new_tables = {}, bytearray()
     for i in range(s, len(descs)):
-        entries = _entries(image, base, descs[i])
+        entries = job_table(image, base, descs[i])
         if not any(e[f] in slot_b for e in entries for f in ("in_addr", "side_addr", "out_addr")):
             continue
-        tables_b[i] = table_at + len(new_tables)
+        offsets[i] = len(new_tables)
         for e in entries:
             e = dict(e, **{f: slot_b.get(int(e[f]), e[f])
                            for f in ("in_addr", "side_addr", "out_addr")})
             new_tables += encode(e, JOB)
-    region(len(new_tables))
+    table_at = region(len(new_tables))
+    tables_b = {i: table_at + o for i, o in offsets.items()}
     image += bytes(table_at - base - len(image)) + new_tables
     image += bytes(at - base - len(image))
 
@@ -120,7 +111,7 @@ def add_frames_in_flight(program):
     for name, entries in programs.items():
         addresses[name] = base + len(image)
         image += program_bytes(entries)
-    image += bytes(round_up(len(image), _ALIGN) - len(image))
+    image += bytes(round_up(len(image), REGION_ALIGN) - len(image))
     header = dict(h, image_bytes=len(image), in_addr_b=slot_b[int(h["in_addr"])], **addresses)
     image[:HEADER.itemsize] = encode(header, HEADER)
     return replace(program, image=image, header=decode(image[:HEADER.itemsize], HEADER))

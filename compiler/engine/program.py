@@ -107,6 +107,15 @@ def table_entries(d):
     return n
 
 
+def job_table(image, base, d, entries=None):
+    """Descriptor ``d``'s job-table entries (the first ``entries``, default all:
+    :func:`table_entries`) decoded from ``image``, whose first byte is at ``base``."""
+    at = d["table_addr"] - base
+    n = table_entries(d) if entries is None else entries
+    return [decode(bytes(image[at + k * JOB.itemsize:at + (k + 1) * JOB.itemsize]), JOB)
+            for k in range(n)]
+
+
 def encode(record, dtype):
     """A dict of field values -> the record's bytes (missing fields are zero)."""
     a = np.zeros(1, dtype=dtype)

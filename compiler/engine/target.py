@@ -32,7 +32,7 @@ from ...numerics import signed_width
 from .config import DramModel, EngineConfig
 from .formats import POWER_OF_TWO_FIXED
 from .params import tap_aligned_weights
-from .program import FLAG_BITS, OPCODE_CODES, STAGE_BITS
+from .program import FLAG_BITS, OPCODE_CODES, STAGE_BITS, job_table
 from .sizing import budget_limits, estimate_core
 from .tiling import core_tilings, scratchpad_need, slices_fit
 
@@ -319,14 +319,14 @@ def _tile_by_model(program, prediction, target):
     :func:`.tiling.core_tilings` that the core's cycle model predicts fewer cycles for,
     under ``target.dram``, than its own (``prediction``'s). Returns whether any
     descriptor changed."""
-    from .core_cycles import _Core, _job_table, descriptor_core_cycles
+    from .core_cycles import _Core, descriptor_core_cycles
     core = _Core(target.core, target.dram.latency, target.dram.bytes_per_cycle)
     changed = False
     for i, d in enumerate(program.descriptors):
         others = list(core_tilings(d, program.config))
         if not others:
             continue
-        table = _job_table(program, d)
+        table = job_table(program.image, program.base, d, d["jobs"])
         cycles = [descriptor_core_cycles(e, table, core).cycles for e in others]
         j = min(range(len(others)), key=cycles.__getitem__)
         if cycles[j] < prediction.descriptors[i].cycles:

@@ -229,14 +229,14 @@ class Sequencer(wiring.Component):
                     self._fail(m, "bad_magic")
                 with m.Elif(f["index"] != index):
                     self._fail(m, "bad_index")
-                with m.Elif((f["opcode"] == END) & (not self.compute_unit)):
-                    m.d.sync += self.done.eq(1)
-                    m.next = "IDLE"
-                with m.Elif((f["opcode"] == END) | (f["opcode"] == WAIT)):
-                    if self.compute_unit:
+                if self.compute_unit:
+                    # END waits for a detached descriptor too (the WAIT state ends it)
+                    with m.Elif((f["opcode"] == END) | (f["opcode"] == WAIT)):
                         m.next = "WAIT"
-                    else:
-                        self._fail(m, "unknown_opcode")
+                else:
+                    with m.Elif(f["opcode"] == END):
+                        m.d.sync += self.done.eq(1)
+                        m.next = "IDLE"
                 with m.Elif(f["opcode"] == COPY):
                     m.d.sync += [rd_sent.eq(0), wr_sent.eq(0)]
                     m.next = "ISSUE"
