@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+import torch
 
 from groupnet_hw.compiler.engine.config import DramModel, EngineConfig
 from groupnet_hw.compiler.engine.cycles import descriptor_cycles, predict
@@ -46,11 +47,21 @@ def test_mixers_write_the_levels_their_readers_threshold(resnet18):
         readers = {c.op for ts in grp.levels for t in ts for c in g.consumers(t.name)}
         assert readers == {"bin_conv"}
         # a stage's first block reads its input through its shortcut's threshold and its
-        # first convolution's, and nothing adds it: only the levels are written
+        # first convolution's, and nothing adds it: only the levels are written, one
+        # level tensor an output for the two equal thresholds, which both read
         only = bool(d["flags"] & ONLY)
-        assert d["aux_outputs"] == (2 if only else 1)
+        assert d["aux_outputs"] == 1
         assert only == all(c.op == "threshold" for r in range(d["jobs"])
                            for c in g.consumers(grp.levels[r][0].inputs[0].split(":")[0]))
+        if only:
+            assert len(grp.merged) == d["jobs"]
+            for t in grp.merged:
+                (twin,) = [ts[0] for ts in grp.levels if ts[0].inputs == t.inputs]
+                assert torch.equal(twin.attrs["T"], t.attrs["T"])
+                readers = [j for gr in program.groups for j in gr.jobs
+                           if j.twin is twin or (j.twin is None and j.core.op == "bin_conv"
+                                                 and j.core.inputs[0] == twin.name)]
+                assert sorted(j.core.attrs["kernel"] for j in readers) == [1, 3]
     # no binary convolution thresholds a mixer's output as it reads it any more
     for d, grp in zip(program.descriptors, program.groups):
         for job in grp.jobs:

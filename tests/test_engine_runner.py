@@ -510,11 +510,10 @@ def test_the_intended_runner_takes_the_paper_networks_binary_convolutions_at_224
     ResNet-34 K=5 at 224x224 as the tests' rule says: the stem (integer weights) is not
     its; the 14x14 and 7x7 stages' streaming maps of 24 bits (up to 75 KB) go straight
     to DRAM; the 28x28 stage's sign and level maps (12.5 KB) take two regions when they
-    are the buffer's one kind. Its last mixer's two level outputs an output (two kinds,
-    each larger than a region) would not fit: the compiler gives up the second (fusion
-    rule 6), so that mixer writes its 32-bit outputs straight to DRAM beside one level
-    output in two regions, and the 1x1 shortcut thresholds them as it reads. Every
-    binary convolution runs: 19 of ResNet-18, 35 of ResNet-34."""
+    are the buffer's one kind. Its last mixer's outputs are read only through equal
+    thresholds (the next block's first convolution's and its 1x1 shortcut's), so it
+    writes one level output an output (fusion rule 7), its one kind in two regions, and
+    both read it. Every binary convolution runs: 19 of ResNet-18, 35 of ResNet-34."""
     from test_engine_program import zoo_model
     from test_engine_unit_engine import DE10_NANO_CONFIG, DE10_NANO_SIZES, runner_sizes
     sizes = runner_sizes(DE10_NANO_SIZES)
@@ -529,10 +528,12 @@ def test_the_intended_runner_takes_the_paper_networks_binary_convolutions_at_224
         assert ran == (runnable(d, sizes["arrays"]) and map_buffer_takes(d, region)), (arch, i)
     binary = [(d, ran) for d, ran in zip(convs, taken) if runnable(d, sizes["arrays"])]
     assert len(binary) == BINARY_CONVS_AT_224[arch] and all(ran for _, ran in binary)
-    # the 28x28 stage's last mixer: one level output beside its wide outputs, which the
-    # next stage's shortcut thresholds as it reads them (32-bit: the prologue's width)
-    assert not [d for d in descs if d["out_h"] == 28 and d["aux_outputs"] == 2
-                and d["flags"] & FLAG_BITS["weight_stream"]]
-    readers = [e for e in descs if e["stages"] & STAGE_BITS["prologue_threshold"]
-               and e["in_h"] == 28]
-    assert readers and all(e["kernel"] == 1 and e["in_elem"] == 32 for e in readers)
+    # the 28x28 stage's last mixer: one level output an output and nothing else, which
+    # the next stage's first convolutions and shortcuts read as bits
+    last = [d for d in descs if d["out_h"] == 28 and d["stages"] & STAGE_BITS["mixer"]][-1]
+    assert last["flags"] & FLAG_BITS["levels_only"] and last["aux_outputs"] == 1
+    readers = [e for e in descs if e["opcode"] == OPCODE_CODES["CONV"] and e["in_h"] == 28
+               and e["out_h"] == 14]
+    assert {e["kernel"] for e in readers} == {1, 3}
+    assert all(e["in_elem"] == 1 and not e["stages"] & STAGE_BITS["prologue_threshold"]
+               for e in readers)

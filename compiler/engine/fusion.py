@@ -63,6 +63,7 @@ Fusion rules, decided on ops and edges only (no node name is read):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import torch
 
 __all__ = ["Job", "Group", "fuse", "give_back_prologues", "OPCODES", "STAGES", "main_ref",
            "side_ref"]
@@ -96,6 +97,10 @@ class Job:
         The ``add`` stage's side operand is the add's first input.
     pool : Node or None
         A max pooling of the convolution's result, on chip (before the epilogue).
+    twin : Node or None
+        Rule 7: a threshold equal to the one the convolution reads its input through,
+        whose level tensor it reads instead (its producer writes one level tensor for
+        equal thresholds of one output).
     """
 
     core: object
@@ -103,6 +108,7 @@ class Job:
     epilogue: list = field(default_factory=list)
     side_first: bool = False
     pool: object = None
+    twin: object = None
 
     @property
     def opcode(self):
@@ -132,6 +138,8 @@ def main_ref(job):
     """References the job reads as its main input(s), in operand order."""
     if job.opcode == "INPUT":
         return []
+    if job.twin is not None:
+        return [job.twin.name]
     first = job.prologue if job.prologue is not None else job.core
     if job.opcode in ("MIXER", "GATE"):
         return list(first.inputs)
@@ -158,12 +166,15 @@ class Group:
     per output of the descriptor, the thresholds it applies to that output and writes
     as level tensors of their own, all with the same number of levels; with
     ``levels_only`` nothing else reads the outputs, so only the levels are written.
+    ``merged``: thresholds equal to one of ``levels``, whose readers read that one's
+    level tensor (:attr:`Job.twin`).
     """
 
     jobs: list
     mixer: object = None
     levels: list = field(default_factory=list)
     levels_only: bool = False
+    merged: list = field(default_factory=list)
 
     @property
     def opcode(self):
@@ -172,7 +183,7 @@ class Group:
     @property
     def nodes(self):
         return ([n for j in self.jobs for n in j.nodes] + ([self.mixer] if self.mixer else [])
-                + [t for ts in self.levels for t in ts])
+                + [t for ts in self.levels for t in ts] + self.merged)
 
     def split(self, most_jobs):
         """The same work as consecutive descriptors of at most ``most_jobs`` jobs each
@@ -192,13 +203,14 @@ class Group:
         dropped = [ts[-1] for ts in self.levels]
         levels = [ts[:-1] for ts in self.levels]
         levels = levels if levels[0] else []
-        return Group(self.jobs, self.mixer, levels, False), dropped
+        merged = [t for t in self.merged if not any(_equal_thresholds(t, d) for d in dropped)]
+        return Group(self.jobs, self.mixer, levels, False, merged), dropped
 
     def unfused(self):
         """Rule 5 undone: the convolutions' group, writing each base's result, then the
         mixer as its own descriptor (it joined only with no epilogue of its own)."""
         return [Group(self.jobs), Group([Job(core=self.mixer)], levels=self.levels,
-                                        levels_only=self.levels_only)]
+                                        levels_only=self.levels_only, merged=self.merged)]
 
     @property
     def splittable(self):
@@ -470,10 +482,12 @@ def _mix_on_chip(g, groups, arrays):
 def _levels_at_producer(g, groups):
     """Rule 7: a mixer's outputs thresholded where they are computed. Each output's
     thresholds that a binary convolution applies as its prologue move to the mixer's
-    group, which writes their levels; the convolutions read those. Only where every
-    output of the mixer has the same number of them, with the same levels a channel
-    (one descriptor format for the level tensors); ``levels_only`` where nothing else
-    reads the outputs."""
+    group, which writes their levels; the convolutions read those, one level tensor
+    for equal thresholds (a downsampling block's shortcut and first convolution
+    threshold its input alike: :attr:`Job.twin`). Only where every output of the
+    mixer has the same number of them, with the same levels a channel (one descriptor
+    format for the level tensors); ``levels_only`` where nothing else reads the
+    outputs."""
     prologue_job = {j.prologue.name: j for grp in groups for j in grp.jobs
                     if j.prologue is not None}
     for grp in groups:
@@ -495,25 +509,45 @@ def _levels_at_producer(g, groups):
             levels.append(sorted(moved, key=lambda t: -prologue_job[t.name].core.attrs.get(
                 "kernel", 1)))
             others = others or len(moved) < len(readers)
+        distinct = [_distinct_thresholds(ts) for ts in levels]
         shapes = {tuple(t.attrs["T"].shape) for ts in levels for t in ts}
-        if not levels[0] or len({len(ts) for ts in levels}) != 1 or len(shapes) != 1:
+        if (not levels[0] or len({len(ts) for ts in distinct}) != 1 or len(shapes) != 1):
             continue
-        for ts in levels:
+        for ts, kept in zip(levels, distinct):
             for t in ts:
-                prologue_job.pop(t.name).prologue = None
-        grp.levels, grp.levels_only = levels, not others
+                job = prologue_job.pop(t.name)
+                job.prologue = None
+                twin = next(u for u in kept if _equal_thresholds(u, t))
+                job.twin = twin if twin is not t else None
+        grp.levels, grp.levels_only = distinct, not others
+        grp.merged = [t for ts in levels for t in ts if all(t is not u for u in sum(distinct, []))]
     return groups
 
 
-def give_back_prologues(groups, thresholds):
+def _equal_thresholds(a, b):
+    """Whether two thresholds of one input give the same levels."""
+    return a.inputs == b.inputs and all(
+        torch.equal(a.attrs[k], b.attrs[k]) for k in ("T", "invert"))
+
+
+def _distinct_thresholds(ts):
+    """``ts`` without those equal to one before them."""
+    kept = []
+    for t in ts:
+        if not any(_equal_thresholds(u, t) for u in kept):
+            kept.append(t)
+    return kept
+
+
+def give_back_prologues(groups, thresholds, g):
     """The binary convolutions of ``groups`` that read the level tensors of
-    ``thresholds`` apply those thresholds again as they read (rule 3's prologues)."""
-    by_output = {t.name: t for t in thresholds}
+    ``thresholds`` apply their thresholds again as they read (rule 3's prologues; a
+    twin's reader its own)."""
+    given_up = {t.name for t in thresholds}
     for grp in groups:
         for job in grp.jobs:
-            if job.prologue is None and job.core.op == "bin_conv" \
-                    and job.core.inputs[0] in by_output:
-                job.prologue = by_output[job.core.inputs[0]]
+            if job.prologue is None and job.core.op == "bin_conv" and main_ref(job)[0] in given_up:
+                job.prologue, job.twin = g.producer(job.core.inputs[0]), None
 
 
 def fuse(g, arrays=None, overlapping_pools=True, prologues=True, by_tensor=False,

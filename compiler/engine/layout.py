@@ -691,7 +691,7 @@ def _levels_the_map_buffer_takes(groups, g, config, packing, fmts, outputs):
         if i is None:
             return groups, fmts, outputs
         groups[i], thresholds = groups[i].fewer_levels()
-        give_back_prologues(groups, thresholds)
+        give_back_prologues(groups, thresholds, g)
         fmts, outputs = _formats(groups, g, config.port_bytes, config.fixed_containers)
 
 
