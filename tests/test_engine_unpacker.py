@@ -100,6 +100,18 @@ def test_a_beat_a_cycle():
     assert run.cycles <= beats + words + 10     # and the pipeline's fill
 
 
+@pytest.mark.parametrize("elem, cycles_a_beat", [(16, 1.0), (24, 1.5), (32, 2.0)])
+def test_a_word_taken_and_a_beat_given_in_one_cycle(elem, cycles_a_beat):
+    # a beat of 8 lanes: 16-bit values are a bus word a beat, 24-bit ones a word and a
+    # half, 32-bit two: the word that completes a beat comes in the cycle the beat goes
+    case = Case(2, 5, 16, 8, 64, 2, 8, elem, 128)
+    run, expected = unpack_run(case)
+    assert run.outputs["o"] == expected
+    beats = len(expected)
+    span = run.out_cycles["o"][-1] - run.out_cycles["o"][0] + 1
+    assert span <= cycles_a_beat * beats + 4, (span, beats)
+
+
 def test_the_packer_takes_back_what_the_unpacker_gives():
     # unpacked beats packed again: the same DRAM bytes
     case = Case(3, 3, 16, 8, 21, 2, 4, 24, 128)

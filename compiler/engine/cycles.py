@@ -179,14 +179,15 @@ def binary_fold_cycles(d, config):
     (the gatherer's tap-aligned words), each bit plane in turn; or, where that is
     fewer, the epilogue's beats (``ceil(pe/vector_lanes)`` a job of the round). A
     residual add's beat also waits for its side elements, which the input unpacker
-    gives a beat a cycle plus a cycle for each bus word it takes in
-    (``hw/engine/unpacker.py``): 16-bit sides at 8 lanes take a word a beat, so two
-    cycles a beat (measured on the unpacker alone: 2.06; 24-bit 2.56)."""
+    gives a beat a cycle, or a bus word a cycle where a beat takes more
+    (``hw/engine/unpacker.py``: a word taken and a beat given in one cycle): 16-bit
+    sides at 8 lanes a cycle a beat, 24-bit ones 1.5 (measured on the unpacker alone:
+    1.0 and 1.5)."""
     taps = d["kernel"] ** 2 * _ceil(d["in_c"] // d["groups"], config.simd)
     beats = min(d["jobs"], config.arrays) * _ceil(config.pe, config.vector_lanes)
     if d["stages"] & STAGE_BITS["add"]:
         side_beat_bytes = config.vector_lanes * d["side_elem"] / 8
-        beats = beats * (1 + side_beat_bytes / config.port_bytes)
+        beats = beats * max(1, side_beat_bytes / config.port_bytes)
     return max(taps * max(1, d["act_bits"]), beats)
 
 

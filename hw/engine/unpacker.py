@@ -82,13 +82,17 @@ class InputUnpacker(wiring.Component):
 
     Latency
     -------
-    1 cycle from the bus word that completes a beat's bytes to the beat on ``o``.
+    The beat is written into the output FIFO four cycles after the control stage
+    takes the bus word that completes it (the job's head, its slots, the beat's
+    bytes, its values), and is on ``o`` a cycle later.
 
     Throughput
     ----------
-    A beat a cycle while its job holds its bytes; a cycle for each bus word a job takes
-    in (a beat of at most a bus word's bytes takes at most one), and one for each
-    padding word a row drops.
+    A beat a cycle while its job holds its bytes or the bus word taken in that cycle
+    completes them (a beat of up to a bus word's bytes, 16-bit values at 8 lanes on a
+    128-bit bus: a beat a cycle); a beat of more bytes waits a cycle for each further
+    word (24-bit values at 8 lanes: 1.5 cycles a beat); and a cycle for each padding
+    word a row drops.
     """
 
     def __init__(self, *, arrays, pe, lanes, value_width=32, data_width=128, elems=ELEMS,
@@ -219,6 +223,9 @@ class InputUnpacker(wiring.Component):
         # each job's comparisons side by side, then the op's job's picked: no adder or
         # comparison behind the pick
         enough = picked(op.sel, [held[j] >= op.need for j in range(arrays)])
+        # a bus word taken this cycle completes the beat: the word in and the beat out in
+        # one cycle (a 16-byte beat a cycle from 16-byte words)
+        completes = picked(op.sel, [held[j] + W >= op.need for j in range(arrays)])
         skipping = picked(op.sel, [skip[j] != 0 for j in range(arrays)])
         in_valid = picked(op.sel, [s.valid for s in inputs])
         in_data = picked(op.sel, [s.payload for s in inputs])
@@ -228,7 +235,8 @@ class InputUnpacker(wiring.Component):
         m.d.comb += [
             drop.eq(ops.r_rdy & ours & skipping & in_valid),
             take.eq(ops.r_rdy & ours & ~skipping & ~enough & in_valid),
-            emit.eq(ops.r_rdy & (~ours | (~skipping & enough)) & (credits != 0)),
+            emit.eq(ops.r_rdy & (~ours | (~skipping & (enough | (completes & in_valid))))
+                     & (credits != 0)),
             ops.r_en.eq(emit),
         ]
         # where in the job's queue the beat is read and how many slots it leaves behind,
@@ -245,14 +253,15 @@ class InputUnpacker(wiring.Component):
             m.d.comb += inputs[j].ready.eq(op.sel[j] & (drop | take))
             with m.If(op.sel[j] & drop):
                 m.d.sync += skip[j].eq(skip[j] - 1)
-            with m.If(op.sel[j] & take):
-                m.d.sync += [held[j].eq(held[j] + W), taken[j].eq(taken[j] + 1)]
             with m.If(op.sel[j] & emit):
                 with m.If(op.row_end):
                     m.d.sync += [held[j].eq(0), taken[j].eq(0),
-                                 skip[j].eq(st.row_beats - taken[j])]
+                                 skip[j].eq(st.row_beats - taken[j] - take)]
                 with m.Else():
-                    m.d.sync += held[j].eq(held[j] - op.need)
+                    m.d.sync += [held[j].eq(held[j] + Mux(take, W, 0) - op.need),
+                                 taken[j].eq(taken[j] + take)]
+            with m.Elif(op.sel[j] & take):
+                m.d.sync += [held[j].eq(held[j] + W), taken[j].eq(taken[j] + 1)]
 
         # -- data: each job's bytes as a ring of whole bus words (slots) from a head
         # slot, read from a byte of the head: a word goes into the slot after the filled
@@ -276,16 +285,26 @@ class InputUnpacker(wiring.Component):
         m.d.sync += [d_take.eq(take), d_emit.eq(emit), d_sel.eq(op.sel), d_word.eq(in_data),
                      d_at.eq(at_k), d_mask.eq(Mux(ours, op.mask, 0))]
 
-        # the job's slots and head registered, then the beat's bytes read from them (the
-        # pick and the read in one cycle were a late path on ECP5)
+        # the job's head registered as the beat leaves the control (before the beat
+        # moves it), its slots a cycle later: a word taken in the beat's own cycle is in
+        # its slot by then (the slots are written a cycle after the take). A word a later
+        # take writes lands no sooner than the slots are read, and only in a slot no
+        # beat still to be read holds (the pick and the read in one cycle were a late
+        # path on ECP5)
+        e_sel = Signal(arrays)
+        e_head = Signal(range(slots))
+        e_at = Signal(range(W))
+        e_emit = Signal()
+        e_mask = Signal(lanes)
+        m.d.sync += [e_sel.eq(d_sel), e_head.eq(picked(d_sel, head)), e_at.eq(d_at),
+                     e_emit.eq(d_emit), e_mask.eq(d_mask)]
         window = Signal(8 * W * slots)
         r_head = Signal(range(slots))
         r_at = Signal(range(W))
         r_emit = Signal()
         r_mask = Signal(lanes)
-        m.d.sync += [window.eq(picked(d_sel, [Cat(*queue[j]) for j in range(arrays)])),
-                     r_head.eq(picked(d_sel, head)),
-                     r_at.eq(d_at), r_emit.eq(d_emit), r_mask.eq(d_mask)]
+        m.d.sync += [window.eq(picked(e_sel, [Cat(*queue[j]) for j in range(arrays)])),
+                     r_head.eq(e_head), r_at.eq(e_at), r_emit.eq(e_emit), r_mask.eq(e_mask)]
         turned = Signal(8 * W * window_slots)
         with m.Switch(r_head):
             for h in range(slots):
@@ -307,13 +326,15 @@ class InputUnpacker(wiring.Component):
                     for i in range(slots):
                         with m.Case(i):
                             m.d.sync += queue[j][i].eq(d_word)
-                m.d.sync += filled[j].eq(filled[j] + 1)
+            # a beat's take and emit may come in one cycle
             with m.If(j_emit):
                 with m.If(j_row_end):
                     m.d.sync += filled[j].eq(0)
                 with m.Else():
-                    m.d.sync += [filled[j].eq(filled[j] - j_used),
+                    m.d.sync += [filled[j].eq(filled[j] + j_take - j_used),
                                  head[j].eq(head[j] + j_used)]
+            with m.Elif(j_take):
+                m.d.sync += filled[j].eq(filled[j] + 1)
 
         # -- out: the beat's bytes registered, then its values, into the output FIFO --
         v_valid = Signal()
@@ -334,6 +355,6 @@ class InputUnpacker(wiring.Component):
         for j in range(arrays):
             empty = empty & (held[j] == 0) & (skip[j] == 0)
         m.d.comb += self.idle.eq(empty & ~f_valid & ~ops.r_rdy & (ops.level == 0)
-                                 & ~d_take & ~d_emit & ~r_emit & ~v_valid
+                                 & ~d_take & ~d_emit & ~e_emit & ~r_emit & ~v_valid
                                  & (credits == _OUT_DEPTH))
         return m
