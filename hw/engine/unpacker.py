@@ -23,7 +23,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..arith import moved_in_stages
 from ..fifo import block_ram_fifo
-from .packer import ELEMS, checked_beats, picked
+from .packer import ELEMS, _or, checked_beats, picked
 
 __all__ = ["InputUnpacker", "unpacker_settings"]
 
@@ -212,31 +212,39 @@ class InputUnpacker(wiring.Component):
             m.d.sync += f_valid.eq(0)
 
         # -- control: each job's bytes held (as the data stage will hold them), the row's
-        # words taken and the padding words to drop; a step of an op a cycle --
+        # words still to take (and one fewer: a row's last beat may take its last word
+        # in its own cycle, and the choice is then a multiplexer, not a subtraction) and
+        # the padding words to drop; a step of an op a cycle --
         op = data.View(op_layout, ops.r_data)
         held = [Signal(range(W + B + 1), name=f"held{j}") for j in range(arrays)]
-        taken = [Signal(range(self.max_beats + 1), name=f"taken{j}") for j in range(arrays)]
+        rest = [Signal(range(self.max_beats + 1), name=f"rest{j}") for j in range(arrays)]
+        rest_less = [Signal(range(-1, self.max_beats + 1), name=f"rest_less{j}")
+                     for j in range(arrays)]
         skip = [Signal(range(self.max_beats + 1), name=f"skip{j}") for j in range(arrays)]
         credits = Signal(range(_OUT_DEPTH + 1), init=_OUT_DEPTH)
 
         ours = op.sel != 0
-        # each job's comparisons side by side, then the op's job's picked: no adder or
-        # comparison behind the pick
-        enough = picked(op.sel, [held[j] >= op.need for j in range(arrays)])
-        # a bus word taken this cycle completes the beat: the word in and the beat out in
-        # one cycle (a 16-byte beat a cycle from 16-byte words)
-        completes = picked(op.sel, [held[j] + W >= op.need for j in range(arrays)])
-        skipping = picked(op.sel, [skip[j] != 0 for j in range(arrays)])
-        in_valid = picked(op.sel, [s.valid for s in inputs])
+        # each job's step worked out beside the others' from its own registers, so that
+        # no pick lies between a job's counts and their next values
+        drops, takes, emits = [], [], []
+        for j in range(arrays):
+            mine = ops.r_rdy & op.sel[j]
+            skipping_j = skip[j] != 0
+            enough_j = held[j] >= op.need
+            # a bus word taken this cycle completes the beat: the word in and the beat
+            # out in one cycle (a 16-byte beat a cycle from 16-byte words)
+            completes_j = held[j] + W >= op.need
+            valid_j = inputs[j].valid
+            drops.append(mine & skipping_j & valid_j)
+            takes.append(mine & ~skipping_j & ~enough_j & valid_j)
+            emits.append(mine & ~skipping_j & (enough_j | (completes_j & valid_j))
+                         & (credits != 0))
         in_data = picked(op.sel, [s.payload for s in inputs])
-        drop = Signal()
         take = Signal()
         emit = Signal()
         m.d.comb += [
-            drop.eq(ops.r_rdy & ours & skipping & in_valid),
-            take.eq(ops.r_rdy & ours & ~skipping & ~enough & in_valid),
-            emit.eq(ops.r_rdy & (~ours | (~skipping & (enough | (completes & in_valid))))
-                     & (credits != 0)),
+            take.eq(_or(takes)),
+            emit.eq(_or(emits) | (ops.r_rdy & ~ours & (credits != 0))),
             ops.r_en.eq(emit),
         ]
         # where in the job's queue the beat is read and how many slots it leaves behind,
@@ -247,21 +255,27 @@ class InputUnpacker(wiring.Component):
         ahead = Signal(range(W + B + 1))
         m.d.comb += ahead.eq(at_k + op.need)
         for j in range(arrays):
-            with m.If(op.sel[j] & emit):
+            with m.If(emits[j]):
                 m.d.sync += read_at[j].eq(Mux(op.row_end, 0, ahead % W))
         for j in range(arrays):
-            m.d.comb += inputs[j].ready.eq(op.sel[j] & (drop | take))
-            with m.If(op.sel[j] & drop):
+            m.d.comb += inputs[j].ready.eq(drops[j] | takes[j])
+            with m.If(drops[j]):
                 m.d.sync += skip[j].eq(skip[j] - 1)
-            with m.If(op.sel[j] & emit):
+            with m.If(takes[j]):
+                m.d.sync += [rest[j].eq(rest[j] - 1), rest_less[j].eq(rest_less[j] - 1)]
+            with m.If(emits[j]):
                 with m.If(op.row_end):
-                    m.d.sync += [held[j].eq(0), taken[j].eq(0),
-                                 skip[j].eq(st.row_beats - taken[j] - take)]
+                    m.d.sync += [held[j].eq(0), rest[j].eq(st.row_beats),
+                                 rest_less[j].eq(st.row_beats - 1),
+                                 skip[j].eq(Mux(takes[j], rest_less[j], rest[j]))]
                 with m.Else():
-                    m.d.sync += [held[j].eq(held[j] + Mux(take, W, 0) - op.need),
-                                 taken[j].eq(taken[j] + take)]
-            with m.Elif(op.sel[j] & take):
-                m.d.sync += [held[j].eq(held[j] + W), taken[j].eq(taken[j] + 1)]
+                    m.d.sync += held[j].eq(Mux(takes[j], held[j] + (W - op.need),
+                                               held[j] - op.need))
+            with m.Elif(takes[j]):
+                m.d.sync += held[j].eq(held[j] + W)
+            with m.If(~self.active):
+                # between maps: the next map's rows
+                m.d.sync += [rest[j].eq(st.row_beats), rest_less[j].eq(st.row_beats - 1)]
 
         # -- data: each job's bytes as a ring of whole bus words (slots) from a head
         # slot, read from a byte of the head: a word goes into the slot after the filled
@@ -319,7 +333,7 @@ class InputUnpacker(wiring.Component):
         for j in range(arrays):
             j_take, j_emit, j_row_end = Signal(), Signal(), Signal()
             j_used = Signal(range(slots + 1))
-            m.d.sync += [j_take.eq(op.sel[j] & take), j_emit.eq(op.sel[j] & emit),
+            m.d.sync += [j_take.eq(takes[j]), j_emit.eq(emits[j]),
                          j_row_end.eq(op.row_end), j_used.eq(ahead // W)]
             with m.If(j_take):
                 with m.Switch((head[j] + filled[j])[:len(head[j])]):
