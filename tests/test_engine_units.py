@@ -70,8 +70,6 @@ def test_the_intended_engines_sizing_uses_the_measured_costs():
     # the three engines are built without the subsampler; it is measured alone
     assert all(engine_units.SIZES[n][1]["subsample"] is False for n in beyond)
     assert sizing._ALM_SUBSAMPLER == RECORDS["subsample"]["cyclonev"]["alm"]
-    # the DMAs shared with the stem: measured alone (the two engines above predate it)
-    assert sizing._ALM_PORT_SHARE == RECORDS["port-share"]["cyclonev"]["alm"]
     # DSP blocks: the engine of the units' beside its lanes and the stem's multipliers
     # (Yosys counts a cell a 9x9 multiplier; the sizing three a Cyclone V block) (the
     # head has none in it: it borrows the mixer's, which alone it has two a lane of)

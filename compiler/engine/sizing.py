@@ -31,8 +31,8 @@ ALMs; LUT4-based families count two LUT4s per ALM), block-RAM bits and multiplie
   multipliers), max pooling and the threshold lanes behind the mixer (fusion rule 7)
   are not in the figure;
 - an array beyond its lanes, and what does not grow with the arrays: measured, the
-  engine of the units (``UnitEngine``: register file, sequencer, DMAs, the stem runner,
-  the classifier head, the runner with its layer datapath, loaders, packers, unpacker
+  engine of the units (``UnitEngine``: register file, sequencer, DMAs and the port
+  the stem runner shares them through, the stem runner, the classifier head, the runner with its layer datapath, loaders, packers, unpacker
   and writer; built without the subsampler) at one array of 16 x 48 lanes and at five
   of 16 x 64, less their XNOR and vector lanes and the stem's array; five arrays of 16
   x 32 check the fit (``tests/test_engine_units.py`` holds the three within 5 %);
@@ -45,12 +45,10 @@ ALMs; LUT4-based families count two LUT4s per ALM), block-RAM bits and multiplie
 - tile buffers: their bytes in block RAM at 1,024 usable bytes per 10-kbit block
   (32-bit-wide M10K ports assembled to the port width).
 
-- the DMAs shared with the stem runner (frames in flight): measured alone.
-
 Measured so, 5 x 16 x 64 takes 105 % of the DE10-Nano's ALMs: the DE10-Nano holds the
 ladder's second rung, 5 arrays x 16 PE x 32 SIMD with 8 vector lanes and a 16 x 6 stem
-(88.4 % of its ALMs by the estimate; the narrow engine's 16 x 9 stem: 94.0 % by Yosys's
-count, 3.1 % over its estimate), with the subsampler too (90.0 %). K = 5 bases run in
+(88.4 % of its ALMs by the estimate; the narrow engine's 16 x 9 stem: 94.6 % by Yosys's
+count, 4.0 % over its estimate), with the subsampler too (89.9 %). K = 5 bases run in
 one round, and SIMD 32 divides every channel count of the paper's networks (the window
 gatherer gives a tap's channels words of their own).
 """
@@ -97,16 +95,12 @@ _MIN_VECTOR_LANES = 8
 #: (its slice of the gatherer's ring, its fold issuer, its job's share of the feeder,
 #: packers, unpacker and writer) and what does not grow with the arrays. A third size,
 #: five arrays of 16 x 32 (``unit-engine-narrow``), checks the fit.
-_ALM_PER_ARRAY = 776
-_ALM_FIXED = 19689
+_ALM_PER_ARRAY = 786
+_ALM_FIXED = 20477
 #: Measured (``subsample``): the subsampler (option-A shortcuts' SUBSAMPLE
 #: descriptors), in the three engines' counts above; an engine for a network without
 #: option-A shortcuts is built without it.
 _ALM_SUBSAMPLER = 660
-#: Measured (``port-share``): the DMAs shared with the stem runner, which frames in
-#: flight detach (``hw/engine/port_share.py``); not in the records of the two engines
-#: the fixed cost was fitted to, which predate it.
-_ALM_PORT_SHARE = 862
 #: The fewest stem lanes the sizing shrinks the stem to where frames are in flight:
 #: the next frame's stem then runs beside this frame's rest, so past what it takes to
 #: stay behind the rest its multipliers buy nothing (ResNet-18 at 224x224: 1.25 M
@@ -140,7 +134,7 @@ def estimate(config, family="cyclonev", subsampler=False):
     alms = (config.lanes * _ALM_PER_LANE + config.arrays * _ALM_PER_ARRAY
             + config.vector_lanes * (_ALM_PER_VECTOR_LANE + _ALM_PER_MIXER_LANE) + _ALM_FIXED
             + config.stem_pe * config.stem_simd * _ALM_PER_STEM_MULT
-            + (_ALM_SUBSAMPLER if subsampler else 0) + _ALM_PORT_SHARE)
+            + (_ALM_SUBSAMPLER if subsampler else 0))
     logic = alms if family == "cyclonev" else 2 * alms
     buffers = config.input_buffer + config.output_buffer + config.arrays * config.weight_buffer
     blocks = -(-buffers // _BRAM_BYTES_PER_BLOCK)
