@@ -63,6 +63,7 @@ Fusion rules, decided on ops and edges only (no node name is read):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
 import torch
 
 __all__ = ["Job", "Group", "fuse", "give_back_prologues", "OPCODES", "STAGES", "main_ref",
@@ -511,16 +512,17 @@ def _levels_at_producer(g, groups):
             others = others or len(moved) < len(readers)
         distinct = [_distinct_thresholds(ts) for ts in levels]
         shapes = {tuple(t.attrs["T"].shape) for ts in levels for t in ts}
-        if (not levels[0] or len({len(ts) for ts in distinct}) != 1 or len(shapes) != 1):
+        if not levels[0] or len({len(ts) for ts in distinct}) != 1 or len(shapes) != 1:
             continue
-        for ts, kept in zip(levels, distinct):
+        for ts, unique in zip(levels, distinct):
             for t in ts:
                 job = prologue_job.pop(t.name)
                 job.prologue = None
-                twin = next(u for u in kept if _equal_thresholds(u, t))
+                twin = next(u for u in unique if _equal_thresholds(u, t))
                 job.twin = twin if twin is not t else None
         grp.levels, grp.levels_only = distinct, not others
-        grp.merged = [t for ts in levels for t in ts if all(t is not u for u in sum(distinct, []))]
+        kept = {t.name for ts in distinct for t in ts}
+        grp.merged = [t for ts in levels for t in ts if t.name not in kept]
     return groups
 
 
