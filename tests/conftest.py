@@ -24,6 +24,25 @@ def random_model(seed, **overrides):
     return randomize_bn(model, gen, zero_gamma=seed % 2 == 0).eval()
 
 
+def shortcut_thresholds_apart(g):
+    """``g`` (an integer graph) with each 1x1 convolution's input threshold a level
+    above its twin's (the first convolution's, of the same map), as a network whose
+    shortcut quantizes its input apart would have: the mixer before them then writes
+    two level outputs an output (fusion rule 7), not one both read. Returns ``g``."""
+    for conv in g:
+        if conv.op != "bin_conv" or conv.attrs["kernel"] != 1:
+            continue
+        t = g.producer(conv.inputs[0])
+        if t.op != "threshold":
+            continue
+        twins = [u for u in g.consumers(g.source(t.inputs[0])) if u is not t
+                 and u.op == "threshold" and u.inputs == t.inputs
+                 and torch.equal(u.attrs["T"], t.attrs["T"])]
+        if twins:
+            t.attrs["T"] = t.attrs["T"] + 1
+    return g
+
+
 def pairwise(**axes):
     """pytest params of the grid ``axes`` (name -> values, in the test's argument order):
     a set that holds every pair of values of two axes in the default tier (greedily,

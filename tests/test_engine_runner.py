@@ -15,7 +15,7 @@ from amaranth.hdl import Elaboratable, Module
 from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
-from conftest import random_model
+from conftest import random_model, shortcut_thresholds_apart
 from groupnet_hw.compiler.engine.config import EngineConfig
 from groupnet_hw.compiler.engine.layout import compile_engine
 from groupnet_hw.compiler.engine.units import map_buffer_takes, runner_refusal
@@ -280,11 +280,13 @@ def test_block_mixers_of_three_bases_write_gated_maps_and_levels():
 @SLOW
 def test_a_one_by_one_downsample_convolution():
     """The conv shortcut's 1x1 stride-2 binary convolution, and the mixer before it,
-    whose outputs two readers threshold differently: two level outputs an output and no
-    wide map (the second through the second level lanes and the main packer). Two level
+    whose outputs two readers threshold differently (the shortcut's thresholds moved a
+    level: equal ones share one level output): two level outputs an output and no wide
+    map (the second through the second level lanes and the main packer). Two level
     outputs beside a wide map are refused."""
-    g = compile_model(random_model(7, image_size=8, stem_channels=16,
-                                   stages=[[16, 2, 1], [24, 1, 2]], bases=2, shortcut="conv"))
+    g = shortcut_thresholds_apart(compile_model(random_model(
+        7, image_size=8, stem_channels=16, stages=[[16, 2, 1], [24, 1, 2]], bases=2,
+        shortcut="conv")))
     ran = run_steps(g, CONFIG)
     assert any(d["kernel"] == 1 and d["stride"] == 2 for d in ran)
     assert any(d["aux_outputs"] == 2 and d["flags"] & FLAG_BITS["levels_only"] for d in ran)
@@ -422,11 +424,12 @@ def test_streamed_mixers_and_their_level_outputs(shortcut):
     """A block's streaming second convolutions with their mixer on chip: each chunk's
     gated outputs and their level outputs (rule 7) assembled as two kinds of map in
     the map buffer (the level lanes read the chunk's thresholds); a stage's last mixer's
-    two level outputs an output and no wide map (the conv shortcut's); the last block's
-    aggregate alone."""
+    two level outputs an output and no wide map (the conv shortcut's, its thresholds
+    moved a level from the first convolution's); the last block's aggregate alone."""
     stages = [[16, 2, 1], [32, 1 if shortcut else 2, 2]]
-    g = compile_model(random_model(5, **dict(RESIDUAL, stages=stages, dilations=None,
-                                             bases=2, shortcut=shortcut or "A")))
+    g = shortcut_thresholds_apart(compile_model(random_model(
+        5, **dict(RESIDUAL, stages=stages, dilations=None, bases=2,
+                  shortcut=shortcut or "A"))))
     # 8 x 8 maps of 16-bit values: 2 KiB each, four maps (two kinds a job) in the buffer
     ran = run_steps(g, STREAMING_CONFIG, max_weight_words=20, map_words=512, p_wait=0.2,
                     latency=(1, 5), seed=4)
