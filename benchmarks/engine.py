@@ -20,7 +20,8 @@ one-line reason) and its model's cycles; RTL-measured cycles on Verilator (the c
 ResNet-34 depth, narrow and at 32x32; full-size K=5 files in the authors' layout
 through ``groupnet-hw import`` and ``build`` (times, peak memory, the engine, predicted
 cycles; with ``--rtl-224 N``, N 224x224 images on Verilator, bit-exact and measured
-cycles); and frames/s of the dataflow design (at the board clock) against the engine
+cycles, and the same for the benchmark's own networks built through the flow, the ones
+its frames/s are of); and frames/s of the dataflow design (at the board clock) against the engine
 (at its clock) on digits and CIFAR-size networks. Writes ``docs/engine.md`` and
 ``docs/engine.png``; rows of networks a run does not measure are kept from the JSON
 already there.
@@ -42,7 +43,7 @@ from pathlib import Path
 
 import torch
 
-from engine_resources import OUT as RESOURCES_JSON, is_current, sources_digest
+from engine_resources import OUT as RESOURCES_JSON, is_current
 from groupnet_hw.compiler.engine.config import DramModel, EngineConfig
 from groupnet_hw.compiler.engine.cycles import descriptor_cycles, predict
 from groupnet_hw.compiler.engine.formats import TensorFormat
@@ -193,6 +194,9 @@ def table(r):
 
 # ---------------------------------------------------------------- the engine as built
 def _model(arch, bases, seed=0, **fields):
+    """The zoo's ``arch``, its weights and eval state drawn from ``seed``: the same
+    network each call, so that a memory image names it."""
+    torch.manual_seed(seed)
     return randomize_eval_state(GroupNet(arch_config(arch, bases=bases, **fields)),
                                 torch.Generator().manual_seed(seed)).eval()
 
@@ -286,6 +290,7 @@ def built(arch, bases=5, seed=0):
                                 fps_pooled_stem_24bit_maps=per_s / pooled24,
                                 wide_map_bits=[min(wide), max(wide)] if wide else None),
                 flow_refused=reason, flow_seconds=round(seconds, 1),
+                image_sha256=hashlib.sha256(program.image).hexdigest(),
                 peak_rss_mb=peak, cycles=c.frame_interval, latency_cycles=c.cycles, fps=c.fps,
                 phases=phases, shapes=shapes,
                 descriptors=rows)
@@ -360,7 +365,7 @@ def authors_at_224(arch, bases=5, rtl_images=0):
                    latency_cycles=b.engine.prediction.cycles, fps=b.engine.prediction.fps,
                    rtl_images=rtl_images, **threshold_placements(b))
         if rtl_images:
-            row["hw_engine_sha256"] = sources_digest()
+            row["engine_rtl_sha256"] = engine_rtl_digest()
             row["dram_model_sha256"] = dram_model_digest()
             t3 = time.perf_counter()
             r = verify(tmp / "out", images=rtl_images)
@@ -368,6 +373,41 @@ def authors_at_224(arch, bases=5, rtl_images=0):
                        error=r.cycles_per_frame_measured / row["predicted"] - 1,
                        rtl_seconds=round(time.perf_counter() - t3))
     return row
+
+
+def engine_rtl_digest():
+    """A hash of every file of hw/engine (``engine_rtl_sha256``): the RTL a measured
+    cycle count is of, the engine of the units' as well as the core's."""
+    digest = hashlib.sha256()
+    for path in sorted((Path(__file__).resolve().parents[1] / "hw" / "engine").glob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def stream_at_224(arch, bases=5, seed=0, images=1):
+    """The benchmark's own ``arch`` (random eval state, ``seed``: the network whose
+    frames/s the tables predict) saved as a checkpoint, built through the flow for the
+    DE10-Nano with its Verilog, and ``images`` 224x224 images run on Verilator as a
+    stream (``verify``): bit-exact or not, and a frame's measured cycles against the
+    prediction."""
+    import tempfile
+    from groupnet_hw.flow import BuildConfig, build, verify
+    from groupnet_hw.models.checkpoint import save_checkpoint
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        save_checkpoint(tmp / "model.pt", _model(arch, bases, seed))
+        b = build(tmp / "model.pt", BuildConfig(engine="sequential"), out_dir=tmp / "out")
+        t0 = time.perf_counter()
+        r = verify(tmp / "out", images=images)
+        return dict(arch=arch, bases=bases, seed=seed, rtl_images=images,
+                    implementation=b.engine.target.implementation,
+                    predicted=b.engine.prediction.frame_interval, fps=b.engine.prediction.fps,
+                    exact=r.exact, ok=r.ok, measured=r.cycles_per_frame_measured,
+                    error=r.cycles_per_frame_measured / b.engine.prediction.frame_interval - 1,
+                    rtl_seconds=round(time.perf_counter() - t0),
+                    image_sha256=hashlib.sha256(b.engine.program.image).hexdigest(),
+                    engine_rtl_sha256=engine_rtl_digest(),
+                    dram_model_sha256=dram_model_digest())
 
 
 def threshold_placements(b):
@@ -438,7 +478,7 @@ def _built_core():
             f"stem array of {c['stem_simd']} lanes ({n} channel{'s' if n > 1 else ''} a cycle)")
 
 
-def write_docs(results, built_rows, rtl_rows, authors, cross, out_md, out_png):
+def write_docs(results, built_rows, rtl_rows, authors, cross, out_md, out_png, streams=()):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -573,6 +613,19 @@ def write_docs(results, built_rows, rtl_rows, authors, cross, out_md, out_png):
         for r in rtl_rows:
             lines.append(f"| {r['arch']} K={r['bases']} | {'yes' if r['exact'] else 'NO'} | "
                          f"{r['predicted']:,} | {r['measured']:,.0f} | {100 * r['error']:+.2f} % |")
+    if streams:
+        lines += ["", "The networks above (random eval state, seed 0) saved as checkpoints, "
+                  "built through the flow for the DE10-Nano with the engine's Verilog, and "
+                  "run on Verilator as a stream (`verify`; a frame's cycles are a START's "
+                  "after the first, which computes the first frame's stem alone):", "",
+                  "| network | engine | 224x224 images bit-exact | predicted cycles/frame | "
+                  "frames/s | measured cycles/frame | error |",
+                  "|---|---|---|---:|---:|---:|---:|"]
+        for r in streams:
+            lines.append(f"| {r['arch']} K={r['bases']} | {r['implementation']} | "
+                         f"{r['exact']} of {r['rtl_images']} | {r['predicted']:,} | "
+                         f"{r['fps']:.3f} | {r['measured']:,.0f} | "
+                         f"{100 * r['error']:+.3f} % |")
     if authors:
         lines += ["", "Files in the authors' layout at the paper's size (K=5, learned scales, "
                   "1000 classes; random values), through `groupnet-hw import` and "
@@ -649,17 +702,24 @@ def _merged(path, new):
         out[key] = sorted(kept + rows, key=lambda r: r["arch"])
     # an RTL run stays valid while the program it ran is the one built now, on the RTL
     # of hw/engine as it is now, against the DRAM model as it is now
-    rtl, dram = sources_digest(), dram_model_digest()
+    rtl, dram = engine_rtl_digest(), dram_model_digest()
     ran = {r["arch"]: r for r in old.get("authors_224", []) if r.get("rtl_images")}
     for r in out.get("authors_224", []):
         before = ran.get(r["arch"])
         if (not r["rtl_images"] and before
                 and before.get("image_sha256") == r.get("image_sha256")
-                and before.get("hw_engine_sha256") == rtl
+                and before.get("engine_rtl_sha256") == rtl
                 and before.get("dram_model_sha256") == dram):
             r.update({k: before[k] for k in ("rtl_images", "exact", "ok", "measured",
-                                            "error", "rtl_seconds", "hw_engine_sha256",
+                                            "error", "rtl_seconds", "engine_rtl_sha256",
                                             "dram_model_sha256")})
+    # a stream's run, while its program is the one built now, on hw/engine as it is now
+    images = {r["arch"]: r.get("image_sha256") for r in out.get("built", [])}
+    engine = engine_rtl_digest()
+    out["streams_224"] = [r for r in out.get("streams_224", [])
+                          if r.get("image_sha256") == images.get(r["arch"])
+                          and r.get("engine_rtl_sha256") == engine
+                          and r.get("dram_model_sha256") == dram]
     return out
 
 
@@ -686,7 +746,8 @@ def main(argv=None):
     if args.render:
         data = json.loads(args.output.read_text())
         write_docs(data["results"], data["built"], data["rtl"], data["authors_224"],
-                   data["crossover"], args.docs / "engine.md", args.docs / "engine.png")
+                   data["crossover"], args.docs / "engine.md", args.docs / "engine.png",
+                   data.get("streams_224", ()))
         return
     archs = args.arch or ["resnet18", "resnet34"]
     results = [run(a) for a in archs]
@@ -707,15 +768,22 @@ def main(argv=None):
               f"{r['build_seconds']} s, peak {r['peak_rss_mb']} MB, predicted "
               f"{r['predicted']:,}" + (f", RTL {r['exact']}/{r['rtl_images']} bit-exact, "
                                        f"measured {r['measured']:,.0f}" if r["rtl_images"] else ""))
+    streams = [stream_at_224(a, images=args.rtl_224) for a in archs] if args.rtl_224 else []
+    for r in streams:
+        print(f"{r['arch']} K=5 at 224 as a stream: predicted {r['predicted']:,}, measured "
+              f"{r['measured']:,.0f} ({100 * r['error']:+.2f} %), {r['exact']}/"
+              f"{r['rtl_images']} bit-exact")
     cross = crossover()
     for r in cross:
         print(r)
     data = _merged(args.output, dict(results=results, built=built_rows, rtl=rtl_rows,
-                                     authors_224=authors, crossover=cross))
+                                     authors_224=authors, streams_224=streams,
+                                     crossover=cross))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(data, indent=1) + "\n")
     write_docs(data["results"], data["built"], data["rtl"], data["authors_224"],
-               data["crossover"], args.docs / "engine.md", args.docs / "engine.png")
+               data["crossover"], args.docs / "engine.md", args.docs / "engine.png",
+               data["streams_224"])
     print(f"wrote {args.output}, {args.docs / 'engine.md'}, {args.docs / 'engine.png'}")
 
 

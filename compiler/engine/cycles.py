@@ -6,9 +6,9 @@ For one descriptor (docs/architecture.md section 12):
   ``out_h*out_w * groups * ceil(C_out/groups/PE) * k*k * ceil(C_in/groups/SIMD)``
   cycles (a tap's channels are words of their own, as the window gatherer reads them;
   times the input bits for n-bit activations, which the XNOR lanes take bit-serially),
-  or where more, the epilogue's ``jobs * ceil(PE/lanes)`` beats an output fold, each
-  beat of a residual add a cycle more for each bus word of side elements it takes
-  (:func:`binary_fold_cycles`); the K jobs of a descriptor run on the ``arrays``
+  or where more, the epilogue's ``jobs * ceil(PE/lanes)`` beats an output fold, a
+  beat of a residual add as many cycles as bus words of side elements it takes, one
+  at least (:func:`binary_fold_cycles`); the K jobs of a descriptor run on the ``arrays``
   arrays in ``ceil(K/arrays)`` rounds, and a weight-streaming descriptor's chunks one
   after another. The input rows a chunk reads go into the gatherer's ring a job and
   row at a time, beside the arrays: the row loader takes a ring word a cycle, a
