@@ -21,8 +21,8 @@ ResNet-34 depth, narrow and at 32x32; full-size K=5 files in the authors' layout
 through ``groupnet-hw import`` and ``build`` (times, peak memory, the engine, predicted
 cycles; with ``--rtl-224 N``, N 224x224 images on Verilator, bit-exact and measured
 cycles, and the same for the benchmark's own networks built through the flow, the ones
-its frames/s are of); and frames/s of the dataflow design (at the board clock) against the engine
-(at its clock) on digits and CIFAR-size networks. Writes ``docs/engine.md`` and
+its frames/s are of); and frames/s of the dataflow design (at the board clock) against
+the engine (at its clock) on digits and CIFAR-size networks. Writes ``docs/engine.md`` and
 ``docs/engine.png``; rows of networks a run does not measure are kept from the JSON
 already there.
 
@@ -715,10 +715,9 @@ def _merged(path, new):
                                             "dram_model_sha256")})
     # a stream's run, while its program is the one built now, on hw/engine as it is now
     images = {r["arch"]: r.get("image_sha256") for r in out.get("built", [])}
-    engine = engine_rtl_digest()
     out["streams_224"] = [r for r in out.get("streams_224", [])
                           if r.get("image_sha256") == images.get(r["arch"])
-                          and r.get("engine_rtl_sha256") == engine
+                          and r.get("engine_rtl_sha256") == rtl
                           and r.get("dram_model_sha256") == dram]
     return out
 

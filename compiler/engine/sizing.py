@@ -32,8 +32,9 @@ ALMs; LUT4-based families count two LUT4s per ALM), block-RAM bits and multiplie
   are not in the figure;
 - an array beyond its lanes, and what does not grow with the arrays: measured, the
   engine of the units (``UnitEngine``: register file, sequencer, DMAs and the port
-  the stem runner shares them through, the stem runner, the classifier head, the runner with its layer datapath, loaders, packers, unpacker
-  and writer; built without the subsampler) at one array of 16 x 48 lanes and at five
+  the stem runner shares them through, the stem runner, the classifier head, the
+  runner with its layer datapath, loaders, packers, unpacker and writer; built without
+  the subsampler) at one array of 16 x 48 lanes and at five
   of 16 x 64, less their XNOR and vector lanes and the stem's array; five arrays of 16
   x 32 check the fit (``tests/test_engine_units.py`` holds the three within 5 %);
 - the subsampler (option-A shortcuts), where a network needs it: 660 ALMs, measured;

@@ -29,7 +29,7 @@ from ..arith import moved_in_stages, positive_int
 from ..fifo import block_ram_fifo
 
 __all__ = ["OutputPacker", "packer_settings", "packed_word_layout", "checked_beats",
-           "picked", "ELEMS"]
+           "picked", "or_of", "ELEMS"]
 
 #: element widths of the DRAM formats (section 12): bits, levels, fixed containers
 ELEMS = (1, 2, 4, 8, 16, 24, 32)
@@ -60,7 +60,7 @@ def checked_beats(unit, *, lanes, pe, data_width, elems, **positive):
     return elems
 
 
-def _or(values):
+def or_of(values):
     """The OR of ``values`` (a one-hot pick's AND-OR)."""
     out = 0
     for v in values:
@@ -71,7 +71,7 @@ def _or(values):
 def picked(sel, values):
     """``values[j]`` for the one bit ``j`` set in ``sel`` (0 for none): an AND-OR, no
     decoder of a job's number in front of it."""
-    return _or(Mux(sel[j], v, 0) for j, v in enumerate(values))
+    return or_of(Mux(sel[j], v, 0) for j, v in enumerate(values))
 
 
 def packer_settings(arrays, max_size, max_channels, max_out_folds, max_beats):
@@ -169,7 +169,7 @@ class OutputPacker(wiring.Component):
         w, lanes = self.value_width, self.lanes
         lane = [Signal(signed(w), name=f"lane{j}") for j in range(lanes)]
         m.d.comb += [lane[j].eq(Mux(lane_mask[j], values[j], 0)) for j in range(lanes)]
-        return _or(Mux(elem_is[e], Cat((v[:e] if e <= w else Cat(v, v[-1].replicate(e - w)))
+        return or_of(Mux(elem_is[e], Cat((v[:e] if e <= w else Cat(v, v[-1].replicate(e - w)))
                                        for v in lane), 0)
                    for e in self.elems)
 
@@ -230,7 +230,7 @@ class OutputPacker(wiring.Component):
         elem_is = {e: Signal(name=f"elem_is_{e}") for e in self.elems}
         m.d.sync += [elem_is[e].eq(st.elem_bits == e) for e in self.elems]
         nbytes = Signal(range(B + 1))
-        m.d.comb += nbytes.eq(_or(Mux(elem_is[e], (lanes_in * e + 7) >> 3, 0)
+        m.d.comb += nbytes.eq(or_of(Mux(elem_is[e], (lanes_in * e + 7) >> 3, 0)
                                   for e in self.elems))
         # an op's control (its job, bytes, whether it ends a row) in a queue whose head
         # is a register, for the control stage; its bytes in a queue read as they go to
@@ -266,8 +266,8 @@ class OutputPacker(wiring.Component):
         wk_zero, wk_last = Signal(), Signal()
         m.d.comb += [
             hk.eq(picked(op.sel, held)),
-            wk_zero.eq(_or(op.sel[j] & (words[j] == 0) for j in range(arrays))),
-            wk_last.eq(_or(op.sel[j] & (words[j] == st.row_beats - 1)
+            wk_zero.eq(or_of(op.sel[j] & (words[j] == 0) for j in range(arrays))),
+            wk_last.eq(or_of(op.sel[j] & (words[j] == st.row_beats - 1)
                            for j in range(arrays))),
         ]
         total = Signal(range(W + B))

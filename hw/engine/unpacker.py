@@ -23,7 +23,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..arith import moved_in_stages
 from ..fifo import block_ram_fifo
-from .packer import ELEMS, _or, checked_beats, picked
+from .packer import ELEMS, checked_beats, or_of, picked
 
 __all__ = ["InputUnpacker", "unpacker_settings"]
 
@@ -243,8 +243,8 @@ class InputUnpacker(wiring.Component):
         take = Signal()
         emit = Signal()
         m.d.comb += [
-            take.eq(_or(takes)),
-            emit.eq(_or(emits) | (ops.r_rdy & ~ours & (credits != 0))),
+            take.eq(or_of(takes)),
+            emit.eq(or_of(emits) | (ops.r_rdy & ~ours & (credits != 0))),
             ops.r_en.eq(emit),
         ]
         # where in the job's queue the beat is read and how many slots it leaves behind,
